@@ -1,0 +1,193 @@
+"""kiln: a PyTorch-style deep learning framework.
+
+``import kiln`` loads the core (Tensor, ops, autograd) and nothing else: plugins (backends, feature
+packages) are discovered through the ``kiln`` entry-point group the first time they are needed.
+"""
+
+from __future__ import annotations
+
+import pkgutil as _pkgutil
+
+# Feature distributions (kiln-nn, kiln-data, ...) contribute kiln/<feature>/ directories.
+__path__ = _pkgutil.extend_path(__path__, __name__)
+
+__version__ = "0.1.0"
+
+from kiln import _ops as _ops  # noqa: E402  (defines every op)
+from kiln import autograd, random  # noqa: E402
+from kiln._device import device  # noqa: E402
+from kiln._dtype import (  # noqa: E402
+    bfloat16,
+    bool,
+    dtype,
+    float16,
+    float32,
+    float64,
+    get_default_dtype,
+    int8,
+    int16,
+    int32,
+    int64,
+    promote_types,
+    set_default_dtype,
+    uint8,
+)
+from kiln._ops._meta import broadcast_shapes, can_cast  # noqa: E402
+from kiln._ops.copy import copy_  # noqa: E402
+from kiln._ops.creation import (  # noqa: E402
+    arange,
+    as_tensor,
+    asarray,
+    empty,
+    empty_like,
+    eye,
+    from_numpy,
+    full,
+    full_like,
+    linspace,
+    ones,
+    ones_like,
+    rand,
+    rand_like,
+    randint,
+    randint_like,
+    randn,
+    randn_like,
+    tensor,
+    zeros,
+    zeros_like,
+)
+from kiln._ops.elementwise import (  # noqa: E402
+    abs,
+    absolute,
+    add,
+    bitwise_and,
+    bitwise_not,
+    bitwise_or,
+    bitwise_xor,
+    cos,
+    div,
+    divide,
+    eq,
+    exp,
+    ge,
+    greater,
+    greater_equal,
+    gt,
+    isnan,
+    le,
+    less,
+    less_equal,
+    log,
+    logical_not,
+    lt,
+    mul,
+    multiply,
+    ne,
+    neg,
+    negative,
+    not_equal,
+    pow,
+    relu,
+    sigmoid,
+    sign,
+    sin,
+    sqrt,
+    sub,
+    subtract,
+    tanh,
+    true_divide,
+    where,
+)
+from kiln._ops.linalg import matmul, mm  # noqa: E402
+from kiln._ops.reduction import (  # noqa: E402
+    all,
+    amax,
+    amin,
+    any,
+    argmax,
+    argmin,
+    max,
+    maximum,
+    mean,
+    min,
+    minimum,
+    return_types,
+    sum,
+    sum_to_size,
+)
+from kiln._ops.views import (  # noqa: E402
+    broadcast_to,
+    clone,
+    contiguous,
+    expand,
+    flatten,
+    narrow,
+    permute,
+    ravel,
+    reshape,
+    select,
+    squeeze,
+    swapaxes,
+    swapdims,
+    t,
+    transpose,
+    unsqueeze,
+    view,
+)
+from kiln._tensor import Size, Tensor  # noqa: E402
+from kiln.autograd import enable_grad, inference_mode, no_grad, set_grad_enabled  # noqa: E402
+from kiln.autograd.grad_mode import is_grad_enabled, is_inference_mode_enabled  # noqa: E402
+from kiln.random import Generator, get_rng_state, initial_seed, manual_seed, seed, set_rng_state  # noqa: E402
+
+
+def is_tensor(obj) -> bool:
+    """True if ``obj`` is a kiln Tensor."""
+    return isinstance(obj, Tensor)
+
+
+def is_floating_point(input: Tensor) -> bool:
+    """True if ``input`` has a floating point dtype."""
+    return input.is_floating_point()
+
+
+def numel(input: Tensor) -> int:
+    """Number of elements of ``input``."""
+    return input.numel()
+
+
+def result_type(tensor1, tensor2) -> dtype:
+    """The dtype an arithmetic op on the two operands (tensors or numbers) would produce."""
+    from kiln._ops._meta import result_type as _rt
+
+    return _rt(tensor1, tensor2)
+
+
+def from_dlpack(ext_tensor) -> Tensor:
+    """A tensor sharing memory with any object that implements ``__dlpack__`` (NumPy, PyTorch, ...)."""
+    from kiln._interop import from_dlpack as _from_dlpack
+
+    return _from_dlpack(ext_tensor)
+
+
+def __getattr__(name: str):
+    # kiln.cuda, kiln.cpu, kiln.<plugin device>: a small module-like object per device type.
+    # Submodules (kiln.hookspecs, kiln.nn from kiln-nn, ...) are left to the import system.
+    import importlib.util
+
+    from kiln._device_module import device_module
+
+    if name.startswith("_") or importlib.util.find_spec(f"kiln.{name}") is not None:
+        raise AttributeError(f"module 'kiln' has no attribute '{name}'")
+    mod = device_module(name)
+    if mod is None:
+        raise AttributeError(f"module 'kiln' has no attribute '{name}'")
+    return mod
+
+
+half = float16
+float = float32  # noqa: A001
+double = float64
+long = int64
+int = int32  # noqa: A001
+short = int16

@@ -1,0 +1,280 @@
+"""The op registry and dispatcher (DESIGN §3).
+
+An op is defined once with :func:`op`: a signature-and-docstring function (its body is never run,
+like a pluggy hookspec) plus
+
+* ``meta(*args) -> spec``: validates arguments (every user error is raised here, before any kernel
+  runs) and returns the output spec ``(shape, dtype, device)``, or a tuple of specs for ops with
+  several outputs;
+* ``backward``: the autograd formula, written in kiln ops so higher-order gradients work (see
+  :mod:`kiln.autograd.graph` for its calling convention);
+* ``reference``: the NumPy kernel for device ``"cpu"``, called as ``reference(spec, *args)`` with CPU
+  tensors replaced by NumPy views; it returns arrays, which are wrapped as tensors of the spec's dtype;
+* ``autocast``: the policy kiln-amp reads (``"lower"``, ``"fp32"``, ``"promote"`` or ``None``).
+
+Calling an op: ``meta`` → kernel looked up in ``op.kernels[device_type]`` (a plain dict, filled by
+:mod:`kiln._plugins` on first use of a device type) → autograd recording. Dispatch modes (autocast,
+tracing, profiling) sit around that path on a thread-local stack and cost one truth test when unused.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from kiln._state import state
+from kiln._tensor import Tensor
+
+__all__ = ["OpDef", "op", "OPS", "call", "DispatchMode"]
+
+OPS: dict[str, OpDef] = {}
+"""Every defined op by name (the registry the plugin manager fills kernels for)."""
+
+_AUTOCAST_POLICIES = (None, "lower", "fp32", "promote")
+
+
+class OpDef:
+    """One op: signature, meta function, autograd formula, autocast policy and per-device kernels."""
+
+    __slots__ = (
+        "name",
+        "signature",
+        "meta",
+        "backward",
+        "reference",
+        "autocast",
+        "kernels",
+        "tensor_params",
+        "param_names",
+        "num_outputs",
+        "differentiable_outputs",
+        "public",
+        "_saved_names",
+        "_backward_needs",
+        "__weakref__",
+    )
+
+    def __init__(self, name, signature, meta, backward, reference, autocast, num_outputs, differentiable_outputs):
+        if autocast not in _AUTOCAST_POLICIES:
+            raise ValueError(f"op {name}: autocast must be one of {_AUTOCAST_POLICIES}, got {autocast!r}")
+        self.name = name
+        self.signature = signature
+        self.meta = meta
+        self.backward = backward
+        self.reference = reference
+        self.autocast = autocast
+        self.kernels: dict[str, Callable] = {}
+        self.num_outputs = num_outputs
+        self.differentiable_outputs = differentiable_outputs
+        self.param_names = tuple(signature.parameters)
+        # Parameters that may carry tensors: annotated with "Tensor" (a list of tensors: "Sequence[Tensor]").
+        self.tensor_params = tuple(
+            i
+            for i, p in enumerate(signature.parameters.values())
+            if isinstance(p.annotation, str) and "Tensor" in p.annotation
+        )
+        self.public = None
+        self._backward_needs = None
+        if backward is not None:
+            from kiln.autograd.graph import backward_needs
+
+            self._backward_needs = backward_needs(self, backward)
+
+    def __repr__(self) -> str:
+        return f"<kiln op {self.name}{self.signature}>"
+
+    def __call__(self, *args):
+        return call(self, args)
+
+
+def _make_public(opdef: OpDef, doc_fn: Callable) -> Callable:
+    """Generate the public function with the op's exact signature and a direct call into ``call``.
+
+    Generated once at definition: argument binding by Python itself is far cheaper than
+    ``inspect.Signature.bind`` on every call.
+    """
+    sig = opdef.signature
+    params = []
+    pass_args = []
+    defaults: dict[str, Any] = {}
+    seen_kwonly = False
+    for p in sig.parameters.values():
+        text = p.name
+        if p.kind is p.KEYWORD_ONLY and not seen_kwonly:
+            params.append("*")
+            seen_kwonly = True
+        if p.default is not p.empty:
+            defaults[f"_d_{p.name}"] = p.default
+            text += f"=_d_{p.name}"
+        params.append(text)
+        pass_args.append(p.name)
+    src = (
+        f"def {opdef.name}({', '.join(params)}):\n"
+        f"    return _call(_op, ({', '.join(pass_args)}{',' if len(pass_args) == 1 else ''}))\n"
+    )
+    namespace = {"_call": call, "_op": opdef, **defaults}
+    exec(compile(src, f"<kiln op {opdef.name}>", "exec"), namespace)  # noqa: S102 - generated from a signature
+    fn = namespace[opdef.name]
+    fn.__doc__ = doc_fn.__doc__
+    fn.__module__ = doc_fn.__module__
+    fn.__qualname__ = opdef.name
+    fn.__signature__ = sig
+    fn.__wrapped__ = doc_fn
+    fn.op = opdef
+    return fn
+
+
+def op(
+    *,
+    meta: Callable,
+    reference: Callable | None = None,
+    backward: Callable | None = None,
+    autocast: str | None = None,
+    num_outputs: int = 1,
+    differentiable_outputs: tuple[int, ...] | None = None,
+    name: str | None = None,
+    doc: str | None = None,
+    methods: tuple[str, ...] = (),
+) -> Callable[[Callable], Callable]:
+    """Define an op from a signature-and-docstring function; returns the public callable.
+
+    ``methods`` names the ``Tensor`` methods (and operators) bound to the op, e.g.
+    ``("add", "__add__")``. Parameters annotated with ``Tensor`` are the op's tensor inputs; autograd
+    records edges for them. ``name`` and ``doc`` override the function's own (for op families
+    defined in a loop).
+    """
+
+    def decorate(doc_fn: Callable) -> Callable:
+        op_name = name or doc_fn.__name__
+        if op_name in OPS:
+            raise ValueError(f"op {op_name!r} is already defined")
+        sig = inspect.signature(doc_fn)
+        if doc is not None:
+            doc_fn.__doc__ = doc
+        if not doc_fn.__doc__:
+            raise ValueError(f"op {op_name!r} needs a docstring")
+        diff = differentiable_outputs if differentiable_outputs is not None else tuple(range(num_outputs))
+        opdef = OpDef(op_name, sig, meta, backward, reference, autocast, num_outputs, diff)
+        OPS[op_name] = opdef
+        public = _make_public(opdef, doc_fn)
+        opdef.public = public
+        for m in methods:
+            _bind_method(m, public)
+        return public
+
+    return decorate
+
+
+def _bind_method(method_name: str, fn: Callable) -> None:
+    """Attach an op to ``Tensor`` (``self`` is the op's first argument)."""
+    setattr(Tensor, method_name, fn)
+
+
+# ---------------------------------------------------------------------------------------- calling
+
+
+def call(opdef: OpDef, args: tuple):
+    """Run an op: modes in front of autograd, then :func:`call_autograd`."""
+    if state.pre_autograd_modes:
+        return _call_with_modes(state.pre_autograd_modes, opdef, args, call_autograd)
+    return call_autograd(opdef, args)
+
+
+def call_autograd(opdef: OpDef, args: tuple):
+    """Meta, kernel, then autograd recording. Modes in front of autograd re-enter here."""
+    spec = opdef.meta(*args)
+    if state.post_autograd_modes:
+        out = _call_with_modes(
+            state.post_autograd_modes,
+            opdef,
+            args,
+            lambda o, a: call_kernel(o, a, spec if (o is opdef and a is args) else None),
+        )
+    else:
+        dev = spec[2] if opdef.num_outputs == 1 else spec[0][2]
+        kernel = opdef.kernels.get(dev.type)
+        if kernel is None:
+            from kiln._plugins import resolve_kernel
+
+            kernel = resolve_kernel(opdef, dev)
+        out = kernel(spec, *args)
+    if opdef._backward_needs is not None and state.grad_enabled:
+        for i in opdef.tensor_params:
+            a = args[i]
+            if isinstance(a, Tensor):
+                if a._requires_grad:
+                    break
+            elif isinstance(a, (list, tuple)) and any(isinstance(t, Tensor) and t._requires_grad for t in a):
+                break
+        else:
+            return out
+        from kiln.autograd.graph import record
+
+        record(opdef, args, out)
+    return out
+
+
+def call_kernel(opdef: OpDef, args: tuple, spec=None):
+    """Look up and run the kernel alone (no autograd, no modes); ``spec`` is recomputed if not given."""
+    if spec is None:
+        spec = opdef.meta(*args)
+    dev = spec[2] if opdef.num_outputs == 1 else spec[0][2]
+    kernel = opdef.kernels.get(dev.type)
+    if kernel is None:
+        from kiln._plugins import resolve_kernel
+
+        kernel = resolve_kernel(opdef, dev)
+    return kernel(spec, *args)
+
+
+class DispatchMode:
+    """Base class for dispatch modes (autocast, tracing, profiling), used as context managers.
+
+    Subclasses set ``level`` to ``"pre_autograd"`` (runs before autograd records, e.g. autocast) or
+    ``"post_autograd"`` (sees the ops autograd runs, e.g. tracing and profiling) and implement
+    :meth:`dispatch`. Modes nest; the innermost runs first and reaches the next through ``redispatch``.
+    """
+
+    level = "post_autograd"
+
+    def dispatch(self, op: OpDef, args: tuple, redispatch: Callable[[OpDef, tuple], Any]):
+        """Handle one op call; call ``redispatch(op, args)`` to continue down the stack."""
+        return redispatch(op, args)
+
+    def __enter__(self):
+        attr = _mode_attr(self.level)
+        setattr(state, attr, getattr(state, attr) + (self,))
+        return self
+
+    def __exit__(self, *exc):
+        attr = _mode_attr(self.level)
+        stack = getattr(state, attr)
+        if not stack or stack[-1] is not self:
+            raise RuntimeError(f"{type(self).__name__} exited out of order")
+        setattr(state, attr, stack[:-1])
+
+
+def _mode_attr(level: str) -> str:
+    if level not in ("pre_autograd", "post_autograd"):
+        raise ValueError(f"dispatch mode level must be 'pre_autograd' or 'post_autograd', got {level!r}")
+    return f"{level}_modes"
+
+
+def _call_with_modes(stack: tuple, opdef: OpDef, args: tuple, final: Callable):
+    """Run ``stack`` innermost-first; each mode is disabled while it runs so its own ops pass through."""
+    mode = stack[-1]
+    rest = stack[:-1]
+    attr = _mode_attr(mode.level)
+
+    def redispatch(o, a):
+        if rest:
+            return _call_with_modes(rest, o, a, final)
+        return final(o, a)
+
+    saved = getattr(state, attr)
+    setattr(state, attr, rest)
+    try:
+        return mode.dispatch(opdef, args, redispatch)
+    finally:
+        setattr(state, attr, saved)

@@ -1,0 +1,197 @@
+"""Shared pieces of meta functions: broadcasting, type promotion, device checks, dim handling.
+
+Everything a user can get wrong is checked here, with PyTorch's exception types and wording.
+Results that depend only on shapes or dtypes are memoised in plain dicts.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+from kiln import _dtype as dt
+from kiln._device import CPU
+from kiln._tensor import Tensor, _wrap_dim
+
+__all__ = [
+    "broadcast_shapes",
+    "result_type",
+    "common_device",
+    "wrap_dim",
+    "reduce_dims",
+    "can_cast",
+    "check_inplace",
+    "is_scalar",
+]
+
+wrap_dim = _wrap_dim
+_BROADCAST: dict[tuple, tuple] = {}
+
+
+def is_scalar(x) -> bool:
+    """True for the Python (and NumPy) numbers kiln accepts as weak scalar operands."""
+    return isinstance(x, numbers.Number) and not isinstance(x, complex)
+
+
+def broadcast_shapes(*shapes) -> tuple[int, ...]:
+    """The broadcast of several shapes (``torch.broadcast_shapes``)."""
+    out: tuple[int, ...] = ()
+    for k, s in enumerate(shapes):
+        s = (s,) if isinstance(s, int) else tuple(s)
+        try:
+            out = broadcast_pair(out, s)
+        except RuntimeError:
+            raise RuntimeError(
+                "Shape mismatch: objects cannot be broadcast to a single shape.  "
+                f"Mismatch is between arg {max(k - 1, 0)} and arg {k}."
+            ) from None
+    return out
+
+
+def _binary_broadcast_error(a: tuple, b: tuple) -> None:
+    ndim = max(len(a), len(b))
+    for i in range(ndim - 1, -1, -1):
+        da = a[i - (ndim - len(a))] if i >= ndim - len(a) else 1
+        db = b[i - (ndim - len(b))] if i >= ndim - len(b) else 1
+        if da != db and da != 1 and db != 1:
+            raise RuntimeError(
+                f"The size of tensor a ({da}) must match the size of tensor b ({db}) at non-singleton dimension {i}"
+            )
+
+
+def broadcast_pair(a: tuple, b: tuple) -> tuple:
+    """Broadcast two shapes, with PyTorch's message naming tensors a and b."""
+    if a == b:
+        return a
+    key = (a, b)
+    r = _BROADCAST.get(key)
+    if r is not None:
+        return r
+    ndim = max(len(a), len(b))
+    pa = (1,) * (ndim - len(a)) + a
+    pb = (1,) * (ndim - len(b)) + b
+    out = []
+    for da, db in zip(pa, pb):
+        if da == db or db == 1:
+            out.append(da)
+        elif da == 1:
+            out.append(db)
+        else:
+            _binary_broadcast_error(a, b)
+    r = tuple(out)
+    if len(_BROADCAST) < 65536:
+        _BROADCAST[key] = r
+    return r
+
+
+def result_type(*operands) -> dt.dtype:
+    """PyTorch's result type: dimensioned tensors > zero-dim tensors > Python scalars, by category."""
+    dim_t = zero_t = scalar_t = None
+    for x in operands:
+        if isinstance(x, Tensor):
+            d = x._dtype
+            if x._shape:
+                dim_t = d if dim_t is None else dt._PROMOTE[(dim_t, d)]
+            else:
+                zero_t = d if zero_t is None else dt._PROMOTE[(zero_t, d)]
+        elif x is None:
+            continue
+        else:
+            d = _scalar_dtype(x)
+            scalar_t = d if scalar_t is None else dt._PROMOTE[(scalar_t, d)]
+    return dt.combine_categories(dim_t, dt.combine_categories(zero_t, scalar_t))
+
+
+def _scalar_dtype(x) -> dt.dtype:
+    if isinstance(x, bool):
+        return dt.bool
+    if isinstance(x, numbers.Integral):
+        return dt.int64
+    if isinstance(x, numbers.Real):
+        return dt.get_default_dtype()
+    raise TypeError(f"unsupported operand type: {type(x).__name__}")
+
+
+def common_device(op_name: str, *operands):
+    """The device of the tensor operands; 0-dim CPU tensors mix with any device, as in PyTorch."""
+    dev = None
+    from_cpu_scalar = False
+    for x in operands:
+        if not isinstance(x, Tensor):
+            continue
+        d = x._device
+        cpu_scalar = d is CPU and not x._shape
+        if dev is None:
+            dev, from_cpu_scalar = d, cpu_scalar
+        elif d is dev:
+            from_cpu_scalar = from_cpu_scalar and cpu_scalar
+        elif cpu_scalar:
+            continue
+        elif from_cpu_scalar:
+            dev, from_cpu_scalar = d, False
+        else:
+            raise RuntimeError(
+                f"Expected all tensors to be on the same device, but found at least two devices, {dev} and {d}!"
+            )
+    return CPU if dev is None else dev
+
+
+def can_cast(from_: dt.dtype, to: dt.dtype) -> bool:
+    """PyTorch's ``can_cast``: no float to integer, no non-bool to bool."""
+    if from_.is_floating_point and not to.is_floating_point:
+        return False
+    if from_ is not dt.bool and to is dt.bool:
+        return False
+    return True
+
+
+_CAST_NAMES = {
+    dt.bool: "Bool",
+    dt.uint8: "Byte",
+    dt.int8: "Char",
+    dt.int16: "Short",
+    dt.int32: "Int",
+    dt.int64: "Long",
+    dt.float16: "Half",
+    dt.bfloat16: "BFloat16",
+    dt.float32: "Float",
+    dt.float64: "Double",
+}
+
+
+def scalar_type_name(d: dt.dtype) -> str:
+    """PyTorch's ScalarType name for a dtype (``Float``, ``Long``...), used in error messages."""
+    return _CAST_NAMES[d]
+
+
+def check_inplace(self: Tensor, shape: tuple, dtype: dt.dtype) -> None:
+    """An in-place result must keep ``self``'s shape and be castable to its dtype."""
+    if shape != self._shape:
+        raise RuntimeError(
+            f"output with shape {list(self._shape)} doesn't match the broadcast shape {list(shape)}"
+        )
+    if not can_cast(dtype, self._dtype):
+        raise RuntimeError(
+            f"result type {_CAST_NAMES[dtype]} can't be cast to the desired output type {_CAST_NAMES[self._dtype]}"
+        )
+
+
+def reduce_dims(dim, ndim: int) -> tuple[int, ...]:
+    """Normalise a reduction's ``dim`` argument (None, int or sequence) to sorted unique dims."""
+    if dim is None:
+        return tuple(range(ndim))
+    if isinstance(dim, int):
+        return (wrap_dim(dim, ndim),)
+    dims = tuple(wrap_dim(d, ndim) for d in dim)
+    if len(set(dims)) != len(dims):
+        for d in dims:
+            if dims.count(d) > 1:
+                raise RuntimeError(f"dim {d} appears multiple times in the list of dims")
+    if not dims:
+        return tuple(range(ndim))
+    return tuple(sorted(dims))
+
+
+def check_tensor(x, name: str, op_name: str) -> None:
+    """Raise PyTorch's TypeError when ``x`` is not a tensor."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{op_name}(): argument '{name}' (position 1) must be Tensor, not {type(x).__name__}")

@@ -1,0 +1,319 @@
+"""Copies and conversions: ``Tensor.to``, ``copy_``, ``fill_``, ``zero_``, and in-place autograd.
+
+``_to_copy`` converts dtype and/or device; it is device-generic, built on the device contract
+(``to_host``/``from_host``), so every device type can move data to and from the CPU without
+registering anything. A device may register its own ``_to_copy`` to do better.
+
+In-place ops all go through :func:`apply_inplace`: the result is computed out of place (recorded
+by autograd as usual), written into ``self``'s storage, the shared version counter is bumped, and
+``self`` takes over the result's history.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kiln import _dtype as dt
+from kiln._device import CPU, as_device
+from kiln._device import device as Device
+from kiln._dispatch import call_kernel, op
+from kiln._ops._meta import broadcast_pair, check_inplace, is_scalar
+from kiln._ops.views import device_generic, make_view
+from kiln._state import state
+from kiln._tensor import Tensor, _make, _numel, contiguous_strides, from_array
+
+
+def host_array(t: Tensor) -> np.ndarray:
+    """A host NumPy view (CPU) or copy (other devices) of ``t``'s elements, in ``t``'s geometry."""
+    if t._device is CPU:
+        return t._numpy()
+    from kiln._plugins import host_copy
+
+    return host_copy(t)
+
+
+def from_host(a: np.ndarray, dtype: dt.dtype, dev: Device) -> Tensor:
+    """A new contiguous tensor on ``dev`` holding the host array ``a`` (cast to ``dtype``)."""
+    if dev is CPU:
+        return from_array(np.array(a, dtype=dtype.numpy, order="C", copy=True), dtype)
+    from kiln._plugins import device_type
+
+    contract = device_type(dev)
+    flat = np.ascontiguousarray(a, dtype=dtype.numpy).reshape(-1)
+    storage = contract.from_host(flat, dev.index)
+    shape = tuple(a.shape)
+    return _make(storage, shape, contiguous_strides(shape), 0, dtype, dev)
+
+
+def _to_copy_meta(input, dtype, device):
+    return (input._shape, dtype, device)
+
+
+@device_generic
+def _to_copy_kernel(spec, input, dtype, device):
+    src = host_array(input)
+    if device is CPU and input._device is CPU:
+        return from_array(src.astype(dtype.numpy, copy=True), dtype)
+    return from_host(src, dtype, device)
+
+
+def _to_copy_backward(grad, input):
+    return grad.to(input._device, input._dtype)
+
+
+@op(meta=_to_copy_meta, reference=_to_copy_kernel, backward=_to_copy_backward)
+def _to_copy(input: Tensor, dtype: dt.dtype, device: Device) -> Tensor:
+    """A copy of ``input`` with the given dtype on the given device."""
+
+
+def _parse_to(self, args, kwargs):
+    dtype = kwargs.pop("dtype", None)
+    device = kwargs.pop("device", None)
+    copy = kwargs.pop("copy", False)
+    kwargs.pop("non_blocking", None)
+    kwargs.pop("memory_format", None)
+    if kwargs:
+        raise TypeError(f"to() got unexpected keyword arguments {sorted(kwargs)}")
+    for a in args:
+        if isinstance(a, dt.dtype):
+            dtype = a
+        elif isinstance(a, Tensor):
+            dtype, device = a._dtype, a._device
+        elif isinstance(a, (str, Device, int)) and not isinstance(a, bool):
+            device = a
+        elif isinstance(a, bool):
+            copy = a if dtype is not None or device is not None else copy
+        elif a is not None:
+            raise TypeError(f"to() received an invalid combination of arguments - got {type(a).__name__}")
+    return dtype, device, copy
+
+
+def tensor_to(self: Tensor, *args, **kwargs) -> Tensor:
+    """``Tensor.to``: a converted copy, or ``self`` when nothing changes and ``copy`` is False."""
+    dtype, device, copy = _parse_to(self, args, dict(kwargs))
+    dev = self._device if device is None else resolve_device(device)
+    dtype = self._dtype if dtype is None else dtype
+    if dtype is self._dtype and dev is self._device and not copy:
+        return self
+    return _to_copy(self, dtype, dev)
+
+
+def resolve_device(device) -> Device:
+    """A user's device argument, checked against the registered device types, index filled in."""
+    d = as_device(device)
+    if d is CPU:
+        return d
+    if d.type == "cpu":
+        return CPU
+    from kiln._plugins import device_type
+
+    contract = device_type(d)
+    if d.index is None:
+        return Device(d.type, 0)
+    n = contract.device_count()
+    if d.index >= n:
+        raise RuntimeError(f"{d.type} error: invalid device ordinal {d.index} (only {n} {d.type} devices)")
+    return d
+
+
+def to_device_raw(t: Tensor, dev: Device) -> Tensor:
+    """Copy ``t`` to ``dev`` without autograd (the CPU fallback uses it)."""
+    return _to_copy_kernel((t._shape, t._dtype, dev), t, t._dtype, dev)
+
+
+def write_from_host(t: Tensor, src: np.ndarray) -> None:
+    """Write host values into ``t``'s elements in place, on any device (no autograd, no version bump)."""
+    if t._device is CPU:
+        np.copyto(t._numpy(), src, casting="unsafe")
+        return
+    from kiln._plugins import device_type
+
+    contract = device_type(t._device)
+    if t.is_contiguous():
+        contract.write(t._storage, t._offset, np.ascontiguousarray(src, dtype=t._dtype.numpy).reshape(-1))
+        return
+    # strided: read the spanned range, write the elements on the host, write the range back
+    span = _span(t)
+    buf = contract.to_host(t._storage)[t._offset : t._offset + span].copy()
+    isz = t._dtype.itemsize
+    view = np.ndarray(t._shape, buf.dtype, buf, 0, tuple(s * isz for s in t._stride))
+    np.copyto(view, src, casting="unsafe")
+    contract.write(t._storage, t._offset, buf)
+
+
+def _span(t: Tensor) -> int:
+    if _numel(t._shape) == 0:
+        return 0
+    return 1 + sum((n - 1) * s for n, s in zip(t._shape, t._stride))
+
+
+# ---------------------------------------------------------------------------------------- copy_
+
+
+def _copy_meta(self, src, non_blocking=False):
+    if not isinstance(src, Tensor):
+        raise TypeError(f"copy_(): argument 'src' (position 1) must be Tensor, not {type(src).__name__}")
+    shape = broadcast_pair(self._shape, src._shape)
+    if shape != self._shape:
+        raise RuntimeError(
+            f"output with shape {list(self._shape)} doesn't match the broadcast shape {list(shape)}"
+        )
+    return (self._shape, self._dtype, self._device)
+
+
+@device_generic
+def _copy_kernel(spec, self, src, non_blocking=False):
+    """Reference ``copy_`` kernel: any source device into any destination device."""
+    if self._device is CPU and src._device is CPU:
+        np.copyto(self._numpy(), src._numpy(), casting="unsafe")
+    else:
+        write_from_host(self, np.broadcast_to(host_array(src), self._shape))
+    return self
+
+
+@op(meta=_copy_meta, reference=_copy_kernel)
+def _copy_from(self: Tensor, src: Tensor, non_blocking: bool = False) -> Tensor:
+    """Kernel of ``copy_``: write ``src`` (broadcast, cast, from any device) into ``self``; returns ``self``.
+
+    Not differentiable itself: ``copy_`` records autograd through :func:`apply_inplace`.
+    """
+
+
+def copy_into(dst: Tensor, src: Tensor) -> Tensor:
+    """Kernel-level copy without autograd or version bump (for kernels filling fresh tensors)."""
+    call_kernel(_copy_from.op, (dst, src, False))
+    return dst
+
+
+def copy_(self: Tensor, src, non_blocking: bool = False) -> Tensor:
+    """Copy ``src`` into ``self`` in place (broadcasting, casting, across devices); returns ``self``."""
+    if not isinstance(src, Tensor):
+        if is_scalar(src):
+            return fill_(self, src)
+        from kiln._ops.creation import tensor
+
+        src = tensor(src, dtype=self._dtype, device=self._device)
+    _copy_meta(self, src)
+    if state.grad_enabled and (self._requires_grad or src._requires_grad):
+        return apply_inplace(self, lambda s: _copy_out_of_place(s, src), needs_self=False)
+    _check_inplace_allowed(self)
+    call_kernel(_copy_from.op, (self, src, non_blocking))
+    self._vc[0] += 1
+    return self
+
+
+def _copy_out_of_place(s: Tensor, src: Tensor) -> Tensor:
+    """``src`` broadcast and cast to ``s``'s geometry, with autograd edges to ``src`` only."""
+    out = src.to(s._device, s._dtype)
+    if out._shape != s._shape:
+        return out.expand(s._shape)
+    # a fresh node even when nothing converts, so ``self`` never takes over a leaf's (empty) history
+    return out.view_as(out) if out is src else out
+
+
+Tensor.copy_ = copy_
+
+
+def fill_(self: Tensor, value) -> Tensor:
+    """Set every element to ``value`` in place; returns ``self``."""
+    if isinstance(value, Tensor):
+        if value.dim() != 0:
+            raise RuntimeError(
+                f"fill_ only supports 0-dimension value tensor but got tensor with {value.dim()} dimensions."
+            )
+        return copy_(self, value.expand(self._shape) if self._shape else value)
+    if not is_scalar(value):
+        raise TypeError(f"fill_(): argument 'value' must be Number, not {type(value).__name__}")
+    from kiln._ops.creation import full
+
+    src = full((), value, dtype=self._dtype, device=self._device)
+    return copy_(self, src)
+
+
+def zero_(self: Tensor) -> Tensor:
+    """Set every element to zero in place; returns ``self``."""
+    return fill_(self, 0)
+
+
+Tensor.fill_ = fill_
+Tensor.zero_ = zero_
+
+
+# ---------------------------------------------------------------------------------------- in-place
+
+
+def _check_inplace_allowed(self: Tensor) -> None:
+    if self._inference and not state.inference:
+        raise RuntimeError("Inplace update to inference tensor outside InferenceMode is not allowed.")
+    if state.grad_enabled and self._requires_grad and self.grad_fn is None and self._base is None:
+        raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
+    if state.grad_enabled and self._base is not None and self._base._requires_grad and self._base.grad_fn is None:
+        raise RuntimeError(
+            "a view of a leaf Variable that requires grad is being used in an in-place operation."
+        )
+
+
+def apply_inplace(self: Tensor, compute, needs_self: bool) -> Tensor:
+    """Run an in-place op: ``compute(self_value)`` out of place, write it into ``self``, take its history.
+
+    ``needs_self``: the op's backward formula reads ``self``'s old value, which the write destroys, so
+    autograd is given a copy of it instead.
+    """
+    _check_inplace_allowed(self)
+    recording = state.grad_enabled
+    if recording and needs_self and self._requires_grad:
+        from kiln._ops.views import clone
+
+        inp = clone(self)
+    else:
+        inp = self
+    out = compute(inp)
+    check_inplace(self, out._shape, out._dtype)
+    call_kernel(_copy_from.op, (self, out.detach(), False))
+    self._vc[0] += 1
+    if recording and out._requires_grad:
+        if self._base is not None:
+            from kiln.autograd.inplace import rebase_view_history
+
+            rebase_view_history(self, out)
+        else:
+            self.grad_fn = out.grad_fn
+            self._output_nr = out._output_nr
+            self._requires_grad = True
+    return self
+
+
+def inplace_variant(fn, name: str, doc: str, needs_self: bool):
+    """The in-place method ``name`` of the out-of-place op ``fn`` (``add`` -> ``add_``)."""
+
+    def method(self, *args, **kwargs):
+        if state.grad_enabled and (
+            self._requires_grad or any(isinstance(a, Tensor) and a._requires_grad for a in args)
+        ):
+            return apply_inplace(self, lambda s: fn(s, *args, **kwargs), needs_self)
+        _check_inplace_allowed(self)
+        out = fn(self, *args, **kwargs)
+        check_inplace(self, out._shape, out._dtype)
+        call_kernel(_copy_from.op, (self, out, False))
+        self._vc[0] += 1
+        return self
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = doc
+    return method
+
+
+def view_as_dtype(self: Tensor, dtype: dt.dtype) -> Tensor:
+    """Reinterpret the bytes as ``dtype`` (same element size only)."""
+    if dtype.itemsize != self._dtype.itemsize:
+        raise RuntimeError(
+            f"view(dtype): cannot reinterpret {self._dtype} ({self._dtype.itemsize} bytes) as {dtype} "
+            f"({dtype.itemsize} bytes); kiln supports only equal element sizes"
+        )
+    if self._device is not CPU:
+        raise RuntimeError("view(dtype) is only supported on the CPU")
+    v = make_view(self, self._shape, self._stride, self._offset)
+    v._storage = self._storage.view(dtype.numpy)
+    v._dtype = dtype
+    return v
+

@@ -1,0 +1,446 @@
+"""Tensor creation: ``tensor``, ``from_numpy``, ``zeros``/``ones``/``empty``/``full`` (+ ``_like``),
+``arange``, ``linspace``, ``eye``, ``rand``/``randn``/``randint`` (+ ``_like``).
+
+``empty`` and ``full`` are ops with device-generic kernels built on the device contract, so every
+device type can create tensors; a device may register faster ones. Random tensors are drawn on the
+host from a :class:`kiln.Generator` and copied to their device.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import warnings
+
+import numpy as np
+
+from kiln import _dtype as dt
+from kiln._device import CPU
+from kiln._dispatch import op
+from kiln._ops._meta import is_scalar, result_type
+from kiln._ops.copy import from_host, resolve_device
+from kiln._ops.views import _varargs_shape, device_generic
+from kiln._state import state
+from kiln._tensor import Tensor, _make, contiguous_strides, from_array
+
+__all__ = [
+    "tensor",
+    "as_tensor",
+    "from_numpy",
+    "zeros",
+    "ones",
+    "empty",
+    "full",
+    "zeros_like",
+    "ones_like",
+    "empty_like",
+    "full_like",
+    "arange",
+    "linspace",
+    "eye",
+    "rand",
+    "randn",
+    "randint",
+    "rand_like",
+    "randn_like",
+    "randint_like",
+]
+
+
+def _finish(t: Tensor, requires_grad: bool) -> Tensor:
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
+def _dtype_arg(dtype) -> dt.dtype | None:
+    if dtype is None or isinstance(dtype, dt.dtype):
+        return dtype
+    raise TypeError(f"dtype must be a kiln.dtype, not {type(dtype).__name__}")
+
+
+# ---------------------------------------------------------------------------------------- empty / full
+
+
+def _empty_meta(size, dtype, device):
+    for s in size:
+        if s < 0:
+            raise RuntimeError(f"Trying to create tensor with negative dimension {s}: {list(size)}")
+    return (size, dtype, device)
+
+
+@device_generic
+def _empty_kernel(spec, size, dtype, device):
+    if device is CPU:
+        return from_array(np.empty(size, dtype.numpy), dtype)
+    from kiln._plugins import device_type
+
+    n = math.prod(size)
+    storage = device_type(device).empty(n, dtype, device.index)
+    return _make(storage, size, contiguous_strides(size), 0, dtype, device)
+
+
+@op(meta=_empty_meta, reference=_empty_kernel)
+def _empty(size: tuple, dtype: dt.dtype, device) -> Tensor:
+    """Uninitialised contiguous tensor (kernel of :func:`empty`)."""
+
+
+def _full_meta(size, fill_value, dtype, device):
+    return _empty_meta(size, dtype, device)
+
+
+@device_generic
+def _full_kernel(spec, size, fill_value, dtype, device):
+    a = np.full(size, fill_value, dtype.numpy)
+    if device is CPU:
+        return from_array(a, dtype)
+    return from_host(a, dtype, device)
+
+
+@op(meta=_full_meta, reference=_full_kernel)
+def _full(size: tuple, fill_value: float, dtype: dt.dtype, device) -> Tensor:
+    """Contiguous tensor filled with one value (kernel of :func:`full`)."""
+
+
+def _creation_args(size, dtype, device, default=None):
+    shape = _varargs_shape(size) if isinstance(size, tuple) else _varargs_shape((size,))
+    d = _dtype_arg(dtype) or default or dt.get_default_dtype()
+    return shape, d, resolve_device(device)
+
+
+def empty(*size, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False, memory_format=None) -> Tensor:
+    """An uninitialised tensor of shape ``size``."""
+    shape, d, dev = _creation_args(size, dtype, device)
+    return _finish(_empty(shape, d, dev), requires_grad)
+
+
+def full(size, fill_value, *, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False) -> Tensor:
+    """A tensor of shape ``size`` filled with ``fill_value`` (dtype inferred from it by default)."""
+    if isinstance(fill_value, Tensor):
+        fill_value = fill_value.item()
+    if not is_scalar(fill_value):
+        raise TypeError(f"full(): argument 'fill_value' must be Number, not {type(fill_value).__name__}")
+    default = None if dtype is not None else result_type(fill_value)
+    shape, d, dev = _creation_args((size,), dtype, device, default)
+    return _finish(_full(shape, fill_value, d, dev), requires_grad)
+
+
+def zeros(*size, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False) -> Tensor:
+    """A tensor of zeros of shape ``size``."""
+    shape, d, dev = _creation_args(size, dtype, device)
+    return _finish(_full(shape, 0, d, dev), requires_grad)
+
+
+def ones(*size, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False) -> Tensor:
+    """A tensor of ones of shape ``size``."""
+    shape, d, dev = _creation_args(size, dtype, device)
+    return _finish(_full(shape, 1, d, dev), requires_grad)
+
+
+def _like(input: Tensor, dtype, device):
+    if not isinstance(input, Tensor):
+        raise TypeError(f"argument 'input' must be Tensor, not {type(input).__name__}")
+    return input._shape, _dtype_arg(dtype) or input._dtype, input._device if device is None else resolve_device(device)
+
+
+def empty_like(input: Tensor, *, dtype=None, device=None, requires_grad=False, layout=None, memory_format=None) -> Tensor:
+    """An uninitialised tensor with ``input``'s shape, dtype and device."""
+    shape, d, dev = _like(input, dtype, device)
+    return _finish(_empty(shape, d, dev), requires_grad)
+
+
+def zeros_like(input: Tensor, *, dtype=None, device=None, requires_grad=False, layout=None, memory_format=None) -> Tensor:
+    """Zeros with ``input``'s shape, dtype and device."""
+    shape, d, dev = _like(input, dtype, device)
+    return _finish(_full(shape, 0, d, dev), requires_grad)
+
+
+def ones_like(input: Tensor, *, dtype=None, device=None, requires_grad=False, layout=None, memory_format=None) -> Tensor:
+    """Ones with ``input``'s shape, dtype and device."""
+    shape, d, dev = _like(input, dtype, device)
+    return _finish(_full(shape, 1, d, dev), requires_grad)
+
+
+def full_like(input: Tensor, fill_value, *, dtype=None, device=None, requires_grad=False, layout=None, memory_format=None) -> Tensor:
+    """``fill_value`` everywhere, with ``input``'s shape, dtype and device."""
+    shape, d, dev = _like(input, dtype, device)
+    return _finish(_full(shape, fill_value, d, dev), requires_grad)
+
+
+# ---------------------------------------------------------------------------------------- from data
+
+
+def _infer_dtype(a: np.ndarray, from_numpy_array: bool) -> dt.dtype:
+    if from_numpy_array:
+        return dt.from_numpy_dtype(a.dtype)
+    k = a.dtype.kind
+    if k == "b":
+        return dt.bool
+    if k in "iu":
+        return dt.int64
+    if k == "f":
+        return dt.get_default_dtype()
+    raise TypeError(f"Could not infer dtype of {a.dtype}")
+
+
+def _to_host_array(data) -> tuple[np.ndarray, dt.dtype | None]:
+    """A host array for ``data`` and the kiln dtype it carries (None: infer from Python values)."""
+    if isinstance(data, Tensor):
+        from kiln._ops.copy import host_array
+
+        return host_array(data.detach()), data._dtype
+    if isinstance(data, np.ndarray):
+        return data, dt.from_numpy_dtype(data.dtype)
+    if isinstance(data, np.generic):
+        return np.asarray(data), dt.from_numpy_dtype(data.dtype)
+    if isinstance(data, (list, tuple)):
+        if any(isinstance(x, Tensor) for x in data):
+            parts = [_to_host_array(x) for x in data]
+            kinds = [p[1] for p in parts if p[1] is not None]
+            a = np.stack([np.asarray(p[0]) for p in parts]) if parts else np.zeros((0,))
+            d = kinds[0] if kinds else None
+            for k in kinds[1:]:
+                d = dt.promote_types(d, k)
+            return a, d
+        try:
+            a = np.array(data)
+        except ValueError as exc:
+            raise ValueError(f"expected sequence of equal lengths: {exc}") from None
+        if a.dtype == object:
+            raise TypeError(f"Could not infer dtype of {type(data[0]).__name__ if len(data) else 'list'}")
+        if a.size == 0 and a.dtype.kind == "f":
+            return a, None
+        return a, None
+    if is_scalar(data):
+        return np.array(data), None
+    raise TypeError(f"Could not infer dtype of {type(data).__name__}")
+
+
+def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=False) -> Tensor:
+    """A new tensor holding a copy of ``data`` (nested lists, numbers, NumPy arrays, tensors)."""
+    if isinstance(data, Tensor):
+        warnings.warn(
+            "To copy construct from a tensor, it is recommended to use sourceTensor.clone().detach() or "
+            "sourceTensor.clone().detach().requires_grad_(True), rather than kiln.tensor(sourceTensor).",
+            UserWarning,
+            stacklevel=2,
+        )
+    a, inferred = _to_host_array(data)
+    d = _dtype_arg(dtype) or inferred or _infer_dtype(a, False)
+    dev = resolve_device(device)
+    return _finish(from_host(a, d, dev), requires_grad)
+
+
+def as_tensor(data, dtype=None, device=None) -> Tensor:
+    """``data`` as a tensor, sharing memory when it already is one (or a NumPy array) of that dtype and device."""
+    d = _dtype_arg(dtype)
+    if isinstance(data, Tensor):
+        return data.to(device=resolve_device(device) if device is not None else data._device, dtype=d or data._dtype)
+    if isinstance(data, np.ndarray) and (device is None or resolve_device(device) is CPU):
+        t = from_numpy(data)
+        return t if d is None or d is t._dtype else t.to(d)
+    return tensor(data, dtype=d, device=device)
+
+
+asarray = as_tensor
+
+
+def from_numpy(ndarray: np.ndarray) -> Tensor:
+    """A CPU tensor sharing memory with ``ndarray`` (writes show in both)."""
+    if not isinstance(ndarray, np.ndarray):
+        raise TypeError(f"expected np.ndarray (got {type(ndarray).__name__})")
+    d = dt.from_numpy_dtype(ndarray.dtype)
+    isz = ndarray.itemsize
+    if any(s < 0 for s in ndarray.strides):
+        raise ValueError(
+            "At least one stride in the given numpy array is negative, and tensors with negative strides are not "
+            "currently supported. (You can probably work around this by making a copy of your array  with "
+            "array.copy().) "
+        )
+    if any(s % isz for s in ndarray.strides):
+        raise ValueError("given numpy array strides not a multiple of the element byte size. Copy the numpy array to reallocate the memory.")
+    if not ndarray.flags.writeable:
+        warnings.warn(
+            "The given NumPy array is not writable, and kiln does not support non-writable tensors. This means "
+            "writing to this tensor will result in undefined behavior.",
+            UserWarning,
+            stacklevel=2,
+        )
+    shape = ndarray.shape
+    stride = tuple(s // isz for s in ndarray.strides)
+    span = 1 + sum((n - 1) * s for n, s in zip(shape, stride)) if ndarray.size else 0
+    storage = np.lib.stride_tricks.as_strided(ndarray, shape=(span,), strides=(isz,), writeable=ndarray.flags.writeable) if ndarray.ndim else ndarray.reshape(1)
+    t = _make(storage, shape, stride, 0, d, CPU)
+    t._np = ndarray
+    return t
+
+
+# ---------------------------------------------------------------------------------------- ranges
+
+
+def _scalar_value(x):
+    return x.item() if isinstance(x, Tensor) else x
+
+
+def arange(start=0, end=None, step=1, *, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False) -> Tensor:
+    """Values from ``start`` (inclusive) to ``end`` (exclusive) spaced by ``step``."""
+    start, end, step = _scalar_value(start), _scalar_value(end), _scalar_value(step)
+    if end is None:
+        start, end = 0, start
+    for v in (start, end, step):
+        if not is_scalar(v):
+            raise TypeError(f"arange(): expected a number, got {type(v).__name__}")
+    if step == 0:
+        raise RuntimeError("step must be nonzero")
+    if (end - start) * step < 0 and end != start:
+        raise RuntimeError("upper bound and larger bound inconsistent with step sign")
+    d = _dtype_arg(dtype) or (
+        dt.get_default_dtype() if any(isinstance(v, float) for v in (start, end, step)) else dt.int64
+    )
+    n = max(0, math.ceil((end - start) / step))
+    values = start + np.arange(n, dtype=np.float64 if d.is_floating_point or isinstance(step, float) else np.int64) * step
+    return _finish(from_host(values, d, resolve_device(device)), requires_grad)
+
+
+def linspace(start, end, steps: int, *, dtype=None, device=None, requires_grad=False, out=None, layout=None) -> Tensor:
+    """``steps`` evenly spaced values from ``start`` to ``end`` inclusive."""
+    start, end = _scalar_value(start), _scalar_value(end)
+    if not isinstance(steps, numbers.Integral) or steps < 0:
+        raise RuntimeError("number of steps must be non-negative")
+    d = _dtype_arg(dtype) or dt.get_default_dtype()
+    compute = np.float64 if d is dt.float64 or not d.is_floating_point else np.float32
+    if steps == 1:
+        values = np.array([start], dtype=compute)
+    else:
+        step = (np.asarray(end, compute) - np.asarray(start, compute)) / compute(max(steps - 1, 1))
+        i = np.arange(steps, dtype=compute)
+        half = steps // 2
+        values = np.where(i < half, start + i * step, end - (steps - 1 - i) * step).astype(compute)
+    if not d.is_floating_point:
+        values = np.trunc(values)
+    return _finish(from_host(values, d, resolve_device(device)), requires_grad)
+
+
+def eye(n: int, m: int | None = None, *, dtype=None, device=None, requires_grad=False, out=None, layout=None) -> Tensor:
+    """A 2-D tensor with ones on the diagonal."""
+    if n < 0:
+        raise RuntimeError(f"n must be greater or equal to 0, got {n}")
+    if m is not None and m < 0:
+        raise RuntimeError(f"m must be greater or equal to 0, got {m}")
+    d = _dtype_arg(dtype) or dt.get_default_dtype()
+    return _finish(from_host(np.eye(n, m, dtype=d.numpy), d, resolve_device(device)), requires_grad)
+
+
+# ---------------------------------------------------------------------------------------- random
+
+
+def _generator(generator, dev):
+    from kiln.random import default_generator
+
+    return generator if generator is not None else default_generator(dev)
+
+
+def rand(*size, generator=None, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False) -> Tensor:
+    """Uniform random values in ``[0, 1)`` of shape ``size``."""
+    shape, d, dev = _creation_args(size, dtype, device)
+    if not d.is_floating_point:
+        raise RuntimeError(f'"check_uniform_bounds" not implemented for \'{d.name}\'')
+    rng = _generator(generator, dev)._rng
+    values = rng.random(shape, dtype=np.float64 if d is dt.float64 else np.float32)
+    return _finish(from_host(values, d, dev), requires_grad)
+
+
+def randn(*size, generator=None, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False) -> Tensor:
+    """Standard normal random values of shape ``size``."""
+    shape, d, dev = _creation_args(size, dtype, device)
+    if not d.is_floating_point:
+        raise RuntimeError(f'"normal_kernel_cpu" not implemented for \'{d.name}\'')
+    rng = _generator(generator, dev)._rng
+    values = rng.standard_normal(shape, dtype=np.float64 if d is dt.float64 else np.float32)
+    return _finish(from_host(values, d, dev), requires_grad)
+
+
+def randint(*args, size=None, generator=None, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False) -> Tensor:
+    """Random integers in ``[low, high)``: ``randint(high, size)`` or ``randint(low, high, size)``."""
+    args = list(args)
+    if size is None:
+        if not args:
+            raise TypeError("randint() missing required argument 'size'")
+        size = args.pop()
+    if len(args) == 1:
+        low, high = 0, args[0]
+    elif len(args) == 2:
+        low, high = args
+    else:
+        raise TypeError("randint() expects (high, size) or (low, high, size)")
+    low, high = int(_scalar_value(low)), int(_scalar_value(high))
+    if low >= high:
+        raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")
+    shape, d, dev = _creation_args((size,), dtype, device, dt.int64)
+    rng = _generator(generator, dev)._rng
+    values = rng.integers(low, high, size=shape, dtype=np.int64)
+    return _finish(from_host(values, d, dev), requires_grad)
+
+
+def rand_like(input: Tensor, *, dtype=None, device=None, requires_grad=False, memory_format=None) -> Tensor:
+    """Uniform random values with ``input``'s shape, dtype and device."""
+    shape, d, dev = _like(input, dtype, device)
+    return rand(shape, dtype=d, device=dev, requires_grad=requires_grad)
+
+
+def randn_like(input: Tensor, *, dtype=None, device=None, requires_grad=False, memory_format=None) -> Tensor:
+    """Standard normal values with ``input``'s shape, dtype and device."""
+    shape, d, dev = _like(input, dtype, device)
+    return randn(shape, dtype=d, device=dev, requires_grad=requires_grad)
+
+
+def randint_like(input: Tensor, low: int = 0, high: int | None = None, *, dtype=None, device=None, requires_grad=False, memory_format=None) -> Tensor:
+    """Random integers in ``[low, high)`` with ``input``'s shape, dtype and device."""
+    if high is None:
+        low, high = 0, low
+    shape, d, dev = _like(input, dtype, device)
+    return randint(low, high, shape, dtype=d, device=dev, requires_grad=requires_grad)
+
+
+# ---------------------------------------------------------------------------------------- legacy
+
+
+def _legacy_tensor_new(cls, *args, **kwargs):
+    """``kiln.Tensor(data)`` / ``kiln.Tensor(2, 3)`` / ``kiln.Tensor()``: default float dtype."""
+    device = kwargs.pop("device", None)
+    if kwargs:
+        raise TypeError(f"Tensor() got unexpected keyword arguments {sorted(kwargs)}")
+    if not args:
+        t = empty(0, device=device)
+    elif all(isinstance(a, numbers.Integral) and not isinstance(a, bool) for a in args):
+        t = empty(*args, device=device)
+    elif len(args) == 1:
+        t = tensor(args[0], dtype=dt.get_default_dtype(), device=device)
+    else:
+        raise TypeError(f"Tensor() received an invalid combination of arguments - got {args!r}")
+    if cls is not Tensor:
+        return make_subclass(cls, t, False)
+    return t
+
+
+def make_subclass(cls: type, data: Tensor, requires_grad: bool = False) -> Tensor:
+    """An instance of the Tensor subclass ``cls`` sharing ``data``'s storage (``Tensor._make_subclass``)."""
+    t = object.__new__(cls)
+    for slot in Tensor.__slots__:
+        if slot in ("__weakref__", "__dict__"):
+            continue
+        object.__setattr__(t, slot, getattr(data, slot))
+    t.grad = None
+    t.grad_fn = None
+    t._requires_grad = False
+    t._accumulator = None
+    t._hooks = None
+    t._retains_grad = False
+    t._output_nr = 0
+    t._inference = state.inference
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
+Tensor._make_subclass = staticmethod(make_subclass)

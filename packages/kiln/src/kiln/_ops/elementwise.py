@@ -1,0 +1,503 @@
+"""Elementwise ops: arithmetic with broadcasting, unary math, comparisons, ``where``.
+
+Families share one meta and one reference builder each, so a new op is one ``op(...)`` definition.
+Half-precision inputs (float16, bfloat16) are computed in float32 and rounded once, as PyTorch's CPU
+kernels do.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kiln import _dtype as dt
+from kiln._dispatch import op
+from kiln._ops._meta import broadcast_pair, check_inplace, common_device, is_scalar, result_type, scalar_type_name
+from kiln._tensor import Tensor
+
+Number = "int | float | bool"
+_HALF = (dt.float16, dt.bfloat16)
+
+
+def _compute_np(d: dt.dtype) -> np.dtype:
+    """The NumPy dtype a reference kernel computes in for result dtype ``d``."""
+    return np.dtype(np.float32) if d in _HALF else d.numpy
+
+
+def _arg(x, np_dtype):
+    """Cast an operand to the compute dtype (NumPy arrays) or leave a Python scalar as is."""
+    if isinstance(x, np.ndarray) and x.dtype != np_dtype:
+        return x.astype(np_dtype)
+    return x
+
+
+def _check_operand(x, name: str, op_name: str) -> None:
+    if not isinstance(x, Tensor) and not is_scalar(x):
+        raise TypeError(
+            f"{op_name}(): argument '{name}' must be Tensor or Number, not {type(x).__name__}"
+        )
+
+
+# ---------------------------------------------------------------------------------------- binary
+
+
+def binary_meta(op_name: str, *, float_result: bool = False, bool_result: bool = False):
+    """Meta for ``f(input, other)``: broadcast shape, promoted dtype, common device."""
+
+    def meta(input, other, *extra):
+        if isinstance(input, Tensor) and isinstance(other, Tensor):
+            shape = broadcast_pair(input._shape, other._shape)
+            a, b = input._dtype, other._dtype
+            dtype = a if (a is b) else result_type(input, other)
+            dev = input._device if input._device is other._device else common_device(op_name, input, other)
+        else:
+            _check_operand(input, "input", op_name)
+            _check_operand(other, "other", op_name)
+            if not isinstance(input, Tensor):
+                input, other = other, input
+            shape = input._shape if isinstance(input, Tensor) else ()
+            dtype = result_type(input, other)
+            dev = common_device(op_name, input, other)
+        if float_result and not dtype.is_floating_point:
+            dtype = dt.get_default_dtype()
+        if bool_result:
+            return (shape, dt.bool, dev, dtype)  # extra field: the compute dtype
+        return (shape, dtype, dev)
+
+    return meta
+
+
+def binary_reference(np_fn):
+    """Reference kernel ``np_fn(a, b)`` computed in the result dtype (float32 for half types)."""
+
+    def ref(spec, a, b, *extra):
+        compute = _compute_np(spec[3] if len(spec) > 3 else spec[1])
+        return np_fn(_arg(a, compute), _arg(b, compute), *extra)
+
+    return ref
+
+
+def _alpha_check(op_name, input, other, alpha):
+    if alpha != 1:
+        d = result_type(input, other)
+        if not d.is_floating_point and isinstance(alpha, float):
+            raise RuntimeError(f"For integral input tensors, argument alpha must not be a floating point number.")
+        if d is dt.bool and not isinstance(alpha, bool):
+            raise RuntimeError(
+                "Boolean alpha only supported for Boolean results."
+            )
+
+
+def _add_meta(input, other, alpha=1):
+    spec = _ADD_BASE(input, other)
+    if alpha != 1:
+        _alpha_check("add", input, other, alpha)
+    return spec
+
+
+def _sub_meta(input, other, alpha=1):
+    spec = _SUB_BASE(input, other)
+    if spec[1] is dt.bool:
+        raise RuntimeError(
+            "Subtraction, the `-` operator, with two bool tensors is not supported. Use the `^` or `logical_xor()` "
+            "operator instead."
+            if isinstance(input, Tensor) and isinstance(other, Tensor)
+            else "Subtraction, the `-` operator, with a bool tensor is not supported. If you are trying to invert "
+            "a mask, use the `~` or `logical_not()` operator instead."
+        )
+    if alpha != 1:
+        _alpha_check("sub", input, other, alpha)
+    return spec
+
+
+_ADD_BASE = binary_meta("add")
+_SUB_BASE = binary_meta("sub")
+
+
+def _add_ref(spec, a, b, alpha=1):
+    compute = _compute_np(spec[1])
+    a, b = _arg(a, compute), _arg(b, compute)
+    if alpha != 1:
+        b = np.multiply(b, alpha, dtype=compute)
+    if spec[1] is dt.bool:
+        return np.logical_or(a, b)
+    return np.add(a, b, dtype=compute)
+
+
+def _sub_ref(spec, a, b, alpha=1):
+    compute = _compute_np(spec[1])
+    a, b = _arg(a, compute), _arg(b, compute)
+    if alpha != 1:
+        b = np.multiply(b, alpha, dtype=compute)
+    return np.subtract(a, b, dtype=compute)
+
+
+@op(
+    meta=_add_meta,
+    reference=_add_ref,
+    backward=lambda grad, alpha: (grad, grad if alpha == 1 else grad * alpha),
+    autocast="promote",
+    methods=("add", "__add__", "__radd__"),
+)
+def add(input: Tensor, other: Tensor | Number, *, alpha: Number = 1) -> Tensor:
+    """``input + alpha * other``, broadcasting ``input`` and ``other`` (``torch.add``)."""
+
+
+@op(
+    meta=_sub_meta,
+    reference=_sub_ref,
+    backward=lambda grad, alpha: (grad, -grad if alpha == 1 else grad * -alpha),
+    autocast="promote",
+    methods=("sub", "__sub__"),
+)
+def sub(input: Tensor, other: Tensor | Number, *, alpha: Number = 1) -> Tensor:
+    """``input - alpha * other``, broadcasting (``torch.sub``)."""
+
+
+subtract = sub
+
+
+def _rsub(self, other):
+    return sub(other, self)
+
+
+Tensor.__rsub__ = _rsub
+
+
+def _mul_ref(spec, a, b):
+    if spec[1] is dt.bool:
+        return np.logical_and(a, b)
+    compute = _compute_np(spec[1])
+    return np.multiply(_arg(a, compute), _arg(b, compute), dtype=compute)
+
+
+def _mul_backward(grad, input, other, needs_input_grad):
+    return (
+        grad * other if needs_input_grad[0] else None,
+        grad * input if needs_input_grad[1] else None,
+    )
+
+
+@op(
+    meta=binary_meta("mul"),
+    reference=_mul_ref,
+    backward=_mul_backward,
+    autocast="promote",
+    methods=("mul", "__mul__", "__rmul__"),
+)
+def mul(input: Tensor, other: Tensor | Number) -> Tensor:
+    """``input * other``, broadcasting (``torch.mul``)."""
+
+
+multiply = mul
+
+
+def _div_meta(input, other, rounding_mode=None):
+    if rounding_mode not in (None, "trunc", "floor"):
+        raise RuntimeError(
+            f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '{rounding_mode}'"
+        )
+    spec = _DIV_TRUE(input, other) if rounding_mode is None else _DIV_ROUND(input, other)
+    if rounding_mode is not None and not spec[1].is_floating_point and isinstance(other, Tensor):
+        pass  # integer division by zero is reported by the kernel
+    return spec
+
+
+_DIV_TRUE = binary_meta("div", float_result=True)
+_DIV_ROUND = binary_meta("div")
+
+
+def _div_ref(spec, a, b, rounding_mode=None):
+    out = spec[1]
+    compute = _compute_np(out)
+    a, b = _arg(a, compute), _arg(b, compute)
+    if rounding_mode is None:
+        return np.true_divide(a, b, dtype=compute)
+    if out.is_floating_point:
+        q = np.true_divide(a, b, dtype=compute)
+        return np.trunc(q) if rounding_mode == "trunc" else np.floor(q)
+    if np.any(np.asarray(b) == 0):
+        raise RuntimeError("ZeroDivisionError")
+    if rounding_mode == "floor":
+        return np.floor_divide(a, b, dtype=compute)
+    q = np.floor_divide(a, b, dtype=compute)
+    fix = (np.remainder(a, b, dtype=compute) != 0) & ((np.asarray(a) < 0) != (np.asarray(b) < 0))
+    return q + fix
+
+
+def _div_backward(grad, input, other, rounding_mode, needs_input_grad):
+    if rounding_mode is not None:
+        return (grad * 0 if needs_input_grad[0] else None, grad * 0 if needs_input_grad[1] else None)
+    return (
+        grad / other if needs_input_grad[0] else None,
+        -grad * input / (other * other) if needs_input_grad[1] else None,
+    )
+
+
+@op(
+    meta=_div_meta,
+    reference=_div_ref,
+    backward=_div_backward,
+    autocast="promote",
+    methods=("div", "__truediv__"),
+)
+def div(input: Tensor, other: Tensor | Number, *, rounding_mode: str | None = None) -> Tensor:
+    """``input / other`` (true division; ``rounding_mode`` ``'trunc'`` or ``'floor'`` rounds), broadcasting."""
+
+
+divide = true_divide = div
+Tensor.divide = Tensor.true_divide = div
+
+
+def _rdiv(self, other):
+    return div(other, self)
+
+
+def _floordiv(self, other):
+    return div(self, other, rounding_mode="floor")
+
+
+def _rfloordiv(self, other):
+    return div(other, self, rounding_mode="floor")
+
+
+Tensor.__rtruediv__ = _rdiv
+Tensor.__floordiv__ = _floordiv
+Tensor.__rfloordiv__ = _rfloordiv
+
+
+def _pow_meta(input, exponent):
+    spec = _POW_BASE(input, exponent)
+    if not spec[1].is_floating_point:
+        neg = exponent < 0 if is_scalar(exponent) else None
+        if neg is None and isinstance(exponent, Tensor) and exponent._device.type == "cpu":
+            neg = bool((exponent._numpy() < 0).any())
+        if neg:
+            raise RuntimeError("Integers to negative integer powers are not allowed.")
+    return spec
+
+
+_POW_BASE = binary_meta("pow")
+
+
+def _pow_ref(spec, a, b):
+    compute = _compute_np(spec[1])
+    return np.power(_arg(a, compute), _arg(b, compute), dtype=compute)
+
+
+def _pow_backward(grad, input, exponent, result, needs_input_grad):
+    g_in = g_exp = None
+    if needs_input_grad[0]:
+        if is_scalar(exponent):
+            g_in = grad * 0 if exponent == 0 else grad * exponent * pow(input, exponent - 1)
+        else:
+            g_in = grad * exponent * pow(input, exponent - 1)
+            g_in = where(exponent == 0, 0.0, g_in)
+    if needs_input_grad[1]:
+        g_exp = grad * where((input == 0) & (exponent >= 0), 0.0, result * log(input))
+    return (g_in, g_exp)
+
+
+@op(
+    meta=_pow_meta,
+    reference=_pow_ref,
+    backward=_pow_backward,
+    autocast="fp32",
+    methods=("pow", "__pow__"),
+)
+def pow(input: Tensor | Number, exponent: Tensor | Number) -> Tensor:
+    """``input ** exponent`` elementwise, broadcasting (``torch.pow``)."""
+
+
+def _rpow(self, other):
+    return pow(other, self)
+
+
+Tensor.__rpow__ = _rpow
+
+
+# ---------------------------------------------------------------------------------------- comparisons
+
+
+def _compare(name: str, np_fn, dunder: str, doc: str):
+    @op(meta=binary_meta(name, bool_result=True), reference=binary_reference(np_fn), name=name, doc=doc, methods=(name, dunder))
+    def comparison(input: Tensor, other: Tensor | Number) -> Tensor:
+        pass
+
+    return comparison
+
+
+eq = _compare("eq", np.equal, "__eq__", "Elementwise ``input == other`` as a bool tensor, broadcasting.")
+ne = _compare("ne", np.not_equal, "__ne__", "Elementwise ``input != other`` as a bool tensor, broadcasting.")
+lt = _compare("lt", np.less, "__lt__", "Elementwise ``input < other`` as a bool tensor, broadcasting.")
+le = _compare("le", np.less_equal, "__le__", "Elementwise ``input <= other`` as a bool tensor, broadcasting.")
+gt = _compare("gt", np.greater, "__gt__", "Elementwise ``input > other`` as a bool tensor, broadcasting.")
+ge = _compare("ge", np.greater_equal, "__ge__", "Elementwise ``input >= other`` as a bool tensor, broadcasting.")
+greater, greater_equal, less, less_equal, not_equal = gt, ge, lt, le, ne
+
+
+def _bitwise_meta(name):
+    base = binary_meta(name)
+
+    def meta(input, other):
+        spec = base(input, other)
+        if spec[1].is_floating_point:
+            raise RuntimeError(f'"{name}_cpu" not implemented for \'{scalar_type_name(spec[1])}\'')
+        return spec
+
+    return meta
+
+
+@op(meta=_bitwise_meta("bitwise_and"), reference=binary_reference(np.bitwise_and), methods=("bitwise_and", "__and__", "__rand__"))
+def bitwise_and(input: Tensor, other: Tensor | Number) -> Tensor:
+    """Bitwise AND of integer or bool tensors (logical AND for bool)."""
+
+
+@op(meta=_bitwise_meta("bitwise_or"), reference=binary_reference(np.bitwise_or), methods=("bitwise_or", "__or__", "__ror__"))
+def bitwise_or(input: Tensor, other: Tensor | Number) -> Tensor:
+    """Bitwise OR of integer or bool tensors (logical OR for bool)."""
+
+
+@op(meta=_bitwise_meta("bitwise_xor"), reference=binary_reference(np.bitwise_xor), methods=("bitwise_xor", "__xor__", "__rxor__"))
+def bitwise_xor(input: Tensor, other: Tensor | Number) -> Tensor:
+    """Bitwise XOR of integer or bool tensors (logical XOR for bool)."""
+
+
+# ---------------------------------------------------------------------------------------- unary
+
+
+def unary_meta(op_name: str, *, int_to_float: bool = True, allow_bool: bool = True, bool_result: bool = False):
+    """Meta for ``f(input)``: same shape; integer inputs give the default float dtype if ``int_to_float``."""
+
+    def meta(input, *extra):
+        if not isinstance(input, Tensor):
+            raise TypeError(f"{op_name}(): argument 'input' (position 1) must be Tensor, not {type(input).__name__}")
+        d = input._dtype
+        if not allow_bool and d is dt.bool:
+            raise RuntimeError(
+                "Negation, the `-` operator, on a bool tensor is not supported. If you are trying to invert a mask, "
+                "use the `~` or `logical_not()` operator instead."
+                if op_name == "neg"
+                else f'"{op_name}_cpu" not implemented for \'Bool\''
+            )
+        if bool_result:
+            return (input._shape, dt.bool, input._device)
+        if int_to_float and not d.is_floating_point:
+            d = dt.get_default_dtype()
+        return (input._shape, d, input._device)
+
+    return meta
+
+
+def unary_reference(np_fn):
+    """Reference kernel ``np_fn(a)`` computed in the result dtype (float32 for half types)."""
+
+    def ref(spec, a):
+        compute = _compute_np(spec[1])
+        return np_fn(_arg(a, compute))
+
+    return ref
+
+
+def _unary(name, np_fn, backward, doc, *, autocast=None, int_to_float=True, allow_bool=True, methods=None):
+    @op(
+        meta=unary_meta(name, int_to_float=int_to_float, allow_bool=allow_bool),
+        reference=unary_reference(np_fn),
+        backward=backward,
+        autocast=autocast,
+        name=name,
+        doc=doc,
+        methods=methods if methods is not None else (name,),
+    )
+    def unary(input: Tensor) -> Tensor:
+        pass
+
+    return unary
+
+
+neg = _unary("neg", np.negative, lambda grad: -grad, "``-input`` elementwise (``torch.neg``).", int_to_float=False, allow_bool=False, methods=("neg", "__neg__", "negative"))
+negative = neg
+abs = _unary("abs", np.abs, lambda grad, input: grad * sign(input), "Absolute value elementwise.", int_to_float=False, methods=("abs", "__abs__", "absolute"))  # noqa: A001
+absolute = abs
+sign = _unary("sign", np.sign, lambda grad: grad * 0, "The sign (-1, 0, 1) of each element.", int_to_float=False)
+exp = _unary("exp", np.exp, lambda grad, result: grad * result, "``e ** input`` elementwise.", autocast="fp32")
+log = _unary("log", np.log, lambda grad, input: grad / input, "Natural logarithm elementwise.", autocast="fp32")
+sqrt = _unary("sqrt", np.sqrt, lambda grad, result: grad / (result * 2), "Square root elementwise.", autocast="fp32")
+sin = _unary("sin", np.sin, lambda grad, input: grad * cos(input), "Sine elementwise.", autocast="fp32")
+cos = _unary("cos", np.cos, lambda grad, input: -grad * sin(input), "Cosine elementwise.", autocast="fp32")
+tanh = _unary("tanh", np.tanh, lambda grad, result: grad * (1 - result * result), "Hyperbolic tangent elementwise.")
+
+
+def _sigmoid_np(a):
+    with np.errstate(over="ignore"):
+        return 1.0 / (1.0 + np.exp(-a))
+
+
+sigmoid = _unary("sigmoid", _sigmoid_np, lambda grad, result: grad * result * (1 - result), "Logistic sigmoid ``1 / (1 + exp(-input))``.")
+relu = _unary(
+    "relu",
+    lambda a: np.maximum(a, np.zeros((), a.dtype)),
+    lambda grad, result: grad * (result > 0),
+    "Rectified linear unit ``max(input, 0)`` elementwise.",
+    int_to_float=False,
+    allow_bool=False,
+)
+
+
+@op(meta=unary_meta("isnan", bool_result=True), reference=lambda spec, a: np.isnan(a) if a.dtype.kind == "f" else np.zeros(a.shape, bool), methods=("isnan",))
+def isnan(input: Tensor) -> Tensor:
+    """True where ``input`` is NaN."""
+
+
+@op(meta=unary_meta("logical_not", bool_result=True), reference=lambda spec, a: np.logical_not(a), methods=("logical_not",))
+def logical_not(input: Tensor) -> Tensor:
+    """Elementwise logical NOT (nonzero is True) as a bool tensor."""
+
+
+def _invert_meta(input):
+    if input._dtype.is_floating_point:
+        raise TypeError("bitwise_not is only supported for integer and boolean tensors")
+    return (input._shape, input._dtype, input._device)
+
+
+@op(meta=_invert_meta, reference=lambda spec, a: np.invert(a), methods=("bitwise_not", "__invert__"))
+def bitwise_not(input: Tensor) -> Tensor:
+    """Bitwise NOT of an integer tensor (logical NOT for bool)."""
+
+
+# ---------------------------------------------------------------------------------------- where
+
+
+def _where_meta(condition, input, other):
+    if not isinstance(condition, Tensor):
+        raise TypeError(f"where(): argument 'condition' (position 1) must be Tensor, not {type(condition).__name__}")
+    if condition._dtype is not dt.bool and condition._dtype is not dt.uint8:
+        raise RuntimeError(f"where expected condition to be a boolean tensor, but got a tensor with dtype {scalar_type_name(condition._dtype)}")
+    _check_operand(input, "input", "where")
+    _check_operand(other, "other", "where")
+    shape = broadcast_pair(condition._shape, broadcast_pair(getattr(input, "_shape", ()), getattr(other, "_shape", ())))
+    return (shape, result_type(input, other), common_device("where", condition, input, other))
+
+
+def _where_ref(spec, cond, a, b):
+    compute = _compute_np(spec[1])
+    return np.where(cond, _arg(a, compute), _arg(b, compute))
+
+
+def _where_backward(grad, condition, needs_input_grad):
+    return (
+        None,
+        where(condition, grad, 0.0) if needs_input_grad[1] else None,
+        where(condition, 0.0, grad) if needs_input_grad[2] else None,
+    )
+
+
+@op(meta=_where_meta, reference=_where_ref, backward=_where_backward, autocast="promote")
+def where(condition: Tensor, input: Tensor | Number, other: Tensor | Number) -> Tensor:
+    """Elements of ``input`` where ``condition`` is True, else of ``other``, broadcasting all three."""
+
+
+def _tensor_where(self, condition, y):
+    return where(condition, self, y)
+
+
+Tensor.where = _tensor_where

@@ -1,0 +1,120 @@
+"""Matrix products: ``matmul`` (every broadcasting case of ``torch.matmul``) and ``mm``."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kiln import _dtype as dt
+from kiln._dispatch import op
+from kiln._ops._meta import broadcast_pair, common_device, scalar_type_name
+from kiln._ops.elementwise import _compute_np
+from kiln._tensor import Tensor
+
+_NP_NAMES = {dt.float32: "float", dt.float64: "double", dt.float16: "c10::Half", dt.bfloat16: "c10::BFloat16"}
+
+
+def _matmul_meta(input, other):
+    for name, x in (("input", input), ("other", other)):
+        if not isinstance(x, Tensor):
+            raise TypeError(f"matmul(): argument '{name}' must be Tensor, not {type(x).__name__}")
+    a, b = input._shape, other._shape
+    if not a or not b:
+        raise RuntimeError(
+            f"both arguments to matmul need to be at least 1D, but they are {len(a)}D and {len(b)}D"
+        )
+    if input._dtype is not other._dtype:
+        raise RuntimeError(
+            "expected m1 and m2 to have the same dtype, but got: "
+            f"{_NP_NAMES.get(input._dtype, input._dtype.name)} != {_NP_NAMES.get(other._dtype, other._dtype.name)}"
+        )
+    if input._dtype is dt.bool:
+        raise RuntimeError(f"\"addmm_impl_cpu_\" not implemented for '{scalar_type_name(dt.bool)}'")
+    dev = common_device("matmul", input, other)
+    if len(a) == 1 and len(b) == 1:
+        if a[0] != b[0]:
+            raise RuntimeError(
+                f"inconsistent tensor size, expected tensor [{a[0]}] and src [{b[0]}] to have the same number of "
+                f"elements, but got {a[0]} and {b[0]} elements respectively"
+            )
+        return ((), input._dtype, dev)
+    if len(a) == 2 and len(b) == 1:
+        if a[1] != b[0]:
+            raise RuntimeError(f"size mismatch, got input ({a[0]}), mat ({a[0]}x{a[1]}), vec ({b[0]})")
+        return ((a[0],), input._dtype, dev)
+    if len(a) <= 2 and len(b) == 2:
+        k = a[-1]
+        if k != b[0]:
+            m = a[0] if len(a) == 2 else 1
+            raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({m}x{k} and {b[0]}x{b[1]})")
+        return ((a[0], b[1]) if len(a) == 2 else (b[1],), input._dtype, dev)
+    # batched: broadcast the batch dims, 1-D operands take a unit matrix dim
+    a2 = (1,) + a if len(a) == 1 else a
+    b2 = b + (1,) if len(b) == 1 else b
+    if a2[-1] != b2[-2]:
+        raise RuntimeError(
+            f"Expected size for first two dimensions of batch2 tensor to be: [{_batch(a2, b2)}, {a2[-1]}] but got: "
+            f"[{_batch(a2, b2)}, {b2[-2]}]."
+        )
+    batch = broadcast_pair(a2[:-2], b2[:-2])
+    shape = batch + ((a2[-2],) if len(a) > 1 else ()) + ((b2[-1],) if len(b) > 1 else ())
+    return (shape, input._dtype, dev)
+
+
+def _batch(a2, b2) -> int:
+    n = 1
+    for s in broadcast_pair(a2[:-2], b2[:-2]):
+        n *= s
+    return n
+
+
+def _matmul_ref(spec, a, b):
+    compute = _compute_np(spec[1])
+    return np.matmul(a.astype(compute, copy=False), b.astype(compute, copy=False))
+
+
+def _matmul_backward(grad, input, other, needs_input_grad):
+    if input.dim() == 1 and other.dim() == 1:
+        return (grad * other if needs_input_grad[0] else None, grad * input if needs_input_grad[1] else None)
+    a = input.unsqueeze(0) if input.dim() == 1 else input
+    b = other.unsqueeze(-1) if other.dim() == 1 else other
+    g = grad
+    if input.dim() == 1:
+        g = g.unsqueeze(-2)
+    if other.dim() == 1:
+        g = g.unsqueeze(-1)
+    ga = gb = None
+    if needs_input_grad[0]:
+        ga = matmul(g, b.mT)
+        if input.dim() == 1:
+            ga = ga.squeeze(-2)
+    if needs_input_grad[1]:
+        gb = matmul(a.mT, g)
+        if other.dim() == 1:
+            gb = gb.squeeze(-1)
+    return (ga, gb)
+
+
+@op(meta=_matmul_meta, reference=_matmul_ref, backward=_matmul_backward, autocast="lower", methods=("matmul", "__matmul__"))
+def matmul(input: Tensor, other: Tensor) -> Tensor:
+    """Matrix product with NumPy/PyTorch broadcasting: dot, mv, mm and batched cases (``torch.matmul``)."""
+
+
+def _rmatmul(self, other):
+    return matmul(other, self)
+
+
+Tensor.__rmatmul__ = _rmatmul
+
+
+def mm(input: Tensor, mat2: Tensor) -> Tensor:
+    """Product of two 2-D matrices (no broadcasting)."""
+    if not isinstance(input, Tensor) or not isinstance(mat2, Tensor):
+        raise TypeError("mm(): arguments must be Tensors")
+    if input.dim() != 2:
+        raise RuntimeError("self must be a matrix")
+    if mat2.dim() != 2:
+        raise RuntimeError("mat2 must be a matrix")
+    return matmul(input, mat2)
+
+
+Tensor.mm = mm

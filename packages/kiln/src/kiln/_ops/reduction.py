@@ -1,0 +1,382 @@
+"""Reductions: ``sum``, ``mean``, ``max``/``min`` (all three forms), ``amax``/``amin``,
+``argmax``/``argmin``, ``any``/``all``, and ``sum_to_size`` (the broadcast-gradient reducer).
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections import namedtuple
+
+import numpy as np
+
+from kiln import _dtype as dt
+from kiln._dispatch import op
+from kiln._ops._meta import reduce_dims, scalar_type_name, wrap_dim
+from kiln._ops.elementwise import _compute_np, binary_meta, binary_reference, eq, where
+from kiln._tensor import Tensor, _numel
+
+Dims = "int | tuple[int, ...] | None"
+
+
+def _reduced_shape(shape: tuple, dims: tuple, keepdim: bool) -> tuple:
+    if keepdim:
+        return tuple(1 if i in dims else s for i, s in enumerate(shape))
+    return tuple(s for i, s in enumerate(shape) if i not in dims)
+
+
+def expand_reduced(grad: Tensor, shape: tuple, dims: tuple, keepdim: bool) -> Tensor:
+    """Broadcast a reduction's gradient back to the input ``shape`` (a view, no copy)."""
+    if not keepdim and shape:
+        for d in dims:
+            grad = grad.unsqueeze(d)
+    return grad.expand(shape)
+
+
+def _check_input(input, name):
+    if not isinstance(input, Tensor):
+        raise TypeError(f"{name}(): argument 'input' (position 1) must be Tensor, not {type(input).__name__}")
+
+
+def _np_axes(a: np.ndarray, dims: tuple):
+    return dims if a.ndim else None
+
+
+# ---------------------------------------------------------------------------------------- sum / mean
+
+
+def _sum_meta(input, dim=None, keepdim=False, dtype=None):
+    _check_input(input, "sum")
+    dims = reduce_dims(dim, len(input._shape))
+    if dtype is None:
+        dtype = input._dtype if input._dtype.is_floating_point else dt.int64
+    return (_reduced_shape(input._shape, dims, keepdim), dtype, input._device, dims)
+
+
+def _sum_ref(spec, a, dim=None, keepdim=False, dtype=None):
+    compute = _compute_np(spec[1])
+    return np.sum(a, axis=_np_axes(a, spec[3]), keepdims=keepdim, dtype=compute)
+
+
+def _sum_backward(grad, input, dim, keepdim):
+    return expand_reduced(grad, input._shape, reduce_dims(dim, len(input._shape)), keepdim)
+
+
+@op(meta=_sum_meta, reference=_sum_ref, backward=_sum_backward, autocast="fp32", methods=("sum",))
+def sum(input: Tensor, dim: Dims = None, keepdim: bool = False, *, dtype: dt.dtype | None = None) -> Tensor:  # noqa: A001
+    """Sum of all elements, or over ``dim`` (an int or tuple); integers sum to int64."""
+
+
+def _mean_meta(input, dim=None, keepdim=False, dtype=None):
+    _check_input(input, "mean")
+    d = dtype or input._dtype
+    if not d.is_floating_point:
+        raise RuntimeError(
+            "mean(): could not infer output dtype. Input dtype must be either a floating point or complex dtype. "
+            f"Got: {scalar_type_name(d)}"
+        )
+    dims = reduce_dims(dim, len(input._shape))
+    return (_reduced_shape(input._shape, dims, keepdim), d, input._device, dims)
+
+
+def _mean_ref(spec, a, dim=None, keepdim=False, dtype=None):
+    compute = _compute_np(spec[1])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        if a.size == 0:
+            return np.full(spec[0], np.nan, compute)
+        return np.mean(a, axis=_np_axes(a, spec[3]), keepdims=keepdim, dtype=compute)
+
+
+def _mean_backward(grad, input, dim, keepdim):
+    dims = reduce_dims(dim, len(input._shape))
+    count = 1
+    for d in dims:
+        count *= input._shape[d] if input._shape else 1
+    return expand_reduced(grad, input._shape, dims, keepdim) / builtins.max(count, 1)
+
+
+@op(meta=_mean_meta, reference=_mean_ref, backward=_mean_backward, autocast="fp32", methods=("mean",))
+def mean(input: Tensor, dim: Dims = None, keepdim: bool = False, *, dtype: dt.dtype | None = None) -> Tensor:
+    """Mean of all elements, or over ``dim``; floating point inputs only."""
+
+
+# ---------------------------------------------------------------------------------------- amax / amin
+
+
+def _extreme_meta(name):
+    def meta(input, dim=(), keepdim=False):
+        _check_input(input, name)
+        dims = reduce_dims(None if dim == () else dim, len(input._shape))
+        for d in dims:
+            if input._shape and input._shape[d] == 0:
+                raise IndexError(
+                    f"{name}(): Expected reduction dim {d} to have non-zero size."
+                )
+        if not input._shape and _numel(input._shape) == 0:
+            raise IndexError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0.")
+        return (_reduced_shape(input._shape, dims, keepdim), input._dtype, input._device, dims)
+
+    return meta
+
+
+def _extreme_ref(np_fn):
+    def ref(spec, a, dim=(), keepdim=False):
+        compute = _compute_np(spec[1])
+        return np_fn(a.astype(compute, copy=False), axis=_np_axes(a, spec[3]), keepdims=keepdim)
+
+    return ref
+
+
+def _extreme_backward(grad, input, dim, keepdim, result):
+    dims = reduce_dims(None if dim == () else dim, len(input._shape))
+    mask = eq(input, expand_reduced(result, input._shape, dims, keepdim))
+    count = sum(mask, dims, True) if input._shape else 1
+    return where(mask, expand_reduced(grad, input._shape, dims, keepdim) / count, 0.0)
+
+
+@op(meta=_extreme_meta("amax"), reference=_extreme_ref(np.max), backward=_extreme_backward, methods=("amax",))
+def amax(input: Tensor, dim: Dims = (), keepdim: bool = False) -> Tensor:
+    """Maximum over ``dim`` (all dims by default); the gradient is shared evenly between ties."""
+
+
+@op(meta=_extreme_meta("amin"), reference=_extreme_ref(np.min), backward=_extreme_backward, methods=("amin",))
+def amin(input: Tensor, dim: Dims = (), keepdim: bool = False) -> Tensor:
+    """Minimum over ``dim`` (all dims by default); the gradient is shared evenly between ties."""
+
+
+# ---------------------------------------------------------------------------------------- max/min with dim
+
+
+def _dim_extreme_meta(name):
+    def meta(input, dim, keepdim=False):
+        _check_input(input, name)
+        d = wrap_dim(dim, len(input._shape))
+        if input._shape and input._shape[d] == 0:
+            raise IndexError(
+                f"{name}(): Expected reduction dim {d} to have non-zero size."
+            )
+        shape = _reduced_shape(input._shape, (d,), keepdim)
+        return ((shape, input._dtype, input._device, d), (shape, dt.int64, input._device, d))
+
+    return meta
+
+
+def _dim_extreme_ref(arg_fn):
+    def ref(spec, a, dim, keepdim=False):
+        d = spec[0][3]
+        if a.ndim == 0:
+            return a.copy(), np.zeros((), np.int64)
+        idx = arg_fn(a, axis=d, keepdims=True)
+        values = np.take_along_axis(a, idx, axis=d)
+        if not keepdim:
+            idx = np.squeeze(idx, axis=d)
+            values = np.squeeze(values, axis=d)
+        return values, idx
+
+    return ref
+
+
+def _nan_aware(arg_fn):
+    # PyTorch propagates NaN: a NaN is the max (and the min) wherever one occurs.
+    def fn(a, axis, keepdims):
+        if a.dtype.kind == "f":
+            nan = np.isnan(a)
+            if nan.any():
+                first_nan = np.argmax(nan, axis=axis, keepdims=keepdims)
+                plain = arg_fn(np.where(nan, 0, a), axis=axis, keepdims=keepdims)
+                return np.where(np.any(nan, axis=axis, keepdims=keepdims), first_nan, plain)
+        return arg_fn(a, axis=axis, keepdims=keepdims)
+
+    return fn
+
+
+_argmax_np = _nan_aware(np.argmax)
+_argmin_np = _nan_aware(np.argmin)
+
+
+def _dim_extreme_backward(grads, input, dim, keepdim, result):
+    from kiln._ops.creation import arange
+
+    grad = grads[0]
+    nd = len(input._shape)
+    if nd == 0:
+        return grad
+    d = wrap_dim(dim, nd)
+    indices = result[1]
+    if not keepdim:
+        grad = grad.unsqueeze(d)
+        indices = indices.unsqueeze(d)
+    positions = arange(input._shape[d], device=input._device).reshape((-1,) + (1,) * (nd - 1 - d))
+    return where(eq(positions, indices), grad, 0.0)
+
+
+@op(
+    meta=_dim_extreme_meta("max"),
+    reference=_dim_extreme_ref(_argmax_np),
+    backward=_dim_extreme_backward,
+    num_outputs=2,
+    differentiable_outputs=(0,),
+)
+def _max_dim(input: Tensor, dim: int, keepdim: bool = False) -> tuple[Tensor, Tensor]:
+    """Maximum values and their indices along ``dim``."""
+
+
+@op(
+    meta=_dim_extreme_meta("min"),
+    reference=_dim_extreme_ref(_argmin_np),
+    backward=_dim_extreme_backward,
+    num_outputs=2,
+    differentiable_outputs=(0,),
+)
+def _min_dim(input: Tensor, dim: int, keepdim: bool = False) -> tuple[Tensor, Tensor]:
+    """Minimum values and their indices along ``dim``."""
+
+
+class return_types:  # noqa: N801 - mirrors torch.return_types
+    """Named tuples returned by reductions with indices (``values``, ``indices``)."""
+
+    max = namedtuple("max", ["values", "indices"])
+    min = namedtuple("min", ["values", "indices"])
+
+
+def _binary_extreme_backward(grad, input, other, result, needs_input_grad):
+    a_is = eq(input, result)
+    b_is = eq(other, result)
+    both = a_is & b_is
+    g_tie = grad / 2
+    return (
+        where(both, g_tie, where(a_is, grad, 0.0)) if needs_input_grad[0] else None,
+        where(both, g_tie, where(b_is, grad, 0.0)) if needs_input_grad[1] else None,
+    )
+
+
+def _binary_extreme_meta(name):
+    base = binary_meta(name)
+
+    def meta(input, other):
+        if not isinstance(other, Tensor):
+            raise TypeError(f"{name}(): argument 'other' (position 2) must be Tensor, not {type(other).__name__}")
+        return base(input, other)
+
+    return meta
+
+
+@op(meta=_binary_extreme_meta("maximum"), reference=binary_reference(np.maximum), backward=_binary_extreme_backward, methods=("maximum",))
+def maximum(input: Tensor, other: Tensor) -> Tensor:
+    """Elementwise maximum of two tensors (NaN propagates), broadcasting."""
+
+
+@op(meta=_binary_extreme_meta("minimum"), reference=binary_reference(np.minimum), backward=_binary_extreme_backward, methods=("minimum",))
+def minimum(input: Tensor, other: Tensor) -> Tensor:
+    """Elementwise minimum of two tensors (NaN propagates), broadcasting."""
+
+
+def _extreme(name, all_op, dim_op, binary_op, tuple_type):
+    def fn(input, dim=None, keepdim=False, *, out=None):
+        if isinstance(dim, Tensor):
+            return binary_op(input, dim)
+        if dim is None:
+            if keepdim:
+                raise TypeError(f"{name}() received an invalid combination of arguments - got keepdim without dim")
+            _check_input(input, name)
+            if _numel(input._shape) == 0:
+                raise RuntimeError(
+                    f"{name}(): Expected reduction dim to be specified for input.numel() == 0. Specify the reduction "
+                    "dim with the 'dim' argument."
+                )
+            return all_op(input)
+        return tuple_type(*dim_op(input, dim, keepdim))
+
+    fn.__name__ = fn.__qualname__ = name
+    return fn
+
+
+max = _extreme("max", amax, _max_dim, maximum, return_types.max)  # noqa: A001
+max.__doc__ = """Maximum: ``max(input)`` of all elements, ``max(input, dim, keepdim=False)`` as (values, indices),
+or ``max(input, other)`` elementwise (like :func:`maximum`)."""
+min = _extreme("min", amin, _min_dim, minimum, return_types.min)  # noqa: A001
+min.__doc__ = """Minimum: ``min(input)`` of all elements, ``min(input, dim, keepdim=False)`` as (values, indices),
+or ``min(input, other)`` elementwise (like :func:`minimum`)."""
+Tensor.max = max
+Tensor.min = min
+
+
+def _arg_meta(name):
+    def meta(input, dim=None, keepdim=False):
+        _check_input(input, name)
+        if dim is None:
+            if _numel(input._shape) == 0:
+                raise RuntimeError(
+                    f"{name}(): Expected reduction dim to be specified for input.numel() == 0."
+                )
+            return ((1,) * len(input._shape) if keepdim else (), dt.int64, input._device, None)
+        d = wrap_dim(dim, len(input._shape))
+        if input._shape and input._shape[d] == 0:
+            raise IndexError(f"{name}(): Expected reduction dim {d} to have non-zero size.")
+        return (_reduced_shape(input._shape, (d,), keepdim), dt.int64, input._device, d)
+
+    return meta
+
+
+def _arg_ref(arg_np):
+    def ref(spec, a, dim=None, keepdim=False):
+        if spec[3] is None:
+            r = arg_np(a.reshape(-1), axis=0, keepdims=False)
+            return np.reshape(r, spec[0])
+        if a.ndim == 0:
+            return np.zeros((), np.int64)
+        return arg_np(a, axis=spec[3], keepdims=keepdim)
+
+    return ref
+
+
+@op(meta=_arg_meta("argmax"), reference=_arg_ref(_argmax_np), methods=("argmax",))
+def argmax(input: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:
+    """Index of the maximum (of the flattened tensor when ``dim`` is None)."""
+
+
+@op(meta=_arg_meta("argmin"), reference=_arg_ref(_argmin_np), methods=("argmin",))
+def argmin(input: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:
+    """Index of the minimum (of the flattened tensor when ``dim`` is None)."""
+
+
+# ---------------------------------------------------------------------------------------- any / all
+
+
+def _bool_reduce_meta(input, dim=None, keepdim=False):
+    _check_input(input, "any")
+    dims = reduce_dims(dim, len(input._shape))
+    return (_reduced_shape(input._shape, dims, keepdim), dt.bool, input._device, dims)
+
+
+@op(meta=_bool_reduce_meta, reference=lambda spec, a, dim=None, keepdim=False: np.any(a, axis=_np_axes(a, spec[3]), keepdims=keepdim), methods=("any",))
+def any(input: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:  # noqa: A001
+    """True if any element (over ``dim``) is nonzero."""
+
+
+@op(meta=_bool_reduce_meta, reference=lambda spec, a, dim=None, keepdim=False: np.all(a, axis=_np_axes(a, spec[3]), keepdims=keepdim), methods=("all",))
+def all(input: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:  # noqa: A001
+    """True if every element (over ``dim``) is nonzero."""
+
+
+# ---------------------------------------------------------------------------------------- sum_to_size
+
+
+def sum_to_size(input: Tensor, *size) -> Tensor:
+    """Sum ``input`` down to ``size``, which it must be expandable from (undoes broadcasting)."""
+    from kiln._ops.views import _varargs_shape
+
+    shape = _varargs_shape(size)
+    if shape == input._shape:
+        return input
+    lead = len(input._shape) - len(shape)
+    ok = lead >= 0 and builtins.all(s == 1 or s == input._shape[lead + i] for i, s in enumerate(shape))
+    if not ok:
+        raise RuntimeError(f"size {{{list(shape)}}} is not expandable to size {{{list(input._shape)}}}.")
+    dims = tuple(range(lead)) + tuple(
+        lead + i for i, s in enumerate(shape) if s == 1 and input._shape[lead + i] != 1
+    )
+    r = sum(input, dims, True) if dims else input
+    return r.view(shape)
+
+
+Tensor.sum_to_size = sum_to_size

@@ -1,0 +1,535 @@
+"""View ops: ``view``, ``permute``, ``expand``, ``squeeze``/``unsqueeze``, basic indexing, and the
+composites built on them (``reshape``, ``transpose``, ``flatten``...).
+
+A view is new metadata over the same storage and version counter; its kernel is the same on every
+device (``device_generic``), because it never touches data.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+from kiln import _dtype as dt
+from kiln._dispatch import op
+from kiln._ops._meta import wrap_dim
+from kiln._tensor import Size, Tensor, _make, _numel, contiguous_strides
+
+Shape = "tuple[int, ...]"
+
+
+def device_generic(fn):
+    """Mark a kernel that works on any device type (it only uses metadata or the device contract)."""
+    fn.takes_tensors = True
+    fn.device_generic = True
+    return fn
+
+
+def make_view(base: Tensor, shape: tuple, stride: tuple, offset: int) -> Tensor:
+    """A tensor aliasing ``base``'s storage with new geometry (shares the version counter)."""
+    v = _make(base._storage, shape, stride, offset, base._dtype, base._device, base._vc)
+    v._base = base if base._base is None else base._base
+    return v
+
+
+@device_generic
+def _view_kernel(spec, input, *args):
+    shape, _dtype, _dev, stride, offset = spec
+    return make_view(input, shape, stride, offset)
+
+
+def _shape_arg(size) -> tuple[int, ...]:
+    if isinstance(size, (int, numbers.Integral)) and not isinstance(size, bool):
+        return (int(size),)
+    try:
+        return tuple(int(s) for s in size)
+    except TypeError:
+        raise TypeError(f"shape must be a sequence of ints, got {size!r}") from None
+
+
+def _varargs_shape(size: tuple) -> tuple[int, ...]:
+    """``f(2, 3)``, ``f((2, 3))`` and ``f([2, 3])`` all mean shape (2, 3)."""
+    if len(size) == 1 and not isinstance(size[0], (int, numbers.Integral)):
+        return _shape_arg(size[0])
+    return _shape_arg(size)
+
+
+def infer_size(shape: tuple, numel: int) -> tuple[int, ...]:
+    """Resolve one ``-1`` in ``shape`` for ``numel`` elements, with PyTorch's errors."""
+    infer = None
+    known = 1
+    for i, s in enumerate(shape):
+        if s == -1:
+            if infer is not None:
+                raise RuntimeError("only one dimension can be inferred")
+            infer = i
+        elif s < 0:
+            raise RuntimeError(f"invalid shape dimension {s}")
+        else:
+            known *= s
+    if infer is not None:
+        if known == 0:
+            raise RuntimeError(
+                f"cannot reshape tensor of {numel} elements into shape {list(shape)} because the unspecified "
+                "dimension size -1 can be any value and is ambiguous"
+            )
+        if numel % known == 0:
+            shape = shape[:infer] + (numel // known,) + shape[infer + 1 :]
+            return shape
+    elif known == numel:
+        return shape
+    raise RuntimeError(f"shape '{list(shape)}' is invalid for input of size {numel}")
+
+
+def view_strides(old_shape: tuple, old_stride: tuple, new_shape: tuple) -> tuple | None:
+    """Strides that view ``old`` geometry as ``new_shape`` without copying, or None if impossible."""
+    if _numel(old_shape) == 0 or not old_shape or _numel(old_shape) == 1:
+        return contiguous_strides(new_shape)
+    new_stride = [0] * len(new_shape)
+    view_d = len(new_shape) - 1
+    chunk_base = old_stride[-1]
+    tensor_numel = 1
+    view_numel = 1
+    for tensor_d in range(len(old_shape) - 1, -1, -1):
+        tensor_numel *= old_shape[tensor_d]
+        if tensor_d == 0 or (
+            old_shape[tensor_d - 1] != 1 and old_stride[tensor_d - 1] != tensor_numel * chunk_base
+        ):
+            while view_d >= 0 and (view_numel < tensor_numel or new_shape[view_d] == 1):
+                new_stride[view_d] = view_numel * chunk_base
+                view_numel *= new_shape[view_d]
+                view_d -= 1
+            if view_numel != tensor_numel:
+                return None
+            if tensor_d > 0:
+                chunk_base = old_stride[tensor_d - 1]
+                tensor_numel = 1
+                view_numel = 1
+    if view_d != -1:
+        return None
+    return tuple(new_stride)
+
+
+# ---------------------------------------------------------------------------------------- view
+
+
+def _view_meta(input, size):
+    shape = infer_size(_shape_arg(size), _numel(input._shape))
+    stride = view_strides(input._shape, input._stride, shape)
+    if stride is None:
+        raise RuntimeError(
+            "view size is not compatible with input tensor's size and stride (at least one dimension spans across "
+            "two contiguous subspaces). Use .reshape(...) instead."
+        )
+    return (shape, input._dtype, input._device, stride, input._offset)
+
+
+@op(meta=_view_meta, reference=_view_kernel, backward=lambda grad, input: grad.reshape(input._shape))
+def view(input: Tensor, size: Shape) -> Tensor:
+    """A view of ``input`` with a new shape (one ``-1`` is inferred); never copies."""
+
+
+def _tensor_view(self, *shape):
+    if len(shape) == 1 and isinstance(shape[0], dt.dtype):
+        from kiln._ops.copy import view_as_dtype
+
+        return view_as_dtype(self, shape[0])
+    return view(self, _varargs_shape(shape))
+
+
+Tensor.view = _tensor_view
+
+
+def reshape(input: Tensor, shape) -> Tensor:
+    """``input`` with a new shape: a view when the strides allow it, else a contiguous copy."""
+    shape = infer_size(_shape_arg(shape), _numel(input._shape))
+    if view_strides(input._shape, input._stride, shape) is not None:
+        return view(input, shape)
+    return view(clone(input), shape)
+
+
+def _tensor_reshape(self, *shape):
+    return reshape(self, _varargs_shape(shape))
+
+
+Tensor.reshape = _tensor_reshape
+
+
+def _view_as(self, other):
+    return view(self, other._shape)
+
+
+def _reshape_as(self, other):
+    return reshape(self, other._shape)
+
+
+Tensor.view_as = _view_as
+Tensor.reshape_as = _reshape_as
+
+
+def flatten(input: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+    """Collapse dims ``start_dim..end_dim`` into one (a view when possible)."""
+    nd = input.dim()
+    if nd == 0:
+        return reshape(input, (1,))
+    s, e = wrap_dim(start_dim, nd), wrap_dim(end_dim, nd)
+    if s > e:
+        raise RuntimeError("flatten() has invalid args: start_dim cannot come after end_dim")
+    if s == e:
+        return input
+    shape = input._shape[:s] + (_numel(input._shape[s : e + 1]),) + input._shape[e + 1 :]
+    return reshape(input, shape)
+
+
+Tensor.flatten = flatten
+
+
+def ravel(input: Tensor) -> Tensor:
+    """A flattened 1-D tensor (a view when possible)."""
+    return reshape(input, (-1,))
+
+
+Tensor.ravel = ravel
+
+# ---------------------------------------------------------------------------------------- permute
+
+
+def _permute_meta(input, dims):
+    nd = len(input._shape)
+    dims = tuple(wrap_dim(d, nd) for d in dims)
+    if len(dims) != nd:
+        raise RuntimeError(
+            f"permute(sparse_coo): number of dimensions in the tensor input does not match the length of the desired "
+            f"ordering of dimensions i.e. input.dim() = {nd} is not equal to len(dims) = {len(dims)}"
+        )
+    if len(set(dims)) != nd:
+        raise RuntimeError("permute(): duplicate dims are not allowed.")
+    return (
+        tuple(input._shape[d] for d in dims),
+        input._dtype,
+        input._device,
+        tuple(input._stride[d] for d in dims),
+        input._offset,
+    )
+
+
+def _permute_backward(grad, input, dims):
+    nd = len(dims)
+    inv = [0] * nd
+    for i, d in enumerate(dims):
+        inv[wrap_dim(d, nd)] = i
+    return permute(grad, tuple(inv))
+
+
+@op(meta=_permute_meta, reference=_view_kernel, backward=_permute_backward)
+def permute(input: Tensor, dims: Shape) -> Tensor:
+    """A view with dimensions reordered by ``dims``."""
+
+
+def _tensor_permute(self, *dims):
+    return permute(self, _varargs_shape(dims))
+
+
+Tensor.permute = _tensor_permute
+
+
+def transpose(input: Tensor, dim0: int, dim1: int) -> Tensor:
+    """A view with ``dim0`` and ``dim1`` swapped."""
+    nd = input.dim()
+    if nd == 0:
+        wrap_dim(dim0, 0)
+        wrap_dim(dim1, 0)
+        return input
+    d0, d1 = wrap_dim(dim0, nd), wrap_dim(dim1, nd)
+    dims = list(range(nd))
+    dims[d0], dims[d1] = d1, d0
+    return permute(input, tuple(dims))
+
+
+swapaxes = swapdims = transpose
+Tensor.transpose = Tensor.swapaxes = Tensor.swapdims = transpose
+
+
+def t(input: Tensor) -> Tensor:
+    """Transpose of a tensor of at most 2 dims."""
+    if input.dim() > 2:
+        raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {input.dim()}D")
+    return transpose(input, 0, 1) if input.dim() == 2 else input
+
+
+Tensor.t = t
+Tensor.T = property(lambda self: permute(self, tuple(reversed(range(self.dim())))), doc="All dims reversed.")
+Tensor.mT = property(lambda self: transpose(self, -2, -1), doc="The last two dims transposed.")
+
+# ---------------------------------------------------------------------------------------- expand
+
+
+def _expand_meta(input, size):
+    size = _shape_arg(size)
+    nd = len(input._shape)
+    if len(size) < nd:
+        raise RuntimeError(
+            f"expand({input.type()}{{{list(input._shape)}}}, size={list(size)}): the number of sizes provided "
+            f"({len(size)}) must be greater or equal to the number of dimensions in the tensor ({nd})"
+        )
+    lead = len(size) - nd
+    shape = []
+    stride = []
+    for i, s in enumerate(size):
+        if i < lead:
+            if s < 0:
+                raise RuntimeError(
+                    f"The expanded size of the tensor ({s}) isn't allowed in a leading, non-existing dimension {i}"
+                )
+            shape.append(s)
+            stride.append(0)
+            continue
+        cur = input._shape[i - lead]
+        if s == -1:
+            s = cur
+        if cur == s:
+            shape.append(s)
+            stride.append(input._stride[i - lead])
+        elif cur == 1:
+            shape.append(s)
+            stride.append(0)
+        else:
+            raise RuntimeError(
+                f"The expanded size of the tensor ({s}) must match the existing size ({cur}) at non-singleton "
+                f"dimension {i}.  Target sizes: {list(size)}.  Tensor sizes: {list(input._shape)}"
+            )
+    return (tuple(shape), input._dtype, input._device, tuple(stride), input._offset)
+
+
+@op(meta=_expand_meta, reference=_view_kernel, backward=lambda grad: grad)
+def expand(input: Tensor, size: Shape) -> Tensor:
+    """A view repeating size-1 dims to ``size`` (stride 0); ``-1`` keeps a dim."""
+
+
+def _tensor_expand(self, *size):
+    return expand(self, _varargs_shape(size))
+
+
+def _expand_as(self, other):
+    return expand(self, other._shape)
+
+
+Tensor.expand = _tensor_expand
+Tensor.expand_as = _expand_as
+
+
+def broadcast_to(input: Tensor, size) -> Tensor:
+    """``input`` expanded to ``size`` (``torch.broadcast_to``)."""
+    return expand(input, _shape_arg(size))
+
+
+Tensor.broadcast_to = broadcast_to
+
+# ---------------------------------------------------------------------------------------- squeeze
+
+
+def _unsqueeze_meta(input, dim):
+    nd = len(input._shape)
+    d = wrap_dim(dim, nd + 1)
+    st = input._stride[d] * input._shape[d] if d < nd else 1
+    return (
+        input._shape[:d] + (1,) + input._shape[d:],
+        input._dtype,
+        input._device,
+        input._stride[:d] + (st,) + input._stride[d:],
+        input._offset,
+    )
+
+
+@op(meta=_unsqueeze_meta, reference=_view_kernel, backward=lambda grad, dim: squeeze(grad, dim), methods=("unsqueeze",))
+def unsqueeze(input: Tensor, dim: int) -> Tensor:
+    """A view with a size-1 dim inserted at ``dim``."""
+
+
+def _squeeze_meta(input, dim=None):
+    nd = len(input._shape)
+    if dim is None:
+        dims = {i for i, s in enumerate(input._shape) if s == 1}
+    elif isinstance(dim, int):
+        dims = {wrap_dim(dim, nd)} if nd else set()
+    else:
+        dims = {wrap_dim(d, nd) for d in dim} if nd else set()
+    keep = [i for i in range(nd) if not (i in dims and input._shape[i] == 1)]
+    return (
+        tuple(input._shape[i] for i in keep),
+        input._dtype,
+        input._device,
+        tuple(input._stride[i] for i in keep),
+        input._offset,
+    )
+
+
+@op(meta=_squeeze_meta, reference=_view_kernel, backward=lambda grad, input: grad.reshape(input._shape), methods=("squeeze",))
+def squeeze(input: Tensor, dim: int | tuple | None = None) -> Tensor:
+    """A view without size-1 dims (all of them, or those in ``dim``)."""
+
+
+# ---------------------------------------------------------------------------------------- indexing
+
+
+def _normalize_key(key, ndim: int) -> tuple:
+    if not isinstance(key, tuple):
+        key = (key,)
+    out = []
+    for k in key:
+        if isinstance(k, Tensor):
+            if k._dtype.is_floating_point or k._dtype is dt.bool or k._shape:
+                raise IndexError(
+                    "indexing with tensors (advanced indexing) is not supported yet; "
+                    "use integers, slices, None and ..."
+                )
+            k = int(k.item())
+        elif isinstance(k, bool) or isinstance(k, (list, range)):
+            raise IndexError(
+                "indexing with booleans or sequences (advanced indexing) is not supported yet; "
+                "use integers, slices, None and ..."
+            )
+        elif isinstance(k, numbers.Integral):
+            k = int(k)
+        elif not (k is None or k is Ellipsis or isinstance(k, slice)):
+            raise IndexError(
+                "only integers, slices (`:`), ellipsis (`...`), None and long or byte Variables are valid indices "
+                f"(got {type(k).__name__})"
+            )
+        out.append(k)
+    consumed = sum(1 for k in out if k is not None and k is not Ellipsis)
+    if out.count(Ellipsis) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    if consumed > ndim:
+        raise IndexError(f"too many indices for tensor of dimension {ndim}")
+    if Ellipsis in out:
+        i = out.index(Ellipsis)
+        out[i : i + 1] = [slice(None)] * (ndim - consumed)
+    return tuple(out)
+
+
+def _index_meta(input, key):
+    shape, stride, offset = [], [], input._offset
+    dim = 0
+    for k in key:
+        if k is None:
+            shape.append(1)
+            stride.append(input._stride[dim] * input._shape[dim] if dim < len(input._shape) else 1)
+        elif isinstance(k, int):
+            size = input._shape[dim]
+            if k < -size or k >= size:
+                raise IndexError(f"index {k} is out of bounds for dimension {dim} with size {size}")
+            offset += (k + size if k < 0 else k) * input._stride[dim]
+            dim += 1
+        else:
+            size = input._shape[dim]
+            if k.step is not None and k.step <= 0:
+                raise ValueError("step must be greater than zero")
+            start, stop, step = k.indices(size)
+            length = max(0, (stop - start + step - 1) // step)
+            if length:
+                offset += start * input._stride[dim]
+            shape.append(length)
+            stride.append(input._stride[dim] * step)
+            dim += 1
+    shape.extend(input._shape[dim:])
+    stride.extend(input._stride[dim:])
+    return (tuple(shape), input._dtype, input._device, tuple(stride), offset)
+
+
+@op(meta=_index_meta, reference=_view_kernel, backward=lambda grad, input, key: _index_backward(grad, input._shape, key))
+def _index_view(input: Tensor, key: tuple) -> Tensor:
+    """Basic indexing (ints, slices, None) as a view; ``key`` is already normalised."""
+
+
+def _index_backward_meta(grad, shape, key):
+    return (shape, grad._dtype, grad._device)
+
+
+@device_generic
+def _index_backward_kernel(spec, grad, shape, key):
+    from kiln._ops.copy import copy_into
+    from kiln._ops.creation import zeros
+
+    out = zeros(shape, dtype=grad._dtype, device=grad._device)
+    copy_into(call_view(out, key), grad)
+    return out
+
+
+def call_view(t: Tensor, key: tuple) -> Tensor:
+    """The basic-indexing view without autograd (kernels use it to write into fresh tensors)."""
+    return make_view(t, *_geometry(_index_meta(t, key)))
+
+
+def _geometry(spec) -> tuple:
+    return spec[0], spec[3], spec[4]
+
+
+@op(meta=_index_backward_meta, reference=_index_backward_kernel, backward=lambda grad, key: _index_view(grad, key))
+def _index_backward(grad: Tensor, shape: Shape, key: tuple) -> Tensor:
+    """Zeros of ``shape`` with ``grad`` written at ``key`` (the gradient of basic indexing)."""
+
+
+def _getitem(self, key):
+    return _index_view(self, _normalize_key(key, len(self._shape)))
+
+
+def _setitem(self, key, value):
+    from kiln._ops.copy import copy_
+
+    target = _index_view(self, _normalize_key(key, len(self._shape)))
+    copy_(target, value)
+
+
+Tensor.__getitem__ = _getitem
+Tensor.__setitem__ = _setitem
+
+
+def select(input: Tensor, dim: int, index: int) -> Tensor:
+    """The slice at ``index`` along ``dim`` (that dim removed), as a view."""
+    d = wrap_dim(dim, input.dim())
+    return _index_view(input, (slice(None),) * d + (int(index),))
+
+
+def narrow(input: Tensor, dim: int, start: int, length: int) -> Tensor:
+    """``length`` elements from ``start`` along ``dim``, as a view."""
+    d = wrap_dim(dim, input.dim())
+    size = input._shape[d]
+    if start < 0:
+        start += size
+    if start < 0 or start + length > size or length < 0:
+        raise RuntimeError(f"start ({start}) + length ({length}) exceeds dimension size ({size}).")
+    return _index_view(input, (slice(None),) * d + (slice(start, start + length),))
+
+
+Tensor.select = select
+Tensor.narrow = narrow
+
+# ---------------------------------------------------------------------------------------- copies
+
+
+def _clone_ref(spec, a, memory_format=None):
+    import numpy as np
+
+    return np.array(a, order="C", copy=True)
+
+
+@op(
+    meta=lambda input, memory_format=None: (input._shape, input._dtype, input._device),
+    reference=_clone_ref,
+    backward=lambda grad: grad,
+    methods=("clone",),
+)
+def clone(input: Tensor, *, memory_format=None) -> Tensor:
+    """A contiguous copy of ``input`` that autograd tracks."""
+
+
+def contiguous(input: Tensor, memory_format=None) -> Tensor:
+    """``input`` itself when row-major contiguous, else a contiguous copy."""
+    return input if input.is_contiguous() else clone(input)
+
+
+Tensor.contiguous = contiguous
+
+
+def _size_property(self):
+    return Size(self._shape)

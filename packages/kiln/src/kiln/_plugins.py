@@ -1,0 +1,501 @@
+"""The plugin manager (DESIGN §5): lazy, guarded discovery of entry points in group ``kiln``.
+
+Nothing here runs at ``import kiln``. The first time kiln needs a device type, a kernel or the plugin
+list, :func:`load` discovers the entry points, imports each plugin in a guard, and calls its hooks one
+plugin at a time. A plugin that fails to import or whose hook raises is recorded with its traceback
+(``kiln plugins`` shows it); what it registered is discarded, and everything else keeps working. Using
+something only a broken plugin would have provided raises an error that names the plugin.
+
+After loading, kernels sit in plain dicts (``OpDef.kernels[device_type]``); the hot path never comes
+here again for a (op, device type) pair it has seen.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import threading
+import traceback
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from kiln import _dtype as dt
+from kiln._device import device as Device
+
+ENTRY_POINT_GROUP = "kiln"
+REFERENCE_PLUGIN = "kiln.reference"
+
+__all__ = ["PluginInfo", "DeviceType", "load", "plugins", "device_type", "resolve_kernel", "fallback_counts"]
+
+
+@dataclasses.dataclass
+class PluginInfo:
+    """What kiln knows about one plugin: where it came from, what it registered, and how it failed."""
+
+    name: str
+    module: str
+    distribution: str | None = None
+    version: str | None = None
+    hooks: list[str] = dataclasses.field(default_factory=list)
+    devices: list[str] = dataclasses.field(default_factory=list)
+    kernels: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # device -> op names
+    modes: list[str] = dataclasses.field(default_factory=list)
+    collectives: list[str] = dataclasses.field(default_factory=list)
+    compilers: list[str] = dataclasses.field(default_factory=list)
+    extensions: list[dict] = dataclasses.field(default_factory=list)
+    error: str | None = None
+    disabled: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (what ``kiln plugins --json`` prints)."""
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class DeviceType:
+    """The contract a device plugin fulfils (all buffers are 1-D, in elements of one dtype).
+
+    ``empty(numel, dtype, index)`` allocates storage; ``to_host(storage)`` copies a whole storage to a
+    1-D NumPy array; ``from_host(array, index)`` makes new storage from a 1-D NumPy array;
+    ``write(storage, start, array)`` copies a 1-D NumPy array into storage at element ``start``.
+    The rest have defaults suited to a single always-available device.
+    """
+
+    name: str
+    empty: Callable
+    to_host: Callable
+    from_host: Callable
+    write: Callable
+    plugin: str = ""
+    synchronize: Callable = lambda index=None: None
+    memory_stats: Callable = lambda index=None: {}
+    device_count: Callable = lambda: 1
+    is_available: Callable = lambda: True
+    data_ptr: Callable = id
+    storage_index: Callable = lambda storage: None
+    dtypes: tuple = dt.ALL_DTYPES
+
+
+_lock = threading.RLock()
+_loaded = False
+_plugins: dict[str, PluginInfo] = {}
+_devices: dict[str, DeviceType] = {}
+# (op name, device type) -> [(dtypes or None, kernel, plugin name)] in precedence order
+_kernels: dict[tuple[str, str], list[tuple[Any, Callable, str]]] = {}
+_modes: dict[str, Any] = {}
+_collectives: dict[str, Any] = {}
+_compilers: dict[str, Any] = {}
+_extensions: dict[str, dict] = {}
+_fallback_counts: dict[tuple[str, str], int] = {}
+_fallback_warned: set[tuple[str, str]] = set()
+
+
+def _env_list(name: str) -> list[str] | None:
+    raw = os.environ.get(name)
+    if raw is None:
+        return None
+    return [x.strip() for x in raw.split(",") if x.strip()]
+
+
+def _trace(msg: str) -> None:
+    if os.environ.get("KILN_TRACE_PLUGINS") == "1":
+        print(f"[kiln plugins] {msg}", file=sys.stderr)
+
+
+def _strict() -> bool:
+    return os.environ.get("KILN_STRICT_PLUGINS") == "1"
+
+
+def _entry_points() -> list:
+    from importlib.metadata import entry_points
+
+    return sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name)
+
+
+def load() -> None:
+    """Discover and load every plugin once (thread-safe; later calls return at once)."""
+    global _loaded
+    if _loaded:
+        return
+    with _lock:
+        if _loaded:
+            return
+        import pluggy
+
+        from kiln import hookspecs
+
+        class _Manager(pluggy.PluginManager):
+            # A plugin may define plain ``kiln_*`` functions without importing pluggy's marker.
+            def parse_hookimpl_opts(self, plugin, name):
+                opts = super().parse_hookimpl_opts(plugin, name)
+                if opts is None and name.startswith("kiln_") and callable(getattr(plugin, name, None)):
+                    opts = {}
+                return opts
+
+        pm = _Manager(ENTRY_POINT_GROUP)
+        pm.add_hookspecs(hookspecs)
+        allow = _env_list("KILN_PLUGINS")
+        deny = set(_env_list("KILN_DISABLE_PLUGINS") or ())
+        order: list[tuple[PluginInfo, Any]] = []
+        for ep in _entry_points():
+            dist = getattr(ep, "dist", None)
+            info = PluginInfo(
+                name=ep.name,
+                module=ep.value,
+                distribution=dist.metadata["Name"] if dist is not None else None,
+                version=dist.version if dist is not None else None,
+            )
+            if info.name in _plugins:  # the same entry point seen twice on sys.path
+                continue
+            _plugins[info.name] = info
+            if ep.name in deny or (allow is not None and ep.name not in allow):
+                info.disabled = True
+                _trace(f"{ep.name}: disabled by environment")
+                continue
+            _trace(f"importing {ep.name} ({ep.value})")
+            try:
+                module = ep.load()
+                pm.register(module, name=ep.name)
+            except BaseException as exc:  # noqa: BLE001 - a plugin must never break kiln
+                if isinstance(exc, KeyboardInterrupt):
+                    raise
+                info.error = "".join(traceback.format_exception(exc))
+                _trace(f"{ep.name} failed to load: {exc!r}")
+                if _strict():
+                    raise RuntimeError(f"kiln plugin {ep.name!r} failed to load (KILN_STRICT_PLUGINS=1)") from exc
+                continue
+            order.append((info, module))
+        # The reference backend is the built-in plugin, registered through the same hooks, last.
+        from kiln import _reference
+
+        ref = PluginInfo(name=REFERENCE_PLUGIN, module="kiln._reference", distribution="kiln")
+        from kiln import __version__
+
+        ref.version = __version__
+        _plugins[ref.name] = ref
+        pm.register(_reference, name=REFERENCE_PLUGIN)
+        order.append((ref, _reference))
+
+        for hook in (
+            "kiln_register_devices",
+            "kiln_register_kernels",
+            "kiln_register_modes",
+            "kiln_register_collectives",
+            "kiln_register_compilers",
+            "kiln_register_extensions",
+        ):
+            impls = {impl.plugin_name: impl for impl in getattr(pm.hook, hook).get_hookimpls()}
+            for info, _module in order:
+                impl = impls.get(info.name)
+                if impl is None or info.error is not None:
+                    continue
+                info.hooks.append(hook)
+                _run_hook(info, hook, impl.function)
+        _install_kernels()
+        _loaded = True
+
+
+def _run_hook(info: PluginInfo, hook: str, fn: Callable) -> None:
+    """Call one plugin's hook, committing its registrations only if the hook completes."""
+    pending: list[Callable[[], None]] = []
+    register = _REGISTRARS[hook](info, pending)
+    try:
+        fn(register)
+    except BaseException as exc:  # noqa: BLE001
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        info.error = "".join(traceback.format_exception(exc))
+        _trace(f"{info.name}.{hook} failed: {exc!r}")
+        if _strict():
+            raise RuntimeError(f"kiln plugin {info.name!r} failed in {hook} (KILN_STRICT_PLUGINS=1)") from exc
+        return
+    for commit in pending:
+        commit()
+
+
+def _device_registrar(info: PluginInfo, pending: list):
+    def register(name: str, **contract) -> None:
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(f"device type name must be an identifier, got {name!r}")
+        dtypes = contract.pop("dtypes", None)
+        dev = DeviceType(name=name, plugin=info.name, **contract)
+        if dtypes is not None:
+            dev.dtypes = tuple(dtypes)
+
+        def commit():
+            if name in _devices:
+                _trace(f"{info.name}: device {name!r} already registered by {_devices[name].plugin}; ignored")
+                return
+            _devices[name] = dev
+            info.devices.append(name)
+
+        pending.append(commit)
+
+    return register
+
+
+def _kernel_registrar(info: PluginInfo, pending: list):
+    from kiln._dispatch import OPS
+
+    def register(op_name: str, device_type: str, kernel: Callable, dtypes=None) -> None:
+        if op_name not in OPS:
+            raise KeyError(f"kiln has no op named {op_name!r}")
+        if not callable(kernel):
+            raise TypeError(f"kernel for {op_name!r} on {device_type!r} is not callable")
+        dts = None if dtypes is None else frozenset(dtypes)
+
+        def commit():
+            _kernels.setdefault((op_name, device_type), []).append((dts, kernel, info.name))
+            info.kernels.setdefault(device_type, []).append(op_name)
+
+        pending.append(commit)
+
+    return register
+
+
+def _named_registrar(table: dict, field: str):
+    def make(info: PluginInfo, pending: list):
+        def register(name: str, obj: Any) -> None:
+            def commit():
+                table.setdefault(name, obj)
+                getattr(info, field).append(name)
+
+            pending.append(commit)
+
+        return register
+
+    return make
+
+
+def _extension_registrar(info: PluginInfo, pending: list):
+    def register(name: str, version: str, **extra) -> None:
+        entry = {"name": name, "version": version, "plugin": info.name, **extra}
+
+        def commit():
+            _extensions.setdefault(name, entry)
+            info.extensions.append(entry)
+
+        pending.append(commit)
+
+    return register
+
+
+_REGISTRARS = {
+    "kiln_register_devices": _device_registrar,
+    "kiln_register_kernels": _kernel_registrar,
+    "kiln_register_modes": _named_registrar(_modes, "modes"),
+    "kiln_register_collectives": _named_registrar(_collectives, "collectives"),
+    "kiln_register_compilers": _named_registrar(_compilers, "compilers"),
+    "kiln_register_extensions": _extension_registrar,
+}
+
+
+def _install_kernels() -> None:
+    """Fill each op's plain ``kernels`` dict from the registrations (once, after loading)."""
+    from kiln._dispatch import OPS
+
+    for opdef in OPS.values():
+        opdef.kernels.clear()
+    for (op_name, dev_type), entries in _kernels.items():
+        OPS[op_name].kernels[dev_type] = _select(OPS[op_name], entries)
+
+
+def _select(opdef, entries: list) -> Callable:
+    """One callable for a (op, device type): the first registration wins, per dtype when narrowed."""
+    if entries[0][0] is None:
+        return entries[0][1]
+    by_dtype: dict = {}
+    catch_all = None
+    for dtypes, kernel, _plugin in entries:
+        if dtypes is None:
+            catch_all = catch_all or kernel
+            continue
+        for d in dtypes:
+            by_dtype.setdefault(d, kernel)
+    first = opdef.tensor_params[0] if opdef.tensor_params else None
+
+    def by_dtype_kernel(spec, *args):
+        a = args[first] if first is not None else None
+        d = getattr(a, "_dtype", None)
+        if d is None:  # creation ops and lists: narrow by the output dtype
+            d = spec[1] if opdef.num_outputs == 1 else spec[0][1]
+        k = by_dtype.get(d, catch_all)
+        if k is None:
+            raise NotImplementedError(
+                f"The operator '{opdef.name}' has no kernel for dtype {d} on device "
+                f"'{spec[2] if opdef.num_outputs == 1 else spec[0][2]}'"
+            )
+        return k(spec, *args)
+
+    return by_dtype_kernel
+
+
+# ---------------------------------------------------------------------------------------- lookups
+
+
+def plugins() -> list[PluginInfo]:
+    """Every discovered plugin (loaded, disabled or broken), the reference backend last."""
+    load()
+    return list(_plugins.values())
+
+
+def device_type(dev: Device | str) -> DeviceType:
+    """The registered contract for a device (or its type name); raises naming what is missing."""
+    name = dev if isinstance(dev, str) else dev.type
+    d = _devices.get(name)
+    if d is not None:
+        return d
+    load()
+    d = _devices.get(name)
+    if d is None:
+        raise RuntimeError(_missing_device_message(name))
+    return d
+
+
+def _missing_device_message(name: str) -> str:
+    broken = [p for p in _plugins.values() if p.error]
+    hint = {
+        "cuda": " Install kiln-cuda (pip install kiln-cuda) on a machine with an NVIDIA GPU.",
+    }.get(name, "")
+    msg = f"Device type '{name}' is not registered by any installed kiln plugin.{hint}"
+    if broken:
+        names = ", ".join(p.name for p in broken)
+        msg += f" These plugins failed to load and may provide it: {names} (run `kiln plugins` for details)."
+    disabled = [p.name for p in _plugins.values() if p.disabled]
+    if disabled:
+        msg += f" Disabled by KILN_PLUGINS/KILN_DISABLE_PLUGINS: {', '.join(disabled)}."
+    return msg
+
+
+def devices() -> dict[str, DeviceType]:
+    """Registered device types by name."""
+    load()
+    return dict(_devices)
+
+
+def extensions() -> dict[str, dict]:
+    """Feature packages that announced themselves, by name."""
+    load()
+    return dict(_extensions)
+
+
+def modes() -> dict[str, Any]:
+    """Dispatch modes registered by plugins, by name."""
+    load()
+    return dict(_modes)
+
+
+def collectives() -> dict[str, Any]:
+    """Process-group backends registered by plugins, by name."""
+    load()
+    return dict(_collectives)
+
+
+def compilers() -> dict[str, Any]:
+    """Compile and export targets registered by plugins, by name."""
+    load()
+    return dict(_compilers)
+
+
+def kernel_owner(op_name: str, dev_type: str, dtype=None) -> str | None:
+    """The plugin whose kernel runs ``op_name`` on ``dev_type`` (for ``dtype`` when narrowed)."""
+    load()
+    for dtypes, _kernel, plugin in _kernels.get((op_name, dev_type), ()):
+        if dtypes is None or dtype is None or dtype in dtypes:
+            return plugin
+    return None
+
+
+def op_coverage() -> dict[str, dict[str, str]]:
+    """device type -> op name -> owning plugin, over every registered kernel."""
+    load()
+    out: dict[str, dict[str, str]] = {}
+    for (op_name, dev_type), entries in sorted(_kernels.items()):
+        out.setdefault(dev_type, {})[op_name] = entries[0][2]
+    return out
+
+
+def fallback_counts() -> dict[tuple[str, str], int]:
+    """How often each (op, device type) ran through the opt-in CPU fallback."""
+    return dict(_fallback_counts)
+
+
+def resolve_kernel(opdef, dev: Device) -> Callable:
+    """The kernel for ``opdef`` on ``dev``'s type, cached in ``opdef.kernels`` (slow path, once per pair)."""
+    load()
+    with _lock:
+        k = opdef.kernels.get(dev.type)
+        if k is not None:
+            return k
+        dtype_ = device_type(dev)  # raises for unknown device types
+        from kiln._reference import generic_kernel
+
+        k = generic_kernel(opdef, dtype_)
+        if k is None:
+            if os.environ.get("KILN_CPU_FALLBACK") == "1" and dev.type != "cpu":
+                k = _cpu_fallback(opdef, dev.type)
+            else:
+                raise NotImplementedError(
+                    f"The operator '{opdef.name}' is not currently implemented for the {dev.type} device "
+                    f"(plugin '{dtype_.plugin}'). Install a plugin that provides it, or set the environment "
+                    f"variable KILN_CPU_FALLBACK=1 to run it on the CPU (slower: data is copied)."
+                )
+        opdef.kernels[dev.type] = k
+        return k
+
+
+def _cpu_fallback(opdef, dev_type: str) -> Callable:
+    """Run an op on the CPU for a device without a kernel: copy in, compute, copy out, warn once."""
+    from kiln._device import CPU
+    from kiln._tensor import Tensor
+
+    cpu_kernel = opdef.kernels.get("cpu") or resolve_kernel(opdef, CPU)
+    key = (opdef.name, dev_type)
+
+    def to_cpu(x):
+        if isinstance(x, Tensor):
+            return x._to_device_raw(CPU) if x._device.type == dev_type else x
+        if isinstance(x, (list, tuple)):
+            return type(x)(to_cpu(v) for v in x)
+        return x
+
+    def fallback(spec, *args):
+        _fallback_counts[key] = _fallback_counts.get(key, 0) + 1
+        if key not in _fallback_warned:
+            _fallback_warned.add(key)
+            warnings.warn(
+                f"The operator '{opdef.name}' is not implemented for the {dev_type} device; running it on the "
+                "CPU (KILN_CPU_FALLBACK=1). Data is copied both ways.",
+                UserWarning,
+                stacklevel=4,
+            )
+        if opdef.num_outputs == 1:
+            target = spec[2]
+            cpu_spec = (spec[0], spec[1], CPU, *spec[3:])
+        else:
+            target = spec[0][2]
+            cpu_spec = tuple((s[0], s[1], CPU, *s[3:]) for s in spec)
+        cpu_args = tuple(to_cpu(a) for a in args)
+        out = cpu_kernel(cpu_spec, *cpu_args)
+        # in-place ops write through to their device-resident first argument
+        for a, ca in zip(args, cpu_args):
+            if isinstance(a, Tensor) and ca is not a and out is ca:
+                a._write_from_cpu(ca)
+                return a
+        if isinstance(out, tuple):
+            return tuple(o._to_device_raw(target) for o in out)
+        return out._to_device_raw(target)
+
+    return fallback
+
+
+def host_copy(t) -> np.ndarray:
+    """The elements of a tensor on any device as a new (strided view of a) host array."""
+    dev = device_type(t._device)
+    buf = dev.to_host(t._storage)
+    isz = t._dtype.itemsize
+    return np.ndarray(t._shape, buf.dtype, buf, t._offset * isz, tuple(s * isz for s in t._stride))

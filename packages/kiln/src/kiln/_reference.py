@@ -1,0 +1,117 @@
+"""The reference backend: device ``"cpu"`` and a NumPy kernel for every op.
+
+It is the built-in plugin, registered through the same hooks as any other and loaded last, so any
+installed plugin's kernel for ``"cpu"`` (kiln-cpu) takes precedence and the reference kernels serve
+whatever that plugin leaves out. :func:`generic_kernel` also gives every device type the few kernels
+that its storage contract alone can implement (allocation, host copies, random fills).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from kiln._tensor import Tensor, from_array
+
+
+def _host_empty(numel: int, dtype, index=None) -> np.ndarray:
+    return np.empty(numel, dtype.numpy)
+
+
+def _host_from(array: np.ndarray, index=None) -> np.ndarray:
+    return np.array(array, copy=True).reshape(-1)
+
+
+def _host_write(storage: np.ndarray, start: int, array: np.ndarray) -> None:
+    storage[start : start + array.size] = array
+
+
+def _host_ptr(storage: np.ndarray) -> int:
+    return storage.ctypes.data if storage.size else 0
+
+
+def _host_memory_stats(index=None) -> dict:
+    return {}
+
+
+def _to_numpy_arg(a):
+    if isinstance(a, Tensor):
+        return a._numpy()
+    if isinstance(a, (list, tuple)) and a and isinstance(a[0], Tensor):
+        return [t._numpy() for t in a]
+    return a
+
+
+def wrap_reference(opdef) -> Callable:
+    """Turn a NumPy reference function into a kernel: tensors in as arrays, arrays out as tensors."""
+    fn = opdef.reference
+    if getattr(fn, "takes_tensors", False):
+        return fn
+    positions = opdef.tensor_params
+    if opdef.num_outputs == 1:
+
+        def kernel(spec, *args):
+            if positions:
+                args = list(args)
+                for i in positions:
+                    args[i] = _to_numpy_arg(args[i])
+            return from_array(fn(spec, *args), spec[1])
+
+    else:
+
+        def kernel(spec, *args):
+            if positions:
+                args = list(args)
+                for i in positions:
+                    args[i] = _to_numpy_arg(args[i])
+            return tuple(from_array(a, s[1]) for a, s in zip(fn(spec, *args), spec))
+
+    kernel.__name__ = f"reference_{opdef.name}"
+    kernel.__doc__ = f"NumPy reference kernel for {opdef.name}."
+    return kernel
+
+
+def takes_tensors(fn: Callable) -> Callable:
+    """Mark a reference kernel that handles tensors itself (views, in-place writes, copies)."""
+    fn.takes_tensors = True
+    return fn
+
+
+def kiln_register_devices(register):
+    """Register the ``cpu`` device, whose storage is a 1-D NumPy array."""
+    register(
+        "cpu",
+        empty=_host_empty,
+        to_host=lambda storage: storage,
+        from_host=_host_from,
+        write=_host_write,
+        data_ptr=_host_ptr,
+        memory_stats=_host_memory_stats,
+    )
+
+
+def kiln_register_kernels(register):
+    """Register the NumPy reference kernel of every op for ``cpu``."""
+    from kiln import _ops  # noqa: F401 - defines every op
+    from kiln._dispatch import OPS
+
+    for opdef in OPS.values():
+        if opdef.reference is not None:
+            register(opdef.name, "cpu", wrap_reference(opdef))
+
+
+def kiln_register_extensions(register):
+    """Announce the core itself."""
+    from kiln import __version__
+
+    register("kiln", __version__, kind="core")
+
+
+def generic_kernel(opdef, dev) -> Callable | None:
+    """A kernel any device type gets from its storage contract, or None (see ``_ops.copy``)."""
+    from kiln._ops.copy import GENERIC_KERNELS
+
+    make = GENERIC_KERNELS.get(opdef.name)
+    return None if make is None else make(dev)
+

@@ -1,0 +1,606 @@
+"""The kiln ``Tensor``: strided metadata over an opaque, device-owned storage.
+
+A tensor is ``(storage, shape, stride, storage_offset, dtype, device)`` plus autograd state. Storage is
+whatever the device plugin allocates (a 1-D NumPy array for ``"cpu"``). Views share storage and the
+version counter with their base; nothing here copies data. Math lives in ``kiln._ops``, which attaches
+methods and operators to this class when each op is defined.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kiln import _dtype as dt
+from kiln._device import CPU, device
+from kiln._state import state
+
+__all__ = ["Tensor"]
+
+_CONTIGUOUS_STRIDES: dict[tuple[int, ...], tuple[int, ...]] = {}
+
+
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Row-major strides (in elements) for ``shape``; memoised because shapes repeat."""
+    s = _CONTIGUOUS_STRIDES.get(shape)
+    if s is None:
+        acc = 1
+        out = []
+        for n in reversed(shape):
+            out.append(acc)
+            acc *= max(n, 1)
+        s = tuple(reversed(out))
+        if len(_CONTIGUOUS_STRIDES) < 65536:
+            _CONTIGUOUS_STRIDES[shape] = s
+    return s
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+class Tensor:
+    """A multi-dimensional array with autograd, the counterpart of ``torch.Tensor``.
+
+    Create tensors with :func:`kiln.tensor`, :func:`kiln.zeros`, :func:`kiln.from_numpy` and friends.
+    ``kiln.Tensor(data)`` (PyTorch's legacy constructor) builds a tensor of the default float dtype.
+    """
+
+    __slots__ = (
+        "_storage",
+        "_shape",
+        "_stride",
+        "_offset",
+        "_dtype",
+        "_device",
+        "_np",
+        "_vc",
+        "_base",
+        "_requires_grad",
+        "grad",
+        "grad_fn",
+        "_output_nr",
+        "_accumulator",
+        "_hooks",
+        "_retains_grad",
+        "_inference",
+        "__weakref__",
+        "__dict__",
+    )
+
+    def __new__(cls, *args, **kwargs):
+        from kiln._ops.creation import _legacy_tensor_new
+
+        return _legacy_tensor_new(cls, *args, **kwargs)
+
+    # ------------------------------------------------------------------ metadata
+    @property
+    def shape(self) -> Size:
+        """The tensor's shape as a :class:`kiln.Size`."""
+        return Size(self._shape)
+
+    def size(self, dim: int | None = None):
+        """The shape (a :class:`kiln.Size`), or the length of dimension ``dim``."""
+        if dim is None:
+            return Size(self._shape)
+        return self._shape[_wrap_dim(dim, len(self._shape))]
+
+    def stride(self, dim: int | None = None):
+        """Strides in elements, or the stride of dimension ``dim``."""
+        if dim is None:
+            return self._stride
+        return self._stride[_wrap_dim(dim, len(self._shape))]
+
+    def dim(self) -> int:
+        """Number of dimensions."""
+        return len(self._shape)
+
+    ndimension = dim
+
+    @property
+    def ndim(self) -> int:
+        """Number of dimensions."""
+        return len(self._shape)
+
+    def numel(self) -> int:
+        """Number of elements."""
+        return _numel(self._shape)
+
+    nelement = numel
+
+    @property
+    def dtype(self) -> dt.dtype:
+        """Element type."""
+        return self._dtype
+
+    @property
+    def device(self) -> device:
+        """The device holding the storage."""
+        return self._device
+
+    @property
+    def is_cuda(self) -> bool:
+        """True when the tensor lives on a ``cuda`` device."""
+        return self._device.type == "cuda"
+
+    @property
+    def is_cpu(self) -> bool:
+        """True when the tensor lives on the CPU."""
+        return self._device is CPU
+
+    @property
+    def is_leaf(self) -> bool:
+        """True for tensors not produced by a recorded operation (``grad_fn is None``)."""
+        return self.grad_fn is None
+
+    def is_floating_point(self) -> bool:
+        """True when the dtype is a floating point type."""
+        return self._dtype.is_floating_point
+
+    def is_complex(self) -> bool:
+        """Always False (kiln has no complex dtypes)."""
+        return False
+
+    def element_size(self) -> int:
+        """Bytes per element."""
+        return self._dtype.itemsize
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element."""
+        return self._dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes spanned by the tensor's elements (``numel() * element_size()``)."""
+        return _numel(self._shape) * self._dtype.itemsize
+
+    def storage_offset(self) -> int:
+        """Offset of the first element in the storage, in elements."""
+        return self._offset
+
+    def is_contiguous(self, memory_format=None) -> bool:
+        """True when the elements are laid out row-major without gaps."""
+        expected = 1
+        for n, s in zip(reversed(self._shape), reversed(self._stride)):
+            if n == 1:
+                continue
+            if n == 0:
+                return True
+            if s != expected:
+                return False
+            expected *= n
+        return True
+
+    def untyped_storage(self):
+        """The device buffer holding this tensor's elements (a 1-D NumPy array on ``"cpu"``)."""
+        return self._storage
+
+    def data_ptr(self) -> int:
+        """Address of the first element."""
+        from kiln._plugins import device_type
+
+        return device_type(self._device).data_ptr(self._storage) + self._offset * self._dtype.itemsize
+
+    @property
+    def _version(self) -> int:
+        """How many in-place writes this tensor's storage has seen (shared by all its views)."""
+        return self._vc[0]
+
+    def is_inference(self) -> bool:
+        """True for tensors created under :func:`kiln.inference_mode`."""
+        return self._inference
+
+    # ------------------------------------------------------------------ autograd state
+    @property
+    def requires_grad(self) -> bool:
+        """Whether gradients are recorded for this tensor."""
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool) -> None:
+        self.requires_grad_(value)
+
+    def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+        """Set ``requires_grad`` in place on a leaf tensor; returns ``self``."""
+        if self.grad_fn is not None:
+            if requires_grad:
+                return self
+            raise RuntimeError(
+                "you can only change requires_grad flags of leaf variables. If you want to use a computed "
+                "variable in a subgraph that doesn't require differentiation use var_no_grad = var.detach()."
+            )
+        if requires_grad and not self._dtype.is_floating_point:
+            raise RuntimeError("only Tensors of floating point and complex dtype can require gradients")
+        self._requires_grad = bool(requires_grad)
+        return self
+
+    def retain_grad(self) -> None:
+        """Keep ``.grad`` for this non-leaf tensor after backward."""
+        if not self._requires_grad:
+            raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
+        if self.grad_fn is None or self._retains_grad:
+            return
+        self._retains_grad = True
+        from kiln.autograd.graph import _register_retain_grad
+
+        _register_retain_grad(self)
+
+    @property
+    def retains_grad(self) -> bool:
+        """True when a non-leaf tensor keeps its ``.grad`` (see :meth:`retain_grad`)."""
+        return self._retains_grad
+
+    def register_hook(self, hook):
+        """Register ``hook(grad) -> Tensor | None`` run when this tensor's gradient is computed.
+
+        Returns a handle whose ``remove()`` unregisters the hook.
+        """
+        if not self._requires_grad:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+        from kiln.autograd.graph import _register_tensor_hook
+
+        return _register_tensor_hook(self, hook)
+
+    def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None) -> None:
+        """Compute the gradient of this tensor w.r.t. graph leaves (see :func:`kiln.autograd.backward`)."""
+        from kiln.autograd import backward
+
+        backward(self, gradient, retain_graph, create_graph, inputs=inputs)
+
+    def detach(self) -> Tensor:
+        """A new tensor sharing storage with this one, outside the autograd graph."""
+        out = _make(self._storage, self._shape, self._stride, self._offset, self._dtype, self._device, self._vc)
+        out._np = self._np
+        out._base = self if self._base is None else self._base
+        return out
+
+    def detach_(self) -> Tensor:
+        """Detach this tensor from the graph in place, making it a leaf."""
+        if self._base is not None and self._base._requires_grad:
+            raise RuntimeError("Can't detach views in-place. Use detach() instead.")
+        self.grad_fn = None
+        self._requires_grad = False
+        return self
+
+    @property
+    def data(self) -> Tensor:
+        """The tensor's values as a detached tensor sharing storage."""
+        return self.detach()
+
+    @data.setter
+    def data(self, value: Tensor) -> None:
+        if not isinstance(value, Tensor):
+            raise TypeError("data must be a Tensor")
+        self._storage = value._storage
+        self._shape = value._shape
+        self._stride = value._stride
+        self._offset = value._offset
+        self._dtype = value._dtype
+        self._device = value._device
+        self._np = value._np
+
+    # ------------------------------------------------------------------ host interop
+    def _numpy(self) -> np.ndarray:
+        """A NumPy view of a CPU tensor's elements (no copy). Internal: kernels use it."""
+        a = self._np
+        if a is None:
+            if self._device is not CPU:
+                raise TypeError(
+                    f"can't convert {self._device.type} device type tensor to numpy. Use Tensor.cpu() to "
+                    "copy the tensor to host memory first."
+                )
+            st = self._storage
+            isz = self._dtype.itemsize
+            a = np.ndarray(self._shape, st.dtype, st, self._offset * isz, tuple(s * isz for s in self._stride))
+            self._np = a
+        return a
+
+    def numpy(self, *, force: bool = False) -> np.ndarray:
+        """The tensor's values as a NumPy array sharing memory (CPU tensors without grad)."""
+        if force:
+            return self.detach().cpu().resolve_conj()._numpy().copy()
+        if self._requires_grad:
+            raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
+        return self._numpy()
+
+    def resolve_conj(self) -> Tensor:
+        """Returns ``self`` (kiln has no complex dtypes, hence no lazy conjugation)."""
+        return self
+
+    def resolve_neg(self) -> Tensor:
+        """Returns ``self`` (kiln has no lazy negation)."""
+        return self
+
+    def __array__(self, dtype=None, copy=None):
+        a = self.detach().cpu()._numpy()
+        if dtype is not None and a.dtype != dtype:
+            return a.astype(dtype)
+        return a.copy() if copy else a
+
+    def tolist(self):
+        """The values as (nested) Python lists of Python numbers."""
+        a = self.detach().cpu()._numpy()
+        if self._dtype is dt.bfloat16 or self._dtype is dt.float16:
+            a = a.astype(np.float32)
+        return a.tolist()
+
+    def item(self):
+        """The value of a one-element tensor as a Python number."""
+        if _numel(self._shape) != 1:
+            raise RuntimeError(
+                f"a Tensor with {_numel(self._shape)} elements cannot be converted to Scalar"
+            )
+        return self.tolist() if not self._shape else self.reshape(()).tolist()
+
+    def __len__(self) -> int:
+        if not self._shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self._shape[0]
+
+    def __iter__(self):
+        if not self._shape:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self._shape[0]))
+
+    def __bool__(self) -> bool:
+        n = _numel(self._shape)
+        if n != 1:
+            raise RuntimeError(f"Boolean value of Tensor with {'no values' if n == 0 else 'more than one value'} is ambiguous")
+        return bool(self.item())
+
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def __int__(self) -> int:
+        return int(self.item())
+
+    def __index__(self) -> int:
+        if self._dtype.is_floating_point or _numel(self._shape) != 1:
+            raise TypeError("only integer tensors of a single element can be converted to an index")
+        return int(self.item())
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __dlpack__(self, stream=None, **kwargs):
+        from kiln._interop import tensor_dlpack
+
+        return tensor_dlpack(self, stream, **kwargs)
+
+    def __dlpack_device__(self):
+        from kiln._interop import tensor_dlpack_device
+
+        return tensor_dlpack_device(self)
+
+    def __repr__(self) -> str:
+        from kiln._format import format_tensor
+
+        return format_tensor(self)
+
+    def __reduce_ex__(self, protocol):
+        from kiln._interop import reduce_tensor
+
+        return reduce_tensor(self)
+
+    def __deepcopy__(self, memo):
+        if id(self) in memo:
+            return memo[id(self)]
+        if self.grad_fn is not None:
+            raise RuntimeError(
+                "Only Tensors created explicitly by the user (graph leaves) support the deepcopy protocol at the moment."
+            )
+        from kiln._ops.views import clone
+
+        with _no_grad():
+            out = clone(self)
+        out._requires_grad = self._requires_grad
+        memo[id(self)] = out
+        return out
+
+    __array_priority__ = 1000
+
+    # ------------------------------------------------------------------ device and dtype moves
+    def to(self, *args, **kwargs) -> Tensor:
+        """Convert dtype and/or move device: ``to(dtype)``, ``to(device)``, ``to(device, dtype)``, ``to(other)``."""
+        from kiln._ops.copy import tensor_to
+
+        return tensor_to(self, *args, **kwargs)
+
+    def cpu(self) -> Tensor:
+        """This tensor on the CPU (``self`` when it already is)."""
+        return self if self._device is CPU else self.to(CPU)
+
+    def cuda(self, device=None, non_blocking: bool = False) -> Tensor:
+        """This tensor on a ``cuda`` device."""
+        if device is None:
+            device = "cuda"
+        elif isinstance(device, int):
+            device = f"cuda:{device}"
+        return self.to(device, non_blocking=non_blocking)
+
+    def type(self, dtype=None):
+        """The type name (``'kiln.FloatTensor'``) or a converted tensor when ``dtype`` is given."""
+        if dtype is None:
+            return f"kiln.{_LEGACY_TYPE_NAMES[self._dtype]}"
+        return self.to(dtype)
+
+    def float(self) -> Tensor:
+        """Convert to float32."""
+        return self.to(dt.float32)
+
+    def double(self) -> Tensor:
+        """Convert to float64."""
+        return self.to(dt.float64)
+
+    def half(self) -> Tensor:
+        """Convert to float16."""
+        return self.to(dt.float16)
+
+    def bfloat16(self) -> Tensor:
+        """Convert to bfloat16."""
+        return self.to(dt.bfloat16)
+
+    def long(self) -> Tensor:
+        """Convert to int64."""
+        return self.to(dt.int64)
+
+    def int(self) -> Tensor:
+        """Convert to int32."""
+        return self.to(dt.int32)
+
+    def short(self) -> Tensor:
+        """Convert to int16."""
+        return self.to(dt.int16)
+
+    def char(self) -> Tensor:
+        """Convert to int8."""
+        return self.to(dt.int8)
+
+    def byte(self) -> Tensor:
+        """Convert to uint8."""
+        return self.to(dt.uint8)
+
+    def bool(self) -> Tensor:
+        """Convert to bool."""
+        return self.to(dt.bool)
+
+    def new_tensor(self, data, dtype=None, device=None, requires_grad=False) -> Tensor:
+        """A new tensor from ``data`` with this tensor's dtype and device by default."""
+        from kiln._ops.creation import tensor
+
+        return tensor(data, dtype=dtype or self._dtype, device=device or self._device, requires_grad=requires_grad)
+
+    def new_zeros(self, *size, dtype=None, device=None, requires_grad=False) -> Tensor:
+        """Zeros of ``size`` with this tensor's dtype and device by default."""
+        from kiln._ops.creation import zeros
+
+        return zeros(*size, dtype=dtype or self._dtype, device=device or self._device, requires_grad=requires_grad)
+
+    def new_ones(self, *size, dtype=None, device=None, requires_grad=False) -> Tensor:
+        """Ones of ``size`` with this tensor's dtype and device by default."""
+        from kiln._ops.creation import ones
+
+        return ones(*size, dtype=dtype or self._dtype, device=device or self._device, requires_grad=requires_grad)
+
+    def new_empty(self, *size, dtype=None, device=None, requires_grad=False) -> Tensor:
+        """Uninitialised tensor of ``size`` with this tensor's dtype and device by default."""
+        from kiln._ops.creation import empty
+
+        return empty(*size, dtype=dtype or self._dtype, device=device or self._device, requires_grad=requires_grad)
+
+    def new_full(self, size, fill_value, *, dtype=None, device=None, requires_grad=False) -> Tensor:
+        """``fill_value`` everywhere, with this tensor's dtype and device by default."""
+        from kiln._ops.creation import full
+
+        return full(size, fill_value, dtype=dtype or self._dtype, device=device or self._device, requires_grad=requires_grad)
+
+
+_LEGACY_TYPE_NAMES = {
+    dt.bool: "BoolTensor",
+    dt.uint8: "ByteTensor",
+    dt.int8: "CharTensor",
+    dt.int16: "ShortTensor",
+    dt.int32: "IntTensor",
+    dt.int64: "LongTensor",
+    dt.float16: "HalfTensor",
+    dt.bfloat16: "BFloat16Tensor",
+    dt.float32: "FloatTensor",
+    dt.float64: "DoubleTensor",
+}
+
+
+class Size(tuple):
+    """A tensor shape: a tuple of ints (``torch.Size``)."""
+
+    __slots__ = ()
+
+    def numel(self) -> int:
+        """Product of the sizes."""
+        return _numel(self)
+
+    def __repr__(self) -> str:
+        return f"kiln.Size({list(self)})"
+
+    def __getitem__(self, item):
+        r = tuple.__getitem__(self, item)
+        return Size(r) if isinstance(item, slice) else r
+
+
+_new_tensor = object.__new__
+
+
+def _make(storage, shape, stride, offset, dtype, device, version=None) -> Tensor:
+    """Build a tensor from its parts. ``version`` is the counter cell to share (views) or None."""
+    t = _new_tensor(Tensor)
+    t._storage = storage
+    t._shape = shape
+    t._stride = stride
+    t._offset = offset
+    t._dtype = dtype
+    t._device = device
+    t._np = None
+    t._vc = [0] if version is None else version
+    t._base = None
+    t._requires_grad = False
+    t.grad = None
+    t.grad_fn = None
+    t._output_nr = 0
+    t._accumulator = None
+    t._hooks = None
+    t._retains_grad = False
+    t._inference = state.inference
+    return t
+
+
+def from_array(a: np.ndarray, dtype: dt.dtype) -> Tensor:
+    """Wrap a NumPy result as a new CPU tensor that owns it (copies only if ``a`` is not row-major)."""
+    if a.__class__ is not np.ndarray:
+        a = np.asarray(a)
+    np_dtype = dtype._np if dtype._np is not None else dtype.numpy
+    if a.dtype != np_dtype:
+        a = a.astype(np_dtype)
+    elif not a.flags.c_contiguous:
+        a = np.ascontiguousarray(a)
+    shape = a.shape
+    t = _new_tensor(Tensor)
+    t._storage = a.reshape(-1)
+    t._shape = shape
+    t._stride = contiguous_strides(shape)
+    t._offset = 0
+    t._dtype = dtype
+    t._device = CPU
+    t._np = a
+    t._vc = [0]
+    t._base = None
+    t._requires_grad = False
+    t.grad = None
+    t.grad_fn = None
+    t._output_nr = 0
+    t._accumulator = None
+    t._hooks = None
+    t._retains_grad = False
+    t._inference = state.inference
+    return t
+
+
+def _wrap_dim(dim: int, ndim: int) -> int:
+    """Normalise a possibly negative dim, with PyTorch's IndexError wording."""
+    lo, hi = (-1, 0) if ndim == 0 else (-ndim, ndim - 1)
+    if not isinstance(dim, int) or isinstance(dim, bool):
+        raise TypeError(f"dim must be an int, got {type(dim).__name__}")
+    if dim < lo or dim > hi:
+        raise IndexError(f"Dimension out of range (expected to be in range of [{lo}, {hi}], but got {dim})")
+    return dim + ndim if dim < 0 else (0 if ndim == 0 else dim)
+
+
+class _no_grad:
+    def __enter__(self):
+        self.prev = state.grad_enabled
+        state.grad_enabled = False
+
+    def __exit__(self, *exc):
+        state.grad_enabled = self.prev
+

@@ -1,0 +1,153 @@
+"""kiln.autograd: reverse-mode automatic differentiation (``torch.autograd``'s API)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kiln._tensor import Tensor
+from kiln.autograd.anomaly_mode import detect_anomaly, is_anomaly_check_nan_enabled, is_anomaly_enabled, set_detect_anomaly
+from kiln.autograd.function import Function, FunctionCtx, once_differentiable
+from kiln.autograd.grad_mode import (
+    enable_grad,
+    inference_mode,
+    is_grad_enabled,
+    is_inference_mode_enabled,
+    no_grad,
+    set_grad_enabled,
+)
+from kiln.autograd.gradcheck import GradcheckError, gradcheck, gradgradcheck
+from kiln.autograd.graph import Node, run_backward
+
+__all__ = [
+    "backward",
+    "grad",
+    "Function",
+    "FunctionCtx",
+    "once_differentiable",
+    "Node",
+    "no_grad",
+    "enable_grad",
+    "set_grad_enabled",
+    "inference_mode",
+    "is_grad_enabled",
+    "is_inference_mode_enabled",
+    "detect_anomaly",
+    "set_detect_anomaly",
+    "is_anomaly_enabled",
+    "is_anomaly_check_nan_enabled",
+    "gradcheck",
+    "gradgradcheck",
+    "GradcheckError",
+]
+
+
+def _as_tuple(x) -> tuple:
+    if x is None:
+        return ()
+    if isinstance(x, Tensor):
+        return (x,)
+    return tuple(x)
+
+
+def _make_roots(outputs: tuple, grad_outputs: tuple, create_graph: bool) -> list:
+    from kiln._ops.creation import ones_like
+    from kiln.autograd.graph import gradient_edge
+
+    if grad_outputs and len(grad_outputs) != len(outputs):
+        raise RuntimeError(
+            f"Mismatch in number of gradients: got {len(grad_outputs)} gradients for {len(outputs)} outputs"
+        )
+    roots = []
+    for i, out in enumerate(outputs):
+        if not isinstance(out, Tensor):
+            raise TypeError(f"outputs must be Tensors, got {type(out).__name__}")
+        g = grad_outputs[i] if grad_outputs else None
+        if not out._requires_grad:
+            raise RuntimeError(f"element {i} of tensors does not require grad and does not have a grad_fn")
+        if g is None:
+            if out.numel() != 1:
+                raise RuntimeError("grad can be implicitly created only for scalar outputs")
+            if not out._dtype.is_floating_point:
+                raise RuntimeError(
+                    f"grad can be implicitly created only for real scalar outputs but got {out._dtype}"
+                )
+            g = ones_like(out)
+        else:
+            if not isinstance(g, Tensor):
+                raise TypeError(f"grad_outputs must be Tensors or None, got {type(g).__name__}")
+            if g._shape != out._shape:
+                raise RuntimeError(
+                    f"Mismatch in shape: grad_output[{i}] has a shape of {g.shape} and output[{i}] has a shape "
+                    f"of {out.shape}."
+                )
+            if g._device is not out._device:
+                raise RuntimeError(
+                    f"Mismatch in device: grad_output[{i}] is on {g.device} and output[{i}] is on {out.device}."
+                )
+            if not create_graph:
+                g = g.detach()
+        node, nr = gradient_edge(out)
+        roots.append((node, nr, g))
+    return roots
+
+
+def backward(
+    tensors: Tensor | Sequence[Tensor],
+    grad_tensors: Tensor | Sequence[Tensor | None] | None = None,
+    retain_graph: bool | None = None,
+    create_graph: bool = False,
+    inputs: Tensor | Sequence[Tensor] | None = None,
+) -> None:
+    """Accumulate gradients of ``tensors`` into the ``.grad`` of graph leaves (or of ``inputs``)."""
+    outputs = _as_tuple(tensors)
+    grads = _as_tuple(grad_tensors)
+    if retain_graph is None:
+        retain_graph = create_graph
+    inputs_t = _as_tuple(inputs) if inputs is not None else None
+    if inputs_t is not None and len(inputs_t) == 0:
+        raise RuntimeError("'inputs' argument to backward() cannot be empty.")
+    roots = _make_roots(outputs, grads, create_graph)
+    run_backward(roots, retain_graph, create_graph, inputs=inputs_t, accumulate=True)
+
+
+def grad(
+    outputs: Tensor | Sequence[Tensor],
+    inputs: Tensor | Sequence[Tensor],
+    grad_outputs: Tensor | Sequence[Tensor | None] | None = None,
+    retain_graph: bool | None = None,
+    create_graph: bool = False,
+    allow_unused: bool | None = None,
+    materialize_grads: bool = False,
+) -> tuple[Tensor | None, ...]:
+    """Gradients of ``outputs`` with respect to ``inputs``, returned (``.grad`` is left untouched)."""
+    outs = _as_tuple(outputs)
+    ins = _as_tuple(inputs)
+    if materialize_grads and allow_unused is False:
+        raise ValueError("Expected allow_unused to be True or not passed when materialize_grads=True, but got: allow_unused=False.")
+    if allow_unused is None:
+        allow_unused = materialize_grads
+    for t in ins:
+        if not isinstance(t, Tensor):
+            raise TypeError(f"inputs must be Tensors, got {type(t).__name__}")
+        if not t._requires_grad:
+            raise RuntimeError("One of the differentiated Tensors does not require grad")
+    if retain_graph is None:
+        retain_graph = create_graph
+    roots = _make_roots(outs, _as_tuple(grad_outputs), create_graph)
+    result = run_backward(roots, retain_graph, create_graph, inputs=ins, accumulate=False)
+    final = []
+    for t, g in zip(ins, result):
+        if g is None:
+            if materialize_grads:
+                from kiln._ops.creation import zeros_like
+
+                g = zeros_like(t)
+            elif not allow_unused:
+                raise RuntimeError(
+                    "One of the differentiated Tensors appears to not have been used in the graph. Set "
+                    "allow_unused=True if this is the desired behavior."
+                )
+        elif not create_graph:
+            g = g.detach()
+        final.append(g)
+    return tuple(final)

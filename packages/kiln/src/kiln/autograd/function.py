@@ -1,0 +1,192 @@
+"""Custom differentiable functions: ``kiln.autograd.Function`` with ``forward``/``backward`` staticmethods."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from kiln._state import state
+from kiln._tensor import Tensor
+from kiln.autograd.graph import Node, SavedTensor, _edge
+
+__all__ = ["Function", "FunctionCtx", "once_differentiable"]
+
+
+class FunctionCtx:
+    """The ``ctx`` passed to a custom Function's ``forward`` and ``backward``."""
+
+    def __init__(self):
+        self._saved: tuple = ()
+        self._non_differentiable: set[int] = set()
+        self._dirty: set[int] = set()
+        self.materialize_grads = True
+        self.needs_input_grad: tuple[bool, ...] = ()
+        self._node: Node | None = None
+
+    def save_for_backward(self, *tensors: Tensor | None) -> None:
+        """Save tensors for ``backward``; read them back as ``ctx.saved_tensors``."""
+        for t in tensors:
+            if t is not None and not isinstance(t, Tensor):
+                raise TypeError("save_for_backward can only save variables, but argument is not a Tensor")
+        self._saved = tensors
+
+    @property
+    def saved_tensors(self) -> tuple:
+        """The tensors given to :meth:`save_for_backward`, version-checked."""
+        return tuple(s.unpack(self._node) if isinstance(s, SavedTensor) else s for s in self._saved)
+
+    def mark_non_differentiable(self, *tensors: Tensor) -> None:
+        """Declare outputs that never get a gradient."""
+        self._non_differentiable.update(id(t) for t in tensors)
+
+    def mark_dirty(self, *tensors: Tensor) -> None:
+        """Declare inputs that ``forward`` modified in place."""
+        self._dirty.update(id(t) for t in tensors)
+
+    def set_materialize_grads(self, value: bool) -> None:
+        """Whether ``None`` output gradients become zeros before ``backward`` (default True)."""
+        self.materialize_grads = value
+
+
+class _FunctionNode(Node):
+    __slots__ = ("fn_cls", "ctx", "output_meta", "_name")
+
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def num_outputs(self) -> int:
+        return len(self.output_meta)
+
+    def apply(self, grads: tuple) -> tuple:
+        ctx = self.ctx
+        if ctx.materialize_grads:
+            from kiln._ops.creation import zeros
+
+            grads = tuple(
+                zeros(m[0], dtype=m[1], device=m[2]) if g is None else g for g, m in zip(grads, self.output_meta)
+            )
+        result = self.fn_cls.backward(ctx, *grads)
+        if not isinstance(result, tuple):
+            result = (result,)
+        n_in = len(ctx.needs_input_grad)
+        if len(result) < n_in:
+            raise RuntimeError(
+                f"function {self._name} returned an incorrect number of gradients (expected {n_in}, got {len(result)})"
+            )
+        result = result[:n_in] if all(r is None for r in result[n_in:]) else result
+        if len(result) != n_in:
+            raise RuntimeError(
+                f"function {self._name} returned an incorrect number of gradients (expected {n_in}, got {len(result)})"
+            )
+        out = []
+        for pos, g in zip(self.ctx._input_positions, (result[i] for i in self.ctx._input_positions)):
+            if g is not None and not isinstance(g, Tensor):
+                raise TypeError(f"function {self._name} returned a gradient of type {type(g).__name__} at {pos}")
+            out.append(g)
+        from kiln.autograd.graph import _fit_to_input
+
+        return tuple(
+            None if g is None or nf[0] is None else _fit_to_input(g, meta, self, i)
+            for i, (g, nf, meta) in enumerate(zip(out, self.next_functions, ctx._input_meta))
+        )
+
+    def release(self) -> None:
+        for s in self.ctx._saved:
+            if isinstance(s, SavedTensor):
+                s.freed = True
+                s.data = None
+
+
+class _FunctionMeta(type):
+    def __init__(cls, name, bases, attrs):
+        super().__init__(name, bases, attrs)
+        cls._backward_name = f"{name}Backward"
+
+
+class Function(metaclass=_FunctionMeta):
+    """Base class for custom autograd functions (``torch.autograd.Function``).
+
+    Subclass with ``@staticmethod forward(ctx, *args)`` and ``@staticmethod backward(ctx, *grads)``,
+    then call ``MyFunction.apply(*args)``.
+    """
+
+    @staticmethod
+    def forward(ctx: FunctionCtx, *args: Any, **kwargs: Any) -> Any:
+        """Compute the outputs; runs with grad recording disabled."""
+        raise NotImplementedError("You must implement the forward function for custom autograd.Function.")
+
+    @staticmethod
+    def backward(ctx: FunctionCtx, *grad_outputs: Any) -> Any:
+        """Gradients for each ``forward`` input (``None`` for non-tensors), given output gradients."""
+        raise NotImplementedError("You must implement either the backward or vjp method for your custom autograd.Function to use it with backward mode AD.")
+
+    def __init__(self, *args, **kwargs):
+        raise RuntimeError(
+            "Legacy autograd function with non-static forward method is deprecated. Please use new-style "
+            "autograd function with static forward method."
+        )
+
+    @classmethod
+    def apply(cls, *args: Any, **kwargs: Any) -> Any:
+        """Run ``forward`` and record a node whose backward is ``cls.backward``."""
+        ctx = FunctionCtx()
+        positions = [i for i, a in enumerate(args) if isinstance(a, Tensor)]
+        ctx.needs_input_grad = tuple(isinstance(a, Tensor) and a._requires_grad for a in args)
+        ctx._input_positions = positions
+        ctx._input_meta = [(args[i]._shape, args[i]._dtype, args[i]._device) for i in positions]
+        prev = state.grad_enabled
+        state.grad_enabled = False
+        try:
+            outputs = cls.forward(ctx, *args, **kwargs)
+        finally:
+            state.grad_enabled = prev
+        record = prev and any(ctx.needs_input_grad)
+        single = not isinstance(outputs, tuple)
+        outs = (outputs,) if single else outputs
+        if not record:
+            return outputs
+        node = _FunctionNode(tuple(_edge(args[i]) for i in positions))
+        node.fn_cls = cls
+        node.ctx = ctx
+        node._name = cls._backward_name
+        ctx._node = node
+        arg_ids = {id(args[i]): args[i] for i in positions}
+        new_outs = []
+        meta = []
+        for k, o in enumerate(outs):
+            if not isinstance(o, Tensor):
+                new_outs.append(o)
+                meta.append(None)
+                continue
+            if id(o) in arg_ids and id(o) not in ctx._dirty:
+                o = o.detach()  # an input returned as is: a view, so the input's own history is untouched
+            meta.append((o._shape, o._dtype, o._device))
+            if id(o) not in ctx._non_differentiable and o._dtype.is_floating_point:
+                o.grad_fn = node
+                o._requires_grad = True
+                o._output_nr = k
+            new_outs.append(o)
+        node.output_meta = [m if m is not None else ((), None, None) for m in meta]
+        # saved tensors that are outputs must not keep themselves alive through the node
+        out_ids = {id(o) for o in new_outs if isinstance(o, Tensor)}
+        ctx._saved = tuple(
+            None if t is None else SavedTensor(t, id(t) in out_ids, node if id(t) in out_ids else None)
+            for t in ctx._saved
+        )
+        return new_outs[0] if single else tuple(new_outs)
+
+
+def once_differentiable(fn):
+    """Decorate a ``backward`` that is not itself differentiable: it runs with grad recording off."""
+
+    @functools.wraps(fn)
+    def wrapper(ctx, *args):
+        prev = state.grad_enabled
+        state.grad_enabled = False
+        try:
+            return fn(ctx, *args)
+        finally:
+            state.grad_enabled = prev
+
+    return wrapper

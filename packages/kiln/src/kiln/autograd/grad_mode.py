@@ -1,0 +1,138 @@
+"""Grad modes: ``no_grad``, ``enable_grad``, ``set_grad_enabled``, ``inference_mode``.
+
+Each is a context manager and a decorator, thread-local as in PyTorch.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+
+from kiln._state import state
+
+__all__ = ["no_grad", "enable_grad", "set_grad_enabled", "inference_mode", "is_grad_enabled", "is_inference_mode_enabled"]
+
+
+def is_grad_enabled() -> bool:
+    """True when operations are recorded for autograd in this thread."""
+    return state.grad_enabled
+
+
+def is_inference_mode_enabled() -> bool:
+    """True inside :class:`inference_mode` in this thread."""
+    return state.inference
+
+
+class _DecoratorContextManager:
+    """Use as ``with mode():`` or ``@mode()`` (or ``@mode`` for the argument-free modes)."""
+
+    def __call__(self, func):
+        if inspect.isclass(func):
+            raise TypeError("grad-mode decorators apply to functions, not classes")
+        if inspect.isgeneratorfunction(func):
+
+            @functools.wraps(func)
+            def gen_wrapper(*args, **kwargs):
+                gen = func(*args, **kwargs)
+                with self.clone():
+                    response = gen.send(None)
+                while True:
+                    try:
+                        request = yield response
+                    except GeneratorExit:
+                        with self.clone():
+                            gen.close()
+                        raise
+                    with self.clone():
+                        try:
+                            response = gen.send(request)
+                        except StopIteration as e:
+                            return e.value
+
+            return gen_wrapper
+
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            with self.clone():
+                return func(*args, **kwargs)
+
+        return wrapper
+
+    def clone(self):
+        return self.__class__()
+
+
+class no_grad(_DecoratorContextManager):
+    """Disable gradient recording inside the block (or the decorated function)."""
+
+    def __new__(cls, orig_func=None):
+        if orig_func is None or not callable(orig_func):
+            return super().__new__(cls)
+        return cls()(orig_func)
+
+    def __enter__(self):
+        self.prev = state.grad_enabled
+        state.grad_enabled = False
+
+    def __exit__(self, *exc):
+        state.grad_enabled = self.prev
+
+
+class enable_grad(_DecoratorContextManager):
+    """Enable gradient recording inside the block, even within ``no_grad``."""
+
+    def __new__(cls, orig_func=None):
+        if orig_func is None or not callable(orig_func):
+            return super().__new__(cls)
+        return cls()(orig_func)
+
+    def __enter__(self):
+        self.prev = state.grad_enabled
+        state.grad_enabled = True
+
+    def __exit__(self, *exc):
+        state.grad_enabled = self.prev
+
+
+class set_grad_enabled(_DecoratorContextManager):
+    """Set grad mode on or off: as a function call (takes effect at once) or a context manager."""
+
+    def __init__(self, mode: bool):
+        self.prev = state.grad_enabled
+        self.mode = bool(mode)
+        state.grad_enabled = self.mode
+
+    def __enter__(self):
+        pass
+
+    def __exit__(self, *exc):
+        state.grad_enabled = self.prev
+
+    def clone(self):
+        return self.__class__(self.mode)
+
+
+class inference_mode(_DecoratorContextManager):
+    """Like ``no_grad``, and tensors made inside are inference tensors that autograd refuses to save."""
+
+    def __init__(self, mode: bool = True):
+        self.mode = bool(mode)
+
+    def __new__(cls, mode=True):
+        if isinstance(mode, bool):
+            return super().__new__(cls)
+        return cls()(mode)
+
+    def __enter__(self):
+        self.prev = (state.grad_enabled, state.inference)
+        if self.mode:
+            state.grad_enabled = False
+            state.inference = True
+        else:
+            state.inference = False
+
+    def __exit__(self, *exc):
+        state.grad_enabled, state.inference = self.prev
+
+    def clone(self):
+        return self.__class__(self.mode)

@@ -1,0 +1,163 @@
+"""``gradcheck`` and ``gradgradcheck``: analytical gradients against float64 finite differences."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from kiln._tensor import Tensor
+
+__all__ = ["gradcheck", "gradgradcheck", "GradcheckError"]
+
+
+class GradcheckError(RuntimeError):
+    """Raised by :func:`gradcheck` when analytical and numerical gradients disagree."""
+
+
+def _as_tuple(x) -> tuple:
+    return x if isinstance(x, tuple) else (x,)
+
+
+def _differentiable_outputs(fn, inputs) -> tuple[Tensor, ...]:
+    outs = _as_tuple(fn(*inputs))
+    return tuple(o for o in outs if isinstance(o, Tensor) and o._requires_grad)
+
+
+def _numerical_jacobian(fn, inputs, idx, eps) -> list[np.ndarray]:
+    """Central differences: one (numel(out), numel(input)) matrix per output."""
+    from kiln.autograd.grad_mode import no_grad
+
+    x = inputs[idx]
+    flat = x.detach()
+    n = flat.numel()
+    cols: list[list[np.ndarray]] = []
+    with no_grad():
+        base = _as_tuple(fn(*inputs))
+        outs_meta = [o for o in base if isinstance(o, Tensor) and o._dtype.is_floating_point]
+        jac = [np.zeros((o.numel(), n)) for o in outs_meta]
+        values = x.detach()
+        for j in range(n):
+            idx_tuple = np.unravel_index(j, x._shape) if x._shape else ()
+            orig = float(values[idx_tuple].item()) if x._shape else float(values.item())
+            _set(values, idx_tuple, orig + eps)
+            plus = [o.detach().double().numpy().reshape(-1).copy() for o in _float_outs(fn(*inputs))]
+            _set(values, idx_tuple, orig - eps)
+            minus = [o.detach().double().numpy().reshape(-1).copy() for o in _float_outs(fn(*inputs))]
+            _set(values, idx_tuple, orig)
+            for k in range(len(jac)):
+                jac[k][:, j] = (plus[k] - minus[k]) / (2 * eps)
+    del cols
+    return jac
+
+
+def _float_outs(outs) -> list:
+    return [o for o in _as_tuple(outs) if isinstance(o, Tensor) and o._dtype.is_floating_point]
+
+
+def _set(t: Tensor, idx: tuple, value: float) -> None:
+    if idx:
+        t[tuple(int(i) for i in idx)] = value
+    else:
+        t.fill_(value)
+
+
+def _analytical_jacobian(fn, inputs, idx) -> list[np.ndarray]:
+    """Rows by reverse mode: one vector-Jacobian product per output element."""
+    from kiln._ops.creation import zeros_like
+    from kiln.autograd import grad
+
+    outs = _float_outs(fn(*inputs))
+    x = inputs[idx]
+    jac = []
+    for o in outs:
+        m = np.zeros((o.numel(), x.numel()))
+        if o._requires_grad:
+            for r in range(o.numel()):
+                go = zeros_like(o)
+                go.view(-1)[r] = 1.0
+                (g,) = grad(o, x, go, retain_graph=True, allow_unused=True)
+                if g is not None:
+                    m[r, :] = g.double().numpy().reshape(-1)
+        jac.append(m)
+    return jac
+
+
+def gradcheck(
+    func: Callable[..., Tensor | Sequence[Tensor]],
+    inputs: Tensor | Sequence,
+    *,
+    eps: float = 1e-6,
+    atol: float = 1e-5,
+    rtol: float = 1e-3,
+    raise_exception: bool = True,
+    **_unused,
+) -> bool:
+    """Check analytical gradients of ``func`` at ``inputs`` against finite differences.
+
+    Inputs that require grad should be float64. Returns True, or raises :class:`GradcheckError`
+    (returns False when ``raise_exception=False``).
+    """
+    inputs = _as_tuple(inputs)
+    tensor_idx = [i for i, t in enumerate(inputs) if isinstance(t, Tensor) and t._requires_grad]
+    if not tensor_idx:
+        raise ValueError("gradcheck expects at least one input tensor to require gradient, but none of them have requires_grad=True.")
+    for i in tensor_idx:
+        if inputs[i]._dtype.name != "float64":
+            import warnings
+
+            warnings.warn(
+                f"Input #{i} requires gradient and is not a double precision floating point. "
+                "This check will likely fail if all the inputs are not of double precision floating point.",
+                stacklevel=2,
+            )
+    for i in tensor_idx:
+        analytical = _analytical_jacobian(func, inputs, i)
+        numerical = _numerical_jacobian(func, inputs, i, eps)
+        for k, (a, n) in enumerate(zip(analytical, numerical)):
+            if not np.allclose(a, n, rtol=rtol, atol=atol):
+                msg = (
+                    f"Jacobian mismatch for output {k} with respect to input {i},\n"
+                    f"numerical:{n}\nanalytical:{a}\n"
+                )
+                if raise_exception:
+                    raise GradcheckError(msg)
+                return False
+    return True
+
+
+def gradgradcheck(
+    func: Callable[..., Tensor | Sequence[Tensor]],
+    inputs: Tensor | Sequence,
+    grad_outputs: Tensor | Sequence | None = None,
+    *,
+    eps: float = 1e-6,
+    atol: float = 1e-5,
+    rtol: float = 1e-3,
+    raise_exception: bool = True,
+    seed: int = 0,
+    **_unused,
+) -> bool:
+    """Check second derivatives: :func:`gradcheck` of the function computing ``func``'s gradients."""
+    from kiln._ops.creation import tensor
+    from kiln.autograd import grad
+
+    inputs = _as_tuple(inputs)
+    outs = _float_outs(func(*inputs))
+    rng = np.random.default_rng(seed)
+    if grad_outputs is None:
+        grad_outputs = tuple(
+            tensor(rng.standard_normal(o._shape), dtype=o._dtype, requires_grad=True) for o in outs
+        )
+    else:
+        grad_outputs = _as_tuple(grad_outputs)
+    diff_idx = [i for i, t in enumerate(inputs) if isinstance(t, Tensor) and t._requires_grad]
+    n_in = len(inputs)
+
+    def first_grads(*args):
+        ins, gos = args[:n_in], args[n_in:]
+        o = [x for x in _float_outs(func(*ins)) if x._requires_grad]
+        gs = grad(o, [ins[i] for i in diff_idx], gos[: len(o)], create_graph=True, allow_unused=True)
+        return tuple(g for g in gs if g is not None)
+
+    return gradcheck(first_grads, inputs + tuple(grad_outputs), eps=eps, atol=atol, rtol=rtol, raise_exception=raise_exception)

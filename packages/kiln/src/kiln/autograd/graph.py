@@ -1,0 +1,615 @@
+"""The autograd tape: nodes recorded as ops run, saved tensors, and the backward engine.
+
+Backward formulas (``op(backward=...)``) are plain functions whose first parameter receives the
+output gradient (``grad``; or ``grads``, a tuple with one entry per output, for multi-output ops) and
+whose other parameters are named after what they need: any parameter of the op, ``result`` (the op's
+output, or tuple of outputs), or ``needs_input_grad`` (a tuple of bools, one per tensor parameter).
+Only what a formula names is saved. It returns one gradient per tensor parameter (a list for a
+tensor-list parameter; ``None`` where there is none); the engine reduces broadcast gradients to each
+input's shape and casts them to its dtype, so formulas stay short.
+"""
+
+from __future__ import annotations
+
+import heapq
+import inspect
+import itertools
+import traceback
+import warnings
+import weakref
+from collections.abc import Callable, Sequence
+
+from kiln._state import anomaly, state
+from kiln._tensor import Tensor, _make
+
+_seq = itertools.count()
+_FREED_MESSAGE = (
+    "Trying to backward through the graph a second time (or directly access saved tensors after they have "
+    "already been freed). Saved intermediate values of the graph are freed when you call .backward() or "
+    "autograd.grad(). Specify retain_graph=True if you need to backward through the graph a second time or "
+    "if you need to access saved tensors after calling backward."
+)
+
+
+class RemovableHandle:
+    """Returned by ``register_hook``; ``remove()`` unregisters the hook."""
+
+    __slots__ = ("_hooks", "_hook")
+
+    def __init__(self, hooks: list, hook: Callable):
+        self._hooks = hooks
+        self._hook = hook
+
+    def remove(self) -> None:
+        """Unregister the hook (idempotent)."""
+        try:
+            self._hooks.remove(self._hook)
+        except ValueError:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.remove()
+
+
+class Node:
+    """A recorded operation in the graph (``tensor.grad_fn``).
+
+    ``next_functions`` holds one ``(node, output_nr)`` edge per differentiable input (``(None, 0)``
+    where the input needs no gradient).
+    """
+
+    __slots__ = ("next_functions", "_seq", "_tensor_pre_hooks", "_pre_hooks", "_post_hooks", "metadata", "__weakref__")
+
+    def __init__(self, next_functions: tuple):
+        self.next_functions = next_functions
+        self._seq = next(_seq)
+        self._tensor_pre_hooks: dict[int, list] | None = None
+        self._pre_hooks: list | None = None
+        self._post_hooks: list | None = None
+        self.metadata: dict = {}
+        if anomaly["enabled"]:
+            self.metadata["traceback_"] = traceback.format_stack()[:-3]
+
+    def name(self) -> str:
+        """The node's class-like name, e.g. ``'MulBackward0'``."""
+        return type(self).__name__
+
+    def apply(self, grads: tuple) -> tuple:
+        """Gradients for the inputs, given gradients for the outputs."""
+        raise NotImplementedError
+
+    def release(self) -> None:
+        """Free saved tensors (after a backward without ``retain_graph``)."""
+
+    def register_hook(self, fn: Callable) -> RemovableHandle:
+        """``fn(grad_inputs, grad_outputs)`` runs after the node; a non-None return replaces grad_inputs."""
+        if self._post_hooks is None:
+            self._post_hooks = []
+        self._post_hooks.append(fn)
+        return RemovableHandle(self._post_hooks, fn)
+
+    def register_prehook(self, fn: Callable) -> RemovableHandle:
+        """``fn(grad_outputs)`` runs before the node; a non-None return replaces grad_outputs."""
+        if self._pre_hooks is None:
+            self._pre_hooks = []
+        self._pre_hooks.append(fn)
+        return RemovableHandle(self._pre_hooks, fn)
+
+    def _add_tensor_pre_hook(self, output_nr: int, fn: Callable) -> RemovableHandle:
+        if self._tensor_pre_hooks is None:
+            self._tensor_pre_hooks = {}
+        hooks = self._tensor_pre_hooks.setdefault(output_nr, [])
+        hooks.append(fn)
+        return RemovableHandle(hooks, fn)
+
+    def __call__(self, *grads):
+        return self.apply(grads)
+
+    def __repr__(self) -> str:
+        return f"<{self.name()} object at {id(self):#x}>"
+
+    @property
+    def num_outputs(self) -> int:
+        return 1
+
+
+class AccumulateGrad(Node):
+    """The node of a leaf tensor that requires grad: adds incoming gradients into ``variable.grad``."""
+
+    __slots__ = ("variable",)
+
+    def __init__(self, variable: Tensor):
+        super().__init__(())
+        self.variable = variable
+        self._seq = float("inf")  # run as soon as ready, like PyTorch
+
+    def name(self) -> str:
+        return "torch::autograd::AccumulateGrad".replace("torch", "kiln")
+
+    def apply(self, grads: tuple) -> tuple:
+        return ()
+
+
+class SavedTensor:
+    """A tensor saved for backward, with the version it had when saved."""
+
+    __slots__ = ("data", "version", "is_output", "node", "output_nr", "grad_fn", "freed")
+
+    def __init__(self, t: Tensor, is_output: bool = False, node: Node | None = None):
+        if t._inference:
+            raise RuntimeError(
+                "Inference tensors cannot be saved for backward. To work around you can make a clone to get a "
+                "normal tensor and use it in autograd."
+            )
+        self.version = t._vc[0]
+        self.is_output = is_output
+        self.output_nr = t._output_nr
+        self.freed = False
+        if is_output:
+            # Keep an alias without grad_fn: saving the output itself would make output -> node -> output.
+            self.data = t.detach()
+            self.node = weakref.ref(node)
+            self.grad_fn = None
+        else:
+            self.data = t
+            self.node = None
+            self.grad_fn = t.grad_fn
+
+    def unpack(self, owner: Node) -> Tensor:
+        if self.freed:
+            raise RuntimeError(_FREED_MESSAGE)
+        data = self.data
+        if data._vc[0] != self.version:
+            where = (
+                f", which is output {self.output_nr} of {owner.name() if self.is_output else self.grad_fn.name()},"
+                if self.is_output or self.grad_fn is not None
+                else ""
+            )
+            raise RuntimeError(
+                "one of the variables needed for gradient computation has been modified by an inplace operation: "
+                f"[{data.type()} {list(data._shape)}]{where} is at version {data._vc[0]}; expected version "
+                f"{self.version} instead. Hint: enable anomaly detection to find the operation that failed to "
+                "compute its gradient, with kiln.autograd.set_detect_anomaly(True)."
+            )
+        if self.is_output and state.grad_enabled:
+            alias = _make(data._storage, data._shape, data._stride, data._offset, data._dtype, data._device, data._vc)
+            alias._np = data._np
+            alias.grad_fn = self.node()
+            alias._requires_grad = True
+            alias._output_nr = self.output_nr
+            return alias
+        return data
+
+
+class BackwardNeeds:
+    """What a backward formula asks for, resolved once per op from its parameter names."""
+
+    __slots__ = ("arg_names", "arg_index", "result", "needs_input_grad", "multi_grad")
+
+    def __init__(self, arg_names, arg_index, result, needs_input_grad, multi_grad):
+        self.arg_names = arg_names
+        self.arg_index = arg_index
+        self.result = result
+        self.needs_input_grad = needs_input_grad
+        self.multi_grad = multi_grad
+
+
+def backward_needs(opdef, fn: Callable) -> BackwardNeeds:
+    """Read a formula's parameter names (see the module docstring)."""
+    params = list(inspect.signature(fn).parameters)
+    if not params or params[0] not in ("grad", "grads"):
+        raise TypeError(f"backward formula of {opdef.name} must take 'grad' or 'grads' first, got {params}")
+    names, index = [], []
+    result = needs = False
+    for p in params[1:]:
+        if p == "result":
+            result = True
+        elif p == "needs_input_grad":
+            needs = True
+        elif p in opdef.param_names:
+            names.append(p)
+            index.append(opdef.param_names.index(p))
+        else:
+            raise TypeError(f"backward formula of {opdef.name} asks for unknown {p!r}")
+    return BackwardNeeds(tuple(names), tuple(index), result, needs, params[0] == "grads")
+
+
+def _camel(name: str) -> str:
+    return "".join(part[:1].upper() + part[1:] for part in name.strip("_").split("_"))
+
+
+_NODE_CLASSES: dict[str, type] = {}
+
+
+def _node_class(opdef) -> type:
+    cls = _NODE_CLASSES.get(opdef.name)
+    if cls is None:
+        cls = type(f"{_camel(opdef.name)}Backward0", (OpNode,), {"__slots__": ()})
+        _NODE_CLASSES[opdef.name] = cls
+    return cls
+
+
+class OpNode(Node):
+    """A node recorded for a kiln op; its backward formula comes from the op definition."""
+
+    __slots__ = ("op", "saved", "input_meta", "layout", "output_meta", "freed")
+
+    @property
+    def num_outputs(self) -> int:
+        return len(self.output_meta)
+
+    def apply(self, grads: tuple) -> tuple:
+        opdef = self.op
+        needs: BackwardNeeds = opdef._backward_needs
+        if self.freed and any(isinstance(v, SavedTensor) for v in self.saved.values()):
+            raise RuntimeError(_FREED_MESSAGE)
+        kwargs = {}
+        for name, value in self.saved.items():
+            kwargs[name] = value.unpack(self) if isinstance(value, SavedTensor) else value
+        if needs.needs_input_grad:
+            nf = self.next_functions
+            kwargs["needs_input_grad"] = tuple(
+                False
+                if entry is None
+                else (any(nf[e][0] is not None for e in entry) if isinstance(entry, list) else nf[entry][0] is not None)
+                for entry in self.layout
+            )
+        if needs.multi_grad:
+            full = []
+            for g, (shape, dtype, dev) in zip(grads, self.output_meta):
+                if g is None:
+                    from kiln._ops.creation import zeros
+
+                    g = zeros(shape, dtype=dtype, device=dev)
+                full.append(g)
+            result = opdef.backward(tuple(full), **kwargs)
+        else:
+            result = opdef.backward(grads[0], **kwargs)
+        if len(self.layout) == 1 and not isinstance(result, tuple):
+            result = (result,)
+        out = [None] * len(self.next_functions)
+        for entry, g in zip(self.layout, result):
+            if entry is None or g is None:
+                continue
+            if isinstance(entry, list):
+                for e, gi in zip(entry, g):
+                    if e is not None and gi is not None:
+                        out[e] = gi
+            else:
+                out[entry] = g
+        for i, g in enumerate(out):
+            if g is not None and self.next_functions[i][0] is not None:
+                out[i] = _fit_to_input(g, self.input_meta[i], self, i)
+        return tuple(out)
+
+    def release(self) -> None:
+        self.freed = True
+        for v in self.saved.values():
+            if isinstance(v, SavedTensor):
+                v.freed = True
+                v.data = None
+
+
+def _fit_to_input(g: Tensor, meta: tuple, node: Node, i: int) -> Tensor:
+    """Reduce a broadcast gradient to the input's shape and cast it to the input's dtype."""
+    shape, dtype, dev = meta
+    if g._shape != shape:
+        from kiln._ops.reduction import sum_to_size
+
+        try:
+            g = sum_to_size(g, shape)
+        except RuntimeError as exc:
+            raise RuntimeError(
+                f"Function {node.name()} returned an invalid gradient at index {i} - got {list(g._shape)} but "
+                f"expected shape compatible with {list(shape)}"
+            ) from exc
+    if g._dtype is not dtype:
+        g = g.to(dtype)
+    return g
+
+
+def _edge(t: Tensor) -> tuple:
+    if not t._requires_grad:
+        return (None, 0)
+    if t.grad_fn is not None:
+        return (t.grad_fn, t._output_nr)
+    acc = t._accumulator
+    if acc is None:
+        acc = t._accumulator = AccumulateGrad(t)
+    return (acc, 0)
+
+
+def gradient_edge(t: Tensor) -> tuple:
+    """The ``(node, output_nr)`` a gradient for ``t`` flows into."""
+    return _edge(t)
+
+
+def record(opdef, args: tuple, out) -> None:
+    """Record ``opdef(*args) -> out`` on the tape (called by the dispatcher when an input requires grad)."""
+    needs: BackwardNeeds = opdef._backward_needs
+    edges = []
+    input_meta = []
+    layout = []
+    for i in opdef.tensor_params:
+        a = args[i]
+        if isinstance(a, Tensor):
+            layout.append(len(edges))
+            edges.append(_edge(a))
+            input_meta.append((a._shape, a._dtype, a._device))
+        elif isinstance(a, (list, tuple)) and a and isinstance(a[0], Tensor):
+            sub = []
+            for t in a:
+                sub.append(len(edges))
+                edges.append(_edge(t))
+                input_meta.append((t._shape, t._dtype, t._device))
+            layout.append(sub)
+        else:
+            layout.append(None)
+    node = _node_class(opdef)(tuple(edges))
+    node.op = opdef
+    node.layout = layout
+    node.input_meta = input_meta
+    node.freed = False
+    outs = out if opdef.num_outputs > 1 else (out,)
+    node.output_meta = [(o._shape, o._dtype, o._device) for o in outs]
+    saved = {}
+    for name, idx in zip(needs.arg_names, needs.arg_index):
+        v = args[idx]
+        if isinstance(v, Tensor):
+            v = SavedTensor(v)
+        elif isinstance(v, (list, tuple)) and v and isinstance(v[0], Tensor):
+            v = type(v)(v)  # lists of tensors are kept as given (shape/metadata use only)
+        saved[name] = v
+    for k in opdef.differentiable_outputs:
+        o = outs[k]
+        if o._dtype.is_floating_point:
+            o.grad_fn = node
+            o._requires_grad = True
+            o._output_nr = k
+    if needs.result:
+        if opdef.num_outputs == 1:
+            saved["result"] = SavedTensor(out, True, node)
+        else:
+            saved["result"] = tuple(
+                SavedTensor(o, True, node) if o.grad_fn is node else o for o in outs
+            )
+    node.saved = saved
+
+
+# ---------------------------------------------------------------------------------------- hooks
+
+
+def _register_tensor_hook(t: Tensor, hook: Callable) -> RemovableHandle:
+    if t.grad_fn is not None:
+        return t.grad_fn._add_tensor_pre_hook(t._output_nr, hook)
+    if t._hooks is None:
+        t._hooks = []
+    t._hooks.append(hook)
+    return RemovableHandle(t._hooks, hook)
+
+
+def _register_retain_grad(t: Tensor) -> None:
+    ref = weakref.ref(t)
+
+    def retain(grad):
+        tensor = ref()
+        if tensor is not None and tensor._retains_grad:
+            g = grad if state.grad_enabled else grad.detach()
+            if tensor.grad is None:
+                tensor.grad = g.clone() if not state.grad_enabled else g
+            else:
+                tensor.grad = tensor.grad + g
+        return None
+
+    retain._kiln_retain_grad = True
+    t.grad_fn._add_tensor_pre_hook(t._output_nr, retain)
+
+
+def _run_tensor_hooks(hooks: list, grad: Tensor) -> Tensor:
+    retain = []
+    for h in list(hooks):
+        if getattr(h, "_kiln_retain_grad", False):
+            retain.append(h)
+            continue
+        r = h(grad)
+        if r is not None:
+            grad = r
+    for h in retain:  # retain_grad sees the gradient after every other hook
+        h(grad)
+    return grad
+
+
+# ---------------------------------------------------------------------------------------- engine
+
+
+def _accumulate_into_leaf(t: Tensor, g: Tensor, create_graph: bool) -> None:
+    if t._hooks:
+        g = _run_tensor_hooks(t._hooks, g)
+    if t.grad is None:
+        t.grad = g if create_graph else g.detach().clone()
+    elif create_graph or t.grad._requires_grad:
+        t.grad = t.grad + g
+    else:
+        from kiln._tensor import _no_grad
+
+        with _no_grad():
+            t.grad.add_(g)
+
+
+def run_backward(
+    roots: Sequence[tuple[Node, int, Tensor]],
+    keep_graph: bool,
+    create_graph: bool,
+    inputs: Sequence[Tensor] | None = None,
+    accumulate: bool = True,
+) -> list:
+    """Propagate gradients from ``roots``; with ``inputs``, return their gradients (and accumulate
+    only into them when ``accumulate``)."""
+    # Targets: where gradients are captured instead of flowing on.
+    capture: dict[tuple[int, int], int] = {}
+    captured: list = []
+    if inputs is not None:
+        captured = [None] * len(inputs)
+        for k, t in enumerate(inputs):
+            node, nr = _edge(t)
+            if node is None:
+                continue
+            capture[(id(node), nr)] = k
+    # Dependencies (and, with inputs, which nodes lead to one of them).
+    deps: dict[Node, int] = {}
+    order: list[Node] = []
+    seen = set()
+    stack = [r[0] for r in roots]
+    for n in stack:
+        seen.add(n)
+    while stack:
+        node = stack.pop()
+        order.append(node)
+        for nxt, _ in node.next_functions:
+            if nxt is None:
+                continue
+            if nxt not in seen:
+                seen.add(nxt)
+                stack.append(nxt)
+    needed: set | None = None
+    if inputs is not None:
+        target_nodes = {key[0] for key in capture}
+        needed = set()
+        # reverse topological sweep: a node is needed if it is a target or feeds a needed node
+        for node in _topo_sorted(order):
+            if id(node) in target_nodes or any(n in needed for n, _ in node.next_functions if n is not None):
+                needed.add(node)
+    for node in order:
+        for nxt, _ in node.next_functions:
+            if nxt is None or (needed is not None and nxt not in needed):
+                continue
+            deps[nxt] = deps.get(nxt, 0) + 1
+
+    buffers: dict[Node, list] = {}
+    heap: list = []
+    counter = itertools.count()
+    for node, nr, g in roots:
+        buf = buffers.get(node)
+        if buf is None:
+            buf = buffers[node] = [None] * max(node.num_outputs, nr + 1)
+        buf[nr] = g if buf[nr] is None else buf[nr] + g
+    for node in buffers:
+        if deps.get(node, 0) == 0:
+            heapq.heappush(heap, (-node._seq, next(counter), node))
+
+    prev = state.grad_enabled
+    state.grad_enabled = create_graph
+    try:
+        while heap:
+            _, _, node = heapq.heappop(heap)
+            grads = buffers.pop(node)
+            if node._tensor_pre_hooks:
+                for nr, hooks in node._tensor_pre_hooks.items():
+                    if nr < len(grads) and grads[nr] is not None and hooks:
+                        grads[nr] = _run_tensor_hooks(hooks, grads[nr])
+            if capture:
+                for nr, g in enumerate(grads):
+                    k = capture.get((id(node), nr))
+                    if k is not None and g is not None:
+                        if isinstance(node, AccumulateGrad) and node.variable._hooks:
+                            g = _run_tensor_hooks(node.variable._hooks, g)
+                        captured[k] = g
+            if isinstance(node, AccumulateGrad):
+                if inputs is None or (accumulate and (id(node), 0) in capture):
+                    g = grads[0]
+                    if g is not None:
+                        if inputs is not None:
+                            # hooks already ran at capture
+                            t = node.variable
+                            if t.grad is None:
+                                t.grad = g if create_graph else g.detach().clone()
+                            else:
+                                t.grad = t.grad + g if create_graph else t.grad.add_(g.detach())
+                        else:
+                            _accumulate_into_leaf(node.variable, g, create_graph)
+                continue
+            if needed is not None and node not in needed:
+                continue
+            if node._pre_hooks:
+                for h in node._pre_hooks:
+                    r = h(tuple(grads))
+                    if r is not None:
+                        grads = list(r)
+            if all(g is None for g in grads):
+                outs = (None,) * len(node.next_functions)
+            else:
+                outs = _apply_node(node, tuple(grads))
+            if node._post_hooks:
+                for h in node._post_hooks:
+                    r = h(outs, tuple(grads))
+                    if r is not None:
+                        outs = tuple(r)
+            if not keep_graph:
+                node.release()
+            for (nxt, nr), g in zip(node.next_functions, outs):
+                if nxt is None or (needed is not None and nxt not in needed):
+                    continue
+                buf = buffers.get(nxt)
+                if buf is None:
+                    buf = buffers[nxt] = [None] * max(nxt.num_outputs, nr + 1)
+                if nr >= len(buf):
+                    buf.extend([None] * (nr + 1 - len(buf)))
+                if g is not None:
+                    buf[nr] = g if buf[nr] is None else buf[nr] + g
+                deps[nxt] -= 1
+                if deps[nxt] == 0:
+                    heapq.heappush(heap, (-nxt._seq, next(counter), nxt))
+    finally:
+        state.grad_enabled = prev
+    return captured
+
+
+def _apply_node(node: Node, grads: tuple) -> tuple:
+    if not anomaly["enabled"]:
+        return node.apply(grads)
+    try:
+        outs = node.apply(grads)
+    except Exception:
+        tb = node.metadata.get("traceback_")
+        if tb:
+            warnings.warn(
+                f"Error detected in {node.name()}. Traceback of forward call that caused the error:\n{''.join(tb)}",
+                stacklevel=2,
+            )
+        raise
+    if anomaly["check_nan"]:
+        for i, g in enumerate(outs):
+            if g is not None and g._dtype.is_floating_point:
+                from kiln._ops.elementwise import isnan
+
+                if isnan(g.detach()).any().item():
+                    raise RuntimeError(f"Function '{node.name()}' returned nan values in its {i}th output.")
+    return outs
+
+
+def _topo_sorted(nodes: list[Node]) -> list[Node]:
+    """Nodes ordered so that every node comes after everything it feeds into (leaves first)."""
+    node_set = set(nodes)
+    out: list[Node] = []
+    state_: dict[Node, int] = {}
+    for root in nodes:
+        if root in state_:
+            continue
+        stack = [(root, iter(root.next_functions))]
+        state_[root] = 1
+        while stack:
+            node, it = stack[-1]
+            advanced = False
+            for nxt, _ in it:
+                if nxt is not None and nxt in node_set and nxt not in state_:
+                    state_[nxt] = 1
+                    stack.append((nxt, iter(nxt.next_functions)))
+                    advanced = True
+                    break
+            if not advanced:
+                stack.pop()
+                out.append(node)
+    return out

@@ -1,0 +1,53 @@
+"""Autograd for in-place writes through views.
+
+When an in-place op writes into a view, the *base* tensor's values change, so the base gets a new
+history: a :class:`CopySlices` node that routes the incoming gradient for the written region through
+the in-place op's own node and passes the rest straight to the base's old history. The view then
+becomes a fresh ``as_strided`` view of the base, so later uses of either see the new history.
+"""
+
+from __future__ import annotations
+
+from kiln._tensor import Tensor
+from kiln.autograd.graph import Node, _edge
+
+
+class CopySlices(Node):
+    """The history of a base tensor after an in-place op wrote into one of its views."""
+
+    __slots__ = ("base_meta", "view_geometry", "fn")
+
+    def name(self) -> str:
+        return "CopySlices"
+
+    def apply(self, grads: tuple) -> tuple:
+        from kiln._ops.strided import as_strided_scatter_zero, strided_view_of_like
+
+        (grad,) = grads
+        shape, stride, offset = self.view_geometry
+        # The gradient laid out like the base (same strides), so the view's geometry applies to it.
+        region = strided_view_of_like(grad, self.base_meta, shape, stride, offset)
+        fn_grads = self.fn.apply((region,))
+        rest = as_strided_scatter_zero(grad, self.base_meta, shape, stride, offset)
+        return (rest, *fn_grads)
+
+    def release(self) -> None:
+        self.fn.release()
+
+
+def rebase_view_history(view: Tensor, out: Tensor) -> None:
+    """``view`` was overwritten in place with ``out`` (which carries the op's node): rewrite history."""
+    from kiln._ops.strided import as_strided
+
+    base = view._base
+    node = CopySlices((_edge(base), *out.grad_fn.next_functions))
+    node.base_meta = (base._shape, base._stride, base._offset, base._dtype, base._device)
+    node.view_geometry = (view._shape, view._stride, view._offset)
+    node.fn = out.grad_fn
+    base.grad_fn = node
+    base._output_nr = 0
+    base._requires_grad = True
+    fresh = as_strided(base, view._shape, view._stride, view._offset)
+    view.grad_fn = fresh.grad_fn
+    view._output_nr = 0
+    view._requires_grad = True

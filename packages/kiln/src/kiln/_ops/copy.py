@@ -57,8 +57,8 @@ def _to_copy_kernel(spec, input, dtype, device):
     return from_host(src, dtype, device)
 
 
-def _to_copy_backward(grad, input):
-    return grad.to(input._device, input._dtype)
+def _to_copy_backward(grad, input_device, input_dtype):
+    return grad.to(input_device, input_dtype)
 
 
 @op(meta=_to_copy_meta, reference=_to_copy_kernel, backward=_to_copy_backward)
@@ -271,6 +271,13 @@ def apply_inplace(self: Tensor, compute, needs_self: bool) -> Tensor:
     check_inplace(self, out._shape, out._dtype)
     call_kernel(_copy_from.op, (self, out.detach(), False))
     self._vc[0] += 1
+    if recording and not out._requires_grad and self._requires_grad:
+        # overwritten by values that need no gradient: the old history gets none for these elements
+        from kiln.autograd.graph import Overwritten
+
+        out = out.detach()
+        out.grad_fn = Overwritten(())
+        out._requires_grad = True
     if recording and out._requires_grad:
         if self._base is not None:
             from kiln.autograd.inplace import rebase_view_history

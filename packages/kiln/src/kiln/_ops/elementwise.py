@@ -433,10 +433,23 @@ def _sigmoid_np(a):
 
 
 sigmoid = _unary("sigmoid", _sigmoid_np, lambda grad, result: grad * result * (1 - result), "Logistic sigmoid ``1 / (1 + exp(-input))``.")
+def _threshold_backward_meta(grad, result):
+    return (grad._shape, grad._dtype, grad._device)
+
+
+@op(
+    meta=_threshold_backward_meta,
+    reference=lambda spec, g, r: np.where(r > 0, g, np.zeros((), g.dtype)),
+    backward=lambda grad, result: (where(result > 0, grad, 0.0), None),
+)
+def _threshold_backward(grad: Tensor, result: Tensor) -> Tensor:
+    """``grad`` where ``result > 0``, else 0: the gradient of ``relu`` in one kernel."""
+
+
 relu = _unary(
     "relu",
     lambda a: np.maximum(a, np.zeros((), a.dtype)),
-    lambda grad, result: grad * (result > 0),
+    lambda grad, result: _threshold_backward(grad, result),
     "Rectified linear unit ``max(input, 0)`` elementwise.",
     int_to_float=False,
     allow_bool=False,

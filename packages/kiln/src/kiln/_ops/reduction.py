@@ -26,7 +26,7 @@ def _reduced_shape(shape: tuple, dims: tuple, keepdim: bool) -> tuple:
 
 def expand_reduced(grad: Tensor, shape: tuple, dims: tuple, keepdim: bool) -> Tensor:
     """Broadcast a reduction's gradient back to the input ``shape`` (a view, no copy)."""
-    if not keepdim and shape:
+    if not keepdim and shape and len(dims) < len(shape):  # a full reduction expands from 0-d directly
         for d in dims:
             grad = grad.unsqueeze(d)
     return grad.expand(shape)
@@ -57,8 +57,8 @@ def _sum_ref(spec, a, dim=None, keepdim=False, dtype=None):
     return np.sum(a, axis=_np_axes(a, spec[3]), keepdims=keepdim, dtype=compute)
 
 
-def _sum_backward(grad, input, dim, keepdim):
-    return expand_reduced(grad, input._shape, reduce_dims(dim, len(input._shape)), keepdim)
+def _sum_backward(grad, input_shape, dim, keepdim):
+    return expand_reduced(grad, input_shape, reduce_dims(dim, len(input_shape)), keepdim)
 
 
 @op(meta=_sum_meta, reference=_sum_ref, backward=_sum_backward, autocast="fp32", methods=("sum",))
@@ -86,12 +86,12 @@ def _mean_ref(spec, a, dim=None, keepdim=False, dtype=None):
         return np.mean(a, axis=_np_axes(a, spec[3]), keepdims=keepdim, dtype=compute)
 
 
-def _mean_backward(grad, input, dim, keepdim):
-    dims = reduce_dims(dim, len(input._shape))
+def _mean_backward(grad, input_shape, dim, keepdim):
+    dims = reduce_dims(dim, len(input_shape))
     count = 1
     for d in dims:
-        count *= input._shape[d] if input._shape else 1
-    return expand_reduced(grad, input._shape, dims, keepdim) / builtins.max(count, 1)
+        count *= input_shape[d] if input_shape else 1
+    return expand_reduced(grad, input_shape, dims, keepdim) / builtins.max(count, 1)
 
 
 @op(meta=_mean_meta, reference=_mean_ref, backward=_mean_backward, autocast="fp32", methods=("mean",))
@@ -193,11 +193,11 @@ _argmax_np = _nan_aware(np.argmax)
 _argmin_np = _nan_aware(np.argmin)
 
 
-def _dim_extreme_backward(grads, input, dim, keepdim, result):
+def _dim_extreme_backward(grads, input_shape, input_device, dim, keepdim, result):
     from kiln._ops.creation import arange
 
     grad = grads[0]
-    nd = len(input._shape)
+    nd = len(input_shape)
     if nd == 0:
         return grad
     d = wrap_dim(dim, nd)
@@ -205,7 +205,7 @@ def _dim_extreme_backward(grads, input, dim, keepdim, result):
     if not keepdim:
         grad = grad.unsqueeze(d)
         indices = indices.unsqueeze(d)
-    positions = arange(input._shape[d], device=input._device).reshape((-1,) + (1,) * (nd - 1 - d))
+    positions = arange(input_shape[d], device=input_device).reshape((-1,) + (1,) * (nd - 1 - d))
     return where(eq(positions, indices), grad, 0.0)
 
 

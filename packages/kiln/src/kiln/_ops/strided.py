@@ -54,9 +54,9 @@ def _as_strided_kernel(spec, input, *args):
     return make_view(input, shape, stride, offset)
 
 
-def _as_strided_backward(grad, input, size, stride, storage_offset):
-    geometry = (input._shape, input._stride, input._offset)
-    offset = input._offset if storage_offset is None else int(storage_offset)
+def _as_strided_backward(grad, input_shape, input_stride, input_offset, size, stride, storage_offset):
+    geometry = (input_shape, input_stride, input_offset)
+    offset = input_offset if storage_offset is None else int(storage_offset)
     return _as_strided_grad(grad, geometry, (tuple(size), tuple(stride), offset))
 
 

@@ -123,7 +123,7 @@ def _view_meta(input, size):
     return (shape, input._dtype, input._device, stride, input._offset)
 
 
-@op(meta=_view_meta, reference=_view_kernel, backward=lambda grad, input: grad.reshape(input._shape))
+@op(meta=_view_meta, reference=_view_kernel, backward=lambda grad, input_shape: grad.reshape(input_shape))
 def view(input: Tensor, size: Shape) -> Tensor:
     """A view of ``input`` with a new shape (one ``-1`` is inferred); never copies."""
 
@@ -212,7 +212,7 @@ def _permute_meta(input, dims):
     )
 
 
-def _permute_backward(grad, input, dims):
+def _permute_backward(grad, dims):
     nd = len(dims)
     inv = [0] * nd
     for i, d in enumerate(dims):
@@ -363,7 +363,7 @@ def _squeeze_meta(input, dim=None):
     )
 
 
-@op(meta=_squeeze_meta, reference=_view_kernel, backward=lambda grad, input: grad.reshape(input._shape), methods=("squeeze",))
+@op(meta=_squeeze_meta, reference=_view_kernel, backward=lambda grad, input_shape: grad.reshape(input_shape), methods=("squeeze",))
 def squeeze(input: Tensor, dim: int | tuple | None = None) -> Tensor:
     """A view without size-1 dims (all of them, or those in ``dim``)."""
 
@@ -436,7 +436,7 @@ def _index_meta(input, key):
     return (tuple(shape), input._dtype, input._device, tuple(stride), offset)
 
 
-@op(meta=_index_meta, reference=_view_kernel, backward=lambda grad, input, key: _index_backward(grad, input._shape, key))
+@op(meta=_index_meta, reference=_view_kernel, backward=lambda grad, input_shape, key: _index_backward(grad, input_shape, key))
 def _index_view(input: Tensor, key: tuple) -> Tensor:
     """Basic indexing (ints, slices, None) as a view; ``key`` is already normalised."""
 

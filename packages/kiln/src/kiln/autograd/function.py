@@ -54,10 +54,6 @@ class _FunctionNode(Node):
     def name(self) -> str:
         return self._name
 
-    @property
-    def num_outputs(self) -> int:
-        return len(self.output_meta)
-
     def apply(self, grads: tuple) -> tuple:
         ctx = self.ctx
         if ctx.materialize_grads:
@@ -146,7 +142,7 @@ class Function(metaclass=_FunctionMeta):
         outs = (outputs,) if single else outputs
         if not record:
             return outputs
-        node = _FunctionNode(tuple(_edge(args[i]) for i in positions))
+        node = _FunctionNode(tuple(_edge(args[i]) for i in positions), len(outs))
         node.fn_cls = cls
         node.ctx = ctx
         node._name = cls._backward_name

@@ -2,9 +2,10 @@
 
 Backward formulas (``op(backward=...)``) are plain functions whose first parameter receives the
 output gradient (``grad``; or ``grads``, a tuple with one entry per output, for multi-output ops) and
-whose other parameters are named after what they need: any parameter of the op, ``result`` (the op's
-output, or tuple of outputs), or ``needs_input_grad`` (a tuple of bools, one per tensor parameter).
-Only what a formula names is saved. It returns one gradient per tensor parameter (a list for a
+whose other parameters are named after what they need: any parameter of the op; ``<param>_shape``,
+``_dtype``, ``_device``, ``_stride`` or ``_offset`` for a tensor parameter's metadata alone (nothing is saved, so a
+later in-place write to it is no error); ``result`` (the op's output, or tuple of outputs); or
+``needs_input_grad`` (a tuple of bools, one per tensor parameter). Only what a formula names is saved. It returns one gradient per tensor parameter (a list for a
 tensor-list parameter; ``None`` where there is none); the engine reduces broadcast gradients to each
 input's shape and casts them to its dtype, so formulas stay short.
 """
@@ -61,10 +62,11 @@ class Node:
     where the input needs no gradient).
     """
 
-    __slots__ = ("next_functions", "_seq", "_tensor_pre_hooks", "_pre_hooks", "_post_hooks", "metadata", "__weakref__")
+    __slots__ = ("next_functions", "n_out", "_seq", "_tensor_pre_hooks", "_pre_hooks", "_post_hooks", "metadata", "__weakref__")
 
-    def __init__(self, next_functions: tuple):
+    def __init__(self, next_functions: tuple, n_out: int = 1):
         self.next_functions = next_functions
+        self.n_out = n_out
         self._seq = next(_seq)
         self._tensor_pre_hooks: dict[int, list] | None = None
         self._pre_hooks: list | None = None
@@ -113,7 +115,8 @@ class Node:
 
     @property
     def num_outputs(self) -> int:
-        return 1
+        """How many outputs the recorded operation had."""
+        return self.n_out
 
 
 class AccumulateGrad(Node):
@@ -128,6 +131,19 @@ class AccumulateGrad(Node):
 
     def name(self) -> str:
         return "torch::autograd::AccumulateGrad".replace("torch", "kiln")
+
+    def apply(self, grads: tuple) -> tuple:
+        return ()
+
+
+class Overwritten(Node):
+    """History of values written in place from something that needs no gradient (``fill_``, ``copy_``
+    from a constant): gradients stop here."""
+
+    __slots__ = ()
+
+    def name(self) -> str:
+        return "CopyBackwards"
 
     def apply(self, grads: tuple) -> tuple:
         return ()
@@ -184,14 +200,18 @@ class SavedTensor:
         return data
 
 
+_META_SUFFIXES = ("shape", "dtype", "device", "stride", "offset")
+
+
 class BackwardNeeds:
     """What a backward formula asks for, resolved once per op from its parameter names."""
 
-    __slots__ = ("arg_names", "arg_index", "result", "needs_input_grad", "multi_grad")
+    __slots__ = ("arg_names", "arg_index", "meta_names", "result", "needs_input_grad", "multi_grad")
 
-    def __init__(self, arg_names, arg_index, result, needs_input_grad, multi_grad):
+    def __init__(self, arg_names, arg_index, meta_names, result, needs_input_grad, multi_grad):
         self.arg_names = arg_names
         self.arg_index = arg_index
+        self.meta_names = meta_names  # (formula parameter, op parameter index, attribute)
         self.result = result
         self.needs_input_grad = needs_input_grad
         self.multi_grad = multi_grad
@@ -202,9 +222,10 @@ def backward_needs(opdef, fn: Callable) -> BackwardNeeds:
     params = list(inspect.signature(fn).parameters)
     if not params or params[0] not in ("grad", "grads"):
         raise TypeError(f"backward formula of {opdef.name} must take 'grad' or 'grads' first, got {params}")
-    names, index = [], []
+    names, index, metas = [], [], []
     result = needs = False
     for p in params[1:]:
+        base, _, suffix = p.rpartition("_")
         if p == "result":
             result = True
         elif p == "needs_input_grad":
@@ -212,9 +233,11 @@ def backward_needs(opdef, fn: Callable) -> BackwardNeeds:
         elif p in opdef.param_names:
             names.append(p)
             index.append(opdef.param_names.index(p))
+        elif suffix in _META_SUFFIXES and base in opdef.param_names:
+            metas.append((p, opdef.param_names.index(base), "_" + suffix))
         else:
             raise TypeError(f"backward formula of {opdef.name} asks for unknown {p!r}")
-    return BackwardNeeds(tuple(names), tuple(index), result, needs, params[0] == "grads")
+    return BackwardNeeds(tuple(names), tuple(index), tuple(metas), result, needs, params[0] == "grads")
 
 
 def _camel(name: str) -> str:
@@ -236,10 +259,6 @@ class OpNode(Node):
     """A node recorded for a kiln op; its backward formula comes from the op definition."""
 
     __slots__ = ("op", "saved", "input_meta", "layout", "output_meta", "freed")
-
-    @property
-    def num_outputs(self) -> int:
-        return len(self.output_meta)
 
     def apply(self, grads: tuple) -> tuple:
         opdef = self.op
@@ -348,7 +367,7 @@ def record(opdef, args: tuple, out) -> None:
             layout.append(sub)
         else:
             layout.append(None)
-    node = _node_class(opdef)(tuple(edges))
+    node = _node_class(opdef)(tuple(edges), opdef.num_outputs)
     node.op = opdef
     node.layout = layout
     node.input_meta = input_meta
@@ -363,6 +382,8 @@ def record(opdef, args: tuple, out) -> None:
         elif isinstance(v, (list, tuple)) and v and isinstance(v[0], Tensor):
             v = type(v)(v)  # lists of tensors are kept as given (shape/metadata use only)
         saved[name] = v
+    for name, idx, attr in needs.meta_names:
+        saved[name] = getattr(args[idx], attr)
     for k in opdef.differentiable_outputs:
         o = outs[k]
         if o._dtype.is_floating_point:
@@ -425,8 +446,8 @@ def _run_tensor_hooks(hooks: list, grad: Tensor) -> Tensor:
 # ---------------------------------------------------------------------------------------- engine
 
 
-def _accumulate_into_leaf(t: Tensor, g: Tensor, create_graph: bool) -> None:
-    if t._hooks:
+def _accumulate_into_leaf(t: Tensor, g: Tensor, create_graph: bool, run_hooks: bool = True) -> None:
+    if run_hooks and t._hooks:
         g = _run_tensor_hooks(t._hooks, g)
     if t.grad is None:
         t.grad = g if create_graph else g.detach().clone()
@@ -458,35 +479,33 @@ def run_backward(
             if node is None:
                 continue
             capture[(id(node), nr)] = k
-    # Dependencies (and, with inputs, which nodes lead to one of them).
+    # Dependencies: how many edges reach each node (with inputs: only among nodes that lead to one).
     deps: dict[Node, int] = {}
+    stack = list({r[0]: None for r in roots})
+    seen = set(stack)
     order: list[Node] = []
-    seen = set()
-    stack = [r[0] for r in roots]
-    for n in stack:
-        seen.add(n)
     while stack:
         node = stack.pop()
         order.append(node)
         for nxt, _ in node.next_functions:
-            if nxt is None:
-                continue
-            if nxt not in seen:
-                seen.add(nxt)
-                stack.append(nxt)
+            if nxt is not None:
+                deps[nxt] = deps.get(nxt, 0) + 1
+                if nxt not in seen:
+                    seen.add(nxt)
+                    stack.append(nxt)
     needed: set | None = None
     if inputs is not None:
         target_nodes = {key[0] for key in capture}
         needed = set()
-        # reverse topological sweep: a node is needed if it is a target or feeds a needed node
-        for node in _topo_sorted(order):
+        for node in _topo_sorted(order):  # leaves first: a node is needed if it feeds a needed node
             if id(node) in target_nodes or any(n in needed for n, _ in node.next_functions if n is not None):
                 needed.add(node)
-    for node in order:
-        for nxt, _ in node.next_functions:
-            if nxt is None or (needed is not None and nxt not in needed):
-                continue
-            deps[nxt] = deps.get(nxt, 0) + 1
+        deps = {}
+        for node in order:
+            if node in needed:
+                for nxt, _ in node.next_functions:
+                    if nxt is not None and nxt in needed:
+                        deps[nxt] = deps.get(nxt, 0) + 1
 
     buffers: dict[Node, list] = {}
     heap: list = []
@@ -494,7 +513,7 @@ def run_backward(
     for node, nr, g in roots:
         buf = buffers.get(node)
         if buf is None:
-            buf = buffers[node] = [None] * max(node.num_outputs, nr + 1)
+            buf = buffers[node] = [None] * max(node.n_out, nr + 1)
         buf[nr] = g if buf[nr] is None else buf[nr] + g
     for node in buffers:
         if deps.get(node, 0) == 0:
@@ -518,18 +537,10 @@ def run_backward(
                             g = _run_tensor_hooks(node.variable._hooks, g)
                         captured[k] = g
             if isinstance(node, AccumulateGrad):
-                if inputs is None or (accumulate and (id(node), 0) in capture):
-                    g = grads[0]
-                    if g is not None:
-                        if inputs is not None:
-                            # hooks already ran at capture
-                            t = node.variable
-                            if t.grad is None:
-                                t.grad = g if create_graph else g.detach().clone()
-                            else:
-                                t.grad = t.grad + g if create_graph else t.grad.add_(g.detach())
-                        else:
-                            _accumulate_into_leaf(node.variable, g, create_graph)
+                g = grads[0]
+                if g is not None and (inputs is None or (accumulate and (id(node), 0) in capture)):
+                    # with inputs, the leaf's hooks already ran when the gradient was captured
+                    _accumulate_into_leaf(node.variable, g, create_graph, run_hooks=inputs is None)
                 continue
             if needed is not None and node not in needed:
                 continue
@@ -554,7 +565,7 @@ def run_backward(
                     continue
                 buf = buffers.get(nxt)
                 if buf is None:
-                    buf = buffers[nxt] = [None] * max(nxt.num_outputs, nr + 1)
+                    buf = buffers[nxt] = [None] * max(nxt.n_out, nr + 1)
                 if nr >= len(buf):
                     buf.extend([None] * (nr + 1 - len(buf)))
                 if g is not None:

@@ -98,9 +98,7 @@ def docs(session: nox.Session) -> None:
     """The Sphinx site (docs/ -> docs/_build/html), with warnings treated as errors."""
     _prepare(session)
     _install_kiln(session, *DOCS_DEPS)
-    session.run(
-        "sphinx-build", "-W", "--keep-going", "-b", "html", "docs", "docs/_build/html", *session.posargs
-    )
+    session.run("sphinx-build", "-W", "--keep-going", "-b", "html", "docs", "docs/_build/html", *session.posargs)
 
 
 @nox.session
@@ -122,4 +120,3 @@ def demo(session: nox.Session) -> None:
     _prepare(session)
     _install_kiln(session)
     session.run("python", "docs/examples/train_synthetic.py", *session.posargs)
-

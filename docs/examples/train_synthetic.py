@@ -12,6 +12,7 @@ SGD + momentum under ``kiln.no_grad()``. Once kiln-nn and kiln-data exist, the s
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import sys
 import time
@@ -32,7 +33,7 @@ def make_spiral(n: int, noise: float = 0.05, turns: float = 1.5) -> tuple[kiln.T
 def init_mlp(sizes: list[int]) -> list[kiln.Tensor]:
     """Weights (He-normal) and zero biases of an MLP with layer widths ``sizes``, as leaf tensors."""
     params = []
-    for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
+    for fan_in, fan_out in itertools.pairwise(sizes):
         params.append((kiln.randn(fan_in, fan_out) * math.sqrt(2.0 / fan_in)).requires_grad_())
         params.append(kiln.zeros(fan_out, requires_grad=True))
     return params

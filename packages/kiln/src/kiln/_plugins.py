@@ -180,14 +180,7 @@ def load() -> None:
         pm.register(_reference, name=REFERENCE_PLUGIN)
         order.append((ref, _reference))
 
-        for hook in (
-            "kiln_register_devices",
-            "kiln_register_kernels",
-            "kiln_register_modes",
-            "kiln_register_collectives",
-            "kiln_register_compilers",
-            "kiln_register_extensions",
-        ):
+        for hook in _HOOKS:
             impls = {impl.plugin_name: impl for impl in getattr(pm.hook, hook).get_hookimpls()}
             for info, _module in order:
                 impl = impls.get(info.name)
@@ -199,10 +192,64 @@ def load() -> None:
         _loaded = True
 
 
-def _run_hook(info: PluginInfo, hook: str, fn: Callable) -> None:
+_HOOKS = (
+    "kiln_register_devices",
+    "kiln_register_kernels",
+    "kiln_register_modes",
+    "kiln_register_collectives",
+    "kiln_register_compilers",
+    "kiln_register_extensions",
+)
+
+
+def register_plugin(plugin: Any, name: str | None = None) -> PluginInfo:
+    """Register a plugin object (a module or any object with ``kiln_*`` hook functions) at run time.
+
+    Its kernels take precedence over every plugin loaded before it. Useful for tests and notebooks;
+    distributions should use the ``kiln`` entry-point group instead.
+    """
+    load()
+    with _lock:
+        name = name or getattr(plugin, "__name__", None) or type(plugin).__name__
+        if name in _plugins:
+            raise ValueError(f"a kiln plugin named {name!r} is already registered")
+        info = PluginInfo(name=name, module=getattr(plugin, "__name__", type(plugin).__name__))
+        _plugins[name] = info
+        for hook in _HOOKS:
+            fn = getattr(plugin, hook, None)
+            if callable(fn):
+                info.hooks.append(hook)
+                _run_hook(info, hook, fn, prepend=True)
+        _install_kernels()
+        if info.error and _strict():
+            raise RuntimeError(f"kiln plugin {name!r} failed to register (KILN_STRICT_PLUGINS=1)")
+        return info
+
+
+def unregister_plugin(name: str) -> None:
+    """Remove a plugin registered with :func:`register_plugin` and everything it registered."""
+    load()
+    with _lock:
+        info = _plugins.pop(name)
+        for dev in info.devices:
+            _devices.pop(dev, None)
+        for key in list(_kernels):
+            _kernels[key] = [e for e in _kernels[key] if e[2] != name]
+            if not _kernels[key]:
+                del _kernels[key]
+        for table, names in ((_modes, info.modes), (_collectives, info.collectives), (_compilers, info.compilers)):
+            for n in names:
+                table.pop(n, None)
+        for ext in info.extensions:
+            if _extensions.get(ext["name"]) is ext:
+                del _extensions[ext["name"]]
+        _install_kernels()
+
+
+def _run_hook(info: PluginInfo, hook: str, fn: Callable, prepend: bool = False) -> None:
     """Call one plugin's hook, committing its registrations only if the hook completes."""
     pending: list[Callable[[], None]] = []
-    register = _REGISTRARS[hook](info, pending)
+    register = _REGISTRARS[hook](info, pending, prepend)
     try:
         fn(register)
     except BaseException as exc:  # noqa: BLE001
@@ -217,7 +264,7 @@ def _run_hook(info: PluginInfo, hook: str, fn: Callable) -> None:
         commit()
 
 
-def _device_registrar(info: PluginInfo, pending: list):
+def _device_registrar(info: PluginInfo, pending: list, prepend: bool = False):
     def register(name: str, **contract) -> None:
         if not isinstance(name, str) or not name.isidentifier():
             raise ValueError(f"device type name must be an identifier, got {name!r}")
@@ -238,7 +285,7 @@ def _device_registrar(info: PluginInfo, pending: list):
     return register
 
 
-def _kernel_registrar(info: PluginInfo, pending: list):
+def _kernel_registrar(info: PluginInfo, pending: list, prepend: bool = False):
     from kiln._dispatch import OPS
 
     def register(op_name: str, device_type: str, kernel: Callable, dtypes=None) -> None:
@@ -249,7 +296,8 @@ def _kernel_registrar(info: PluginInfo, pending: list):
         dts = None if dtypes is None else frozenset(dtypes)
 
         def commit():
-            _kernels.setdefault((op_name, device_type), []).append((dts, kernel, info.name))
+            entries = _kernels.setdefault((op_name, device_type), [])
+            entries.insert(0, (dts, kernel, info.name)) if prepend else entries.append((dts, kernel, info.name))
             info.kernels.setdefault(device_type, []).append(op_name)
 
         pending.append(commit)
@@ -258,7 +306,7 @@ def _kernel_registrar(info: PluginInfo, pending: list):
 
 
 def _named_registrar(table: dict, field: str):
-    def make(info: PluginInfo, pending: list):
+    def make(info: PluginInfo, pending: list, prepend: bool = False):
         def register(name: str, obj: Any) -> None:
             def commit():
                 table.setdefault(name, obj)
@@ -271,7 +319,7 @@ def _named_registrar(table: dict, field: str):
     return make
 
 
-def _extension_registrar(info: PluginInfo, pending: list):
+def _extension_registrar(info: PluginInfo, pending: list, prepend: bool = False):
     def register(name: str, version: str, **extra) -> None:
         entry = {"name": name, "version": version, "plugin": info.name, **extra}
 
@@ -431,17 +479,17 @@ def resolve_kernel(opdef, dev: Device) -> Callable:
         k = opdef.kernels.get(dev.type)
         if k is not None:
             return k
-        dtype_ = device_type(dev)  # raises for unknown device types
+        contract = device_type(dev)  # raises for unknown device types
         from kiln._reference import generic_kernel
 
-        k = generic_kernel(opdef, dtype_)
+        k = generic_kernel(opdef, contract)
         if k is None:
             if os.environ.get("KILN_CPU_FALLBACK") == "1" and dev.type != "cpu":
                 k = _cpu_fallback(opdef, dev.type)
             else:
                 raise NotImplementedError(
                     f"The operator '{opdef.name}' is not currently implemented for the {dev.type} device "
-                    f"(plugin '{dtype_.plugin}'). Install a plugin that provides it, or set the environment "
+                    f"(plugin '{contract.plugin}'). Install a plugin that provides it, or set the environment "
                     f"variable KILN_CPU_FALLBACK=1 to run it on the CPU (slower: data is copied)."
                 )
         opdef.kernels[dev.type] = k
@@ -451,6 +499,7 @@ def resolve_kernel(opdef, dev: Device) -> Callable:
 def _cpu_fallback(opdef, dev_type: str) -> Callable:
     """Run an op on the CPU for a device without a kernel: copy in, compute, copy out, warn once."""
     from kiln._device import CPU
+    from kiln._ops.copy import to_device_raw, write_from_host
     from kiln._tensor import Tensor
 
     cpu_kernel = opdef.kernels.get("cpu") or resolve_kernel(opdef, CPU)
@@ -458,7 +507,7 @@ def _cpu_fallback(opdef, dev_type: str) -> Callable:
 
     def to_cpu(x):
         if isinstance(x, Tensor):
-            return x._to_device_raw(CPU) if x._device.type == dev_type else x
+            return to_device_raw(x, CPU) if x._device.type == dev_type else x
         if isinstance(x, (list, tuple)):
             return type(x)(to_cpu(v) for v in x)
         return x
@@ -484,11 +533,11 @@ def _cpu_fallback(opdef, dev_type: str) -> Callable:
         # in-place ops write through to their device-resident first argument
         for a, ca in zip(args, cpu_args):
             if isinstance(a, Tensor) and ca is not a and out is ca:
-                a._write_from_cpu(ca)
+                write_from_host(a, ca._numpy())
                 return a
         if isinstance(out, tuple):
-            return tuple(o._to_device_raw(target) for o in out)
-        return out._to_device_raw(target)
+            return tuple(to_device_raw(o, target) for o in out)
+        return to_device_raw(out, target)
 
     return fallback
 

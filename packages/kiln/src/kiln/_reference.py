@@ -109,9 +109,8 @@ def kiln_register_extensions(register):
 
 
 def generic_kernel(opdef, dev) -> Callable | None:
-    """A kernel any device type gets from its storage contract, or None (see ``_ops.copy``)."""
-    from kiln._ops.copy import GENERIC_KERNELS
-
-    make = GENERIC_KERNELS.get(opdef.name)
-    return None if make is None else make(dev)
+    """The op's kernel for any device type when it needs only metadata or the device contract
+    (views, creation, copies: marked ``device_generic``), else None."""
+    ref = opdef.reference
+    return ref if getattr(ref, "device_generic", False) else None
 

@@ -58,6 +58,7 @@ class Tensor:
         "_np",
         "_vc",
         "_base",
+        "_view_vc",
         "_requires_grad",
         "grad",
         "grad_fn",
@@ -544,6 +545,7 @@ def _make(storage, shape, stride, offset, dtype, device, version=None) -> Tensor
     t._np = None
     t._vc = [0] if version is None else version
     t._base = None
+    t._view_vc = 0
     t._requires_grad = False
     t.grad = None
     t.grad_fn = None
@@ -575,6 +577,7 @@ def from_array(a: np.ndarray, dtype: dt.dtype) -> Tensor:
     t._np = a
     t._vc = [0]
     t._base = None
+    t._view_vc = 0
     t._requires_grad = False
     t.grad = None
     t.grad_fn = None

@@ -55,9 +55,8 @@ def _as_strided_kernel(spec, input, *args):
 
 
 def _as_strided_backward(grad, input_shape, input_stride, input_offset, size, stride, storage_offset):
-    geometry = (input_shape, input_stride, input_offset)
     offset = input_offset if storage_offset is None else int(storage_offset)
-    return _as_strided_grad(grad, geometry, (tuple(size), tuple(stride), offset))
+    return as_strided_scatter(grad, (input_shape, input_stride, input_offset), (tuple(size), tuple(stride), offset))
 
 
 @op(meta=_as_strided_meta, reference=_as_strided_kernel, backward=_as_strided_backward)
@@ -68,41 +67,41 @@ def as_strided(input: Tensor, size: tuple, stride: tuple, storage_offset: int | 
 Tensor.as_strided = as_strided
 
 
-def _as_strided_grad_meta(grad, input_geometry, view_geometry):
-    return (input_geometry[0], grad._dtype, grad._device)
+def _storage_buffer(input_geometry, view_geometry, np_dtype) -> np.ndarray:
+    n = max(_span_end(*input_geometry), _span_end(*view_geometry))
+    return np.zeros(n, dtype=np_dtype)
 
 
-def _as_strided_grad_ref(spec, g, input_geometry, view_geometry):
-    in_shape, in_stride, in_offset = input_geometry
-    shape, stride, offset = view_geometry
-    n = max(_span_end(in_shape, in_stride, in_offset), _span_end(shape, stride, offset))
-    buf = np.zeros(n, dtype=np.float64 if g.dtype.itemsize >= 8 else np.float32)
-    np.add.at(buf, _positions(shape, stride, offset), g.reshape(-1))
-    return buf[_positions(in_shape, in_stride, in_offset)].reshape(in_shape)
+def _compute_dtype(a: np.ndarray):
+    return np.float64 if a.dtype.itemsize >= 8 else np.float32
 
 
-@op(meta=_as_strided_grad_meta, reference=_as_strided_grad_ref)
-def _as_strided_grad(grad: Tensor, input_geometry: tuple, view_geometry: tuple) -> Tensor:
-    """Gradient of ``as_strided``: ``grad`` scattered (summing overlaps) back into the input's geometry."""
+def _scatter_ref(spec, g, input_geometry, view_geometry):
+    buf = _storage_buffer(input_geometry, view_geometry, _compute_dtype(g))
+    np.add.at(buf, _positions(*view_geometry), g.reshape(-1))
+    return buf[_positions(*input_geometry)].reshape(input_geometry[0])
 
 
-def strided_view_of_like(grad: Tensor, base_meta: tuple, shape, stride, offset) -> Tensor:
-    """The elements a view geometry selects from ``grad`` laid out like the base (no autograd)."""
-    b_shape, b_stride, b_offset, _dtype, _dev = base_meta
-    g = host_array(grad.detach())
-    n = max(_span_end(b_shape, b_stride, b_offset), _span_end(shape, stride, offset))
-    buf = np.zeros(n, dtype=g.dtype)
-    buf[_positions(b_shape, b_stride, b_offset)] = g.reshape(-1)
-    return from_host(buf[_positions(shape, stride, offset)].reshape(shape), grad._dtype, grad._device)
+def _gather_ref(spec, g, input_geometry, view_geometry):
+    buf = _storage_buffer(input_geometry, view_geometry, _compute_dtype(g))
+    buf[_positions(*input_geometry)] = g.reshape(-1)
+    return buf[_positions(*view_geometry)].reshape(view_geometry[0])
 
 
-def as_strided_scatter_zero(grad: Tensor, base_meta: tuple, shape, stride, offset) -> Tensor:
-    """``grad`` (laid out like the base) with the view's elements zeroed (no autograd)."""
-    b_shape, b_stride, b_offset, _dtype, _dev = base_meta
-    g = host_array(grad.detach())
-    n = max(_span_end(b_shape, b_stride, b_offset), _span_end(shape, stride, offset))
-    buf = np.zeros(n, dtype=g.dtype)
-    base_pos = _positions(b_shape, b_stride, b_offset)
-    buf[base_pos] = g.reshape(-1)
-    buf[_positions(shape, stride, offset)] = 0
-    return from_host(buf[base_pos].reshape(b_shape), grad._dtype, grad._device)
+@op(
+    meta=lambda grad, input_geometry, view_geometry: (tuple(input_geometry[0]), grad._dtype, grad._device),
+    reference=_scatter_ref,
+    backward=lambda grad, input_geometry, view_geometry: as_strided_gather(grad, input_geometry, view_geometry),
+)
+def as_strided_scatter(grad: Tensor, input_geometry: tuple, view_geometry: tuple) -> Tensor:
+    """Values laid out by ``view_geometry`` summed back into ``input_geometry`` (the adjoint of
+    :func:`as_strided_gather`; the gradient of ``as_strided``). Geometries are ``(shape, stride, offset)``."""
+
+
+@op(
+    meta=lambda grad, input_geometry, view_geometry: (tuple(view_geometry[0]), grad._dtype, grad._device),
+    reference=_gather_ref,
+    backward=lambda grad, input_geometry, view_geometry: as_strided_scatter(grad, input_geometry, view_geometry),
+)
+def as_strided_gather(grad: Tensor, input_geometry: tuple, view_geometry: tuple) -> Tensor:
+    """The elements ``view_geometry`` selects from a tensor laid out by ``input_geometry``."""

@@ -28,6 +28,7 @@ def make_view(base: Tensor, shape: tuple, stride: tuple, offset: int) -> Tensor:
     """A tensor aliasing ``base``'s storage with new geometry (shares the version counter)."""
     v = _make(base._storage, shape, stride, offset, base._dtype, base._device, base._vc)
     v._base = base if base._base is None else base._base
+    v._view_vc = base._vc[0]  # the version at which v's history is current (see autograd.graph._edge)
     return v
 
 

@@ -25,29 +25,27 @@ def _differentiable_outputs(fn, inputs) -> tuple[Tensor, ...]:
 
 
 def _numerical_jacobian(fn, inputs, idx, eps) -> list[np.ndarray]:
-    """Central differences: one (numel(out), numel(input)) matrix per output."""
-    from kiln.autograd.grad_mode import no_grad
+    """Central differences: one (numel(out), numel(input)) matrix per floating output.
 
+    ``fn`` runs with grad mode as the caller has it: gradgradcheck's function computes gradients.
+    """
     x = inputs[idx]
-    flat = x.detach()
-    n = flat.numel()
-    cols: list[list[np.ndarray]] = []
-    with no_grad():
-        base = _as_tuple(fn(*inputs))
-        outs_meta = [o for o in base if isinstance(o, Tensor) and o._dtype.is_floating_point]
-        jac = [np.zeros((o.numel(), n)) for o in outs_meta]
-        values = x.detach()
-        for j in range(n):
-            idx_tuple = np.unravel_index(j, x._shape) if x._shape else ()
-            orig = float(values[idx_tuple].item()) if x._shape else float(values.item())
-            _set(values, idx_tuple, orig + eps)
-            plus = [o.detach().double().numpy().reshape(-1).copy() for o in _float_outs(fn(*inputs))]
-            _set(values, idx_tuple, orig - eps)
-            minus = [o.detach().double().numpy().reshape(-1).copy() for o in _float_outs(fn(*inputs))]
-            _set(values, idx_tuple, orig)
-            for k in range(len(jac)):
-                jac[k][:, j] = (plus[k] - minus[k]) / (2 * eps)
-    del cols
+    values = x.detach()  # shares storage with the input: perturb in place, then restore
+    n = x.numel()
+    base = _float_outs(fn(*inputs))
+    jac = [np.zeros((o.numel(), n)) for o in base]
+    for j in range(n):
+        where = tuple(int(i) for i in np.unravel_index(j, x._shape)) if x._shape else ()
+        orig = float(values[where].item()) if where else float(values.item())
+        _set(values, where, orig + eps)
+        plus = [o.detach().double().numpy().reshape(-1).copy() for o in _float_outs(fn(*inputs))]
+        _set(values, where, orig - eps)
+        minus = [o.detach().double().numpy().reshape(-1).copy() for o in _float_outs(fn(*inputs))]
+        _set(values, where, orig)
+        if len(plus) != len(jac):
+            raise GradcheckError("the function returned a different number of outputs when its input changed")
+        for k in range(len(jac)):
+            jac[k][:, j] = (plus[k] - minus[k]) / (2 * eps)
     return jac
 
 
@@ -56,10 +54,13 @@ def _float_outs(outs) -> list:
 
 
 def _set(t: Tensor, idx: tuple, value: float) -> None:
-    if idx:
-        t[tuple(int(i) for i in idx)] = value
-    else:
-        t.fill_(value)
+    from kiln.autograd.grad_mode import no_grad
+
+    with no_grad():
+        if idx:
+            t[idx] = value
+        else:
+            t.fill_(value)
 
 
 def _analytical_jacobian(fn, inputs, idx) -> list[np.ndarray]:

@@ -333,12 +333,33 @@ def _fit_to_input(g: Tensor, meta: tuple, node: Node, i: int) -> Tensor:
 def _edge(t: Tensor) -> tuple:
     if not t._requires_grad:
         return (None, 0)
+    if t._base is not None and t.grad_fn is not None and t._view_vc != t._vc[0]:
+        _refresh_view_history(t)
     if t.grad_fn is not None:
         return (t.grad_fn, t._output_nr)
     acc = t._accumulator
     if acc is None:
         acc = t._accumulator = AccumulateGrad(t)
     return (acc, 0)
+
+
+def _refresh_view_history(view: Tensor) -> None:
+    """The base was written in place since this view's history was recorded: the view's values now
+    come from the base's new history, so re-derive the view from it (PyTorch does the same)."""
+    from kiln._ops.strided import as_strided
+
+    base = view._base
+    view._view_vc = view._vc[0]
+    if not base._requires_grad:
+        return
+    prev = state.grad_enabled
+    state.grad_enabled = True
+    try:
+        fresh = as_strided(base, view._shape, view._stride, view._offset)
+    finally:
+        state.grad_enabled = prev
+    view.grad_fn = fresh.grad_fn
+    view._output_nr = 0
 
 
 def gradient_edge(t: Tensor) -> tuple:

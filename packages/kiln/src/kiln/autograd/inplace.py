@@ -15,20 +15,19 @@ from kiln.autograd.graph import Node, _edge
 class CopySlices(Node):
     """The history of a base tensor after an in-place op wrote into one of its views."""
 
-    __slots__ = ("base_meta", "view_geometry", "fn")
+    __slots__ = ("base_geometry", "view_geometry", "fn")
 
     def name(self) -> str:
         return "CopySlices"
 
     def apply(self, grads: tuple) -> tuple:
-        from kiln._ops.strided import as_strided_scatter_zero, strided_view_of_like
+        from kiln._ops.strided import as_strided_gather, as_strided_scatter
 
         (grad,) = grads
-        shape, stride, offset = self.view_geometry
-        # The gradient laid out like the base (same strides), so the view's geometry applies to it.
-        region = strided_view_of_like(grad, self.base_meta, shape, stride, offset)
+        # Positions are storage positions: the base's geometry places ``grad``, the view's selects.
+        region = as_strided_gather(grad, self.base_geometry, self.view_geometry)
         fn_grads = self.fn.apply((region,))
-        rest = as_strided_scatter_zero(grad, self.base_meta, shape, stride, offset)
+        rest = grad - as_strided_scatter(region, self.base_geometry, self.view_geometry)
         return (rest, *fn_grads)
 
     def release(self) -> None:
@@ -41,7 +40,7 @@ def rebase_view_history(view: Tensor, out: Tensor) -> None:
 
     base = view._base
     node = CopySlices((_edge(base), *out.grad_fn.next_functions))
-    node.base_meta = (base._shape, base._stride, base._offset, base._dtype, base._device)
+    node.base_geometry = (base._shape, base._stride, base._offset)
     node.view_geometry = (view._shape, view._stride, view._offset)
     node.fn = out.grad_fn
     base.grad_fn = node
@@ -51,3 +50,4 @@ def rebase_view_history(view: Tensor, out: Tensor) -> None:
     view.grad_fn = fresh.grad_fn
     view._output_nr = 0
     view._requires_grad = True
+    view._view_vc = view._vc[0]

@@ -1,0 +1,45 @@
+"""Public plugin API: what a plugin author and a curious user need.
+
+A plugin is a module named by an entry point in group ``kiln`` that defines any of the hook
+functions in :mod:`kiln.hookspecs` (plain functions named ``kiln_register_*``, or decorated with
+:data:`hookimpl`). See the "Writing a device plugin" guide.
+"""
+
+from __future__ import annotations
+
+from kiln._plugins import (
+    DeviceType,
+    PluginInfo,
+    devices,
+    extensions,
+    fallback_counts,
+    kernel_owner,
+    op_coverage,
+    plugins,
+    register_plugin,
+    unregister_plugin,
+)
+
+
+def __getattr__(name: str):
+    if name in ("hookimpl", "hookspec"):  # pluggy is imported only when a plugin asks for the markers
+        from kiln import hookspecs
+
+        return getattr(hookspecs, name)
+    raise AttributeError(f"module 'kiln.plugins' has no attribute '{name}'")
+
+
+__all__ = [
+    "DeviceType",
+    "PluginInfo",
+    "devices",
+    "extensions",
+    "fallback_counts",
+    "hookimpl",
+    "hookspec",
+    "kernel_owner",
+    "op_coverage",
+    "plugins",
+    "register_plugin",
+    "unregister_plugin",
+]

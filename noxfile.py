@@ -98,7 +98,7 @@ def docs(session: nox.Session) -> None:
     """The Sphinx site (docs/ -> docs/_build/html), with warnings treated as errors."""
     _prepare(session)
     _install_kiln(session, *DOCS_DEPS)
-    session.run("sphinx-build", "-W", "--keep-going", "-b", "html", "docs", "docs/_build/html", *session.posargs)
+    session.run("sphinx-build", "-E", "-W", "--keep-going", "-b", "html", "docs", "docs/_build/html", *session.posargs)
 
 
 @nox.session

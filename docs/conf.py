@@ -36,7 +36,6 @@ autosummary_generate = True
 autosummary_imported_members = True
 autodoc_member_order = "bysource"
 autodoc_typehints = "signature"
-autodoc_default_options = {"show-inheritance": False}
 
 # ------------------------------------------------------------------------ the generated API page
 
@@ -71,9 +70,10 @@ def _underline(title: str, char: str) -> str:
     return f"{title}\n{char * len(title)}\n"
 
 
-def _autosummary(names: list[str], prefix: str) -> str:
+def _autosummary(names: list[str]) -> str:
+    """A summary table of ``names`` (relative to the page's current module), one stub page each."""
     lines = [".. autosummary::", "   :toctree: .", "   :nosignatures:", ""]
-    lines += [f"   {prefix}.{n}" for n in names]
+    lines += [f"   {n}" for n in names]
     return "\n".join(lines) + "\n"
 
 
@@ -96,12 +96,12 @@ def _kiln_page() -> str:
         names = sorted((n for m in modules for n in groups.get(m, [])), key=str.lower)
         placed.update(modules)
         if names:
-            out += [_underline(title, "-"), blurb + "\n", _autosummary(names, "kiln")]
+            out += [_underline(title, "-"), blurb + "\n", _autosummary(names)]
         if title.startswith("Types"):
             out.append(_dtype_table(dtypes))
     rest = sorted((n for m, ns in groups.items() if m not in placed for n in ns), key=str.lower)
     if rest:
-        out += [_underline("Other", "-"), _autosummary(rest, "kiln")]
+        out += [_underline("Other", "-"), _autosummary(rest)]
     return "\n".join(out)
 
 
@@ -111,9 +111,13 @@ def _dtype_table(names: list[str]) -> str:
     for n in names:
         by_dtype.setdefault(getattr(kiln, n), []).append(n)
     rows = []
-    for d, aliases in by_dtype.items():
+    order = sorted(
+        by_dtype, key=lambda d: (d.is_floating_point, str(d) != "kiln.bool", d.itemsize, d.is_signed, str(d))
+    )
+    for d in order:
+        aliases = by_dtype[d]
         canonical = str(d).removeprefix("kiln.")
-        others = ", ".join(f"``kiln.{a}``" for a in sorted(aliases) if a != canonical) or ""
+        others = ", ".join(f"``kiln.{a}``" for a in sorted(aliases) if a != canonical) or "—"
         kind = "floating point" if d.is_floating_point else ("boolean" if canonical == "bool" else "integer")
         rows.append(f"   * - ``kiln.{canonical}``\n     - {others}\n     - {kind}\n     - {d.itemsize}")
     head = (
@@ -126,10 +130,19 @@ def _dtype_table(names: list[str]) -> str:
 
 
 def _module_page(modname: str, blurb: str) -> str:
-    """A page for a public submodule (``kiln.autograd``): its docstring's summary and its ``__all__``."""
+    """A page for a public submodule (``kiln.autograd``): its docstring's summary and its ``__all__``.
+
+    Names that ``kiln`` re-exports (``no_grad``, ...) are documented once, on the ``kiln`` page, and
+    linked from here: documenting a class under two names makes Sphinx report a duplicate.
+    """
     module = importlib.import_module(modname)
+    names = _public_names(module)
+    shared = [n for n in names if getattr(kiln, n, None) is getattr(module, n)]
     out = [_underline(modname, "="), f".. module:: {modname}\n", f".. currentmodule:: {modname}\n", blurb + "\n"]
-    out.append(_autosummary(_public_names(module), modname))
+    out.append(_autosummary([n for n in names if n not in shared]))
+    if shared:
+        links = ", ".join(f":obj:`kiln.{n}`" for n in shared)
+        out.append(f"Also here, and documented as part of ``kiln``: {links}.\n")
     return "\n".join(out)
 
 
@@ -159,7 +172,7 @@ _write_if_changed(
     GENERATED / "kiln.autograd.rst",
     _module_page(
         "kiln.autograd",
-        (inspect.getdoc(importlib.import_module("kiln.autograd")) or "").splitlines()[0]
+        (inspect.getdoc(importlib.import_module("kiln.autograd")) or "").splitlines()[0].removeprefix("kiln.autograd: ")
         + " See :doc:`../../getting-started` for a walk-through.",
     ),
 )

@@ -47,7 +47,8 @@ def test_kernel_override_takes_precedence(with_dummy):
 
 
 def test_override_works_under_autograd(with_dummy):
-    # The kernel is swapped, the autograd formula stays the core's: d(neg x)/dx = -1.
+    # The kernel is swapped, the autograd formula stays the core's: grad_x = neg(grad_y), itself written
+    # in kiln ops, so the backward pass runs the plugin's (deliberately wrong) kernel too.
     r = with_dummy.py_json(
         """
         import json, kiln
@@ -57,7 +58,7 @@ def test_override_works_under_autograd(with_dummy):
         print(json.dumps([y.tolist(), x.grad.tolist()]))
         """
     )
-    assert r == [DUMMY_NEG[:2], [-1.0, -1.0]]
+    assert r == [DUMMY_NEG[:2], DUMMY_NEG[:2]]
 
 
 @pytest.mark.parametrize("via", ["module", "script"])
@@ -122,48 +123,3 @@ def test_allow_list_picks_the_good_plugin_over_a_broken_one(with_dummy, broken_p
         # strict mode: a plugin is broken, so first use fails even though the good one loads
         proc = with_dummy.py(NEG_PROBE, env={"KILN_STRICT_PLUGINS": "1"}, check=False)
         assert proc.returncode != 0 and "'broken'" in proc.stderr
-
-
-# ------------------------------------------------------------------------------- hooks that raise
-
-
-def test_plugin_whose_kernel_hook_raises(venv, hookfail_plugin, helpers):
-    with venv.installed(hookfail_plugin.wheel, hookfail_plugin.name):
-        report = venv.plugins_json()
-        row = helpers.row(report, "hookfail")
-        assert row["status"] == "error"
-        assert "kernel hook exploded on purpose" in row["error"]
-        assert "RuntimeError" in row["error"]
-        assert row["distribution"] == "kiln-hookfail-plugin"
-        # what the failing hook registered before raising is discarded; later hooks are not called
-        assert row["kernels"] == {} and row["op_coverage"] == {}
-        assert row["extensions"] == []
-        r = venv.py_json(NEG_PROBE)
-        assert r["neg"] == REFERENCE_NEG and r["owner"] == "kiln.reference"
-        assert r["add"] == [2.0, -1.0, 4.0]
-        assert r["extensions"] == ["kiln"]
-        out = venv.kiln("plugins").stdout
-        assert "hookfail  [error]" in out and "kernel hook exploded on purpose" in out
-        proc = venv.py(NEG_PROBE, env={"KILN_STRICT_PLUGINS": "1"}, check=False)
-        assert proc.returncode != 0
-        assert "'hookfail'" in proc.stderr and "kiln_register_kernels" in proc.stderr
-
-
-def test_plugin_whose_later_hook_raises_is_reported(venv, halfbroken_plugin, helpers):
-    with venv.installed(halfbroken_plugin.wheel, halfbroken_plugin.name):
-        row = helpers.row(venv.plugins_json(), "halfbroken")
-        assert row["status"] == "error"
-        assert "extension hook exploded on purpose" in row["error"]
-        assert venv.py("import kiln; print((kiln.ones(2) + 1).tolist())").stdout.strip() == "[2.0, 2.0]"
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="kiln bug: a plugin whose kiln_register_extensions raises keeps the kernels its earlier "
-    "kiln_register_kernels hook committed (the _plugins docstring says what it registered is discarded)",
-)
-def test_plugin_whose_later_hook_raises_loses_its_kernels(venv, halfbroken_plugin):
-    with venv.installed(halfbroken_plugin.wheel, halfbroken_plugin.name):
-        r = venv.py_json(NEG_PROBE)
-        assert r["owner"] == "kiln.reference"
-        assert r["neg"] == REFERENCE_NEG

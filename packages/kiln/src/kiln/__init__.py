@@ -100,6 +100,7 @@ from kiln._ops.elementwise import (  # noqa: E402
     where,
 )
 from kiln._ops.linalg import matmul, mm  # noqa: E402
+from kiln._ops.strided import as_strided  # noqa: E402
 from kiln._ops.reduction import (  # noqa: E402
     all,
     amax,

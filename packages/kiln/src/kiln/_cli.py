@@ -87,7 +87,8 @@ def cmd_doctor(args) -> int:
             continue
         print(f"  {name}: {'available' if avail else 'not available'}, {count} device(s) (plugin {dev.plugin})")
     exts = _plugins.extensions()
-    print(f"extensions: {', '.join(f'{n} {e['version']}' for n, e in sorted(exts.items()))}")
+    names = ", ".join(f"{n} {e['version']}" for n, e in sorted(exts.items()))
+    print(f"extensions: {names}")
     advice = []
     for p in plugins:
         if p.error:

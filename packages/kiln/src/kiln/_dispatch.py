@@ -157,6 +157,9 @@ def op(
         diff = differentiable_outputs if differentiable_outputs is not None else tuple(range(num_outputs))
         opdef = OpDef(op_name, sig, meta, backward, reference, autocast, num_outputs, diff)
         OPS[op_name] = opdef
+        from kiln import _plugins
+
+        _plugins.op_defined(opdef)
         public = _make_public(opdef, doc_fn)
         opdef.public = public
         for m in methods:

@@ -342,6 +342,18 @@ _REGISTRARS = {
 }
 
 
+def op_defined(opdef) -> None:
+    """An op defined after plugins loaded (a feature package's own op): give it its reference kernel."""
+    if not _loaded or opdef.reference is None:
+        return
+    with _lock:
+        from kiln._reference import wrap_reference
+
+        _kernels.setdefault((opdef.name, "cpu"), []).append((None, wrap_reference(opdef), REFERENCE_PLUGIN))
+        _plugins[REFERENCE_PLUGIN].kernels.setdefault("cpu", []).append(opdef.name)
+        opdef.kernels["cpu"] = _select(opdef, _kernels[(opdef.name, "cpu")])
+
+
 def _install_kernels() -> None:
     """Fill each op's plain ``kernels`` dict from the registrations (once, after loading)."""
     from kiln._dispatch import OPS

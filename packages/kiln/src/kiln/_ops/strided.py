@@ -56,7 +56,7 @@ def _as_strided_kernel(spec, input, *args):
 
 def _as_strided_backward(grad, input_shape, input_stride, input_offset, size, stride, storage_offset):
     offset = input_offset if storage_offset is None else int(storage_offset)
-    return as_strided_scatter(grad, (input_shape, input_stride, input_offset), (tuple(size), tuple(stride), offset))
+    return _strided_scatter(grad, (input_shape, input_stride, input_offset), (tuple(size), tuple(stride), offset))
 
 
 @op(meta=_as_strided_meta, reference=_as_strided_kernel, backward=_as_strided_backward)
@@ -91,17 +91,17 @@ def _gather_ref(spec, g, input_geometry, view_geometry):
 @op(
     meta=lambda grad, input_geometry, view_geometry: (tuple(input_geometry[0]), grad._dtype, grad._device),
     reference=_scatter_ref,
-    backward=lambda grad, input_geometry, view_geometry: as_strided_gather(grad, input_geometry, view_geometry),
+    backward=lambda grad, input_geometry, view_geometry: _strided_gather(grad, input_geometry, view_geometry),
 )
-def as_strided_scatter(grad: Tensor, input_geometry: tuple, view_geometry: tuple) -> Tensor:
+def _strided_scatter(grad: Tensor, input_geometry: tuple, view_geometry: tuple) -> Tensor:
     """Values laid out by ``view_geometry`` summed back into ``input_geometry`` (the adjoint of
-    :func:`as_strided_gather`; the gradient of ``as_strided``). Geometries are ``(shape, stride, offset)``."""
+    :func:`_strided_gather`; the gradient of ``as_strided``). Geometries are ``(shape, stride, offset)``."""
 
 
 @op(
     meta=lambda grad, input_geometry, view_geometry: (tuple(view_geometry[0]), grad._dtype, grad._device),
     reference=_gather_ref,
-    backward=lambda grad, input_geometry, view_geometry: as_strided_scatter(grad, input_geometry, view_geometry),
+    backward=lambda grad, input_geometry, view_geometry: _strided_scatter(grad, input_geometry, view_geometry),
 )
-def as_strided_gather(grad: Tensor, input_geometry: tuple, view_geometry: tuple) -> Tensor:
+def _strided_gather(grad: Tensor, input_geometry: tuple, view_geometry: tuple) -> Tensor:
     """The elements ``view_geometry`` selects from a tensor laid out by ``input_geometry``."""

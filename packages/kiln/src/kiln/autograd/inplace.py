@@ -21,13 +21,13 @@ class CopySlices(Node):
         return "CopySlices"
 
     def apply(self, grads: tuple) -> tuple:
-        from kiln._ops.strided import as_strided_gather, as_strided_scatter
+        from kiln._ops.strided import _strided_gather, _strided_scatter
 
         (grad,) = grads
         # Positions are storage positions: the base's geometry places ``grad``, the view's selects.
-        region = as_strided_gather(grad, self.base_geometry, self.view_geometry)
+        region = _strided_gather(grad, self.base_geometry, self.view_geometry)
         fn_grads = self.fn.apply((region,))
-        rest = grad - as_strided_scatter(region, self.base_geometry, self.view_geometry)
+        rest = grad - _strided_scatter(region, self.base_geometry, self.view_geometry)
         return (rest, *fn_grads)
 
     def release(self) -> None:

@@ -1,0 +1,158 @@
+"""The op registry and dispatcher: defining an op, kernel lookup, dispatch modes, plugin switches."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln import _plugins
+from kiln._dispatch import OPS, DispatchMode, op
+from kiln.autograd import gradcheck, gradgradcheck
+
+
+def _cube_meta(input, scale=1.0):
+    if not isinstance(input, kiln.Tensor):
+        raise TypeError("cube(): argument 'input' must be Tensor")
+    return (input.shape, input.dtype, input.device)
+
+
+@op(
+    meta=_cube_meta,
+    reference=lambda spec, a, scale=1.0: (a.astype(spec[1].numpy) ** 3) * scale,
+    backward=lambda grad, input, scale: grad * 3 * input * input * scale,
+    autocast="fp32",
+    methods=("cube",),
+)
+def cube_op(input: kiln.Tensor, scale: float = 1.0) -> kiln.Tensor:
+    """``scale * input ** 3`` (an op defined by a test, after kiln loaded its plugins)."""
+
+
+def test_an_op_is_one_definition():
+    x = kiln.tensor([1.0, -2.0, 0.5], dtype=kiln.float64, requires_grad=True)
+    y = cube_op(x, 2.0)
+    assert y.tolist() == [2.0, -16.0, 0.25]
+    assert x.cube().tolist() == [1.0, -8.0, 0.125]
+    assert y.grad_fn.name() == "CubeOpBackward0"
+    y.sum().backward()
+    assert x.grad.tolist() == [6.0, 24.0, 1.5]
+    assert gradcheck(lambda t: cube_op(t, 0.5), (x,))
+    assert gradgradcheck(lambda t: cube_op(t, 0.5), (x,))
+    assert OPS["cube_op"].autocast == "fp32"
+    assert _plugins.kernel_owner("cube_op", "cpu") == _plugins.REFERENCE_PLUGIN
+    with pytest.raises(TypeError, match="argument 'input' must be Tensor"):
+        cube_op([1.0])
+
+
+def test_kernel_lookup_is_a_plain_dict_after_first_use():
+    a = kiln.ones(2)
+    _ = a + a
+    assert isinstance(OPS["add"].kernels, dict)
+    assert "cpu" in OPS["add"].kernels
+
+
+class CountingMode(DispatchMode):
+    level = "post_autograd"
+
+    def __init__(self):
+        self.seen = []
+
+    def dispatch(self, op, args, redispatch):
+        self.seen.append(op.name)
+        return redispatch(op, args)
+
+
+class DoubleAddMode(DispatchMode):
+    """A pre-autograd mode that rewrites ``add`` calls (as autocast rewrites dtypes)."""
+
+    level = "pre_autograd"
+
+    def dispatch(self, op, args, redispatch):
+        if op.name == "add":
+            return redispatch(op, (args[0], args[1] * 2, *args[2:]))
+        return redispatch(op, args)
+
+
+def test_post_autograd_mode_sees_forward_and_backward_ops():
+    x = kiln.ones(3, requires_grad=True)
+    with CountingMode() as mode:
+        y = (x * 2).sum()
+        y.backward()
+    assert mode.seen[:2] == ["mul", "sum"]
+    assert "expand" in mode.seen  # sum's backward ran under the mode
+    z = x * 2  # mode gone: nothing recorded
+    assert len(mode.seen) == mode.seen.__len__() and z.shape == (3,)
+
+
+def test_pre_autograd_mode_rewrites_and_autograd_sees_rewrite():
+    x = kiln.tensor([1.0, 2.0], requires_grad=True)
+    with DoubleAddMode():
+        y = x + x
+    assert y.tolist() == [3.0, 6.0]
+    y.sum().backward()
+    assert x.grad.tolist() == [3.0, 3.0]
+
+
+def test_modes_nest_and_exit_in_order():
+    outer, inner = CountingMode(), CountingMode()
+    with outer:
+        with inner:
+            kiln.ones(2) + 1
+    assert "add" in inner.seen and "add" in outer.seen
+    m = CountingMode()
+    m.__enter__()
+    other = CountingMode()
+    other.__enter__()
+    with pytest.raises(RuntimeError, match="out of order"):
+        m.__exit__(None, None, None)
+    other.__exit__(None, None, None)
+    m.__exit__(None, None, None)
+
+
+def test_dtype_narrowed_kernels_and_precedence():
+    calls = []
+
+    class Fast:
+        def kiln_register_kernels(self, register):
+            def neg32(spec, a):
+                calls.append(a.dtype)
+                return kiln.from_numpy(np.negative(a.numpy()))
+
+            register("neg", "cpu", neg32, dtypes=(kiln.float32,))
+
+    _plugins.register_plugin(Fast(), name="fast-neg")
+    try:
+        assert (-kiln.ones(2)).tolist() == [-1.0, -1.0]
+        assert (-kiln.ones(2, dtype=kiln.float64)).tolist() == [-1.0, -1.0]  # reference serves float64
+        assert calls == [kiln.float32]
+        assert _plugins.kernel_owner("neg", "cpu", kiln.float32) == "fast-neg"
+        assert _plugins.kernel_owner("neg", "cpu", kiln.float64) == _plugins.REFERENCE_PLUGIN
+    finally:
+        _plugins.unregister_plugin("fast-neg")
+    assert _plugins.kernel_owner("neg", "cpu") == _plugins.REFERENCE_PLUGIN
+
+
+def test_a_plugin_whose_hook_raises_is_recorded_and_harmless():
+    class Broken:
+        def kiln_register_kernels(self, register):
+            register("neg", "cpu", lambda spec, a: None)
+            raise ValueError("boom in hook")
+
+    info = _plugins.register_plugin(Broken(), name="broken-hook")
+    try:
+        assert "boom in hook" in info.error
+        assert (-kiln.ones(1)).tolist() == [-1.0]  # its half-done registration was discarded
+    finally:
+        _plugins.unregister_plugin("broken-hook")
+
+
+def test_import_kiln_loads_no_plugin_and_compiles_nothing():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, kiln; from kiln import _plugins; "
+        "print(_plugins._loaded, 'pluggy' in sys.modules, 'numba' in sys.modules, 'ml_dtypes' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False", "False", "False"]

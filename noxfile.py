@@ -35,7 +35,7 @@ BACKEND_ENV: dict[str, dict[str, str]] = {
 TORCH = "torch==2.13.0"
 TEST_DEPS = ["pytest>=8", "hypothesis>=6.100", TORCH]
 RUFF = "ruff==0.17.6"  # pinned: new ruff releases add rules and change formatting
-DOCS_DEPS = ["sphinx>=8", "furo"]
+DOCS_DEPS = ["sphinx>=8,<10", "furo"]  # a new Sphinx major can add warnings, and -W makes them errors
 LINT_PATHS = ["packages", "tests-integration", "benchmarks", "docs", "noxfile.py"]
 
 nox.options.sessions = ["tests", "integration", "lint", "docs"]
@@ -45,6 +45,7 @@ nox.options.sessions = ["tests", "integration", "lint", "docs"]
 # for any more, and `nox --reuse-venv=no` (or deleting .nox/) clears that. CI starts from a fresh clone,
 # so it always builds new environments. Locally it saves reinstalling torch on every run.
 nox.options.reuse_venv = "yes"
+nox.options.default_venv_backend = "virtualenv"  # with pip; uv is not assumed to be installed
 # Every command must come from the session's own virtualenv, never from whatever is on PATH.
 nox.options.error_on_external_run = True
 
@@ -79,7 +80,8 @@ def integration(session: nox.Session) -> None:
     _prepare(session)
     if not (ROOT / "tests-integration").is_dir():
         session.skip("tests-integration/ does not exist yet")
-    _install_kiln(session, "pytest>=8", "build", "hatchling", "virtualenv")
+    # The suite builds wheels with the running interpreter (`pip wheel --no-build-isolation`): hatchling.
+    _install_kiln(session, "pytest>=8", "hatchling")
     session.run("pytest", "tests-integration", "--import-mode=importlib", "-q", *session.posargs)
 
 
@@ -98,6 +100,8 @@ def docs(session: nox.Session) -> None:
     """The Sphinx site (docs/ -> docs/_build/html), with warnings treated as errors."""
     _prepare(session)
     _install_kiln(session, *DOCS_DEPS)
+    # -E: read every page each time. An incremental build re-reads only changed pages and so would not
+    # repeat the warnings of unchanged ones; -W would then let a broken page pass on the second run.
     session.run("sphinx-build", "-E", "-W", "--keep-going", "-b", "html", "docs", "docs/_build/html", *session.posargs)
 
 

@@ -168,11 +168,6 @@ autosummary_filename_map = _case_safe_filenames()
 
 GENERATED.mkdir(parents=True, exist_ok=True)
 _write_if_changed(GENERATED / "kiln.rst", _kiln_page())
-_write_if_changed(
-    GENERATED / "kiln.autograd.rst",
-    _module_page(
-        "kiln.autograd",
-        (inspect.getdoc(importlib.import_module("kiln.autograd")) or "").splitlines()[0].removeprefix("kiln.autograd: ")
-        + " See :doc:`../../getting-started` for a walk-through.",
-    ),
-)
+for _modname in ("kiln.autograd", "kiln.plugins"):
+    _summary = (inspect.getdoc(importlib.import_module(_modname)) or "").splitlines()[0]
+    _write_if_changed(GENERATED / f"{_modname}.rst", _module_page(_modname, _summary.removeprefix(f"{_modname}: ")))

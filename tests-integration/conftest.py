@@ -55,11 +55,11 @@ def _clean_env(extra: dict[str, str] | None = None, bin_dir: Path | None = None)
     return env
 
 
-def _run(cmd: list[str], *, timeout: float, what: str, cwd: Path | None = None, env=None) -> subprocess.CompletedProcess:
+def _run(
+    cmd: list[str], *, timeout: float, what: str, cwd: Path | None = None, env=None
+) -> subprocess.CompletedProcess:
     """Run a command, failing the test with its full output when it fails."""
-    proc = subprocess.run(
-        [str(c) for c in cmd], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env
-    )
+    proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env)
     if proc.returncode != 0:
         pytest.fail(
             f"{what} failed (exit {proc.returncode}): {' '.join(map(str, cmd))}\n"
@@ -166,8 +166,19 @@ def kiln_wheel(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("kiln-wheel")
     t0 = time.perf_counter()
     _run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--disable-pip-version-check", "--no-deps",
-         "--no-build-isolation", "-w", out, KILN_SRC],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            out,
+            KILN_SRC,
+        ],
         timeout=PIP_TIMEOUT,
         what="building the kiln wheel",
         env=_clean_env(),
@@ -260,8 +271,19 @@ class DistFactory:
         if out.exists():
             shutil.rmtree(out)
         _run(
-            [sys.executable, "-m", "pip", "wheel", "-q", "--disable-pip-version-check", "--no-deps",
-             "--no-build-isolation", "-w", out, dist.project],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "-q",
+                "--disable-pip-version-check",
+                "--no-deps",
+                "--no-build-isolation",
+                "-w",
+                out,
+                dist.project,
+            ],
             timeout=PIP_TIMEOUT,
             what=f"building {dist.name}",
             env=_clean_env(),

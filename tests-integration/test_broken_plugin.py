@@ -129,11 +129,6 @@ def test_strict_mode_with_the_plugin_disabled_is_fine(with_broken):
     assert with_broken.py(COMPUTE, env=env).stdout.strip() == "[2.0, 2.0]"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="kiln bug: after KILN_STRICT_PLUGINS=1 raised once, _plugins.load() runs again on the next use, "
-    "skips the broken plugin as 'already seen' and succeeds silently",
-)
 def test_strict_mode_keeps_failing_after_the_first_error(with_broken):
     proc = with_broken.py(
         """

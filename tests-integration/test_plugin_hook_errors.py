@@ -53,11 +53,6 @@ def test_plugin_whose_later_hook_raises_is_reported(venv, halfbroken_plugin, hel
         assert venv.py("import kiln; print((kiln.ones(2) + 1).tolist())").stdout.strip() == "[2.0, 2.0]"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="kiln bug: a plugin whose kiln_register_extensions raises keeps the kernels its earlier "
-    "kiln_register_kernels hook committed (the _plugins docstring says what it registered is discarded)",
-)
 def test_plugin_whose_later_hook_raises_loses_its_kernels(venv, halfbroken_plugin):
     with venv.installed(halfbroken_plugin.wheel, halfbroken_plugin.name):
         r = venv.py_json(NEG_PROBE)

@@ -239,10 +239,12 @@ def make_pair(
     low: float = -3.0,
     high: float = 3.0,
     values: np.ndarray | None = None,
+    integral: bool = False,
 ) -> Pair:
     """The same operand in kiln and torch, laid out per ``layout`` (see :data:`LAYOUTS`).
 
     ``values``: use these values (of ``shape``) instead of random ones (any layout but ``expanded``).
+    ``integral``: round random float values to integers (so that ties and equalities occur).
     """
     shape = tuple(shape)
     rng = rng if rng is not None else rng_for(seed)
@@ -259,7 +261,8 @@ def make_pair(
     else:
 
         def data_fn(s):
-            return rand_array(s, dtype, rng, low=low, high=high)
+            a = rand_array(s, dtype, rng, low=low, high=high)
+            return np.round(a) if integral and dtype.is_floating_point else a
 
     base, data = _layout_base(data_fn, layout, shape, rng)
     k_leaf = kiln.tensor(base, dtype=dtype)

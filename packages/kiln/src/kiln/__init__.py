@@ -178,6 +178,10 @@ def __getattr__(name: str):
 
     from kiln._device_module import device_module
 
+    if name in ("hookimpl", "hookspec"):  # the pluggy markers, imported only when a plugin asks
+        from kiln import hookspecs
+
+        return getattr(hookspecs, name)
     if name.startswith("_") or importlib.util.find_spec(f"kiln.{name}") is not None:
         raise AttributeError(f"module 'kiln' has no attribute '{name}'")
     mod = device_module(name)

@@ -82,6 +82,7 @@ class DeviceType:
 
 _lock = threading.RLock()
 _loaded = False
+_load_error: RuntimeError | None = None
 _plugins: dict[str, PluginInfo] = {}
 _devices: dict[str, DeviceType] = {}
 # (op name, device type) -> [(dtypes or None, kernel, plugin name)] in precedence order
@@ -117,79 +118,94 @@ def _entry_points() -> list:
 
 
 def load() -> None:
-    """Discover and load every plugin once (thread-safe; later calls return at once)."""
-    global _loaded
+    """Discover and load every plugin once (thread-safe; later calls return at once).
+
+    Under ``KILN_STRICT_PLUGINS=1`` a failing plugin makes this raise, and keep raising on every
+    later call: a process never continues with half its plugins.
+    """
+    global _load_error
     if _loaded:
         return
     with _lock:
         if _loaded:
             return
-        import pluggy
+        if _load_error is not None:
+            raise RuntimeError(str(_load_error)) from _load_error.__cause__
+        try:
+            _load_all()
+        except RuntimeError as exc:
+            _load_error = exc
+            raise
 
-        from kiln import hookspecs
 
-        class _Manager(pluggy.PluginManager):
-            # A plugin may define plain ``kiln_*`` functions without importing pluggy's marker.
-            def parse_hookimpl_opts(self, plugin, name):
-                opts = super().parse_hookimpl_opts(plugin, name)
-                if opts is None and name.startswith("kiln_") and callable(getattr(plugin, name, None)):
-                    opts = {}
-                return opts
+def _load_all() -> None:
+    global _loaded
+    import pluggy
 
-        pm = _Manager(ENTRY_POINT_GROUP)
-        pm.add_hookspecs(hookspecs)
-        allow = _env_list("KILN_PLUGINS")
-        deny = set(_env_list("KILN_DISABLE_PLUGINS") or ())
-        order: list[tuple[PluginInfo, Any]] = []
-        for ep in _entry_points():
-            dist = getattr(ep, "dist", None)
-            info = PluginInfo(
-                name=ep.name,
-                module=ep.value,
-                distribution=dist.metadata["Name"] if dist is not None else None,
-                version=dist.version if dist is not None else None,
-            )
-            if info.name in _plugins:  # the same entry point seen twice on sys.path
+    from kiln import hookspecs
+
+    class _Manager(pluggy.PluginManager):
+        # A plugin may define plain ``kiln_*`` functions without importing pluggy's marker.
+        def parse_hookimpl_opts(self, plugin, name):
+            opts = super().parse_hookimpl_opts(plugin, name)
+            if opts is None and name.startswith("kiln_") and callable(getattr(plugin, name, None)):
+                opts = {}
+            return opts
+
+    pm = _Manager(ENTRY_POINT_GROUP)
+    pm.add_hookspecs(hookspecs)
+    allow = _env_list("KILN_PLUGINS")
+    deny = set(_env_list("KILN_DISABLE_PLUGINS") or ())
+    order: list[tuple[PluginInfo, Any]] = []
+    for ep in _entry_points():
+        dist = getattr(ep, "dist", None)
+        info = PluginInfo(
+            name=ep.name,
+            module=ep.value,
+            distribution=dist.metadata["Name"] if dist is not None else None,
+            version=dist.version if dist is not None else None,
+        )
+        if info.name in _plugins:  # the same entry point seen twice on sys.path
+            continue
+        _plugins[info.name] = info
+        if ep.name in deny or (allow is not None and ep.name not in allow):
+            info.disabled = True
+            _trace(f"{ep.name}: disabled by environment")
+            continue
+        _trace(f"importing {ep.name} ({ep.value})")
+        try:
+            module = ep.load()
+            pm.register(module, name=ep.name)
+        except BaseException as exc:  # noqa: BLE001 - a plugin must never break kiln
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            info.error = "".join(traceback.format_exception(exc))
+            _trace(f"{ep.name} failed to load: {exc!r}")
+            if _strict():
+                raise RuntimeError(f"kiln plugin {ep.name!r} failed to load (KILN_STRICT_PLUGINS=1)") from exc
+            continue
+        order.append((info, module))
+    # The reference backend is the built-in plugin, registered through the same hooks, last.
+    from kiln import _reference
+
+    ref = PluginInfo(name=REFERENCE_PLUGIN, module="kiln._reference", distribution="kiln")
+    from kiln import __version__
+
+    ref.version = __version__
+    _plugins[ref.name] = ref
+    pm.register(_reference, name=REFERENCE_PLUGIN)
+    order.append((ref, _reference))
+
+    for hook in _HOOKS:
+        impls = {impl.plugin_name: impl for impl in getattr(pm.hook, hook).get_hookimpls()}
+        for info, _module in order:
+            impl = impls.get(info.name)
+            if impl is None or info.error is not None:
                 continue
-            _plugins[info.name] = info
-            if ep.name in deny or (allow is not None and ep.name not in allow):
-                info.disabled = True
-                _trace(f"{ep.name}: disabled by environment")
-                continue
-            _trace(f"importing {ep.name} ({ep.value})")
-            try:
-                module = ep.load()
-                pm.register(module, name=ep.name)
-            except BaseException as exc:  # noqa: BLE001 - a plugin must never break kiln
-                if isinstance(exc, KeyboardInterrupt):
-                    raise
-                info.error = "".join(traceback.format_exception(exc))
-                _trace(f"{ep.name} failed to load: {exc!r}")
-                if _strict():
-                    raise RuntimeError(f"kiln plugin {ep.name!r} failed to load (KILN_STRICT_PLUGINS=1)") from exc
-                continue
-            order.append((info, module))
-        # The reference backend is the built-in plugin, registered through the same hooks, last.
-        from kiln import _reference
-
-        ref = PluginInfo(name=REFERENCE_PLUGIN, module="kiln._reference", distribution="kiln")
-        from kiln import __version__
-
-        ref.version = __version__
-        _plugins[ref.name] = ref
-        pm.register(_reference, name=REFERENCE_PLUGIN)
-        order.append((ref, _reference))
-
-        for hook in _HOOKS:
-            impls = {impl.plugin_name: impl for impl in getattr(pm.hook, hook).get_hookimpls()}
-            for info, _module in order:
-                impl = impls.get(info.name)
-                if impl is None or info.error is not None:
-                    continue
-                info.hooks.append(hook)
-                _run_hook(info, hook, impl.function)
-        _install_kernels()
-        _loaded = True
+            info.hooks.append(hook)
+            _run_hook(info, hook, impl.function)
+    _install_kernels()
+    _loaded = True
 
 
 _HOOKS = (
@@ -217,7 +233,7 @@ def register_plugin(plugin: Any, name: str | None = None) -> PluginInfo:
         _plugins[name] = info
         for hook in _HOOKS:
             fn = getattr(plugin, hook, None)
-            if callable(fn):
+            if callable(fn) and info.error is None:
                 info.hooks.append(hook)
                 _run_hook(info, hook, fn, prepend=True)
         _install_kernels()
@@ -230,20 +246,26 @@ def unregister_plugin(name: str) -> None:
     """Remove a plugin registered with :func:`register_plugin` and everything it registered."""
     load()
     with _lock:
-        info = _plugins.pop(name)
-        for dev in info.devices:
-            _devices.pop(dev, None)
-        for key in list(_kernels):
-            _kernels[key] = [e for e in _kernels[key] if e[2] != name]
-            if not _kernels[key]:
-                del _kernels[key]
-        for table, names in ((_modes, info.modes), (_collectives, info.collectives), (_compilers, info.compilers)):
-            for n in names:
-                table.pop(n, None)
-        for ext in info.extensions:
-            if _extensions.get(ext["name"]) is ext:
-                del _extensions[ext["name"]]
+        _discard(_plugins.pop(name))
         _install_kernels()
+
+
+def _discard(info: PluginInfo) -> None:
+    """Withdraw everything a plugin registered (it is being removed, or one of its hooks failed)."""
+    name = info.name
+    for dev in info.devices:
+        _devices.pop(dev, None)
+    for key in list(_kernels):
+        _kernels[key] = [e for e in _kernels[key] if e[2] != name]
+        if not _kernels[key]:
+            del _kernels[key]
+    for table, names in ((_modes, info.modes), (_collectives, info.collectives), (_compilers, info.compilers)):
+        for n in names:
+            table.pop(n, None)
+    for ext in info.extensions:
+        if _extensions.get(ext["name"]) is ext:
+            del _extensions[ext["name"]]
+    info.devices, info.kernels, info.modes, info.collectives, info.compilers, info.extensions = [], {}, [], [], [], []
 
 
 def _run_hook(info: PluginInfo, hook: str, fn: Callable, prepend: bool = False) -> None:
@@ -256,6 +278,7 @@ def _run_hook(info: PluginInfo, hook: str, fn: Callable, prepend: bool = False) 
         if isinstance(exc, KeyboardInterrupt):
             raise
         info.error = "".join(traceback.format_exception(exc))
+        _discard(info)  # what its earlier hooks registered goes too: a plugin loads whole or not at all
         _trace(f"{info.name}.{hook} failed: {exc!r}")
         if _strict():
             raise RuntimeError(f"kiln plugin {info.name!r} failed in {hook} (KILN_STRICT_PLUGINS=1)") from exc

@@ -1,0 +1,269 @@
+"""Eager per-op overhead: kiln vs PyTorch (CPU) vs NumPy, in one process, on the same data.
+
+Run with ``python benchmarks/bench_overhead.py`` (or ``nox -s bench``). Prints a table of per-call
+times in microseconds (the minimum over timeit repeats) with the ratios kiln/PyTorch and kiln/NumPy,
+and writes a JSON record to ``benchmarks/results/overhead.json`` (atomically: temp file + rename).
+
+Small tensors make the kernel itself nearly free, so what is measured is the Python and dispatch cost
+of one eager op (DESIGN §3: "a few microseconds of Python, not tens"). Everything runs on one thread:
+BLAS/OpenMP pools are pinned to one thread before NumPy or PyTorch is imported, and
+``torch.set_num_threads(1)``.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Pin thread pools before NumPy/PyTorch load their BLAS (they read these variables at import).
+for _var in (
+    "OMP_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+):
+    os.environ.setdefault(_var, "1")
+
+import argparse  # noqa: E402
+import datetime  # noqa: E402
+import json  # noqa: E402
+import platform  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import timeit  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_OUTPUT = HERE / "results" / "overhead.json"
+LIBS = ("kiln", "torch", "numpy")
+
+
+# ------------------------------------------------------------------------------------------ timing
+
+
+def per_call_seconds(fn: Callable[[], object], *, repeat: int, min_time: float) -> float:
+    """Minimum per-call time of ``fn`` over ``repeat`` timeit runs, each lasting about ``min_time``."""
+    timer = timeit.Timer(fn)
+    number, elapsed = timer.autorange()  # the smallest 1, 2, 5, 10, ... taking >= 0.2 s
+    number = max(1, int(number * min_time / max(elapsed, 1e-9)))
+    return min(timer.repeat(repeat=repeat, number=number)) / number
+
+
+# ------------------------------------------------------------------------------------------- cases
+
+
+def make_cases(kiln, torch) -> list[dict]:
+    """Each case: a name, what it measures, and one zero-argument callable per library (same data)."""
+    rng = np.random.default_rng(0)
+    cases = []
+
+    def add_case(shape):
+        a_np = rng.standard_normal(shape).astype(np.float32)
+        b_np = rng.standard_normal(shape).astype(np.float32)
+        a_k, b_k = kiln.from_numpy(a_np.copy()), kiln.from_numpy(b_np.copy())
+        a_t, b_t = torch.from_numpy(a_np.copy()), torch.from_numpy(b_np.copy())
+        np.testing.assert_allclose((a_k + b_k).numpy(), a_np + b_np, rtol=1e-6)
+        cases.append(
+            {
+                "name": f"add {'x'.join(map(str, shape))}",
+                "what": f"a + b, float32, shape {shape}",
+                "kiln": lambda: a_k + b_k,
+                "torch": lambda: a_t + b_t,
+                "numpy": lambda: a_np + b_np,
+            }
+        )
+
+    add_case((4,))
+    add_case((32, 32))
+
+    # forward + backward of a tiny "layer": (x * w + b).relu().sum().backward()
+    x_np = rng.standard_normal((16, 16)).astype(np.float32)
+    w_np = rng.standard_normal((16, 16)).astype(np.float32)
+    bias_np = rng.standard_normal(16).astype(np.float32)
+    x_k = kiln.from_numpy(x_np.copy()).requires_grad_()
+    w_k, bias_k = kiln.from_numpy(w_np.copy()), kiln.from_numpy(bias_np.copy())
+    x_t = torch.from_numpy(x_np.copy()).requires_grad_()
+    w_t, bias_t = torch.from_numpy(w_np.copy()), torch.from_numpy(bias_np.copy())
+
+    def fwd_bwd_kiln():
+        x_k.grad = None
+        (x_k * w_k + bias_k).relu().sum().backward()
+
+    def fwd_bwd_torch():
+        x_t.grad = None
+        (x_t * w_t + bias_t).relu().sum().backward()
+
+    def fwd_bwd_numpy():
+        # The same computation with its gradient written by hand: what autograd saves us from.
+        y = x_np * w_np + bias_np
+        _ = np.maximum(y, 0).sum()
+        return (y > 0) * w_np
+
+    fwd_bwd_kiln()
+    fwd_bwd_torch()
+    np.testing.assert_allclose(x_k.grad.numpy(), fwd_bwd_numpy(), rtol=1e-6)
+    np.testing.assert_allclose(x_t.grad.numpy(), fwd_bwd_numpy(), rtol=1e-6)
+    cases.append(
+        {
+            "name": "fwd+bwd 16x16",
+            "what": "(x*w + b).relu().sum().backward(), x requires grad; NumPy: hand-written gradient",
+            "kiln": fwd_bwd_kiln,
+            "torch": fwd_bwd_torch,
+            "numpy": fwd_bwd_numpy,
+        }
+    )
+
+    m1_np = rng.standard_normal((64, 64)).astype(np.float32)
+    m2_np = rng.standard_normal((64, 64)).astype(np.float32)
+    m1_k, m2_k = kiln.from_numpy(m1_np.copy()), kiln.from_numpy(m2_np.copy())
+    m1_t, m2_t = torch.from_numpy(m1_np.copy()), torch.from_numpy(m2_np.copy())
+    np.testing.assert_allclose((m1_k @ m2_k).numpy(), m1_np @ m2_np, rtol=1e-4, atol=1e-4)
+    cases.append(
+        {
+            "name": "matmul 64x64",
+            "what": "a @ b, float32, 64x64 @ 64x64",
+            "kiln": lambda: m1_k @ m2_k,
+            "torch": lambda: m1_t @ m2_t,
+            "numpy": lambda: m1_np @ m2_np,
+        }
+    )
+    return cases
+
+
+def import_seconds(module: str, *, repeat: int) -> float:
+    """Best-of-``repeat`` wall time of ``import module`` in a fresh interpreter (this one's)."""
+    code = f"import time; t = time.perf_counter(); import {module}; print(time.perf_counter() - t)"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}
+    best = float("inf")
+    for _ in range(repeat):
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120, env=env
+        )
+        best = min(best, float(out.stdout.strip().splitlines()[-1]))
+    return best
+
+
+# ------------------------------------------------------------------------------------------ output
+
+
+def machine_info(torch) -> dict:
+    import kiln
+
+    return {
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "processor": platform.processor() or None,
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "python_implementation": platform.python_implementation(),
+        "numpy": np.__version__,
+        "torch": torch.__version__,
+        "kiln": kiln.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "thread_env": {v: os.environ.get(v) for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")},
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }
+
+
+def write_json_atomically(path: Path, record: dict) -> None:
+    """Write ``record`` to ``path`` through a temp file in the same directory and ``os.replace``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(record, f, indent=2, sort_keys=True)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the record the usual permissions
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def fmt_ratio(r: float | None) -> str:
+    return "-" if r is None else f"{r:.1f}x"
+
+
+def print_table(rows: list[dict]) -> None:
+    head = f"{'case':<16} {'unit':<4} {'kiln':>9} {'torch':>9} {'numpy':>9} {'kiln/torch':>11} {'kiln/numpy':>11}"
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        t = r["times"]
+        print(
+            f"{r['name']:<16} {r['unit']:<4} {t['kiln']:>9.2f} {t['torch']:>9.2f} {t['numpy']:>9.2f} "
+            f"{fmt_ratio(r['kiln/torch']):>11} {fmt_ratio(r['kiln/numpy']):>11}"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=7, help="timeit repeats per case (the minimum is kept)")
+    parser.add_argument("--min-time", type=float, default=0.2, help="seconds per timeit repeat (about)")
+    parser.add_argument("--import-repeat", type=int, default=5, help="fresh interpreters per import timing")
+    parser.add_argument("--quick", action="store_true", help="fewer, shorter repeats (smoke run)")
+    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="where to write the JSON record")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.repeat, args.min_time, args.import_repeat = 3, 0.05, 2
+
+    import torch
+
+    import kiln
+
+    torch.set_num_threads(1)
+    cases = make_cases(kiln, torch)
+    rows = []
+    for case in cases:
+        us = {lib: per_call_seconds(case[lib], repeat=args.repeat, min_time=args.min_time) * 1e6 for lib in LIBS}
+        rows.append(
+            {
+                "name": case["name"],
+                "what": case["what"],
+                "unit": "us",
+                "times": us,
+                "kiln/torch": us["kiln"] / us["torch"],
+                "kiln/numpy": us["kiln"] / us["numpy"],
+            }
+        )
+    imports_ms = {m: import_seconds(m, repeat=args.import_repeat) * 1e3 for m in ("kiln", "torch", "numpy")}
+    rows.append(
+        {
+            "name": "import",
+            "what": "import <module> in a fresh interpreter, best of N (wall time)",
+            "unit": "ms",
+            "times": imports_ms,
+            "kiln/torch": imports_ms["kiln"] / imports_ms["torch"],
+            "kiln/numpy": imports_ms["kiln"] / imports_ms["numpy"],
+        }
+    )
+
+    print(
+        f"kiln {kiln.__version__} vs torch {torch.__version__} vs numpy {np.__version__} "
+        f"(Python {platform.python_version()}, 1 thread); per-call minimum over {args.repeat} repeats"
+    )
+    print_table(rows)
+    print("ratios > 1 mean kiln is slower (kiln time / other library's time, same data, same process)")
+
+    record = {
+        "benchmark": "overhead",
+        "units": "each result row says its unit: us per call (minimum over repeats) or ms per import",
+        "settings": {"repeat": args.repeat, "min_time_s": args.min_time, "import_repeat": args.import_repeat},
+        "machine": machine_info(torch),
+        "results": rows,
+    }
+    write_json_atomically(args.output, record)
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

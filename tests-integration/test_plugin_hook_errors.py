@@ -6,8 +6,6 @@ registered is discarded and everything else keeps working; ``KILN_STRICT_PLUGINS
 
 from __future__ import annotations
 
-import pytest
-
 NEG_PROBE = """
 import json
 import kiln

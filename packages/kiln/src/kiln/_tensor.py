@@ -394,8 +394,9 @@ class Tensor:
                 "Only Tensors created explicitly by the user (graph leaves) support the deepcopy protocol at the moment."
             )
         from kiln._ops.views import clone
+        from kiln.autograd.grad_mode import no_grad
 
-        with _no_grad():
+        with no_grad():
             out = clone(self)
         out._requires_grad = self._requires_grad
         memo[id(self)] = out
@@ -428,46 +429,6 @@ class Tensor:
             return f"kiln.{_LEGACY_TYPE_NAMES[self._dtype]}"
         return self.to(dtype)
 
-    def float(self) -> Tensor:
-        """Convert to float32."""
-        return self.to(dt.float32)
-
-    def double(self) -> Tensor:
-        """Convert to float64."""
-        return self.to(dt.float64)
-
-    def half(self) -> Tensor:
-        """Convert to float16."""
-        return self.to(dt.float16)
-
-    def bfloat16(self) -> Tensor:
-        """Convert to bfloat16."""
-        return self.to(dt.bfloat16)
-
-    def long(self) -> Tensor:
-        """Convert to int64."""
-        return self.to(dt.int64)
-
-    def int(self) -> Tensor:
-        """Convert to int32."""
-        return self.to(dt.int32)
-
-    def short(self) -> Tensor:
-        """Convert to int16."""
-        return self.to(dt.int16)
-
-    def char(self) -> Tensor:
-        """Convert to int8."""
-        return self.to(dt.int8)
-
-    def byte(self) -> Tensor:
-        """Convert to uint8."""
-        return self.to(dt.uint8)
-
-    def bool(self) -> Tensor:
-        """Convert to bool."""
-        return self.to(dt.bool)
-
     def new_tensor(self, data, dtype=None, device=None, requires_grad=False) -> Tensor:
         """A new tensor from ``data`` with this tensor's dtype and device by default."""
         from kiln._ops.creation import tensor
@@ -498,6 +459,30 @@ class Tensor:
 
         return full(size, fill_value, dtype=dtype or self._dtype, device=device or self._device, requires_grad=requires_grad)
 
+
+def _conversion(name: str, target: dt.dtype):
+    def convert(self) -> Tensor:
+        return self.to(target)
+
+    convert.__name__ = convert.__qualname__ = name
+    convert.__doc__ = f"This tensor converted to {target.name} (``self`` if it already is)."
+    return convert
+
+
+# PyTorch's dtype shorthands: t.float(), t.long(), ...
+for _name, _target in (
+    ("float", dt.float32),
+    ("double", dt.float64),
+    ("half", dt.float16),
+    ("bfloat16", dt.bfloat16),
+    ("long", dt.int64),
+    ("int", dt.int32),
+    ("short", dt.int16),
+    ("char", dt.int8),
+    ("byte", dt.uint8),
+    ("bool", dt.bool),
+):
+    setattr(Tensor, _name, _conversion(_name, _target))
 
 _LEGACY_TYPE_NAMES = {
     dt.bool: "BoolTensor",
@@ -533,9 +518,9 @@ class Size(tuple):
 _new_tensor = object.__new__
 
 
-def _make(storage, shape, stride, offset, dtype, device, version=None) -> Tensor:
+def _make(storage, shape, stride, offset, dtype, device, version=None, cls=Tensor) -> Tensor:
     """Build a tensor from its parts. ``version`` is the counter cell to share (views) or None."""
-    t = _new_tensor(Tensor)
+    t = _new_tensor(cls)
     t._storage = storage
     t._shape = shape
     t._stride = stride
@@ -567,25 +552,8 @@ def from_array(a: np.ndarray, dtype: dt.dtype) -> Tensor:
     elif not a.flags.c_contiguous:
         a = np.ascontiguousarray(a)
     shape = a.shape
-    t = _new_tensor(Tensor)
-    t._storage = a.reshape(-1)
-    t._shape = shape
-    t._stride = contiguous_strides(shape)
-    t._offset = 0
-    t._dtype = dtype
-    t._device = CPU
+    t = _make(a.reshape(-1), shape, contiguous_strides(shape), 0, dtype, CPU)
     t._np = a
-    t._vc = [0]
-    t._base = None
-    t._view_vc = 0
-    t._requires_grad = False
-    t.grad = None
-    t.grad_fn = None
-    t._output_nr = 0
-    t._accumulator = None
-    t._hooks = None
-    t._retains_grad = False
-    t._inference = state.inference
     return t
 
 
@@ -597,13 +565,3 @@ def _wrap_dim(dim: int, ndim: int) -> int:
     if dim < lo or dim > hi:
         raise IndexError(f"Dimension out of range (expected to be in range of [{lo}, {hi}], but got {dim})")
     return dim + ndim if dim < 0 else (0 if ndim == 0 else dim)
-
-
-class _no_grad:
-    def __enter__(self):
-        self.prev = state.grad_enabled
-        state.grad_enabled = False
-
-    def __exit__(self, *exc):
-        state.grad_enabled = self.prev
-

@@ -20,7 +20,6 @@ from kiln._dispatch import op
 from kiln._ops._meta import is_scalar, result_type
 from kiln._ops.copy import from_host, resolve_device
 from kiln._ops.views import _varargs_shape, device_generic
-from kiln._state import state
 from kiln._tensor import Tensor, _make, contiguous_strides, from_array
 
 __all__ = [
@@ -425,19 +424,8 @@ def _legacy_tensor_new(cls, *args, **kwargs):
 
 def make_subclass(cls: type, data: Tensor, requires_grad: bool = False) -> Tensor:
     """An instance of the Tensor subclass ``cls`` sharing ``data``'s storage (``Tensor._make_subclass``)."""
-    t = object.__new__(cls)
-    for slot in Tensor.__slots__:
-        if slot in ("__weakref__", "__dict__"):
-            continue
-        object.__setattr__(t, slot, getattr(data, slot))
-    t.grad = None
-    t.grad_fn = None
-    t._requires_grad = False
-    t._accumulator = None
-    t._hooks = None
-    t._retains_grad = False
-    t._output_nr = 0
-    t._inference = state.inference
+    t = _make(data._storage, data._shape, data._stride, data._offset, data._dtype, data._device, data._vc, cls=cls)
+    t._np = data._np
     if requires_grad:
         t.requires_grad_(True)
     return t

@@ -62,36 +62,34 @@ class _DecoratorContextManager:
         return self.__class__()
 
 
-class no_grad(_DecoratorContextManager):
+class _ForceGradMode(_DecoratorContextManager):
+    """Set grad mode to ``_mode`` inside the block; usable bare as a decorator too."""
+
+    _mode = False
+
+    def __new__(cls, orig_func=None):
+        if orig_func is None or not callable(orig_func):
+            return super().__new__(cls)
+        return cls()(orig_func)
+
+    def __enter__(self):
+        self.prev = state.grad_enabled
+        state.grad_enabled = self._mode
+
+    def __exit__(self, *exc):
+        state.grad_enabled = self.prev
+
+
+class no_grad(_ForceGradMode):
     """Disable gradient recording inside the block (or the decorated function)."""
 
-    def __new__(cls, orig_func=None):
-        if orig_func is None or not callable(orig_func):
-            return super().__new__(cls)
-        return cls()(orig_func)
-
-    def __enter__(self):
-        self.prev = state.grad_enabled
-        state.grad_enabled = False
-
-    def __exit__(self, *exc):
-        state.grad_enabled = self.prev
+    _mode = False
 
 
-class enable_grad(_DecoratorContextManager):
+class enable_grad(_ForceGradMode):
     """Enable gradient recording inside the block, even within ``no_grad``."""
 
-    def __new__(cls, orig_func=None):
-        if orig_func is None or not callable(orig_func):
-            return super().__new__(cls)
-        return cls()(orig_func)
-
-    def __enter__(self):
-        self.prev = state.grad_enabled
-        state.grad_enabled = True
-
-    def __exit__(self, *exc):
-        state.grad_enabled = self.prev
+    _mode = True
 
 
 class set_grad_enabled(_DecoratorContextManager):

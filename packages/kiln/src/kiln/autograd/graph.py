@@ -475,9 +475,9 @@ def _accumulate_into_leaf(t: Tensor, g: Tensor, create_graph: bool, run_hooks: b
     elif create_graph or t.grad._requires_grad:
         t.grad = t.grad + g
     else:
-        from kiln._tensor import _no_grad
+        from kiln.autograd.grad_mode import no_grad
 
-        with _no_grad():
+        with no_grad():
             t.grad.add_(g)
 
 

@@ -50,7 +50,11 @@ SECTIONS: list[tuple[str, list[str], str]] = [
     ("Elementwise math and comparisons", ["kiln._ops.elementwise"], "Broadcasting elementwise ops."),
     ("Reductions", ["kiln._ops.reduction"], "Reductions over all elements or over dimensions."),
     ("Linear algebra", ["kiln._ops.linalg"], "Matrix products."),
-    ("Shapes and views", ["kiln._ops.views", "kiln._ops.copy"], "Views share storage with their input."),
+    (
+        "Shapes and views",
+        ["kiln._ops.views", "kiln._ops.strided", "kiln._ops.copy"],
+        "Views share their input's storage.",
+    ),
     ("Types and promotion", ["kiln._dtype", "kiln._ops._meta"], "dtypes, the default dtype, type promotion."),
     ("Devices", ["kiln._device"], "Device objects (``kiln.device('cpu')``, ``'cuda:1'``)."),
     ("Random numbers", ["kiln.random"], "Seeding and generators."),

@@ -4,8 +4,6 @@
 packages) are discovered through the ``kiln`` entry-point group the first time they are needed.
 """
 
-from __future__ import annotations
-
 import pkgutil as _pkgutil
 
 # Feature distributions (kiln-nn, kiln-data, ...) contribute kiln/<feature>/ directories.
@@ -13,10 +11,10 @@ __path__ = _pkgutil.extend_path(__path__, __name__)
 
 __version__ = "0.1.0"
 
-from kiln import _ops as _ops  # noqa: E402  (defines every op)
-from kiln import autograd, random  # noqa: E402
-from kiln._device import device  # noqa: E402
-from kiln._dtype import (  # noqa: E402
+from kiln import _ops as _ops
+from kiln import autograd, random
+from kiln._device import device
+from kiln._dtype import (
     bfloat16,
     bool,
     dtype,
@@ -32,9 +30,9 @@ from kiln._dtype import (  # noqa: E402
     set_default_dtype,
     uint8,
 )
-from kiln._ops._meta import broadcast_shapes, can_cast  # noqa: E402
-from kiln._ops.copy import copy_  # noqa: E402
-from kiln._ops.creation import (  # noqa: E402
+from kiln._ops._meta import broadcast_shapes, can_cast
+from kiln._ops.copy import copy_
+from kiln._ops.creation import (
     arange,
     as_tensor,
     asarray,
@@ -57,7 +55,7 @@ from kiln._ops.creation import (  # noqa: E402
     zeros,
     zeros_like,
 )
-from kiln._ops.elementwise import (  # noqa: E402
+from kiln._ops.elementwise import (
     abs,
     absolute,
     add,
@@ -99,9 +97,8 @@ from kiln._ops.elementwise import (  # noqa: E402
     true_divide,
     where,
 )
-from kiln._ops.linalg import matmul, mm  # noqa: E402
-from kiln._ops.strided import as_strided  # noqa: E402
-from kiln._ops.reduction import (  # noqa: E402
+from kiln._ops.linalg import matmul, mm
+from kiln._ops.reduction import (
     all,
     amax,
     amin,
@@ -117,7 +114,8 @@ from kiln._ops.reduction import (  # noqa: E402
     sum,
     sum_to_size,
 )
-from kiln._ops.views import (  # noqa: E402
+from kiln._ops.strided import as_strided
+from kiln._ops.views import (
     broadcast_to,
     clone,
     contiguous,
@@ -136,10 +134,10 @@ from kiln._ops.views import (  # noqa: E402
     unsqueeze,
     view,
 )
-from kiln._tensor import Size, Tensor  # noqa: E402
-from kiln.autograd import enable_grad, inference_mode, no_grad, set_grad_enabled  # noqa: E402
-from kiln.autograd.grad_mode import is_grad_enabled, is_inference_mode_enabled  # noqa: E402
-from kiln.random import Generator, get_rng_state, initial_seed, manual_seed, seed, set_rng_state  # noqa: E402
+from kiln._tensor import Size, Tensor
+from kiln.autograd import enable_grad, inference_mode, no_grad, set_grad_enabled
+from kiln.autograd.grad_mode import is_grad_enabled, is_inference_mode_enabled
+from kiln.random import Generator, get_rng_state, initial_seed, manual_seed, seed, set_rng_state
 
 
 def is_tensor(obj) -> bool:
@@ -196,3 +194,7 @@ double = float64
 long = int64
 int = int32  # noqa: A001
 short = int16
+
+# ``from kiln import *`` exports the public API (it shadows builtins such as sum/max/abs, as torch's does)
+__all__ = sorted(n for n, v in list(globals().items()) if not n.startswith("_") and not isinstance(v, type(_pkgutil)))
+__all__ += ["autograd", "random"]

@@ -24,7 +24,7 @@ class device:
 
     __slots__ = ("type", "index", "_str")
 
-    def __new__(cls, type: str | device | int, index: int | None = None):  # noqa: A002
+    def __new__(cls, type: str | device | int, index: int | None = None):
         if isinstance(type, device):
             if index is not None:
                 raise TypeError("device(): a device object cannot be combined with an index")
@@ -46,7 +46,9 @@ class device:
         dtype_name, idx_str = m.group(1), m.group(2)
         if idx_str is not None:
             if index is not None:
-                raise RuntimeError(f"type (string) must not include an index because index was passed explicitly: {type}")
+                raise RuntimeError(
+                    f"type (string) must not include an index because index was passed explicitly: {type}"
+                )
             index = int(idx_str)
         if index is not None:
             if isinstance(index, bool) or not isinstance(index, int):

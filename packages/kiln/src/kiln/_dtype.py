@@ -136,9 +136,7 @@ def _promote_pair(a: dtype, b: dtype) -> dtype:
     return int16  # uint8 with int8
 
 
-_PROMOTE: dict[tuple[dtype, dtype], dtype] = {
-    (a, b): _promote_pair(a, b) for a in ALL_DTYPES for b in ALL_DTYPES
-}
+_PROMOTE: dict[tuple[dtype, dtype], dtype] = {(a, b): _promote_pair(a, b) for a in ALL_DTYPES for b in ALL_DTYPES}
 
 
 def promote_types(type1: dtype, type2: dtype) -> dtype:

@@ -76,7 +76,11 @@ def _summarize(a: np.ndarray) -> np.ndarray:
         parts = [a[:EDGEITEMS], a[-EDGEITEMS:]]
     else:
         parts = [a]
-    return np.concatenate([_summarize(p[i]) for p in parts for i in range(p.shape[0])]) if a.ndim > 1 else np.concatenate(parts)
+    return (
+        np.concatenate([_summarize(p[i]) for p in parts for i in range(p.shape[0])])
+        if a.ndim > 1
+        else np.concatenate(parts)
+    )
 
 
 def _fmt(a: np.ndarray, f: _Formatter, indent: int, summarize: bool) -> str:

@@ -176,7 +176,7 @@ def _load_all() -> None:
         try:
             module = ep.load()
             pm.register(module, name=ep.name)
-        except BaseException as exc:  # noqa: BLE001 - a plugin must never break kiln
+        except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 raise
             info.error = "".join(traceback.format_exception(exc))
@@ -274,7 +274,7 @@ def _run_hook(info: PluginInfo, hook: str, fn: Callable, prepend: bool = False) 
     register = _REGISTRARS[hook](info, pending, prepend)
     try:
         fn(register)
-    except BaseException as exc:  # noqa: BLE001
+    except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):
             raise
         info.error = "".join(traceback.format_exception(exc))

@@ -113,4 +113,3 @@ def generic_kernel(opdef, dev) -> Callable | None:
     (views, creation, copies: marked ``device_generic``), else None."""
     ref = opdef.reference
     return ref if getattr(ref, "device_generic", False) else None
-

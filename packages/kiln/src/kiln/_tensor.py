@@ -331,9 +331,7 @@ class Tensor:
     def item(self):
         """The value of a one-element tensor as a Python number."""
         if _numel(self._shape) != 1:
-            raise RuntimeError(
-                f"a Tensor with {_numel(self._shape)} elements cannot be converted to Scalar"
-            )
+            raise RuntimeError(f"a Tensor with {_numel(self._shape)} elements cannot be converted to Scalar")
         return self.tolist() if not self._shape else self.reshape(()).tolist()
 
     def __len__(self) -> int:
@@ -349,7 +347,9 @@ class Tensor:
     def __bool__(self) -> bool:
         n = _numel(self._shape)
         if n != 1:
-            raise RuntimeError(f"Boolean value of Tensor with {'no values' if n == 0 else 'more than one value'} is ambiguous")
+            raise RuntimeError(
+                f"Boolean value of Tensor with {'no values' if n == 0 else 'more than one value'} is ambiguous"
+            )
         return bool(self.item())
 
     def __float__(self) -> float:
@@ -457,7 +457,9 @@ class Tensor:
         """``fill_value`` everywhere, with this tensor's dtype and device by default."""
         from kiln._ops.creation import full
 
-        return full(size, fill_value, dtype=dtype or self._dtype, device=device or self._device, requires_grad=requires_grad)
+        return full(
+            size, fill_value, dtype=dtype or self._dtype, device=device or self._device, requires_grad=requires_grad
+        )
 
 
 def _conversion(name: str, target: dt.dtype):

@@ -35,8 +35,8 @@ __all__ = [
     "devices",
     "extensions",
     "fallback_counts",
-    "hookimpl",
-    "hookspec",
+    "hookimpl",  # noqa: F822 - provided lazily by __getattr__
+    "hookspec",  # noqa: F822
     "kernel_owner",
     "op_coverage",
     "plugins",

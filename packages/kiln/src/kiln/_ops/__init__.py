@@ -3,7 +3,7 @@
 
 import warnings as _warnings
 
-from kiln._ops import copy, creation, elementwise, linalg, reduction, strided, views  # noqa: F401
+from kiln._ops import copy, creation, elementwise, linalg, reduction, strided, views
 from kiln._ops.inplace import install_inplace_methods
 
 install_inplace_methods()

@@ -139,9 +139,7 @@ def can_cast(from_: dt.dtype, to: dt.dtype) -> bool:
     """PyTorch's ``can_cast``: no float to integer, no non-bool to bool."""
     if from_.is_floating_point and not to.is_floating_point:
         return False
-    if from_ is not dt.bool and to is dt.bool:
-        return False
-    return True
+    return from_ is dt.bool or to is not dt.bool
 
 
 _CAST_NAMES = {
@@ -166,9 +164,7 @@ def scalar_type_name(d: dt.dtype) -> str:
 def check_inplace(self: Tensor, shape: tuple, dtype: dt.dtype) -> None:
     """An in-place result must keep ``self``'s shape and be castable to its dtype."""
     if shape != self._shape:
-        raise RuntimeError(
-            f"output with shape {list(self._shape)} doesn't match the broadcast shape {list(shape)}"
-        )
+        raise RuntimeError(f"output with shape {list(self._shape)} doesn't match the broadcast shape {list(shape)}")
     if not can_cast(dtype, self._dtype):
         raise RuntimeError(
             f"result type {_CAST_NAMES[dtype]} can't be cast to the desired output type {_CAST_NAMES[self._dtype]}"

@@ -155,9 +155,7 @@ def _copy_meta(self, src, non_blocking=False):
         raise TypeError(f"copy_(): argument 'src' (position 1) must be Tensor, not {type(src).__name__}")
     shape = broadcast_pair(self._shape, src._shape)
     if shape != self._shape:
-        raise RuntimeError(
-            f"output with shape {list(self._shape)} doesn't match the broadcast shape {list(shape)}"
-        )
+        raise RuntimeError(f"output with shape {list(self._shape)} doesn't match the broadcast shape {list(shape)}")
     return (self._shape, self._dtype, self._device)
 
 
@@ -248,9 +246,7 @@ def _check_inplace_allowed(self: Tensor) -> None:
     if state.grad_enabled and self._requires_grad and self.grad_fn is None and self._base is None:
         raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
     if state.grad_enabled and self._base is not None and self._base._requires_grad and self._base.grad_fn is None:
-        raise RuntimeError(
-            "a view of a leaf Variable that requires grad is being used in an in-place operation."
-        )
+        raise RuntimeError("a view of a leaf Variable that requires grad is being used in an in-place operation.")
 
 
 def apply_inplace(self: Tensor, compute, needs_self: bool) -> Tensor:
@@ -323,4 +319,3 @@ def view_as_dtype(self: Tensor, dtype: dt.dtype) -> Tensor:
     v._storage = self._storage.view(dtype.numpy)
     v._dtype = dtype
     return v
-

@@ -107,13 +107,17 @@ def _creation_args(size, dtype, device, default=None):
     return shape, d, resolve_device(device)
 
 
-def empty(*size, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False, memory_format=None) -> Tensor:
+def empty(
+    *size, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False, memory_format=None
+) -> Tensor:
     """An uninitialised tensor of shape ``size``."""
     shape, d, dev = _creation_args(size, dtype, device)
     return _finish(_empty(shape, d, dev), requires_grad)
 
 
-def full(size, fill_value, *, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False) -> Tensor:
+def full(
+    size, fill_value, *, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False
+) -> Tensor:
     """A tensor of shape ``size`` filled with ``fill_value`` (dtype inferred from it by default)."""
     if isinstance(fill_value, Tensor):
         fill_value = fill_value.item()
@@ -142,25 +146,33 @@ def _like(input: Tensor, dtype, device):
     return input._shape, _dtype_arg(dtype) or input._dtype, input._device if device is None else resolve_device(device)
 
 
-def empty_like(input: Tensor, *, dtype=None, device=None, requires_grad=False, layout=None, memory_format=None) -> Tensor:
+def empty_like(
+    input: Tensor, *, dtype=None, device=None, requires_grad=False, layout=None, memory_format=None
+) -> Tensor:
     """An uninitialised tensor with ``input``'s shape, dtype and device."""
     shape, d, dev = _like(input, dtype, device)
     return _finish(_empty(shape, d, dev), requires_grad)
 
 
-def zeros_like(input: Tensor, *, dtype=None, device=None, requires_grad=False, layout=None, memory_format=None) -> Tensor:
+def zeros_like(
+    input: Tensor, *, dtype=None, device=None, requires_grad=False, layout=None, memory_format=None
+) -> Tensor:
     """Zeros with ``input``'s shape, dtype and device."""
     shape, d, dev = _like(input, dtype, device)
     return _finish(_full(shape, 0, d, dev), requires_grad)
 
 
-def ones_like(input: Tensor, *, dtype=None, device=None, requires_grad=False, layout=None, memory_format=None) -> Tensor:
+def ones_like(
+    input: Tensor, *, dtype=None, device=None, requires_grad=False, layout=None, memory_format=None
+) -> Tensor:
     """Ones with ``input``'s shape, dtype and device."""
     shape, d, dev = _like(input, dtype, device)
     return _finish(_full(shape, 1, d, dev), requires_grad)
 
 
-def full_like(input: Tensor, fill_value, *, dtype=None, device=None, requires_grad=False, layout=None, memory_format=None) -> Tensor:
+def full_like(
+    input: Tensor, fill_value, *, dtype=None, device=None, requires_grad=False, layout=None, memory_format=None
+) -> Tensor:
     """``fill_value`` everywhere, with ``input``'s shape, dtype and device."""
     shape, d, dev = _like(input, dtype, device)
     return _finish(_full(shape, fill_value, d, dev), requires_grad)
@@ -257,7 +269,9 @@ def from_numpy(ndarray: np.ndarray) -> Tensor:
             "array.copy().) "
         )
     if any(s % isz for s in ndarray.strides):
-        raise ValueError("given numpy array strides not a multiple of the element byte size. Copy the numpy array to reallocate the memory.")
+        raise ValueError(
+            "given numpy array strides not a multiple of the element byte size. Copy the numpy array to reallocate the memory."
+        )
     if not ndarray.flags.writeable:
         warnings.warn(
             "The given NumPy array is not writable, and kiln does not support non-writable tensors. This means "
@@ -268,7 +282,11 @@ def from_numpy(ndarray: np.ndarray) -> Tensor:
     shape = ndarray.shape
     stride = tuple(s // isz for s in ndarray.strides)
     span = 1 + sum((n - 1) * s for n, s in zip(shape, stride)) if ndarray.size else 0
-    storage = np.lib.stride_tricks.as_strided(ndarray, shape=(span,), strides=(isz,), writeable=ndarray.flags.writeable) if ndarray.ndim else ndarray.reshape(1)
+    storage = (
+        np.lib.stride_tricks.as_strided(ndarray, shape=(span,), strides=(isz,), writeable=ndarray.flags.writeable)
+        if ndarray.ndim
+        else ndarray.reshape(1)
+    )
     t = _make(storage, shape, stride, 0, d, CPU)
     t._np = ndarray
     return t
@@ -281,7 +299,9 @@ def _scalar_value(x):
     return x.item() if isinstance(x, Tensor) else x
 
 
-def arange(start=0, end=None, step=1, *, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False) -> Tensor:
+def arange(
+    start=0, end=None, step=1, *, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False
+) -> Tensor:
     """Values from ``start`` (inclusive) to ``end`` (exclusive) spaced by ``step``."""
     start, end, step = _scalar_value(start), _scalar_value(end), _scalar_value(step)
     if end is None:
@@ -297,7 +317,9 @@ def arange(start=0, end=None, step=1, *, dtype=None, device=None, requires_grad=
         dt.get_default_dtype() if any(isinstance(v, float) for v in (start, end, step)) else dt.int64
     )
     n = max(0, math.ceil((end - start) / step))
-    values = start + np.arange(n, dtype=np.float64 if d.is_floating_point or isinstance(step, float) else np.int64) * step
+    values = (
+        start + np.arange(n, dtype=np.float64 if d.is_floating_point or isinstance(step, float) else np.int64) * step
+    )
     return _finish(from_host(values, d, resolve_device(device)), requires_grad)
 
 
@@ -339,27 +361,41 @@ def _generator(generator, dev):
     return generator if generator is not None else default_generator(dev)
 
 
-def rand(*size, generator=None, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False) -> Tensor:
+def rand(
+    *size, generator=None, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False
+) -> Tensor:
     """Uniform random values in ``[0, 1)`` of shape ``size``."""
     shape, d, dev = _creation_args(size, dtype, device)
     if not d.is_floating_point:
-        raise RuntimeError(f'"check_uniform_bounds" not implemented for \'{d.name}\'')
+        raise RuntimeError(f"\"check_uniform_bounds\" not implemented for '{d.name}'")
     rng = _generator(generator, dev)._rng
     values = rng.random(shape, dtype=np.float64 if d is dt.float64 else np.float32)
     return _finish(from_host(values, d, dev), requires_grad)
 
 
-def randn(*size, generator=None, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False) -> Tensor:
+def randn(
+    *size, generator=None, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False
+) -> Tensor:
     """Standard normal random values of shape ``size``."""
     shape, d, dev = _creation_args(size, dtype, device)
     if not d.is_floating_point:
-        raise RuntimeError(f'"normal_kernel_cpu" not implemented for \'{d.name}\'')
+        raise RuntimeError(f"\"normal_kernel_cpu\" not implemented for '{d.name}'")
     rng = _generator(generator, dev)._rng
     values = rng.standard_normal(shape, dtype=np.float64 if d is dt.float64 else np.float32)
     return _finish(from_host(values, d, dev), requires_grad)
 
 
-def randint(*args, size=None, generator=None, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False) -> Tensor:
+def randint(
+    *args,
+    size=None,
+    generator=None,
+    dtype=None,
+    device=None,
+    requires_grad=False,
+    out=None,
+    layout=None,
+    pin_memory=False,
+) -> Tensor:
     """Random integers in ``[low, high)``: ``randint(high, size)`` or ``randint(low, high, size)``."""
     args = list(args)
     if size is None:
@@ -393,7 +429,16 @@ def randn_like(input: Tensor, *, dtype=None, device=None, requires_grad=False, m
     return randn(shape, dtype=d, device=dev, requires_grad=requires_grad)
 
 
-def randint_like(input: Tensor, low: int = 0, high: int | None = None, *, dtype=None, device=None, requires_grad=False, memory_format=None) -> Tensor:
+def randint_like(
+    input: Tensor,
+    low: int = 0,
+    high: int | None = None,
+    *,
+    dtype=None,
+    device=None,
+    requires_grad=False,
+    memory_format=None,
+) -> Tensor:
     """Random integers in ``[low, high)`` with ``input``'s shape, dtype and device."""
     if high is None:
         low, high = 0, low

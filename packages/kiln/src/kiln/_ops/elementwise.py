@@ -11,7 +11,7 @@ import numpy as np
 
 from kiln import _dtype as dt
 from kiln._dispatch import op
-from kiln._ops._meta import broadcast_pair, check_inplace, common_device, is_scalar, result_type, scalar_type_name
+from kiln._ops._meta import broadcast_pair, common_device, is_scalar, result_type, scalar_type_name
 from kiln._tensor import Tensor
 
 Number = "int | float | bool"
@@ -32,9 +32,7 @@ def _arg(x, np_dtype):
 
 def _check_operand(x, name: str, op_name: str) -> None:
     if not isinstance(x, Tensor) and not is_scalar(x):
-        raise TypeError(
-            f"{op_name}(): argument '{name}' must be Tensor or Number, not {type(x).__name__}"
-        )
+        raise TypeError(f"{op_name}(): argument '{name}' must be Tensor or Number, not {type(x).__name__}")
 
 
 # ---------------------------------------------------------------------------------------- binary
@@ -52,9 +50,8 @@ def binary_meta(op_name: str, *, float_result: bool = False, bool_result: bool =
         else:
             _check_operand(input, "input", op_name)
             _check_operand(other, "other", op_name)
-            if not isinstance(input, Tensor):
-                input, other = other, input
-            shape = input._shape if isinstance(input, Tensor) else ()
+            tensor_operand = input if isinstance(input, Tensor) else other
+            shape = tensor_operand._shape if isinstance(tensor_operand, Tensor) else ()
             dtype = result_type(input, other)
             dev = common_device(op_name, input, other)
         if float_result and not dtype.is_floating_point:
@@ -80,11 +77,9 @@ def _alpha_check(op_name, input, other, alpha):
     if alpha != 1:
         d = result_type(input, other)
         if not d.is_floating_point and isinstance(alpha, float):
-            raise RuntimeError(f"For integral input tensors, argument alpha must not be a floating point number.")
+            raise RuntimeError("For integral input tensors, argument alpha must not be a floating point number.")
         if d is dt.bool and not isinstance(alpha, bool):
-            raise RuntimeError(
-                "Boolean alpha only supported for Boolean results."
-            )
+            raise RuntimeError("Boolean alpha only supported for Boolean results.")
 
 
 def _add_meta(input, other, alpha=1):
@@ -304,7 +299,7 @@ def _pow_backward(grad, input, exponent, result, needs_input_grad):
     autocast="fp32",
     methods=("pow", "__pow__"),
 )
-def pow(input: Tensor | Number, exponent: Tensor | Number) -> Tensor:
+def pow(input: Tensor | Number, exponent: Tensor | Number) -> Tensor:  # noqa: A001
     """``input ** exponent`` elementwise, broadcasting (``torch.pow``)."""
 
 
@@ -319,7 +314,13 @@ Tensor.__rpow__ = _rpow
 
 
 def _compare(name: str, np_fn, dunder: str, doc: str):
-    @op(meta=binary_meta(name, bool_result=True), reference=binary_reference(np_fn), name=name, doc=doc, methods=(name, dunder))
+    @op(
+        meta=binary_meta(name, bool_result=True),
+        reference=binary_reference(np_fn),
+        name=name,
+        doc=doc,
+        methods=(name, dunder),
+    )
     def comparison(input: Tensor, other: Tensor | Number) -> Tensor:
         pass
 
@@ -341,23 +342,35 @@ def _bitwise_meta(name):
     def meta(input, other):
         spec = base(input, other)
         if spec[1].is_floating_point:
-            raise RuntimeError(f'"{name}_cpu" not implemented for \'{scalar_type_name(spec[1])}\'')
+            raise RuntimeError(f"\"{name}_cpu\" not implemented for '{scalar_type_name(spec[1])}'")
         return spec
 
     return meta
 
 
-@op(meta=_bitwise_meta("bitwise_and"), reference=binary_reference(np.bitwise_and), methods=("bitwise_and", "__and__", "__rand__"))
+@op(
+    meta=_bitwise_meta("bitwise_and"),
+    reference=binary_reference(np.bitwise_and),
+    methods=("bitwise_and", "__and__", "__rand__"),
+)
 def bitwise_and(input: Tensor, other: Tensor | Number) -> Tensor:
     """Bitwise AND of integer or bool tensors (logical AND for bool)."""
 
 
-@op(meta=_bitwise_meta("bitwise_or"), reference=binary_reference(np.bitwise_or), methods=("bitwise_or", "__or__", "__ror__"))
+@op(
+    meta=_bitwise_meta("bitwise_or"),
+    reference=binary_reference(np.bitwise_or),
+    methods=("bitwise_or", "__or__", "__ror__"),
+)
 def bitwise_or(input: Tensor, other: Tensor | Number) -> Tensor:
     """Bitwise OR of integer or bool tensors (logical OR for bool)."""
 
 
-@op(meta=_bitwise_meta("bitwise_xor"), reference=binary_reference(np.bitwise_xor), methods=("bitwise_xor", "__xor__", "__rxor__"))
+@op(
+    meta=_bitwise_meta("bitwise_xor"),
+    reference=binary_reference(np.bitwise_xor),
+    methods=("bitwise_xor", "__xor__", "__rxor__"),
+)
 def bitwise_xor(input: Tensor, other: Tensor | Number) -> Tensor:
     """Bitwise XOR of integer or bool tensors (logical XOR for bool)."""
 
@@ -377,7 +390,7 @@ def unary_meta(op_name: str, *, int_to_float: bool = True, allow_bool: bool = Tr
                 "Negation, the `-` operator, on a bool tensor is not supported. If you are trying to invert a mask, "
                 "use the `~` or `logical_not()` operator instead."
                 if op_name == "neg"
-                else f'"{op_name}_cpu" not implemented for \'Bool\''
+                else f"\"{op_name}_cpu\" not implemented for 'Bool'"
             )
         if bool_result:
             return (input._shape, dt.bool, input._device)
@@ -414,9 +427,24 @@ def _unary(name, np_fn, backward, doc, *, autocast=None, int_to_float=True, allo
     return unary
 
 
-neg = _unary("neg", np.negative, lambda grad: -grad, "``-input`` elementwise (``torch.neg``).", int_to_float=False, allow_bool=False, methods=("neg", "__neg__", "negative"))
+neg = _unary(
+    "neg",
+    np.negative,
+    lambda grad: -grad,
+    "``-input`` elementwise (``torch.neg``).",
+    int_to_float=False,
+    allow_bool=False,
+    methods=("neg", "__neg__", "negative"),
+)
 negative = neg
-abs = _unary("abs", np.abs, lambda grad, input: grad * sign(input), "Absolute value elementwise.", int_to_float=False, methods=("abs", "__abs__", "absolute"))  # noqa: A001
+abs = _unary(
+    "abs",
+    np.abs,
+    lambda grad, input: grad * sign(input),
+    "Absolute value elementwise.",
+    int_to_float=False,
+    methods=("abs", "__abs__", "absolute"),
+)  # noqa: A001
 absolute = abs
 sign = _unary("sign", np.sign, lambda grad: grad * 0, "The sign (-1, 0, 1) of each element.", int_to_float=False)
 exp = _unary("exp", np.exp, lambda grad, result: grad * result, "``e ** input`` elementwise.", autocast="fp32")
@@ -432,7 +460,14 @@ def _sigmoid_np(a):
         return 1.0 / (1.0 + np.exp(-a))
 
 
-sigmoid = _unary("sigmoid", _sigmoid_np, lambda grad, result: grad * result * (1 - result), "Logistic sigmoid ``1 / (1 + exp(-input))``.")
+sigmoid = _unary(
+    "sigmoid",
+    _sigmoid_np,
+    lambda grad, result: grad * result * (1 - result),
+    "Logistic sigmoid ``1 / (1 + exp(-input))``.",
+)
+
+
 def _threshold_backward_meta(grad, result):
     return (grad._shape, grad._dtype, grad._device)
 
@@ -456,12 +491,20 @@ relu = _unary(
 )
 
 
-@op(meta=unary_meta("isnan", bool_result=True), reference=lambda spec, a: np.isnan(a) if a.dtype.kind == "f" else np.zeros(a.shape, bool), methods=("isnan",))
+@op(
+    meta=unary_meta("isnan", bool_result=True),
+    reference=lambda spec, a: np.isnan(a) if a.dtype.kind == "f" else np.zeros(a.shape, bool),
+    methods=("isnan",),
+)
 def isnan(input: Tensor) -> Tensor:
     """True where ``input`` is NaN."""
 
 
-@op(meta=unary_meta("logical_not", bool_result=True), reference=lambda spec, a: np.logical_not(a), methods=("logical_not",))
+@op(
+    meta=unary_meta("logical_not", bool_result=True),
+    reference=lambda spec, a: np.logical_not(a),
+    methods=("logical_not",),
+)
 def logical_not(input: Tensor) -> Tensor:
     """Elementwise logical NOT (nonzero is True) as a bool tensor."""
 
@@ -484,7 +527,9 @@ def _where_meta(condition, input, other):
     if not isinstance(condition, Tensor):
         raise TypeError(f"where(): argument 'condition' (position 1) must be Tensor, not {type(condition).__name__}")
     if condition._dtype is not dt.bool and condition._dtype is not dt.uint8:
-        raise RuntimeError(f"where expected condition to be a boolean tensor, but got a tensor with dtype {scalar_type_name(condition._dtype)}")
+        raise RuntimeError(
+            f"where expected condition to be a boolean tensor, but got a tensor with dtype {scalar_type_name(condition._dtype)}"
+        )
     _check_operand(input, "input", "where")
     _check_operand(other, "other", "where")
     shape = broadcast_pair(condition._shape, broadcast_pair(getattr(input, "_shape", ()), getattr(other, "_shape", ())))

@@ -44,7 +44,16 @@ _INPLACE = {
     red.maximum: True,
     red.minimum: True,
 }
-_ALIASES = {"add_": ("__iadd__",), "sub_": ("__isub__",), "mul_": ("__imul__",), "div_": ("__itruediv__",), "pow_": ("__ipow__",), "bitwise_and_": ("__iand__",), "bitwise_or_": ("__ior__",), "bitwise_xor_": ("__ixor__",)}
+_ALIASES = {
+    "add_": ("__iadd__",),
+    "sub_": ("__isub__",),
+    "mul_": ("__imul__",),
+    "div_": ("__itruediv__",),
+    "pow_": ("__ipow__",),
+    "bitwise_and_": ("__iand__",),
+    "bitwise_or_": ("__ior__",),
+    "bitwise_xor_": ("__ixor__",),
+}
 
 
 def install_inplace_methods() -> None:

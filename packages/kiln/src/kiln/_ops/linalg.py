@@ -19,9 +19,7 @@ def _matmul_meta(input, other):
             raise TypeError(f"matmul(): argument '{name}' must be Tensor, not {type(x).__name__}")
     a, b = input._shape, other._shape
     if not a or not b:
-        raise RuntimeError(
-            f"both arguments to matmul need to be at least 1D, but they are {len(a)}D and {len(b)}D"
-        )
+        raise RuntimeError(f"both arguments to matmul need to be at least 1D, but they are {len(a)}D and {len(b)}D")
     if input._dtype is not other._dtype:
         raise RuntimeError(
             "expected m1 and m2 to have the same dtype, but got: "
@@ -94,7 +92,13 @@ def _matmul_backward(grad, input, other, needs_input_grad):
     return (ga, gb)
 
 
-@op(meta=_matmul_meta, reference=_matmul_ref, backward=_matmul_backward, autocast="lower", methods=("matmul", "__matmul__"))
+@op(
+    meta=_matmul_meta,
+    reference=_matmul_ref,
+    backward=_matmul_backward,
+    autocast="lower",
+    methods=("matmul", "__matmul__"),
+)
 def matmul(input: Tensor, other: Tensor) -> Tensor:
     """Matrix product with NumPy/PyTorch broadcasting: dot, mv, mm and batched cases (``torch.matmul``)."""
 

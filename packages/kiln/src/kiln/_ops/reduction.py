@@ -108,9 +108,7 @@ def _extreme_meta(name):
         dims = reduce_dims(None if dim == () else dim, len(input._shape))
         for d in dims:
             if input._shape and input._shape[d] == 0:
-                raise IndexError(
-                    f"{name}(): Expected reduction dim {d} to have non-zero size."
-                )
+                raise IndexError(f"{name}(): Expected reduction dim {d} to have non-zero size.")
         if not input._shape and _numel(input._shape) == 0:
             raise IndexError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0.")
         return (_reduced_shape(input._shape, dims, keepdim), input._dtype, input._device, dims)
@@ -151,9 +149,7 @@ def _dim_extreme_meta(name):
         _check_input(input, name)
         d = wrap_dim(dim, len(input._shape))
         if input._shape and input._shape[d] == 0:
-            raise IndexError(
-                f"{name}(): Expected reduction dim {d} to have non-zero size."
-            )
+            raise IndexError(f"{name}(): Expected reduction dim {d} to have non-zero size.")
         shape = _reduced_shape(input._shape, (d,), keepdim)
         return ((shape, input._dtype, input._device, d), (shape, dt.int64, input._device, d))
 
@@ -260,12 +256,22 @@ def _binary_extreme_meta(name):
     return meta
 
 
-@op(meta=_binary_extreme_meta("maximum"), reference=binary_reference(np.maximum), backward=_binary_extreme_backward, methods=("maximum",))
+@op(
+    meta=_binary_extreme_meta("maximum"),
+    reference=binary_reference(np.maximum),
+    backward=_binary_extreme_backward,
+    methods=("maximum",),
+)
 def maximum(input: Tensor, other: Tensor) -> Tensor:
     """Elementwise maximum of two tensors (NaN propagates), broadcasting."""
 
 
-@op(meta=_binary_extreme_meta("minimum"), reference=binary_reference(np.minimum), backward=_binary_extreme_backward, methods=("minimum",))
+@op(
+    meta=_binary_extreme_meta("minimum"),
+    reference=binary_reference(np.minimum),
+    backward=_binary_extreme_backward,
+    methods=("minimum",),
+)
 def minimum(input: Tensor, other: Tensor) -> Tensor:
     """Elementwise minimum of two tensors (NaN propagates), broadcasting."""
 
@@ -305,9 +311,7 @@ def _arg_meta(name):
         _check_input(input, name)
         if dim is None:
             if _numel(input._shape) == 0:
-                raise RuntimeError(
-                    f"{name}(): Expected reduction dim to be specified for input.numel() == 0."
-                )
+                raise RuntimeError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0.")
             return ((1,) * len(input._shape) if keepdim else (), dt.int64, input._device, None)
         d = wrap_dim(dim, len(input._shape))
         if input._shape and input._shape[d] == 0:
@@ -348,12 +352,20 @@ def _bool_reduce_meta(input, dim=None, keepdim=False):
     return (_reduced_shape(input._shape, dims, keepdim), dt.bool, input._device, dims)
 
 
-@op(meta=_bool_reduce_meta, reference=lambda spec, a, dim=None, keepdim=False: np.any(a, axis=_np_axes(a, spec[3]), keepdims=keepdim), methods=("any",))
+@op(
+    meta=_bool_reduce_meta,
+    reference=lambda spec, a, dim=None, keepdim=False: np.any(a, axis=_np_axes(a, spec[3]), keepdims=keepdim),
+    methods=("any",),
+)
 def any(input: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:  # noqa: A001
     """True if any element (over ``dim``) is nonzero."""
 
 
-@op(meta=_bool_reduce_meta, reference=lambda spec, a, dim=None, keepdim=False: np.all(a, axis=_np_axes(a, spec[3]), keepdims=keepdim), methods=("all",))
+@op(
+    meta=_bool_reduce_meta,
+    reference=lambda spec, a, dim=None, keepdim=False: np.all(a, axis=_np_axes(a, spec[3]), keepdims=keepdim),
+    methods=("all",),
+)
 def all(input: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:  # noqa: A001
     """True if every element (over ``dim``) is nonzero."""
 
@@ -372,9 +384,7 @@ def sum_to_size(input: Tensor, *size) -> Tensor:
     ok = lead >= 0 and builtins.all(s == 1 or s == input._shape[lead + i] for i, s in enumerate(shape))
     if not ok:
         raise RuntimeError(f"size {{{list(shape)}}} is not expandable to size {{{list(input._shape)}}}.")
-    dims = tuple(range(lead)) + tuple(
-        lead + i for i, s in enumerate(shape) if s == 1 and input._shape[lead + i] != 1
-    )
+    dims = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(shape) if s == 1 and input._shape[lead + i] != 1)
     r = sum(input, dims, True) if dims else input
     return r.view(shape)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import numpy as np
 
 from kiln._dispatch import op
-from kiln._ops.copy import from_host, host_array
 from kiln._ops.views import _shape_arg, device_generic, make_view
 from kiln._tensor import Tensor
 
@@ -33,10 +32,12 @@ def _positions(shape, stride, offset) -> np.ndarray:
 def _as_strided_meta(input, size, stride, storage_offset=None):
     size, stride = _shape_arg(size), _shape_arg(stride)
     if len(size) != len(stride):
-        raise RuntimeError(f"mismatch in length of strides and shape")
+        raise RuntimeError("mismatch in length of strides and shape")
     offset = input._offset if storage_offset is None else int(storage_offset)
     if any(s < 0 for s in stride):
-        raise RuntimeError("as_strided: Negative strides are not supported at the moment, got strides: " + str(list(stride)))
+        raise RuntimeError(
+            "as_strided: Negative strides are not supported at the moment, got strides: " + str(list(stride))
+        )
     end = _span_end(size, stride, offset)
     avail = len(input._storage) if hasattr(input._storage, "__len__") else end
     if end > avail:

@@ -92,9 +92,7 @@ def view_strides(old_shape: tuple, old_stride: tuple, new_shape: tuple) -> tuple
     view_numel = 1
     for tensor_d in range(len(old_shape) - 1, -1, -1):
         tensor_numel *= old_shape[tensor_d]
-        if tensor_d == 0 or (
-            old_shape[tensor_d - 1] != 1 and old_stride[tensor_d - 1] != tensor_numel * chunk_base
-        ):
+        if tensor_d == 0 or (old_shape[tensor_d - 1] != 1 and old_stride[tensor_d - 1] != tensor_numel * chunk_base):
             while view_d >= 0 and (view_numel < tensor_numel or new_shape[view_d] == 1):
                 new_stride[view_d] = view_numel * chunk_base
                 view_numel *= new_shape[view_d]
@@ -364,7 +362,12 @@ def _squeeze_meta(input, dim=None):
     )
 
 
-@op(meta=_squeeze_meta, reference=_view_kernel, backward=lambda grad, input_shape: grad.reshape(input_shape), methods=("squeeze",))
+@op(
+    meta=_squeeze_meta,
+    reference=_view_kernel,
+    backward=lambda grad, input_shape: grad.reshape(input_shape),
+    methods=("squeeze",),
+)
 def squeeze(input: Tensor, dim: int | tuple | None = None) -> Tensor:
     """A view without size-1 dims (all of them, or those in ``dim``)."""
 
@@ -380,11 +383,10 @@ def _normalize_key(key, ndim: int) -> tuple:
         if isinstance(k, Tensor):
             if k._dtype.is_floating_point or k._dtype is dt.bool or k._shape:
                 raise IndexError(
-                    "indexing with tensors (advanced indexing) is not supported yet; "
-                    "use integers, slices, None and ..."
+                    "indexing with tensors (advanced indexing) is not supported yet; use integers, slices, None and ..."
                 )
             k = int(k.item())
-        elif isinstance(k, bool) or isinstance(k, (list, range)):
+        elif isinstance(k, (bool, list, range)):
             raise IndexError(
                 "indexing with booleans or sequences (advanced indexing) is not supported yet; "
                 "use integers, slices, None and ..."
@@ -437,7 +439,11 @@ def _index_meta(input, key):
     return (tuple(shape), input._dtype, input._device, tuple(stride), offset)
 
 
-@op(meta=_index_meta, reference=_view_kernel, backward=lambda grad, input_shape, key: _index_backward(grad, input_shape, key))
+@op(
+    meta=_index_meta,
+    reference=_view_kernel,
+    backward=lambda grad, input_shape, key: _index_backward(grad, input_shape, key),
+)
 def _index_view(input: Tensor, key: tuple) -> Tensor:
     """Basic indexing (ints, slices, None) as a view; ``key`` is already normalised."""
 

@@ -5,7 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kiln._tensor import Tensor
-from kiln.autograd.anomaly_mode import detect_anomaly, is_anomaly_check_nan_enabled, is_anomaly_enabled, set_detect_anomaly
+from kiln.autograd.anomaly_mode import (
+    detect_anomaly,
+    is_anomaly_check_nan_enabled,
+    is_anomaly_enabled,
+    set_detect_anomaly,
+)
 from kiln.autograd.function import Function, FunctionCtx, once_differentiable
 from kiln.autograd.grad_mode import (
     enable_grad,
@@ -68,9 +73,7 @@ def _make_roots(outputs: tuple, grad_outputs: tuple, create_graph: bool) -> list
             if out.numel() != 1:
                 raise RuntimeError("grad can be implicitly created only for scalar outputs")
             if not out._dtype.is_floating_point:
-                raise RuntimeError(
-                    f"grad can be implicitly created only for real scalar outputs but got {out._dtype}"
-                )
+                raise RuntimeError(f"grad can be implicitly created only for real scalar outputs but got {out._dtype}")
             g = ones_like(out)
         else:
             if not isinstance(g, Tensor):
@@ -123,7 +126,9 @@ def grad(
     outs = _as_tuple(outputs)
     ins = _as_tuple(inputs)
     if materialize_grads and allow_unused is False:
-        raise ValueError("Expected allow_unused to be True or not passed when materialize_grads=True, but got: allow_unused=False.")
+        raise ValueError(
+            "Expected allow_unused to be True or not passed when materialize_grads=True, but got: allow_unused=False."
+        )
     if allow_unused is None:
         allow_unused = materialize_grads
     for t in ins:

@@ -115,7 +115,9 @@ class Function(metaclass=_FunctionMeta):
     @staticmethod
     def backward(ctx: FunctionCtx, *grad_outputs: Any) -> Any:
         """Gradients for each ``forward`` input (``None`` for non-tensors), given output gradients."""
-        raise NotImplementedError("You must implement either the backward or vjp method for your custom autograd.Function to use it with backward mode AD.")
+        raise NotImplementedError(
+            "You must implement either the backward or vjp method for your custom autograd.Function to use it with backward mode AD."
+        )
 
     def __init__(self, *args, **kwargs):
         raise RuntimeError(

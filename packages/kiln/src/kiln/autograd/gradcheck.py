@@ -102,7 +102,9 @@ def gradcheck(
     inputs = _as_tuple(inputs)
     tensor_idx = [i for i, t in enumerate(inputs) if isinstance(t, Tensor) and t._requires_grad]
     if not tensor_idx:
-        raise ValueError("gradcheck expects at least one input tensor to require gradient, but none of them have requires_grad=True.")
+        raise ValueError(
+            "gradcheck expects at least one input tensor to require gradient, but none of them have requires_grad=True."
+        )
     for i in tensor_idx:
         if inputs[i]._dtype.name != "float64":
             import warnings
@@ -117,10 +119,7 @@ def gradcheck(
         numerical = _numerical_jacobian(func, inputs, i, eps)
         for k, (a, n) in enumerate(zip(analytical, numerical)):
             if not np.allclose(a, n, rtol=rtol, atol=atol):
-                msg = (
-                    f"Jacobian mismatch for output {k} with respect to input {i},\n"
-                    f"numerical:{n}\nanalytical:{a}\n"
-                )
+                msg = f"Jacobian mismatch for output {k} with respect to input {i},\nnumerical:{n}\nanalytical:{a}\n"
                 if raise_exception:
                     raise GradcheckError(msg)
                 return False
@@ -147,9 +146,7 @@ def gradgradcheck(
     outs = _float_outs(func(*inputs))
     rng = np.random.default_rng(seed)
     if grad_outputs is None:
-        grad_outputs = tuple(
-            tensor(rng.standard_normal(o._shape), dtype=o._dtype, requires_grad=True) for o in outs
-        )
+        grad_outputs = tuple(tensor(rng.standard_normal(o._shape), dtype=o._dtype, requires_grad=True) for o in outs)
     else:
         grad_outputs = _as_tuple(grad_outputs)
     diff_idx = [i for i, t in enumerate(inputs) if isinstance(t, Tensor) and t._requires_grad]
@@ -161,4 +158,6 @@ def gradgradcheck(
         gs = grad(o, [ins[i] for i in diff_idx], gos[: len(o)], create_graph=True, allow_unused=True)
         return tuple(g for g in gs if g is not None)
 
-    return gradcheck(first_grads, inputs + tuple(grad_outputs), eps=eps, atol=atol, rtol=rtol, raise_exception=raise_exception)
+    return gradcheck(
+        first_grads, inputs + tuple(grad_outputs), eps=eps, atol=atol, rtol=rtol, raise_exception=raise_exception
+    )

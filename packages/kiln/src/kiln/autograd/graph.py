@@ -12,6 +12,7 @@ input's shape and casts them to its dtype, so formulas stay short.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import inspect
 import itertools
@@ -43,10 +44,8 @@ class RemovableHandle:
 
     def remove(self) -> None:
         """Unregister the hook (idempotent)."""
-        try:
+        with contextlib.suppress(ValueError):
             self._hooks.remove(self._hook)
-        except ValueError:
-            pass
 
     def __enter__(self):
         return self
@@ -62,7 +61,16 @@ class Node:
     where the input needs no gradient).
     """
 
-    __slots__ = ("next_functions", "n_out", "_seq", "_tensor_pre_hooks", "_pre_hooks", "_post_hooks", "metadata", "__weakref__")
+    __slots__ = (
+        "next_functions",
+        "n_out",
+        "_seq",
+        "_tensor_pre_hooks",
+        "_pre_hooks",
+        "_post_hooks",
+        "metadata",
+        "__weakref__",
+    )
 
     def __init__(self, next_functions: tuple, n_out: int = 1):
         self.next_functions = next_functions
@@ -314,7 +322,7 @@ class OpNode(Node):
 
 def _fit_to_input(g: Tensor, meta: tuple, node: Node, i: int) -> Tensor:
     """Reduce a broadcast gradient to the input's shape and cast it to the input's dtype."""
-    shape, dtype, dev = meta
+    shape, dtype, _device = meta
     if g._shape != shape:
         from kiln._ops.reduction import sum_to_size
 
@@ -415,9 +423,7 @@ def record(opdef, args: tuple, out) -> None:
         if opdef.num_outputs == 1:
             saved["result"] = SavedTensor(out, True, node)
         else:
-            saved["result"] = tuple(
-                SavedTensor(o, True, node) if o.grad_fn is node else o for o in outs
-            )
+            saved["result"] = tuple(SavedTensor(o, True, node) if o.grad_fn is node else o for o in outs)
     node.saved = saved
 
 

@@ -1,0 +1,342 @@
+"""In-place ops against PyTorch: values, returned object, writes through views, version counters,
+dtype/broadcast rules, and autograd through in-place writes on (views of) non-leaf tensors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import kiln
+import kiln_testutil as U
+
+# name -> fn(self, other) applying the op in place (the same code for both libraries)
+INPLACE = {
+    "add_": lambda a, b: a.add_(b),
+    "add_alpha": lambda a, b: a.add_(b, alpha=-2),
+    "sub_": lambda a, b: a.sub_(b),
+    "sub_alpha": lambda a, b: a.sub_(b, alpha=0.5),
+    "mul_": lambda a, b: a.mul_(b),
+    "div_": lambda a, b: a.div_(b),
+    "div_trunc": lambda a, b: a.div_(b, rounding_mode="trunc"),
+    "div_floor": lambda a, b: a.div_(b, rounding_mode="floor"),
+    "pow_": lambda a, b: a.pow_(b),
+    "+=": lambda a, b: a.__iadd__(b),
+    "-=": lambda a, b: a.__isub__(b),
+    "*=": lambda a, b: a.__imul__(b),
+    "/=": lambda a, b: a.__itruediv__(b),
+    "copy_": lambda a, b: a.copy_(b) if not isinstance(b, (int, float)) else a.fill_(b),
+}
+UNARY_INPLACE = {
+    "exp_": lambda a: a.exp_(),
+    "neg_": lambda a: a.neg_(),
+    "relu_": lambda a: a.relu_(),
+    "zero_": lambda a: a.zero_(),
+    "fill_(2.5)": lambda a: a.fill_(2.5),
+    "fill_(int)": lambda a: a.fill_(-3),
+    "fill_(0-d tensor)": None,
+}
+
+
+def _apply_both(x: U.Pair, fn_k, fn_t):
+    """Apply an in-place op to both; check it returns ``self``, and compare values, base and version."""
+    rt = fn_t(x.t)
+    rk = fn_k(x.k)
+    assert rt is x.t
+    assert rk is x.k, "in-place ops return self"
+    U.assert_close(x.k, x.t)
+    U.assert_close(x.k_leaf, x.t_leaf, msg="base of the written view: ")
+    assert x.k._version == x.t._version, f"version {x.k._version} != torch's {x.t._version}"
+    assert x.k_leaf._version == x.t_leaf._version
+
+
+@pytest.mark.parametrize("name", list(INPLACE))
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "strided"])
+@pytest.mark.parametrize("other", ["tensor", "broadcast", "0-d", "int", "float"])
+def test_binary_inplace(name, layout, other):
+    fn = INPLACE[name]
+    for dtype in U.FLOAT_DTYPES:
+        x = U.make_pair((3, 4), dtype, layout=layout, seed=1, low=0.5, high=2.0)
+        if other in ("int", "float"):
+            v = 2 if other == "int" else 1.5
+            _apply_both(x, lambda a: fn(a, v), lambda a: fn(a, v))
+            continue
+        shape = {"tensor": (3, 4), "broadcast": (4,), "0-d": ()}[other]
+        y = U.make_pair(shape, dtype, layout=layout if other == "tensor" else "contiguous", seed=2, low=0.5, high=2.0)
+        _apply_both(x, lambda a: fn(a, y.k), lambda a: fn(a, y.t))
+
+
+@pytest.mark.parametrize("name", list(UNARY_INPLACE))
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "strided"])
+def test_unary_inplace(name, layout):
+    for dtype in (kiln.float32, kiln.float64, kiln.float16):
+        x = U.make_pair((3, 4), dtype, layout=layout, seed=3)
+        if name == "fill_(0-d tensor)":
+            v = U.make_pair((), dtype, seed=4)
+            _apply_both(x, lambda a: a.fill_(v.k), lambda a: a.fill_(v.t))
+        else:
+            _apply_both(x, UNARY_INPLACE[name], UNARY_INPLACE[name])
+
+
+@pytest.mark.parametrize("name", ["add_", "sub_", "mul_", "+=", "*=", "copy_"])
+def test_integer_inplace(name):
+    fn = INPLACE[name]
+    for dtype in (kiln.int64, kiln.int32, kiln.uint8, kiln.int8):
+        x = U.make_pair((3, 4), dtype, layout="transposed", seed=5)
+        y = U.make_pair((4,), dtype, seed=6)
+        _apply_both(x, lambda a: fn(a, y.k), lambda a: fn(a, y.t))
+        _apply_both(x, lambda a: fn(a, 3), lambda a: fn(a, 3))
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        ("int64 += 1.5", kiln.int64, lambda a, L: a.add_(1.5)),
+        ("int64 /= 2", kiln.int64, lambda a, L: a.div_(2)),
+        ("int64 /= int tensor", kiln.int64, lambda a, L: a.__itruediv__(L.tensor([2, 2, 2, 2]))),
+        ("int32 *= float tensor", kiln.int32, lambda a, L: a.mul_(L.tensor([1.5, 1.0, 1.0, 1.0]))),
+        ("uint8 -= 0.5", kiln.uint8, lambda a, L: a.sub_(0.5)),
+        ("bool += 1", kiln.bool, lambda a, L: a.add_(1)),
+        ("bool += True", kiln.bool, lambda a, L: a.add_(True)),
+        ("int64 exp_", kiln.int64, lambda a, L: a.exp_()),
+        ("int64 pow_(0.5)", kiln.int64, lambda a, L: a.pow_(0.5)),
+        ("int64 pow_(2)", kiln.int64, lambda a, L: a.pow_(2)),
+        ("int8 += int64 tensor", kiln.int8, lambda a, L: a.add_(L.tensor([1, 2, 3, 4]))),
+        ("float16 += float64 tensor", kiln.float16, lambda a, L: a.add_(L.tensor([0.1, 0.2, 0.3, 0.4], dtype=L.float64))),
+        ("float32 += int tensor", kiln.float32, lambda a, L: a.add_(L.tensor([1, 2, 3, 4]))),
+        ("int64 div_ floor", kiln.int64, lambda a, L: a.div_(2, rounding_mode="floor")),
+        ("int64 relu_", kiln.int64, lambda a, L: a.relu_()),
+        ("int64 neg_", kiln.int64, lambda a, L: a.neg_()),
+        ("bool neg_", kiln.bool, lambda a, L: a.neg_()),
+    ],
+    ids=lambda c: c[0],
+)
+def test_inplace_dtype_rules(case):
+    """In-place results must be castable to self's dtype (torch's can_cast), else torch's error."""
+    _, dtype, fn = case
+    x = U.make_pair((3, 4), dtype, seed=7, low=1, high=5)
+    try:
+        fn(x.t, torch)
+    except RuntimeError:
+        U.assert_same_error(lambda: fn(x.k, kiln), lambda: fn(U.make_pair((3, 4), dtype, seed=7, low=1, high=5).t, torch))
+        assert x.k._version == 0, "a refused in-place op must not bump the version"
+        return
+    fn(x.k, kiln)
+    U.assert_close(x.k, x.t)
+
+
+@pytest.mark.parametrize(
+    "sa,sb",
+    [((3, 1), (1, 4)), ((3, 1), (4,)), ((4,), (3, 4)), ((), (2,))],
+)
+def test_inplace_broadcast_error(sa, sb):
+    """The result of an in-place op must keep self's shape."""
+    for fn in (lambda a, b: a.add_(b), lambda a, b: a.mul_(b), lambda a, b: a.__iadd__(b), lambda a, b: a.copy_(b)):
+        U.assert_same_error(lambda: fn(kiln.ones(sa), kiln.ones(sb)), lambda: fn(torch.ones(sa), torch.ones(sb)))
+
+
+def test_inplace_on_expanded_tensor_errors():
+    """Writing into a tensor whose elements overlap (stride 0) is refused, like torch."""
+    for fn in (lambda a: a.add_(1), lambda a: a.mul_(2), lambda a: a.zero_(), lambda a: a.copy_(a.clone())):
+        U.assert_same_error(lambda: fn(kiln.ones(3, 1).expand(3, 4)), lambda: fn(torch.ones(3, 1).expand(3, 4)))
+
+
+# ---------------------------------------------------------------------------------------- copy_
+
+
+@pytest.mark.parametrize("src_dtype", U.ALL_DTYPES, ids=U.dtype_id)
+@pytest.mark.parametrize("dst_dtype", U.ALL_DTYPES, ids=U.dtype_id)
+def test_copy_casts_between_all_dtypes(src_dtype, dst_dtype):
+    # values representable everywhere without undefined behaviour (no negative floats into uint8)
+    vals = np.array([[0, 1, 2, 3], [5, 7, 100, 0]], dtype=np.float64)
+    if src_dtype.is_floating_point:
+        vals = vals + np.array([[0.0, 0.25, 0.5, 0.75], [0.5, 0.1, 0.9, 0.0]])
+    src = U.make_pair((2, 4), src_dtype, values=vals if src_dtype is not kiln.bool else vals > 1)
+    dst = U.make_pair((2, 4), dst_dtype, layout="transposed", seed=8)
+    _apply_both(dst, lambda a: a.copy_(src.k), lambda a: a.copy_(src.t))
+
+
+@pytest.mark.parametrize("src_layout", U.LAYOUTS)
+@pytest.mark.parametrize("dst_layout", ["contiguous", "transposed", "strided"])
+@pytest.mark.parametrize("src_shape", [(3, 4), (4,), (1, 4), (3, 1), ()])
+def test_copy_broadcast_and_layouts(src_layout, dst_layout, src_shape):
+    dst = U.make_pair((3, 4), kiln.float32, layout=dst_layout, seed=9)
+    src = U.make_pair(src_shape, kiln.float64, layout=src_layout, seed=10)
+    _apply_both(dst, lambda a: a.copy_(src.k), lambda a: a.copy_(src.t))
+
+
+def test_copy_from_overlapping_view_of_self():
+    k, t = U.both(np.arange(12.0).reshape(3, 4))
+    k[1:].copy_(k[:2].clone())
+    t[1:].copy_(t[:2].clone())
+    U.assert_close(k, t)
+    k.t().copy_(k.clone().t())
+    t.t().copy_(t.clone().t())
+    U.assert_close(k, t)
+
+
+# ---------------------------------------------------------------------------------------- autograd through in-place
+
+
+def _scenarios():
+    def a(L, x, z, s):
+        y = x.clone()
+        y[0] = 5
+        y[1:].mul_(2)
+        return y
+
+    def b(L, x, z, s):
+        y = x * 1
+        y[:, 0].add_(z)
+        return y * x
+
+    def c(L, x, z, s):
+        y = x.clone()
+        v = y.t()
+        v.mul_(z.unsqueeze(1))
+        return y**2
+
+    def d(L, x, z, s):
+        y = x.clone()
+        v = y[1]  # view taken before the base is written in place
+        y.mul_(2)
+        return v
+
+    def e(L, x, z, s):
+        y = x * 2
+        y.exp_()
+        return y
+
+    def f(L, x, z, s):
+        y = x.clone()
+        y += z
+        y -= 2 * z
+        y *= z
+        y /= z.abs() + 1
+        return y
+
+    def g(L, x, z, s):
+        y = x.clone().abs()
+        y.pow_(2)
+        y.pow_(z.abs())
+        return y
+
+    def h(L, x, z, s):
+        y = x.clone()
+        y[0].zero_()
+        y[1].fill_(s)
+        return y * y
+
+    def i(L, x, z, s):
+        y = x.clone()
+        y.neg_()
+        y.relu_()
+        return y
+
+    def j(L, x, z, s):
+        y = x.clone()
+        y[:, 1:3].copy_(z[:2].to(L.float64))
+        return y.sin()
+
+    def k(L, x, z, s):
+        y = x.clone()
+        y[1:][:, ::2].add_(z[::2])
+        return y
+
+    def m(L, x, z, s):
+        y = x.clone()
+        v = y[:, 0]
+        v.mul_(3)
+        return y.sum(1) + v
+
+    def n(L, x, z, s):
+        y = L.zeros(3, 4, dtype=x.dtype)
+        y[0] = z
+        y[1:].add_(x[1:] * s)
+        return y
+
+    def o(L, x, z, s):
+        y = x.clone()
+        y.div_(z.abs() + 1, rounding_mode="trunc")
+        return y + x
+
+    def p(L, x, z, s):
+        y = x.clone()
+        y.t()[1].copy_(z[:3])
+        y.view(-1)[::5].mul_(s)
+        return y.exp()
+
+    def r(L, x, z, s):
+        y = x.clone()
+        y[0, 0] = s
+        y[2, 3] = s * 2
+        return y
+
+    return {f.__name__: f for f in (a, b, c, d, e, f, g, h, i, j, k, m, n, o, p, r)}
+
+
+SCENARIOS = _scenarios()
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+@pytest.mark.parametrize("dtype", U.FLOAT_DTYPES, ids=U.dtype_id)
+def test_autograd_through_inplace_on_non_leaf(name, dtype):
+    """Gradients for x, z and s after in-place writes into (views of) non-leaf tensors equal torch's.
+
+    a: ``y = x.clone(); y[0] = 5; y[1:].mul_(2)``; b: ``y = x*1; y[:, 0].add_(z)``; c: in-place on a
+    transposed view; d: a view taken *before* the base is modified in place; e: exp_ on a non-leaf;
+    f: +=, -=, *=, /= with a requires-grad operand; g: pow_; h: zero_/fill_(0-d tensor); i: neg_/relu_;
+    j: copy_ with a dtype cast; k: view of a view; m: a written view used together with its base;
+    n: writing grad-requiring values into a tensor that did not require grad; o: div_ with rounding;
+    p: copy_ into a transposed row and mul_ on a strided flat view; r: scalar __setitem__ of a 0-d tensor.
+    """
+    fn = SCENARIOS[name]
+    x = U.make_pair((3, 4), dtype, seed=11, requires_grad=True)
+    z = U.make_pair((4,), dtype, seed=12, requires_grad=True)
+    s = U.make_pair((), dtype, seed=13, requires_grad=True)
+    U.check_op(fn, x, z, s)
+
+
+def test_inplace_on_leaf_requiring_grad_errors():
+    msgs = []
+    for fn in (lambda a: a.add_(1), lambda a: a.mul_(2), lambda a: a.zero_(), lambda a: a.fill_(1.0), lambda a: a.__iadd__(1),
+               lambda a: a.copy_(a.detach() * 2), lambda a: a.__setitem__(0, 1.0), lambda a: a.exp_()):
+        info = U.assert_same_error(lambda: fn(kiln.ones(3, requires_grad=True)), lambda: fn(torch.ones(3, requires_grad=True)))
+        msgs.append(str(info.value))
+    assert all("a leaf Variable that requires grad is being used in an in-place operation." in m for m in msgs)
+
+
+def test_inplace_on_view_of_leaf_requiring_grad_errors():
+    for fn in (lambda a: a[0].add_(1), lambda a: a.t().mul_(2), lambda a: a.view(-1).zero_()):
+        U.assert_same_error(lambda: fn(kiln.ones(2, 3, requires_grad=True)), lambda: fn(torch.ones(2, 3, requires_grad=True)))
+
+
+def test_inplace_on_leaf_allowed_under_no_grad():
+    k, t = U.both(np.arange(6.0).reshape(2, 3), requires_grad=True)
+    with torch.no_grad():
+        t.mul_(2)
+        t[0].add_(1)
+    with kiln.no_grad():
+        k.mul_(2)
+        k[0].add_(1)
+    U.assert_close(k, t)
+    assert k.requires_grad and k.is_leaf and k.grad_fn is None
+    assert k._version == t._version
+    (k * k).sum().backward()
+    (t * t).sum().backward()
+    U.assert_close(k.grad, t.grad)
+
+
+def test_inplace_makes_non_leaf_history_like_torch():
+    """After ``y.add_(z)`` a plain tensor joins the graph: requires_grad, grad_fn class name, is_leaf."""
+    ky, ty = kiln.zeros(3), torch.zeros(3)
+    kz, tz = U.both(np.ones(3), dtype=kiln.float32, requires_grad=True)
+    ky.add_(kz)
+    ty.add_(tz)
+    assert ky.requires_grad and not ky.is_leaf
+    assert ky.grad_fn.name() == ty.grad_fn.name()
+    kx, tx = U.both(np.ones((2, 3)), dtype=kiln.float32, requires_grad=True)
+    ky, ty = kx.clone(), tx.clone()
+    ky[0].mul_(2)
+    ty[0].mul_(2)
+    assert ky.grad_fn.name() == ty.grad_fn.name().replace("torch::", "kiln::")  # CopySlices

@@ -437,14 +437,14 @@ neg = _unary(
     methods=("neg", "__neg__", "negative"),
 )
 negative = neg
-abs = _unary(
+abs = _unary(  # noqa: A001
     "abs",
     np.abs,
     lambda grad, input: grad * sign(input),
     "Absolute value elementwise.",
     int_to_float=False,
     methods=("abs", "__abs__", "absolute"),
-)  # noqa: A001
+)
 absolute = abs
 sign = _unary("sign", np.sign, lambda grad: grad * 0, "The sign (-1, 0, 1) of each element.", int_to_float=False)
 exp = _unary("exp", np.exp, lambda grad, result: grad * result, "``e ** input`` elementwise.", autocast="fp32")

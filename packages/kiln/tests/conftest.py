@@ -36,9 +36,20 @@ import kiln
 
 # ---------------------------------------------------------------------------------------- hypothesis
 
-_SUPPRESS = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large, HealthCheck.filter_too_much]
+_SUPPRESS = [
+    HealthCheck.too_slow,
+    HealthCheck.function_scoped_fixture,
+    HealthCheck.data_too_large,
+    HealthCheck.filter_too_much,
+]
 settings.register_profile(
-    "kiln-ci", max_examples=12, deadline=None, derandomize=True, database=None, print_blob=True, suppress_health_check=_SUPPRESS
+    "kiln-ci",
+    max_examples=20,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    print_blob=True,
+    suppress_health_check=_SUPPRESS,
 )
 settings.register_profile(
     "kiln-thorough", max_examples=300, deadline=None, database=None, print_blob=True, suppress_health_check=_SUPPRESS
@@ -311,11 +322,29 @@ def assert_close(
         assert len(k) == len(t), f"{msg}length {len(k)} != {len(t)}"
         if _is_structseq(t):
             assert _is_structseq(k), f"{msg}expected a (values, indices) named tuple, got {type(k).__name__}"
-            assert_close(k.values, t.values, rtol=rtol, atol=atol, equal_nan=equal_nan, check_dtype=check_dtype, check_stride=check_stride, msg=f"{msg}.values: ")
+            assert_close(
+                k.values,
+                t.values,
+                rtol=rtol,
+                atol=atol,
+                equal_nan=equal_nan,
+                check_dtype=check_dtype,
+                check_stride=check_stride,
+                msg=f"{msg}.values: ",
+            )
             assert_close(k.indices, t.indices, check_stride=check_stride, msg=f"{msg}.indices: ")
             return
         for i, (a, b) in enumerate(zip(k, t)):
-            assert_close(a, b, rtol=rtol, atol=atol, equal_nan=equal_nan, check_dtype=check_dtype, check_stride=check_stride, msg=f"{msg}[{i}] ")
+            assert_close(
+                a,
+                b,
+                rtol=rtol,
+                atol=atol,
+                equal_nan=equal_nan,
+                check_dtype=check_dtype,
+                check_stride=check_stride,
+                msg=f"{msg}[{i}] ",
+            )
         return
     if isinstance(t, torch.Tensor):
         assert isinstance(k, kiln.Tensor), f"{msg}expected a kiln.Tensor, got {type(k).__name__}: {k!r}"
@@ -375,9 +404,13 @@ def check_backward(
     for i, (ko, to) in enumerate(zip(k_outs, t_outs)):
         if not isinstance(to, torch.Tensor):
             continue
-        assert ko.requires_grad == to.requires_grad, f"output {i}: requires_grad {ko.requires_grad} != torch's {to.requires_grad}"
+        assert ko.requires_grad == to.requires_grad, (
+            f"output {i}: requires_grad {ko.requires_grad} != torch's {to.requires_grad}"
+        )
         if to.requires_grad:
-            assert (ko.grad_fn is None) == (to.grad_fn is None), f"output {i}: grad_fn {ko.grad_fn} vs torch's {to.grad_fn}"
+            assert (ko.grad_fn is None) == (to.grad_fn is None), (
+                f"output {i}: grad_fn {ko.grad_fn} vs torch's {to.grad_fn}"
+            )
             g = rand_array(tuple(to.shape), T2K[to.dtype], rng)
             kk.append(ko)
             tt.append(to)
@@ -414,14 +447,16 @@ def check_op(
     kargs = [a.k if isinstance(a, Pair) else a for a in args]
     try:
         t_out = fn(torch, *targs)
-    except Exception as exc:  # the op is invalid for these operands: kiln must refuse too
+    except Exception as exc:  # noqa: BLE001 - the op is invalid for these operands: kiln must refuse too
         with pytest.raises(type(exc)):
             fn(kiln, *kargs)
         return None, None
     k_out = fn(kiln, *kargs)
     assert_close(k_out, t_out, rtol=rtol, atol=atol, check_stride=check_stride)
     if grad:
-        check_backward(k_out, t_out, [a for a in args if isinstance(a, Pair)], seed=seed, rtol=grad_rtol, atol=grad_atol)
+        check_backward(
+            k_out, t_out, [a for a in args if isinstance(a, Pair)], seed=seed, rtol=grad_rtol, atol=grad_atol
+        )
     return k_out, t_out
 
 
@@ -434,7 +469,7 @@ def mismatch(fn: Callable, *args, **kwargs) -> str | None:
         check_op(fn, *args, **kwargs)
     except (AssertionError, pytest.fail.Exception) as exc:
         return f"{type(exc).__name__}: {exc}".strip()
-    except Exception as exc:  # noqa: BLE001 - kiln raised where torch did not
+    except Exception as exc:  # noqa: BLE001 - kiln raised where torch did not: reported, not swallowed
         return f"kiln raised {type(exc).__name__}: {exc}"
     return None
 
@@ -444,7 +479,11 @@ def report(mismatches: dict) -> None:
     bad = {k: v for k, v in mismatches.items() if v is not None}
     if bad:
         lines = [f"{len(bad)} of {len(mismatches)} cases disagree with torch:"]
-        lines += [f"  {k}: {v.splitlines()[0] if v else v}" + (" | " + " ".join(v.splitlines()[1:6]) if v and len(v.splitlines()) > 1 else "") for k, v in bad.items()]
+        lines += [
+            f"  {k}: {v.splitlines()[0] if v else v}"
+            + (" | " + " ".join(v.splitlines()[1:6]) if v and len(v.splitlines()) > 1 else "")
+            for k, v in bad.items()
+        ]
         pytest.fail("\n".join(lines), pytrace=False)
 
 
@@ -455,7 +494,7 @@ def torch_error(torch_fn: Callable) -> BaseException:
     """The exception torch raises for ``torch_fn()`` (the premise of an error test)."""
     try:
         torch_fn()
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - any exception is the expected outcome here
         return exc
     raise AssertionError("torch did not raise: the test's premise is wrong")
 
@@ -492,7 +531,9 @@ def shapes(min_dims: int = 0, max_dims: int = 3, min_side: int = 0, max_side: in
     return hnp.array_shapes(min_dims=min_dims, max_dims=max_dims, min_side=min_side, max_side=max_side)
 
 
-def broadcastable_shapes(num_shapes: int = 2, min_dims: int = 0, max_dims: int = 3, min_side: int = 0, max_side: int = 4):
+def broadcastable_shapes(
+    num_shapes: int = 2, min_dims: int = 0, max_dims: int = 3, min_side: int = 0, max_side: int = 4
+):
     """Hypothesis strategy: tuples of mutually broadcastable shapes of (possibly) different ranks."""
     return hnp.mutually_broadcastable_shapes(
         num_shapes=num_shapes, min_dims=min_dims, max_dims=max_dims, min_side=min_side, max_side=max_side

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import kiln_testutil as U
 import pytest
 import torch
 from hypothesis import given
 from hypothesis.extra import numpy as hnp
 
 import kiln
-import kiln_testutil as U
 
 CASES = [
     ((3,), (3,)),  # dot -> 0-d
@@ -36,7 +36,10 @@ def _ids(c):
     return "@".join("x".join(map(str, s)) or "0d" for s in c)
 
 
-@pytest.mark.parametrize("layouts", [("contiguous", "contiguous"), ("transposed", "strided"), ("strided", "transposed"), ("expanded", "expanded")])
+@pytest.mark.parametrize(
+    "layouts",
+    [("contiguous", "contiguous"), ("transposed", "strided"), ("strided", "transposed"), ("expanded", "expanded")],
+)
 @pytest.mark.parametrize("dtype", U.FLOAT_DTYPES, ids=U.dtype_id)
 @pytest.mark.parametrize("shapes", CASES, ids=[_ids(c) for c in CASES])
 def test_matmul_cases_forward_backward(shapes, dtype, layouts):
@@ -49,7 +52,9 @@ def test_matmul_cases_forward_backward(shapes, dtype, layouts):
 
 
 @given(
-    shapes=hnp.mutually_broadcastable_shapes(signature="(m?,n),(n,p?)->(m?,p?)", max_dims=4, min_side=1, max_side=3).map(lambda r: r.input_shapes),
+    shapes=hnp.mutually_broadcastable_shapes(
+        signature="(m?,n),(n,p?)->(m?,p?)", max_dims=4, min_side=1, max_side=3
+    ).map(lambda r: r.input_shapes),
     la=U.layouts,
     lb=U.layouts,
     dtype=U.float_dtypes,
@@ -72,13 +77,19 @@ def test_matmul_other_dtypes_forward(dtype):
 
 
 def test_matmul_bool_and_mixed_dtypes_error():
-    U.assert_same_error(lambda: kiln.ones(2, 2, dtype=kiln.bool) @ kiln.ones(2, 2, dtype=kiln.bool),
-                        lambda: torch.ones(2, 2, dtype=torch.bool) @ torch.ones(2, 2, dtype=torch.bool))
-    U.assert_same_error(lambda: kiln.ones(2, 3) @ kiln.ones(3, 4, dtype=kiln.float64),
-                        lambda: torch.ones(2, 3) @ torch.ones(3, 4, dtype=torch.float64))
+    U.assert_same_error(
+        lambda: kiln.ones(2, 2, dtype=kiln.bool) @ kiln.ones(2, 2, dtype=kiln.bool),
+        lambda: torch.ones(2, 2, dtype=torch.bool) @ torch.ones(2, 2, dtype=torch.bool),
+    )
+    U.assert_same_error(
+        lambda: kiln.ones(2, 3) @ kiln.ones(3, 4, dtype=kiln.float64),
+        lambda: torch.ones(2, 3) @ torch.ones(3, 4, dtype=torch.float64),
+    )
 
 
-@pytest.mark.parametrize("layouts", [("contiguous", "contiguous"), ("transposed", "transposed"), ("strided", "expanded")])
+@pytest.mark.parametrize(
+    "layouts", [("contiguous", "contiguous"), ("transposed", "transposed"), ("strided", "expanded")]
+)
 def test_mm(layouts):
     for dtype in U.FLOAT_DTYPES:
         a = U.make_pair((3, 4), dtype, layout=layouts[0], seed=3, requires_grad=True)
@@ -94,7 +105,17 @@ def test_mm_requires_matrices(sa, sb):
 
 @pytest.mark.parametrize(
     "sa,sb",
-    [((2, 3), (4, 5)), ((3,), (4,)), ((2, 3), (4,)), ((3,), (4, 5)), ((2, 2, 3), (2, 4, 5)), ((2, 2, 3), (4,)), ((3,), (2, 4, 5)), ((2, 2, 3), (3, 3, 4)), ((), (3,))],
+    [
+        ((2, 3), (4, 5)),
+        ((3,), (4,)),
+        ((2, 3), (4,)),
+        ((3,), (4, 5)),
+        ((2, 2, 3), (2, 4, 5)),
+        ((2, 2, 3), (4,)),
+        ((3,), (2, 4, 5)),
+        ((2, 2, 3), (3, 3, 4)),
+        ((), (3,)),
+    ],
 )
 def test_matmul_shape_errors(sa, sb):
     U.assert_same_error(lambda: kiln.ones(sa) @ kiln.ones(sb), lambda: torch.ones(sa) @ torch.ones(sb))

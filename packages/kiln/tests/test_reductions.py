@@ -5,6 +5,7 @@ ties (integer-valued floats) for the gradient conventions of max/amax."""
 
 from __future__ import annotations
 
+import kiln_testutil as U
 import numpy as np
 import pytest
 import torch
@@ -12,7 +13,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import kiln
-import kiln_testutil as U
 
 
 @st.composite
@@ -94,7 +94,9 @@ def test_sum_dtype_argument(din, dout):
     U.check_op(lambda L, a: a.sum(1, dtype=U.K2T[dout] if L is torch else dout), x, rtol=1e-3, atol=1e-3)
 
 
-@pytest.mark.parametrize("din,dout", [(kiln.float32, kiln.float64), (kiln.int64, kiln.float32), (kiln.float16, kiln.float32)], ids=U.dtype_id)
+@pytest.mark.parametrize(
+    "din,dout", [(kiln.float32, kiln.float64), (kiln.int64, kiln.float32), (kiln.float16, kiln.float32)], ids=U.dtype_id
+)
 def test_mean_dtype_argument(din, dout):
     x = U.make_pair((3, 4), din, seed=2, requires_grad=din.is_floating_point)
     U.check_op(lambda L, a: L.mean(a, dtype=U.K2T[dout] if L is torch else dout), x, rtol=1e-3, atol=1e-3)
@@ -129,7 +131,13 @@ def test_sum_of_bool_and_overflowing_ints():
 
 
 @pytest.mark.parametrize("name", ["amax", "amin"])
-@given(sd=shape_and_dim(kinds=("int", "tuple", "none")), keepdim=st.booleans(), layout=U.layouts, dtype=U.float_dtypes, seed=U.seeds)
+@given(
+    sd=shape_and_dim(kinds=("int", "tuple", "none")),
+    keepdim=st.booleans(),
+    layout=U.layouts,
+    dtype=U.float_dtypes,
+    seed=U.seeds,
+)
 def test_amax_amin_forward_backward_with_ties(name, sd, keepdim, layout, dtype, seed):
     """Integer-valued data makes ties common; torch shares the gradient evenly among them."""
     shape, dim = sd
@@ -229,8 +237,13 @@ def test_max_min_zero_dim(name):
 
 
 @pytest.mark.parametrize("name", ["argmax", "argmin"])
-@given(data=st.data(), layout=U.layouts, seed=U.seeds, keepdim=st.booleans(),
-       dtype=st.sampled_from((kiln.float32, kiln.float64, kiln.int64, kiln.int8, kiln.uint8, kiln.float16)))
+@given(
+    data=st.data(),
+    layout=U.layouts,
+    seed=U.seeds,
+    keepdim=st.booleans(),
+    dtype=st.sampled_from((kiln.float32, kiln.float64, kiln.int64, kiln.int8, kiln.uint8, kiln.float16)),
+)
 def test_argmax_argmin(name, data, layout, seed, keepdim, dtype):
     """Flattened (in logical order, also for non-contiguous inputs) or along dim; first index on ties."""
     shape, dim = data.draw(shape_and_dim(kinds=("none", "int")))
@@ -242,7 +255,7 @@ def test_argmax_argmin(name, data, layout, seed, keepdim, dtype):
 @pytest.mark.parametrize("name", ["argmax", "argmin"])
 def test_argmax_on_requires_grad_and_bool(name):
     x = U.make_pair((3, 4), kiln.float32, seed=1, requires_grad=True)
-    k, t = U.check_op(lambda L, a: getattr(L, name)(a, 1), x, grad=False)
+    k, _ = U.check_op(lambda L, a: getattr(L, name)(a, 1), x, grad=False)
     assert k.requires_grad is False
     b = U.make_pair((3, 4), kiln.bool, seed=2)
     U.check_op(lambda L, a: getattr(L, name)(a), b, grad=False)

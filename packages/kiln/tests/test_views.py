@@ -2,10 +2,13 @@
 (writes through views reach the base and vice versa, exactly when torch's do), version counters,
 gradients, basic ``__getitem__`` and ``__setitem__``."""
 
+# ruff: noqa: B023 - lambdas made inside loops are called within the same iteration
+
 from __future__ import annotations
 
 import warnings
 
+import kiln_testutil as U
 import numpy as np
 import pytest
 import torch
@@ -13,7 +16,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import kiln
-import kiln_testutil as U
 
 
 def check_view(fn, x: U.Pair, *, grad: bool = True, strides: bool = True, seed: int = 0):
@@ -28,9 +30,13 @@ def check_view(fn, x: U.Pair, *, grad: bool = True, strides: bool = True, seed: 
     if not isinstance(t, torch.Tensor):
         return k, t
     if strides and t.numel() > 0:
-        assert k.storage_offset() == t.storage_offset(), f"storage_offset {k.storage_offset()} != torch's {t.storage_offset()}"
+        assert k.storage_offset() == t.storage_offset(), (
+            f"storage_offset {k.storage_offset()} != torch's {t.storage_offset()}"
+        )
     if strides:
-        assert k.is_contiguous() == t.is_contiguous(), f"is_contiguous {k.is_contiguous()} != torch's {t.is_contiguous()}"
+        assert k.is_contiguous() == t.is_contiguous(), (
+            f"is_contiguous {k.is_contiguous()} != torch's {t.is_contiguous()}"
+        )
     # base -> result: a view sees writes into its base, a copy does not
     with torch.no_grad():
         x.t_leaf.add_(100)
@@ -45,7 +51,9 @@ def check_view(fn, x: U.Pair, *, grad: bool = True, strides: bool = True, seed: 
         with kiln.no_grad():
             k.mul_(-1)
         U.assert_close(x.k_leaf, x.t_leaf, msg="base after writing into the result: ")
-        assert x.k_leaf._version == x.t_leaf._version, f"base version {x.k_leaf._version} != torch's {x.t_leaf._version}"
+        assert x.k_leaf._version == x.t_leaf._version, (
+            f"base version {x.k_leaf._version} != torch's {x.t_leaf._version}"
+        )
         assert k._version == t._version
     return k, t
 
@@ -95,8 +103,12 @@ def test_view(case):
         return
     check_view(lambda L, a: a.view(target), x)
     if target:  # torch's view() needs at least one size
-        check_view(lambda L, a: a.view(*target), U.make_pair(shape, kiln.float32, layout=layout, seed=1, requires_grad=True))
-    check_view(lambda L, a: L.reshape(a, target), U.make_pair(shape, kiln.float32, layout=layout, seed=1, requires_grad=True))
+        check_view(
+            lambda L, a: a.view(*target), U.make_pair(shape, kiln.float32, layout=layout, seed=1, requires_grad=True)
+        )
+    check_view(
+        lambda L, a: L.reshape(a, target), U.make_pair(shape, kiln.float32, layout=layout, seed=1, requires_grad=True)
+    )
 
 
 @pytest.mark.parametrize("case", VIEW_CASES, ids=[f"{c[0]}-{c[1]}-to-{c[2]}" for c in VIEW_CASES])
@@ -238,7 +250,10 @@ def test_squeeze_small(shape):
 def test_unsqueeze(dim, layout):
     x = U.make_pair((2, 1, 3), kiln.float32, layout=layout, seed=14, requires_grad=True)
     check_view(lambda L, a: a.unsqueeze(dim), x)
-    check_view(lambda L, a: L.unsqueeze(a, dim=dim), U.make_pair((2, 1, 3), kiln.float32, layout=layout, seed=14, requires_grad=True))
+    check_view(
+        lambda L, a: L.unsqueeze(a, dim=dim),
+        U.make_pair((2, 1, 3), kiln.float32, layout=layout, seed=14, requires_grad=True),
+    )
 
 
 def test_unsqueeze_zero_dim():
@@ -281,7 +296,7 @@ def test_contiguous(layout):
 @pytest.mark.parametrize("layout", U.LAYOUTS)
 def test_clone_is_a_copy(layout):
     x = U.make_pair((2, 3, 4), kiln.float32, layout=layout, seed=18, requires_grad=True)
-    k, t = check_view(lambda L, a: a.clone(), x, strides=False)
+    k, _ = check_view(lambda L, a: a.clone(), x, strides=False)
     assert k.data_ptr() != x.k.data_ptr()
     y = U.make_pair((2, 3, 4), kiln.float32, layout=layout, seed=18, requires_grad=True)
     check_view(lambda L, a: L.clone(a), y, strides=False)
@@ -332,10 +347,29 @@ def test_getitem_hypothesis(data, shape, layout, seed):
 
 
 GETITEM_KEYS = [
-    0, -1, 2, slice(None), slice(1, None), slice(None, None, 2), slice(-3, -1), slice(5, 1), slice(None, 100),
-    (0, 1), (-1, -1, -1), (slice(None), 1), (Ellipsis, 0), (0, Ellipsis), (None,), (None, 0, None),
-    (Ellipsis, None), (slice(None, None, 3), Ellipsis, slice(1, None, 2)), Ellipsis, (),
-    (1, slice(None), None, -2), (slice(0, 0),), (None, Ellipsis, None),
+    0,
+    -1,
+    2,
+    slice(None),
+    slice(1, None),
+    slice(None, None, 2),
+    slice(-3, -1),
+    slice(5, 1),
+    slice(None, 100),
+    (0, 1),
+    (-1, -1, -1),
+    (slice(None), 1),
+    (Ellipsis, 0),
+    (0, Ellipsis),
+    (None,),
+    (None, 0, None),
+    (Ellipsis, None),
+    (slice(None, None, 3), Ellipsis, slice(1, None, 2)),
+    Ellipsis,
+    (),
+    (1, slice(None), None, -2),
+    (slice(0, 0),),
+    (None, Ellipsis, None),
 ]
 
 
@@ -376,7 +410,12 @@ def setitem_case(draw):
     return shape, key, kind
 
 
-@given(case=setitem_case(), layout=st.sampled_from(["contiguous", "transposed", "strided"]), seed=U.seeds, dtype=st.sampled_from([kiln.float32, kiln.int64]))
+@given(
+    case=setitem_case(),
+    layout=st.sampled_from(["contiguous", "transposed", "strided"]),
+    seed=U.seeds,
+    dtype=st.sampled_from([kiln.float32, kiln.int64]),
+)
 def test_setitem_hypothesis(case, layout, seed, dtype):
     """``x[key] = value`` with scalars and broadcast tensors writes the same elements as torch."""
     shape, key, kind = case
@@ -386,7 +425,7 @@ def test_setitem_hypothesis(case, layout, seed, dtype):
     if kind == "scalar":
         value_k = value_t = 7 if dtype is kiln.int64 else 2.5
     else:
-        vshape = () if kind == "0-d" else tuple(target.shape)[rng.integers(0, len(target.shape) + 1):]
+        vshape = () if kind == "0-d" else tuple(target.shape)[rng.integers(0, len(target.shape) + 1) :]
         vshape = tuple(1 if rng.random() < 0.3 else s for s in vshape)
         v = U.make_pair(vshape, dtype, seed=seed + 1)
         value_k, value_t = v.k, v.t
@@ -476,8 +515,12 @@ def test_version_counter_shared_by_views():
         step(k)
         step(t)
         assert k._version == t._version, f"after step {i}: base version {k._version} != torch's {t._version}"
-        assert kv._version == tv._version == t._version, f"after step {i}: view version {kv._version} != torch's {tv._version}"
-        assert kd._version == td._version, f"after step {i}: detached alias version {kd._version} != torch's {td._version}"
+        assert kv._version == tv._version == t._version, (
+            f"after step {i}: view version {kv._version} != torch's {tv._version}"
+        )
+        assert kd._version == td._version, (
+            f"after step {i}: detached alias version {kd._version} != torch's {td._version}"
+        )
     U.assert_close(k, t)
     # out-of-place ops leave the version alone; views of a view share it too
     ka, ta = k + 1, t + 1

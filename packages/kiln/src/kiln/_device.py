@@ -40,6 +40,8 @@ class device:
         dev = _INTERNED.get(key)
         if dev is not None:
             return dev
+        if not type:
+            raise RuntimeError("Device string must not be empty")
         m = _DEVICE_RE.match(type.strip())
         if m is None:
             raise RuntimeError(f"Invalid device string: '{type}'")

@@ -50,12 +50,14 @@ class OpDef:
         "num_outputs",
         "differentiable_outputs",
         "public",
-        "_saved_names",
+        "grad_fn_name",
         "_backward_needs",
         "__weakref__",
     )
 
-    def __init__(self, name, signature, meta, backward, reference, autocast, num_outputs, differentiable_outputs):
+    def __init__(
+        self, name, signature, meta, backward, reference, autocast, num_outputs, differentiable_outputs, grad_fn_name
+    ):
         if autocast not in _AUTOCAST_POLICIES:
             raise ValueError(f"op {name}: autocast must be one of {_AUTOCAST_POLICIES}, got {autocast!r}")
         self.name = name
@@ -75,6 +77,8 @@ class OpDef:
             if isinstance(p.annotation, str) and "Tensor" in p.annotation
         )
         self.public = None
+        # the autograd node's class name: a string, a function of the call's args, or PyTorch's default
+        self.grad_fn_name = grad_fn_name or "".join(p[:1].upper() + p[1:] for p in name.strip("_").split("_")) + "Backward0"
         self._backward_needs = None
         if backward is not None:
             from kiln.autograd.graph import backward_needs
@@ -136,13 +140,15 @@ def op(
     name: str | None = None,
     doc: str | None = None,
     methods: tuple[str, ...] = (),
+    grad_fn_name: str | Callable[[tuple], str] | None = None,
 ) -> Callable[[Callable], Callable]:
     """Define an op from a signature-and-docstring function; returns the public callable.
 
     ``methods`` names the ``Tensor`` methods (and operators) bound to the op, e.g.
     ``("add", "__add__")``. Parameters annotated with ``Tensor`` are the op's tensor inputs; autograd
     records edges for them. ``name`` and ``doc`` override the function's own (for op families
-    defined in a loop).
+    defined in a loop). ``grad_fn_name`` names the autograd node (PyTorch's name, e.g. ``"MmBackward0"``;
+    a function of the call's arguments when the name depends on the overload).
     """
 
     def decorate(doc_fn: Callable) -> Callable:
@@ -155,7 +161,7 @@ def op(
         if not doc_fn.__doc__:
             raise ValueError(f"op {op_name!r} needs a docstring")
         diff = differentiable_outputs if differentiable_outputs is not None else tuple(range(num_outputs))
-        opdef = OpDef(op_name, sig, meta, backward, reference, autocast, num_outputs, diff)
+        opdef = OpDef(op_name, sig, meta, backward, reference, autocast, num_outputs, diff, grad_fn_name)
         OPS[op_name] = opdef
         from kiln import _plugins
 

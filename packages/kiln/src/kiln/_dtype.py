@@ -109,7 +109,7 @@ def from_numpy_dtype(np_dtype: np.dtype) -> dtype:
         _FROM_NUMPY[np_dtype] = bfloat16
         return bfloat16
     raise TypeError(
-        f"can't convert np.ndarray of type numpy.{np_dtype.name}. The only supported types are: "
+        f"can't convert np.ndarray of type numpy.{np_dtype.type.__name__}. The only supported types are: "
         "float64, float32, float16, bfloat16, int64, int32, int16, int8, uint8, and bool."
     )
 

@@ -1,8 +1,14 @@
 """``repr(tensor)`` in PyTorch's style: ``tensor([1., 2.], requires_grad=True)``.
 
-Formatting follows PyTorch's printing rules: 4 significant decimals, scientific notation when the
-magnitudes span more than 1000x or leave [1e-4, 1e8), integral floats printed as ``1.``, a common
-width per tensor, and summarisation with ``...`` beyond 1000 elements.
+The rules are PyTorch's printing rules with its default print options:
+
+* one width per tensor; for floats it is measured over the nonzero finite values only, so ``-0.``,
+  ``nan`` and ``inf`` may stick out (``tensor([-0., 1.])``);
+* floats use 4 decimals, or scientific notation when the nonzero magnitudes span more than 1000x
+  or leave ``[1e-4, 1e8]``; all-integral floats print as ``1.``;
+* beyond 1000 elements only the first and last 3 entries of each dimension are shown, the gap
+  written as ``...`` (inside a row the gap is one more element, `` ...``, so it reads ``2,  ...,``);
+* rows wrap at 80 columns, and so do the ``dtype=``/``grad_fn=`` suffixes.
 """
 
 from __future__ import annotations
@@ -18,89 +24,100 @@ LINEWIDTH = 80
 
 
 class _Formatter:
-    def __init__(self, values: np.ndarray, floating: bool):
-        self.floating = floating
+    """Formats single values of one tensor to a common width."""
+
+    def __init__(self, values: np.ndarray, kind: str):
+        # kind: "float", "int" or "bool"; values: the (summarised) elements, flattened
+        self.floating = kind == "float"
         self.int_mode = True
         self.sci_mode = False
         self.width = 1
-        if values.size == 0:
+        if not self.floating:
+            self.width = max([1] + [len(self._plain(v)) for v in values.tolist()])
             return
-        if not floating:
-            self.width = max(len(str(v)) for v in values.tolist())
+        vals = values[np.isfinite(values) & (values != 0)].astype(np.float64)
+        if vals.size == 0:
             return
-        finite = values[np.isfinite(values)]
-        if finite.size == 0:
-            self.width = max(len(_special(v)) for v in values.tolist())
-            return
-        nonzero = np.abs(finite[finite != 0])
-        self.int_mode = bool(np.all(finite == np.ceil(finite)))
-        if self.int_mode:
-            if nonzero.size and (nonzero.max() / nonzero.min() > 1000.0 or nonzero.max() > 1e8):
-                self.sci_mode = True
-                self.width = max(len(f"{v:.{PRECISION}e}") for v in finite.tolist())
-            else:
-                self.width = max(len(f"{v:.0f}.") for v in finite.tolist())
+        mag = np.abs(vals)
+        lo, hi = mag.min(), mag.max()
+        self.int_mode = bool(np.all(vals == np.ceil(vals)))
+        self.sci_mode = bool(hi / lo > 1000.0 or hi > 1.0e8 or lo < 1.0e-4)
+        if self.sci_mode:
+            widths = [len(f"{v:.{PRECISION}e}") for v in vals.tolist()]
+        elif self.int_mode:
+            widths = [len(f"{v:.0f}") + 1 for v in vals.tolist()]
         else:
-            if nonzero.size and (nonzero.max() / nonzero.min() > 1000.0 or nonzero.max() > 1e8 or nonzero.min() < 1e-4):
-                self.sci_mode = True
-                self.width = max(len(f"{v:.{PRECISION}e}") for v in finite.tolist())
-            else:
-                self.width = max(len(f"{v:.{PRECISION}f}") for v in finite.tolist())
-        if finite.size != values.size:
-            self.width = max(self.width, 3 + int(bool((values == -np.inf).any())))
+            widths = [len(f"{v:.{PRECISION}f}") for v in vals.tolist()]
+        self.width = max(widths)
+
+    @staticmethod
+    def _plain(v) -> str:
+        return str(bool(v)) if isinstance(v, (bool, np.bool_)) else str(v)
 
     def format(self, v) -> str:
+        """``v`` as text, right-aligned to the common width (never cut)."""
         if not self.floating:
-            return str(v).rjust(self.width)
-        if not np.isfinite(v):
-            return _special(v).rjust(self.width)
-        if self.sci_mode:
+            s = self._plain(v)
+        elif self.sci_mode:
             s = f"{v:.{PRECISION}e}"
         elif self.int_mode:
-            s = f"{v:.0f}."
+            s = f"{v:.0f}" + ("." if np.isfinite(v) else "")
         else:
             s = f"{v:.{PRECISION}f}"
         return s.rjust(self.width)
 
 
-def _special(v) -> str:
-    if np.isnan(v):
-        return "nan"
-    return "inf" if v > 0 else "-inf"
-
-
-def _summarize(a: np.ndarray) -> np.ndarray:
+def _summarized(a: np.ndarray) -> np.ndarray:
+    """The elements that a summarised print shows: the edge entries of every dimension."""
     if a.ndim == 0:
         return a.reshape(-1)
+    rows = range(a.shape[0])
     if a.shape[0] > 2 * EDGEITEMS:
-        parts = [a[:EDGEITEMS], a[-EDGEITEMS:]]
-    else:
-        parts = [a]
-    return (
-        np.concatenate([_summarize(p[i]) for p in parts for i in range(p.shape[0])])
-        if a.ndim > 1
-        else np.concatenate(parts)
-    )
+        rows = [*range(EDGEITEMS), *range(a.shape[0] - EDGEITEMS, a.shape[0])]
+    if a.ndim == 1:
+        return a[list(rows)]
+    return np.concatenate([_summarized(a[i]) for i in rows])
 
 
 def _fmt(a: np.ndarray, f: _Formatter, indent: int, summarize: bool) -> str:
+    """The bracketed text of ``a``, whose first bracket sits at column ``indent``."""
     if a.ndim == 0:
         return f.format(a.item())
+    cut = summarize and a.shape[0] > 2 * EDGEITEMS
     if a.ndim == 1:
-        items = [f.format(v) for v in a.tolist()]
-        if summarize and a.shape[0] > 2 * EDGEITEMS:
-            items = items[:EDGEITEMS] + ["..."] + items[-EDGEITEMS:]
+        if cut:
+            items = [f.format(v) for v in a[:EDGEITEMS].tolist()] + [" ..."]
+            items += [f.format(v) for v in a[-EDGEITEMS:].tolist()]
+        else:
+            items = [f.format(v) for v in a.tolist()]
         per_line = max(1, (LINEWIDTH - indent) // (f.width + 2))
         lines = [", ".join(items[i : i + per_line]) for i in range(0, len(items), per_line)]
         return "[" + (",\n" + " " * (indent + 1)).join(lines) + "]"
-    rows = [a[i] for i in range(a.shape[0])]
-    if summarize and a.shape[0] > 2 * EDGEITEMS:
-        body = [_fmt(r, f, indent + 1, summarize) for r in rows[:EDGEITEMS]] + ["..."]
-        body += [_fmt(r, f, indent + 1, summarize) for r in rows[-EDGEITEMS:]]
+    if cut:
+        body = [_fmt(a[i], f, indent + 1, summarize) for i in range(EDGEITEMS)] + ["..."]
+        body += [_fmt(a[i], f, indent + 1, summarize) for i in range(a.shape[0] - EDGEITEMS, a.shape[0])]
     else:
-        body = [_fmt(r, f, indent + 1, summarize) for r in rows]
-    sep = "," + "\n" * (a.ndim - 1) + " " * (indent + 1)
-    return "[" + sep.join(body) + "]"
+        body = [_fmt(a[i], f, indent + 1, summarize) for i in range(a.shape[0])]
+    return "[" + ("," + "\n" * (a.ndim - 1) + " " * (indent + 1)).join(body) + "]"
+
+
+def _add_suffixes(text: str, suffixes: list[str], indent: int) -> str:
+    """Append ``, suffix`` items, moving one to a new line when it would pass the line width.
+
+    Lengths are measured as PyTorch measures them (a line counts one more than it shows, and a
+    ``dtype=kiln.x`` suffix counts as PyTorch's ``dtype=torch.x``), so the breaks fall where its do.
+    """
+    out = [text]
+    line_len = len(text) - text.rfind("\n") + 1
+    for s in suffixes:
+        n = len(s.replace("=kiln.", "=torch."))
+        if line_len + n + 2 > LINEWIDTH:
+            out.append(",\n" + " " * indent + s)
+            line_len = indent + n
+        else:
+            out.append(", " + s)
+            line_len += n + 2
+    return "".join(out) + ")"
 
 
 def format_tensor(t) -> str:
@@ -110,30 +127,28 @@ def format_tensor(t) -> str:
     a = host_array(t.detach())
     if t._dtype in (dt.float16, dt.bfloat16):
         a = a.astype(np.float32)
-    floating = t._dtype.is_floating_point
-    summarize = a.size > THRESHOLD
-    values = _summarize(a) if summarize else a.reshape(-1)
-    if t._dtype is dt.bool:
-        f = _Formatter(np.array([]), False)
-        f.width = max((len(str(bool(v))) for v in values.tolist()), default=1)
-        f.format = lambda v: str(bool(v)).rjust(f.width)
-    else:
-        f = _Formatter(values, floating)
+    kind = "bool" if t._dtype is dt.bool else "float" if t._dtype.is_floating_point else "int"
     prefix = "tensor("
     suffixes = []
     if t._device.type != "cpu":
         suffixes.append(f"device='{t._device}'")
-    if a.size == 0 and a.ndim != 1:
-        body = "[]"
-        suffixes.insert(0, f"size={tuple(a.shape)}")
-    else:
-        body = _fmt(a, f, len(prefix), summarize)
     default = dt.get_default_dtype()
-    # PyTorch hides the dtypes it infers from data, except that an empty tensor shows any non-default one
-    if t._dtype not in (default, dt.int64, dt.bool) or (a.size == 0 and t._dtype is not default):
-        suffixes.append(f"dtype={t._dtype!r}")
+    if a.size == 0:
+        body = "[]"
+        if a.ndim != 1:
+            suffixes.append(f"size={tuple(a.shape)}")
+        # an empty tensor has no values to infer a dtype from, so any non-default one is shown
+        if t._dtype is not default:
+            suffixes.append(f"dtype={t._dtype!r}")
+    else:
+        summarize = a.size > THRESHOLD
+        f = _Formatter(_summarized(a) if summarize else a.reshape(-1), kind)
+        body = _fmt(a, f, len(prefix), summarize)
+        # PyTorch hides the dtypes it infers from data
+        if t._dtype not in (default, dt.int64, dt.bool):
+            suffixes.append(f"dtype={t._dtype!r}")
     if t.grad_fn is not None:
         suffixes.append(f"grad_fn=<{t.grad_fn.name()}>")
     elif t._requires_grad:
         suffixes.append("requires_grad=True")
-    return prefix + body + "".join(", " + s for s in suffixes) + ")"
+    return _add_suffixes(prefix + body, suffixes, len(prefix))

@@ -43,11 +43,42 @@ def _to_numpy_arg(a):
     return a
 
 
+def _quiet_floating_point():
+    """Enter/exit callables that make NumPy compute IEEE specials (1/0, log(-1)) silently, as PyTorch
+    does. NumPy's own ``errstate`` costs over a microsecond per call; setting its context variable
+    directly costs a tenth of that, so use it where this NumPy has one."""
+    try:
+        from numpy._core._ufunc_config import _extobj_contextvar, _make_extobj
+
+        ignore = _make_extobj(all="ignore")
+        return (lambda: _extobj_contextvar.set(ignore)), _extobj_contextvar.reset
+    except (ImportError, AttributeError, TypeError):  # another NumPy: the public way
+        return (lambda: np.seterr(all="ignore")), (lambda old: np.seterr(**old))
+
+
+_quiet_enter, _quiet_exit = _quiet_floating_point()
+
+
+def quiet(fn: Callable) -> Callable:
+    """``fn`` with NumPy's floating point warnings off (see :func:`_quiet_floating_point`)."""
+
+    def quiet_kernel(*args):
+        token = _quiet_enter()
+        try:
+            return fn(*args)
+        finally:
+            _quiet_exit(token)
+
+    quiet_kernel.__name__ = getattr(fn, "__name__", "kernel")
+    quiet_kernel.__doc__ = fn.__doc__
+    return quiet_kernel
+
+
 def wrap_reference(opdef) -> Callable:
     """Turn a NumPy reference function into a kernel: tensors in as arrays, arrays out as tensors."""
     fn = opdef.reference
     if getattr(fn, "takes_tensors", False):
-        return fn
+        return quiet(fn)
     positions = opdef.tensor_params
     if opdef.num_outputs == 1:
 
@@ -56,7 +87,11 @@ def wrap_reference(opdef) -> Callable:
                 args = list(args)
                 for i in positions:
                     args[i] = _to_numpy_arg(args[i])
-            return from_array(fn(spec, *args), spec[1])
+            token = _quiet_enter()
+            try:
+                return from_array(fn(spec, *args), spec[1])
+            finally:
+                _quiet_exit(token)
 
     else:
 
@@ -65,7 +100,11 @@ def wrap_reference(opdef) -> Callable:
                 args = list(args)
                 for i in positions:
                     args[i] = _to_numpy_arg(args[i])
-            return tuple(from_array(a, s[1]) for a, s in zip(fn(spec, *args), spec))
+            token = _quiet_enter()
+            try:
+                return tuple(from_array(a, s[1]) for a, s in zip(fn(spec, *args), spec))
+            finally:
+                _quiet_exit(token)
 
     kernel.__name__ = f"reference_{opdef.name}"
     kernel.__doc__ = f"NumPy reference kernel for {opdef.name}."
@@ -112,4 +151,4 @@ def generic_kernel(opdef, dev) -> Callable | None:
     """The op's kernel for any device type when it needs only metadata or the device contract
     (views, creation, copies: marked ``device_generic``), else None."""
     ref = opdef.reference
-    return ref if getattr(ref, "device_generic", False) else None
+    return quiet(ref) if getattr(ref, "device_generic", False) else None

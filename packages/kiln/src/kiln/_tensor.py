@@ -164,12 +164,12 @@ class Tensor:
 
     def is_contiguous(self, memory_format=None) -> bool:
         """True when the elements are laid out row-major without gaps."""
+        if 0 in self._shape:
+            return True
         expected = 1
         for n, s in zip(reversed(self._shape), reversed(self._stride)):
             if n == 1:
                 continue
-            if n == 0:
-                return True
             if s != expected:
                 return False
             expected *= n
@@ -214,7 +214,7 @@ class Tensor:
                 "variable in a subgraph that doesn't require differentiation use var_no_grad = var.detach()."
             )
         if requires_grad and not self._dtype.is_floating_point:
-            raise RuntimeError("only Tensors of floating point and complex dtype can require gradients")
+            raise RuntimeError("only Tensors of floating point dtype can require gradients")
         self._requires_grad = bool(requires_grad)
         return self
 
@@ -294,8 +294,11 @@ class Tensor:
                     "copy the tensor to host memory first."
                 )
             st = self._storage
-            isz = self._dtype.itemsize
-            a = np.ndarray(self._shape, st.dtype, st, self._offset * isz, tuple(s * isz for s in self._stride))
+            if 0 in self._shape:  # nothing to alias; the offset may point past the end of the storage
+                a = np.empty(self._shape, st.dtype)
+            else:
+                isz = self._dtype.itemsize
+                a = np.ndarray(self._shape, st.dtype, st, self._offset * isz, tuple(s * isz for s in self._stride))
             self._np = a
         return a
 
@@ -316,7 +319,7 @@ class Tensor:
         return self
 
     def __array__(self, dtype=None, copy=None):
-        a = self.detach().cpu()._numpy()
+        a = self.cpu().numpy()
         if dtype is not None and a.dtype != dtype:
             return a.astype(dtype)
         return a.copy() if copy else a
@@ -545,18 +548,41 @@ def _make(storage, shape, stride, offset, dtype, device, version=None, cls=Tenso
 
 
 def from_array(a: np.ndarray, dtype: dt.dtype) -> Tensor:
-    """Wrap a NumPy result as a new CPU tensor that owns it (copies only if ``a`` is not row-major)."""
+    """Wrap a NumPy result as a new CPU tensor that owns it.
+
+    A dense array keeps its layout (a transposed result stays transposed, as PyTorch's kernels keep the
+    stride order of their inputs); anything else is copied to row-major first.
+    """
     if a.__class__ is not np.ndarray:
         a = np.asarray(a)
     np_dtype = dtype._np if dtype._np is not None else dtype.numpy
     if a.dtype != np_dtype:
-        a = a.astype(np_dtype)
-    elif not a.flags.c_contiguous:
-        a = np.ascontiguousarray(a)
-    shape = a.shape
-    t = _make(a.reshape(-1), shape, contiguous_strides(shape), 0, dtype, CPU)
+        a = a.astype(np_dtype, order="K")
+    if a.flags.c_contiguous:
+        shape = a.shape
+        t = _make(a.reshape(-1), shape, contiguous_strides(shape), 0, dtype, CPU)
+    else:
+        stride = _dense_strides(a)
+        if stride is None:
+            a = np.ascontiguousarray(a)
+            stride = contiguous_strides(a.shape)
+        t = _make(a.ravel(order="K"), a.shape, stride, 0, dtype, CPU)
     t._np = a
     return t
+
+
+def _dense_strides(a: np.ndarray) -> tuple[int, ...] | None:
+    """Element strides of an array whose elements fill a block of memory without gaps or overlap
+    (positive strides, starting at its first element), else None."""
+    isz = a.itemsize
+    expected = isz
+    for i in sorted(range(a.ndim), key=lambda d: a.strides[d]):
+        if a.shape[i] == 1:
+            continue
+        if a.strides[i] != expected:
+            return None
+        expected *= a.shape[i]
+    return tuple(s // isz if n != 1 else 1 for s, n in zip(a.strides, a.shape))
 
 
 def _wrap_dim(dim: int, ndim: int) -> int:

@@ -192,6 +192,12 @@ def copy_(self: Tensor, src, non_blocking: bool = False) -> Tensor:
 
         src = tensor(src, dtype=self._dtype, device=self._device)
     _copy_meta(self, src)
+    _check_no_overlap(self)
+    return _write(self, src, non_blocking)
+
+
+def _write(self: Tensor, src: Tensor, non_blocking: bool = False) -> Tensor:
+    """The body of ``copy_`` and ``fill_``: write ``src`` into ``self``, recording autograd if needed."""
     if state.grad_enabled and (self._requires_grad or src._requires_grad):
         return apply_inplace(self, lambda s: _copy_out_of_place(s, src), needs_self=False)
     _check_inplace_allowed(self)
@@ -213,19 +219,18 @@ Tensor.copy_ = copy_
 
 
 def fill_(self: Tensor, value) -> Tensor:
-    """Set every element to ``value`` in place; returns ``self``."""
+    """Set every element to ``value`` in place; returns ``self`` (overlapping elements are fine here)."""
     if isinstance(value, Tensor):
         if value.dim() != 0:
             raise RuntimeError(
                 f"fill_ only supports 0-dimension value tensor but got tensor with {value.dim()} dimensions."
             )
-        return copy_(self, value.expand(self._shape) if self._shape else value)
+        return _write(self, value)
     if not is_scalar(value):
         raise TypeError(f"fill_(): argument 'value' must be Number, not {type(value).__name__}")
     from kiln._ops.creation import full
 
-    src = full((), value, dtype=self._dtype, device=self._device)
-    return copy_(self, src)
+    return _write(self, full((), value, dtype=self._dtype, device=self._device))
 
 
 def zero_(self: Tensor) -> Tensor:
@@ -242,11 +247,24 @@ Tensor.zero_ = zero_
 
 def _check_inplace_allowed(self: Tensor) -> None:
     if self._inference and not state.inference:
-        raise RuntimeError("Inplace update to inference tensor outside InferenceMode is not allowed.")
+        raise RuntimeError(
+            "Inplace update to inference tensor outside InferenceMode is not allowed.You can make a clone to get a "
+            "normal tensor before doing inplace update.See https://github.com/pytorch/rfcs/pull/17 for more details."
+        )
     if state.grad_enabled and self._requires_grad and self.grad_fn is None and self._base is None:
         raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
     if state.grad_enabled and self._base is not None and self._base._requires_grad and self._base.grad_fn is None:
         raise RuntimeError("a view of a leaf Variable that requires grad is being used in an in-place operation.")
+
+
+def _check_no_overlap(self: Tensor) -> None:
+    """Writes that read what they write (``add_``, ``copy_``) are undefined where elements share memory."""
+    for n, s in zip(self._shape, self._stride):
+        if s == 0 and n > 1:
+            raise RuntimeError(
+                "unsupported operation: more than one element of the written-to tensor refers to a single memory "
+                "location. Please clone() the tensor before performing the operation."
+            )
 
 
 def apply_inplace(self: Tensor, compute, needs_self: bool) -> Tensor:
@@ -283,6 +301,9 @@ def apply_inplace(self: Tensor, compute, needs_self: bool) -> Tensor:
             self.grad_fn = out.grad_fn
             self._output_nr = out._output_nr
             self._requires_grad = True
+        from kiln.autograd.graph import rebind_saved_result
+
+        rebind_saved_result(out.grad_fn, self)  # a later write to self must invalidate what backward reads
     return self
 
 
@@ -290,6 +311,7 @@ def inplace_variant(fn, name: str, doc: str, needs_self: bool):
     """The in-place method ``name`` of the out-of-place op ``fn`` (``add`` -> ``add_``)."""
 
     def method(self, *args, **kwargs):
+        _check_no_overlap(self)
         if state.grad_enabled and (
             self._requires_grad or any(isinstance(a, Tensor) and a._requires_grad for a in args)
         ):

@@ -7,6 +7,8 @@ kernels do.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from kiln import _dtype as dt
@@ -23,10 +25,17 @@ def _compute_np(d: dt.dtype) -> np.dtype:
     return np.dtype(np.float32) if d in _HALF else d.numpy
 
 
-def _arg(x, np_dtype):
-    """Cast an operand to the compute dtype (NumPy arrays) or leave a Python scalar as is."""
-    if isinstance(x, np.ndarray) and x.dtype != np_dtype:
-        return x.astype(np_dtype)
+def _arg(x, np_dtype, result: dt.dtype | None = None):
+    """An operand in the compute dtype. Python integers wrap into integer compute dtypes as in
+    PyTorch (``uint8_tensor + -3`` adds 253); a Python float meeting a half-precision ``result`` is
+    rounded to that precision first, as PyTorch converts scalars to the common dtype; other Python
+    scalars stay weak."""
+    if isinstance(x, np.ndarray):
+        return x if x.dtype == np_dtype else x.astype(np_dtype)
+    if np_dtype.kind in "iub" and isinstance(x, int):
+        return np.array(x).astype(np_dtype)[()]
+    if result in _HALF and isinstance(x, float):
+        return np.float32(np.array(x, dtype=result.numpy))
     return x
 
 
@@ -67,41 +76,47 @@ def binary_reference(np_fn):
     """Reference kernel ``np_fn(a, b)`` computed in the result dtype (float32 for half types)."""
 
     def ref(spec, a, b, *extra):
-        compute = _compute_np(spec[3] if len(spec) > 3 else spec[1])
-        return np_fn(_arg(a, compute), _arg(b, compute), *extra)
+        d = spec[3] if len(spec) > 3 else spec[1]
+        compute = _compute_np(d)
+        return np_fn(_arg(a, compute, d), _arg(b, compute, d), *extra)
 
     return ref
 
 
-def _alpha_check(op_name, input, other, alpha):
-    if alpha != 1:
-        d = result_type(input, other)
-        if not d.is_floating_point and isinstance(alpha, float):
-            raise RuntimeError("For integral input tensors, argument alpha must not be a floating point number.")
-        if d is dt.bool and not isinstance(alpha, bool):
-            raise RuntimeError("Boolean alpha only supported for Boolean results.")
+def _alpha_check(dtype: dt.dtype, alpha) -> None:
+    if isinstance(alpha, bool) and dtype is not dt.bool:
+        raise RuntimeError("Boolean alpha only supported for Boolean results.")
+    if not dtype.is_floating_point and isinstance(alpha, float):
+        raise RuntimeError("For integral input tensors, argument alpha must not be a floating point number.")
 
 
 def _add_meta(input, other, alpha=1):
     spec = _ADD_BASE(input, other)
     if alpha != 1:
-        _alpha_check("add", input, other, alpha)
+        _alpha_check(spec[1], alpha)
     return spec
 
 
 def _sub_meta(input, other, alpha=1):
     spec = _SUB_BASE(input, other)
-    if spec[1] is dt.bool:
+    a_bool, b_bool = _is_bool(input), _is_bool(other)
+    if a_bool and b_bool:
         raise RuntimeError(
             "Subtraction, the `-` operator, with two bool tensors is not supported. Use the `^` or `logical_xor()` "
             "operator instead."
-            if isinstance(input, Tensor) and isinstance(other, Tensor)
-            else "Subtraction, the `-` operator, with a bool tensor is not supported. If you are trying to invert "
+        )
+    if a_bool or b_bool:
+        raise RuntimeError(
+            "Subtraction, the `-` operator, with a bool tensor is not supported. If you are trying to invert "
             "a mask, use the `~` or `logical_not()` operator instead."
         )
     if alpha != 1:
-        _alpha_check("sub", input, other, alpha)
+        _alpha_check(spec[1], alpha)
     return spec
+
+
+def _is_bool(x) -> bool:
+    return x._dtype is dt.bool if isinstance(x, Tensor) else isinstance(x, bool)
 
 
 _ADD_BASE = binary_meta("add")
@@ -110,19 +125,19 @@ _SUB_BASE = binary_meta("sub")
 
 def _add_ref(spec, a, b, alpha=1):
     compute = _compute_np(spec[1])
-    a, b = _arg(a, compute), _arg(b, compute)
-    if alpha != 1:
-        b = np.multiply(b, alpha, dtype=compute)
+    a, b = _arg(a, compute, spec[1]), _arg(b, compute, spec[1])
     if spec[1] is dt.bool:
-        return np.logical_or(a, b)
+        return np.logical_or(a, np.logical_and(b, bool(alpha)))
+    if alpha != 1:
+        b = np.multiply(b, _arg(alpha, compute), dtype=compute)
     return np.add(a, b, dtype=compute)
 
 
 def _sub_ref(spec, a, b, alpha=1):
     compute = _compute_np(spec[1])
-    a, b = _arg(a, compute), _arg(b, compute)
+    a, b = _arg(a, compute, spec[1]), _arg(b, compute, spec[1])
     if alpha != 1:
-        b = np.multiply(b, alpha, dtype=compute)
+        b = np.multiply(b, _arg(alpha, compute), dtype=compute)
     return np.subtract(a, b, dtype=compute)
 
 
@@ -143,6 +158,7 @@ def add(input: Tensor, other: Tensor | Number, *, alpha: Number = 1) -> Tensor:
     backward=lambda grad, alpha: (grad, -grad if alpha == 1 else grad * -alpha),
     autocast="promote",
     methods=("sub", "__sub__"),
+    grad_fn_name=lambda args: "SubBackward0" if isinstance(args[0], Tensor) else "RsubBackward1",
 )
 def sub(input: Tensor, other: Tensor | Number, *, alpha: Number = 1) -> Tensor:
     """``input - alpha * other``, broadcasting (``torch.sub``)."""
@@ -162,7 +178,7 @@ def _mul_ref(spec, a, b):
     if spec[1] is dt.bool:
         return np.logical_and(a, b)
     compute = _compute_np(spec[1])
-    return np.multiply(_arg(a, compute), _arg(b, compute), dtype=compute)
+    return np.multiply(_arg(a, compute, spec[1]), _arg(b, compute, spec[1]), dtype=compute)
 
 
 def _mul_backward(grad, input, other, needs_input_grad):
@@ -192,8 +208,8 @@ def _div_meta(input, other, rounding_mode=None):
             f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '{rounding_mode}'"
         )
     spec = _DIV_TRUE(input, other) if rounding_mode is None else _DIV_ROUND(input, other)
-    if rounding_mode is not None and not spec[1].is_floating_point and isinstance(other, Tensor):
-        pass  # integer division by zero is reported by the kernel
+    if rounding_mode is not None and spec[1] is dt.bool:
+        raise NotImplementedError(f"\"div_{rounding_mode}_cpu\" not implemented for 'Bool'")
     return spec
 
 
@@ -204,17 +220,18 @@ _DIV_ROUND = binary_meta("div")
 def _div_ref(spec, a, b, rounding_mode=None):
     out = spec[1]
     compute = _compute_np(out)
-    a, b = _arg(a, compute), _arg(b, compute)
+    a, b = _arg(a, compute, spec[1]), _arg(b, compute, spec[1])
     if rounding_mode is None:
         return np.true_divide(a, b, dtype=compute)
     if out.is_floating_point:
-        q = np.true_divide(a, b, dtype=compute)
-        return np.trunc(q) if rounding_mode == "trunc" else np.floor(q)
-    if np.any(np.asarray(b) == 0):
+        if rounding_mode == "floor":  # Python's floor division (divmod-based), as PyTorch
+            return np.floor_divide(a, b, dtype=compute)
+        return np.trunc(np.true_divide(a, b, dtype=compute))
+    if 0 not in spec[0] and np.any(np.asarray(b) == 0):
         raise RuntimeError("ZeroDivisionError")
-    if rounding_mode == "floor":
-        return np.floor_divide(a, b, dtype=compute)
     q = np.floor_divide(a, b, dtype=compute)
+    if rounding_mode == "floor":
+        return q
     fix = (np.remainder(a, b, dtype=compute) != 0) & ((np.asarray(a) < 0) != (np.asarray(b) < 0))
     return q + fix
 
@@ -262,24 +279,39 @@ Tensor.__rfloordiv__ = _rfloordiv
 
 def _pow_meta(input, exponent):
     spec = _POW_BASE(input, exponent)
-    if not spec[1].is_floating_point:
-        neg = exponent < 0 if is_scalar(exponent) else None
-        if neg is None and isinstance(exponent, Tensor) and exponent._device.type == "cpu":
-            neg = bool((exponent._numpy() < 0).any())
-        if neg:
-            raise RuntimeError("Integers to negative integer powers are not allowed.")
+    # Only a negative *scalar* exponent is refused; a tensor of exponents computes 1/x truncated (PyTorch)
+    if not spec[1].is_floating_point and is_scalar(exponent) and exponent < 0:
+        raise RuntimeError("Integers to negative integer powers are not allowed.")
+    if spec[1] is dt.bool and not isinstance(input, Tensor):
+        raise NotImplementedError("\"pow\" not implemented for 'Bool'")
     return spec
 
 
 _POW_BASE = binary_meta("pow")
 
 
+def _pow_node_name(args) -> str:
+    if not isinstance(args[0], Tensor):
+        return "PowBackward2"
+    return "PowBackward1" if isinstance(args[1], Tensor) else "PowBackward0"
+
+
 def _pow_ref(spec, a, b):
+    if spec[1] is dt.bool:  # NumPy has no boolean power: x ** y is x or not y
+        return np.logical_or(_arg(a, np.dtype(bool)), np.logical_not(_arg(b, np.dtype(bool))))
     compute = _compute_np(spec[1])
-    return np.power(_arg(a, compute), _arg(b, compute), dtype=compute)
+    a, b = _arg(a, compute, spec[1]), _arg(b, compute, spec[1])
+    if compute.kind in "iu":
+        neg = np.asarray(b) < 0
+        if neg.any():  # NumPy refuses; PyTorch gives the truncated 1 / a ** -b
+            pos = np.power(a, np.where(neg, 0, b).astype(compute))
+            odd = np.asarray(b) % 2 != 0
+            special = np.where(a == 1, 1, np.where(a == -1, np.where(odd, -1, 1), 0)).astype(compute)
+            return np.where(neg, special, pos)
+    return np.power(a, b, dtype=compute)
 
 
-def _pow_backward(grad, input, exponent, result, needs_input_grad):
+def _pow_backward(grad, input, exponent, needs_input_grad):
     g_in = g_exp = None
     if needs_input_grad[0]:
         if is_scalar(exponent):
@@ -288,7 +320,15 @@ def _pow_backward(grad, input, exponent, result, needs_input_grad):
             g_in = grad * exponent * pow(input, exponent - 1)
             g_in = where(exponent == 0, 0.0, g_in)
     if needs_input_grad[1]:
-        g_exp = grad * where((input == 0) & (exponent >= 0), 0.0, result * log(input))
+        # recomputed rather than saved: an in-place pow_ then must not pin its own result
+        result = pow(input, exponent)
+        if is_scalar(input):  # scalar ** tensor
+            if input == 0:
+                g_exp = where(exponent >= 0, 0.0, grad * result * -math.inf)
+            else:
+                g_exp = grad * result * (math.log(input) if input > 0 else math.nan)
+        else:
+            g_exp = grad * where((input == 0) & (exponent >= 0), 0.0, result * log(input))
     return (g_in, g_exp)
 
 
@@ -298,6 +338,7 @@ def _pow_backward(grad, input, exponent, result, needs_input_grad):
     backward=_pow_backward,
     autocast="fp32",
     methods=("pow", "__pow__"),
+    grad_fn_name=_pow_node_name,
 )
 def pow(input: Tensor | Number, exponent: Tensor | Number) -> Tensor:  # noqa: A001
     """``input ** exponent`` elementwise, broadcasting (``torch.pow``)."""
@@ -342,7 +383,7 @@ def _bitwise_meta(name):
     def meta(input, other):
         spec = base(input, other)
         if spec[1].is_floating_point:
-            raise RuntimeError(f"\"{name}_cpu\" not implemented for '{scalar_type_name(spec[1])}'")
+            raise NotImplementedError(f"\"{name}_cpu\" not implemented for '{scalar_type_name(spec[1])}'")
         return spec
 
     return meta
@@ -378,6 +419,16 @@ def bitwise_xor(input: Tensor, other: Tensor | Number) -> Tensor:
 # ---------------------------------------------------------------------------------------- unary
 
 
+_BOOL_ERRORS = {
+    "neg": (
+        RuntimeError,
+        "Negation, the `-` operator, on a bool tensor is not supported. If you are trying to invert a mask, "
+        "use the `~` or `logical_not()` operator instead.",
+    ),
+    "relu": (RuntimeError, "Boolean inputs not supported for relu"),
+}
+
+
 def unary_meta(op_name: str, *, int_to_float: bool = True, allow_bool: bool = True, bool_result: bool = False):
     """Meta for ``f(input)``: same shape; integer inputs give the default float dtype if ``int_to_float``."""
 
@@ -386,12 +437,8 @@ def unary_meta(op_name: str, *, int_to_float: bool = True, allow_bool: bool = Tr
             raise TypeError(f"{op_name}(): argument 'input' (position 1) must be Tensor, not {type(input).__name__}")
         d = input._dtype
         if not allow_bool and d is dt.bool:
-            raise RuntimeError(
-                "Negation, the `-` operator, on a bool tensor is not supported. If you are trying to invert a mask, "
-                "use the `~` or `logical_not()` operator instead."
-                if op_name == "neg"
-                else f"\"{op_name}_cpu\" not implemented for 'Bool'"
-            )
+            cls, msg = _BOOL_ERRORS.get(op_name, (NotImplementedError, f"\"{op_name}_cpu\" not implemented for 'Bool'"))
+            raise cls(msg)
         if bool_result:
             return (input._shape, dt.bool, input._device)
         if int_to_float and not d.is_floating_point:
@@ -443,10 +490,18 @@ abs = _unary(  # noqa: A001
     lambda grad, input: grad * sign(input),
     "Absolute value elementwise.",
     int_to_float=False,
+    allow_bool=False,
     methods=("abs", "__abs__", "absolute"),
 )
 absolute = abs
-sign = _unary("sign", np.sign, lambda grad: grad * 0, "The sign (-1, 0, 1) of each element.", int_to_float=False)
+def _sign_np(a):
+    if a.dtype == bool:
+        return a.copy()
+    s = np.sign(a)
+    return np.where(np.isnan(a), 0, s) if a.dtype.kind == "f" else s
+
+
+sign = _unary("sign", _sign_np, lambda grad: grad * 0, "The sign (-1, 0, 1) of each element.", int_to_float=False)
 exp = _unary("exp", np.exp, lambda grad, result: grad * result, "``e ** input`` elementwise.", autocast="fp32")
 log = _unary("log", np.log, lambda grad, input: grad / input, "Natural logarithm elementwise.", autocast="fp32")
 sqrt = _unary("sqrt", np.sqrt, lambda grad, result: grad / (result * 2), "Square root elementwise.", autocast="fp32")
@@ -468,16 +523,23 @@ sigmoid = _unary(
 )
 
 
-def _threshold_backward_meta(grad, result):
+def _zeros_like(t: Tensor) -> Tensor:
+    from kiln._ops.creation import zeros_like
+
+    return zeros_like(t)
+
+
+def _threshold_backward_meta(grad, output):
     return (grad._shape, grad._dtype, grad._device)
 
 
 @op(
     meta=_threshold_backward_meta,
     reference=lambda spec, g, r: np.where(r > 0, g, np.zeros((), g.dtype)),
-    backward=lambda grad, result: (where(result > 0, grad, 0.0), None),
+    # the zero gradient for ``output`` keeps it connected, as PyTorch's formula does (higher orders stay tensors)
+    backward=lambda grad, output: (where(output > 0, grad, 0.0), _zeros_like(output)),
 )
-def _threshold_backward(grad: Tensor, result: Tensor) -> Tensor:
+def _threshold_backward(grad: Tensor, output: Tensor) -> Tensor:
     """``grad`` where ``result > 0``, else 0: the gradient of ``relu`` in one kernel."""
 
 
@@ -493,7 +555,7 @@ relu = _unary(
 
 @op(
     meta=unary_meta("isnan", bool_result=True),
-    reference=lambda spec, a: np.isnan(a) if a.dtype.kind == "f" else np.zeros(a.shape, bool),
+    reference=lambda spec, a: np.isnan(a) if a.dtype.kind in "fV" else np.zeros(a.shape, bool),
     methods=("isnan",),
 )
 def isnan(input: Tensor) -> Tensor:
@@ -511,11 +573,11 @@ def logical_not(input: Tensor) -> Tensor:
 
 def _invert_meta(input):
     if input._dtype.is_floating_point:
-        raise TypeError("bitwise_not is only supported for integer and boolean tensors")
+        raise NotImplementedError(f"\"bitwise_not_cpu\" not implemented for '{scalar_type_name(input._dtype)}'")
     return (input._shape, input._dtype, input._device)
 
 
-@op(meta=_invert_meta, reference=lambda spec, a: np.invert(a), methods=("bitwise_not", "__invert__"))
+@op(meta=_invert_meta, reference=lambda spec, a: np.invert(a), methods=("bitwise_not",))
 def bitwise_not(input: Tensor) -> Tensor:
     """Bitwise NOT of an integer tensor (logical NOT for bool)."""
 
@@ -538,7 +600,7 @@ def _where_meta(condition, input, other):
 
 def _where_ref(spec, cond, a, b):
     compute = _compute_np(spec[1])
-    return np.where(cond, _arg(a, compute), _arg(b, compute))
+    return np.where(cond, _arg(a, compute, spec[1]), _arg(b, compute, spec[1]))
 
 
 def _where_backward(grad, condition, needs_input_grad):
@@ -559,3 +621,12 @@ def _tensor_where(self, condition, y):
 
 
 Tensor.where = _tensor_where
+
+
+def _invert(self):
+    if self._dtype.is_floating_point:
+        raise TypeError("~ (operator.invert) is only implemented on integer and Boolean-type tensors")
+    return bitwise_not(self)
+
+
+Tensor.__invert__ = _invert

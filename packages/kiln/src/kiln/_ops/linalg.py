@@ -26,7 +26,7 @@ def _matmul_meta(input, other):
             f"{_NP_NAMES.get(input._dtype, input._dtype.name)} != {_NP_NAMES.get(other._dtype, other._dtype.name)}"
         )
     if input._dtype is dt.bool:
-        raise RuntimeError(f"\"addmm_impl_cpu_\" not implemented for '{scalar_type_name(dt.bool)}'")
+        raise NotImplementedError(f"\"addmm_impl_cpu_\" not implemented for '{scalar_type_name(dt.bool)}'")
     dev = common_device("matmul", input, other)
     if len(a) == 1 and len(b) == 1:
         if a[0] != b[0]:
@@ -35,9 +35,12 @@ def _matmul_meta(input, other):
                 f"elements, but got {a[0]} and {b[0]} elements respectively"
             )
         return ((), input._dtype, dev)
+    if len(a) >= 2 and len(b) == 1 and a[-1] != b[0]:
+        rows = 1
+        for s in a[:-1]:  # PyTorch folds the batch dims into the matrix rows
+            rows *= s
+        raise RuntimeError(f"size mismatch, got input ({rows}), mat ({rows}x{a[-1]}), vec ({b[0]})")
     if len(a) == 2 and len(b) == 1:
-        if a[1] != b[0]:
-            raise RuntimeError(f"size mismatch, got input ({a[0]}), mat ({a[0]}x{a[1]}), vec ({b[0]})")
         return ((a[0],), input._dtype, dev)
     if len(a) <= 2 and len(b) == 2:
         k = a[-1]
@@ -63,6 +66,9 @@ def _batch(a2, b2) -> int:
     for s in broadcast_pair(a2[:-2], b2[:-2]):
         n *= s
     return n
+
+
+_MATMUL_NODES = {(2, 2): "MmBackward0", (1, 1): "DotBackward0", (2, 1): "MvBackward0", (1, 2): "SqueezeBackward4"}
 
 
 def _matmul_ref(spec, a, b):
@@ -98,6 +104,7 @@ def _matmul_backward(grad, input, other, needs_input_grad):
     backward=_matmul_backward,
     autocast="lower",
     methods=("matmul", "__matmul__"),
+    grad_fn_name=lambda args: _MATMUL_NODES.get((args[0].dim(), args[1].dim()), "UnsafeViewBackward0"),
 )
 def matmul(input: Tensor, other: Tensor) -> Tensor:
     """Matrix product with NumPy/PyTorch broadcasting: dot, mv, mm and batched cases (``torch.matmul``)."""

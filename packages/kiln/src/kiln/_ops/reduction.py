@@ -44,6 +44,11 @@ def _np_axes(a: np.ndarray, dims: tuple):
 # ---------------------------------------------------------------------------------------- sum / mean
 
 
+def _reduction_node_name(args) -> str:
+    """PyTorch names the all-elements overload ``...Backward0`` and the ``dim`` overload ``...Backward1``."""
+    return "0" if args[1] is None else "1"
+
+
 def _sum_meta(input, dim=None, keepdim=False, dtype=None):
     _check_input(input, "sum")
     dims = reduce_dims(dim, len(input._shape))
@@ -61,7 +66,14 @@ def _sum_backward(grad, input_shape, dim, keepdim):
     return expand_reduced(grad, input_shape, reduce_dims(dim, len(input_shape)), keepdim)
 
 
-@op(meta=_sum_meta, reference=_sum_ref, backward=_sum_backward, autocast="fp32", methods=("sum",))
+@op(
+    meta=_sum_meta,
+    reference=_sum_ref,
+    backward=_sum_backward,
+    autocast="fp32",
+    methods=("sum",),
+    grad_fn_name=lambda args: "SumBackward" + _reduction_node_name(args),
+)
 def sum(input: Tensor, dim: Dims = None, keepdim: bool = False, *, dtype: dt.dtype | None = None) -> Tensor:  # noqa: A001
     """Sum of all elements, or over ``dim`` (an int or tuple); integers sum to int64."""
 
@@ -94,7 +106,14 @@ def _mean_backward(grad, input_shape, dim, keepdim):
     return expand_reduced(grad, input_shape, dims, keepdim) / builtins.max(count, 1)
 
 
-@op(meta=_mean_meta, reference=_mean_ref, backward=_mean_backward, autocast="fp32", methods=("mean",))
+@op(
+    meta=_mean_meta,
+    reference=_mean_ref,
+    backward=_mean_backward,
+    autocast="fp32",
+    methods=("mean",),
+    grad_fn_name=lambda args: "MeanBackward" + _reduction_node_name(args),
+)
 def mean(input: Tensor, dim: Dims = None, keepdim: bool = False, *, dtype: dt.dtype | None = None) -> Tensor:
     """Mean of all elements, or over ``dim``; floating point inputs only."""
 
@@ -105,12 +124,15 @@ def mean(input: Tensor, dim: Dims = None, keepdim: bool = False, *, dtype: dt.dt
 def _extreme_meta(name):
     def meta(input, dim=(), keepdim=False):
         _check_input(input, name)
+        if dim == () and _numel(input._shape) == 0:
+            raise RuntimeError(
+                f"{name}(): Expected reduction dim to be specified for input.numel() == 0. Specify the reduction "
+                "dim with the 'dim' argument."
+            )
         dims = reduce_dims(None if dim == () else dim, len(input._shape))
         for d in dims:
             if input._shape and input._shape[d] == 0:
                 raise IndexError(f"{name}(): Expected reduction dim {d} to have non-zero size.")
-        if not input._shape and _numel(input._shape) == 0:
-            raise IndexError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0.")
         return (_reduced_shape(input._shape, dims, keepdim), input._dtype, input._device, dims)
 
     return meta
@@ -211,6 +233,7 @@ def _dim_extreme_backward(grads, input_shape, input_device, dim, keepdim, result
     backward=_dim_extreme_backward,
     num_outputs=2,
     differentiable_outputs=(0,),
+    grad_fn_name="MaxBackward0",
 )
 def _max_dim(input: Tensor, dim: int, keepdim: bool = False) -> tuple[Tensor, Tensor]:
     """Maximum values and their indices along ``dim``."""
@@ -222,16 +245,28 @@ def _max_dim(input: Tensor, dim: int, keepdim: bool = False) -> tuple[Tensor, Te
     backward=_dim_extreme_backward,
     num_outputs=2,
     differentiable_outputs=(0,),
+    grad_fn_name="MinBackward0",
 )
 def _min_dim(input: Tensor, dim: int, keepdim: bool = False) -> tuple[Tensor, Tensor]:
     """Minimum values and their indices along ``dim``."""
 
 
+def _return_type(name: str):
+    base = namedtuple(name, ["values", "indices"])
+
+    def __repr__(self) -> str:
+        return f"kiln.return_types.{name}(\nvalues={self.values!r},\nindices={self.indices!r})"
+
+    cls = type(name, (base,), {"__slots__": (), "__repr__": __repr__, "__doc__": f"``(values, indices)`` of ``{name}``."})
+    cls.__module__ = "kiln.return_types"
+    return cls
+
+
 class return_types:  # noqa: N801 - mirrors torch.return_types
     """Named tuples returned by reductions with indices (``values``, ``indices``)."""
 
-    max = namedtuple("max", ["values", "indices"])
-    min = namedtuple("min", ["values", "indices"])
+    max = _return_type("max")
+    min = _return_type("min")
 
 
 def _binary_extreme_backward(grad, input, other, result, needs_input_grad):
@@ -277,18 +312,14 @@ def minimum(input: Tensor, other: Tensor) -> Tensor:
 
 
 def _extreme(name, all_op, dim_op, binary_op, tuple_type):
-    def fn(input, dim=None, keepdim=False, *, out=None):
+    def fn(input, dim=None, keepdim=False, *, other=None, out=None):
+        if other is not None:
+            return binary_op(input, other)
         if isinstance(dim, Tensor):
             return binary_op(input, dim)
         if dim is None:
             if keepdim:
                 raise TypeError(f"{name}() received an invalid combination of arguments - got keepdim without dim")
-            _check_input(input, name)
-            if _numel(input._shape) == 0:
-                raise RuntimeError(
-                    f"{name}(): Expected reduction dim to be specified for input.numel() == 0. Specify the reduction "
-                    "dim with the 'dim' argument."
-                )
             return all_op(input)
         return tuple_type(*dim_op(input, dim, keepdim))
 
@@ -296,10 +327,30 @@ def _extreme(name, all_op, dim_op, binary_op, tuple_type):
     return fn
 
 
-max = _extreme("max", amax, _max_dim, maximum, return_types.max)  # noqa: A001
+@op(
+    meta=_extreme_meta("max"),
+    reference=_extreme_ref(np.max),
+    backward=_extreme_backward,
+    grad_fn_name="MaxBackward1",
+)
+def _max_all(input: Tensor, dim: Dims = (), keepdim: bool = False) -> Tensor:
+    """Maximum of all elements (``max(input)``; ``amax`` under PyTorch's node name for it)."""
+
+
+@op(
+    meta=_extreme_meta("min"),
+    reference=_extreme_ref(np.min),
+    backward=_extreme_backward,
+    grad_fn_name="MinBackward1",
+)
+def _min_all(input: Tensor, dim: Dims = (), keepdim: bool = False) -> Tensor:
+    """Minimum of all elements (``min(input)``)."""
+
+
+max = _extreme("max", _max_all, _max_dim, maximum, return_types.max)  # noqa: A001
 max.__doc__ = """Maximum: ``max(input)`` of all elements, ``max(input, dim, keepdim=False)`` as (values, indices),
 or ``max(input, other)`` elementwise (like :func:`maximum`)."""
-min = _extreme("min", amin, _min_dim, minimum, return_types.min)  # noqa: A001
+min = _extreme("min", _min_all, _min_dim, minimum, return_types.min)  # noqa: A001
 min.__doc__ = """Minimum: ``min(input)`` of all elements, ``min(input, dim, keepdim=False)`` as (values, indices),
 or ``min(input, other)`` elementwise (like :func:`minimum`)."""
 Tensor.max = max
@@ -309,9 +360,11 @@ Tensor.min = min
 def _arg_meta(name):
     def meta(input, dim=None, keepdim=False):
         _check_input(input, name)
+        if input._dtype is dt.bool:
+            raise RuntimeError(f"{name}(): does not support bool input")
         if dim is None:
             if _numel(input._shape) == 0:
-                raise RuntimeError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0.")
+                raise IndexError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0.")
             return ((1,) * len(input._shape) if keepdim else (), dt.int64, input._device, None)
         d = wrap_dim(dim, len(input._shape))
         if input._shape and input._shape[d] == 0:
@@ -349,7 +402,9 @@ def argmin(input: Tensor, dim: int | None = None, keepdim: bool = False) -> Tens
 def _bool_reduce_meta(input, dim=None, keepdim=False):
     _check_input(input, "any")
     dims = reduce_dims(dim, len(input._shape))
-    return (_reduced_shape(input._shape, dims, keepdim), dt.bool, input._device, dims)
+    # PyTorch keeps uint8 for uint8 inputs (a legacy of masks), bool otherwise
+    out = dt.uint8 if input._dtype is dt.uint8 else dt.bool
+    return (_reduced_shape(input._shape, dims, keepdim), out, input._device, dims)
 
 
 @op(

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numbers
 
+import numpy as np
+
 from kiln import _dtype as dt
 from kiln._dispatch import op
 from kiln._ops._meta import wrap_dim
@@ -64,7 +66,7 @@ def infer_size(shape: tuple, numel: int) -> tuple[int, ...]:
                 raise RuntimeError("only one dimension can be inferred")
             infer = i
         elif s < 0:
-            raise RuntimeError(f"invalid shape dimension {s}")
+            raise RuntimeError(f"invalid shape dimension {s} at index {i} of shape {list(shape)}")
         else:
             known *= s
     if infer is not None:
@@ -143,7 +145,7 @@ def reshape(input: Tensor, shape) -> Tensor:
     shape = infer_size(_shape_arg(shape), _numel(input._shape))
     if view_strides(input._shape, input._stride, shape) is not None:
         return view(input, shape)
-    return view(clone(input), shape)
+    return view(clone(input, memory_format=contiguous_format), shape)
 
 
 def _tensor_reshape(self, *shape):
@@ -231,33 +233,49 @@ def _tensor_permute(self, *dims):
 Tensor.permute = _tensor_permute
 
 
-def transpose(input: Tensor, dim0: int, dim1: int) -> Tensor:
-    """A view with ``dim0`` and ``dim1`` swapped."""
-    nd = input.dim()
+def _transpose_meta(input, dim0, dim1):
+    nd = len(input._shape)
     if nd == 0:
         wrap_dim(dim0, 0)
         wrap_dim(dim1, 0)
-        return input
+        return (input._shape, input._dtype, input._device, input._stride, input._offset)
     d0, d1 = wrap_dim(dim0, nd), wrap_dim(dim1, nd)
-    dims = list(range(nd))
-    dims[d0], dims[d1] = d1, d0
-    return permute(input, tuple(dims))
+    shape, stride = list(input._shape), list(input._stride)
+    shape[d0], shape[d1] = shape[d1], shape[d0]
+    stride[d0], stride[d1] = stride[d1], stride[d0]
+    return (tuple(shape), input._dtype, input._device, tuple(stride), input._offset)
+
+
+@op(meta=_transpose_meta, reference=_view_kernel, backward=lambda grad, dim0, dim1: transpose(grad, dim0, dim1))
+def transpose(input: Tensor, dim0: int, dim1: int) -> Tensor:
+    """A view with ``dim0`` and ``dim1`` swapped."""
 
 
 swapaxes = swapdims = transpose
 Tensor.transpose = Tensor.swapaxes = Tensor.swapdims = transpose
 
 
+def _t_meta(input):
+    if len(input._shape) > 2:
+        raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {len(input._shape)}D")
+    return _transpose_meta(input, 0, -1) if input._shape else _transpose_meta(input, 0, 0)
+
+
+@op(meta=_t_meta, reference=_view_kernel, backward=lambda grad: t(grad), methods=("t",))
 def t(input: Tensor) -> Tensor:
-    """Transpose of a tensor of at most 2 dims."""
-    if input.dim() > 2:
-        raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {input.dim()}D")
-    return transpose(input, 0, 1) if input.dim() == 2 else input
+    """Transpose of a tensor of at most 2 dims (a view)."""
 
 
-Tensor.t = t
 Tensor.T = property(lambda self: permute(self, tuple(reversed(range(self.dim())))), doc="All dims reversed.")
-Tensor.mT = property(lambda self: transpose(self, -2, -1), doc="The last two dims transposed.")
+def _mT(self):
+    if self.dim() == 1:
+        raise RuntimeError(
+            f"tensor.mT is only supported on matrices or batches of matrices. Got {self.dim()}-D tensor."
+        )
+    return transpose(self, -2, -1) if self.dim() else transpose(self, 0, 0)  # 0-d: the identity, as PyTorch
+
+
+Tensor.mT = property(_mT, doc="The last two dims transposed.")
 
 # ---------------------------------------------------------------------------------------- expand
 
@@ -367,6 +385,7 @@ def _squeeze_meta(input, dim=None):
     reference=_view_kernel,
     backward=lambda grad, input_shape: grad.reshape(input_shape),
     methods=("squeeze",),
+    grad_fn_name=lambda args: f"SqueezeBackward{0 if args[1] is None else (1 if isinstance(args[1], int) else 2)}",
 )
 def squeeze(input: Tensor, dim: int | tuple | None = None) -> Tensor:
     """A view without size-1 dims (all of them, or those in ``dim``)."""
@@ -400,6 +419,11 @@ def _normalize_key(key, ndim: int) -> tuple:
             )
         out.append(k)
     consumed = sum(1 for k in out if k is not None and k is not Ellipsis)
+    if ndim == 0 and consumed:
+        raise IndexError(
+            "invalid index of a 0-dim tensor. Use `tensor.item()` in Python or `tensor.item<T>()` in C++ to "
+            "convert a 0-dim tensor to a number"
+        )
     if out.count(Ellipsis) > 1:
         raise IndexError("an index can only have a single ellipsis ('...')")
     if consumed > ndim:
@@ -408,6 +432,18 @@ def _normalize_key(key, ndim: int) -> tuple:
         i = out.index(Ellipsis)
         out[i : i + 1] = [slice(None)] * (ndim - consumed)
     return tuple(out)
+
+
+def _index_node_name(args) -> str:
+    """PyTorch applies an index one component at a time; the last non-trivial one names the node."""
+    for k in reversed(args[1]):
+        if k is None:
+            return "UnsqueezeBackward0"
+        if isinstance(k, int):
+            return "SelectBackward0"
+        if k != slice(None):
+            return "SliceBackward0"
+    return "SliceBackward0" if args[1] else "AliasBackward0"
 
 
 def _index_meta(input, key):
@@ -425,7 +461,9 @@ def _index_meta(input, key):
             dim += 1
         else:
             size = input._shape[dim]
-            if k.step is not None and k.step <= 0:
+            if k.step == 0:
+                raise ValueError("slice step cannot be zero")
+            if k.step is not None and k.step < 0:
                 raise ValueError("step must be greater than zero")
             start, stop, step = k.indices(size)
             length = max(0, (stop - start + step - 1) // step)
@@ -443,6 +481,7 @@ def _index_meta(input, key):
     meta=_index_meta,
     reference=_view_kernel,
     backward=lambda grad, input_shape, key: _index_backward(grad, input_shape, key),
+    grad_fn_name=_index_node_name,
 )
 def _index_view(input: Tensor, key: tuple) -> Tensor:
     """Basic indexing (ints, slices, None) as a view; ``key`` is already normalised."""
@@ -484,6 +523,8 @@ def _setitem(self, key, value):
     from kiln._ops.copy import copy_
 
     target = _index_view(self, _normalize_key(key, len(self._shape)))
+    if isinstance(value, Tensor) and value._shape != target._shape:
+        _expand_meta(value, target._shape)  # indexing assignment expands the value: PyTorch's message
     copy_(target, value)
 
 
@@ -494,6 +535,11 @@ Tensor.__setitem__ = _setitem
 def select(input: Tensor, dim: int, index: int) -> Tensor:
     """The slice at ``index`` along ``dim`` (that dim removed), as a view."""
     d = wrap_dim(dim, input.dim())
+    size = input._shape[d]
+    if not -size <= index < size:
+        raise IndexError(
+            f"select(): index {index} out of range for tensor of size {list(input._shape)} at dimension {d}"
+        )
     return _index_view(input, (slice(None),) * d + (int(index),))
 
 
@@ -514,25 +560,39 @@ Tensor.narrow = narrow
 # ---------------------------------------------------------------------------------------- copies
 
 
+class memory_format:  # noqa: N801 - PyTorch's name
+    """A memory layout request: ``kiln.contiguous_format`` (row-major) or ``kiln.preserve_format``."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"kiln.{self.name}"
+
+
+contiguous_format = memory_format("contiguous_format")
+preserve_format = memory_format("preserve_format")
+
+
+def _clone_meta(input, memory_format=None):
+    if memory_format not in (None, contiguous_format, preserve_format):
+        raise RuntimeError(f"clone(): unsupported memory format {memory_format!r}")
+    return (input._shape, input._dtype, input._device)
+
+
 def _clone_ref(spec, a, memory_format=None):
-    import numpy as np
+    # preserve_format (the default) keeps the input's stride order, as PyTorch does
+    return np.array(a, order="C" if memory_format is contiguous_format else "K", copy=True)
 
-    return np.array(a, order="C", copy=True)
 
-
-@op(
-    meta=lambda input, memory_format=None: (input._shape, input._dtype, input._device),
-    reference=_clone_ref,
-    backward=lambda grad: grad,
-    methods=("clone",),
-)
+@op(meta=_clone_meta, reference=_clone_ref, backward=lambda grad: grad, methods=("clone",))
 def clone(input: Tensor, *, memory_format=None) -> Tensor:
-    """A contiguous copy of ``input`` that autograd tracks."""
+    """A copy of ``input`` (same stride order unless ``memory_format=kiln.contiguous_format``), tracked by autograd."""
 
 
-def contiguous(input: Tensor, memory_format=None) -> Tensor:
-    """``input`` itself when row-major contiguous, else a contiguous copy."""
-    return input if input.is_contiguous() else clone(input)
+def contiguous(input: Tensor, memory_format=contiguous_format) -> Tensor:
+    """``input`` itself when row-major contiguous, else a row-major copy."""
+    return input if input.is_contiguous() else clone(input, memory_format=contiguous_format)
 
 
 Tensor.contiguous = contiguous

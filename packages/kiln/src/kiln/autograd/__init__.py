@@ -108,7 +108,7 @@ def backward(
         retain_graph = create_graph
     inputs_t = _as_tuple(inputs) if inputs is not None else None
     if inputs_t is not None and len(inputs_t) == 0:
-        raise RuntimeError("'inputs' argument to backward() cannot be empty.")
+        raise RuntimeError("`inputs` argument to `backward()` cannot be empty.")
     roots = _make_roots(outputs, grads, create_graph)
     run_backward(roots, retain_graph, create_graph, inputs=inputs_t, accumulate=True)
 
@@ -141,7 +141,7 @@ def grad(
     roots = _make_roots(outs, _as_tuple(grad_outputs), create_graph)
     result = run_backward(roots, retain_graph, create_graph, inputs=ins, accumulate=False)
     final = []
-    for t, g in zip(ins, result):
+    for i, (t, g) in enumerate(zip(ins, result)):
         if g is None:
             if materialize_grads:
                 from kiln._ops.creation import zeros_like
@@ -149,7 +149,7 @@ def grad(
                 g = zeros_like(t)
             elif not allow_unused:
                 raise RuntimeError(
-                    "One of the differentiated Tensors appears to not have been used in the graph. Set "
+                    f"The differentiated Tensor at index {i} appears to not have been used in the graph. Set "
                     "allow_unused=True if this is the desired behavior."
                 )
         elif not create_graph:

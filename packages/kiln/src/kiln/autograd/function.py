@@ -98,6 +98,8 @@ class _FunctionMeta(type):
     def __init__(cls, name, bases, attrs):
         super().__init__(name, bases, attrs)
         cls._backward_name = f"{name}Backward"
+        # ``type(y.grad_fn).__name__`` is "<Function>Backward", as in PyTorch
+        cls._node_class = type(cls._backward_name, (_FunctionNode,), {"__slots__": ()})
 
 
 class Function(metaclass=_FunctionMeta):
@@ -144,7 +146,7 @@ class Function(metaclass=_FunctionMeta):
         outs = (outputs,) if single else outputs
         if not record:
             return outputs
-        node = _FunctionNode(tuple(_edge(args[i]) for i in positions), len(outs))
+        node = cls._node_class(tuple(_edge(args[i]) for i in positions), len(outs))
         node.fn_cls = cls
         node.ctx = ctx
         node._name = cls._backward_name

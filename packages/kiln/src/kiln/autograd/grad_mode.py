@@ -113,6 +113,10 @@ class set_grad_enabled(_DecoratorContextManager):
     def __exit__(self, *exc):
         state.grad_enabled = self.prev
 
+    def __call__(self, func):
+        state.grad_enabled = self.prev  # used as a decorator: the call above must not change the mode
+        return super().__call__(func)
+
     def clone(self):
         return self.__class__(self.mode)
 

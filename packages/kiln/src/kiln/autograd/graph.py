@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import heapq
+import re
 import inspect
 import itertools
 import traceback
@@ -157,16 +158,21 @@ class Overwritten(Node):
         return ()
 
 
+def _op_name(node: Node) -> str:
+    return re.sub(r"Backward\d*$", "", node.name())
+
+
 class SavedTensor:
     """A tensor saved for backward, with the version it had when saved."""
 
-    __slots__ = ("data", "version", "is_output", "node", "output_nr", "grad_fn", "freed")
+    __slots__ = ("data", "version", "is_output", "node", "output_nr", "freed")
 
     def __init__(self, t: Tensor, is_output: bool = False, node: Node | None = None):
         if t._inference:
             raise RuntimeError(
-                "Inference tensors cannot be saved for backward. To work around you can make a clone to get a "
-                "normal tensor and use it in autograd."
+                "Inference tensors cannot be saved for backward. Please do not use Tensors created in inference "
+                "mode in computation tracked by autograd. To work around this, you can make a clone to get a normal "
+                "tensor and use it in autograd, or use `kiln.no_grad()` instead of `kiln.inference_mode()`."
             )
         self.version = t._vc[0]
         self.is_output = is_output
@@ -176,27 +182,23 @@ class SavedTensor:
             # Keep an alias without grad_fn: saving the output itself would make output -> node -> output.
             self.data = t.detach()
             self.node = weakref.ref(node)
-            self.grad_fn = None
         else:
             self.data = t
             self.node = None
-            self.grad_fn = t.grad_fn
 
     def unpack(self, owner: Node) -> Tensor:
         if self.freed:
             raise RuntimeError(_FREED_MESSAGE)
         data = self.data
         if data._vc[0] != self.version:
-            where = (
-                f", which is output {self.output_nr} of {owner.name() if self.is_output else self.grad_fn.name()},"
-                if self.is_output or self.grad_fn is not None
-                else ""
-            )
+            producer = owner if self.is_output else data.grad_fn  # an input: its current history
+            # PyTorch names the producing op the way its node is named, less "Backward<n>"
+            where = f", which is output {self.output_nr} of {_op_name(producer)}," if producer is not None else ""
             raise RuntimeError(
                 "one of the variables needed for gradient computation has been modified by an inplace operation: "
                 f"[{data.type()} {list(data._shape)}]{where} is at version {data._vc[0]}; expected version "
                 f"{self.version} instead. Hint: enable anomaly detection to find the operation that failed to "
-                "compute its gradient, with kiln.autograd.set_detect_anomaly(True)."
+                "compute its gradient, with kiln.autograd.set_detect_anomaly(True, check_nan=False)."
             )
         if self.is_output and state.grad_enabled:
             alias = _make(data._storage, data._shape, data._stride, data._offset, data._dtype, data._device, data._vc)
@@ -209,6 +211,14 @@ class SavedTensor:
 
 
 _META_SUFFIXES = ("shape", "dtype", "device", "stride", "offset")
+
+
+def rebind_saved_result(node: Node, t: Tensor) -> None:
+    """An in-place op's result now lives in ``t``: make the node's saved ``result`` (if any) refer to
+    ``t``'s storage and version, so a later in-place write to ``t`` is caught."""
+    saved = getattr(node, "saved", None)
+    if saved is not None and isinstance(saved.get("result"), SavedTensor):
+        saved["result"] = SavedTensor(t, True, node)
 
 
 class BackwardNeeds:
@@ -248,18 +258,17 @@ def backward_needs(opdef, fn: Callable) -> BackwardNeeds:
     return BackwardNeeds(tuple(names), tuple(index), tuple(metas), result, needs, params[0] == "grads")
 
 
-def _camel(name: str) -> str:
-    return "".join(part[:1].upper() + part[1:] for part in name.strip("_").split("_"))
-
-
 _NODE_CLASSES: dict[str, type] = {}
 
 
-def _node_class(opdef) -> type:
-    cls = _NODE_CLASSES.get(opdef.name)
+def _node_class(opdef, args: tuple) -> type:
+    """The node class for a call: one class per PyTorch-style name (``MulBackward0``), made once."""
+    name = opdef.grad_fn_name
+    if not isinstance(name, str):
+        name = name(args)
+    cls = _NODE_CLASSES.get(name)
     if cls is None:
-        cls = type(f"{_camel(opdef.name)}Backward0", (OpNode,), {"__slots__": ()})
-        _NODE_CLASSES[opdef.name] = cls
+        cls = _NODE_CLASSES[name] = type(name, (OpNode,), {"__slots__": ()})
     return cls
 
 
@@ -396,7 +405,7 @@ def record(opdef, args: tuple, out) -> None:
             layout.append(sub)
         else:
             layout.append(None)
-    node = _node_class(opdef)(tuple(edges), opdef.num_outputs)
+    node = _node_class(opdef, args)(tuple(edges), opdef.num_outputs)
     node.op = opdef
     node.layout = layout
     node.input_meta = input_meta
@@ -602,6 +611,11 @@ def run_backward(
                     heapq.heappush(heap, (-nxt._seq, next(counter), nxt))
     finally:
         state.grad_enabled = prev
+    if accumulate and inputs is not None:
+        # backward(inputs=...) fills .grad of non-leaf inputs too (leaves were done by AccumulateGrad)
+        for t, g in zip(inputs, captured):
+            if g is not None and t.grad_fn is not None:
+                _accumulate_into_leaf(t, g, create_graph, run_hooks=False)
     return captured
 
 

@@ -18,7 +18,7 @@ class CopySlices(Node):
     __slots__ = ("base_geometry", "view_geometry", "fn")
 
     def name(self) -> str:
-        return "CopySlices"
+        return "kiln::autograd::CopySlices"
 
     def apply(self, grads: tuple) -> tuple:
         from kiln._ops.strided import _strided_gather, _strided_scatter

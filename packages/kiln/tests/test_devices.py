@@ -128,7 +128,10 @@ def test_in_place_write_through_on_device(toy, monkeypatch):
 def test_device_mismatch_message(toy):
     a = kiln.ones(3, device="toydev")
     b = kiln.ones(3)
-    with pytest.raises(RuntimeError, match=r"^Expected all tensors to be on the same device, but found at least two devices, toydev:0 and cpu!$"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"^Expected all tensors to be on the same device, but found at least two devices, toydev:0 and cpu!$",
+    ):
         a + b
     # a 0-d CPU tensor mixes with any device, as in PyTorch
     assert (a + kiln.tensor(1.0)).cpu().tolist() == [2.0, 2.0, 2.0]

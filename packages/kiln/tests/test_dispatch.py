@@ -95,9 +95,8 @@ def test_pre_autograd_mode_rewrites_and_autograd_sees_rewrite():
 
 def test_modes_nest_and_exit_in_order():
     outer, inner = CountingMode(), CountingMode()
-    with outer:
-        with inner:
-            kiln.ones(2) + 1
+    with outer, inner:
+        kiln.ones(2) + 1
     assert "add" in inner.seen and "add" in outer.seen
     m = CountingMode()
     m.__enter__()

@@ -494,6 +494,8 @@ abs = _unary(  # noqa: A001
     methods=("abs", "__abs__", "absolute"),
 )
 absolute = abs
+
+
 def _sign_np(a):
     if a.dtype == bool:
         return a.copy()

@@ -257,7 +257,9 @@ def _return_type(name: str):
     def __repr__(self) -> str:
         return f"kiln.return_types.{name}(\nvalues={self.values!r},\nindices={self.indices!r})"
 
-    cls = type(name, (base,), {"__slots__": (), "__repr__": __repr__, "__doc__": f"``(values, indices)`` of ``{name}``."})
+    cls = type(
+        name, (base,), {"__slots__": (), "__repr__": __repr__, "__doc__": f"``(values, indices)`` of ``{name}``."}
+    )
     cls.__module__ = "kiln.return_types"
     return cls
 

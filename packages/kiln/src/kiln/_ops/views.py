@@ -267,6 +267,8 @@ def t(input: Tensor) -> Tensor:
 
 
 Tensor.T = property(lambda self: permute(self, tuple(reversed(range(self.dim())))), doc="All dims reversed.")
+
+
 def _mT(self):
     if self.dim() == 1:
         raise RuntimeError(

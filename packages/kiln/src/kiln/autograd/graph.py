@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import heapq
-import re
 import inspect
 import itertools
+import re
 import traceback
 import warnings
 import weakref

@@ -81,15 +81,20 @@ def wrap_reference(opdef) -> Callable:
         return quiet(fn)
     positions = opdef.tensor_params
     if opdef.num_outputs == 1:
+        wrap = from_array
+    else:
 
-        def kernel(spec, *args):
-            if positions:
-                args = list(args)
-                for i in positions:
-                    args[i] = _to_numpy_arg(args[i])
+        def wrap(arrays, spec):
+            return tuple(from_array(a, s[1]) for a, s in zip(arrays, spec))
+
+    if positions == (0, 1):  # binary ops, the hot path: no argument list to build
+
+        def kernel(spec, a, b, *rest):
+            a = a._numpy() if isinstance(a, Tensor) else a
+            b = b._numpy() if isinstance(b, Tensor) else b
             token = _quiet_enter()
             try:
-                return from_array(fn(spec, *args), spec[1])
+                return wrap(fn(spec, a, b, *rest), spec if wrap is not from_array else spec[1])
             finally:
                 _quiet_exit(token)
 
@@ -102,7 +107,7 @@ def wrap_reference(opdef) -> Callable:
                     args[i] = _to_numpy_arg(args[i])
             token = _quiet_enter()
             try:
-                return tuple(from_array(a, s[1]) for a, s in zip(fn(spec, *args), spec))
+                return wrap(fn(spec, *args), spec if wrap is not from_array else spec[1])
             finally:
                 _quiet_exit(token)
 

@@ -20,9 +20,15 @@ Number = "int | float | bool"
 _HALF = (dt.float16, dt.bfloat16)
 
 
+_COMPUTE_NP: dict[dt.dtype, np.dtype] = {}
+
+
 def _compute_np(d: dt.dtype) -> np.dtype:
     """The NumPy dtype a reference kernel computes in for result dtype ``d``."""
-    return np.dtype(np.float32) if d in _HALF else d.numpy
+    c = _COMPUTE_NP.get(d)
+    if c is None:
+        c = _COMPUTE_NP[d] = np.dtype(np.float32) if d in _HALF else d.numpy
+    return c
 
 
 def _arg(x, np_dtype, result: dt.dtype | None = None):
@@ -31,7 +37,7 @@ def _arg(x, np_dtype, result: dt.dtype | None = None):
     rounded to that precision first, as PyTorch converts scalars to the common dtype; other Python
     scalars stay weak."""
     if isinstance(x, np.ndarray):
-        return x if x.dtype == np_dtype else x.astype(np_dtype)
+        return x if (x.dtype is np_dtype or x.dtype == np_dtype) else x.astype(np_dtype)
     if np_dtype.kind in "iub" and isinstance(x, int):
         return np.array(x).astype(np_dtype)[()]
     if result in _HALF and isinstance(x, float):
@@ -47,6 +53,10 @@ def _check_operand(x, name: str, op_name: str) -> None:
 # ---------------------------------------------------------------------------------------- binary
 
 
+_PY_SCALARS = (int, float, bool)
+_SCALAR_RESULT: dict[tuple, dt.dtype] = {}
+
+
 def binary_meta(op_name: str, *, float_result: bool = False, bool_result: bool = False):
     """Meta for ``f(input, other)``: broadcast shape, promoted dtype, common device."""
 
@@ -56,6 +66,12 @@ def binary_meta(op_name: str, *, float_result: bool = False, bool_result: bool =
             a, b = input._dtype, other._dtype
             dtype = a if (a is b) else result_type(input, other)
             dev = input._device if input._device is other._device else common_device(op_name, input, other)
+        elif isinstance(input, Tensor) and other.__class__ in _PY_SCALARS:  # tensor op Python number: memoised
+            shape, dev = input._shape, input._device
+            key = (input._dtype, bool(shape), other.__class__, dt._default_dtype)
+            dtype = _SCALAR_RESULT.get(key)
+            if dtype is None:
+                dtype = _SCALAR_RESULT[key] = result_type(input, other)
         else:
             _check_operand(input, "input", op_name)
             _check_operand(other, "other", op_name)

@@ -49,13 +49,11 @@ class _DLTensor(ctypes.Structure):
     ]
 
 
-_Deleter = ctypes.c_void_p  # void (*)(DLManagedTensor *); never called from here
-
-
 class _DLManagedTensor(ctypes.Structure):
-    """What a ``"dltensor"`` capsule points to (DLPack < 1.0)."""
+    """What a ``"dltensor"`` capsule points to (DLPack < 1.0). kiln only edits ``dl_tensor.dtype``;
+    the deleter stays NumPy's or the producer's."""
 
-    _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", _Deleter)]
+    _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p)]
 
 
 class _DLManagedTensorVersioned(ctypes.Structure):
@@ -64,7 +62,7 @@ class _DLManagedTensorVersioned(ctypes.Structure):
     _fields_ = [
         ("version", ctypes.c_uint32 * 2),
         ("manager_ctx", ctypes.c_void_p),
-        ("deleter", _Deleter),
+        ("deleter", ctypes.c_void_p),
         ("flags", ctypes.c_uint64),
         ("dl_tensor", _DLTensor),
     ]
@@ -134,6 +132,17 @@ def tensor_dlpack(t: Tensor, stream=None, **kwargs):
     return capsule
 
 
+def _export_again(ext):
+    """A fresh capsule from producer ``ext`` (versioned if it can: that says whether it is writable); None on failure."""
+    try:
+        try:
+            return ext.__dlpack__(max_version=(1, 0))
+        except TypeError:  # a producer from before DLPack 1.0
+            return ext.__dlpack__()
+    except (AttributeError, BufferError, RuntimeError, TypeError, ValueError):
+        return None
+
+
 def from_dlpack(ext) -> Tensor:
     """Import a DLPack producer (anything with ``__dlpack__``) as a CPU tensor sharing its memory.
 
@@ -151,14 +160,8 @@ def from_dlpack(ext) -> Tensor:
         return from_numpy(np.from_dlpack(ext))
     except (RuntimeError, BufferError, TypeError) as exc:
         numpy_error = exc
-    try:
-        try:
-            capsule = ext.__dlpack__(max_version=(1, 0))  # versioned capsules say whether they are writable
-        except TypeError:
-            capsule = ext.__dlpack__()
-    except Exception:
-        raise numpy_error from None
-    if not _relabel(capsule, (_DL_BFLOAT, 16, 1), _DL_UINT):
+    capsule = _export_again(ext)
+    if capsule is None or not _relabel(capsule, (_DL_BFLOAT, 16, 1), _DL_UINT):
         raise numpy_error
     return from_numpy(np.from_dlpack(_CapsuleProducer(capsule)).view(dt.bfloat16.numpy))
 

@@ -17,7 +17,7 @@ import numpy as np
 from kiln import _dtype as dt
 from kiln._device import CPU
 from kiln._dispatch import op
-from kiln._ops._meta import is_scalar, result_type
+from kiln._ops._meta import is_scalar, result_type, scalar_type_name
 from kiln._ops.copy import from_host, resolve_device
 from kiln._ops.views import _varargs_shape, device_generic
 from kiln._tensor import Tensor, _make, contiguous_strides, from_array
@@ -47,7 +47,10 @@ __all__ = [
 
 
 def _finish(t: Tensor, requires_grad: bool) -> Tensor:
+    """``t`` made a leaf requiring grad when asked, with PyTorch's creation-time error for other dtypes."""
     if requires_grad:
+        if not t._dtype.is_floating_point:
+            raise RuntimeError("Only Tensors of floating point and complex dtype can require gradients")
         t.requires_grad_(True)
     return t
 
@@ -131,6 +134,8 @@ def full(
 def zeros(*size, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False) -> Tensor:
     """A tensor of zeros of shape ``size``."""
     shape, d, dev = _creation_args(size, dtype, device)
+    if any(s < 0 for s in shape):
+        raise RuntimeError("zeros: Dimension size must be non-negative.")
     return _finish(_full(shape, 0, d, dev), requires_grad)
 
 
@@ -194,6 +199,76 @@ def _infer_dtype(a: np.ndarray, from_numpy_array: bool) -> dt.dtype:
     raise TypeError(f"Could not infer dtype of {a.dtype}")
 
 
+def _is_sequence(x) -> bool:
+    return isinstance(x, (list, tuple)) or (isinstance(x, np.ndarray) and x.ndim > 0)
+
+
+def _nested_shape(data) -> list[int]:
+    """The shape PyTorch reads off nested sequences: the lengths along the first elements."""
+    shape = []
+    while _is_sequence(data):
+        shape.append(len(data))
+        if not len(data):
+            break
+        data = data[0]
+    return shape
+
+
+def _check_nested(data, shape: list[int], dim: int = 0) -> None:
+    """Raise PyTorch's error at the first place nested ``data`` departs from ``shape``."""
+    if dim == len(shape):
+        if _is_sequence(data):
+            raise TypeError(f"expected a number at dim {dim}, got a {type(data).__name__}")
+        return
+    if not _is_sequence(data):
+        raise TypeError("not a sequence")
+    if len(data) != shape[dim]:
+        raise ValueError(f"expected sequence of length {shape[dim]} at dim {dim} (got {len(data)})")
+    for x in data:
+        _check_nested(x, shape, dim + 1)
+
+
+def _leaf_dtype(data) -> dt.dtype | None:
+    """PyTorch's dtype for nested lists holding NumPy scalars (each keeps its own dtype; Python floats
+    count as the default dtype, ints as int64, bools as bool), promoted together; None without NumPy scalars."""
+    types, stack = set(), [data]
+    while stack:
+        x = stack.pop()
+        if len(x) and _is_sequence(x[0]):
+            stack.extend(x)
+        else:
+            types.update(map(type, x))
+    if not any(issubclass(t, np.generic) for t in types):
+        return None
+    d = None
+    for t in types:
+        if issubclass(t, np.generic):
+            k = dt.from_numpy_dtype(np.dtype(t))
+        elif issubclass(t, bool):
+            k = dt.bool
+        elif issubclass(t, numbers.Integral):
+            k = dt.int64
+        else:
+            k = dt.get_default_dtype()
+        d = k if d is None else dt.promote_types(d, k)
+    return d
+
+
+def _list_to_array(data) -> tuple[np.ndarray, dt.dtype | None]:
+    """A host array for nested lists/tuples of numbers, with PyTorch's errors for ragged ones."""
+    try:
+        a = np.array(data)
+    except ValueError:
+        shape = _nested_shape(data)
+        if 0 in shape:  # PyTorch stores nothing into an empty tensor, so it never sees the raggedness
+            return np.empty(shape), None
+        _check_nested(data, shape)
+        raise
+    if a.dtype == object:
+        raise TypeError(f"Could not infer dtype of {type(data[0]).__name__ if len(data) else 'list'}")
+    return a, _leaf_dtype(data)
+
+
 def _to_host_array(data) -> tuple[np.ndarray, dt.dtype | None]:
     """A host array for ``data`` and the kiln dtype it carries (None: infer from Python values)."""
     if isinstance(data, Tensor):
@@ -213,15 +288,7 @@ def _to_host_array(data) -> tuple[np.ndarray, dt.dtype | None]:
             for k in kinds[1:]:
                 d = dt.promote_types(d, k)
             return a, d
-        try:
-            a = np.array(data)
-        except ValueError as exc:
-            raise ValueError(f"expected sequence of equal lengths: {exc}") from None
-        if a.dtype == object:
-            raise TypeError(f"Could not infer dtype of {type(data[0]).__name__ if len(data) else 'list'}")
-        if a.size == 0 and a.dtype.kind == "f":
-            return a, None
-        return a, None
+        return _list_to_array(data)
     if is_scalar(data):
         return np.array(data), None
     raise TypeError(f"Could not infer dtype of {type(data).__name__}")
@@ -299,27 +366,57 @@ def _scalar_value(x):
     return x.item() if isinstance(x, Tensor) else x
 
 
+def _arange_length(start, end, step, d: dt.dtype) -> int:
+    """Element count of ``arange`` with PyTorch's rules: ``ceil((end - start) / step)`` in double, but
+    for int64 in integers after truncating the bounds and step (so ``arange(2.5, dtype=int64)`` has 2)."""
+    if d is dt.int64:
+        istart, iend, istep = int(start), int(end), int(step)
+        if istep == 0:
+            raise ValueError("step must be nonzero")
+        sign = 1 if istep > 0 else -1
+        return (iend - istart + istep - sign) // istep
+    n = math.ceil((float(end) - float(start)) / float(step))
+    if not 0 <= n <= 2**63 - 1:
+        raise RuntimeError("invalid size, possible overflow?")
+    return n
+
+
+def _range_number(x) -> str:
+    return f"{x:g}" if isinstance(x, float) else str(x)
+
+
 def arange(
     start=0, end=None, step=1, *, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False
 ) -> Tensor:
-    """Values from ``start`` (inclusive) to ``end`` (exclusive) spaced by ``step``."""
+    """Values from ``start`` (inclusive) to ``end`` (exclusive) spaced by ``step``.
+
+    As in PyTorch, values are ``start + i * step`` computed in the dtype's accumulate type: int64 for
+    integer dtypes (start and step truncated first), float32 for float16/bfloat16, double otherwise.
+    """
     start, end, step = _scalar_value(start), _scalar_value(end), _scalar_value(step)
     if end is None:
         start, end = 0, start
     for v in (start, end, step):
         if not is_scalar(v):
             raise TypeError(f"arange(): expected a number, got {type(v).__name__}")
-    if step == 0:
-        raise RuntimeError("step must be nonzero")
-    if (end - start) * step < 0 and end != start:
-        raise RuntimeError("upper bound and larger bound inconsistent with step sign")
     d = _dtype_arg(dtype) or (
         dt.get_default_dtype() if any(isinstance(v, float) for v in (start, end, step)) else dt.int64
     )
-    n = max(0, math.ceil((end - start) / step))
-    values = (
-        start + np.arange(n, dtype=np.float64 if d.is_floating_point or isinstance(step, float) else np.int64) * step
-    )
+    if d is dt.bool:
+        raise NotImplementedError(f"\"arange_cpu\" not implemented for '{scalar_type_name(d)}'")
+    if step == 0:
+        raise RuntimeError("step must be nonzero")
+    if not (math.isfinite(start) and math.isfinite(end)):
+        raise RuntimeError(f"unsupported range: {_range_number(start)} -> {_range_number(end)}")
+    if (step > 0 and end < start) or (step < 0 and end > start):
+        raise RuntimeError("upper bound and lower bound inconsistent with step sign")
+    n = _arange_length(start, end, step, d)
+    if not d.is_floating_point:
+        values = int(start) + np.arange(n, dtype=np.int64) * np.int64(int(step))
+    elif d.itemsize == 2:
+        values = np.float32(start) + np.arange(n, dtype=np.float32) * np.float32(step)
+    else:
+        values = float(start) + np.arange(n, dtype=np.float64) * float(step)
     return _finish(from_host(values, d, resolve_device(device)), requires_grad)
 
 
@@ -367,7 +464,7 @@ def rand(
     """Uniform random values in ``[0, 1)`` of shape ``size``."""
     shape, d, dev = _creation_args(size, dtype, device)
     if not d.is_floating_point:
-        raise RuntimeError(f"\"check_uniform_bounds\" not implemented for '{d.name}'")
+        raise NotImplementedError(f"\"check_uniform_bounds\" not implemented for '{scalar_type_name(d)}'")
     rng = _generator(generator, dev)._rng
     values = rng.random(shape, dtype=np.float64 if d is dt.float64 else np.float32)
     return _finish(from_host(values, d, dev), requires_grad)
@@ -379,7 +476,7 @@ def randn(
     """Standard normal random values of shape ``size``."""
     shape, d, dev = _creation_args(size, dtype, device)
     if not d.is_floating_point:
-        raise RuntimeError(f"\"normal_kernel_cpu\" not implemented for '{d.name}'")
+        raise NotImplementedError(f"\"normal_kernel_cpu\" not implemented for '{scalar_type_name(d)}'")
     rng = _generator(generator, dev)._rng
     values = rng.standard_normal(shape, dtype=np.float64 if d is dt.float64 else np.float32)
     return _finish(from_host(values, d, dev), requires_grad)

@@ -1,0 +1,103 @@
+"""The kiln distributions: those in this checkout (``packages/*/pyproject.toml``) and those planned.
+
+A package in ``packages/`` must have a guide (``docs/guides/<distribution>.rst``) and its public
+modules listed in :data:`PACKAGES`; :func:`problems` says what is missing and the docs build turns
+each problem into a warning (an error under ``-W``), so a new package cannot land undocumented.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+
+from kilndocs import DOCS, ROOT
+
+
+@dataclasses.dataclass(frozen=True)
+class Package:
+    """One distribution of the kiln monorepo."""
+
+    distribution: str
+    imports: str  # what a user imports, as shown to readers
+    summary: str
+    modules: tuple[str, ...] = ()  # the public modules whose names the API reference documents
+
+
+# Every distribution of the design (DESIGN.md §1), in reading order. The ones with a directory under
+# packages/ are "available"; the rest are listed as planned and never documented as if they existed.
+PACKAGES: tuple[Package, ...] = (
+    Package(
+        "kiln",
+        "``kiln``",
+        "The core: Tensor, dtypes, devices, the op dispatcher, autograd, the plugin manager, the NumPy "
+        'reference backend for device ``"cpu"`` and the ``kiln`` command.',
+        ("kiln", "kiln.autograd", "kiln.random", "kiln.plugins", "kiln.hookspecs"),
+    ),
+    Package(
+        "kiln-testing",
+        "pytest plugin",
+        "The conformance suite for backends: every registered op against the reference backend "
+        "(``pytest --kiln-device=NAME``).",
+    ),
+    Package("kiln-cpu", "``kiln_cpu``", 'Numba JIT kernels for device ``"cpu"``.'),
+    Package("kiln-cuda", "``kiln_cuda``", 'Device ``"cuda"``: GPU memory and kernels through ``numba.cuda``.'),
+    Package(
+        "kiln-nn",
+        "``kiln.nn``, ``kiln.optim``",
+        "Layers, ``kiln.nn.functional``, initialisers, optimizers and learning-rate schedulers.",
+    ),
+    Package("kiln-data", "``kiln.data``", "Datasets, ``DataLoader``, samplers and transforms."),
+    Package("kiln-amp", "``kiln.amp``", "Mixed precision: ``autocast`` and ``GradScaler``."),
+    Package(
+        "kiln-distributed",
+        "``kiln.distributed``",
+        "Process groups (gloo, mpi, nccl), ``DistributedDataParallel`` and a launcher.",
+    ),
+    Package(
+        "kiln-compile",
+        "``kiln.compile``, ``kiln.export``",
+        "Tracing, a graph IR, fusion, code generation and ONNX export.",
+    ),
+)
+
+
+def in_checkout() -> dict[str, str]:
+    """Distribution name -> its directory under ``packages/``, for every package in this checkout."""
+    found = {}
+    for pyproject in sorted((ROOT / "packages").glob("*/pyproject.toml")):
+        with pyproject.open("rb") as f:
+            name = tomllib.load(f).get("project", {}).get("name")
+        if name:
+            found[name] = pyproject.parent.name
+    return found
+
+
+def available() -> list[Package]:
+    """The packages of :data:`PACKAGES` that exist in this checkout, in reading order."""
+    here = in_checkout()
+    return [p for p in PACKAGES if p.distribution in here]
+
+
+def planned() -> list[Package]:
+    """The packages of the design that do not exist yet."""
+    here = in_checkout()
+    return [p for p in PACKAGES if p.distribution not in here]
+
+
+def guide(distribution: str) -> str:
+    """The docname of a package's guide."""
+    return f"guides/{distribution}"
+
+
+def problems() -> list[str]:
+    """Why the docs do not cover every package in this checkout (empty when they do)."""
+    out = []
+    known = {p.distribution: p for p in PACKAGES}
+    for dist, directory in in_checkout().items():
+        if dist not in known:
+            out.append(
+                f"packages/{directory} ({dist}) is not in kilndocs.packages.PACKAGES: add it, with its public modules"
+            )
+        if not (DOCS / f"{guide(dist)}.rst").exists():
+            out.append(f"packages/{directory} ({dist}) has no guide: write docs/{guide(dist)}.rst")
+    return out

@@ -160,10 +160,6 @@ def set_default_dtype(d: dtype) -> None:
     _default_dtype = d
 
 
-def _category(d: dtype) -> int:
-    return 2 if d.is_floating_point else (0 if d is bool else 1)
-
-
 def combine_categories(higher: dtype | None, lower: dtype | None) -> dtype | None:
     """PyTorch's rule for combining the dtypes of operand groups of different priority."""
     if higher is None:
@@ -177,12 +173,3 @@ def combine_categories(higher: dtype | None, lower: dtype | None) -> dtype | Non
     return higher
 
 
-def scalar_dtype(value: object) -> dtype:
-    """The dtype a Python scalar contributes to promotion (bool, int64 or the default float)."""
-    if isinstance(value, _builtin_bool):
-        return bool
-    if isinstance(value, int):
-        return int64
-    if isinstance(value, float):
-        return _default_dtype
-    raise TypeError(f"unsupported scalar type {type(value).__name__}")

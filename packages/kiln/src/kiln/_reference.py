@@ -116,12 +116,6 @@ def wrap_reference(opdef) -> Callable:
     return kernel
 
 
-def takes_tensors(fn: Callable) -> Callable:
-    """Mark a reference kernel that handles tensors itself (views, in-place writes, copies)."""
-    fn.takes_tensors = True
-    return fn
-
-
 def kiln_register_devices(register):
     """Register the ``cpu`` device, whose storage is a 1-D NumPy array."""
     register(

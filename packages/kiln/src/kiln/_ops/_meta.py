@@ -187,7 +187,3 @@ def reduce_dims(dim, ndim: int) -> tuple[int, ...]:
     return tuple(sorted(dims))
 
 
-def check_tensor(x, name: str, op_name: str) -> None:
-    """Raise PyTorch's TypeError when ``x`` is not a tensor."""
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{op_name}(): argument '{name}' (position 1) must be Tensor, not {type(x).__name__}")

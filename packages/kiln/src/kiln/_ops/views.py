@@ -14,7 +14,7 @@ import numpy as np
 from kiln import _dtype as dt
 from kiln._dispatch import op
 from kiln._ops._meta import wrap_dim
-from kiln._tensor import Size, Tensor, _make, _numel, contiguous_strides
+from kiln._tensor import Tensor, _make, _numel, contiguous_strides
 
 Shape = "tuple[int, ...]"
 
@@ -600,5 +600,3 @@ def contiguous(input: Tensor, memory_format=contiguous_format) -> Tensor:
 Tensor.contiguous = contiguous
 
 
-def _size_property(self):
-    return Size(self._shape)

@@ -19,11 +19,6 @@ def _as_tuple(x) -> tuple:
     return x if isinstance(x, tuple) else (x,)
 
 
-def _differentiable_outputs(fn, inputs) -> tuple[Tensor, ...]:
-    outs = _as_tuple(fn(*inputs))
-    return tuple(o for o in outs if isinstance(o, Tensor) and o._requires_grad)
-
-
 def _numerical_jacobian(fn, inputs, idx, eps) -> list[np.ndarray]:
     """Central differences: one (numel(out), numel(input)) matrix per floating output.
 

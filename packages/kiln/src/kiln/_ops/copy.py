@@ -33,16 +33,23 @@ def host_array(t: Tensor) -> np.ndarray:
 
 
 def from_host(a: np.ndarray, dtype: dt.dtype, dev: Device) -> Tensor:
-    """A new contiguous tensor on ``dev`` holding the host array ``a`` (cast to ``dtype``)."""
+    """A new contiguous tensor on ``dev`` holding the host array ``a`` (cast to ``dtype``; out-of-range
+    values wrap silently, as PyTorch's casts do)."""
+    from kiln._reference import quiet
+
     if dev is CPU:
-        return from_array(np.array(a, dtype=dtype.numpy, order="C", copy=True), dtype)
+        return from_array(quiet(_host_copy)(a, dtype.numpy), dtype)
     from kiln._plugins import device_type
 
     contract = device_type(dev)
-    flat = np.ascontiguousarray(a, dtype=dtype.numpy).reshape(-1)
+    flat = quiet(_host_copy)(a, dtype.numpy).reshape(-1)
     storage = contract.from_host(flat, dev.index)
     shape = tuple(a.shape)
     return _make(storage, shape, contiguous_strides(shape), 0, dtype, dev)
+
+
+def _host_copy(a, np_dtype) -> np.ndarray:
+    return np.array(a, dtype=np_dtype, order="C", copy=True)
 
 
 def _to_copy_meta(input, dtype, device):

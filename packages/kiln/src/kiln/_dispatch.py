@@ -78,7 +78,9 @@ class OpDef:
         )
         self.public = None
         # the autograd node's class name: a string, a function of the call's args, or PyTorch's default
-        self.grad_fn_name = grad_fn_name or "".join(p[:1].upper() + p[1:] for p in name.strip("_").split("_")) + "Backward0"
+        self.grad_fn_name = (
+            grad_fn_name or "".join(p[:1].upper() + p[1:] for p in name.strip("_").split("_")) + "Backward0"
+        )
         self._backward_needs = None
         if backward is not None:
             from kiln.autograd.graph import backward_needs

@@ -171,5 +171,3 @@ def combine_categories(higher: dtype | None, lower: dtype | None) -> dtype | Non
     if higher is bool or lower.is_floating_point:
         return _PROMOTE[(higher, lower)]
     return higher
-
-

@@ -83,6 +83,7 @@ class DeviceType:
 _lock = threading.RLock()
 _loaded = False
 _load_error: RuntimeError | None = None
+_loading = False
 _plugins: dict[str, PluginInfo] = {}
 _devices: dict[str, DeviceType] = {}
 # (op name, device type) -> [(dtypes or None, kernel, plugin name)] in precedence order
@@ -123,19 +124,27 @@ def load() -> None:
     Under ``KILN_STRICT_PLUGINS=1`` a failing plugin makes this raise, and keep raising on every
     later call: a process never continues with half its plugins.
     """
-    global _load_error
+    global _load_error, _loading
     if _loaded:
         return
     with _lock:
         if _loaded:
             return
+        if _loading:  # the same thread, from inside a plugin's import or hook
+            raise RuntimeError(
+                "a kiln plugin used kiln (an op, a device or the plugin list) while plugins were loading; plugins "
+                "must only register things at import and in their hooks (run KILN_TRACE_PLUGINS=1 to see which)"
+            )
         if _load_error is not None:
             raise RuntimeError(str(_load_error)) from _load_error.__cause__
+        _loading = True
         try:
             _load_all()
         except RuntimeError as exc:
             _load_error = exc
             raise
+        finally:
+            _loading = False
 
 
 def _load_all() -> None:
@@ -291,15 +300,16 @@ def _device_registrar(info: PluginInfo, pending: list, prepend: bool = False):
     def register(name: str, **contract) -> None:
         if not isinstance(name, str) or not name.isidentifier():
             raise ValueError(f"device type name must be an identifier, got {name!r}")
+        if name in _devices:
+            raise ValueError(f"device type {name!r} is already registered by plugin {_devices[name].plugin!r}")
+        if name == "cpu" and info.name != REFERENCE_PLUGIN:
+            raise ValueError("device type 'cpu' belongs to kiln's reference backend; register kernels for it instead")
         dtypes = contract.pop("dtypes", None)
         dev = DeviceType(name=name, plugin=info.name, **contract)
         if dtypes is not None:
             dev.dtypes = tuple(dtypes)
 
         def commit():
-            if name in _devices:
-                _trace(f"{info.name}: device {name!r} already registered by {_devices[name].plugin}; ignored")
-                return
             _devices[name] = dev
             info.devices.append(name)
 
@@ -374,7 +384,7 @@ def op_defined(opdef) -> None:
 
         _kernels.setdefault((opdef.name, "cpu"), []).append((None, wrap_reference(opdef), REFERENCE_PLUGIN))
         _plugins[REFERENCE_PLUGIN].kernels.setdefault("cpu", []).append(opdef.name)
-        opdef.kernels["cpu"] = _select(opdef, _kernels[(opdef.name, "cpu")])
+        opdef.kernels["cpu"] = _select(opdef, "cpu", _kernels[(opdef.name, "cpu")])
 
 
 def _install_kernels() -> None:
@@ -384,11 +394,12 @@ def _install_kernels() -> None:
     for opdef in OPS.values():
         opdef.kernels.clear()
     for (op_name, dev_type), entries in _kernels.items():
-        OPS[op_name].kernels[dev_type] = _select(OPS[op_name], entries)
+        OPS[op_name].kernels[dev_type] = _select(OPS[op_name], dev_type, entries)
 
 
-def _select(opdef, entries: list) -> Callable:
-    """One callable for a (op, device type): the first registration wins, per dtype when narrowed."""
+def _select(opdef, dev_type: str, entries: list) -> Callable:
+    """One callable for a (op, device type): the first registration wins, per output dtype when narrowed;
+    a dtype nobody registered goes down the unregistered chain (generic kernel, CPU fallback, error)."""
     if entries[0][0] is None:
         return entries[0][1]
     by_dtype: dict = {}
@@ -399,19 +410,13 @@ def _select(opdef, entries: list) -> Callable:
             continue
         for d in dtypes:
             by_dtype.setdefault(d, kernel)
-    first = opdef.tensor_params[0] if opdef.tensor_params else None
+    single = opdef.num_outputs == 1
 
     def by_dtype_kernel(spec, *args):
-        a = args[first] if first is not None else None
-        d = getattr(a, "_dtype", None)
-        if d is None:  # creation ops and lists: narrow by the output dtype
-            d = spec[1] if opdef.num_outputs == 1 else spec[0][1]
+        d = spec[1] if single else spec[0][1]
         k = by_dtype.get(d, catch_all)
         if k is None:
-            raise NotImplementedError(
-                f"The operator '{opdef.name}' has no kernel for dtype {d} on device "
-                f"'{spec[2] if opdef.num_outputs == 1 else spec[0][2]}'"
-            )
+            k = by_dtype[d] = _unregistered_kernel(opdef, dev_type, d)
         return k(spec, *args)
 
     return by_dtype_kernel
@@ -514,21 +519,28 @@ def resolve_kernel(opdef, dev: Device) -> Callable:
         k = opdef.kernels.get(dev.type)
         if k is not None:
             return k
-        contract = device_type(dev)  # raises for unknown device types
-        from kiln._reference import generic_kernel
-
-        k = generic_kernel(opdef, contract)
-        if k is None:
-            if os.environ.get("KILN_CPU_FALLBACK") == "1" and dev.type != "cpu":
-                k = _cpu_fallback(opdef, dev.type)
-            else:
-                raise NotImplementedError(
-                    f"The operator '{opdef.name}' is not currently implemented for the {dev.type} device "
-                    f"(plugin '{contract.plugin}'). Install a plugin that provides it, or set the environment "
-                    f"variable KILN_CPU_FALLBACK=1 to run it on the CPU (slower: data is copied)."
-                )
-        opdef.kernels[dev.type] = k
+        device_type(dev)  # raises for unknown device types
+        k = opdef.kernels[dev.type] = _unregistered_kernel(opdef, dev.type)
         return k
+
+
+def _unregistered_kernel(opdef, dev_type: str, dtype=None) -> Callable:
+    """What runs an op no plugin registered for this device type (or dtype): a device-generic kernel,
+    the opt-in CPU fallback, or PyTorch's NotImplementedError naming the op, device, plugin and way out."""
+    from kiln._reference import generic_kernel
+
+    contract = _devices[dev_type]
+    k = generic_kernel(opdef, contract)
+    if k is not None:
+        return k
+    if os.environ.get("KILN_CPU_FALLBACK") == "1" and dev_type != "cpu":
+        return _cpu_fallback(opdef, dev_type)
+    what = f"the {dev_type} device" if dtype is None else f"dtype {dtype} on the {dev_type} device"
+    raise NotImplementedError(
+        f"The operator '{opdef.name}' is not currently implemented for {what} (plugin '{contract.plugin}'). "
+        "Install a plugin that provides it, or set the environment variable KILN_CPU_FALLBACK=1 to run it on "
+        "the CPU (slower: data is copied)."
+    )
 
 
 def _cpu_fallback(opdef, dev_type: str) -> Callable:

@@ -48,28 +48,29 @@ class Tensor:
     ``kiln.Tensor(data)`` (PyTorch's legacy constructor) builds a tensor of the default float dtype.
     """
 
-    __slots__ = (
-        "_storage",
-        "_shape",
-        "_stride",
-        "_offset",
-        "_dtype",
-        "_device",
-        "_np",
-        "_vc",
-        "_base",
-        "_view_vc",
-        "_requires_grad",
-        "grad",
-        "grad_fn",
-        "_output_nr",
-        "_accumulator",
-        "_hooks",
-        "_retains_grad",
-        "_inference",
-        "__weakref__",
-        "__dict__",
-    )
+    __slots__ = {
+        "_storage": "device buffer holding the elements",
+        "_shape": "sizes",
+        "_stride": "strides in elements",
+        "_offset": "storage offset in elements",
+        "_dtype": "element type",
+        "_device": "device of the storage",
+        "_np": "cached NumPy view (CPU)",
+        "_vc": "version counter cell shared by views",
+        "_base": "the tensor this one is an autograd view of",
+        "_view_vc": "version at which a view's history was recorded",
+        "_nograd_view": "a view made under no_grad of a base that requires grad",
+        "_requires_grad": "whether autograd records operations on it",
+        "grad": "The gradient accumulated by backward (None until then).",
+        "grad_fn": "The autograd node that produced this tensor (None for leaves).",
+        "_output_nr": "which output of grad_fn this is",
+        "_accumulator": "AccumulateGrad node of a leaf",
+        "_hooks": "gradient hooks of a leaf",
+        "_retains_grad": "whether a non-leaf keeps .grad",
+        "_inference": "made under inference_mode",
+        "__weakref__": None,
+        "__dict__": None,
+    }
 
     def __new__(cls, *args, **kwargs):
         from kiln._ops.creation import _legacy_tensor_new
@@ -253,9 +254,9 @@ class Tensor:
 
     def detach(self) -> Tensor:
         """A new tensor sharing storage with this one, outside the autograd graph."""
+        # shares storage and the version counter, but is no autograd view: writes to it are not tracked
         out = _make(self._storage, self._shape, self._stride, self._offset, self._dtype, self._device, self._vc)
         out._np = self._np
-        out._base = self if self._base is None else self._base
         return out
 
     def detach_(self) -> Tensor:
@@ -536,6 +537,7 @@ def _make(storage, shape, stride, offset, dtype, device, version=None, cls=Tenso
     t._vc = [0] if version is None else version
     t._base = None
     t._view_vc = 0
+    t._nograd_view = False
     t._requires_grad = False
     t.grad = None
     t.grad_fn = None

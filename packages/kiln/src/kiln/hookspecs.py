@@ -20,7 +20,7 @@ def kiln_register_devices(register):
 
 @hookspec
 def kiln_register_kernels(register):
-    """Register kernels: ``register(op_name, device_type, kernel, dtypes=None)``."""
+    """Register kernels: ``register(op_name, device_type, kernel, dtypes=None)`` (``dtypes``: output dtypes)."""
 
 
 @hookspec

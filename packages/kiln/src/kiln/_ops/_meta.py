@@ -185,5 +185,3 @@ def reduce_dims(dim, ndim: int) -> tuple[int, ...]:
     if not dims:
         return tuple(range(ndim))
     return tuple(sorted(dims))
-
-

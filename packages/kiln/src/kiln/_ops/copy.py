@@ -260,6 +260,13 @@ def _check_inplace_allowed(self: Tensor) -> None:
         )
     if state.grad_enabled and self._requires_grad and self.grad_fn is None and self._base is None:
         raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
+    if state.grad_enabled and self._nograd_view:
+        raise RuntimeError(
+            "A view was created in no_grad mode and is being modified inplace with grad mode enabled. Given that "
+            "this use case is ambiguous and error-prone, it is forbidden. You can clarify your code by moving both "
+            "the view and the inplace either both inside the no_grad block (if you don't want the inplace to be "
+            "tracked) or both outside (if you want the inplace to be tracked)."
+        )
     if state.grad_enabled and self._base is not None and self._base._requires_grad and self._base.grad_fn is None:
         raise RuntimeError("a view of a leaf Variable that requires grad is being used in an in-place operation.")
 
@@ -308,9 +315,11 @@ def apply_inplace(self: Tensor, compute, needs_self: bool) -> Tensor:
             self.grad_fn = out.grad_fn
             self._output_nr = out._output_nr
             self._requires_grad = True
-        from kiln.autograd.graph import rebind_saved_result
+        from kiln.autograd.graph import _register_retain_grad, rebind_saved_result
 
         rebind_saved_result(out.grad_fn, self)  # a later write to self must invalidate what backward reads
+        if self._retains_grad:
+            _register_retain_grad(self)  # .grad follows the new value
     return self
 
 

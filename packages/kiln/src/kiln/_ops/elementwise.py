@@ -635,6 +635,7 @@ def where(condition: Tensor, input: Tensor | Number, other: Tensor | Number) -> 
 
 
 def _tensor_where(self, condition, y):
+    """``t.where(condition, y)``: elements of ``t`` where ``condition`` holds, else of ``y``."""
     return where(condition, self, y)
 
 

@@ -12,7 +12,7 @@ import numpy as np
 from kiln import _dtype as dt
 from kiln._dispatch import op
 from kiln._ops._meta import reduce_dims, scalar_type_name, wrap_dim
-from kiln._ops.elementwise import _compute_np, binary_meta, binary_reference, eq, where
+from kiln._ops.elementwise import _compute_np, binary_meta, binary_reference, eq, gt, lt, where
 from kiln._tensor import Tensor, _numel
 
 Dims = "int | tuple[int, ...] | None"
@@ -153,6 +153,15 @@ def _extreme_backward(grad, input, dim, keepdim, result):
     return where(mask, expand_reduced(grad, input._shape, dims, keepdim) / count, 0.0)
 
 
+def _all_extreme_backward(grad, input, result):
+    """``max(input)``/``min(input)``: shared evenly by the elements equal to the result, or by the NaNs
+    when the result is NaN (PyTorch's rule; ``amax`` gives NaNs no gradient)."""
+    from kiln._ops.elementwise import isnan
+
+    mask = eq(input, result) | (isnan(input) & isnan(result))
+    return where(mask, grad / sum(mask), 0.0)
+
+
 @op(meta=_extreme_meta("amax"), reference=_extreme_ref(np.max), backward=_extreme_backward, methods=("amax",))
 def amax(input: Tensor, dim: Dims = (), keepdim: bool = False) -> Tensor:
     """Maximum over ``dim`` (all dims by default); the gradient is shared evenly between ties."""
@@ -271,15 +280,18 @@ class return_types:  # noqa: N801 - mirrors torch.return_types
     min = _return_type("min")
 
 
-def _binary_extreme_backward(grad, input, other, result, needs_input_grad):
-    a_is = eq(input, result)
-    b_is = eq(other, result)
-    both = a_is & b_is
-    g_tie = grad / 2
-    return (
-        where(both, g_tie, where(a_is, grad, 0.0)) if needs_input_grad[0] else None,
-        where(both, g_tie, where(b_is, grad, 0.0)) if needs_input_grad[1] else None,
-    )
+def _binary_extreme_backward(loses):
+    """Backward of maximum (``loses`` = ``lt``) or minimum (``gt``), PyTorch's rule: ties share the
+    gradient, and a side not strictly beaten keeps it (so a NaN, unordered, gets it on both sides)."""
+
+    def backward(grad, input, other, needs_input_grad):
+        shared = where(eq(input, other), grad / 2, grad)
+        return (
+            where(loses(input, other), 0.0, shared) if needs_input_grad[0] else None,
+            where(loses(other, input), 0.0, shared) if needs_input_grad[1] else None,
+        )
+
+    return backward
 
 
 def _binary_extreme_meta(name):
@@ -296,7 +308,7 @@ def _binary_extreme_meta(name):
 @op(
     meta=_binary_extreme_meta("maximum"),
     reference=binary_reference(np.maximum),
-    backward=_binary_extreme_backward,
+    backward=_binary_extreme_backward(lt),
     methods=("maximum",),
 )
 def maximum(input: Tensor, other: Tensor) -> Tensor:
@@ -306,7 +318,7 @@ def maximum(input: Tensor, other: Tensor) -> Tensor:
 @op(
     meta=_binary_extreme_meta("minimum"),
     reference=binary_reference(np.minimum),
-    backward=_binary_extreme_backward,
+    backward=_binary_extreme_backward(gt),
     methods=("minimum",),
 )
 def minimum(input: Tensor, other: Tensor) -> Tensor:
@@ -332,7 +344,7 @@ def _extreme(name, all_op, dim_op, binary_op, tuple_type):
 @op(
     meta=_extreme_meta("max"),
     reference=_extreme_ref(np.max),
-    backward=_extreme_backward,
+    backward=_all_extreme_backward,
     grad_fn_name="MaxBackward1",
 )
 def _max_all(input: Tensor, dim: Dims = (), keepdim: bool = False) -> Tensor:
@@ -342,7 +354,7 @@ def _max_all(input: Tensor, dim: Dims = (), keepdim: bool = False) -> Tensor:
 @op(
     meta=_extreme_meta("min"),
     reference=_extreme_ref(np.min),
-    backward=_extreme_backward,
+    backward=_all_extreme_backward,
     grad_fn_name="MinBackward1",
 )
 def _min_all(input: Tensor, dim: Dims = (), keepdim: bool = False) -> Tensor:

@@ -106,3 +106,20 @@ def _strided_scatter(grad: Tensor, input_geometry: tuple, view_geometry: tuple) 
 )
 def _strided_gather(grad: Tensor, input_geometry: tuple, view_geometry: tuple) -> Tensor:
     """The elements ``view_geometry`` selects from a tensor laid out by ``input_geometry``."""
+
+
+def _zero_ref(spec, g, input_geometry, view_geometry):
+    buf = _storage_buffer(input_geometry, view_geometry, g.dtype)
+    pos = _positions(*input_geometry)
+    buf[pos] = g.reshape(-1)
+    buf[_positions(*view_geometry)] = 0
+    return buf[pos].reshape(input_geometry[0])
+
+
+@op(
+    meta=lambda grad, input_geometry, view_geometry: (tuple(input_geometry[0]), grad._dtype, grad._device),
+    reference=_zero_ref,
+    backward=lambda grad, input_geometry, view_geometry: _strided_zero(grad, input_geometry, view_geometry),
+)
+def _strided_zero(grad: Tensor, input_geometry: tuple, view_geometry: tuple) -> Tensor:
+    """``grad`` (laid out by ``input_geometry``) with the elements ``view_geometry`` selects set to zero."""

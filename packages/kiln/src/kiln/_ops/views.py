@@ -14,6 +14,7 @@ import numpy as np
 from kiln import _dtype as dt
 from kiln._dispatch import op
 from kiln._ops._meta import wrap_dim
+from kiln._state import state
 from kiln._tensor import Tensor, _make, _numel, contiguous_strides
 
 Shape = "tuple[int, ...]"
@@ -31,6 +32,7 @@ def make_view(base: Tensor, shape: tuple, stride: tuple, offset: int) -> Tensor:
     v = _make(base._storage, shape, stride, offset, base._dtype, base._device, base._vc)
     v._base = base if base._base is None else base._base
     v._view_vc = base._vc[0]  # the version at which v's history is current (see autograd.graph._edge)
+    v._nograd_view = v._base._requires_grad and not state.grad_enabled
     return v
 
 
@@ -130,6 +132,7 @@ def view(input: Tensor, size: Shape) -> Tensor:
 
 
 def _tensor_view(self, *shape):
+    """View with a new shape: ``t.view(2, 3)``, ``t.view((2, -1))``; ``t.view(dtype)`` reinterprets the bytes."""
     if len(shape) == 1 and isinstance(shape[0], dt.dtype):
         from kiln._ops.copy import view_as_dtype
 
@@ -149,6 +152,7 @@ def reshape(input: Tensor, shape) -> Tensor:
 
 
 def _tensor_reshape(self, *shape):
+    """``t.reshape(2, 3)`` or ``t.reshape((2, -1))``: a view when possible, else a copy."""
     return reshape(self, _varargs_shape(shape))
 
 
@@ -156,10 +160,12 @@ Tensor.reshape = _tensor_reshape
 
 
 def _view_as(self, other):
+    """A view of this tensor with ``other``'s shape."""
     return view(self, other._shape)
 
 
 def _reshape_as(self, other):
+    """This tensor reshaped to ``other``'s shape."""
     return reshape(self, other._shape)
 
 
@@ -227,6 +233,7 @@ def permute(input: Tensor, dims: Shape) -> Tensor:
 
 
 def _tensor_permute(self, *dims):
+    """``t.permute(1, 0, 2)`` or ``t.permute((1, 0, 2))``: a view with dims reordered."""
     return permute(self, _varargs_shape(dims))
 
 
@@ -325,10 +332,12 @@ def expand(input: Tensor, size: Shape) -> Tensor:
 
 
 def _tensor_expand(self, *size):
+    """``t.expand(3, -1)``: a view repeating size-1 dims (no copy)."""
     return expand(self, _varargs_shape(size))
 
 
 def _expand_as(self, other):
+    """This tensor expanded to ``other``'s shape."""
     return expand(self, other._shape)
 
 
@@ -598,5 +607,3 @@ def contiguous(input: Tensor, memory_format=contiguous_format) -> Tensor:
 
 
 Tensor.contiguous = contiguous
-
-

@@ -440,6 +440,7 @@ def record(opdef, args: tuple, out) -> None:
 
 
 def _register_tensor_hook(t: Tensor, hook: Callable) -> RemovableHandle:
+    _edge(t)  # a view whose base was written in place first takes its current history
     if t.grad_fn is not None:
         return t.grad_fn._add_tensor_pre_hook(t._output_nr, hook)
     if t._hooks is None:
@@ -449,11 +450,15 @@ def _register_tensor_hook(t: Tensor, hook: Callable) -> RemovableHandle:
 
 
 def _register_retain_grad(t: Tensor) -> None:
+    """Store the gradient flowing into ``t``'s current history in ``t.grad``; called again whenever an
+    in-place op gives ``t`` a new history (the hook on the old node then stands down)."""
+    _edge(t)
     ref = weakref.ref(t)
+    node = t.grad_fn
 
     def retain(grad):
         tensor = ref()
-        if tensor is not None and tensor._retains_grad:
+        if tensor is not None and tensor._retains_grad and tensor.grad_fn is node:
             g = grad if state.grad_enabled else grad.detach()
             if tensor.grad is None:
                 tensor.grad = g.clone() if not state.grad_enabled else g
@@ -462,7 +467,7 @@ def _register_retain_grad(t: Tensor) -> None:
         return None
 
     retain._kiln_retain_grad = True
-    t.grad_fn._add_tensor_pre_hook(t._output_nr, retain)
+    node._add_tensor_pre_hook(t._output_nr, retain)
 
 
 def _run_tensor_hooks(hooks: list, grad: Tensor) -> Tensor:
@@ -573,10 +578,13 @@ def run_backward(
                             g = _run_tensor_hooks(node.variable._hooks, g)
                         captured[k] = g
             if isinstance(node, AccumulateGrad):
-                g = grads[0]
-                if g is not None and (inputs is None or (accumulate and (id(node), 0) in capture)):
-                    # with inputs, the leaf's hooks already ran when the gradient was captured
-                    _accumulate_into_leaf(node.variable, g, create_graph, run_hooks=inputs is None)
+                if inputs is None:
+                    if grads[0] is not None:
+                        _accumulate_into_leaf(node.variable, grads[0], create_graph)
+                elif accumulate:
+                    k = capture.get((id(node), 0))
+                    if k is not None and captured[k] is not None:  # hooks already ran when it was captured
+                        _accumulate_into_leaf(node.variable, captured[k], create_graph, run_hooks=False)
                 continue
             if needed is not None and node not in needed:
                 continue
@@ -614,7 +622,7 @@ def run_backward(
     if accumulate and inputs is not None:
         # backward(inputs=...) fills .grad of non-leaf inputs too (leaves were done by AccumulateGrad)
         for t, g in zip(inputs, captured):
-            if g is not None and t.grad_fn is not None:
+            if g is not None and t.grad_fn is not None and not t._retains_grad:  # retain_grad already stored it
                 _accumulate_into_leaf(t, g, create_graph, run_hooks=False)
     return captured
 

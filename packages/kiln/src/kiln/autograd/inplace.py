@@ -21,13 +21,13 @@ class CopySlices(Node):
         return "kiln::autograd::CopySlices"
 
     def apply(self, grads: tuple) -> tuple:
-        from kiln._ops.strided import _strided_gather, _strided_scatter
+        from kiln._ops.strided import _strided_gather, _strided_zero
 
         (grad,) = grads
         # Positions are storage positions: the base's geometry places ``grad``, the view's selects.
         region = _strided_gather(grad, self.base_geometry, self.view_geometry)
         fn_grads = self.fn.apply((region,))
-        rest = grad - _strided_scatter(region, self.base_geometry, self.view_geometry)
+        rest = _strided_zero(grad, self.base_geometry, self.view_geometry)
         return (rest, *fn_grads)
 
     def release(self) -> None:

@@ -203,13 +203,7 @@ def call_autograd(opdef: OpDef, args: tuple):
             lambda o, a: call_kernel(o, a, spec if (o is opdef and a is args) else None),
         )
     else:
-        dev = spec[2] if opdef.num_outputs == 1 else spec[0][2]
-        kernel = opdef.kernels.get(dev.type)
-        if kernel is None:
-            from kiln._plugins import resolve_kernel
-
-            kernel = resolve_kernel(opdef, dev)
-        out = kernel(spec, *args)
+        out = call_kernel(opdef, args, spec)
     if opdef._backward_needs is not None and state.grad_enabled:
         for i in opdef.tensor_params:
             a = args[i]
@@ -220,10 +214,16 @@ def call_autograd(opdef: OpDef, args: tuple):
                 break
         else:
             return out
-        from kiln.autograd.graph import record
-
-        record(opdef, args, out)
+        _record(opdef, args, out)
     return out
+
+
+def _record(opdef: OpDef, args: tuple, out) -> None:
+    global _record
+    from kiln.autograd.graph import record
+
+    _record = record  # bound on first use: the autograd module imports this one
+    record(opdef, args, out)
 
 
 def call_kernel(opdef: OpDef, args: tuple, spec=None):

@@ -87,7 +87,6 @@ float32 = dtype("float32", 4, "f", 6, np.dtype(np.float32))
 float64 = dtype("float64", 8, "f", 7, np.dtype(np.float64))
 
 ALL_DTYPES = (bool, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64)
-FLOATING_DTYPES = (float16, bfloat16, float32, float64)
 _BY_NAME = {d.name: d for d in ALL_DTYPES}
 # PyTorch's aliases
 _BY_NAME.update(half=float16, float=float32, double=float64, long=int64, int=int32, short=int16)

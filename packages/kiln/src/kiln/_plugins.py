@@ -76,7 +76,6 @@ class DeviceType:
     device_count: Callable = lambda: 1
     is_available: Callable = lambda: True
     data_ptr: Callable = id
-    storage_index: Callable = lambda storage: None
     dtypes: tuple = dt.ALL_DTYPES
 
 

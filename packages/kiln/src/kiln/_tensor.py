@@ -34,6 +34,13 @@ def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return s
 
 
+def storage_span(shape: tuple[int, ...], stride: tuple[int, ...]) -> int:
+    """How many storage elements a geometry spans, from its first element to its last (0 if empty)."""
+    if 0 in shape:
+        return 0
+    return 1 + sum((n - 1) * s for n, s in zip(shape, stride))
+
+
 def _numel(shape: tuple[int, ...]) -> int:
     n = 1
     for s in shape:

@@ -82,6 +82,8 @@ _DEFAULTS: dict[Device, Generator] = {}
 def default_generator(device: str | Device = CPU) -> Generator:
     """The default generator of a device (created on first use)."""
     d = as_device(device)
+    if d.type != "cpu" and d.index is None:
+        d = Device(d.type, 0)  # tensors live on "cuda:0", not "cuda": one generator for both spellings
     g = _DEFAULTS.get(d)
     if g is None:
         g = _DEFAULTS[d] = Generator(d)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numbers
 
+import numpy as np
+
 from kiln import _dtype as dt
 from kiln._device import CPU
 from kiln._tensor import Tensor, _wrap_dim
@@ -29,7 +31,7 @@ _BROADCAST: dict[tuple, tuple] = {}
 
 def is_scalar(x) -> bool:
     """True for the Python (and NumPy) numbers kiln accepts as weak scalar operands."""
-    return isinstance(x, numbers.Number) and not isinstance(x, complex)
+    return (isinstance(x, numbers.Number) and not isinstance(x, complex)) or isinstance(x, np.bool_)
 
 
 def broadcast_shapes(*shapes) -> tuple[int, ...]:
@@ -102,7 +104,7 @@ def result_type(*operands) -> dt.dtype:
 
 
 def _scalar_dtype(x) -> dt.dtype:
-    if isinstance(x, bool):
+    if isinstance(x, (bool, np.bool_)):
         return dt.bool
     if isinstance(x, numbers.Integral):
         return dt.int64

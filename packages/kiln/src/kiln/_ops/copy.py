@@ -20,7 +20,7 @@ from kiln._dispatch import call_kernel, op
 from kiln._ops._meta import broadcast_pair, check_inplace, is_scalar
 from kiln._ops.views import device_generic, make_view
 from kiln._state import state
-from kiln._tensor import Tensor, _make, _numel, contiguous_strides, from_array
+from kiln._tensor import Tensor, _make, contiguous_strides, from_array, storage_span
 
 
 def host_array(t: Tensor) -> np.ndarray:
@@ -81,6 +81,7 @@ def _parse_to(self, args, kwargs):
     kwargs.pop("memory_format", None)
     if kwargs:
         raise TypeError(f"to() got unexpected keyword arguments {sorted(kwargs)}")
+    flags: list[bool] = []
     for a in args:
         if isinstance(a, dt.dtype):
             dtype = a
@@ -89,9 +90,11 @@ def _parse_to(self, args, kwargs):
         elif isinstance(a, (str, Device, int)) and not isinstance(a, bool):
             device = a
         elif isinstance(a, bool):
-            copy = a if dtype is not None or device is not None else copy
+            flags.append(a)  # to(dtype, non_blocking, copy) / to(device, dtype, non_blocking, copy)
         elif a is not None:
             raise TypeError(f"to() received an invalid combination of arguments - got {type(a).__name__}")
+    if len(flags) > 1:
+        copy = flags[1]
     return dtype, device, copy
 
 
@@ -140,18 +143,12 @@ def write_from_host(t: Tensor, src: np.ndarray) -> None:
         contract.write(t._storage, t._offset, np.ascontiguousarray(src, dtype=t._dtype.numpy).reshape(-1))
         return
     # strided: read the spanned range, write the elements on the host, write the range back
-    span = _span(t)
+    span = storage_span(t._shape, t._stride)
     buf = contract.to_host(t._storage)[t._offset : t._offset + span].copy()
     isz = t._dtype.itemsize
     view = np.ndarray(t._shape, buf.dtype, buf, 0, tuple(s * isz for s in t._stride))
     np.copyto(view, src, casting="unsafe")
     contract.write(t._storage, t._offset, buf)
-
-
-def _span(t: Tensor) -> int:
-    if _numel(t._shape) == 0:
-        return 0
-    return 1 + sum((n - 1) * s for n, s in zip(t._shape, t._stride))
 
 
 # ---------------------------------------------------------------------------------------- copy_

@@ -20,7 +20,7 @@ from kiln._dispatch import op
 from kiln._ops._meta import is_scalar, result_type, scalar_type_name
 from kiln._ops.copy import from_host, resolve_device
 from kiln._ops.views import _varargs_shape, device_generic
-from kiln._tensor import Tensor, _make, contiguous_strides, from_array
+from kiln._tensor import Tensor, _make, contiguous_strides, from_array, storage_span
 
 __all__ = [
     "tensor",
@@ -44,6 +44,18 @@ __all__ = [
     "randn_like",
     "randint_like",
 ]
+
+
+def _unsupported(out=None, layout=None, pin_memory=False, memory_format=None) -> None:
+    """PyTorch keywords kiln accepts for signature compatibility but cannot honour yet: refuse, never ignore."""
+    for name, value, default in (("out", out, None), ("layout", layout, None), ("pin_memory", pin_memory, False)):
+        if value is not default and not (isinstance(value, bool) and value == default):
+            raise NotImplementedError(f"kiln does not support {name}= for tensor creation yet (got {value!r})")
+    if memory_format is not None and getattr(memory_format, "name", None) not in (
+        "preserve_format",
+        "contiguous_format",
+    ):
+        raise NotImplementedError(f"kiln does not support memory_format={memory_format!r} for tensor creation yet")
 
 
 def _finish(t: Tensor, requires_grad: bool) -> Tensor:
@@ -114,6 +126,7 @@ def empty(
     *size, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False, memory_format=None
 ) -> Tensor:
     """An uninitialised tensor of shape ``size``."""
+    _unsupported(out=out, layout=layout, pin_memory=pin_memory, memory_format=memory_format)
     shape, d, dev = _creation_args(size, dtype, device)
     return _finish(_empty(shape, d, dev), requires_grad)
 
@@ -122,6 +135,7 @@ def full(
     size, fill_value, *, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False
 ) -> Tensor:
     """A tensor of shape ``size`` filled with ``fill_value`` (dtype inferred from it by default)."""
+    _unsupported(out=out, layout=layout, pin_memory=pin_memory)
     if isinstance(fill_value, Tensor):
         fill_value = fill_value.item()
     if not is_scalar(fill_value):
@@ -133,6 +147,7 @@ def full(
 
 def zeros(*size, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False) -> Tensor:
     """A tensor of zeros of shape ``size``."""
+    _unsupported(out=out, layout=layout, pin_memory=pin_memory)
     shape, d, dev = _creation_args(size, dtype, device)
     if any(s < 0 for s in shape):
         raise RuntimeError("zeros: Dimension size must be non-negative.")
@@ -141,6 +156,7 @@ def zeros(*size, dtype=None, device=None, requires_grad=False, out=None, layout=
 
 def ones(*size, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False) -> Tensor:
     """A tensor of ones of shape ``size``."""
+    _unsupported(out=out, layout=layout, pin_memory=pin_memory)
     shape, d, dev = _creation_args(size, dtype, device)
     return _finish(_full(shape, 1, d, dev), requires_grad)
 
@@ -155,6 +171,7 @@ def empty_like(
     input: Tensor, *, dtype=None, device=None, requires_grad=False, layout=None, memory_format=None
 ) -> Tensor:
     """An uninitialised tensor with ``input``'s shape, dtype and device."""
+    _unsupported(layout=layout, memory_format=memory_format)
     shape, d, dev = _like(input, dtype, device)
     return _finish(_empty(shape, d, dev), requires_grad)
 
@@ -163,6 +180,7 @@ def zeros_like(
     input: Tensor, *, dtype=None, device=None, requires_grad=False, layout=None, memory_format=None
 ) -> Tensor:
     """Zeros with ``input``'s shape, dtype and device."""
+    _unsupported(layout=layout, memory_format=memory_format)
     shape, d, dev = _like(input, dtype, device)
     return _finish(_full(shape, 0, d, dev), requires_grad)
 
@@ -171,6 +189,7 @@ def ones_like(
     input: Tensor, *, dtype=None, device=None, requires_grad=False, layout=None, memory_format=None
 ) -> Tensor:
     """Ones with ``input``'s shape, dtype and device."""
+    _unsupported(layout=layout, memory_format=memory_format)
     shape, d, dev = _like(input, dtype, device)
     return _finish(_full(shape, 1, d, dev), requires_grad)
 
@@ -179,6 +198,7 @@ def full_like(
     input: Tensor, fill_value, *, dtype=None, device=None, requires_grad=False, layout=None, memory_format=None
 ) -> Tensor:
     """``fill_value`` everywhere, with ``input``'s shape, dtype and device."""
+    _unsupported(layout=layout, memory_format=memory_format)
     shape, d, dev = _like(input, dtype, device)
     return _finish(_full(shape, fill_value, d, dev), requires_grad)
 
@@ -296,6 +316,7 @@ def _to_host_array(data) -> tuple[np.ndarray, dt.dtype | None]:
 
 def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=False) -> Tensor:
     """A new tensor holding a copy of ``data`` (nested lists, numbers, NumPy arrays, tensors)."""
+    _unsupported(pin_memory=pin_memory)
     if isinstance(data, Tensor):
         warnings.warn(
             "To copy construct from a tensor, it is recommended to use sourceTensor.clone().detach() or "
@@ -348,7 +369,7 @@ def from_numpy(ndarray: np.ndarray) -> Tensor:
         )
     shape = ndarray.shape
     stride = tuple(s // isz for s in ndarray.strides)
-    span = 1 + sum((n - 1) * s for n, s in zip(shape, stride)) if ndarray.size else 0
+    span = storage_span(shape, stride)
     storage = (
         np.lib.stride_tricks.as_strided(ndarray, shape=(span,), strides=(isz,), writeable=ndarray.flags.writeable)
         if ndarray.ndim
@@ -393,6 +414,7 @@ def arange(
     As in PyTorch, values are ``start + i * step`` computed in the dtype's accumulate type: int64 for
     integer dtypes (start and step truncated first), float32 for float16/bfloat16, double otherwise.
     """
+    _unsupported(out=out, layout=layout, pin_memory=pin_memory)
     start, end, step = _scalar_value(start), _scalar_value(end), _scalar_value(step)
     if end is None:
         start, end = 0, start
@@ -422,6 +444,7 @@ def arange(
 
 def linspace(start, end, steps: int, *, dtype=None, device=None, requires_grad=False, out=None, layout=None) -> Tensor:
     """``steps`` evenly spaced values from ``start`` to ``end`` inclusive."""
+    _unsupported(out=out, layout=layout)
     start, end = _scalar_value(start), _scalar_value(end)
     if not isinstance(steps, numbers.Integral) or steps < 0:
         raise RuntimeError("number of steps must be non-negative")
@@ -441,6 +464,7 @@ def linspace(start, end, steps: int, *, dtype=None, device=None, requires_grad=F
 
 def eye(n: int, m: int | None = None, *, dtype=None, device=None, requires_grad=False, out=None, layout=None) -> Tensor:
     """A 2-D tensor with ones on the diagonal."""
+    _unsupported(out=out, layout=layout)
     if n < 0:
         raise RuntimeError(f"n must be greater or equal to 0, got {n}")
     if m is not None and m < 0:
@@ -462,6 +486,7 @@ def rand(
     *size, generator=None, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False
 ) -> Tensor:
     """Uniform random values in ``[0, 1)`` of shape ``size``."""
+    _unsupported(out=out, layout=layout, pin_memory=pin_memory)
     shape, d, dev = _creation_args(size, dtype, device)
     if not d.is_floating_point:
         raise NotImplementedError(f"\"check_uniform_bounds\" not implemented for '{scalar_type_name(d)}'")
@@ -474,6 +499,7 @@ def randn(
     *size, generator=None, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False
 ) -> Tensor:
     """Standard normal random values of shape ``size``."""
+    _unsupported(out=out, layout=layout, pin_memory=pin_memory)
     shape, d, dev = _creation_args(size, dtype, device)
     if not d.is_floating_point:
         raise NotImplementedError(f"\"normal_kernel_cpu\" not implemented for '{scalar_type_name(d)}'")
@@ -494,6 +520,7 @@ def randint(
     pin_memory=False,
 ) -> Tensor:
     """Random integers in ``[low, high)``: ``randint(high, size)`` or ``randint(low, high, size)``."""
+    _unsupported(out=out, layout=layout, pin_memory=pin_memory)
     args = list(args)
     if size is None:
         if not args:
@@ -516,12 +543,14 @@ def randint(
 
 def rand_like(input: Tensor, *, dtype=None, device=None, requires_grad=False, memory_format=None) -> Tensor:
     """Uniform random values with ``input``'s shape, dtype and device."""
+    _unsupported(memory_format=memory_format)
     shape, d, dev = _like(input, dtype, device)
     return rand(shape, dtype=d, device=dev, requires_grad=requires_grad)
 
 
 def randn_like(input: Tensor, *, dtype=None, device=None, requires_grad=False, memory_format=None) -> Tensor:
     """Standard normal values with ``input``'s shape, dtype and device."""
+    _unsupported(memory_format=memory_format)
     shape, d, dev = _like(input, dtype, device)
     return randn(shape, dtype=d, device=dev, requires_grad=requires_grad)
 
@@ -537,6 +566,7 @@ def randint_like(
     memory_format=None,
 ) -> Tensor:
     """Random integers in ``[low, high)`` with ``input``'s shape, dtype and device."""
+    _unsupported(memory_format=memory_format)
     if high is None:
         low, high = 0, low
     shape, d, dev = _like(input, dtype, device)

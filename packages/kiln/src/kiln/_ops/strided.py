@@ -11,13 +11,11 @@ import numpy as np
 
 from kiln._dispatch import op
 from kiln._ops.views import _shape_arg, device_generic, make_view
-from kiln._tensor import Tensor
+from kiln._tensor import Tensor, storage_span
 
 
 def _span_end(shape, stride, offset) -> int:
-    if any(s == 0 for s in shape):
-        return offset
-    return offset + 1 + sum((n - 1) * s for n, s in zip(shape, stride))
+    return offset + storage_span(shape, stride)
 
 
 def _positions(shape, stride, offset) -> np.ndarray:

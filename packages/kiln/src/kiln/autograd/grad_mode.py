@@ -137,7 +137,8 @@ class inference_mode(_DecoratorContextManager):
         if self.mode:
             state.grad_enabled = False
             state.inference = True
-        else:
+        else:  # inference_mode(False) restores normal autograd, grad mode included (as PyTorch)
+            state.grad_enabled = True
             state.inference = False
 
     def __exit__(self, *exc):

@@ -15,6 +15,29 @@ class GradcheckError(RuntimeError):
     """Raised by :func:`gradcheck` when analytical and numerical gradients disagree."""
 
 
+# PyTorch's gradcheck options that change nothing for kiln's dense, real, reverse-mode check
+_ACCEPTED_OPTIONS = {
+    "nondet_tol",
+    "check_undefined_grad",
+    "check_grad_dtypes",
+    "check_batched_grad",
+    "check_batched_forward_grad",
+    "check_forward_ad",
+    "check_backward_ad",
+    "fast_mode",
+    "masked",
+    "gen_non_contig_grad_outputs",
+}
+
+
+def _check_options(options: dict) -> None:
+    unknown = sorted(set(options) - _ACCEPTED_OPTIONS)
+    if unknown:
+        raise TypeError(f"gradcheck() got unexpected keyword arguments {unknown}")
+    if options.get("check_forward_ad") or options.get("check_batched_grad") or options.get("fast_mode"):
+        raise NotImplementedError("kiln's gradcheck checks reverse mode only (no forward AD, batching or fast mode)")
+
+
 def _as_tuple(x) -> tuple:
     return x if isinstance(x, tuple) else (x,)
 
@@ -87,13 +110,14 @@ def gradcheck(
     atol: float = 1e-5,
     rtol: float = 1e-3,
     raise_exception: bool = True,
-    **_unused,
+    **torch_options,
 ) -> bool:
     """Check analytical gradients of ``func`` at ``inputs`` against finite differences.
 
     Inputs that require grad should be float64. Returns True, or raises :class:`GradcheckError`
     (returns False when ``raise_exception=False``).
     """
+    _check_options(torch_options)
     inputs = _as_tuple(inputs)
     tensor_idx = [i for i, t in enumerate(inputs) if isinstance(t, Tensor) and t._requires_grad]
     if not tensor_idx:
@@ -131,12 +155,13 @@ def gradgradcheck(
     rtol: float = 1e-3,
     raise_exception: bool = True,
     seed: int = 0,
-    **_unused,
+    **torch_options,
 ) -> bool:
     """Check second derivatives: :func:`gradcheck` of the function computing ``func``'s gradients."""
     from kiln._ops.creation import tensor
     from kiln.autograd import grad
 
+    _check_options(torch_options)
     inputs = _as_tuple(inputs)
     outs = _float_outs(func(*inputs))
     rng = np.random.default_rng(seed)

@@ -139,7 +139,7 @@ class AccumulateGrad(Node):
         self._seq = float("inf")  # run as soon as ready, like PyTorch
 
     def name(self) -> str:
-        return "torch::autograd::AccumulateGrad".replace("torch", "kiln")
+        return "kiln::autograd::AccumulateGrad"
 
     def apply(self, grads: tuple) -> tuple:
         return ()

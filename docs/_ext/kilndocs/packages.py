@@ -31,13 +31,15 @@ PACKAGES: tuple[Package, ...] = (
         "``kiln``",
         "The core: Tensor, dtypes, devices, the op dispatcher, autograd, the plugin manager, the NumPy "
         'reference backend for device ``"cpu"`` and the ``kiln`` command.',
-        ("kiln", "kiln.autograd", "kiln.random", "kiln.plugins", "kiln.hookspecs"),
+        ("kiln", "kiln.autograd", "kiln.random", "kiln.hookspecs", "kiln.plugins"),
     ),
     Package(
         "kiln-testing",
-        "pytest plugin",
-        "The conformance suite for backends: every registered op against the reference backend "
+        "``kiln.testing``, pytest plugin ``kiln_testing``",
+        "Testing helpers (``assert_close``, ``make_tensor``, gradient checks, Hypothesis strategies) and the "
+        "conformance suite for backends: every registered op against the reference backend "
         "(``pytest --kiln-device=NAME``).",
+        ("kiln.testing", "kiln.testing.strategies", "kiln_testing"),
     ),
     Package("kiln-cpu", "``kiln_cpu``", 'Numba JIT kernels for device ``"cpu"``.'),
     Package("kiln-cuda", "``kiln_cuda``", 'Device ``"cuda"``: GPU memory and kernels through ``numba.cuda``.'),

@@ -74,7 +74,8 @@ class OpDef:
         self.tensor_params = tuple(
             i
             for i, p in enumerate(signature.parameters.values())
-            if isinstance(p.annotation, str) and "Tensor" in p.annotation
+            if p.annotation is not p.empty
+            and "Tensor" in (p.annotation if isinstance(p.annotation, str) else repr(p.annotation))
         )
         self.public = None
         # the autograd node's class name: a string, a function of the call's args, or PyTorch's default

@@ -1,9 +1,10 @@
 """Every kiln workflow, one nox session each (DESIGN §1).
 
-    python3 -m nox                                   the whole test suite: tests, integration, lint, docs
+    python3 -m nox                                   the whole test suite: tests, packaging, integration, lint, docs
     python3 -m nox -s demo                           the demo training job (docs/examples/train_synthetic.py)
-    python3 -m nox -s tests                          the unit tests on every backend
+    python3 -m nox -s tests                          unit and conformance tests on every backend
     python3 -m nox -s "tests(backend='reference')"   one backend
+    python3 -m nox -s packaging                      every package from built wheels: install, import, smoke test
     python3 -m nox -s bench                          benchmarks/bench_*.py, JSON under benchmarks/results/
     python3 -m nox -l                                list the sessions
 
@@ -20,15 +21,30 @@ nox.needs_version = ">=2024.4.15"  # nox.options.reuse_venv
 
 ROOT = Path(__file__).resolve().parent
 
-# Backend under test -> what to install beside the core (pip arguments). Adding a backend is one line
-# here, e.g. "cpu": ["-e", "packages/kiln-cpu"]. Its session is then "tests(backend='cpu')".
+EXAMPLE_DEVICE = "tests-integration/example_device"  # the out-of-tree example device plugin
+
+# Backend under test -> what to install beside the core and kiln-testing (pip arguments). Adding a
+# backend is one line here, e.g. "cpu": ["-e", "packages/kiln-cpu"] or "cuda-sim": ["-e", "packages/kiln-cuda"].
+# Its session is then "tests(backend='cpu')", in a venv of its own with only that backend installed.
 BACKENDS: dict[str, list[str]] = {
-    "reference": [],
+    "reference": [],  # the core alone: NumPy reference kernels for device "cpu"
+    "example": ["-e", EXAMPLE_DEVICE],  # device "example": a few kernels, the rest through the CPU fallback
 }
-# Extra environment for a backend's test run (read only for the backends listed above).
+# The device each backend's conformance run checks (`pytest --kiln-device=...`): "cpu" unless listed.
+BACKEND_DEVICE: dict[str, str] = {
+    "cuda-sim": "cuda",
+    "example": "example",
+}
+# Extra environment for a backend's test runs (read only for the backends listed above).
 BACKEND_ENV: dict[str, dict[str, str]] = {
     "cuda-sim": {"NUMBA_ENABLE_CUDASIM": "1"},  # numba's CUDA simulator: CUDA kernels run on the CPU
 }
+# Extra environment for the conformance run only. The example device registers a subset of the ops;
+# autograd through it needs the ops its backward formulas use, which the opt-in CPU fallback provides.
+CONFORMANCE_ENV: dict[str, dict[str, str]] = {
+    "example": {"KILN_CPU_FALLBACK": "1"},
+}
+TESTING = "packages/kiln-testing"  # the conformance kit (a pytest plugin) and kiln.testing
 
 # PyTorch is the test oracle (a test-only dependency). This exact pin matters: it resolves to the CPU
 # build kept on disk, where a looser range could pull a multi-gigabyte CUDA build.
@@ -38,7 +54,7 @@ RUFF = "ruff==0.17.6"  # pinned: new ruff releases add rules and change formatti
 DOCS_DEPS = ["sphinx>=8,<10", "furo"]  # a new Sphinx major can add warnings, and -W makes them errors
 LINT_PATHS = ["packages", "tests-integration", "benchmarks", "docs", "noxfile.py"]
 
-nox.options.sessions = ["tests", "integration", "lint", "docs"]
+nox.options.sessions = ["tests", "packaging", "integration", "lint", "docs"]
 # Reuse each session's virtualenv between runs. This does not cost correctness: every session still
 # runs its installs, so the editable kiln and every pinned or ranged requirement are checked each time
 # (pip only skips what is already satisfied); what reuse can leave behind is a package no session asks
@@ -63,15 +79,92 @@ def _install_kiln(session: nox.Session, *extra: str) -> None:
     session.install("-e", "packages/kiln", *extra)
 
 
+def _own_tests(install_args: list[str]) -> list[str]:
+    """The tests/ folders of the projects a backend installs (``-e path`` arguments)."""
+    paths = [a for a in install_args if not a.startswith("-") and (ROOT / a / "tests").is_dir()]
+    return [f"{p}/tests" for p in paths]
+
+
 @nox.session
 @nox.parametrize("backend", list(BACKENDS))
 def tests(session: nox.Session, backend: str) -> None:
-    """Unit tests of the core (packages/kiln/tests) against one backend; PyTorch is the oracle."""
+    """Unit tests (core, kiln-testing, the backend's own) and the conformance suite, against one backend."""
     _prepare(session)
-    _install_kiln(session, *TEST_DEPS, *BACKENDS[backend])
+    _install_kiln(session, "-e", TESTING, *TEST_DEPS, *BACKENDS[backend])
     session.env["KILN_BACKEND"] = backend
     session.env.update(BACKEND_ENV.get(backend, {}))
-    session.run("pytest", "packages/kiln/tests", "--import-mode=importlib", "-q", *session.posargs)
+    # With posargs (`-- -k matmul`) a run may select no tests at all (pytest's exit code 5): not a failure.
+    ok = [0, 5] if session.posargs else [0]
+    pytest = ("pytest", "--import-mode=importlib", "-q")
+    session.run(*pytest, "packages/kiln/tests", *session.posargs, success_codes=ok)
+    session.run(*pytest, f"{TESTING}/tests", *_own_tests(BACKENDS[backend]), *session.posargs, success_codes=ok)
+    device = BACKEND_DEVICE.get(backend, "cpu")
+    session.run(
+        *pytest, f"--kiln-device={device}", *session.posargs, env=CONFORMANCE_ENV.get(backend, {}), success_codes=ok
+    )
+
+
+@nox.session
+def packaging(session: nox.Session) -> None:
+    """Every package from built wheels, not editable: import each namespace, list plugins, run conformance.
+
+    All of packages/* are built with ``pip wheel`` and installed into one venv; every package in the
+    wheels must import from site-packages (never from the repository), ``kiln plugins`` must work, and
+    the conformance suite must run from the installed kiln-testing (its pytest11 entry point).
+    """
+    _prepare(session)
+    session.install("hatchling")  # wheels are built with this venv's hatchling (no isolated build env)
+    tmp = Path(session.create_tmp())
+    wheels_dir = tmp / "wheels"
+    if wheels_dir.exists():
+        for old in wheels_dir.glob("*.whl"):
+            old.unlink()
+    projects = sorted(str(p.parent.relative_to(ROOT)) for p in (ROOT / "packages").glob("*/pyproject.toml"))
+    session.run(
+        "python", "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(wheels_dir), *projects
+    )
+    wheels = sorted(str(w) for w in wheels_dir.glob("*.whl"))
+    if len(wheels) != len(projects):
+        session.error(f"expected {len(projects)} wheels, built {len(wheels)}: {wheels}")
+    session.install(*wheels)  # their dependencies (from the index or pip's cache)
+    # the reused venv may hold an older build of the same version: replace it, whatever pip thinks
+    session.install("--force-reinstall", "--no-deps", *wheels)
+    modules = _packages_in_wheels([Path(w) for w in wheels])
+    session.log(f"importing {len(modules)} packages from {len(wheels)} wheels: {', '.join(modules)}")
+    session.chdir(tmp)  # nothing in the working directory may shadow the installed packages
+    session.run("python", "-c", _IMPORT_CHECK, *modules)
+    session.run("kiln", "plugins")
+    session.run("python", "-m", "pytest", "--kiln-device=cpu", "-q", "-p", "no:cacheprovider", "-x")
+
+
+# Imports each named package and fails unless it (and every portion of the kiln namespace) comes from
+# site-packages: an editable install or the repository on sys.path would defeat the check.
+_IMPORT_CHECK = """
+import importlib, sys, sysconfig
+from pathlib import Path
+site = Path(sysconfig.get_paths()["purelib"]).resolve()
+for name in sys.argv[1:]:
+    mod = importlib.import_module(name)
+    where = [Path(p).resolve() for p in getattr(mod, "__path__", [mod.__file__])]
+    bad = [str(p) for p in where if not p.is_relative_to(site)]
+    if bad:
+        sys.exit(f"{name} imported from outside site-packages: {bad}")
+    print(f"ok  {name:32} {where[0]}")
+"""
+
+
+def _packages_in_wheels(wheels: list[Path]) -> list[str]:
+    """Every package (a folder with ``__init__.py``) in the wheels, as dotted names, parents first."""
+    import zipfile
+
+    names: set[str] = set()
+    for wheel in wheels:
+        with zipfile.ZipFile(wheel) as zf:
+            for entry in zf.namelist():
+                parts = entry.split("/")
+                if parts[-1] == "__init__.py" and not parts[0].endswith((".dist-info", ".data")):
+                    names.add(".".join(parts[:-1]))
+    return sorted(names, key=lambda n: (n.count("."), n))
 
 
 @nox.session
@@ -82,7 +175,15 @@ def integration(session: nox.Session) -> None:
         session.skip("tests-integration/ does not exist yet")
     # The suite builds wheels with the running interpreter (`pip wheel --no-build-isolation`): hatchling.
     _install_kiln(session, "pytest>=8", "hatchling")
-    session.run("pytest", "tests-integration", "--import-mode=importlib", "-q", *session.posargs)
+    # tests-integration/example_device is a plugin project (its own tests run in "tests(backend='example')").
+    session.run(
+        "pytest",
+        "tests-integration",
+        f"--ignore={EXAMPLE_DEVICE}",
+        "--import-mode=importlib",
+        "-q",
+        *session.posargs,
+    )
 
 
 @nox.session
@@ -97,12 +198,20 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def docs(session: nox.Session) -> None:
-    """The Sphinx site (docs/ -> docs/_build/html), with warnings treated as errors."""
+    """The Sphinx site (docs/ -> docs/_build/html), warnings as errors; then every example, as a doctest."""
     _prepare(session)
-    _install_kiln(session, *DOCS_DEPS)
+    # every package of packages/: the API reference documents them all, and their examples run
+    _install_kiln(session, *_every_package(), *DOCS_DEPS)
     # -E: read every page each time. An incremental build re-reads only changed pages and so would not
     # repeat the warnings of unchanged ones; -W would then let a broken page pass on the second run.
     session.run("sphinx-build", "-E", "-W", "--keep-going", "-b", "html", "docs", "docs/_build/html", *session.posargs)
+    session.run("sphinx-build", "-E", "-W", "--keep-going", "-q", "-b", "doctest", "docs", "docs/_build/doctest")
+
+
+def _every_package() -> list[str]:
+    """``-e packages/<dist>`` for every package but the core (which _install_kiln installs)."""
+    dirs = sorted(p.parent.name for p in (ROOT / "packages").glob("*/pyproject.toml") if p.parent.name != "kiln")
+    return [arg for d in dirs for arg in ("-e", f"packages/{d}")]
 
 
 @nox.session

@@ -249,12 +249,14 @@ Tensor.zero_ = zero_
 # ---------------------------------------------------------------------------------------- in-place
 
 
-def _check_inplace_allowed(self: Tensor) -> None:
+def _check_inplace_allowed(self: Tensor, leaf_ok: bool = False) -> None:
     if self._inference and not state.inference:
         raise RuntimeError(
             "Inplace update to inference tensor outside InferenceMode is not allowed.You can make a clone to get a "
             "normal tensor before doing inplace update.See https://github.com/pytorch/rfcs/pull/17 for more details."
         )
+    if leaf_ok:
+        return
     if state.grad_enabled and self._requires_grad and self.grad_fn is None and self._base is None:
         raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
     if state.grad_enabled and self._nograd_view:
@@ -294,15 +296,15 @@ def apply_inplace(self: Tensor, compute, needs_self: bool) -> Tensor:
         inp = self
     out = compute(inp)
     check_inplace(self, out._shape, out._dtype)
-    call_kernel(_copy_from.op, (self, out.detach(), False))
-    self._vc[0] += 1
     if recording and not out._requires_grad and self._requires_grad:
-        # overwritten by values that need no gradient: the old history gets none for these elements
-        from kiln.autograd.graph import Overwritten
+        # overwritten by values that need no gradient: the old history (taken before the write) gets zeros
+        from kiln.autograd.graph import overwritten
 
         out = out.detach()
-        out.grad_fn = Overwritten(())
+        out.grad_fn = overwritten(self)
         out._requires_grad = True
+    call_kernel(_copy_from.op, (self, out.detach(), False))
+    self._vc[0] += 1
     if recording and out._requires_grad:
         if self._base is not None:
             from kiln.autograd.inplace import rebase_view_history
@@ -322,18 +324,29 @@ def apply_inplace(self: Tensor, compute, needs_self: bool) -> Tensor:
 
 def inplace_variant(fn, name: str, doc: str, needs_self: bool):
     """The in-place method ``name`` of the out-of-place op ``fn`` (``add`` -> ``add_``)."""
+    differentiable = fn.op._backward_needs is not None
 
     def method(self, *args, **kwargs):
         _check_no_overlap(self)
-        if state.grad_enabled and (
-            self._requires_grad or any(isinstance(a, Tensor) and a._requires_grad for a in args)
+        if (
+            differentiable
+            and state.grad_enabled
+            and (self._requires_grad or any(isinstance(a, Tensor) and a._requires_grad for a in args))
         ):
             return apply_inplace(self, lambda s: fn(s, *args, **kwargs), needs_self)
-        _check_inplace_allowed(self)
+        # eq_, logical_and_, ...: nothing to record, so even a leaf that requires grad may be written
+        _check_inplace_allowed(self, leaf_ok=not differentiable)
         out = fn(self, *args, **kwargs)
         check_inplace(self, out._shape, out._dtype)
+        node = None
+        if not differentiable and self.grad_fn is not None and state.grad_enabled:
+            from kiln.autograd.graph import overwritten
+
+            node = overwritten(self)  # its values will no longer depend on the old history
         call_kernel(_copy_from.op, (self, out, False))
         self._vc[0] += 1
+        if node is not None:
+            self.grad_fn, self._output_nr = node, 0
         return self
 
     method.__name__ = method.__qualname__ = name

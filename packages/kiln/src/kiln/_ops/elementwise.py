@@ -280,17 +280,7 @@ def _rdiv(self, other):
     return div(other, self)
 
 
-def _floordiv(self, other):
-    return div(self, other, rounding_mode="floor")
-
-
-def _rfloordiv(self, other):
-    return div(other, self, rounding_mode="floor")
-
-
 Tensor.__rtruediv__ = _rdiv
-Tensor.__floordiv__ = _floordiv
-Tensor.__rfloordiv__ = _rfloordiv
 
 
 def _pow_meta(input, exponent):

@@ -146,8 +146,8 @@ class AccumulateGrad(Node):
 
 
 class Overwritten(Node):
-    """History of values written in place from something that needs no gradient (``fill_``, ``copy_``
-    from a constant): gradients stop here."""
+    """History of values overwritten in place by something that needs no gradient (``fill_``, ``eq_``,
+    ``copy_`` from a constant): the old history still gets a gradient, of zeros, as in PyTorch."""
 
     __slots__ = ()
 
@@ -155,7 +155,14 @@ class Overwritten(Node):
         return "CopyBackwards"
 
     def apply(self, grads: tuple) -> tuple:
-        return ()
+        from kiln._ops.creation import zeros_like
+
+        return tuple(zeros_like(grads[0]) for _ in self.next_functions)
+
+
+def overwritten(t: Tensor) -> Overwritten:
+    """The node for ``t`` after an in-place write that made its values independent of its history."""
+    return Overwritten((_edge(t),) if t._requires_grad else ())
 
 
 def _op_name(node: Node) -> str:

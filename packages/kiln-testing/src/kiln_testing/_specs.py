@@ -1,0 +1,781 @@
+"""How to call each op: the argument-spec table the conformance suite generates its inputs from.
+
+Every op in ``kiln._dispatch.OPS`` is called through its public function (``opdef.public``) with the
+:class:`Case` objects its spec produces for one dtype: random, transposed, strided (a non-zero storage
+offset included), broadcast (expanded, stride 0), 0-d and empty inputs, Python scalars, a 0-d CPU
+operand, mixed dtypes, IEEE specials. A tensor argument is a :class:`T`: its values as a host array
+plus a view recipe, so the *same* tensor can be built on the device under test and on the CPU.
+
+An op missing from :data:`SPECS` gets a spec inferred from its signature when it has a familiar one
+(unary ``(input, [options with defaults])``, binary ``(input, other)``, reduction ``(input, dim, keepdim)``); otherwise the
+suite reports it as "no spec". kiln-testing's own tests fail when a core op has no spec, so this
+table grows with the core.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import kiln
+
+__all__ = ["T", "Case", "OpSpec", "Ctx", "DEVICE", "SPECS", "spec_for", "INTERNAL_ONLY"]
+
+
+class _DevicePlaceholder:
+    """Stands for "the device this case runs on" in an op's arguments (creation and copy ops)."""
+
+    def __repr__(self) -> str:
+        return "DEVICE"
+
+
+DEVICE = _DevicePlaceholder()
+
+LAYOUTS = ("contiguous", "transposed", "strided", "expanded")
+
+
+@dataclasses.dataclass(eq=False)
+class T:
+    """A tensor argument: the leaf's values (``base``, a host array) and the view taken of the leaf.
+
+    ``on="cpu"`` keeps the tensor on the CPU even when the case runs on a device (a 0-d CPU operand,
+    which PyTorch lets mix with any device). ``grad``: the leaf requires grad in autograd checks when
+    its dtype is floating point.
+    """
+
+    base: np.ndarray
+    dtype: kiln.dtype
+    shape: tuple
+    layout: str = "contiguous"
+    on: str = "device"
+    grad: bool = True
+
+    def build(self, device, *, requires_grad: bool = False) -> tuple[kiln.Tensor, kiln.Tensor]:
+        """(leaf, tensor): the leaf created on ``device`` (or the CPU) and the view the op receives."""
+        dev = "cpu" if self.on == "cpu" else device
+        leaf = kiln.tensor(self.base, dtype=self.dtype, device=dev)
+        if requires_grad:
+            leaf.requires_grad_(True)
+        return leaf, _apply_layout(leaf, self.layout, self.shape)
+
+    def __repr__(self) -> str:
+        where = ", on cpu" if self.on == "cpu" else ""
+        return f"T({self.layout} {self.shape} {str(self.dtype).removeprefix('kiln.')}{where})"
+
+
+def _apply_layout(t: kiln.Tensor, layout: str, shape: tuple) -> kiln.Tensor:
+    nd = len(shape)
+    if layout == "transposed" and nd >= 2:
+        return t.permute(*reversed(range(nd)))
+    if layout == "strided":
+        if nd == 0:
+            return t[1]
+        return t[tuple(slice(None, None, 2) for _ in shape[:-1]) + (slice(1, None, 2),)]
+    if layout == "expanded":
+        return t.expand(*shape) if nd else t
+    return t
+
+
+@dataclasses.dataclass
+class Case:
+    """One call of an op: positional ``args`` (with :class:`T` and :data:`DEVICE` placeholders) and ``kwargs``.
+
+    ``values``: compare values (False for uninitialised results: only shape, dtype and device);
+    ``grad``: also used by the autograd checks; ``inplace``: index of the argument the op writes
+    into and returns (compared after the call instead of the result).
+    """
+
+    label: str
+    args: tuple
+    kwargs: dict = dataclasses.field(default_factory=dict)
+    values: bool = True
+    grad: bool = True
+    inplace: int | None = None
+
+    def tensors(self) -> list[T]:
+        """Every tensor argument, those inside lists and tuples (``cat``'s) included."""
+        found: list[T] = []
+
+        def walk(a):
+            if isinstance(a, T):
+                found.append(a)
+            elif isinstance(a, (list, tuple)):
+                for x in a:
+                    walk(x)
+
+        for a in (*self.args, *self.kwargs.values()):
+            walk(a)
+        return found
+
+
+class Ctx:
+    """What a spec needs to make one dtype's cases: the dtype, the device's dtypes, a seeded generator."""
+
+    def __init__(self, op_name: str, dtype: kiln.dtype, device_dtypes: tuple):
+        self.dtype = dtype
+        self.device_dtypes = tuple(device_dtypes)
+        self.rng = np.random.default_rng(zlib.crc32(f"{op_name}/{dtype}".encode()))
+
+    def values(self, shape: tuple, dtype, *, low: float, high: float, exclude_zero: bool) -> np.ndarray:
+        rng = self.rng
+        if dtype is kiln.bool:
+            a = rng.random(shape) < 0.5
+            return np.ones(shape, bool) if exclude_zero else a
+        if not dtype.is_floating_point:
+            lo, hi = int(np.floor(low)), int(np.ceil(high))
+            if dtype is kiln.uint8:  # unsigned: the same width of range, from 0
+                lo, hi = 0, max(hi - lo, 1)
+            a = rng.integers(lo, hi + 1, size=shape)
+            if exclude_zero:
+                a = np.where(a == 0, 1, a)
+            return a.astype(dtype.numpy)
+        a = rng.uniform(low, high, size=shape)
+        if exclude_zero:
+            a = np.where(np.abs(a) < 0.25, 0.5, a)
+        return a.astype(dtype.numpy)
+
+    def t(
+        self,
+        shape: tuple,
+        *,
+        dtype: kiln.dtype | None = None,
+        layout: str = "contiguous",
+        low: float = -3.0,
+        high: float = 3.0,
+        exclude_zero: bool = False,
+        on: str = "device",
+        grad: bool = True,
+    ) -> T:
+        """A tensor argument of ``shape`` (the case's dtype by default) laid out per ``layout``."""
+        dtype = dtype or self.dtype
+        shape = tuple(shape)
+        nd = len(shape)
+
+        def data(s):
+            return self.values(s, dtype, low=low, high=high, exclude_zero=exclude_zero)
+
+        if layout == "transposed" and nd >= 2:
+            base = np.ascontiguousarray(np.transpose(data(shape)))
+        elif layout == "strided":
+            base = data((3,)) if nd == 0 else data(tuple(2 * s for s in shape[:-1]) + (2 * shape[-1] + 1,))
+        elif layout == "expanded":
+            base = data(tuple(1 if i % 2 == 0 else s for i, s in enumerate(shape)))
+        else:
+            base = data(shape)
+        return T(base=base, dtype=dtype, shape=shape, layout=layout, on=on, grad=grad)
+
+    def specials(self, dtype: kiln.dtype | None = None) -> T:
+        """IEEE special values (NaN, ±inf, ±0) among ordinary ones, for floating dtypes."""
+        dtype = dtype or self.dtype
+        values = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1.0, -1.0, 0.5, 2.0, -2.5], dtype=np.float64)
+        return T(base=values.astype(dtype.numpy), dtype=dtype, shape=(10,), grad=False)
+
+    def other_dtype(self) -> kiln.dtype | None:
+        """A second dtype the device declares, for mixed-dtype cases (promotion on the device)."""
+        for d in (kiln.float32, kiln.int64, kiln.float64, kiln.int32):
+            if d is not self.dtype and d in self.device_dtypes:
+                return d
+        return None
+
+
+@dataclasses.dataclass
+class OpSpec:
+    """How to call one op: ``cases(ctx)`` for a dtype; tolerances beyond the dtype defaults; whether
+    its result is a view sharing the input's storage."""
+
+    cases: Callable[[Ctx], list[Case]]
+    rtol: float | None = None
+    atol: float | None = None
+    view: bool = False
+    inferred: bool = False
+
+
+# ---------------------------------------------------------------------------------------- families
+
+
+def unary(low: float = -3.0, high: float = 3.0, *, variants: tuple[dict, ...] = ({},), **spec) -> OpSpec:
+    """``f(input)`` on every layout, 0-d, empty, and IEEE specials for floating dtypes — once per keyword
+    variant in ``variants``. ``low``/``high``: the domain the values are drawn from."""
+
+    def cases(c: Ctx) -> list[Case]:
+        def x(shape, **k):
+            return c.t(shape, low=low, high=high, **k)
+
+        base = [
+            ("contiguous", (x((3, 4)),)),
+            ("transposed", (x((3, 4), layout="transposed"),)),
+            ("strided", (x((2, 3, 4), layout="strided"),)),
+            ("expanded", (x((3, 4), layout="expanded"),)),
+            ("0-d", (x(()),)),
+            ("0-d-strided", (x((), layout="strided"),)),
+            ("empty", (x((0, 3)),)),
+        ]
+        out = []
+        for kw in variants:
+            suffix = ",".join(f"{k}={v!r}" for k, v in kw.items())
+            out += [Case(label + (f"[{suffix}]" if suffix else ""), args, dict(kw)) for label, args in base]
+            if c.dtype.is_floating_point:
+                out.append(Case("specials" + (f"[{suffix}]" if suffix else ""), (c.specials(),), dict(kw), grad=False))
+        return out
+
+    return OpSpec(cases, **spec)
+
+
+def binary(
+    low: float = -3.0,
+    high: float = 3.0,
+    *,
+    other_low: float | None = None,
+    other_high: float | None = None,
+    nonzero_other: bool = False,
+    scalars: tuple = (2, 1.5, True),
+    tensor_only: bool = False,
+    variants: tuple[dict, ...] = ({},),
+    extra: Callable[[Ctx], list[Case]] | None = None,
+    **spec,
+) -> OpSpec:
+    """``f(input, other)``: same shapes, strided, broadcast, expanded, 0-d, a 0-d (device or CPU)
+    operand, empty, mixed dtypes and Python scalars — once per keyword variant in ``variants``."""
+    olow = low if other_low is None else other_low
+    ohigh = high if other_high is None else other_high
+
+    def cases(c: Ctx) -> list[Case]:
+        def a(shape, **k):
+            return c.t(shape, low=low, high=high, **k)
+
+        def b(shape, **k):
+            return c.t(shape, low=olow, high=ohigh, exclude_zero=nonzero_other, **k)
+
+        base = [
+            ("same-shape", (a((3, 4)), b((3, 4)))),
+            ("strided", (a((3, 4), layout="transposed"), b((3, 4), layout="strided"))),
+            ("broadcast", (a((2, 1, 4)), b((3, 1)))),
+            ("expanded", (a((3, 4), layout="expanded"), b((4,)))),
+            ("0-d", (a(()), b(()))),
+            ("0-d-operand", (a((3, 4)), b(()))),
+            ("cpu-0-d-operand", (a((2, 3)), b((), on="cpu", grad=False))),
+            ("empty", (a((0, 4)), b((4,)))),
+        ]
+        other = c.other_dtype()
+        if other is not None:
+            base.append((f"mixed-{str(other).removeprefix('kiln.')}", (a((3, 4)), b((3, 4), dtype=other))))
+        if not tensor_only:
+            base += [(f"scalar-{s!r}", (a((3, 4)), s)) for s in scalars]
+        out = []
+        for kw in variants:
+            suffix = ",".join(f"{k}={v!r}" for k, v in kw.items())
+            out += [Case(label + (f"[{suffix}]" if suffix else ""), args, dict(kw)) for label, args in base]
+        if extra is not None:
+            out += extra(c)
+        return out
+
+    return OpSpec(cases, **spec)
+
+
+def reduction(variants: Callable[[int], list[dict]], **spec) -> OpSpec:
+    """``f(input, ...)`` over all layouts, 0-d and empty inputs, with keyword ``variants(ndim)``."""
+
+    def cases(c: Ctx) -> list[Case]:
+        inputs = [
+            ("contiguous", c.t((2, 3, 4))),
+            ("transposed", c.t((3, 4), layout="transposed")),
+            ("strided", c.t((2, 3, 4), layout="strided")),
+            ("expanded", c.t((3, 4), layout="expanded")),
+            ("0-d", c.t(())),
+            ("empty", c.t((0, 3))),
+        ]
+        out = []
+        for label, x in inputs:
+            for kw in variants(len(x.shape)):
+                suffix = ",".join(f"{k}={v!r}" for k, v in kw.items())
+                out.append(Case(f"{label}[{suffix}]" if suffix else label, (x,), dict(kw)))
+        if c.dtype.is_floating_point:
+            out.append(Case("specials", (c.specials(),), dict(variants(1)[0]), grad=False))
+        return out
+
+    return OpSpec(cases, **spec)
+
+
+def _dims_sum(nd: int) -> list[dict]:
+    if nd == 0:
+        return [{}, {"dim": 0}, {"dim": -1, "keepdim": True}]
+    v = [{}, {"dim": 1}, {"dim": -1, "keepdim": True}]
+    if nd >= 3:
+        v.append({"dim": (0, 2)})
+    return v
+
+
+def _dims_required(nd: int) -> list[dict]:
+    if nd == 0:
+        return [{"dim": 0}, {"dim": -1, "keepdim": True}]
+    return [{"dim": 1}, {"dim": -1, "keepdim": True}, {"dim": 0}]
+
+
+def _dims_optional_int(nd: int) -> list[dict]:
+    return [{}] + _dims_required(nd)
+
+
+def _sum_with_dtype(nd: int) -> list[dict]:
+    return _dims_sum(nd) + [{"dtype": kiln.float64}]
+
+
+def explicit(make: Callable[[Ctx], list[Case]], **spec) -> OpSpec:
+    """An op whose cases are written out by hand."""
+    return OpSpec(make, **spec)
+
+
+# ---------------------------------------------------------------------------------------- hand-written
+
+
+def _where(c: Ctx) -> list[Case]:
+    def cond(shape, **k):
+        return c.t(shape, dtype=kiln.bool, grad=False, **k)
+
+    return [
+        Case("same-shape", (cond((3, 4)), c.t((3, 4)), c.t((3, 4)))),
+        Case("broadcast", (cond((3, 1)), c.t((3, 4)), c.t((4,)))),
+        Case(
+            "strided",
+            (cond((3, 4), layout="strided"), c.t((3, 4), layout="transposed"), c.t((3, 4), layout="expanded")),
+        ),
+        Case("scalar-other", (cond((3, 4)), c.t((3, 4)), 0.0)),
+        Case("scalar-input", (cond((3, 4)), 2, c.t((3, 4)))),
+        Case("0-d", (cond(()), c.t(()), c.t(()))),
+        Case("empty", (cond((0, 4)), c.t((0, 4)), c.t((4,)))),
+    ]
+
+
+def _matmul(c: Ctx) -> list[Case]:
+    x = c.t
+    return [
+        Case("mm", (x((3, 4)), x((4, 5)))),
+        Case("mm-strided", (x((3, 4), layout="transposed"), x((4, 5), layout="strided"))),
+        Case("mm-expanded", (x((3, 4), layout="expanded"), x((4, 2)))),
+        Case("batched-broadcast", (x((2, 3, 4)), x((4, 5)))),
+        Case("batched", (x((2, 1, 3, 4)), x((3, 4, 2)))),
+        Case("mv", (x((3, 4)), x((4,)))),
+        Case("vm", (x((4,)), x((4, 5)))),
+        Case("dot", (x((4,)), x((4,)))),
+        Case("empty-rows", (x((0, 4)), x((4, 5)))),
+        Case("empty-inner", (x((3, 0)), x((0, 5)))),
+        Case("shape-mismatch", (x((3, 4)), x((5, 2)))),
+    ]
+
+
+def _view(c: Ctx) -> list[Case]:
+    x = c.t
+    return [
+        Case("2d", (x((3, 4)), (4, 3))),
+        Case("flatten", (x((3, 4)), (-1,))),
+        Case("3d", (x((2, 3, 4)), (6, 4))),
+        Case("0-d", (x(()), (1,))),
+        Case("empty", (x((0, 3)), (3, 0))),
+        Case("strided-compatible", (x((3, 4), layout="strided"), (3, 2, 2))),
+        Case("transposed-incompatible", (x((3, 4), layout="transposed"), (12,))),
+    ]
+
+
+def _permute(c: Ctx) -> list[Case]:
+    return [
+        Case("3d", (c.t((2, 3, 4)), (2, 0, 1))),
+        Case("transposed", (c.t((3, 4), layout="transposed"), (1, 0))),
+        Case("0-d", (c.t(()), ())),
+    ]
+
+
+def _transpose(c: Ctx) -> list[Case]:
+    return [
+        Case("3d", (c.t((2, 3, 4)), 0, 2)),
+        Case("strided", (c.t((3, 4), layout="strided"), -1, 0)),
+    ]
+
+
+def _t(c: Ctx) -> list[Case]:
+    return [Case("2d", (c.t((3, 4)),)), Case("1d", (c.t((5,)),)), Case("0-d", (c.t(()),))]
+
+
+def _expand(c: Ctx) -> list[Case]:
+    return [
+        Case("column", (c.t((3, 1)), (3, 4))),
+        Case("new-dims", (c.t((4,)), (2, 4))),
+        Case("0-d", (c.t(()), (2, 2))),
+        Case("strided", (c.t((3, 1), layout="strided"), (2, 3, 5))),
+    ]
+
+
+def _unsqueeze(c: Ctx) -> list[Case]:
+    return [
+        Case("front", (c.t((3, 4)), 0)),
+        Case("back", (c.t((3, 4)), -1)),
+        Case("transposed", (c.t((3, 4), layout="transposed"), 1)),
+        Case("0-d", (c.t(()), 0)),
+    ]
+
+
+def _squeeze(c: Ctx) -> list[Case]:
+    return [
+        Case("all", (c.t((3, 1, 4)), None)),
+        Case("dim", (c.t((3, 1, 4)), 1)),
+        Case("dims", (c.t((1, 3, 1)), (0, 2))),
+        Case("0-d", (c.t(()), None)),
+    ]
+
+
+def _index_view(c: Ctx) -> list[Case]:
+    return [
+        Case("int", (c.t((4, 5)), (1,))),
+        Case("step", (c.t((4, 5)), (slice(None, None, 2),))),
+        Case("ellipsis", (c.t((2, 3, 4)), (Ellipsis, 1))),
+        Case("none", (c.t((4, 5)), (None, slice(1, 3)))),
+        Case("transposed", (c.t((4, 5), layout="transposed"), (slice(1, None), -1))),
+        Case("out-of-range", (c.t((4, 5)), (7,))),
+    ]
+
+
+def _index_backward(c: Ctx) -> list[Case]:
+    return [
+        Case("int", (c.t((5,)), (4, 5), (1,))),
+        Case("step", (c.t((2, 5)), (4, 5), (slice(None, None, 2),))),
+        Case("ellipsis", (c.t((2, 3)), (2, 3, 4), (Ellipsis, 1))),
+    ]
+
+
+def _as_strided(c: Ctx) -> list[Case]:
+    return [
+        Case("window", (c.t((4, 4)), (2, 2), (4, 1), 1)),
+        Case("diagonal", (c.t((4, 4)), (4,), (5,), 0)),
+        Case("overlapping", (c.t((4, 4)), (2, 3), (1, 1), 2)),
+        Case("out-of-bounds", (c.t((2, 2)), (3, 3), (3, 1), 0)),
+    ]
+
+
+def _strided_scatter(c: Ctx) -> list[Case]:
+    in_geom = ((3, 4), (4, 1), 0)
+    return [
+        Case("transposed-view", (c.t((2, 2)), in_geom, ((2, 2), (1, 4), 1))),
+        Case("overlapping-view", (c.t((3, 3)), in_geom, ((3, 3), (1, 1), 0))),
+    ]
+
+
+def _strided_gather(c: Ctx) -> list[Case]:
+    in_geom = ((3, 4), (4, 1), 0)
+    return [
+        Case("transposed-view", (c.t((3, 4)), in_geom, ((2, 2), (1, 4), 1))),
+        Case("overlapping-view", (c.t((3, 4)), in_geom, ((3, 3), (1, 1), 0))),
+    ]
+
+
+def _strided_zero(c: Ctx) -> list[Case]:
+    in_geom = ((3, 4), (4, 1), 0)
+    return [
+        Case("transposed-view", (c.t((3, 4)), in_geom, ((2, 2), (1, 4), 1))),
+        Case("overlapping-view", (c.t((3, 4)), in_geom, ((3, 3), (1, 1), 0))),
+    ]
+
+
+def _clone(c: Ctx) -> list[Case]:
+    return [
+        Case("contiguous", (c.t((3, 4)),)),
+        Case("transposed", (c.t((3, 4), layout="transposed"),)),
+        Case("strided", (c.t((2, 3, 4), layout="strided"),)),
+        Case("expanded", (c.t((3, 4), layout="expanded"),)),
+        Case("0-d", (c.t(()),)),
+        Case("empty", (c.t((0, 3)),)),
+    ]
+
+
+def _to_copy(c: Ctx) -> list[Case]:
+    candidates = (c.dtype, kiln.float32, kiln.float64, kiln.int64, kiln.int32, kiln.bool, kiln.float16)
+    targets = list(dict.fromkeys(d for d in candidates if d in c.device_dtypes))
+    out = []
+    for d in targets:
+        name = str(d).removeprefix("kiln.")
+        out.append(Case(f"to-{name}", (c.t((3, 4)), d, DEVICE)))
+        out.append(Case(f"to-{name}-strided", (c.t((2, 3, 4), layout="strided"), d, DEVICE)))
+    out.append(Case("0-d", (c.t(()), c.dtype, DEVICE)))
+    out.append(Case("empty", (c.t((0, 3)), c.dtype, DEVICE)))
+    return out
+
+
+def _copy_from(c: Ctx) -> list[Case]:
+    def dst(shape, **k):
+        return c.t(shape, grad=False, **k)
+
+    out = [
+        Case("same", (dst((3, 4)), c.t((3, 4))), inplace=0),
+        Case("into-strided", (dst((3, 4), layout="strided"), c.t((3, 4), layout="transposed")), inplace=0),
+        Case("broadcast", (dst((3, 4)), c.t((4,))), inplace=0),
+        Case("from-cpu", (dst((3, 4), layout="transposed"), c.t((3, 4), on="cpu")), inplace=0),
+        Case("0-d", (dst(()), c.t(())), inplace=0),
+        Case("empty", (dst((0, 3)), c.t((0, 3))), inplace=0),
+    ]
+    other = c.other_dtype()
+    if other is not None:
+        out.append(Case("cast", (dst((3, 4)), c.t((3, 4), dtype=other)), inplace=0))
+    return out
+
+
+def _empty(c: Ctx) -> list[Case]:
+    return [
+        Case("2d", ((3, 4), c.dtype, DEVICE), values=False),
+        Case("0-d", ((), c.dtype, DEVICE), values=False),
+        Case("empty", ((0, 5), c.dtype, DEVICE), values=False),
+    ]
+
+
+def _full(c: Ctx) -> list[Case]:
+    fill = True if c.dtype is kiln.bool else 3 if not c.dtype.is_floating_point else 2.5
+    return [
+        Case("2d", ((3, 4), fill, c.dtype, DEVICE)),
+        Case("0-d", ((), fill, c.dtype, DEVICE)),
+        Case("empty", ((0, 5), fill, c.dtype, DEVICE)),
+        Case("zero", ((2, 3), 0, c.dtype, DEVICE)),
+    ]
+
+
+def _clamp(c: Ctx) -> list[Case]:
+    def bound(shape, value, **k):
+        return c.t(shape, low=value, high=value + 1, grad=True, **k)
+
+    x = c.t
+    return [
+        Case("both", (x((3, 4)), -1, 1)),
+        Case("min-only", (x((3, 4), layout="transposed"), -0.5, None)),
+        Case("max-only", (x((2, 3, 4), layout="strided"), None, 0.5)),
+        Case("tensor-bounds", (x((3, 4)), bound((4,), -2), bound((3, 1), 0))),
+        Case("expanded", (x((3, 4), layout="expanded"), -1, 2)),
+        Case("0-d", (x(()), -1, 1)),
+        Case("empty", (x((0, 3)), -1, 1)),
+        Case("no-bounds", (x((3,)), None, None)),
+    ]
+
+
+def _clamp_one(name: str):
+    def cases(c: Ctx) -> list[Case]:
+        x = c.t
+        return [
+            Case("scalar", (x((3, 4)), 0.5)),
+            Case("int-scalar", (x((3, 4), layout="transposed"), 1)),
+            Case("tensor", (x((2, 3, 4), layout="strided"), x((3, 1)))),
+            Case("0-d", (x(()), 0)),
+            Case("empty", (x((0, 3)), 0)),
+        ]
+
+    cases.__name__ = f"_{name}"
+    return cases
+
+
+def _lerp(c: Ctx) -> list[Case]:
+    x = c.t
+    return [
+        Case("scalar-weight", (x((3, 4)), x((3, 4)), 0.3)),
+        Case("tensor-weight", (x((3, 4), layout="transposed"), x((3, 4), layout="strided"), x((4,), low=0, high=1))),
+        Case("broadcast", (x((2, 1, 4)), x((3, 1)), 0.75)),
+        Case("0-d", (x(()), x(()), 0.5)),
+        Case("empty", (x((0, 4)), x((4,)), 0.5)),
+    ]
+
+
+def _addc(divide: bool):
+    def cases(c: Ctx) -> list[Case]:
+        x = c.t
+
+        def d(shape, **k):
+            return c.t(shape, exclude_zero=divide, **k)
+
+        return [
+            Case("same-shape", (x((3, 4)), x((3, 4)), d((3, 4)))),
+            Case("value", (x((3, 4)), x((3, 4), layout="strided"), d((3, 4), layout="transposed")), {"value": 0.5}),
+            Case("int-value", (x((3, 4)), x((3, 4)), d((3, 4))), {"value": 2}),
+            Case("broadcast", (x((2, 1, 4)), x((3, 1)), d((4,)))),
+            Case("0-d", (x(()), x(()), d(()))),
+            Case("empty", (x((0, 4)), x((4,)), d((4,)))),
+        ]
+
+    return cases
+
+
+def _threshold_backward(c: Ctx) -> list[Case]:
+    return [
+        Case("same-shape", (c.t((3, 4)), c.t((3, 4)))),
+        Case("strided", (c.t((3, 4), layout="transposed"), c.t((3, 4), layout="strided"))),
+        Case("0-d", (c.t(()), c.t(()))),
+        Case("empty", (c.t((0, 4)), c.t((0, 4)))),
+    ]
+
+
+def _div_by_zero(c: Ctx) -> list[Case]:
+    # integer division by zero raises for the rounding modes (PyTorch: "ZeroDivisionError"); float gives inf/nan
+    zeros = T(base=np.zeros(3, c.dtype.numpy), dtype=c.dtype, shape=(3,), grad=False)
+    return [
+        Case(f"zero-divisor[rounding_mode={m!r}]", (c.t((3,), grad=False), zeros), {"rounding_mode": m}, grad=False)
+        for m in (None, "trunc", "floor")
+    ]
+
+
+# ---------------------------------------------------------------------------------------- the table
+
+_POSITIVE = {"low": 0.25, "high": 4.0}
+
+SPECS: dict[str, OpSpec] = {
+    # views, creation and copies (device-generic in the core: every device gets them from its contract)
+    "view": explicit(_view, view=True),
+    "permute": explicit(_permute, view=True),
+    "transpose": explicit(_transpose, view=True),
+    "t": explicit(_t, view=True),
+    "expand": explicit(_expand, view=True),
+    "unsqueeze": explicit(_unsqueeze, view=True),
+    "squeeze": explicit(_squeeze, view=True),
+    "_index_view": explicit(_index_view, view=True),
+    "as_strided": explicit(_as_strided, view=True),
+    "_index_backward": explicit(_index_backward),
+    "clone": explicit(_clone),
+    "_to_copy": explicit(_to_copy),
+    "_copy_from": explicit(_copy_from),
+    "_empty": explicit(_empty),
+    "_full": explicit(_full),
+    "_strided_scatter": explicit(_strided_scatter),
+    "_strided_gather": explicit(_strided_gather),
+    "_strided_zero": explicit(_strided_zero),
+    # elementwise binary
+    "add": binary(variants=({}, {"alpha": 2})),
+    "sub": binary(variants=({}, {"alpha": 2})),
+    "mul": binary(),
+    "div": binary(
+        nonzero_other=True,
+        variants=({}, {"rounding_mode": "trunc"}, {"rounding_mode": "floor"}),
+        extra=_div_by_zero,
+    ),
+    "pow": binary(low=0.25, high=2.5, other_low=0, other_high=3, scalars=(2, 0.5)),
+    "eq": binary(low=-2, high=2),  # a narrow range, so equal elements occur
+    "ne": binary(low=-2, high=2),
+    "lt": binary(low=-2, high=2),
+    "le": binary(low=-2, high=2),
+    "gt": binary(low=-2, high=2),
+    "ge": binary(low=-2, high=2),
+    "bitwise_and": binary(scalars=(3, True)),
+    "bitwise_or": binary(scalars=(3, True)),
+    "bitwise_xor": binary(scalars=(3, True)),
+    "maximum": binary(low=-2, high=2, tensor_only=True),
+    "minimum": binary(low=-2, high=2, tensor_only=True),
+    "where": explicit(_where),
+    "_threshold_backward": explicit(_threshold_backward),
+    # elementwise unary
+    "neg": unary(),
+    "abs": unary(),
+    "sign": unary(),
+    "exp": unary(low=-2.0, high=2.0),
+    "log": unary(**_POSITIVE),
+    "sqrt": unary(**_POSITIVE),
+    "sin": unary(),
+    "cos": unary(),
+    "tanh": unary(),
+    "sigmoid": unary(),
+    "relu": unary(),
+    "isnan": unary(),
+    "logical_not": unary(),
+    "bitwise_not": unary(),
+    "exp2": unary(low=-2.0, high=2.0),
+    "expm1": unary(low=-2.0, high=2.0),
+    "log2": unary(**_POSITIVE),
+    "log10": unary(**_POSITIVE),
+    "log1p": unary(low=-0.5, high=3.0),
+    "rsqrt": unary(**_POSITIVE),
+    "reciprocal": unary(**_POSITIVE),
+    "tan": unary(low=-1.2, high=1.2),
+    "asin": unary(low=-0.95, high=0.95),
+    "acos": unary(low=-0.95, high=0.95),
+    "atan": unary(),
+    "sinh": unary(),
+    "cosh": unary(),
+    "asinh": unary(),
+    "acosh": unary(low=1.1, high=4.0),
+    "atanh": unary(low=-0.95, high=0.95),
+    "erf": unary(),
+    "erfc": unary(),
+    "erfinv": unary(low=-0.95, high=0.95),
+    "logit": unary(low=0.05, high=0.95, variants=({}, {"eps": 1e-6})),
+    "square": unary(),
+    "sgn": unary(),
+    "floor": unary(),
+    "ceil": unary(),
+    "trunc": unary(),
+    "round": unary(variants=({}, {"decimals": 1}, {"decimals": -1})),
+    "frac": unary(),
+    "isinf": unary(),
+    "isposinf": unary(),
+    "isneginf": unary(),
+    "isfinite": unary(),
+    "nan_to_num": unary(variants=({}, {"nan": 1.5, "posinf": 10.0, "neginf": -10.0})),
+    "atan2": binary(tensor_only=True),
+    "hypot": binary(tensor_only=True),
+    "copysign": binary(),
+    "fmod": binary(nonzero_other=True),
+    "remainder": binary(nonzero_other=True),
+    "floor_divide": binary(nonzero_other=True),
+    "logical_and": binary(tensor_only=True),
+    "logical_or": binary(tensor_only=True),
+    "logical_xor": binary(tensor_only=True),
+    "bitwise_left_shift": binary(low=0, high=3, scalars=(1, 2)),
+    "bitwise_right_shift": binary(low=0, high=7, other_low=0, other_high=2, scalars=(1, 2)),
+    "clamp": explicit(_clamp),
+    "clamp_min": explicit(_clamp_one("clamp_min")),
+    "clamp_max": explicit(_clamp_one("clamp_max")),
+    "lerp": explicit(_lerp),
+    "addcmul": explicit(_addc(divide=False)),
+    "addcdiv": explicit(_addc(divide=True)),
+    # linear algebra
+    "matmul": explicit(_matmul),
+    # reductions
+    "sum": reduction(_sum_with_dtype),
+    "mean": reduction(_dims_sum),
+    "amax": reduction(_dims_sum),
+    "amin": reduction(_dims_sum),
+    "_max_dim": reduction(_dims_required),
+    "_min_dim": reduction(_dims_required),
+    "_max_all": reduction(lambda nd: [{}]),
+    "_min_all": reduction(lambda nd: [{}]),
+    "argmax": reduction(_dims_optional_int),
+    "argmin": reduction(_dims_optional_int),
+    "any": reduction(_dims_sum),
+    "all": reduction(_dims_sum),
+}
+
+INTERNAL_ONLY: frozenset[str] = frozenset()
+"""Ops that no spec can call on their own (none today): listed here, they are reported, never failed."""
+
+
+def _annotation(p) -> str:
+    return p.annotation if isinstance(p.annotation, str) else getattr(p.annotation, "__name__", "")
+
+
+def infer_spec(opdef) -> OpSpec | None:
+    """A spec from the op's signature, for ops the table does not list yet (see the module docstring)."""
+    params = list(opdef.signature.parameters.values())
+    required = [p for p in params if p.default is p.empty]
+    names = [p.name for p in params]
+    if opdef.num_outputs != 1 or not params or "Tensor" not in _annotation(params[0]):
+        return None
+    if len(required) == 1 and names[1:3] != ["dim", "keepdim"]:  # f(input, options with defaults)
+        return dataclasses.replace(unary(), inferred=True)
+    if len(required) == 2 and names[1] == "other":
+        tensor_only = "Number" not in _annotation(params[1])
+        return dataclasses.replace(binary(tensor_only=tensor_only), inferred=True)
+    if len(required) == 1 and names[1:3] == ["dim", "keepdim"]:
+        return dataclasses.replace(reduction(_dims_sum), inferred=True)
+    return None
+
+
+def spec_for(opdef) -> OpSpec | None:
+    """The op's spec: from :data:`SPECS`, else inferred from its signature, else None."""
+    spec = SPECS.get(opdef.name)
+    return spec if spec is not None else infer_spec(opdef)
+
+
+def resolve(value: Any, device) -> Any:
+    """Replace :data:`DEVICE` by ``device`` (other values unchanged)."""
+    return device if value is DEVICE else value

@@ -1,0 +1,1 @@
+"""The conformance suite: test modules collected by ``pytest --kiln-device=NAME``."""

@@ -1,0 +1,205 @@
+"""Kernels of the example device: a subset of kiln's ops, computed in device memory.
+
+kiln calls a kernel as ``kernel(spec, *args)``: ``spec`` is what the op's meta function worked out —
+``(shape, dtype, device, ...)`` of the result, with a few ops adding fields (the comparison ops their
+compute dtype, reductions their normalised dims) — and ``args`` are the op's arguments, tensors
+still tensors. All argument checking happened in the meta function, before the kernel runs.
+
+A kernel allocates its result on the device, reads its inputs in place through their strides and
+storage offset (views are never copied first), and returns the result tensor. Ops not listed in
+:data:`KERNELS` run only through kiln's opt-in CPU fallback (``KILN_CPU_FALLBACK=1``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import kiln
+from kiln_example_device.device import NAME
+
+__all__ = ["KERNELS", "device_array", "new_output"]
+
+FLOATS = (kiln.float32, kiln.float64)
+
+
+def device_array(t: kiln.Tensor) -> np.ndarray:
+    """A tensor's elements as a NumPy view of its device buffer: its shape, strides and offset, no copy.
+
+    A 0-d CPU tensor may meet device tensors in one op (as in PyTorch); it is read on the host.
+    """
+    if t.device.type != NAME:
+        return t.numpy()
+    memory = t.untyped_storage().array()
+    itemsize = memory.itemsize
+    return np.lib.stride_tricks.as_strided(
+        memory[t.storage_offset() :],
+        shape=tuple(t.shape),
+        strides=tuple(s * itemsize for s in t.stride()),
+    )
+
+
+def new_output(spec) -> tuple[kiln.Tensor, np.ndarray]:
+    """A fresh contiguous result tensor for ``spec`` on the device, and a writable view of its memory."""
+    out = kiln.empty(spec[0], dtype=spec[1], device=spec[2])
+    return out, device_array(out)
+
+
+def operand(x, np_dtype) -> np.ndarray:
+    """A tensor (read in place) or a Python number, in the dtype the op computes in.
+
+    Python integers wrap into integer dtypes as in PyTorch (``uint8_tensor + -3`` adds 253).
+    """
+    if isinstance(x, kiln.Tensor):
+        a = device_array(x)
+        return a if a.dtype == np_dtype else a.astype(np_dtype)
+    return np.array(x).astype(np_dtype)[()]
+
+
+# ---------------------------------------------------------------------------------------- elementwise
+
+
+def _binary(np_fn, *, compute_field: int = 1):
+    """A kernel ``out = np_fn(input, other)`` computed in ``spec[compute_field]``'s dtype."""
+
+    def kernel(spec, input, other):
+        out, dst = new_output(spec)
+        compute = np.dtype(spec[compute_field].numpy)
+        dst[...] = np_fn(operand(input, compute), operand(other, compute))
+        return out
+
+    kernel.__name__ = np_fn.__name__
+    return kernel
+
+
+def _scaled(np_fn):
+    """``add``/``sub``: ``input op alpha * other``."""
+
+    def kernel(spec, input, other, alpha=1):
+        out, dst = new_output(spec)
+        compute = np.dtype(spec[1].numpy)
+        b = operand(other, compute)
+        if alpha != 1:
+            b = np.multiply(b, operand(alpha, compute))
+        dst[...] = np_fn(operand(input, compute), b)
+        return out
+
+    kernel.__name__ = np_fn.__name__
+    return kernel
+
+
+def div(spec, input, other, rounding_mode=None):
+    """True division, or rounded with ``rounding_mode`` ``'trunc'``/``'floor'`` (PyTorch's semantics)."""
+    out, dst = new_output(spec)
+    compute = np.dtype(spec[1].numpy)
+    a, b = operand(input, compute), operand(other, compute)
+    with np.errstate(all="ignore"):
+        if rounding_mode is None:
+            dst[...] = np.true_divide(a, b)
+        elif spec[1].is_floating_point:
+            dst[...] = np.floor_divide(a, b) if rounding_mode == "floor" else np.trunc(np.true_divide(a, b))
+        else:
+            if dst.size and np.any(np.asarray(b) == 0):
+                raise RuntimeError("ZeroDivisionError")
+            q = np.floor_divide(a, b)
+            if rounding_mode == "trunc":  # round toward zero: floor, plus one where the signs differ and b ∤ a
+                q = q + ((np.remainder(a, b) != 0) & ((np.asarray(a) < 0) != (np.asarray(b) < 0)))
+            dst[...] = q
+    return out
+
+
+def _unary(np_fn):
+    def kernel(spec, input):
+        out, dst = new_output(spec)
+        with np.errstate(all="ignore"):
+            dst[...] = np_fn(operand(input, np.dtype(spec[1].numpy)))
+        return out
+
+    kernel.__name__ = getattr(np_fn, "__name__", "unary")
+    return kernel
+
+
+def _sigmoid(a: np.ndarray) -> np.ndarray:
+    return 1 / (1 + np.exp(-a))
+
+
+def _relu(a: np.ndarray) -> np.ndarray:
+    return np.maximum(a, np.zeros((), a.dtype))  # NaN stays NaN, as in PyTorch
+
+
+def where(spec, condition, input, other):
+    """``input`` where ``condition`` else ``other``, broadcasting."""
+    out, dst = new_output(spec)
+    compute = np.dtype(spec[1].numpy)
+    dst[...] = np.where(operand(condition, np.dtype(bool)), operand(input, compute), operand(other, compute))
+    return out
+
+
+def threshold_backward(spec, grad, output):
+    """The gradient of ``relu``: ``grad`` where the result is positive, else 0."""
+    out, dst = new_output(spec)
+    g = operand(grad, np.dtype(spec[1].numpy))
+    dst[...] = np.where(operand(output, np.dtype(spec[1].numpy)) > 0, g, np.zeros((), g.dtype))
+    return out
+
+
+def clone(spec, input, memory_format=None):
+    """A copy in fresh device memory (contiguous)."""
+    out, dst = new_output(spec)
+    dst[...] = device_array(input)
+    return out
+
+
+# ---------------------------------------------------------------------------------------- reductions, matmul
+
+
+def sum(spec, input, dim=None, keepdim=False, dtype=None):  # noqa: A001 - the op's name
+    """Sum over the dims the meta function normalised (``spec[3]``), in the result dtype."""
+    out, dst = new_output(spec)
+    a = operand(input, np.dtype(spec[1].numpy))
+    axes = spec[3] if a.ndim else None
+    dst[...] = np.sum(a, axis=axes, keepdims=keepdim)
+    return out
+
+
+def matmul(spec, input, other):
+    """Matrix product with NumPy's (= PyTorch's) broadcasting and 1-D promotion rules."""
+    out, dst = new_output(spec)
+    compute = np.dtype(spec[1].numpy)
+    dst[...] = np.matmul(operand(input, compute), operand(other, compute))
+    return out
+
+
+# ---------------------------------------------------------------------------------------- the table
+
+# op name -> (kernel, dtypes it serves, or None for every dtype the device declares)
+KERNELS: dict[str, tuple] = {
+    "add": (_scaled(np.add), None),
+    "sub": (_scaled(np.subtract), None),
+    "mul": (_binary(np.multiply), None),
+    "div": (div, None),
+    "maximum": (_binary(np.maximum), None),
+    "minimum": (_binary(np.minimum), None),
+    "eq": (_binary(np.equal, compute_field=3), None),
+    "ne": (_binary(np.not_equal, compute_field=3), None),
+    "lt": (_binary(np.less, compute_field=3), None),
+    "le": (_binary(np.less_equal, compute_field=3), None),
+    "gt": (_binary(np.greater, compute_field=3), None),
+    "ge": (_binary(np.greater_equal, compute_field=3), None),
+    "neg": (_unary(np.negative), None),
+    "abs": (_unary(np.abs), None),
+    "relu": (_unary(_relu), None),
+    # transcendental functions only for floating point inputs: integer inputs (which PyTorch
+    # promotes to float) are "missing" on this device and need the CPU fallback
+    "exp": (_unary(np.exp), FLOATS),
+    "log": (_unary(np.log), FLOATS),
+    "sqrt": (_unary(np.sqrt), FLOATS),
+    "sin": (_unary(np.sin), FLOATS),
+    "cos": (_unary(np.cos), FLOATS),
+    "tanh": (_unary(np.tanh), FLOATS),
+    "sigmoid": (_unary(_sigmoid), FLOATS),
+    "_threshold_backward": (threshold_backward, None),
+    "where": (where, None),
+    "clone": (clone, None),
+    "sum": (sum, None),
+    "matmul": (matmul, FLOATS),
+}

@@ -55,10 +55,7 @@ class ReferenceMode(DispatchMode):
 def _reset_kernel_cache() -> None:
     # The dispatcher caches the kernel it resolved for an (op, device type) pair, the CPU fallback
     # included, so a change of KILN_CPU_FALLBACK needs the cache refilled from the registrations.
-    # (Core change requested: a public kiln.plugins function for this.)
-    _plugins.load()
-    with _plugins._lock:
-        _plugins._install_kernels()
+    _plugins.refresh_kernels()
 
 
 @contextlib.contextmanager

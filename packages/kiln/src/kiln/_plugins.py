@@ -62,6 +62,7 @@ class DeviceType:
     ``empty(numel, dtype, index)`` allocates storage; ``to_host(storage)`` copies a whole storage to a
     1-D NumPy array; ``from_host(array, index)`` makes new storage from a 1-D NumPy array;
     ``write(storage, start, array)`` copies a 1-D NumPy array into storage at element ``start``.
+    Storage objects support ``len()``, in elements. ``dtypes`` lists the dtypes the device holds.
     The rest have defaults suited to a single always-available device.
     """
 
@@ -384,6 +385,14 @@ def op_defined(opdef) -> None:
         _kernels.setdefault((opdef.name, "cpu"), []).append((None, wrap_reference(opdef), REFERENCE_PLUGIN))
         _plugins[REFERENCE_PLUGIN].kernels.setdefault("cpu", []).append(opdef.name)
         opdef.kernels["cpu"] = _select(opdef, "cpu", _kernels[(opdef.name, "cpu")])
+
+
+def refresh_kernels() -> None:
+    """Rebuild every op's kernel table from the registrations (e.g. after changing ``KILN_CPU_FALLBACK``:
+    resolved fallbacks are cached per op and device type)."""
+    load()
+    with _lock:
+        _install_kernels()
 
 
 def _install_kernels() -> None:

@@ -16,6 +16,7 @@ from kiln._plugins import (
     kernel_owner,
     op_coverage,
     plugins,
+    refresh_kernels,
     register_plugin,
     unregister_plugin,
 )
@@ -40,6 +41,7 @@ __all__ = [
     "kernel_owner",
     "op_coverage",
     "plugins",
+    "refresh_kernels",
     "register_plugin",
     "unregister_plugin",
 ]

@@ -153,5 +153,5 @@ def test_import_kiln_loads_no_plugin_and_compiles_nothing():
         "import sys, kiln; from kiln import _plugins; "
         "print(_plugins._loaded, 'pluggy' in sys.modules, 'numba' in sys.modules, 'ml_dtypes' in sys.modules)"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120).stdout
     assert out.split() == ["False", "False", "False", "False"]

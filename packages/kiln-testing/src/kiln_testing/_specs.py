@@ -315,6 +315,10 @@ def _dims_required(nd: int) -> list[dict]:
     return [{"dim": 1}, {"dim": -1, "keepdim": True}, {"dim": 0}]
 
 
+def _scan_dims(nd: int) -> list[dict]:
+    return [{"dim": 0}, {"dim": -1}] + ([{"dim": 1, "dtype": kiln.float64}] if nd >= 2 else [])
+
+
 def _dims_optional_int(nd: int) -> list[dict]:
     return [{}] + _dims_required(nd)
 
@@ -617,6 +621,73 @@ def _div_by_zero(c: Ctx) -> list[Case]:
     ]
 
 
+def _cat(c: Ctx) -> list[Case]:
+    other = c.other_dtype()
+    cases = [
+        Case("dim0", ([c.t((2, 3)), c.t((1, 3), layout="transposed")],)),
+        Case("dim-1", ([c.t((2, 3), layout="strided"), c.t((2, 1)), c.t((2, 0))], -1)),
+        Case("legacy-empty", ([c.t((0,)), c.t((2, 3)), c.t((0,))], 1)),
+        Case("empty", ([c.t((0, 3)), c.t((0, 3))],)),
+        Case("0-d", ([c.t(())],)),
+    ]
+    if other is not None:
+        cases.append(Case("mixed-dtype", ([c.t((2, 3)), c.t((2, 3), dtype=other)], 1)))
+    return cases
+
+
+def _flip(c: Ctx) -> list[Case]:
+    return [
+        Case("dims", (c.t((3, 4)), (0, 1))),
+        Case("transposed", (c.t((3, 4), layout="transposed"), (-1,))),
+        Case("none", (c.t((3, 4)), ())),
+        Case("empty", (c.t((0, 2)), (0,))),
+        Case("repeated", (c.t((3, 4)), (0, 0))),
+    ]
+
+
+def _roll(c: Ctx) -> list[Case]:
+    return [
+        Case("flat", (c.t((3, 4)), 5)),
+        Case("dims", (c.t((3, 4), layout="strided"), (1, -2), (0, 1))),
+        Case("0-d", (c.t(()), 1)),
+        Case("empty", (c.t((0, 2)), 1, 0)),
+    ]
+
+
+def _repeat(c: Ctx) -> list[Case]:
+    return [
+        Case("2d", (c.t((2, 3)), (2, 1))),
+        Case("lead", (c.t((3,), layout="strided"), (2, 1, 2))),
+        Case("0-d", (c.t(()), (3,))),
+        Case("zero", (c.t((2, 3)), (0, 2))),
+    ]
+
+
+def _diagonal(c: Ctx) -> list[Case]:
+    return [
+        Case("main", (c.t((3, 4)),)),
+        Case("offset", (c.t((3, 4), layout="transposed"), 1)),
+        Case("dims", (c.t((2, 3, 4)), -1, 2, 0)),
+        Case("empty", (c.t((3, 4)), 9)),
+    ]
+
+
+def _diagonal_backward(c: Ctx) -> list[Case]:
+    return [
+        Case("main", (c.t((3,)), (3, 4), 0, 0, 1)),
+        Case("offset", (c.t((2, 2)), (2, 3, 4), -1, 2, 0)),
+    ]
+
+
+def _tri(c: Ctx) -> list[Case]:
+    return [
+        Case("main", (c.t((3, 4)),)),
+        Case("batched", (c.t((2, 3, 3), layout="transposed"), -1)),
+        Case("offset", (c.t((4, 3), layout="strided"), 1)),
+        Case("empty", (c.t((0, 3)),)),
+    ]
+
+
 # ---------------------------------------------------------------------------------------- the table
 
 _POSITIVE = {"low": 0.25, "high": 4.0}
@@ -632,6 +703,14 @@ SPECS: dict[str, OpSpec] = {
     "squeeze": explicit(_squeeze, view=True),
     "_index_view": explicit(_index_view, view=True),
     "as_strided": explicit(_as_strided, view=True),
+    "diagonal": explicit(_diagonal, view=True),
+    "_diagonal_backward": explicit(_diagonal_backward),
+    "cat": explicit(_cat),
+    "flip": explicit(_flip),
+    "roll": explicit(_roll),
+    "repeat": explicit(_repeat),
+    "tril": explicit(_tri),
+    "triu": explicit(_tri),
     "_index_backward": explicit(_index_backward),
     "clone": explicit(_clone),
     "_to_copy": explicit(_to_copy),
@@ -743,6 +822,17 @@ SPECS: dict[str, OpSpec] = {
     "argmin": reduction(_dims_optional_int),
     "any": reduction(_dims_sum),
     "all": reduction(_dims_sum),
+    "prod": reduction(lambda nd: _dims_optional_int(nd) + [{"dtype": kiln.float64}]),
+    "_var": reduction(lambda nd: _dims_sum(nd) + [{"correction": 0}]),
+    "_std": reduction(lambda nd: _dims_sum(nd) + [{"correction": 0}]),
+    "logsumexp": reduction(lambda nd: _dims_required(nd) + ([{"dim": (0, 2)}] if nd >= 3 else [])),
+    "nansum": reduction(_sum_with_dtype),
+    "count_nonzero": reduction(lambda nd: [{}, {"dim": 0}, {"dim": -1}]),
+    "cumsum": reduction(_scan_dims),
+    "cumprod": reduction(_scan_dims),
+    "_median_all": reduction(lambda nd: [{}]),
+    "_median_dim": reduction(_dims_required),
+    "vector_norm": reduction(lambda nd: _dims_sum(nd) + [{"ord": 1}, {"ord": 0.5}, {"ord": float("inf"), "dim": -1}]),
 }
 
 INTERNAL_ONLY: frozenset[str] = frozenset()

@@ -12,7 +12,7 @@ __path__ = _pkgutil.extend_path(__path__, __name__)
 __version__ = "0.1.0"
 
 from kiln import _ops as _ops
-from kiln import autograd, random
+from kiln import autograd, linalg, random
 from kiln._device import device
 from kiln._dtype import (
     bfloat16,
@@ -174,6 +174,43 @@ from kiln._ops.reduction import (
     return_types,
     sum,
     sum_to_size,
+)
+from kiln._ops.scans import (
+    count_nonzero,
+    cumprod,
+    cumsum,
+    logsumexp,
+    median,
+    nanmean,
+    nansum,
+    norm,
+    prod,
+    std,
+    std_mean,
+    var,
+    var_mean,
+)
+from kiln._ops.shape import (
+    cat,
+    chunk,
+    concat,
+    concatenate,
+    diag,
+    diagonal,
+    flip,
+    fliplr,
+    flipud,
+    moveaxis,
+    movedim,
+    narrow_copy,
+    roll,
+    split,
+    stack,
+    tile,
+    tril,
+    triu,
+    unbind,
+    unflatten,
 )
 from kiln._ops.strided import as_strided
 from kiln._ops.views import (

@@ -601,4 +601,6 @@ def _wrap_dim(dim: int, ndim: int) -> int:
         raise TypeError(f"dim must be an int, got {type(dim).__name__}")
     if dim < lo or dim > hi:
         raise IndexError(f"Dimension out of range (expected to be in range of [{lo}, {hi}], but got {dim})")
-    return dim + ndim if dim < 0 else (0 if ndim == 0 else dim)
+    if ndim == 0:
+        return 0
+    return dim + ndim if dim < 0 else dim

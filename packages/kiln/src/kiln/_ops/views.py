@@ -556,6 +556,8 @@ def select(input: Tensor, dim: int, index: int) -> Tensor:
 
 def narrow(input: Tensor, dim: int, start: int, length: int) -> Tensor:
     """``length`` elements from ``start`` along ``dim``, as a view."""
+    if input.dim() == 0:
+        raise RuntimeError("narrow() cannot be applied to a 0-dim tensor.")
     d = wrap_dim(dim, input.dim())
     size = input._shape[d]
     if start < 0:

@@ -39,6 +39,8 @@ def _check_options(options: dict) -> None:
 
 
 def _as_tuple(x) -> tuple:
+    if isinstance(x, list):
+        return tuple(x)
     return x if isinstance(x, tuple) else (x,)
 
 

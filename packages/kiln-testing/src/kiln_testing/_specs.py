@@ -688,7 +688,232 @@ def _tri(c: Ctx) -> list[Case]:
     ]
 
 
+def _ix(values, dtype=None) -> T:
+    a = np.asarray(values, dtype=np.int64)
+    return T(base=a, dtype=dtype or kiln.int64, shape=a.shape, grad=False)
+
+
+def _mask(values) -> T:
+    a = np.asarray(values, dtype=bool)
+    return T(base=a, dtype=kiln.bool, shape=a.shape, grad=False)
+
+
+def _gather(c: Ctx) -> list[Case]:
+    return [
+        Case("dim1", (c.t((3, 4)), 1, _ix([[0, 3], [1, 1], [2, 0]]))),
+        Case("dim0-transposed", (c.t((3, 4), layout="transposed"), 0, _ix([[2, 0, 1]], kiln.int32))),
+        Case("empty", (c.t((3, 4)), 1, _ix(np.zeros((3, 0))))),
+        Case("0-d", (c.t(()), 0, _ix(0))),
+    ]
+
+
+def _scatter(c: Ctx) -> list[Case]:
+    return [
+        Case("src", (c.t((3, 4)), 1, _ix([[0, 3], [1, 2], [2, 0]]), c.t((3, 2)))),
+        Case("strided", (c.t((3, 4), layout="strided"), 0, _ix([[2, 0, 1]]), c.t((2, 3)))),
+        Case("value", (c.t((3, 4)), 1, _ix([[0, 3], [1, 2], [2, 0]])), {"value": 1}),
+        Case("empty", (c.t((3, 4)), 1, _ix(np.zeros((3, 0))), c.t((3, 0)))),
+    ]
+
+
+def _scatter_add(c: Ctx) -> list[Case]:
+    return [
+        Case("duplicates", (c.t((3, 4)), 1, _ix([[0, 0], [1, 1], [2, 0]]), c.t((3, 2)))),
+        Case("transposed", (c.t((3, 4), layout="transposed"), 0, _ix([[2, 2, 1]]), c.t((2, 3)))),
+        Case("0-d", (c.t(()), 0, _ix(0), c.t(()))),
+    ]
+
+
+def _index_select(c: Ctx) -> list[Case]:
+    return [
+        Case("dim1", (c.t((3, 4)), 1, _ix([3, 0, 3]))),
+        Case("dim0-int32", (c.t((3, 4), layout="strided"), 0, _ix([1], kiln.int32))),
+        Case("empty", (c.t((3, 4)), 0, _ix(np.zeros(0)))),
+        Case("0-d", (c.t(()), 0, _ix(0))),
+    ]
+
+
+def _index_add(c: Ctx) -> list[Case]:
+    return [
+        Case("duplicates", (c.t((3, 4)), 1, _ix([3, 0, 3]), c.t((3, 3)))),
+        Case("alpha", (c.t((3, 4), layout="transposed"), 0, _ix([2, 2]), c.t((2, 4))), {"alpha": 2}),
+    ]
+
+
+def _index_fill(c: Ctx) -> list[Case]:
+    return [
+        Case("dim1", (c.t((3, 4)), 1, _ix([3, -4]), 1)),
+        Case("dim0", (c.t((3, 4), layout="strided"), 0, _ix([1]), 0)),
+    ]
+
+
+def _masked_fill(c: Ctx) -> list[Case]:
+    m = [[True, False, False, True], [False, False, True, True], [True, True, False, False]]
+    return [
+        Case("scalar", (c.t((3, 4)), _mask(m), 1)),
+        Case("broadcast", (c.t((3, 4), layout="transposed"), _mask(m[0]), 0)),
+        Case("tensor-value", (c.t((3, 4)), _mask(m), c.t(()))),
+        Case("empty", (c.t((0, 4)), _mask(np.zeros((0, 4))), 1)),
+    ]
+
+
+def _take(c: Ctx) -> list[Case]:
+    return [
+        Case("2d", (c.t((3, 4), layout="transposed"), _ix([[0, 11], [-1, 5]]))),
+        Case("empty", (c.t((3, 4)), _ix(np.zeros(0)))),
+        Case("0-d", (c.t(()), _ix([0, 0]))),
+    ]
+
+
+def _sort(c: Ctx) -> list[Case]:
+    return [
+        Case("last", (c.t((3, 4)),)),
+        Case("dim0-desc", (c.t((3, 4), layout="strided"), 0, True)),
+        Case("stable", (c.t((5,)), -1, False, True)),
+        Case("empty", (c.t((0, 3)),)),
+        Case("0-d", (c.t(()),)),
+    ]
+
+
+def _index_copy(c: Ctx) -> list[Case]:
+    return [
+        Case("dim1", (c.t((3, 4)), 1, _ix([3, 0]), c.t((3, 2)))),
+        Case("dim0", (c.t((3, 4), layout="transposed"), 0, _ix([2]), c.t((1, 4)))),
+    ]
+
+
+def _nonzero(c: Ctx) -> list[Case]:
+    return [
+        Case("2d", (c.t((3, 4), layout="transposed"),), grad=False),
+        Case("empty", (c.t((0, 2)),), grad=False),
+        Case("0-d", (c.t(()),), grad=False),
+    ]
+
+
+def _masked_select(c: Ctx) -> list[Case]:
+    m = [[True, False, False, True], [False, False, True, True], [True, True, False, False]]
+    return [
+        Case("2d", (c.t((3, 4)), _mask(m))),
+        Case("broadcast", (c.t((3, 4), layout="strided"), _mask(m[0]))),
+        Case("empty", (c.t((0, 4)), _mask(np.zeros((0, 4))))),
+    ]
+
+
+def _bincount(c: Ctx) -> list[Case]:
+    return [
+        Case("plain", (_ix([1, 3, 3, 0]),), grad=False),
+        Case("weights", (_ix([1, 3, 3]), c.t((3,))), grad=False),
+        Case("minlength", (_ix([2]), None, 6), grad=False),
+    ]
+
+
+def _searchsorted(c: Ctx) -> list[Case]:
+    seq = T(base=np.arange(5).astype(c.dtype.numpy), dtype=c.dtype, shape=(5,), grad=False)
+    return [
+        Case("1d", (seq, c.t((2, 3))), grad=False),
+        Case("right", (seq, c.t((4,))), {"right": True}, grad=False),
+    ]
+
+
+def _scatter_reduce(c: Ctx) -> list[Case]:
+    idx = _ix([[0, 0, 2], [1, 3, 1], [2, 0, 0]])
+    return [
+        Case(f"{r}-{inc}", (c.t((3, 4)), 1, idx, c.t((3, 3)), r), {"include_self": inc}, grad=r != "prod")
+        for r in ("sum", "prod", "mean", "amax", "amin")
+        for inc in (True, False)
+    ]
+
+
+def _unique(c: Ctx) -> list[Case]:
+    return [
+        Case("plain", (c.t((3, 4), layout="transposed", low=-2, high=2),), grad=False),
+        Case("consecutive", (c.t((6,), low=-1, high=1), True, True, True, True), grad=False),
+        Case("empty", (c.t((0,)),), grad=False),
+    ]
+
+
+def _histc(c: Ctx) -> list[Case]:
+    return [
+        Case("auto", (c.t((3, 4), layout="transposed"), 5), grad=False),
+        Case("range", (c.t((8,)), 4, -1.0, 1.0), grad=False),
+    ]
+
+
+def _index(c: Ctx) -> list[Case]:
+    m = [[True, False, False, True], [False, False, True, True], [True, True, False, False]]
+    return [
+        Case("ints", (c.t((3, 4), layout="transposed"), [_ix([2, 0, -1]), _ix([1, 1, 3])])),
+        Case("rows", (c.t((3, 4)), [_ix([[0], [2]])])),
+        Case("mask", (c.t((3, 4), layout="strided"), [_mask(m)])),
+    ]
+
+
+def _index_put(c: Ctx) -> list[Case]:
+    return [
+        Case("set", (c.t((3, 4)), [_ix([2, 0]), _ix([1, 3])], c.t((2,)))),
+        Case("accumulate", (c.t((3, 4), layout="transposed"), [_ix([1, 1])], c.t((4,)), True)),
+        Case("mask", (c.t((3, 4)), [_mask([True, False, True])], c.t(()))),
+    ]
+
+
+def _masked_scatter(c: Ctx) -> list[Case]:
+    m = [[True, False, False, True], [False, False, True, True], [True, True, False, False]]
+    return [
+        Case("2d", (c.t((3, 4)), _mask(m), c.t((8,)))),
+        Case("broadcast", (c.t((3, 4), layout="transposed"), _mask(m[0]), c.t((2, 4)))),
+    ]
+
+
 # ---------------------------------------------------------------------------------------- the table
+
+
+def _einsum(c: Ctx) -> list[Case]:
+    x = c.t
+    return [
+        Case("mm", ("ij,jk->ik", [x((3, 4)), x((4, 5), layout="transposed")])),
+        Case("implicit", ("ij,jk", [x((3, 4)), x((4, 5))])),
+        Case("trace", ("ii", [x((3, 3))])),
+        Case("diagonal", ("ii->i", [x((3, 3), layout="strided")])),
+        Case("ellipsis", ("...ij,...jk->...ik", [x((2, 3, 4)), x((4, 5))])),
+        Case("three", ("ab,bc,cd->ad", [x((2, 3)), x((3, 4)), x((4, 2))])),
+        Case("empty", ("ij,jk->ik", [x((0, 4)), x((4, 5))])),
+        Case("mismatch", ("ij,jk", [x((2, 3)), x((4, 2))])),
+    ]
+
+
+def _square(spd: bool, grad: bool = True):
+    def make(c: Ctx) -> list[Case]:
+        def m(batch, n=3):
+            rng = np.random.default_rng(len(batch) + n)
+            a = rng.standard_normal(batch + (n, n))
+            a = a @ np.swapaxes(a, -1, -2) + n * np.eye(n) if spd else a + 3 * n * np.eye(n)
+            d = c.dtype
+            return T(base=a.astype(d.numpy), dtype=d, shape=a.shape)
+
+        return [
+            Case("matrix", (m(()),), grad=grad),
+            Case("batched", (m((2,)),), grad=grad),
+            Case("empty", (m((0,)),), grad=grad),
+            Case("non-square", (c.t((3, 4)),), grad=False),
+        ]
+
+    return make
+
+
+def _factor(option: str, values: tuple):
+    def make(c: Ctx) -> list[Case]:
+        x = c.t
+        cases = [
+            Case("tall", (x((4, 3)),), grad=False),
+            Case("wide", (x((3, 4), layout="transposed"),), grad=False),
+            Case("batched", (x((2, 3, 3)),), grad=False),
+            Case("empty", (x((0, 3)),), grad=False),
+        ]
+        cases += [Case(f"{option}={v}", (x((4, 3)),), {option: v}, grad=False) for v in values]
+        return cases
+
+    return make
+
 
 _POSITIVE = {"low": 0.25, "high": 4.0}
 
@@ -809,6 +1034,14 @@ SPECS: dict[str, OpSpec] = {
     "addcdiv": explicit(_addc(divide=True)),
     # linear algebra
     "matmul": explicit(_matmul),
+    "einsum": explicit(_einsum),
+    "inv": explicit(_square(False)),
+    "det": explicit(_square(False)),
+    "_slogdet": explicit(_square(False)),
+    "cholesky": explicit(_square(True, grad=False)),
+    "_eigh": explicit(_square(True, grad=False)),
+    "_svd": explicit(_factor("full_matrices", (False,))),
+    "_qr": explicit(_factor("mode", ("complete", "r"))),
     # reductions
     "sum": reduction(_sum_with_dtype),
     "mean": reduction(_dims_sum),
@@ -832,6 +1065,26 @@ SPECS: dict[str, OpSpec] = {
     "cumprod": reduction(_scan_dims),
     "_median_all": reduction(lambda nd: [{}]),
     "_median_dim": reduction(_dims_required),
+    "gather": explicit(_gather),
+    "scatter": explicit(_scatter),
+    "scatter_add": explicit(_scatter_add),
+    "index_select": explicit(_index_select),
+    "index_add": explicit(_index_add),
+    "index_fill": explicit(_index_fill),
+    "masked_fill": explicit(_masked_fill),
+    "take": explicit(_take),
+    "_sort": explicit(_sort),
+    "index_copy": explicit(_index_copy),
+    "_nonzero": explicit(_nonzero),
+    "masked_select": explicit(_masked_select),
+    "bincount": explicit(_bincount),
+    "searchsorted": explicit(_searchsorted),
+    "scatter_reduce": explicit(_scatter_reduce),
+    "_unique": explicit(_unique),
+    "histc": explicit(_histc),
+    "_index": explicit(_index),
+    "index_put": explicit(_index_put),
+    "masked_scatter": explicit(_masked_scatter),
     "vector_norm": reduction(lambda nd: _dims_sum(nd) + [{"ord": 1}, {"ord": 0.5}, {"ord": float("inf"), "dim": -1}]),
 }
 

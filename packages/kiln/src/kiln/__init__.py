@@ -97,7 +97,53 @@ from kiln._ops.elementwise import (
     true_divide,
     where,
 )
+from kiln._ops.indexing import (
+    argsort,
+    bincount,
+    bucketize,
+    gather,
+    histc,
+    index_add,
+    index_copy,
+    index_fill,
+    index_put,
+    index_select,
+    kthvalue,
+    masked_fill,
+    masked_scatter,
+    masked_select,
+    meshgrid,
+    msort,
+    nonzero,
+    scatter,
+    scatter_add,
+    scatter_reduce,
+    searchsorted,
+    sort,
+    take,
+    take_along_dim,
+    topk,
+    unique,
+    unique_consecutive,
+)
 from kiln._ops.linalg import matmul, mm
+from kiln._ops.linalg_extra import (
+    addbmm,
+    addmm,
+    addmv,
+    baddbmm,
+    bmm,
+    det,
+    dot,
+    einsum,
+    ger,
+    inverse,
+    mv,
+    outer,
+    slogdet,
+    tensordot,
+    trace,
+)
 from kiln._ops.math import (
     acos,
     acosh,
@@ -239,6 +285,7 @@ from kiln._tensor import Size, Tensor
 from kiln.autograd import enable_grad, inference_mode, no_grad, set_grad_enabled
 from kiln.autograd.grad_mode import is_grad_enabled, is_inference_mode_enabled
 from kiln.random import Generator, get_rng_state, initial_seed, manual_seed, seed, set_rng_state
+from kiln.serialization import load, save
 
 
 def is_tensor(obj) -> bool:

@@ -1,7 +1,43 @@
-"""``kiln.linalg``: norms (``torch.linalg``'s names). The matrix products live in :mod:`kiln` itself."""
+"""``kiln.linalg``: norms, inverses, determinants, solves and decompositions (``torch.linalg``'s names).
+
+The matrix products live in :mod:`kiln` itself."""
 
 from __future__ import annotations
 
+from kiln._ops.linalg_extra import (
+    LinAlgError,
+    cholesky,
+    cross,
+    det,
+    eigh,
+    eigvalsh,
+    inv,
+    matrix_norm,
+    norm,
+    qr,
+    slogdet,
+    solve,
+    svd,
+    svdvals,
+    vecdot,
+)
 from kiln._ops.scans import vector_norm
 
-__all__ = ["vector_norm"]
+__all__ = [
+    "LinAlgError",
+    "cholesky",
+    "cross",
+    "det",
+    "eigh",
+    "eigvalsh",
+    "inv",
+    "matrix_norm",
+    "norm",
+    "qr",
+    "slogdet",
+    "solve",
+    "svd",
+    "svdvals",
+    "vecdot",
+    "vector_norm",
+]

@@ -1,7 +1,20 @@
 """Every core op. Importing this package defines them all (in the op registry) and binds their
 ``Tensor`` methods; the reference backend imports it when it first registers kernels."""
 
-from kiln._ops import copy, creation, elementwise, linalg, math, reduction, scans, shape, strided, views
+from kiln._ops import (
+    copy,
+    creation,
+    elementwise,
+    indexing,
+    linalg,
+    linalg_extra,
+    math,
+    reduction,
+    scans,
+    shape,
+    strided,
+    views,
+)
 from kiln._ops.inplace import install_inplace_methods
 
 install_inplace_methods()

@@ -291,7 +291,11 @@ class OpNode(Node):
             raise RuntimeError(_FREED_MESSAGE)
         kwargs = {}
         for name, value in self.saved.items():
-            kwargs[name] = value.unpack(self) if isinstance(value, SavedTensor) else value
+            if isinstance(value, SavedTensor):
+                value = value.unpack(self)
+            elif name == "result" and isinstance(value, tuple):  # several outputs
+                value = tuple(v.unpack(self) if isinstance(v, SavedTensor) else v for v in value)
+            kwargs[name] = value
         if needs.needs_input_grad:
             nf = self.next_functions
             kwargs["needs_input_grad"] = tuple(
@@ -330,10 +334,11 @@ class OpNode(Node):
 
     def release(self) -> None:
         self.freed = True
-        for v in self.saved.values():
-            if isinstance(v, SavedTensor):
-                v.freed = True
-                v.data = None
+        for value in self.saved.values():
+            for v in value if isinstance(value, tuple) else (value,):
+                if isinstance(v, SavedTensor):
+                    v.freed = True
+                    v.data = None
 
 
 def _fit_to_input(g: Tensor, meta: tuple, node: Node, i: int) -> Tensor:

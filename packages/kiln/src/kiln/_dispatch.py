@@ -20,6 +20,7 @@ tracing, profiling) sit around that path on a thread-local stack and cost one tr
 from __future__ import annotations
 
 import inspect
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -98,38 +99,45 @@ class OpDef:
 def _make_public(opdef: OpDef, doc_fn: Callable) -> Callable:
     """Generate the public function with the op's exact signature and a direct call into ``call``.
 
-    Generated once at definition: argument binding by Python itself is far cheaper than
-    ``inspect.Signature.bind`` on every call.
+    Argument binding by Python itself is far cheaper than ``inspect.Signature.bind`` on every call.
+    The code is compiled once per parameter layout and shared by every op with that layout (compiling
+    per op would dominate ``import kiln``); each op gets its own globals, defaults and names.
     """
-    sig = opdef.signature
-    params = []
-    pass_args = []
-    defaults: dict[str, Any] = {}
-    seen_kwonly = False
-    for p in sig.parameters.values():
-        text = p.name
-        if p.kind is p.KEYWORD_ONLY and not seen_kwonly:
-            params.append("*")
-            seen_kwonly = True
-        if p.default is not p.empty:
-            defaults[f"_d_{p.name}"] = p.default
-            text += f"=_d_{p.name}"
-        params.append(text)
-        pass_args.append(p.name)
-    src = (
-        f"def {opdef.name}({', '.join(params)}):\n"
-        f"    return _call(_op, ({', '.join(pass_args)}{',' if len(pass_args) == 1 else ''}))\n"
+    params = list(opdef.signature.parameters.values())
+    key = tuple((p.name, p.kind, p.default is not p.empty) for p in params)
+    code = _CODE_BY_LAYOUT.get(key)
+    if code is None:
+        texts = []
+        seen_kwonly = False
+        for p in params:
+            if p.kind is p.KEYWORD_ONLY and not seen_kwonly:
+                texts.append("*")
+                seen_kwonly = True
+            texts.append(p.name + ("=None" if p.default is not p.empty else ""))  # real defaults set below
+        names = [p.name for p in params]
+        src = f"def op({', '.join(texts)}):\n    return _call(_op, ({', '.join(names)}{',' if len(names) == 1 else ''}))\n"
+        namespace: dict[str, Any] = {}
+        exec(compile(src, "<kiln op>", "exec"), namespace)  # noqa: S102 - generated from a signature
+        code = _CODE_BY_LAYOUT[key] = namespace["op"].__code__
+    positional_defaults = tuple(p.default for p in params if p.default is not p.empty and p.kind is not p.KEYWORD_ONLY)
+    keyword_defaults = {p.name: p.default for p in params if p.default is not p.empty and p.kind is p.KEYWORD_ONLY}
+    fn = types.FunctionType(
+        code.replace(co_name=opdef.name, co_qualname=opdef.name, co_filename=f"<kiln op {opdef.name}>"),
+        {"_call": call, "_op": opdef, "__builtins__": __builtins__},
+        opdef.name,
+        positional_defaults or None,
     )
-    namespace = {"_call": call, "_op": opdef, **defaults}
-    exec(compile(src, f"<kiln op {opdef.name}>", "exec"), namespace)  # noqa: S102 - generated from a signature
-    fn = namespace[opdef.name]
+    fn.__kwdefaults__ = keyword_defaults or None
     fn.__doc__ = doc_fn.__doc__
     fn.__module__ = doc_fn.__module__
     fn.__qualname__ = opdef.name
-    fn.__signature__ = sig
+    fn.__signature__ = opdef.signature
     fn.__wrapped__ = doc_fn
     fn.op = opdef
     return fn
+
+
+_CODE_BY_LAYOUT: dict[tuple, types.CodeType] = {}
 
 
 def op(

@@ -10,7 +10,6 @@ higher-order gradients work).
 from __future__ import annotations
 
 import string
-from collections import namedtuple
 from collections.abc import Sequence
 
 import numpy as np
@@ -20,6 +19,7 @@ from kiln._dispatch import op
 from kiln._ops._meta import scalar_type_name
 from kiln._ops.elementwise import _compute_np
 from kiln._ops.linalg import matmul
+from kiln._ops.reduction import _return_type
 from kiln._tensor import Tensor
 
 
@@ -436,8 +436,7 @@ def _slogdet(A: Tensor) -> tuple[Tensor, Tensor]:
     """Sign and log of the absolute value of the determinant."""
 
 
-_SlogdetResult = namedtuple("linalg_slogdet", ["sign", "logabsdet"])
-_SlogdetResult.__module__ = "kiln.return_types"
+_SlogdetResult = _return_type("linalg_slogdet", ("sign", "logabsdet"))
 
 
 def slogdet(A: Tensor):
@@ -616,8 +615,7 @@ def _eigh(A: Tensor, UPLO: str = "L") -> tuple[Tensor, Tensor]:
     """Eigenvalues (ascending) and eigenvectors of a symmetric matrix."""
 
 
-_EighResult = namedtuple("linalg_eigh", ["eigenvalues", "eigenvectors"])
-_EighResult.__module__ = "kiln.return_types"
+_EighResult = _return_type("linalg_eigh", ("eigenvalues", "eigenvectors"))
 
 
 def eigh(A: Tensor, UPLO: str = "L"):
@@ -704,8 +702,7 @@ def _svd(A: Tensor, full_matrices: bool = True) -> tuple[Tensor, Tensor, Tensor]
     """Singular value decomposition ``A = U diag(S) Vh``."""
 
 
-_SvdResult = namedtuple("linalg_svd", ["U", "S", "Vh"])
-_SvdResult.__module__ = "kiln.return_types"
+_SvdResult = _return_type("linalg_svd", ("U", "S", "Vh"))
 
 
 def svd(A: Tensor, full_matrices: bool = True):
@@ -778,8 +775,7 @@ def _qr(A: Tensor, mode: str = "reduced") -> tuple[Tensor, Tensor]:
     """QR decomposition."""
 
 
-_QrResult = namedtuple("linalg_qr", ["Q", "R"])
-_QrResult.__module__ = "kiln.return_types"
+_QrResult = _return_type("linalg_qr", ("Q", "R"))
 
 
 def qr(A: Tensor, mode: str = "reduced"):

@@ -260,15 +260,16 @@ def _min_dim(input: Tensor, dim: int, keepdim: bool = False) -> tuple[Tensor, Te
     """Minimum values and their indices along ``dim``."""
 
 
-def _return_type(name: str):
-    base = namedtuple(name, ["values", "indices"])
+def _return_type(name: str, fields: tuple[str, ...] = ("values", "indices")):
+    """A named tuple printed as PyTorch prints ``torch.return_types.<name>``."""
+    base = namedtuple(name, fields)
 
     def __repr__(self) -> str:
-        return f"kiln.return_types.{name}(\nvalues={self.values!r},\nindices={self.indices!r})"
+        body = ",\n".join(f"{f}={getattr(self, f)!r}" for f in fields)
+        return f"kiln.return_types.{name}(\n{body})"
 
-    cls = type(
-        name, (base,), {"__slots__": (), "__repr__": __repr__, "__doc__": f"``(values, indices)`` of ``{name}``."}
-    )
+    doc = f"``({', '.join(fields)})`` of ``{name}``."
+    cls = type(name, (base,), {"__slots__": (), "__repr__": __repr__, "__doc__": doc})
     cls.__module__ = "kiln.return_types"
     return cls
 

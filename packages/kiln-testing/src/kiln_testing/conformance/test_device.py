@@ -1,5 +1,5 @@
 """The device contract: registration, host round trips, views and writes, creation, copies between
-devices, serialization (pickle; ``kiln.save`` does not exist yet), random numbers, memory statistics,
+devices, serialization (``kiln.save``/``kiln.load`` and pickle), random numbers, memory statistics,
 autograd on the device, and the errors for ops and dtypes the device does not serve."""
 
 from __future__ import annotations
@@ -242,8 +242,22 @@ def test_copy_between_devices(dtype, dev, plan):
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
+def test_save_load_round_trip(dtype, layout, dev, tmp_path):
+    src = _cpu_tensor(dtype, layout, seed=7)
+    t = src.to(dev)
+    path = tmp_path / "tensors.safetensors"
+    kiln.save({"t": t, "nested": [t, {"again": t}]}, path)
+    back = kiln.load(path)
+    assert back["t"].device == dev and back["t"].dtype == dtype and back["t"].shape == t.shape
+    _same_bits(back["t"].cpu(), src, f"kiln.save/kiln.load of a {layout} {dtype} tensor on {dev}")
+    _same_bits(back["nested"][1]["again"].cpu(), src, "kiln.save/kiln.load of a nested tensor")
+    on_cpu = kiln.load(path, map_location="cpu")
+    assert on_cpu["t"].device.type == "cpu"
+    _same_bits(on_cpu["t"], src, "kiln.load(map_location='cpu')")
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
 def test_pickle_round_trip(dtype, layout, dev):
-    # kiln.save/kiln.load do not exist yet; pickle (and deepcopy) is the serialization there is.
     src = _cpu_tensor(dtype, layout, seed=5)
     t = src.to(dev)
     back = pickle.loads(pickle.dumps(t))

@@ -8,23 +8,12 @@ import warnings
 import pytest
 
 import kiln
-from kiln import plugins
+from kiln import _dtype, plugins
 from kiln._dispatch import OPS
 from kiln_testing._runner import ReferenceMode, _build, call_on_device, cpu_fallback, run_forward
 from kiln_testing._specs import SPECS, Ctx, spec_for
 
-ALL_DTYPES = (
-    kiln.bool,
-    kiln.uint8,
-    kiln.int8,
-    kiln.int16,
-    kiln.int32,
-    kiln.int64,
-    kiln.float16,
-    kiln.bfloat16,
-    kiln.float32,
-    kiln.float64,
-)
+ALL_DTYPES = _dtype.ALL_DTYPES  # the core's one list, in promotion order
 BINDING_ERRORS = ("required argument", "unexpected keyword", "positional argument", "takes ")
 
 

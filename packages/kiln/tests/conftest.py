@@ -33,6 +33,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import kiln
+from kiln import _dtype
 
 # ---------------------------------------------------------------------------------------- hypothesis
 
@@ -58,18 +59,7 @@ settings.load_profile(os.environ.get("KILN_HYPOTHESIS_PROFILE", "kiln-ci"))
 
 # ---------------------------------------------------------------------------------------- dtypes
 
-ALL_DTYPES = (
-    kiln.bool,
-    kiln.uint8,
-    kiln.int8,
-    kiln.int16,
-    kiln.int32,
-    kiln.int64,
-    kiln.float16,
-    kiln.bfloat16,
-    kiln.float32,
-    kiln.float64,
-)
+ALL_DTYPES = _dtype.ALL_DTYPES  # the core's one list, in promotion order
 TORCH_DTYPES = (
     torch.bool,
     torch.uint8,
@@ -571,6 +561,18 @@ def default_dtype():
         torch.set_default_dtype(K2T[d])
 
     return set_both
+
+
+def check_all_dtype_pairs(fn: Callable) -> None:
+    """``fn(lib, a, b)`` on every (dtype, dtype) pair of a (2, 3) and a broadcast (3,) operand: torch's result
+    dtype, values and refusals. The second operand is nonzero (integer division by zero is tested apart)."""
+    results = {}
+    for i, da in enumerate(ALL_DTYPES):
+        for j, db in enumerate(ALL_DTYPES):
+            a = make_pair((2, 3), da, seed=10 * i + j, low=-4, high=4)
+            b = make_pair((3,), db, seed=100 + 10 * i + j, low=1, high=4)
+            results[f"{dtype_id(da)},{dtype_id(db)}"] = mismatch(fn, a, b, grad=False, rtol=1e-2, atol=1e-2)
+    report(results)
 
 
 # ---------------------------------------------------------------------------------------- export

@@ -293,14 +293,7 @@ BINARY_ANY = {
 @pytest.mark.parametrize("name", list(BINARY_ANY))
 def test_binary_all_dtype_pairs_forward(name):
     """Every (dtype, dtype) pair: torch's result dtype, values, and refusals (bool, integer kernels...)."""
-    fn = BINARY_ANY[name]
-    results = {}
-    for i, da in enumerate(U.ALL_DTYPES):
-        for j, db in enumerate(U.ALL_DTYPES):
-            a = U.make_pair((2, 3), da, seed=10 * i + j, low=-4, high=4)
-            b = U.make_pair((3,), db, seed=100 + 10 * i + j, low=1, high=4)
-            results[f"{U.dtype_id(da)},{U.dtype_id(db)}"] = U.mismatch(fn, a, b, grad=False, rtol=1e-2, atol=1e-2)
-    U.report(results)
+    U.check_all_dtype_pairs(BINARY_ANY[name])
 
 
 SCALAR_OPS = {

@@ -183,20 +183,9 @@ def _make_plan(name: str) -> Plan:
 
 
 def _all_dtypes() -> tuple:
-    import kiln
+    from kiln._dtype import ALL_DTYPES
 
-    return (
-        kiln.bool,
-        kiln.uint8,
-        kiln.int8,
-        kiln.int16,
-        kiln.int32,
-        kiln.int64,
-        kiln.float16,
-        kiln.bfloat16,
-        kiln.float32,
-        kiln.float64,
-    )
+    return ALL_DTYPES
 
 
 # ---------------------------------------------------------------------------------------- fixtures

@@ -19,21 +19,11 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import kiln
+from kiln import _dtype
 
 __all__ = ["shapes", "broadcastable_shapes", "dtypes", "strided_tensors", "host_values"]
 
-ALL_DTYPES = (
-    kiln.bool,
-    kiln.uint8,
-    kiln.int8,
-    kiln.int16,
-    kiln.int32,
-    kiln.int64,
-    kiln.float16,
-    kiln.bfloat16,
-    kiln.float32,
-    kiln.float64,
-)
+ALL_DTYPES = _dtype.ALL_DTYPES  # the core's one list, in promotion order
 
 
 def shapes(min_dims: int = 0, max_dims: int = 3, min_side: int = 0, max_side: int = 4) -> st.SearchStrategy:

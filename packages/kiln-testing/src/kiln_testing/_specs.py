@@ -15,6 +15,7 @@ table grows with the core.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import zlib
 from collections.abc import Callable
 from typing import Any
@@ -1087,6 +1088,11 @@ SPECS: dict[str, OpSpec] = {
     "masked_scatter": explicit(_masked_scatter),
     "vector_norm": reduction(lambda nd: _dims_sum(nd) + [{"ord": 1}, {"ord": 0.5}, {"ord": float("inf"), "dim": -1}]),
 }
+
+# The nn primitives' specs live in one module per area (kiln_testing/_specs_nn_*.py, each a SPECS dict
+# built with this module's helpers); merged here so that SPECS is the one table.
+for _area in ("conv", "pool", "norm", "loss"):
+    SPECS.update(importlib.import_module(f"kiln_testing._specs_nn_{_area}").SPECS)
 
 INTERNAL_ONLY: frozenset[str] = frozenset()
 """Ops that no spec can call on their own (none today): listed here, they are reported, never failed."""

@@ -1,0 +1,7 @@
+"""Conformance specs of the nn primitives: losses, activation functions and attention (merged into ``_specs.SPECS``)."""
+
+from __future__ import annotations
+
+from kiln_testing._specs import OpSpec
+
+SPECS: dict[str, OpSpec] = {}

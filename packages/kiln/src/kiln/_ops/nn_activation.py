@@ -1,0 +1,1 @@
+"""nn primitives: activation (placeholder module; filled in by the op-surface work)."""

@@ -1,0 +1,1 @@
+"""nn primitives: norm (placeholder module; filled in by the op-surface work)."""

@@ -1,0 +1,1 @@
+"""nn primitives: pool (placeholder module; filled in by the op-surface work)."""

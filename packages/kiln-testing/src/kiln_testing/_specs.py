@@ -1091,7 +1091,7 @@ SPECS: dict[str, OpSpec] = {
 
 # The nn primitives' specs live in one module per area (kiln_testing/_specs_nn_*.py, each a SPECS dict
 # built with this module's helpers); merged here so that SPECS is the one table.
-for _area in ("conv", "pool", "norm", "loss"):
+for _area in ("conv", "pool", "norm", "loss", "activation"):
     SPECS.update(importlib.import_module(f"kiln_testing._specs_nn_{_area}").SPECS)
 
 INTERNAL_ONLY: frozenset[str] = frozenset()

@@ -1,4 +1,4 @@
-"""Conformance specs of the nn primitives: losses, activation functions and attention (merged into ``_specs.SPECS``)."""
+"""Conformance specs of the nn primitives: losses (merged into ``_specs.SPECS``)."""
 
 from __future__ import annotations
 

@@ -38,8 +38,8 @@ def _host_memory_stats(index=None) -> dict:
 def _to_numpy_arg(a):
     if isinstance(a, Tensor):
         return a._numpy()
-    if isinstance(a, (list, tuple)) and a and isinstance(a[0], Tensor):
-        return [t._numpy() for t in a]
+    if isinstance(a, (list, tuple)) and any(isinstance(t, Tensor) for t in a):  # index lists may hold None
+        return [t._numpy() if isinstance(t, Tensor) else t for t in a]
     return a
 
 

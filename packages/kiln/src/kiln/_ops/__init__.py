@@ -18,6 +18,7 @@ from kiln._ops import (
     scans,
     shape,
     strided,
+    subscript,
     views,
 )
 from kiln._ops.inplace import install_inplace_methods

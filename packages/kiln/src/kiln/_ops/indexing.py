@@ -1017,24 +1017,58 @@ _INDEX_TENSOR_DTYPES = (dt.int64, dt.int32, dt.uint8, dt.bool)
 
 
 def _check_indices(input, indices) -> tuple:
-    """The indexing result's shape (computed on the host: boolean masks make it data-dependent)."""
-    if not isinstance(indices, (list, tuple)) or not all(isinstance(i, Tensor) for i in indices):
-        raise TypeError("index_put(): indices must be a tuple of Tensors (None entries are not supported)")
+    """The indexing result's shape (computed on the host: boolean masks make it data-dependent).
+
+    ``indices`` holds index tensors (integer, or boolean masks covering as many dims as they have) and
+    ``None`` for a dim kept whole, as PyTorch's ``index``/``index_put`` take them."""
+    if not isinstance(indices, (list, tuple)) or not all(i is None or isinstance(i, Tensor) for i in indices):
+        raise TypeError("index_put(): indices must be a tuple of Tensors (or None for a whole dim)")
+    nd = len(input._shape)
     for i in indices:
-        if i._dtype not in _INDEX_TENSOR_DTYPES:
+        if i is not None and i._dtype not in _INDEX_TENSOR_DTYPES:
             raise IndexError("tensors used as indices must be long, int, byte or bool tensors")
-    ndim = sum(max(len(i._shape), 1) if i._dtype in (dt.bool, dt.uint8) else 1 for i in indices)
-    if ndim > len(input._shape):
-        raise IndexError(f"too many indices for tensor of dimension {len(input._shape)} (got {ndim})")
-    dummy = np.lib.stride_tricks.as_strided(np.zeros(1, np.int8), shape=input._shape, strides=(0,) * len(input._shape))
-    return dummy[_np_key([_host_np(i) for i in indices], input._shape)].shape
+    ndim = sum(1 if i is None or i._dtype not in (dt.bool, dt.uint8) else max(len(i._shape), 1) for i in indices)
+    if ndim > nd:
+        raise IndexError(f"too many indices for tensor of dimension {nd} (got {ndim})")
+    shapes, d = [], 0
+    for i in indices:
+        if i is None:
+            d += 1
+            continue
+        if i._dtype not in (dt.bool, dt.uint8):
+            shapes.append(list(i._shape))
+            d += 1
+            continue
+        width = max(len(i._shape), 1)
+        for j, size in enumerate(i._shape):
+            if size != input._shape[d + j]:
+                raise IndexError(
+                    f"The shape of the mask {list(i._shape)} at index {j} does not match the shape of the indexed "
+                    f"tensor {list(input._shape)} at index {d + j}"
+                )
+        shapes.extend([[int(np.count_nonzero(_host_np(i)))]] * width)
+        d += width
+    try:
+        broadcast_shapes(*[tuple(s) for s in shapes])
+    except RuntimeError:
+        raise IndexError(
+            "shape mismatch: indexing tensors could not be broadcast together with shapes "
+            + ", ".join(str(s) for s in shapes)
+        ) from None
+    dummy = np.lib.stride_tricks.as_strided(np.zeros(1, np.int8), shape=input._shape, strides=(0,) * nd)
+    return dummy[_np_key([None if i is None else _host_np(i) for i in indices], input._shape)].shape
 
 
 def _np_key(indices: list, shape: tuple) -> tuple:
-    """NumPy's key for PyTorch's index tuple, with PyTorch's out-of-range messages."""
+    """NumPy's key for PyTorch's index tuple (``None``: a whole dim), with PyTorch's out-of-range messages
+    (which number a dim by its place among the index tensors, as PyTorch moves those dims to the front)."""
     key, d = [], 0
     for i in indices:
-        if isinstance(i, Tensor):  # the two-tensor-parameter fast path passes list items unconverted
+        if i is None:
+            key.append(slice(None))
+            d += 1
+            continue
+        if isinstance(i, Tensor):  # list items may arrive unconverted
             i = i._numpy()
         if i.dtype in (np.bool_, np.uint8):
             i = i.astype(bool)
@@ -1045,7 +1079,8 @@ def _np_key(indices: list, shape: tuple) -> tuple:
         size = shape[d]
         bad = (i < -size) | (i >= size)
         if bad.any():
-            raise IndexError(f"index {int(i[bad].flat[0])} is out of bounds for dimension {d} with size {size}")
+            place = sum(1 for k in key if not isinstance(k, slice))
+            raise IndexError(f"index {int(i[bad].flat[0])} is out of bounds for dimension {place} with size {size}")
         key.append(i)
         d += 1
     return tuple(key)

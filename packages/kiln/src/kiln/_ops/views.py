@@ -410,18 +410,7 @@ def _normalize_key(key, ndim: int) -> tuple:
         key = (key,)
     out = []
     for k in key:
-        if isinstance(k, Tensor):
-            if k._dtype.is_floating_point or k._dtype is dt.bool or k._shape:
-                raise IndexError(
-                    "indexing with tensors (advanced indexing) is not supported yet; use integers, slices, None and ..."
-                )
-            k = int(k.item())
-        elif isinstance(k, (bool, list, range)):
-            raise IndexError(
-                "indexing with booleans or sequences (advanced indexing) is not supported yet; "
-                "use integers, slices, None and ..."
-            )
-        elif isinstance(k, numbers.Integral):
+        if isinstance(k, numbers.Integral) and not isinstance(k, bool):
             k = int(k)
         elif not (k is None or k is Ellipsis or isinstance(k, slice)):
             raise IndexError(
@@ -524,23 +513,6 @@ def _geometry(spec) -> tuple:
 @op(meta=_index_backward_meta, reference=_index_backward_kernel, backward=lambda grad, key: _index_view(grad, key))
 def _index_backward(grad: Tensor, shape: Shape, key: tuple) -> Tensor:
     """Zeros of ``shape`` with ``grad`` written at ``key`` (the gradient of basic indexing)."""
-
-
-def _getitem(self, key):
-    return _index_view(self, _normalize_key(key, len(self._shape)))
-
-
-def _setitem(self, key, value):
-    from kiln._ops.copy import copy_
-
-    target = _index_view(self, _normalize_key(key, len(self._shape)))
-    if isinstance(value, Tensor) and value._shape != target._shape:
-        _expand_meta(value, target._shape)  # indexing assignment expands the value: PyTorch's message
-    copy_(target, value)
-
-
-Tensor.__getitem__ = _getitem
-Tensor.__setitem__ = _setitem
 
 
 def select(input: Tensor, dim: int, index: int) -> Tensor:

@@ -301,7 +301,11 @@ class OpNode(Node):
             kwargs["needs_input_grad"] = tuple(
                 False
                 if entry is None
-                else (any(nf[e][0] is not None for e in entry) if isinstance(entry, list) else nf[entry][0] is not None)
+                else (
+                    any(e is not None and nf[e][0] is not None for e in entry)
+                    if isinstance(entry, list)
+                    else nf[entry][0] is not None
+                )
                 for entry in self.layout
             )
         if needs.multi_grad:
@@ -408,9 +412,12 @@ def record(opdef, args: tuple, out) -> None:
             layout.append(len(edges))
             edges.append(_edge(a))
             input_meta.append((a._shape, a._dtype, a._device))
-        elif isinstance(a, (list, tuple)) and a and isinstance(a[0], Tensor):
-            sub = []
+        elif isinstance(a, (list, tuple)) and any(isinstance(t, Tensor) for t in a):
+            sub = []  # None for a non-tensor entry (an index list's "whole dim")
             for t in a:
+                if not isinstance(t, Tensor):
+                    sub.append(None)
+                    continue
                 sub.append(len(edges))
                 edges.append(_edge(t))
                 input_meta.append((t._shape, t._dtype, t._device))

@@ -524,3 +524,85 @@ PUT_ERRORS = {
 def test_index_put_errors(name):
     fn = PUT_ERRORS[name]
     U.assert_same_error(lambda: fn(kiln, kiln.zeros(3, 4)), lambda: fn(torch, torch.zeros(3, 4)), exact=True)
+
+
+# ---------------------------------------------------------------------------------------- repeat_interleave
+
+REPEAT_INTERLEAVE = {
+    "int, flattened": lambda L, x: L.repeat_interleave(x, 2),
+    "int, dim 1": lambda L, x: x.repeat_interleave(3, dim=1),
+    "int, dim -2": lambda L, x: L.repeat_interleave(x, 2, dim=-2),
+    "zero": lambda L, x: L.repeat_interleave(x, 0, dim=1),
+    "counts, dim 0": lambda L, x: L.repeat_interleave(x, L.tensor([2, 0, 1]), dim=0),
+    "counts, dim 1": lambda L, x: L.repeat_interleave(x, L.tensor([1, 2, 0, 3], dtype=L.int32), dim=1),
+    "one count": lambda L, x: L.repeat_interleave(x, L.tensor([3]), dim=1),
+    "0-d count": lambda L, x: L.repeat_interleave(x, L.tensor(2), dim=0),
+    "output_size": lambda L, x: L.repeat_interleave(x, 2, dim=0, output_size=6),
+}
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "strided"])
+@pytest.mark.parametrize("name", list(REPEAT_INTERLEAVE))
+def test_repeat_interleave_matches_torch(name, layout):
+    x = U.make_pair((3, 4), kiln.float64, layout=layout, requires_grad=True)
+    k_out, _ = U.check_op(REPEAT_INTERLEAVE[name], x)
+    assert k_out is not None
+
+
+def test_repeat_interleave_counts_only_and_0d():
+    for counts in ([1, 0, 2], [], [4]):
+        U.assert_close(
+            kiln.repeat_interleave(kiln.tensor(counts, dtype=kiln.int64)),
+            torch.repeat_interleave(torch.tensor(counts, dtype=torch.int64)),
+        )
+    U.assert_close(kiln.repeat_interleave(kiln.tensor(1.5), 3), torch.repeat_interleave(torch.tensor(1.5), 3))
+    x = kiln.randn(3, 2, dtype=kiln.float64, requires_grad=True)
+    assert kiln.autograd.gradcheck(lambda a: kiln.repeat_interleave(a, kiln.tensor([1, 3, 2]), dim=0), (x,))
+    assert kiln.autograd.gradgradcheck(lambda a: kiln.repeat_interleave(a, 2, dim=1), (x,))
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda L, x: L.repeat_interleave(x, -1),
+        lambda L, x: L.repeat_interleave(x, L.tensor([1, 2, 3]), dim=0),
+        lambda L, x: L.repeat_interleave(x, L.tensor([1, -2]), dim=0),
+        lambda L, x: L.repeat_interleave(x, L.tensor([[1, 2]]), dim=0),
+        lambda L, x: L.repeat_interleave(x, L.tensor([1.0, 2.0]), dim=0),
+        lambda L, x: L.repeat_interleave(x, 2, dim=2),
+        lambda L, x: L.repeat_interleave(x, L.tensor([1, 2])),
+    ],
+)
+def test_repeat_interleave_errors_match_torch(fn):
+    U.assert_same_error(lambda: fn(kiln, kiln.zeros(2, 3)), lambda: fn(torch, torch.zeros(2, 3)))
+
+
+# ---------------------------------------------------------------------------------------- unique along a dim
+
+
+@pytest.mark.parametrize("consecutive", [False, True])
+@pytest.mark.parametrize("dim", [0, 1, -1])
+@pytest.mark.parametrize("dtype", [kiln.float32, kiln.int64, kiln.bool])
+def test_unique_dim_matches_torch(dim, consecutive, dtype):
+    rng = np.random.default_rng(5)
+    a = rng.integers(0, 2, size=(6, 3, 2)).astype(dtype.numpy)
+    a[3] = a[1]
+    a[4] = a[3]
+    k, t = kiln.tensor(a), torch.from_numpy(a)
+    fn = "unique_consecutive" if consecutive else "unique"
+    k_out = getattr(kiln, fn)(k, return_inverse=True, return_counts=True, dim=dim)
+    t_out = getattr(torch, fn)(t, return_inverse=True, return_counts=True, dim=dim)
+    for ko, to in zip(k_out, t_out):
+        U.assert_close(ko, to)
+    U.assert_close(getattr(k, fn)(dim=dim), getattr(t, fn)(dim=dim))
+
+
+def test_unique_dim_edges_match_torch():
+    U.assert_close(
+        kiln.unique(kiln.zeros(0, 3), dim=0, return_inverse=True),
+        torch.unique(torch.zeros(0, 3), dim=0, return_inverse=True),
+    )
+    U.assert_same_error(
+        lambda: kiln.unique(kiln.zeros(2, 0, 3), dim=0), lambda: torch.unique(torch.zeros(2, 0, 3), dim=0)
+    )
+    U.assert_same_error(lambda: kiln.unique(kiln.zeros(2, 3), dim=2), lambda: torch.unique(torch.zeros(2, 3), dim=2))

@@ -830,6 +830,8 @@ def _unique(c: Ctx) -> list[Case]:
         Case("plain", (c.t((3, 4), layout="transposed", low=-2, high=2),), grad=False),
         Case("consecutive", (c.t((6,), low=-1, high=1), True, True, True, True), grad=False),
         Case("empty", (c.t((0,)),), grad=False),
+        Case("dim", (c.t((5, 3), layout="transposed", low=-1, high=1), True, True, True, False, 1), grad=False),
+        Case("consecutive-dim", (c.t((5, 2), low=-1, high=1), True, True, True, True, 0), grad=False),
     ]
 
 

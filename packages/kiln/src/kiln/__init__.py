@@ -115,6 +115,7 @@ from kiln._ops.indexing import (
     meshgrid,
     msort,
     nonzero,
+    repeat_interleave,
     scatter,
     scatter_add,
     scatter_reduce,

@@ -909,7 +909,7 @@ Tensor.scatter_reduce_ = inplace_variant(
     scatter_reduce, "scatter_reduce_", "In-place version of :func:`kiln.scatter_reduce`.", True
 )
 
-# ---------------------------------------------------------------------------------------- unique / histc
+# ---------------------------------------------------------------------------------------- unique
 
 
 def _host_np(t: Tensor) -> np.ndarray:
@@ -917,28 +917,41 @@ def _host_np(t: Tensor) -> np.ndarray:
     return np.asarray((h.float() if h._dtype is dt.bfloat16 else h).contiguous().numpy())
 
 
-def _unique_meta(input, sorted=True, return_inverse=False, return_counts=False, consecutive=False):
-    a = _host_np(input).reshape(-1)
-    if consecutive:
-        n = int(np.count_nonzero(a[1:] != a[:-1])) + 1 if a.size else 0
+def _unique_np(a: np.ndarray, consecutive: bool, dim) -> tuple:
+    """(values, inverse, counts) of ``a`` flattened (``dim`` None) or of its slices along ``dim``."""
+    if dim is None:
+        a = a.reshape(-1)
+        d = 0
     else:
-        n = np.unique(a).size
+        d = dim
+        if any(size == 0 for i, size in enumerate(a.shape) if i != d):
+            raise RuntimeError("There are 0 sized dimensions, and they aren't selected, so unique cannot be applied")
+    if not consecutive:
+        if dim is None:
+            values, inverse, counts = np.unique(a, return_inverse=True, return_counts=True)
+        else:
+            values, inverse, counts = np.unique(a, axis=d, return_inverse=True, return_counts=True)
+        return values, inverse.reshape(-1), counts
+    n = a.shape[d]
+    if n == 0:
+        return a.copy(), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    rows = np.moveaxis(a, d, 0).reshape(n, -1)
+    start = np.concatenate([[True], np.any(rows[1:] != rows[:-1], axis=1)])
+    values = np.take(a, np.flatnonzero(start), axis=d)
+    return values, np.cumsum(start) - 1, np.diff(np.append(np.flatnonzero(start), n))
+
+
+def _unique_meta(input, sorted=True, return_inverse=False, return_counts=False, consecutive=False, dim=None):
+    d = None if dim is None else wrap_dim(dim, len(input._shape))
+    values, _, counts = _unique_np(_host_np(input), consecutive, d)
+    inverse_shape = input._shape if d is None else (input._shape[d] if input._shape else 1,)
     dev = input._device
-    return ((n,), input._dtype, dev), (input._shape, dt.int64, dev), ((n,), dt.int64, dev)
+    return (values.shape, input._dtype, dev, d), (inverse_shape, dt.int64, dev), (counts.shape, dt.int64, dev)
 
 
-def _unique_ref(spec, a, sorted=True, return_inverse=False, return_counts=False, consecutive=False):
-    flat = a.reshape(-1)
-    if consecutive:
-        if flat.size == 0:
-            return flat.copy(), np.zeros(a.shape, np.int64), np.zeros(0, np.int64)
-        start = np.concatenate([[True], flat[1:] != flat[:-1]])
-        values = flat[start]
-        inverse = np.cumsum(start) - 1
-        counts = np.diff(np.append(np.flatnonzero(start), flat.size))
-        return values, inverse.reshape(a.shape), counts
-    values, inverse, counts = np.unique(flat, return_inverse=True, return_counts=True)
-    return values, inverse.reshape(a.shape), counts
+def _unique_ref(spec, a, sorted=True, return_inverse=False, return_counts=False, consecutive=False, dim=None):
+    values, inverse, counts = _unique_np(a, consecutive, spec[0][3])
+    return values, inverse.astype(np.int64).reshape(spec[1][0]), counts.astype(np.int64)
 
 
 @op(meta=_unique_meta, reference=_unique_ref, num_outputs=3)
@@ -948,8 +961,10 @@ def _unique(
     return_inverse: bool = False,
     return_counts: bool = False,
     consecutive: bool = False,
+    dim: int | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Unique values (or runs, ``consecutive``) of the flattened input, inverse indices and counts."""
+    """Unique values (or runs, ``consecutive``) of the flattened input or, with ``dim``, its unique slices
+    along ``dim`` (sorted lexicographically); inverse indices and counts."""
 
 
 def _unique_result(out, return_inverse, return_counts):
@@ -964,18 +979,81 @@ def _unique_result(out, return_inverse, return_counts):
 
 
 def unique(input, sorted=True, return_inverse=False, return_counts=False, dim=None):
-    """The sorted unique values of ``input`` (flattened), with the inverse indices and counts on request."""
-    if dim is not None:
-        raise NotImplementedError("kiln.unique: dim is not supported yet (flattened input only)")
-    return _unique_result(_unique(input, sorted, return_inverse, return_counts), return_inverse, return_counts)
+    """The sorted unique values of ``input`` (flattened, or the unique slices along ``dim``), with the
+    inverse indices and counts on request."""
+    out = _unique(input, sorted, return_inverse, return_counts, False, dim)
+    return _unique_result(out, return_inverse, return_counts)
 
 
 def unique_consecutive(input, return_inverse=False, return_counts=False, dim=None):
-    """Collapse runs of equal consecutive values (flattened input), with inverse indices and counts on request."""
-    if dim is not None:
-        raise NotImplementedError("kiln.unique_consecutive: dim is not supported yet (flattened input only)")
-    out = _unique(input, True, return_inverse, return_counts, True)
+    """Collapse runs of equal consecutive values (flattened input) or equal consecutive slices along ``dim``,
+    with inverse indices and counts on request."""
+    out = _unique(input, True, return_inverse, return_counts, True, dim)
     return _unique_result(out, return_inverse, return_counts)
+
+
+for _fn in (unique, unique_consecutive):
+    setattr(Tensor, _fn.__name__, _fn)
+__all__ += ["scatter_reduce", "unique", "unique_consecutive"]
+
+# ---------------------------------------------------------------------------------------- repeat_interleave
+
+
+def _repeat_index(repeats: Tensor | int, size: int, device) -> Tensor:
+    """The index that repeats each of ``size`` positions ``repeats`` (an int or one count per position) times."""
+    from kiln._ops.creation import tensor
+
+    if isinstance(repeats, Tensor):
+        if repeats._dtype.is_floating_point or repeats._dtype is dt.bool:
+            raise NotImplementedError(
+                f"\"repeat_interleave_cpu\" not implemented for '{scalar_type_name(repeats._dtype)}'"
+            )
+        if len(repeats._shape) > 1:
+            raise RuntimeError("repeats must be 0-dim or 1-dim tensor")
+        counts = _host_np(repeats).astype(np.int64).reshape(-1)
+        if counts.size == 1:
+            counts = np.full(size, counts[0])
+        elif counts.size != size:
+            raise RuntimeError(
+                "repeats must have the same size as input along dim, but got repeats.size(0) = "
+                f"{counts.size} and input.size(0) = {size}"
+            )
+        if (counts < 0).any():
+            raise RuntimeError("repeats can not be negative")
+    else:
+        if repeats < 0:
+            raise RuntimeError("Repeats must be non-negative")
+        counts = np.full(size, int(repeats))
+    return tensor(np.repeat(np.arange(size, dtype=np.int64), counts), device=device)
+
+
+def repeat_interleave(input, repeats=None, dim=None, *, output_size=None):
+    """Each element (or each slice along ``dim``) of ``input`` repeated ``repeats`` times in place, as
+    ``torch.repeat_interleave``; ``dim=None`` flattens first. ``repeats`` is an int or a tensor of counts.
+    With ``input`` alone (a 1-D count tensor) it returns the repeated positions ``0, 0, 1, ...``."""
+    if repeats is None:
+        if not isinstance(input, Tensor) or len(input._shape) > 1:
+            raise RuntimeError("repeats must be 0-dim or 1-dim tensor")
+        n = input._shape[0] if input._shape else 1
+        return _repeat_index(input.reshape(-1), n, input._device)
+    x = input.reshape(-1) if dim is None else input
+    d = 0 if dim is None else wrap_dim(dim, len(x._shape))
+    if not x._shape:
+        x = x.reshape(1)
+    idx = _repeat_index(repeats, x._shape[d], x._device)
+    if output_size is not None and output_size != idx._shape[0]:
+        raise RuntimeError(
+            f"repeat_interleave: output_size {output_size} does not match the repeats' total {idx._shape[0]}"
+        )
+    return index_select(x, d, idx)
+
+
+Tensor.repeat_interleave = repeat_interleave
+__all__ += ["repeat_interleave"]
+
+# ---------------------------------------------------------------------------------------- histc
+
+__all__ += ["histc"]
 
 
 def _histc_meta(input, bins=100, min=0, max=0):
@@ -1006,10 +1084,6 @@ def _histc_ref(spec, a, bins=100, min=0, max=0):
 def histc(input: Tensor, bins: int = 100, min: float = 0, max: float = 0) -> Tensor:
     """Histogram of ``input`` in ``bins`` equal bins over ``[min, max]`` (the data's range when both are 0)."""
 
-
-for _fn in (unique, unique_consecutive):
-    setattr(Tensor, _fn.__name__, _fn)
-__all__ += ["histc", "scatter_reduce", "unique", "unique_consecutive"]
 
 # ---------------------------------------------------------------------------------------- index / index_put
 

@@ -45,6 +45,8 @@ CONFORMANCE_ENV: dict[str, dict[str, str]] = {
     "example": {"KILN_CPU_FALLBACK": "1"},
 }
 TESTING = "packages/kiln-testing"  # the conformance kit (a pytest plugin) and kiln.testing
+# Backend packages: each is a cell of the tests matrix (BACKENDS), never a feature package.
+BACKEND_PACKAGES = {"packages/kiln-cpu", "packages/kiln-cuda"}
 
 # PyTorch is the test oracle (a test-only dependency). This exact pin matters: it resolves to the CPU
 # build kept on disk, where a looser range could pull a multi-gigabyte CUDA build.
@@ -102,6 +104,12 @@ def tests(session: nox.Session, backend: str) -> None:
     session.run(
         *pytest, f"--kiln-device={device}", *session.posargs, env=CONFORMANCE_ENV.get(backend, {}), success_codes=ok
     )
+    # Feature packages (kiln-nn, kiln-data, ...) run on the default device "cpu": their tests run in the
+    # cells whose backend serves "cpu" (the reference backend, kiln-cpu), on top of that backend.
+    features = _feature_packages()
+    if device == "cpu" and features:
+        session.install(*[a for f in features for a in ("-e", f)])
+        session.run(*pytest, *[f"{f}/tests" for f in features], *session.posargs, success_codes=ok)
 
 
 @nox.session
@@ -206,6 +214,12 @@ def docs(session: nox.Session) -> None:
     # repeat the warnings of unchanged ones; -W would then let a broken page pass on the second run.
     session.run("sphinx-build", "-E", "-W", "--keep-going", "-b", "html", "docs", "docs/_build/html", *session.posargs)
     session.run("sphinx-build", "-E", "-W", "--keep-going", "-q", "-b", "doctest", "docs", "docs/_build/doctest")
+
+
+def _feature_packages() -> list[str]:
+    """packages/* that are neither the core, the conformance kit nor a backend (kiln-nn, kiln-data, ...)."""
+    dirs = sorted(str(p.parent.relative_to(ROOT)) for p in (ROOT / "packages").glob("*/pyproject.toml"))
+    return [d for d in dirs if d not in ("packages/kiln", TESTING) and d not in BACKEND_PACKAGES]
 
 
 def _every_package() -> list[str]:

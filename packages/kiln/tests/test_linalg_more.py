@@ -411,3 +411,46 @@ def test_more_errors(i):
 def test_toplevel_and_methods():
     a = _mat_pair(_well(3, (2,)), kiln.float64)
     U.check_op(lambda L, x: (L.det(x), x.det(), L.inverse(x), x.inverse(), tuple(x.slogdet()), tuple(L.slogdet(x))), a)
+
+
+# ---------------------------------------------------------------------------------------- fused products
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda L, i, a, b: L.addmm(i, a, b),
+        lambda L, i, a, b: L.addmm(i[0], a, b, beta=0.5, alpha=-2),
+        lambda L, i, a, b: i.addmm(a, b, beta=0),
+        lambda L, i, a, b: L.baddbmm(i, a.expand(2, 3, 4), b.expand(2, 4, 5)),
+        lambda L, i, a, b: L.baddbmm(i[:1], a.unsqueeze(0), b.unsqueeze(0), alpha=3),
+        lambda L, i, a, b: L.bmm(a.unsqueeze(0), b.unsqueeze(0)),
+        lambda L, i, a, b: a.unsqueeze(0).bmm(b.unsqueeze(0).mT.mT),
+    ],
+)
+def test_fused_products_match_torch_with_node_names(fn):
+    i = U.make_pair((3, 5), kiln.float64, requires_grad=True)
+    a = U.make_pair((3, 4), kiln.float64, layout="transposed", requires_grad=True, seed=1)
+    b = U.make_pair((4, 5), kiln.float64, requires_grad=True, seed=2)
+    k_out, t_out = U.check_op(fn, i, a, b)
+    assert k_out.grad_fn.name() == t_out.grad_fn.name()
+    ks = [p.k for p in (i, a, b)]
+    assert kiln.autograd.gradgradcheck(lambda *xs: fn(kiln, *xs), ks)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda L: L.addmm(L.zeros(2, 3, dtype=L.float64), L.zeros(2, 4), L.zeros(4, 3)),
+        lambda L: L.addmm(L.zeros(2, 3), L.zeros(2, 4, dtype=L.float64), L.zeros(4, 3)),
+        lambda L: L.addmm(L.zeros(2, 2), L.zeros(2, 4), L.zeros(4, 3)),
+        lambda L: L.addmm(L.zeros(2, 3), L.zeros(2, 4), L.zeros(5, 3)),
+        lambda L: L.addmm(L.zeros(2, 3), L.zeros(2, 4, 1), L.zeros(4, 3)),
+        lambda L: L.baddbmm(L.zeros(2, 3, dtype=L.float64), L.zeros(1, 2, 4), L.zeros(1, 4, 3)),
+        lambda L: L.baddbmm(L.zeros(2, 3), L.zeros(1, 2, 4), L.zeros(2, 4, 3)),
+        lambda L: L.bmm(L.zeros(2, 3), L.zeros(2, 3, 4)),
+        lambda L: L.bmm(L.zeros(2, 2, 3), L.zeros(2, 4, 4)),
+    ],
+)
+def test_fused_product_errors_match_torch(fn):
+    U.assert_same_error(lambda: fn(kiln), lambda: fn(torch))

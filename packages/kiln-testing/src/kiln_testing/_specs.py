@@ -354,6 +354,29 @@ def _where(c: Ctx) -> list[Case]:
     ]
 
 
+def _bmm(c: Ctx) -> list[Case]:
+    x = c.t
+    return [
+        Case("plain", (x((2, 3, 4)), x((2, 4, 5)))),
+        Case("strided", (x((2, 3, 4), layout="transposed"), x((2, 4, 5), layout="strided"))),
+        Case("empty", (x((0, 3, 4)), x((0, 4, 5)))),
+    ]
+
+
+def _add_product(batched: bool):
+    def make(c: Ctx) -> list[Case]:
+        x = c.t
+        b = (2,) if batched else ()
+        return [
+            Case("plain", (x(b + (3, 5)), x(b + (3, 4)), x(b + (4, 5)))),
+            Case("broadcast-input", (x((5,)), x(b + (3, 4), layout="transposed"), x(b + (4, 5)))),
+            Case("scaled", (x((1, 5)), x(b + (3, 4)), x(b + (4, 5), layout="strided")), {"beta": 0.5, "alpha": 2}),
+            Case("beta-0", (x(b + (3, 5)), x(b + (3, 4)), x(b + (4, 5))), {"beta": 0}),
+        ]
+
+    return make
+
+
 def _matmul(c: Ctx) -> list[Case]:
     x = c.t
     return [
@@ -1037,6 +1060,9 @@ SPECS: dict[str, OpSpec] = {
     "addcdiv": explicit(_addc(divide=True)),
     # linear algebra
     "matmul": explicit(_matmul),
+    "bmm": explicit(_bmm),
+    "addmm": explicit(_add_product(False)),
+    "baddbmm": explicit(_add_product(True)),
     "einsum": explicit(_einsum),
     "inv": explicit(_square(False)),
     "det": explicit(_square(False)),

@@ -2,7 +2,8 @@
 ``baddbmm``, ``addbmm``), ``einsum``, ``tensordot``, ``trace`` and the ``kiln.linalg`` decompositions
 (``inv``, ``det``, ``slogdet``, ``solve``, ``cholesky``).
 
-The products are composites over :func:`kiln.matmul` (their gradients come from its formula); the
+``bmm``, ``addmm`` and ``baddbmm`` are ops of their own (a backend can fuse them; PyTorch's node names);
+the other products are composites over :func:`kiln.matmul` (their gradients come from its formula); the
 decompositions are ops with NumPy reference kernels and backward formulas written in kiln ops (so
 higher-order gradients work).
 """
@@ -18,7 +19,7 @@ from kiln import _dtype as dt
 from kiln._dispatch import op
 from kiln._ops._meta import scalar_type_name
 from kiln._ops.elementwise import _compute_np
-from kiln._ops.linalg import matmul
+from kiln._ops.linalg import _matmul_meta, _matmul_ref, matmul
 from kiln._ops.reduction import _return_type
 from kiln._tensor import Tensor
 
@@ -36,24 +37,42 @@ def _check_tensors(name, **tensors):
             raise TypeError(f"{name}(): argument '{arg}' must be Tensor, not {type(x).__name__}")
 
 
-def bmm(input: Tensor, mat2: Tensor) -> Tensor:
-    """Batched product of two 3-D tensors (no broadcasting)."""
+def _bmm_meta(input, mat2):
     _check_tensors("bmm", input=input, mat2=mat2)
     if input.dim() != 3:
         raise RuntimeError("batch1 must be a 3D tensor")
     if mat2.dim() != 3:
         raise RuntimeError("batch2 must be a 3D tensor")
-    b, _, k = input.shape
-    if input.dtype is not mat2.dtype:
+    b, _, k = input._shape
+    if input._dtype is not mat2._dtype:
         raise RuntimeError(
-            f"expected scalar type {scalar_type_name(input.dtype)} but found {scalar_type_name(mat2.dtype)}"
+            f"expected scalar type {scalar_type_name(input._dtype)} but found {scalar_type_name(mat2._dtype)}"
         )
-    if tuple(mat2.shape[:2]) != (b, k):
+    if tuple(mat2._shape[:2]) != (b, k):
         raise RuntimeError(
             f"Expected size for first two dimensions of batch2 tensor to be: [{b}, {k}] but got: "
-            f"[{mat2.shape[0]}, {mat2.shape[1]}]."
+            f"[{mat2._shape[0]}, {mat2._shape[1]}]."
         )
-    return matmul(input, mat2)
+    return _matmul_meta(input, mat2)
+
+
+def _bmm_backward(grad, input, mat2, needs_input_grad):
+    return (
+        bmm(grad, mat2.mT) if needs_input_grad[0] else None,
+        bmm(input.mT, grad) if needs_input_grad[1] else None,
+    )
+
+
+@op(
+    meta=_bmm_meta,
+    reference=_matmul_ref,
+    backward=_bmm_backward,
+    autocast="lower",
+    methods=("bmm",),
+    grad_fn_name="BmmBackward0",
+)
+def bmm(input: Tensor, mat2: Tensor) -> Tensor:
+    """Batched product of two 3-D tensors (no broadcasting)."""
 
 
 def mv(input: Tensor, vec: Tensor) -> Tensor:
@@ -91,15 +110,8 @@ ger = outer
 
 
 def _scaled_sum(base, prod, beta, alpha):
-    tgt, src = tuple(prod.shape), tuple(base.shape)
-    for i in range(len(tgt) - 1, len(tgt) - len(src) - 1 if len(src) <= len(tgt) else -1, -1):
-        j = i - (len(tgt) - len(src))
-        if src[j] not in (1, tgt[i]):
-            raise RuntimeError(
-                f"The expanded size of the tensor ({tgt[i]}) must match the existing size "
-                f"({src[j]}) at non-singleton dimension {i}.  Target sizes: [{', '.join(map(str, tgt))}].  "
-                f"Tensor sizes: [{', '.join(map(str, src))}]"
-            )
+    tgt = tuple(prod.shape)
+    _expand_check(tuple(base.shape), tgt)
     base = base.expand(tgt)
     out = prod if alpha == 1 else prod * alpha
     if beta == 0:  # PyTorch ignores base's values (NaN included) but still broadcasts it
@@ -113,16 +125,90 @@ def _zeros_like(t):
     return zeros(t.shape, dtype=t.dtype, device=t.device)
 
 
-def addmm(input: Tensor, mat1: Tensor, mat2: Tensor, *, beta=1, alpha=1) -> Tensor:
-    """``beta * input + alpha * (mat1 @ mat2)``."""
-    from kiln._ops.linalg import mm
+def _add_product_meta(name: str, product_meta, names: tuple[str, str], dtype_message):
+    """Meta of ``beta * input + alpha * product(a, b)``: the product's checks, then ``input`` broadcast to it."""
 
-    _check_tensors("addmm", input=input, mat1=mat1, mat2=mat2)
+    def meta(input, a, b, beta=1, alpha=1):
+        _check_tensors(name, input=input, **{names[0]: a, names[1]: b})
+        if not (input._dtype is a._dtype is b._dtype):
+            raise RuntimeError(dtype_message(input, a, b))
+        spec = product_meta(a, b)
+        _expand_check(input._shape, spec[0])
+        return spec
+
+    return meta
+
+
+def _expand_check(src: tuple, tgt: tuple) -> None:
+    """PyTorch's message when ``src`` does not broadcast to ``tgt`` (as ``expand`` reports it)."""
+    if len(src) > len(tgt) or any(s not in (1, t) for s, t in zip(src[::-1], tgt[::-1])):
+        i = next(
+            (len(tgt) - 1 - k for k, (s, t) in enumerate(zip(src[::-1], tgt[::-1])) if s not in (1, t)), len(tgt) - 1
+        )
+        j = i - (len(tgt) - len(src))
+        raise RuntimeError(
+            f"The expanded size of the tensor ({tgt[i]}) must match the existing size ({src[j]}) at non-singleton "
+            f"dimension {i}.  Target sizes: [{', '.join(map(str, tgt))}].  Tensor sizes: [{', '.join(map(str, src))}]"
+        )
+
+
+def _add_product_ref(spec, base, a, b, beta=1, alpha=1):
+    out = _matmul_ref(spec, a, b)
+    if alpha != 1:
+        out = out * alpha
+    if beta != 0:  # beta == 0 ignores the input's values (NaN included), as PyTorch does
+        out = out + (base if beta == 1 else base * beta).astype(out.dtype, copy=False)
+    return np.broadcast_to(out, spec[0]).astype(out.dtype, copy=False)
+
+
+def _add_product_grads(product, grad, a, b, beta, alpha, needs_input_grad) -> tuple:
+    """Gradients of ``beta * input + alpha * product(a, b)`` (the engine reduces ``input``'s to its shape)."""
+    g = grad if alpha == 1 else grad * alpha
+    return (
+        (grad if beta == 1 else grad * beta) if needs_input_grad[0] else None,
+        product(g, b.mT) if needs_input_grad[1] else None,
+        product(a.mT, g) if needs_input_grad[2] else None,
+    )
+
+
+def _addmm_backward(grad, mat1, mat2, beta, alpha, needs_input_grad):
+    return _add_product_grads(matmul, grad, mat1, mat2, beta, alpha, needs_input_grad)
+
+
+def _baddbmm_backward(grad, batch1, batch2, beta, alpha, needs_input_grad):
+    return _add_product_grads(bmm, grad, batch1, batch2, beta, alpha, needs_input_grad)
+
+
+def _mm_meta(mat1, mat2):
     if mat1.dim() != 2:
         raise RuntimeError("mat1 must be a matrix, got " + f"{mat1.dim()}-D tensor")
     if mat2.dim() != 2:
         raise RuntimeError("mat2 must be a matrix, got " + f"{mat2.dim()}-D tensor")
-    return _scaled_sum(input, mm(mat1, mat2), beta, alpha)
+    return _matmul_meta(mat1, mat2)
+
+
+def _addmm_dtype_message(input, a, b) -> str:
+    x, y = (a, b) if a._dtype is not b._dtype else (input, b)
+    which = "mat1 and mat2" if a._dtype is not b._dtype else "self and mat2"
+    return f"{which} must have the same dtype, but got {scalar_type_name(x._dtype)} and {scalar_type_name(y._dtype)}"
+
+
+def _baddbmm_dtype_message(input, a, b) -> str:
+    names = {dt.float64: "double", dt.float32: "float", dt.float16: "c10::Half", dt.bfloat16: "c10::BFloat16"}
+    n = [names.get(t._dtype, t._dtype.name) for t in (input, a, b)]
+    return f"Input dtypes must be the same, got: input {n[0]}, batch1: {n[1]}, batch2: {n[2]}"
+
+
+@op(
+    meta=_add_product_meta("addmm", _mm_meta, ("mat1", "mat2"), _addmm_dtype_message),
+    reference=_add_product_ref,
+    backward=_addmm_backward,
+    autocast="lower",
+    methods=("addmm",),
+    grad_fn_name="AddmmBackward0",
+)
+def addmm(input: Tensor, mat1: Tensor, mat2: Tensor, *, beta: float = 1, alpha: float = 1) -> Tensor:
+    """``beta * input + alpha * (mat1 @ mat2)`` in one op (``input`` broadcasts to the product)."""
 
 
 def addmv(input: Tensor, mat: Tensor, vec: Tensor, *, beta=1, alpha=1) -> Tensor:
@@ -130,9 +216,16 @@ def addmv(input: Tensor, mat: Tensor, vec: Tensor, *, beta=1, alpha=1) -> Tensor
     return _scaled_sum(input, mv(mat, vec), beta, alpha)
 
 
-def baddbmm(input: Tensor, batch1: Tensor, batch2: Tensor, *, beta=1, alpha=1) -> Tensor:
-    """``beta * input + alpha * bmm(batch1, batch2)``."""
-    return _scaled_sum(input, bmm(batch1, batch2), beta, alpha)
+@op(
+    meta=_add_product_meta("baddbmm", _bmm_meta, ("batch1", "batch2"), _baddbmm_dtype_message),
+    reference=_add_product_ref,
+    backward=_baddbmm_backward,
+    autocast="lower",
+    methods=("baddbmm",),
+    grad_fn_name="BaddbmmBackward0",
+)
+def baddbmm(input: Tensor, batch1: Tensor, batch2: Tensor, *, beta: float = 1, alpha: float = 1) -> Tensor:
+    """``beta * input + alpha * bmm(batch1, batch2)`` in one op (``input`` broadcasts to the product)."""
 
 
 def addbmm(input: Tensor, batch1: Tensor, batch2: Tensor, *, beta=1, alpha=1) -> Tensor:
@@ -532,14 +625,11 @@ def cholesky(A: Tensor, *, upper: bool = False) -> Tensor:
     """Cholesky factor of a (batch of) symmetric positive-definite matrices (lower, or ``upper``)."""
 
 
-Tensor.bmm = bmm
 Tensor.mv = mv
 Tensor.dot = dot
 Tensor.outer = outer
 Tensor.ger = outer
-Tensor.addmm = addmm
 Tensor.addmv = addmv
-Tensor.baddbmm = baddbmm
 Tensor.addbmm = addbmm
 Tensor.trace = trace
 

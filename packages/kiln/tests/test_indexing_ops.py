@@ -391,6 +391,21 @@ def test_scatter_reduce(reduce, include_self, layout):
         assert kiln.autograd.gradgradcheck(f, (a, b))
 
 
+@pytest.mark.parametrize("include_self", [True, False])
+def test_scatter_reduce_prod_gradient_with_zeros(include_self):
+    """Groups with no zero, one zero (its gradient is the product of the rest) and two zeros (all 0). The
+    second derivative at zeros is not checked: like PyTorch's, the formula is exact for first order only."""
+    x = U.make_pair((2, 3), kiln.float64, values=[[1.0, 0.0, 2.0], [3.0, 4.0, 0.0]], requires_grad=True)
+    s = U.make_pair((2, 3), kiln.float64, values=[[0.0, 2.0, 3.0], [1.0, 0.0, 0.0]], requires_grad=True)
+    idx = [[0, 0, 1], [1, 1, 1]]
+    U.check_op(lambda L, a, b: L.scatter_reduce(a, 1, _ix(L, idx), b, "prod", include_self=include_self), x, s)
+
+    def f(p, q):
+        return kiln.scatter_reduce(p, 1, kiln.tensor(idx), q, "prod", include_self=include_self)
+
+    assert kiln.autograd.gradcheck(f, (x.k_leaf, s.k_leaf))
+
+
 @pytest.mark.parametrize("dtype", (kiln.int64, kiln.int32, kiln.float32), ids=U.dtype_id)
 @pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
 def test_scatter_reduce_forward_dtypes(reduce, dtype):

@@ -877,10 +877,21 @@ def _scatter_reduce_backward(grad, input, dim, index, src, reduce, include_self,
         n = (hits + 1 if include_self else hits).clamp_min(1)
         g = grad / n
         return (g if include_self else where(scattered, 0.0, grad)), None, gather(g, dim, index)
-    if reduce == "prod":  # PyTorch's formula for inputs without zeros: result / element
-        g = grad * result
-        g_self = where(scattered, g / input, grad) if include_self else where(scattered, 0.0, grad)
-        return g_self, None, gather(g, dim, index) / src
+    if reduce == "prod":
+        # d(product)/d(element) is the product of the others: result / element for a non-zero element; for a
+        # zero, the product of the group's non-zero elements if it is the group's only zero, else 0
+        z_self, z_src = input == 0, src == 0
+        zeros = scatter_add(
+            z_self.to(grad._dtype) if include_self else _zeros(input._shape, grad), dim, index, z_src.to(grad._dtype)
+        )
+        nonzero_prod = scatter_reduce(
+            where(z_self, 1.0, input), dim, index, where(z_src, 1.0, src), "prod", include_self=include_self
+        )
+        lone_zero = where(zeros == 1, nonzero_prod, 0.0)
+        d_self = where(z_self, lone_zero, result / where(z_self, 1.0, input))
+        d_src = where(z_src, gather(lone_zero, dim, index), gather(result, dim, index) / where(z_src, 1.0, src))
+        g_self = where(scattered, grad * d_self, grad) if include_self else where(scattered, 0.0, grad)
+        return g_self, None, gather(grad, dim, index) * d_src
     # amax / amin: the gradient is shared evenly among the entries equal to the result (PyTorch's formula)
     self_is = input == result
     src_is = src == gather(result, dim, index)

@@ -394,7 +394,7 @@ def test_scatter_reduce(reduce, include_self, layout):
 @pytest.mark.parametrize("include_self", [True, False])
 def test_scatter_reduce_prod_gradient_with_zeros(include_self):
     """Groups with no zero, one zero (its gradient is the product of the rest) and two zeros (all 0). The
-    second derivative at zeros is not checked: like PyTorch's, the formula is exact for first order only."""
+    second derivative at zeros is not checked: exact for first order only (PyTorch refuses double backward there)."""
     x = U.make_pair((2, 3), kiln.float64, values=[[1.0, 0.0, 2.0], [3.0, 4.0, 0.0]], requires_grad=True)
     s = U.make_pair((2, 3), kiln.float64, values=[[0.0, 2.0, 3.0], [1.0, 0.0, 0.0]], requires_grad=True)
     idx = [[0, 0, 1], [1, 1, 1]]

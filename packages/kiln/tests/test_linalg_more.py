@@ -291,7 +291,7 @@ def test_eigh_svd_qr(name, shape, batch, dtype):
         v = _distinct_sym(shape[0], batch)
     else:
         v = _distinct_svd(*shape, batch)
-    grad = not (name == "qr" and shape[0] < shape[1])
+    grad = True
     tol = {"rtol": 1e-4, "atol": 1e-4} if dtype is kiln.float32 else {"rtol": 1e-6, "atol": 1e-6}
     U.check_op(
         DECOMP[name],
@@ -308,9 +308,21 @@ def test_qr_modes():
     U.check_op(lambda L, x: tuple(L.linalg.qr(x, mode="complete")), a, grad=False)
     U.check_op(lambda L, x: tuple(L.linalg.qr(x, mode="r")), a, grad=False)
     U.check_op(lambda L, x: L.linalg.svd(x, full_matrices=True).U.abs(), a, grad=False)
+    wide = _mat_pair(_distinct_svd(3, 4), kiln.float64)
+    U.check_op(lambda L, x: tuple(L.linalg.qr(x, mode="complete")), wide)
 
 
-@pytest.mark.parametrize("name", ["eigh", "svd", "svd-wide", "qr"])
+@pytest.mark.parametrize("mode, shape", [("r", (3, 3)), ("complete", (4, 3))])
+def test_qr_backward_refusals_match_torch(mode, shape):
+    def run(L):
+        a = L.ones(shape, dtype=L.float64).triu().requires_grad_()
+        out = L.linalg.qr(a, mode=mode)
+        sum(o.sum() for o in out if o.numel()).backward()
+
+    U.assert_same_error(lambda: run(kiln), lambda: run(torch))
+
+
+@pytest.mark.parametrize("name", ["eigh", "svd", "svd-wide", "qr", "qr-wide"])
 def test_eigh_svd_qr_gradgradcheck(name):
     if name == "eigh":
         a = kiln.tensor(_distinct_sym(3, (2,)), requires_grad=True)
@@ -325,7 +337,7 @@ def test_eigh_svd_qr_gradgradcheck(name):
             r = kiln.linalg.svd(x, full_matrices=False)
             return r.S, kiln.matmul(r.U, r.Vh)
     else:
-        a = kiln.tensor(_distinct_svd(4, 3), requires_grad=True)
+        a = kiln.tensor(_distinct_svd(3, 4) if name == "qr-wide" else _distinct_svd(4, 3), requires_grad=True)
 
         def fn(x):
             return tuple(kiln.linalg.qr(x))

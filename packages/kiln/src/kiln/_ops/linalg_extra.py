@@ -835,22 +835,35 @@ def _qr_ref(spec, A, mode="reduced"):
 def _qr_backward(grads, A, mode):
     gQ, gR = grads
     m, n = A.shape[-2], A.shape[-1]
-    if mode == "r" or (mode == "complete" and m > n) or m < n:
+    if mode == "r" or (mode == "complete" and m > n):
         raise RuntimeError(
-            "The derivative of linalg.qr depends on Q, which is not computed when mode='r', or is only "
-            "implemented for m >= n in kiln"
+            "The derivative of linalg.qr depends on Q, which is not computed when mode='r'. Please use "
+            "linalg.qr(A, mode='reduced') if you are going to differentiate through linalg.qr."
+            if mode == "r"
+            else "The QR decomposition is not differentiable when mode='complete' and nrows > ncols."
         )
     Q, R = _qr(A, mode)
     gQ = _zeros_or(gQ, Q)
     gR = _zeros_or(gR, R)
-    gA = matmul(gR, R.mT) - matmul(Q.mT, gQ)
-    t = gA.triu()
+    if m >= n:
+        return _qr_backward_tall(Q, R, gQ, gR)
+    # wide: A = [X | Y] with X = Q U square; Y = Q V moves Q's gradient by Y gV^T (then X's square case)
+    U = R[..., :, :m]
+    gU, gV = gR[..., :, :m], gR[..., :, m:]
+    gX = _qr_backward_tall(Q, U, gQ + matmul(A[..., :, m:], gV.mT), gU)
+    from kiln._ops.shape import cat
+
+    return cat([gX, matmul(Q, gV)], -1)
+
+
+def _qr_backward_tall(Q, R, gQ, gR):
+    """The gradient of ``A = Q R`` for ``m >= n`` (``R`` square and invertible)."""
     from kiln._ops.creation import eye
 
-    eye_n = eye(n, dtype=R.dtype, device=R.device)
-    sym = t + t.mT - t * eye_n
-    gA = matmul(Q, sym) + gQ
-    return matmul(gA, inv(R).mT)
+    n = R.shape[-1]
+    t = (matmul(gR, R.mT) - matmul(Q.mT, gQ)).triu()
+    sym = t + t.mT - t * eye(n, dtype=R.dtype, device=R.device)
+    return matmul(matmul(Q, sym) + gQ, inv(R).mT)
 
 
 @op(

@@ -206,6 +206,21 @@ from kiln._ops.math import (
     tan,
     trunc,
 )
+from kiln._ops.nn_activation import (
+    celu,
+    celu_,
+    cosine_similarity,
+    hardshrink,
+    pairwise_distance,
+    pdist,
+    prelu,
+    rrelu,
+    rrelu_,
+    selu,
+    selu_,
+    threshold,
+    threshold_,
+)
 from kiln._ops.reduction import (
     all,
     amax,

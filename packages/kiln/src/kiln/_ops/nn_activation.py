@@ -1,1 +1,961 @@
-"""nn primitives: activation (placeholder module; filled in by the op-surface work)."""
+"""nn primitives: activation functions, scaled dot-product attention, distances and ``one_hot``.
+
+Each activation is one elementwise op (its own reference kernel, so a fast backend can override it)
+whose backward is written in kiln ops, so higher-order gradients work. Gradients at the kinks follow
+PyTorch's CPU kernels (e.g. ``hardtanh``/``relu6`` give 0 at both bounds, ``leaky_relu`` gives the
+slope at 0). The public names follow ``torch.nn.functional`` (``inplace=`` writes into the input
+through the core's in-place machinery). ``softsign``, ``tanhshrink``, attention and the distances are
+compositions of ops, as in PyTorch.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import numpy as np
+
+from kiln import _dtype as dt
+from kiln._dispatch import op
+from kiln._ops._meta import broadcast_pair, common_device, result_type, scalar_type_name, wrap_dim
+from kiln._ops.copy import inplace_variant
+from kiln._ops.elementwise import _arg, _compute_np, exp, sigmoid, tanh, where
+from kiln._ops.elementwise import abs as _abs
+from kiln._ops.math import _FLOAT_MAX, _TYPEMETA_NAMES, erf, erf_np
+from kiln._tensor import Tensor
+
+__all__ = [
+    "gelu",
+    "silu",
+    "mish",
+    "elu",
+    "selu",
+    "celu",
+    "leaky_relu",
+    "relu6",
+    "hardtanh",
+    "hardswish",
+    "hardsigmoid",
+    "softplus",
+    "logsigmoid",
+    "softsign",
+    "tanhshrink",
+    "softshrink",
+    "hardshrink",
+    "threshold",
+    "prelu",
+    "rrelu",
+    "glu",
+    "scaled_dot_product_attention",
+    "cosine_similarity",
+    "pairwise_distance",
+    "pdist",
+    "one_hot",
+    "elu_",
+    "selu_",
+    "celu_",
+    "leaky_relu_",
+    "hardtanh_",
+    "threshold_",
+    "rrelu_",
+]
+
+_SQRT_HALF = math.sqrt(0.5)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+_GELU_K = math.sqrt(2.0 / math.pi)
+_GELU_C = 0.044715
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_SCALE = 1.0507009873554804934193349852946
+_ONE_SIXTH = float(np.float32(1.0 / 6.0))  # PyTorch's hardsigmoid gradient uses the float constant
+
+
+# ---------------------------------------------------------------------------------------- helpers
+
+
+def _need_tensor(x, fname: str, name: str = "input", position: int = 1) -> None:
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{fname}(): argument '{name}' (position {position}) must be Tensor, not {type(x).__name__}")
+
+
+def _float_meta(kernel: str, fname: str, check=None):
+    """Meta of a floating-only elementwise activation: integer and bool inputs raise as PyTorch's kernel
+    dispatch does (``"<kernel>" not implemented for 'Long'``); ``check(input, *params)`` validates params."""
+
+    def meta(input, *params):
+        _need_tensor(input, fname)
+        d = input._dtype
+        if not d.is_floating_point:
+            raise NotImplementedError(f"\"{kernel}\" not implemented for '{scalar_type_name(d)}'")
+        if check is not None:
+            check(input, *params)
+        return (input._shape, d, input._device)
+
+    return meta
+
+
+def _ref(np_fn):
+    """A reference kernel ``np_fn(x, *params)`` computed in float32 for half types."""
+
+    def ref(spec, a, *params):
+        x = _arg(a, _compute_np(spec[1]))
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            return np_fn(x, *params)
+
+    return ref
+
+
+_calling_inplace = threading.local()
+
+
+def _node_name(base: str):
+    """``grad_fn_name`` of an op whose in-place form PyTorch records as a different node
+    (``EluBackward0`` out of place, ``EluBackward1`` in place)."""
+
+    def name(args) -> str:
+        return base + ("1" if getattr(_calling_inplace, "on", False) else "0")
+
+    return name
+
+
+def _inplace(fn, name: str):
+    """The in-place form of op ``fn``; its backward reads ``input``, so autograd keeps a copy of it."""
+    method = inplace_variant(fn, name, f"In-place :func:`{fn.op.name}`.", True)
+    if isinstance(fn.op.grad_fn_name, str):
+        return method
+
+    def run(self, *args):
+        _calling_inplace.on = True
+        try:
+            return method(self, *args)
+        finally:
+            _calling_inplace.on = False
+
+    return run
+
+
+# ---------------------------------------------------------------------------------------- gelu
+
+
+def _gelu_check(input, approximate):
+    if approximate not in ("none", "tanh"):
+        raise RuntimeError("approximate argument must be either none or tanh.")
+
+
+def _gelu_np(x, approximate="none"):
+    if approximate == "tanh":
+        inner = _GELU_K * (x + _GELU_C * x * x * x)
+        return 0.5 * x * (1.0 + np.tanh(inner))
+    return (x.astype(np.float64) * 0.5 * (1.0 + erf_np(x.astype(np.float64) * _SQRT_HALF))).astype(x.dtype)
+
+
+def _gelu_backward(grad, input, approximate):
+    x = input
+    if approximate == "tanh":
+        t = tanh((x + x * x * x * _GELU_C) * _GELU_K)
+        dinner = (x * x * (3.0 * _GELU_C) + 1.0) * _GELU_K
+        return (grad * ((t + 1.0) * 0.5 + x * 0.5 * (1.0 - t * t) * dinner),)
+    cdf = (erf(x * _SQRT_HALF) + 1.0) * 0.5
+    pdf = exp(x * x * -0.5) * _INV_SQRT_2PI
+    return (grad * (cdf + x * pdf),)
+
+
+@op(
+    meta=_float_meta("GeluKernelImpl", "gelu", _gelu_check),
+    reference=_ref(_gelu_np),
+    backward=_gelu_backward,
+)
+def gelu(input: Tensor, *, approximate: str = "none") -> Tensor:
+    """Gaussian error linear unit ``x * Phi(x)``; ``approximate='tanh'`` uses the tanh approximation."""
+
+
+# ---------------------------------------------------------------------------------------- silu, mish
+
+
+def _silu_backward(grad, input):
+    s = sigmoid(input)
+    return (grad * s * (input * (1.0 - s) + 1.0),)
+
+
+@op(
+    meta=_float_meta("silu_cpu", "silu"),
+    reference=_ref(lambda x: x / (1.0 + np.exp(-x))),
+    backward=_silu_backward,
+    name="silu",
+)
+def _silu(input: Tensor) -> Tensor:
+    """Sigmoid linear unit (swish) ``x * sigmoid(x)``."""
+
+
+_silu_ = _inplace(_silu, "silu_")
+
+
+def silu(input: Tensor, inplace: bool = False) -> Tensor:
+    """Sigmoid linear unit (swish) ``x * sigmoid(x)`` elementwise (``torch.nn.functional.silu``)."""
+    return _silu_(input) if inplace else _silu(input)
+
+
+def _softplus_np(x, beta=1.0, threshold=20.0):
+    z = x * beta
+    return np.where(z > threshold, x, np.log1p(np.exp(z)) / beta)
+
+
+def _mish_backward(grad, input):
+    t = tanh(_softplus(input, 1.0, 20.0))
+    s = sigmoid(input)
+    return (grad * (t + input * s * (1.0 - t * t)),)
+
+
+@op(
+    meta=_float_meta("mish_cpu", "mish"),
+    reference=_ref(lambda x: x * np.tanh(np.log1p(np.exp(x)))),
+    backward=_mish_backward,
+    name="mish",
+)
+def _mish(input: Tensor) -> Tensor:
+    """Mish ``x * tanh(softplus(x))``."""
+
+
+_mish_ = _inplace(_mish, "mish_")
+
+
+def mish(input: Tensor, inplace: bool = False) -> Tensor:
+    """Mish ``x * tanh(softplus(x))`` elementwise (``torch.nn.functional.mish``)."""
+    return _mish_(input) if inplace else _mish(input)
+
+
+# ---------------------------------------------------------------------------------------- elu family
+
+
+def _elu_np(x, alpha=1.0, scale=1.0, input_scale=1.0):
+    neg = np.expm1(x * input_scale) * (alpha * scale)
+    return np.where(x > 0, x * scale, neg)
+
+
+def _elu_backward(grad, input, alpha, scale, input_scale):
+    neg = exp(input * input_scale) * (alpha * scale * input_scale)
+    return (where(input > 0, grad * scale, grad * neg),)
+
+
+@op(
+    meta=_float_meta("elu_cpu", "elu"),
+    reference=_ref(_elu_np),
+    backward=_elu_backward,
+    name="elu",
+    grad_fn_name=_node_name("EluBackward"),
+)
+def _elu(input: Tensor, alpha: float = 1.0, scale: float = 1.0, input_scale: float = 1.0) -> Tensor:
+    """``scale * x`` for ``x > 0``, else ``alpha * scale * (exp(input_scale * x) - 1)`` (``torch.elu``)."""
+
+
+_elu_ = _inplace(_elu, "elu_")
+
+
+def elu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
+    """Exponential linear unit: ``x`` for ``x > 0``, else ``alpha * (exp(x) - 1)``."""
+    return _elu_(input, alpha) if inplace else _elu(input, alpha)
+
+
+def selu(input: Tensor, inplace: bool = False) -> Tensor:
+    """Scaled ELU with the self-normalising constants ``alpha = 1.6733``, ``scale = 1.0507``."""
+    if inplace:
+        return _elu_(input, _SELU_ALPHA, _SELU_SCALE)
+    return _elu(input, _SELU_ALPHA, _SELU_SCALE)
+
+
+def _celu_check(input, alpha):
+    if alpha == 0:
+        raise RuntimeError("ZeroDivisionError: alpha cannot be 0 for CELU")
+
+
+def _celu_backward(grad, input, alpha):
+    return (where(input > 0, grad, grad * exp(input * (1.0 / alpha))),)
+
+
+@op(
+    meta=_float_meta("elu_cpu", "celu", _celu_check),
+    reference=_ref(lambda x, alpha=1.0: _elu_np(x, alpha, 1.0, 1.0 / alpha)),
+    backward=_celu_backward,
+    name="celu",
+    grad_fn_name=_node_name("CeluBackward"),
+)
+def _celu(input: Tensor, alpha: float = 1.0) -> Tensor:
+    """Continuously differentiable ELU ``max(0, x) + min(0, alpha * (exp(x / alpha) - 1))``."""
+
+
+_celu_ = _inplace(_celu, "celu_")
+
+
+def celu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
+    """Continuously differentiable ELU: ``x`` for ``x > 0``, else ``alpha * (exp(x / alpha) - 1)``."""
+    return _celu_(input, alpha) if inplace else _celu(input, alpha)
+
+
+# ---------------------------------------------------------------------------------------- relu family
+
+
+@op(
+    meta=_float_meta("leaky_relu_cpu", "leaky_relu"),
+    reference=_ref(lambda x, slope=0.01: np.where(x > 0, x, x * slope)),
+    backward=lambda grad, input, negative_slope: (where(input > 0, grad, grad * negative_slope),),
+    name="leaky_relu",
+    grad_fn_name=_node_name("LeakyReluBackward"),
+)
+def _leaky_relu(input: Tensor, negative_slope: float = 0.01) -> Tensor:
+    """``x`` for ``x > 0``, else ``negative_slope * x``."""
+
+
+_leaky_relu_ = _inplace(_leaky_relu, "leaky_relu_")
+
+
+def leaky_relu(input: Tensor, negative_slope: float = 0.01, inplace: bool = False) -> Tensor:
+    """Leaky ReLU: ``x`` for ``x > 0``, else ``negative_slope * x`` (gradient at 0: the slope)."""
+    return _leaky_relu_(input, negative_slope) if inplace else _leaky_relu(input, negative_slope)
+
+
+def _scalar_for(d: dt.dtype, v):
+    """A Scalar argument as PyTorch's kernel sees it: truncated to an integer for integer dtypes."""
+    return v if d.is_floating_point else int(v)
+
+
+def _hardtanh_meta(input, min_val=-1.0, max_val=1.0):
+    _need_tensor(input, "hardtanh")
+    if input._dtype is dt.bool:
+        raise RuntimeError("Bool inputs not supported for hardtanh")
+    if min_val > max_val:
+        raise ValueError("min_val cannot be greater than max_val")
+    return (input._shape, input._dtype, input._device)
+
+
+def _hardtanh_ref(spec, a, min_val=-1.0, max_val=1.0):
+    d = spec[1]
+    x = _arg(a, _compute_np(d))
+    lo = np.asarray(_scalar_for(d, min_val)).astype(x.dtype)
+    hi = np.asarray(_scalar_for(d, max_val)).astype(x.dtype)
+    return np.minimum(np.maximum(x, lo), hi)  # NaN propagates
+
+
+@op(
+    meta=_hardtanh_meta,
+    reference=_hardtanh_ref,
+    backward=lambda grad, input, min_val, max_val: (where((input > min_val) & (input < max_val), grad, 0.0),),
+    name="hardtanh",
+)
+def _hardtanh(input: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
+    """``input`` clamped to ``[min_val, max_val]``; the gradient is 0 at and beyond both bounds."""
+
+
+_hardtanh_ = _inplace(_hardtanh, "hardtanh_")
+
+
+def hardtanh(input: Tensor, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False) -> Tensor:
+    """``input`` clamped to ``[min_val, max_val]`` (the gradient is 0 at both bounds, as in PyTorch)."""
+    if min_val > max_val:
+        raise ValueError("min_val cannot be greater than max_val")
+    return _hardtanh_(input, min_val, max_val) if inplace else _hardtanh(input, min_val, max_val)
+
+
+def relu6(input: Tensor, inplace: bool = False) -> Tensor:
+    """``min(max(x, 0), 6)``: ``hardtanh(input, 0, 6)``."""
+    return hardtanh(input, 0.0, 6.0, inplace)
+
+
+def _hardswish_backward(grad, input):
+    mid = where(input < 3.0, grad * (input * (1.0 / 3.0) + 0.5), grad)
+    return (where(input <= -3.0, 0.0, mid),)
+
+
+@op(
+    meta=_float_meta("hardswish_cpu", "hardswish"),
+    reference=_ref(lambda x: x * np.minimum(np.maximum(x + 3.0, 0.0), 6.0) / 6.0),
+    backward=_hardswish_backward,
+    name="hardswish",
+)
+def _hardswish(input: Tensor) -> Tensor:
+    """Hard swish ``x * relu6(x + 3) / 6``."""
+
+
+_hardswish_ = _inplace(_hardswish, "hardswish_")
+
+
+def hardswish(input: Tensor, inplace: bool = False) -> Tensor:
+    """Hard swish ``x * relu6(x + 3) / 6`` elementwise."""
+    return _hardswish_(input) if inplace else _hardswish(input)
+
+
+@op(
+    meta=_float_meta("hardsigmoid_cpu", "hardsigmoid"),
+    reference=_ref(lambda x: np.minimum(np.maximum(x + 3.0, 0.0), 6.0) / 6.0),
+    backward=lambda grad, input: (where((input > -3.0) & (input < 3.0), grad * _ONE_SIXTH, 0.0),),
+    name="hardsigmoid",
+)
+def _hardsigmoid(input: Tensor) -> Tensor:
+    """Hard sigmoid ``relu6(x + 3) / 6``."""
+
+
+_hardsigmoid_ = _inplace(_hardsigmoid, "hardsigmoid_")
+
+
+def hardsigmoid(input: Tensor, inplace: bool = False) -> Tensor:
+    """Hard sigmoid ``relu6(x + 3) / 6`` elementwise."""
+    return _hardsigmoid_(input) if inplace else _hardsigmoid(input)
+
+
+# ---------------------------------------------------------------------------------------- softplus, logsigmoid
+
+
+def _softplus_backward(grad, input, beta, threshold):
+    z = input * beta
+    return (where(z > threshold, grad, grad * sigmoid(z)),)
+
+
+@op(
+    meta=_float_meta("softplus_cpu", "softplus"),
+    reference=_ref(_softplus_np),
+    backward=_softplus_backward,
+    name="softplus",
+)
+def _softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
+    """``log(1 + exp(beta * x)) / beta``, linear where ``beta * x > threshold``."""
+
+
+def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
+    """Softplus ``log(1 + exp(beta * x)) / beta``, reverting to ``x`` where ``beta * x > threshold``."""
+    return _softplus(input, beta, threshold)
+
+
+@op(
+    meta=_float_meta("log_sigmoid_cpu", "log_sigmoid"),
+    reference=_ref(lambda x: np.minimum(x, 0.0) - np.log1p(np.exp(-np.abs(x)))),
+    backward=lambda grad, input: (grad * sigmoid(-input),),
+    name="log_sigmoid",
+    grad_fn_name="LogSigmoidBackward0",
+)
+def _log_sigmoid(input: Tensor) -> Tensor:
+    """``log(sigmoid(x))``, computed stably."""
+
+
+def logsigmoid(input: Tensor) -> Tensor:
+    """``log(sigmoid(x))`` elementwise, stable for large ``|x|``."""
+    return _log_sigmoid(input)
+
+
+def softsign(input: Tensor) -> Tensor:
+    """``x / (1 + |x|)`` elementwise (a composition, as in PyTorch)."""
+    return input / (_abs(input) + 1)
+
+
+def tanhshrink(input: Tensor) -> Tensor:
+    """``x - tanh(x)`` elementwise (a composition, as in PyTorch)."""
+    return input - tanh(input)
+
+
+# ---------------------------------------------------------------------------------------- shrink, threshold
+
+
+def _softshrink_check(input, lambd):
+    top = _FLOAT_MAX[input._dtype]
+    if not 0 <= lambd <= top:
+        raise RuntimeError(
+            f"lambda must be in range [0, {top:g}] for input dtype {scalar_type_name(input._dtype)}, but found {lambd:g}"
+        )
+
+
+@op(
+    meta=_float_meta("softshrink_check", "softshrink", _softshrink_check),
+    reference=_ref(lambda x, lambd=0.5: np.where(x > lambd, x - lambd, np.where(x < -lambd, x + lambd, 0.0 * x))),
+    backward=lambda grad, input, lambd: (where((input >= -lambd) & (input <= lambd), 0.0, grad),),
+    name="softshrink",
+)
+def _softshrink(input: Tensor, lambd: float = 0.5) -> Tensor:
+    """``x - lambd`` above ``lambd``, ``x + lambd`` below ``-lambd``, else 0."""
+
+
+def softshrink(input: Tensor, lambd: float = 0.5) -> Tensor:
+    """Soft shrinkage: ``x - lambd`` above ``lambd``, ``x + lambd`` below ``-lambd``, else 0."""
+    return _softshrink(input, lambd)
+
+
+@op(
+    meta=_float_meta("hardshrink_cpu", "hardshrink"),
+    reference=_ref(lambda x, lambd=0.5: np.where((x >= -lambd) & (x <= lambd), np.zeros((), x.dtype), x)),
+    backward=lambda grad, input, lambd: (where((input >= -lambd) & (input <= lambd), 0.0, grad),),
+    name="hardshrink",
+    methods=("hardshrink",),
+)
+def _hardshrink(input: Tensor, lambd: float = 0.5) -> Tensor:
+    """``x`` where ``|x| > lambd``, else 0."""
+
+
+def hardshrink(input: Tensor, lambd: float = 0.5) -> Tensor:
+    """Hard shrinkage: ``x`` where ``|x| > lambd``, else 0."""
+    return _hardshrink(input, lambd)
+
+
+def _threshold_meta(input, threshold, value):
+    _need_tensor(input, "threshold")
+    if input._dtype is dt.bool:
+        raise NotImplementedError("\"threshold_cpu\" not implemented for 'Bool'")
+    return (input._shape, input._dtype, input._device)
+
+
+def _threshold_ref(spec, a, threshold, value):
+    d = spec[1]
+    x = _arg(a, _compute_np(d))
+    th = np.asarray(_scalar_for(d, threshold)).astype(x.dtype)
+    val = np.asarray(_scalar_for(d, value)).astype(x.dtype)
+    return np.where(x <= th, val, x)
+
+
+@op(
+    meta=_threshold_meta,
+    reference=_threshold_ref,
+    backward=lambda grad, input, threshold: (where(input <= threshold, 0.0, grad),),
+    name="threshold",
+    grad_fn_name=_node_name("ThresholdBackward"),
+)
+def _threshold(input: Tensor, threshold: float, value: float) -> Tensor:
+    """``value`` where ``x <= threshold``, else ``x`` (``torch.threshold``)."""
+
+
+_threshold_ = _inplace(_threshold, "threshold_")
+
+
+def threshold(input: Tensor, threshold: float, value: float, inplace: bool = False) -> Tensor:
+    """``value`` where ``input <= threshold``, else ``input``."""
+    return _threshold_(input, threshold, value) if inplace else _threshold(input, threshold, value)
+
+
+# ---------------------------------------------------------------------------------------- prelu
+
+
+def _prelu_meta(input, weight):
+    _need_tensor(input, "prelu")
+    _need_tensor(weight, "prelu", "weight", 2)
+    if weight.dim() > 1:
+        raise RuntimeError(f"prelu: Expected `weight` to be a scalar or 1D tensor, but got: ndim = {weight.dim()}")
+    n = weight.numel()
+    if n != 1:
+        if input.dim() == 0:
+            raise RuntimeError("Not allow zero-dim input tensor.")
+        channels = input._shape[1] if input.dim() >= 2 else 1
+        if n != channels:
+            raise RuntimeError(
+                "Mismatch of parameter numbers and input channel size. Found parameter numbers = "
+                f"{n} and channel size = {channels}."
+            )
+    d = input._dtype
+    if d is not weight._dtype:
+        raise RuntimeError(
+            f"prelu: Type promoting not supported. Got {scalar_type_name(d)} and {scalar_type_name(weight._dtype)}"
+        )
+    if not d.is_floating_point:
+        raise NotImplementedError(f"\"prelu_cpu\" not implemented for '{scalar_type_name(d)}'")
+    return (input._shape, d, common_device("prelu", input, weight))
+
+
+def _channel_shape(ndim: int, n: int) -> tuple:
+    """The shape ``weight`` takes to broadcast along dim 1 of an ``ndim``-d input."""
+    if n == 1 or ndim < 2:
+        return ()
+    return (n,) + (1,) * (ndim - 2)
+
+
+def _prelu_ref(spec, a, w):
+    compute = _compute_np(spec[1])
+    x = _arg(a, compute)
+    w = _arg(w, compute).reshape(_channel_shape(x.ndim, w.size))
+    return np.where(x > 0, x, x * w)
+
+
+def _prelu_backward(grad, input, weight, needs_input_grad):
+    w = weight.reshape(_channel_shape(input.dim(), weight.numel()))
+    g_in = where(input > 0, grad, grad * w) if needs_input_grad[0] else None
+    g_w = None
+    if needs_input_grad[1]:
+        per = where(input > 0, 0.0, grad * input)
+        if weight.numel() == 1 or input.dim() < 2:
+            g_w = per.sum().reshape(weight.shape)
+        else:
+            dims = [i for i in range(input.dim()) if i != 1]
+            g_w = per.sum(dims) if dims else per
+    return (g_in, g_w)
+
+
+@op(
+    meta=_prelu_meta,
+    reference=_prelu_ref,
+    backward=_prelu_backward,
+    grad_fn_name="PreluKernelBackward0",
+    methods=("prelu",),
+)
+def prelu(input: Tensor, weight: Tensor) -> Tensor:
+    """Parametric ReLU: ``x`` for ``x > 0``, else ``weight * x``, with one weight per channel (dim 1)
+    or a single shared one."""
+
+
+# ---------------------------------------------------------------------------------------- rrelu
+
+
+def _rrelu_meta(input, noise, lower, upper, training):
+    _need_tensor(input, "rrelu_with_noise")
+    d = input._dtype
+    bad = not d.is_floating_point or (training and d is dt.float16)
+    if bad:
+        kernel = "rrelu_with_noise_out_cpu" if training else "leaky_relu_cpu"
+        raise NotImplementedError(f"\"{kernel}\" not implemented for '{scalar_type_name(d)}'")
+    if lower > upper:
+        raise RuntimeError("Lower bound should be less than or equal to the upper bound")
+    if training:
+        _need_tensor(noise, "rrelu_with_noise", "noise", 2)
+        broadcast_pair(input._shape, noise._shape)
+    return (input._shape, d, input._device)
+
+
+def _rrelu_ref(spec, a, noise, lower, upper, training):
+    x = _arg(a, _compute_np(spec[1]))
+    slope = _arg(noise, x.dtype) if training else (lower + upper) / 2.0
+    return np.where(x > 0, x, x * slope)
+
+
+def _rrelu_backward(grad, input, noise, lower, upper, training):
+    slope = noise if training else (lower + upper) / 2.0
+    return (where(input > 0, grad, grad * slope), None)
+
+
+@op(meta=_rrelu_meta, reference=_rrelu_ref, backward=_rrelu_backward, grad_fn_name=_node_name("RreluWithNoiseBackward"))
+def rrelu_with_noise(
+    input: Tensor, noise: Tensor | None, lower: float = 1.0 / 8.0, upper: float = 1.0 / 3.0, training: bool = False
+) -> Tensor:
+    """Leaky ReLU with the slopes ``noise`` (training) or ``(lower + upper) / 2`` (eval) for ``x <= 0``."""
+
+
+_rrelu_with_noise_ = _inplace(rrelu_with_noise, "rrelu_with_noise_")
+
+
+def rrelu(
+    input: Tensor, lower: float = 1.0 / 8.0, upper: float = 1.0 / 3.0, training: bool = False, inplace: bool = False
+) -> Tensor:
+    """Randomized leaky ReLU: in training each ``x <= 0`` gets a slope drawn uniformly from
+    ``[lower, upper]`` (kiln's RNG); in eval the slope is ``(lower + upper) / 2``."""
+    noise = None
+    if training:
+        _rrelu_meta(input, input, lower, upper, True)  # dtype and bounds errors before drawing
+        from kiln._ops.creation import rand
+
+        d = input._dtype if input._dtype is dt.float64 else dt.float32
+        noise = (rand(input._shape, dtype=d, device=input._device) * (upper - lower) + lower).to(input._dtype)
+    if inplace:
+        return _rrelu_with_noise_(input, noise, lower, upper, training)
+    return rrelu_with_noise(input, noise, lower, upper, training)
+
+
+# ---------------------------------------------------------------------------------------- glu
+
+
+def _glu_meta(input, dim=-1):
+    _need_tensor(input, "glu")
+    if input.dim() == 0:
+        raise RuntimeError("glu does not support scalars because halving size must be even")
+    d = wrap_dim(dim, input.dim())
+    n = input._shape[d]
+    if n % 2:
+        raise RuntimeError(f"Halving dimension must be even, but dimension {d} is size {n}")
+    if not input._dtype.is_floating_point:
+        raise NotImplementedError(f"\"glu_cpu\" not implemented for '{scalar_type_name(input._dtype)}'")
+    shape = input._shape[:d] + (n // 2,) + input._shape[d + 1 :]
+    return (shape, input._dtype, input._device)
+
+
+def _glu_ref(spec, a, dim=-1):
+    x = _arg(a, _compute_np(spec[1]))
+    d = dim % x.ndim
+    h = x.shape[d] // 2
+    first = np.take(x, np.arange(h), axis=d)
+    second = np.take(x, np.arange(h, 2 * h), axis=d)
+    with np.errstate(over="ignore"):
+        return first / (1.0 + np.exp(-second))
+
+
+def _glu_backward(grad, input, dim):
+    from kiln._ops.shape import cat
+
+    d = wrap_dim(dim, input.dim())
+    h = input.shape[d] // 2
+    a, b = input.narrow(d, 0, h), input.narrow(d, h, h)
+    s = sigmoid(b)
+    ga = grad * s
+    return (cat([ga, ga * a * (1.0 - s)], d),)
+
+
+@op(meta=_glu_meta, reference=_glu_ref, backward=_glu_backward)
+def glu(input: Tensor, dim: int = -1) -> Tensor:
+    """Gated linear unit: ``a * sigmoid(b)`` where ``a, b`` are the halves of ``input`` along ``dim``."""
+
+
+# ---------------------------------------------------------------------------------------- attention
+
+
+def _ctype(d: dt.dtype) -> str:
+    return _TYPEMETA_NAMES[d]
+
+
+def _sdpa_check(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa):
+    for name, t, pos in (("query", query, 1), ("key", key, 2), ("value", value, 3)):
+        _need_tensor(t, "scaled_dot_product_attention", name, pos)
+    if attn_mask is not None and is_causal:
+        raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True")
+    if query.dim() < 2 or key.dim() < 2 or value.dim() < 2:
+        raise RuntimeError(
+            "Expected query, key, and value to all be  at least 2 dimensional, but got query.dim: "
+            f"{query.dim()} key.dim: {key.dim()} and value.dim: {value.dim()} instead."
+        )
+    if not (query._dtype is key._dtype is value._dtype):
+        raise RuntimeError(
+            "Expected query, key, and value to have the same dtype, but got query.dtype: "
+            f"{_ctype(query._dtype)} key.dtype: {_ctype(key._dtype)} and value.dtype: {_ctype(value._dtype)} "
+            "instead."
+        )
+    if not query._dtype.is_floating_point:
+        raise RuntimeError(f"expected scalar type Float but found {scalar_type_name(query._dtype)}")
+    if attn_mask is not None:
+        _need_tensor(attn_mask, "scaled_dot_product_attention", "attn_mask", 4)
+        md = attn_mask._dtype
+        if md is not dt.bool and md is not dt.float32 and md is not query._dtype:
+            raise RuntimeError(
+                "Expected attn_mask dtype to be bool or float or to match query dtype, but got attn_mask.dtype: "
+                f"{_ctype(md)} and  query.dtype: {_ctype(query._dtype)} instead."
+            )
+    if not 0.0 <= dropout_p <= 1.0:
+        raise RuntimeError(f"dropout probability has to be between 0 and 1, but got {dropout_p}")
+    common_device("scaled_dot_product_attention", query, key, value, attn_mask)
+    k_batch = key._shape[:-2]
+    if enable_gqa:
+        for t in (query, key, value):
+            wrap_dim(-3, t.dim())
+        hq, hk, hv = query._shape[-3], key._shape[-3], value._shape[-3]
+        if hq % hk or hq % hv:
+            raise RuntimeError("Number of heads in key and value must divide the number of heads in ")
+        k_batch = k_batch[:-1] + (hq,)
+    batch = math.prod(broadcast_pair(query._shape[:-2], k_batch))
+    if key._shape[-1] != query._shape[-1]:
+        raise RuntimeError(
+            f"Expected size for first two dimensions of batch2 tensor to be: [{batch}, {query._shape[-1]}] "
+            f"but got: [{batch}, {key._shape[-1]}]."
+        )
+    if value._shape[-2] != key._shape[-2]:
+        raise RuntimeError(
+            f"Expected size for first two dimensions of batch2 tensor to be: [{batch}, {key._shape[-2]}] "
+            f"but got: [{batch}, {value._shape[-2]}]."
+        )
+
+
+def _repeat_heads(t: Tensor, groups: int) -> Tensor:
+    """``t.repeat_interleave(groups, dim=-3)`` as a view-and-reshape."""
+    if groups == 1:
+        return t
+    s = t.shape
+    e = t.unsqueeze(-3).expand(*s[:-3], s[-3], groups, s[-2], s[-1])
+    return e.reshape(*s[:-3], s[-3] * groups, s[-2], s[-1])
+
+
+def _masked_softmax(scores: Tensor) -> Tensor:
+    """Softmax over the last dim that gives 0 (not NaN) in rows where every score is ``-inf``, as
+    PyTorch's math path does."""
+    from kiln._ops.reduction import amax
+
+    if scores.shape[-1] == 0:  # no keys: every row is empty, the result is all zeros
+        return scores * 0.0
+    m = amax(scores.detach(), -1, True)
+    m = where(m == -math.inf, 0.0, m)
+    e = exp(scores - m)
+    s = e.sum(-1, keepdim=True)
+    return e / where(s == 0, 1.0, s)
+
+
+def scaled_dot_product_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> Tensor:
+    """``softmax(query @ key^T * scale + mask) @ value`` over the last two dims, batch dims broadcasting.
+
+    ``attn_mask``: bool (True = attend) or additive float, broadcastable to ``(..., L, S)``;
+    ``is_causal``: a top-left aligned lower-triangular mask; fully masked rows give zeros (PyTorch's
+    CPU math path); ``dropout_p > 0`` drops attention weights with kiln's RNG; ``enable_gqa``: key and
+    value heads (dim -3) are repeated to match the query's.
+    """
+    from kiln._ops.creation import ones, rand
+    from kiln._ops.linalg import matmul
+    from kiln._ops.shape import tril
+
+    _sdpa_check(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
+    L, S = query.shape[-2], key.shape[-2]
+    factor = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+    if enable_gqa:
+        key = _repeat_heads(key, query.shape[-3] // key.shape[-3])
+        value = _repeat_heads(value, query.shape[-3] // value.shape[-3])
+    scores = matmul(query, key.transpose(-2, -1)) * factor
+    if is_causal:
+        attn_mask = tril(ones((L, S), dtype=dt.bool, device=query.device))
+    if attn_mask is not None:
+        broadcast_pair(scores._shape, attn_mask._shape)
+        if attn_mask._dtype is dt.bool:
+            scores = where(attn_mask, scores, -math.inf)
+        else:
+            scores = scores + attn_mask.to(scores.dtype)
+    weights = _masked_softmax(scores)
+    if dropout_p > 0.0:
+        keep = rand(weights.shape, dtype=dt.float32, device=weights.device) >= dropout_p
+        weights = where(keep, weights, 0.0) * (1.0 / (1.0 - dropout_p)) if dropout_p < 1.0 else weights * 0.0
+    return matmul(weights, value)
+
+
+# ---------------------------------------------------------------------------------------- distances
+
+
+def _same_grad_clamped(n: Tensor, eps: float) -> Tensor:
+    """``n`` with values clamped below at ``eps`` but ``n``'s own gradient (PyTorch clamps under no_grad)."""
+    d = n.detach()
+    return n + (d.clamp_min(eps) - d)
+
+
+def _float_pair(x1, x2, fname: str):
+    _need_tensor(x1, fname, "x1", 1)
+    _need_tensor(x2, fname, "x2", 2)
+    d = result_type(x1, x2)
+    return d
+
+
+def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
+    """Cosine similarity along ``dim`` of ``x1`` and ``x2`` (broadcast), each norm clamped at ``eps``."""
+    from kiln._ops.scans import vector_norm
+
+    d = _float_pair(x1, x2, "cosine_similarity")
+    if not d.is_floating_point:
+        raise RuntimeError(f"expected common dtype to be floating point, yet common dtype is {scalar_type_name(d)}")
+    shape = broadcast_pair(x1._shape, x2._shape)
+    dim = wrap_dim(dim, len(shape))
+    a = x1.to(d).expand(*shape) if x1._shape != shape or x1._dtype is not d else x1
+    b = x2.to(d).expand(*shape) if x2._shape != shape or x2._dtype is not d else x2
+    na = _same_grad_clamped(vector_norm(a, 2, dim, True), eps)
+    nb = _same_grad_clamped(vector_norm(b, 2, dim, True), eps)
+    return ((a / na) * (b / nb)).sum(dim)
+
+
+def pairwise_distance(x1: Tensor, x2: Tensor, p: float = 2.0, eps: float = 1e-6, keepdim: bool = False) -> Tensor:
+    """The ``p``-norm of ``x1 - x2 + eps`` along the last dim (inputs broadcast)."""
+    from kiln._ops.scans import vector_norm
+
+    _float_pair(x1, x2, "pairwise_distance")
+    ndim = max(x1.dim(), x2.dim())
+    return vector_norm(x1 - x2 + eps, p, ndim - 1 if ndim else -1, keepdim)
+
+
+def pdist(input: Tensor, p: float = 2.0) -> Tensor:
+    """The ``p``-norm distances between every pair of rows of a 2-D ``input`` (upper triangle, row-major)."""
+    from kiln._ops.creation import tensor
+    from kiln._ops.indexing import index_select
+    from kiln._ops.scans import vector_norm
+
+    _need_tensor(input, "pdist")
+    if input.dim() != 2:
+        raise RuntimeError(f"pdist only supports 2D tensors, got: {input.dim()}D")
+    if not input._dtype.is_floating_point:
+        raise RuntimeError("pdist only supports floating-point dtypes")
+    if p < 0:
+        raise RuntimeError("pdist only supports non-negative p values")
+    if input._dtype in (dt.float16, dt.bfloat16):
+        raise NotImplementedError(f"\"pdist\" not implemented for '{scalar_type_name(input._dtype)}'")
+    n = input.shape[0]
+    i, j = np.triu_indices(n, 1)
+    rows_i = index_select(input, 0, tensor(i.astype(np.int64), device=input.device))
+    rows_j = index_select(input, 0, tensor(j.astype(np.int64), device=input.device))
+    diff = rows_i - rows_j
+    if diff.numel() == 0:
+        return diff.sum(-1)
+    out = vector_norm(diff, p, -1)
+    if p == 0 and diff.requires_grad:
+        # PyTorch's pdist gives p = 0 a zero gradient (not none): connect ``diff`` with zeros
+        from kiln._ops.creation import full
+
+        out = out + where(full((), False, dtype=dt.bool, device=diff.device), diff, 0.0).sum(-1)
+    return out
+
+
+# ---------------------------------------------------------------------------------------- in-place aliases
+
+
+def elu_(input: Tensor, alpha: float = 1.0) -> Tensor:
+    """In-place :func:`elu`."""
+    return elu(input, alpha, True)
+
+
+def selu_(input: Tensor) -> Tensor:
+    """In-place :func:`selu`."""
+    return selu(input, True)
+
+
+def celu_(input: Tensor, alpha: float = 1.0) -> Tensor:
+    """In-place :func:`celu`."""
+    return celu(input, alpha, True)
+
+
+def leaky_relu_(input: Tensor, negative_slope: float = 0.01) -> Tensor:
+    """In-place :func:`leaky_relu`."""
+    return leaky_relu(input, negative_slope, True)
+
+
+def hardtanh_(input: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
+    """In-place :func:`hardtanh`."""
+    return hardtanh(input, min_val, max_val, True)
+
+
+def threshold_(input: Tensor, threshold: float, value: float) -> Tensor:
+    """In-place :func:`threshold`."""
+    return _threshold_(input, threshold, value)
+
+
+def rrelu_(input: Tensor, lower: float = 1.0 / 8.0, upper: float = 1.0 / 3.0, training: bool = False) -> Tensor:
+    """In-place :func:`rrelu`."""
+    return rrelu(input, lower, upper, training, True)
+
+
+# ---------------------------------------------------------------------------------------- one_hot
+
+
+def _one_hot_meta(tensor, num_classes=-1):
+    _need_tensor(tensor, "one_hot", "tensor", 1)
+    if tensor._dtype is not dt.int64:
+        raise RuntimeError("one_hot is only applicable to index tensor of type LongTensor.")
+    n = tensor.numel()
+    if n == 0:
+        if num_classes <= 0:
+            raise RuntimeError("Can not infer total number of classes from empty tensor.")
+        return (tensor._shape + (num_classes,), dt.int64, tensor._device)
+    from kiln._ops.indexing import _host_np
+
+    values = _host_np(tensor)  # read on the host: no device kernel runs inside a meta function
+    lo, hi = int(values.min()), int(values.max())
+    if lo < 0:
+        raise RuntimeError("Class values must be non-negative.")
+    if num_classes == -1:
+        num_classes = hi + 1
+    elif hi >= num_classes:
+        raise RuntimeError("Class values must be smaller than num_classes.")
+    return (tensor._shape + (num_classes,), dt.int64, tensor._device)
+
+
+def _one_hot_ref(spec, a, num_classes=-1):
+    c = spec[0][-1]
+    return (np.asarray(a)[..., None] == np.arange(c, dtype=np.int64)).astype(np.int64)
+
+
+@op(meta=_one_hot_meta, reference=_one_hot_ref)
+def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
+    """An int64 tensor with a trailing dim of size ``num_classes`` (inferred as ``max + 1`` when -1)
+    holding 1 at each index of ``tensor`` and 0 elsewhere."""

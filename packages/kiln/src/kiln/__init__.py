@@ -335,7 +335,9 @@ def from_dlpack(ext_tensor) -> Tensor:
 
 def __getattr__(name: str):
     # kiln.cuda, kiln.cpu, kiln.<plugin device>: a small module-like object per device type.
-    # Submodules (kiln.hookspecs, kiln.nn from kiln-nn, ...) are left to the import system.
+    # Submodules (kiln.hookspecs, kiln.nn from kiln-nn, kiln.data, ...) are imported on first use, so
+    # `import kiln; kiln.nn.Linear(...)` works as `torch.nn` does, and `import kiln` stays small.
+    import importlib
     import importlib.util
 
     from kiln._device_module import device_module
@@ -344,8 +346,10 @@ def __getattr__(name: str):
         from kiln import hookspecs
 
         return getattr(hookspecs, name)
-    if name.startswith("_") or importlib.util.find_spec(f"kiln.{name}") is not None:
+    if name.startswith("_"):
         raise AttributeError(f"module 'kiln' has no attribute '{name}'")
+    if importlib.util.find_spec(f"kiln.{name}") is not None:
+        return importlib.import_module(f"kiln.{name}")
     mod = device_module(name)
     if mod is None:
         raise AttributeError(f"module 'kiln' has no attribute '{name}'")

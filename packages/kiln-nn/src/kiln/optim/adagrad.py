@@ -1,0 +1,56 @@
+"""Adagrad (``torch.optim.Adagrad``)."""
+
+from __future__ import annotations
+
+from kiln._ops.creation import full_like
+from kiln.optim import _functional
+from kiln.optim._common import check, run_closure, step_counter
+from kiln.optim.optimizer import Optimizer, _use_grad
+
+__all__ = ["Adagrad"]
+
+
+class Adagrad(Optimizer):
+    """Adagrad with ``lr_decay`` and ``initial_accumulator_value``; state (``step``, ``sum``) exists from construction."""
+
+    def __init__(
+        self, params, lr: float = 1e-2, lr_decay: float = 0, weight_decay: float = 0,
+        initial_accumulator_value: float = 0, eps: float = 1e-10, foreach=None, *, maximize: bool = False,
+        differentiable: bool = False, fused=None,
+    ) -> None:  # fmt: skip
+        check(lr, lr >= 0.0, "learning rate")
+        check(lr_decay, lr_decay >= 0.0, "lr_decay value")
+        check(weight_decay, weight_decay >= 0.0, "weight_decay value")
+        check(initial_accumulator_value, initial_accumulator_value >= 0.0, "initial_accumulator_value value")
+        check(eps, eps >= 0.0, "epsilon value")
+        defaults = dict(
+            lr=lr, lr_decay=lr_decay, eps=eps, weight_decay=weight_decay,
+            initial_accumulator_value=initial_accumulator_value, foreach=foreach, maximize=maximize,
+            differentiable=differentiable, fused=fused,
+        )  # fmt: skip
+        super().__init__(params, defaults)
+        for group in self.param_groups:
+            for p in group["params"]:
+                state = self.state[p]
+                state["step"] = step_counter()
+                state["sum"] = full_like(p, group["initial_accumulator_value"])
+
+    @_use_grad
+    def step(self, closure=None):
+        """One update of every parameter with a gradient; returns ``closure()``'s loss if given."""
+        loss = run_closure(closure)
+        for group in self.param_groups:
+            params, grads, sums, steps = [], [], [], []
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                params.append(p)
+                grads.append(p.grad)
+                sums.append(state["sum"])
+                steps.append(state["step"])
+            _functional.update(
+                "adagrad", params, grads, sums, steps, lr=group["lr"], weight_decay=group["weight_decay"],
+                lr_decay=group["lr_decay"], eps=group["eps"], maximize=group["maximize"],
+            )  # fmt: skip
+        return loss

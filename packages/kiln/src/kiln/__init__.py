@@ -221,6 +221,15 @@ from kiln._ops.nn_activation import (
     threshold,
     threshold_,
 )
+from kiln._ops.nn_conv import (
+    conv1d,
+    conv2d,
+    conv3d,
+    conv_transpose1d,
+    conv_transpose2d,
+    conv_transpose3d,
+    convolution,
+)
 from kiln._ops.reduction import (
     all,
     amax,

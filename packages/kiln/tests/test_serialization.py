@@ -183,13 +183,29 @@ def test_requires_grad_is_kept_and_tensors_are_writable_copies(tmp_path):
     assert kiln.load(p)["c"][0].item() == 0.0
 
 
+def test_int_keys_round_trip_as_an_optimizer_state_dict_needs(tmp_path):
+    state = {
+        "state": {0: {"step": kiln.tensor(3.0), "exp_avg": kiln.ones(2)}, 1: {"step": kiln.tensor(3.0)}},
+        "param_groups": [{"lr": 0.1, "params": [0, 1]}],
+        "names": {"0": "a string key that looks like an int"},
+    }
+    p = tmp_path / "opt.kt"
+    kiln.save(state, p)
+    out = kiln.load(p)
+    assert list(out["state"]) == [0, 1] and list(out["names"]) == ["0"]
+    assert out["state"][0]["exp_avg"].tolist() == [1.0, 1.0]
+    assert out["param_groups"] == [{"lr": 0.1, "params": [0, 1]}]
+
+
 def test_unsupported_objects_raise_before_touching_the_file(tmp_path):
     p = tmp_path / "u.kt"
     p.write_bytes(b"old")
     with pytest.raises(TypeError, match="can't serialize an object of type object"):
         kiln.save({"a": kiln.ones(1), "b": object()}, p)
-    with pytest.raises(TypeError, match="dict keys must be str"):
-        kiln.save({1: kiln.ones(1)}, p)
+    with pytest.raises(TypeError, match="dict keys must be str or int"):
+        kiln.save({(1, 2): kiln.ones(1)}, p)
+    with pytest.raises(TypeError, match="dict keys must be str or int"):
+        kiln.save({True: kiln.ones(1)}, p)
     cyc: list = []
     cyc.append(cyc)
     with pytest.raises(ValueError, match="cycle"):

@@ -5,7 +5,7 @@ File layout (https://huggingface.co/docs/safetensors): an 8-byte little-endian h
 ``{"dtype", "shape", "data_offsets"}`` plus an optional ``"__metadata__"`` string->string map, then
 the tensors' bytes, contiguous and little-endian, back to back.
 
-kiln stores the structure of the saved object (nested dicts with str keys, lists, tuples, None,
+kiln stores the structure of the saved object (nested dicts with str or int keys, lists, tuples, None,
 bool/int/float/str leaves, and where each tensor sits) as JSON under the metadata key
 ``"kiln.structure"``. A flat dict of tensors is stored under its own keys, so any safetensors reader
 (``safetensors.torch.load_file``) sees exactly those names; a file without ``"kiln.structure"``
@@ -106,16 +106,20 @@ class _Encoder:
                 if isinstance(obj, dict):
                     items = []
                     for k, v in obj.items():
-                        if not isinstance(k, str):
-                            raise TypeError(f"kiln.save: dict keys must be str, got {type(k).__name__} ({k!r})")
-                        items.append([k, self.encode(v, f"{path}.{k}" if path else k)])
+                        if isinstance(k, str):
+                            key = k
+                        elif isinstance(k, builtins.int) and not isinstance(k, builtins.bool):
+                            key = {"int": builtins.int(k)}  # optimizer state is keyed by parameter index
+                        else:
+                            raise TypeError(f"kiln.save: dict keys must be str or int, got {type(k).__name__} ({k!r})")
+                        items.append([key, self.encode(v, f"{path}.{k}" if path else str(k))])
                     return {"dict": items}
                 kind = "list" if isinstance(obj, list) else "tuple"
                 return {kind: [self.encode(v, f"{path}.{i}" if path else str(i)) for i, v in enumerate(obj)]}
             finally:
                 self._active.discard(id(obj))
         raise TypeError(
-            f"kiln.save can't serialize an object of type {type(obj).__name__}: only tensors, dicts with str keys, "
+            f"kiln.save can't serialize an object of type {type(obj).__name__}: only tensors, dicts with str or int keys, "
             "lists, tuples, None, bool, int, float and str are supported"
         )
 
@@ -347,9 +351,14 @@ def _decode(node: Any, tensors: dict[str, Tensor], placed: dict[str, Tensor], ma
     elif kind == "dict" and isinstance(value, list):
         out = {}
         for pair in value:
-            if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str)):
+            if not (isinstance(pair, list) and len(pair) == 2):
                 raise _corrupt(f"bad kiln.structure dict item {pair!r}")
-            out[pair[0]] = _decode(pair[1], tensors, placed, map_location)
+            key = pair[0]
+            if isinstance(key, dict) and set(key) == {"int"} and type(key["int"]) is builtins.int:
+                key = key["int"]
+            elif not isinstance(key, str):
+                raise _corrupt(f"bad kiln.structure dict key {key!r}")
+            out[key] = _decode(pair[1], tensors, placed, map_location)
         return out
     raise _corrupt(f"bad kiln.structure node {node!r}")
 

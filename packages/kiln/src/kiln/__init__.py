@@ -230,6 +230,17 @@ from kiln._ops.nn_conv import (
     conv_transpose3d,
     convolution,
 )
+from kiln._ops.nn_norm import _embedding as embedding
+from kiln._ops.nn_norm import _tensor_log_softmax as log_softmax
+from kiln._ops.nn_norm import _tensor_softmax as softmax
+from kiln._ops.nn_norm import (
+    alpha_dropout,
+    dropout,
+    feature_alpha_dropout,
+    group_norm,
+    layer_norm,
+    rms_norm,
+)
 from kiln._ops.reduction import (
     all,
     amax,

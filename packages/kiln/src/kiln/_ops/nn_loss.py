@@ -1,9 +1,9 @@
 """nn primitives: loss functions with ``torch.nn.functional`` names, signatures, defaults and errors.
 
-Fused ops (NumPy reference kernel + backward in kiln ops): the class-dim log-softmax cross entropy
-runs on (``_cross_entropy_log_softmax``), ``_nll_loss`` (and its backward ``_nll_loss_backward``),
+Fused ops (NumPy reference kernel + backward in kiln ops): ``_nll_loss`` (and its backward
+``_nll_loss_backward``),
 ``_binary_cross_entropy`` and ``_binary_cross_entropy_with_logits``. ``cross_entropy`` is
-log-softmax + nll (plus a composed smoothing term); the other losses are compositions of kiln ops,
+log-softmax (``nn_norm._log_softmax``) + nll (plus a composed smoothing term); the other losses are compositions of kiln ops,
 as they are in PyTorch.
 """
 
@@ -18,6 +18,7 @@ from kiln import _dtype as dt
 from kiln._dispatch import op
 from kiln._ops._meta import broadcast_pair, scalar_type_name
 from kiln._ops.elementwise import _compute_np
+from kiln._ops.nn_norm import _log_softmax
 from kiln._state import state
 from kiln._tensor import Tensor, _numel
 
@@ -106,44 +107,6 @@ def _warn_size(input: Tensor, target: Tensor) -> None:
             UserWarning,
             stacklevel=3,
         )
-
-
-# ---------------------------------------------------------------------------------------- log-softmax (class dim)
-
-
-def _log_softmax_meta(input, dim):
-    if not input._dtype.is_floating_point:
-        kernel = "log_softmax_lastdim_kernel_impl" if dim == len(input._shape) - 1 else "log_softmax_kernel_impl"
-        raise NotImplementedError(f"\"{kernel}\" not implemented for '{scalar_type_name(input._dtype)}'")
-    return (input._shape, input._dtype, input._device)
-
-
-def _log_softmax_ref(spec, a, dim):
-    x = a.astype(_compute_np(spec[1]), copy=False)
-    if x.size == 0:
-        return np.empty(x.shape, x.dtype)
-    m = np.max(x, axis=dim, keepdims=True)
-    m = np.where(np.isfinite(m), m, 0)
-    with np.errstate(divide="ignore"):
-        shifted = x - m
-        return shifted - np.log(np.sum(np.exp(shifted), axis=dim, keepdims=True))
-
-
-def _log_softmax_backward(grad, dim, result):
-    from kiln._ops.elementwise import exp
-
-    return grad - exp(result) * grad.sum(dim, True)
-
-
-@op(
-    meta=_log_softmax_meta,
-    reference=_log_softmax_ref,
-    backward=_log_softmax_backward,
-    autocast="fp32",
-    grad_fn_name="LogSoftmaxBackward0",
-)
-def _cross_entropy_log_softmax(input: Tensor, dim: int) -> Tensor:
-    """``log(softmax(input, dim))`` computed stably (cross entropy's first half)."""
 
 
 # ---------------------------------------------------------------------------------------- nll_loss
@@ -333,7 +296,7 @@ def cross_entropy(
     class_dim = 0 if len(input._shape) == 1 else 1
     if input._shape == target._shape:
         return _cross_entropy_probs(k, input, target, weight, reduction, label_smoothing, class_dim)
-    logp = _cross_entropy_log_softmax(input, class_dim)
+    logp = _log_softmax(input, class_dim)
     nll = _nll_loss(logp, target, weight, ignore_index, reduction)
     if label_smoothing <= 0.0:
         return nll
@@ -369,7 +332,7 @@ def _cross_entropy_probs(k, input, target, weight, reduction, label_smoothing, c
             f"cross_entropy: weight tensor should be defined either for all {n_classes} classes or no classes but "
             f"got weight tensor of shape: {list(weight._shape)}"
         )
-    logp = _cross_entropy_log_softmax(input, class_dim)
+    logp = _log_softmax(input, class_dim)
     if label_smoothing > 0.0:
         target = target * (1 - label_smoothing) + label_smoothing / n_classes
     prod = logp * target

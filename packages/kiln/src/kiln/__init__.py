@@ -241,6 +241,18 @@ from kiln._ops.nn_norm import (
     layer_norm,
     rms_norm,
 )
+from kiln._ops.nn_pool import (
+    adaptive_avg_pool1d,
+    avg_pool1d,
+    constant_pad_nd,
+    max_pool1d,
+    max_pool1d_with_indices,
+    max_pool2d,
+    max_pool3d,
+    pixel_shuffle,
+    pixel_unshuffle,
+)
+from kiln._ops.nn_pool import adaptive_max_pool1d_with_indices as adaptive_max_pool1d
 from kiln._ops.reduction import (
     all,
     amax,

@@ -51,7 +51,8 @@ BACKEND_PACKAGES = {"packages/kiln-cpu", "packages/kiln-cuda"}
 # PyTorch is the test oracle (a test-only dependency). This exact pin matters: it resolves to the CPU
 # build kept on disk, where a looser range could pull a multi-gigabyte CUDA build.
 TORCH = "torch==2.13.0"
-TEST_DEPS = ["pytest>=8", "hypothesis>=6.100", TORCH, "safetensors>=0.4,<1"]  # safetensors: interop tests only
+# safetensors: interop tests only; Pillow: kiln-data's ImageFolder (its "images" extra)
+TEST_DEPS = ["pytest>=8", "hypothesis>=6.100", TORCH, "safetensors>=0.4,<1", "Pillow>=10"]
 RUFF = "ruff==0.17.6"  # pinned: new ruff releases add rules and change formatting
 DOCS_DEPS = ["sphinx>=8,<10", "furo"]  # a new Sphinx major can add warnings, and -W makes them errors
 LINT_PATHS = ["packages", "tests-integration", "benchmarks", "docs", "noxfile.py"]

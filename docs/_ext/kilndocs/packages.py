@@ -57,7 +57,12 @@ PACKAGES: tuple[Package, ...] = (
             "kiln.optim.lr_scheduler",
         ),
     ),
-    Package("kiln-data", "``kiln.data``", "Datasets, ``DataLoader``, samplers and transforms."),
+    Package(
+        "kiln-data",
+        "``kiln.data``",
+        "Datasets, ``DataLoader``, samplers and transforms.",
+        ("kiln.data", "kiln.data.datasets", "kiln.data.transforms"),
+    ),
     Package("kiln-amp", "``kiln.amp``", "Mixed precision: ``autocast`` and ``GradScaler``."),
     Package(
         "kiln-distributed",

@@ -1,0 +1,29 @@
+"""Random streams for samplers and splits, drawn from kiln's generators.
+
+kiln's core has no ``randperm`` yet, so permutations come from a NumPy PCG64 stream seeded by one 63-bit
+draw from the given :class:`kiln.Generator` (its default CPU generator when ``None``): the same kiln seed
+gives the same permutation, and ``kiln.manual_seed`` controls the unseeded case.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import kiln
+
+
+def draw_seed(generator=None) -> int:
+    """One non-negative 63-bit integer from ``generator`` (kiln's default CPU generator when ``None``)."""
+    return int(kiln.randint(0, 2**63 - 1, (), generator=generator).item())
+
+
+def numpy_stream(generator=None) -> np.random.Generator:
+    """A NumPy generator seeded from one draw of ``generator``."""
+    return np.random.Generator(np.random.PCG64(draw_seed(generator)))
+
+
+def randperm(n: int, generator=None) -> np.ndarray:
+    """A random permutation of ``range(n)`` as an int64 array."""
+    if hasattr(kiln, "randperm"):
+        return kiln.randperm(n, generator=generator).numpy()
+    return numpy_stream(generator).permutation(n).astype(np.int64)

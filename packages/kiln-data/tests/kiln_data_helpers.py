@@ -1,0 +1,163 @@
+"""Datasets for kiln-data's tests, at module level so that worker processes can unpickle them."""
+
+from __future__ import annotations
+
+import ctypes
+import faulthandler
+import os
+import signal
+import time
+
+import numpy as np
+
+import kiln
+from kiln.data import IterableDataset, get_worker_info
+
+
+class Squares:
+    """A map-style dataset of (float32 vector, int) samples: sample i is ([i, i*i, ...], i)."""
+
+    def __init__(self, n: int = 37, width: int = 300) -> None:
+        self.n, self.width = n, width
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        return kiln.full((self.width,), float(i)), i
+
+
+class Failing:
+    """Raises ValueError at index ``bad``."""
+
+    def __init__(self, n: int = 20, bad: int = 13) -> None:
+        self.n, self.bad = n, bad
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        if i == self.bad:
+            raise ValueError(f"sample {i} is broken on purpose")
+        return i
+
+
+class Dying:
+    """Kills its worker process at index ``bad`` with ``how``: "exit", "sigkill" or "segfault"."""
+
+    def __init__(self, how: str, n: int = 20, bad: int = 5) -> None:
+        self.how, self.n, self.bad = how, n, bad
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        if i == self.bad and get_worker_info() is not None:
+            if self.how == "exit":
+                os._exit(3)
+            if self.how == "sigkill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            if self.how == "segfault":
+                faulthandler.disable()  # pytest's handler would print this worker's stack: noise, not news
+                ctypes.string_at(0)
+        return i
+
+
+class Slow:
+    """Sleeps ``delay`` seconds per sample."""
+
+    def __init__(self, n: int = 10, delay: float = 0.2) -> None:
+        self.n, self.delay = n, delay
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        time.sleep(self.delay)
+        return i
+
+
+class Stream(IterableDataset):
+    """Yields range(start, end), split between workers as PyTorch's docs show."""
+
+    def __init__(self, start: int, end: int, split: bool = True) -> None:
+        self.start, self.end, self.split = start, end, split
+
+    def __iter__(self):
+        info = get_worker_info()
+        if info is None or not self.split:
+            return iter(range(self.start, self.end))
+        per = int(np.ceil((self.end - self.start) / info.num_workers))
+        lo = self.start + info.id * per
+        return iter(range(lo, min(lo + per, self.end)))
+
+    def __len__(self) -> int:
+        return self.end - self.start
+
+
+class WorkerIds:
+    """Returns (index, worker id, a random number from kiln's generator in the worker)."""
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, i: int):
+        info = get_worker_info()
+        return i, -1 if info is None else info.id, kiln.rand(1).item()
+
+
+def record_init(worker_id: int) -> None:
+    """A worker_init_fn that leaves a mark the dataset can see."""
+    os.environ["KILN_TEST_WORKER_INIT"] = str(worker_id)
+
+
+class InitSeen:
+    """Returns what worker_init_fn left in the environment."""
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, i: int):
+        return os.environ.get("KILN_TEST_WORKER_INIT", "none")
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def wait_gone(pids, within: float = 5.0) -> list[int]:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        left = [p for p in pids if alive(p)]
+        if not left:
+            return []
+        time.sleep(0.05)
+    return [p for p in pids if alive(p)]
+
+
+class Unpicklable:
+    """Samples hold a lambda, which cannot travel back from a worker."""
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, i: int):
+        return {"x": i, "f": lambda: i}
+
+
+class LocalError:
+    """Raises an exception whose class is defined inside a function (not importable, not picklable)."""
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, i: int):
+        class OddError(Exception):
+            pass
+
+        raise OddError(f"odd {i}")

@@ -384,3 +384,39 @@ def test_random_like(name):
     k = kiln.randint_like(kiln.zeros(3, dtype=kiln.float32), 10)
     t = torch.randint_like(torch.zeros(3, dtype=torch.float32), 10)
     assert k.dtype is U.T2K[t.dtype]
+
+
+# ---------------------------------------------------------------------------------------- randperm
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 1000])
+def test_randperm_is_a_permutation(n):
+    p = kiln.randperm(n)
+    assert p.dtype is kiln.int64 and p.shape == (n,)
+    assert sorted(p.tolist()) == list(range(n))
+
+
+def test_randperm_generator_dtype_and_reproducibility():
+    a = kiln.randperm(50, generator=kiln.Generator().manual_seed(3))
+    b = kiln.randperm(50, generator=kiln.Generator().manual_seed(3))
+    assert a.tolist() == b.tolist()
+    kiln.manual_seed(7)
+    c = kiln.randperm(50)
+    kiln.manual_seed(7)
+    assert kiln.randperm(50).tolist() == c.tolist()
+    assert a.tolist() != list(range(50))
+    f = kiln.randperm(5, dtype=kiln.float32, requires_grad=True)
+    assert f.dtype is kiln.float32 and f.requires_grad and sorted(f.tolist()) == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert kiln.randperm(5, dtype=kiln.uint8).dtype is kiln.uint8
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda L: L.randperm(-1),
+        lambda L: L.randperm(3, dtype=L.bool),
+        lambda L: L.randperm(300, dtype=L.int8),
+    ],
+)
+def test_randperm_errors_match_torch(fn):
+    U.assert_same_error(lambda: fn(kiln), lambda: fn(torch))

@@ -51,6 +51,7 @@ from kiln._ops.creation import (
     randint_like,
     randn,
     randn_like,
+    randperm,
     tensor,
     zeros,
     zeros_like,

@@ -1,8 +1,9 @@
 """Random streams for samplers and splits, drawn from kiln's generators.
 
-kiln's core has no ``randperm`` yet, so permutations come from a NumPy PCG64 stream seeded by one 63-bit
-draw from the given :class:`kiln.Generator` (its default CPU generator when ``None``): the same kiln seed
-gives the same permutation, and ``kiln.manual_seed`` controls the unseeded case.
+Permutations are ``kiln.randperm`` draws from the given :class:`kiln.Generator` (its default CPU
+generator when ``None``); other sampling (with replacement, weighted) uses a NumPy PCG64 stream seeded by
+one 63-bit draw from that generator. Either way the same kiln seed gives the same order, and
+``kiln.manual_seed`` controls the unseeded case.
 """
 
 from __future__ import annotations
@@ -24,6 +25,4 @@ def numpy_stream(generator=None) -> np.random.Generator:
 
 def randperm(n: int, generator=None) -> np.ndarray:
     """A random permutation of ``range(n)`` as an int64 array."""
-    if hasattr(kiln, "randperm"):
-        return kiln.randperm(n, generator=generator).numpy()
-    return numpy_stream(generator).permutation(n).astype(np.int64)
+    return kiln.randperm(n, generator=generator).numpy()

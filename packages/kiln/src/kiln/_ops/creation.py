@@ -541,6 +541,24 @@ def randint(
     return _finish(from_host(values, d, dev), requires_grad)
 
 
+def randperm(
+    n: int, *, generator=None, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False
+) -> Tensor:
+    """A random permutation of ``0 .. n-1`` (int64 unless ``dtype`` says otherwise), drawn from ``generator``
+    (the device's default generator when None)."""
+    _unsupported(out=out, layout=layout, pin_memory=pin_memory)
+    n = int(_scalar_value(n))
+    if n < 0:
+        raise RuntimeError(f"Trying to create tensor with negative dimension {n}: [{n}]")
+    _, d, dev = _creation_args(((n,),), dtype, device, dt.int64)
+    if d is dt.bool:
+        raise NotImplementedError("\"randperm\" not implemented for 'Bool'")
+    if not d.is_floating_point and n > 0 and n - 1 > np.iinfo(d.numpy).max:
+        raise RuntimeError(f"value cannot be converted to type {np.dtype(d.numpy).name}_t without overflow")
+    values = _generator(generator, dev)._rng.permutation(n)
+    return _finish(from_host(values.astype(d.numpy), d, dev), requires_grad)
+
+
 def rand_like(input: Tensor, *, dtype=None, device=None, requires_grad=False, memory_format=None) -> Tensor:
     """Uniform random values with ``input``'s shape, dtype and device."""
     _unsupported(memory_format=memory_format)

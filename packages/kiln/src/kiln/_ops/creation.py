@@ -544,8 +544,8 @@ def randint(
 def randperm(
     n: int, *, generator=None, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False
 ) -> Tensor:
-    """A random permutation of ``0 .. n-1`` (int64 unless ``dtype`` says otherwise), drawn from ``generator``
-    (the device's default generator when None)."""
+    """A random permutation of the integers from 0 to ``n - 1`` (int64 unless ``dtype`` says otherwise),
+    drawn from ``generator`` (the device's default generator when None)."""
     _unsupported(out=out, layout=layout, pin_memory=pin_memory)
     n = int(_scalar_value(n))
     if n < 0:

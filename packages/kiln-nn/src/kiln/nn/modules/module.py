@@ -88,15 +88,18 @@ class Module:
     """Base class for all neural network modules (``torch.nn.Module``).
 
     Subclass it, create parameters and submodules in ``__init__`` after ``super().__init__()``, and
-    define ``forward``; call the module (not ``forward``) so hooks run::
+    define ``forward``; call the module (not ``forward``) so hooks run:
 
-        class Net(kiln.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.fc = kiln.nn.Linear(4, 2)
-
-            def forward(self, x):
-                return self.fc(x).relu()
+    >>> import kiln
+    >>> class Net(kiln.nn.Module):
+    ...     def __init__(self):
+    ...         super().__init__()
+    ...         self.fc = kiln.nn.Linear(4, 2)
+    ...
+    ...     def forward(self, x):
+    ...         return self.fc(x).relu()
+    >>> Net()(kiln.ones(3, 4)).shape
+    kiln.Size([3, 2])
     """
 
     training: bool

@@ -361,3 +361,24 @@ def test_random_shapes(shape, data):
             "repeat": U.mismatch(lambda L, x: x.repeat((2,) + (1,) * (nd - 1) + (2,)), p),
         }
     )
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda L: L.stack(L.ones(2)),
+        lambda L: L.stack([]),
+        lambda L: L.stack([L.ones(2), 3]),
+        lambda L: L.stack([L.ones(2), L.ones(3)]),
+        lambda L: L.stack([L.ones(2)], dim=3),
+    ],
+)
+def test_stack_errors_match_torch(fn):
+    U.assert_same_error(lambda: fn(kiln), lambda: fn(torch))
+
+
+def test_stack_node_name_and_gradgradcheck():
+    a = kiln.randn(2, 3, dtype=kiln.float64, requires_grad=True)
+    b = kiln.randn(2, 3, dtype=kiln.float64, requires_grad=True)
+    assert kiln.stack([a, b], 1).grad_fn.name() == "StackBackward0"
+    assert kiln.autograd.gradgradcheck(lambda x, y: kiln.stack([x * y, y], -1), (a, b))

@@ -659,6 +659,19 @@ def _cat(c: Ctx) -> list[Case]:
     return cases
 
 
+def _stack(c: Ctx) -> list[Case]:
+    other = c.other_dtype()
+    cases = [
+        Case("dim0", ([c.t((2, 3)), c.t((2, 3), layout="transposed")],)),
+        Case("dim-1", ([c.t((2, 3), layout="strided"), c.t((2, 3), layout="expanded")], -1)),
+        Case("empty", ([c.t((0, 3)), c.t((0, 3))], 1)),
+        Case("0-d", ([c.t(()), c.t(())],)),
+    ]
+    if other is not None:
+        cases.append(Case("mixed-dtype", ([c.t((2, 3)), c.t((2, 3), dtype=other)], 1)))
+    return cases
+
+
 def _flip(c: Ctx) -> list[Case]:
     return [
         Case("dims", (c.t((3, 4)), (0, 1))),
@@ -957,6 +970,7 @@ SPECS: dict[str, OpSpec] = {
     "diagonal": explicit(_diagonal, view=True),
     "_diagonal_backward": explicit(_diagonal_backward),
     "cat": explicit(_cat),
+    "stack": explicit(_stack),
     "flip": explicit(_flip),
     "roll": explicit(_roll),
     "repeat": explicit(_repeat),

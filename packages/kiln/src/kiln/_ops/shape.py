@@ -27,7 +27,6 @@ from kiln._ops.views import (
     narrow,
     permute,
     select,
-    unsqueeze,
     view,
 )
 from kiln._tensor import Tensor, _numel
@@ -49,6 +48,20 @@ def _is_legacy_empty(t: Tensor) -> bool:
     return t._shape == (0,)
 
 
+def _common_dtype_device(tensors) -> tuple:
+    """The promoted dtype of ``tensors`` and their one device (PyTorch's message when they differ)."""
+    device = tensors[0]._device
+    dtype = tensors[0]._dtype
+    for t in tensors[1:]:
+        if t._device != device:
+            raise RuntimeError(
+                "Expected all tensors to be on the same device, but found at least two devices, "
+                f"{device} and {t._device}!"
+            )
+        dtype = dt.promote_types(dtype, t._dtype)
+    return dtype, device
+
+
 def _cat_meta(tensors, dim=0):
     if not isinstance(tensors, (list, tuple)):
         raise TypeError(
@@ -64,15 +77,7 @@ def _cat_meta(tensors, dim=0):
             )
         if not t._shape:
             raise RuntimeError(f"zero-dimensional tensor (at position {i}) cannot be concatenated")
-    device = tensors[0]._device
-    dtype = tensors[0]._dtype
-    for t in tensors[1:]:
-        if t._device != device:
-            raise RuntimeError(
-                "Expected all tensors to be on the same device, but found at least two devices, "
-                f"{device} and {t._device}!"
-            )
-        dtype = dt.promote_types(dtype, t._dtype)
+    dtype, device = _common_dtype_device(tensors)
     kept = [(i, t) for i, t in enumerate(tensors) if not _is_legacy_empty(t)]
     if not kept:  # PyTorch checks no dim then
         return ((0,), dtype, device)
@@ -128,12 +133,16 @@ def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
 concatenate = concat = cat
 
 
-def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
-    """``tensors`` (all of one shape) joined along a new dim ``dim``."""
+def _stack_meta(tensors, dim=0):
     if not isinstance(tensors, (list, tuple)):
-        raise TypeError(f"stack(): argument 'tensors' must be tuple of Tensors, not {type(tensors).__name__}")
+        raise TypeError(
+            f"stack(): argument 'tensors' (position 1) must be tuple of Tensors, not {type(tensors).__name__}"
+        )
     if not tensors:
         raise RuntimeError("stack expects a non-empty TensorList")
+    for i, t in enumerate(tensors):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"expected Tensor as element {i} in argument 0, but got {type(t).__name__}")
     shape0 = tensors[0]._shape
     for i, t in enumerate(tensors[1:], 1):
         if t._shape != shape0:
@@ -142,7 +151,21 @@ def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
                 f"{list(t._shape)} at entry {i}"
             )
     d = wrap_dim(dim, len(shape0) + 1)
-    return cat([unsqueeze(t, d) for t in tensors], d)
+    dtype, device = _common_dtype_device(tensors)
+    return (shape0[:d] + (len(tensors),) + shape0[d:], dtype, device, d)
+
+
+def _stack_ref(spec, tensors, dim=0):
+    return np.stack([a.astype(spec[1].numpy, copy=False) for a in tensors], axis=spec[3])
+
+
+def _stack_backward(grad, dim):
+    return list(unbind(grad, wrap_dim(dim, grad.dim())))
+
+
+@op(meta=_stack_meta, reference=_stack_ref, backward=_stack_backward, grad_fn_name="StackBackward0")
+def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
+    """``tensors`` (all of one shape; promoted to a common dtype) joined along a new dim ``dim``."""
 
 
 # ---------------------------------------------------------------------------------------- split

@@ -22,7 +22,6 @@ __all__ = [
     "DatasetFolder",
     "CSVDataset",
     "NumpyDataset",
-    "IMG_EXTENSIONS",
     "find_classes",
     "pil_loader",
     "read_idx",

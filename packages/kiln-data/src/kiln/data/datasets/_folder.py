@@ -12,6 +12,7 @@ from kiln.data.dataset import Dataset
 __all__ = ["DatasetFolder", "ImageFolder", "IMG_EXTENSIONS", "pil_loader", "find_classes"]
 
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+"""The file name endings ``ImageFolder`` loads (case-insensitive); also ``kiln.data.datasets.IMG_EXTENSIONS``."""
 
 
 def find_classes(directory: str | os.PathLike) -> tuple[list[str], dict[str, int]]:

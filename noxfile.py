@@ -1,7 +1,7 @@
 """Every kiln workflow, one nox session each (DESIGN §1).
 
     python3 -m nox                                   the whole test suite: tests, packaging, integration, lint, docs
-    python3 -m nox -s demo                           the demo training job (docs/examples/train_synthetic.py)
+    python3 -m nox -s demo                           the demo training job (docs/examples/train_digits.py)
     python3 -m nox -s tests                          unit and conformance tests on every backend
     python3 -m nox -s "tests(backend='reference')"   one backend
     python3 -m nox -s packaging                      every package from built wheels: install, import, smoke test
@@ -183,7 +183,7 @@ def integration(session: nox.Session) -> None:
     if not (ROOT / "tests-integration").is_dir():
         session.skip("tests-integration/ does not exist yet")
     # The suite builds wheels with the running interpreter (`pip wheel --no-build-isolation`): hatchling.
-    _install_kiln(session, "pytest>=8", "hatchling")
+    _install_kiln(session, "pytest>=8", "hatchling", *DEMO_DEPS)  # DEMO_DEPS: test_demo_digits.py runs the demo
     # tests-integration/example_device is a plugin project (its own tests run in "tests(backend='example')").
     session.run(
         "pytest",
@@ -242,9 +242,12 @@ def bench(session: nox.Session) -> None:
         session.run("python", str(script.relative_to(ROOT)), *session.posargs)
 
 
+DEMO_DEPS = ["-e", "packages/kiln-nn", "-e", "packages/kiln-data", "tqdm", "matplotlib"]
+
+
 @nox.session
 def demo(session: nox.Session) -> None:
-    """The main job: train a small MLP on synthetic data (docs/examples/train_synthetic.py)."""
+    """The main job: train a small CNN on the embedded handwritten digits (docs/examples/train_digits.py)."""
     _prepare(session)
-    _install_kiln(session)
-    session.run("python", "docs/examples/train_synthetic.py", *session.posargs)
+    _install_kiln(session, *DEMO_DEPS)
+    session.run("python", "docs/examples/train_digits.py", *session.posargs)

@@ -1,0 +1,188 @@
+"""Train a small CNN on the 8x8 handwritten digits with kiln, kiln-nn and kiln-data.
+
+This is the demo job (``nox -s demo``) and reads like its PyTorch twin: ``import kiln`` where PyTorch
+code has ``import torch``, ``kiln.nn`` for ``torch.nn``, ``kiln.data`` for ``torch.utils.data``. The
+data set is embedded in kiln-data (no download). The script trains with Adam, shows a progress bar per
+epoch, keeps the best checkpoint (safetensors), reloads it into a fresh model to check it, and writes
+a PNG with the training curves and the test images the model gets wrong.
+
+    python docs/examples/train_digits.py [--epochs N] [--batch-size B] [--device D] [--workers W]
+                                         [--out DIR] [--resume CHECKPOINT] [--seed S]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import matplotlib
+import matplotlib.pyplot as plt
+from tqdm import tqdm
+
+import kiln
+import kiln.nn as nn
+from kiln.data import DataLoader, random_split
+from kiln.data.datasets import Digits
+
+matplotlib.use("Agg")  # draw into files only: no window, no display needed
+
+
+def make_model() -> nn.Module:
+    """Two 3x3 convolutions (16 and 32 channels), one 2x2 max pool, a linear head: 10 logits."""
+    return nn.Sequential(
+        nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(),  # (N, 16, 8, 8)
+        nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(),  # (N, 32, 8, 8)
+        nn.MaxPool2d(2), nn.Flatten(),  # (N, 32 * 4 * 4)
+        nn.Dropout(0.25), nn.Linear(32 * 4 * 4, 10),
+    )  # fmt: skip
+
+
+def evaluate(model: nn.Module, loader: DataLoader, device: kiln.device):
+    """Accuracy on ``loader`` and the misclassified samples as (image, label, prediction) arrays."""
+    model.eval()  # Dropout off
+    correct, seen, mistakes = 0, 0, []
+    with kiln.no_grad():
+        for images, labels in loader:
+            images, labels = images.to(device), labels.to(device)
+            preds = model(images).argmax(dim=1)
+            wrong = preds != labels
+            correct += int((~wrong).sum().item())
+            seen += labels.shape[0]
+            if wrong.any().item():  # boolean indexing as in PyTorch; .numpy() needs a CPU tensor
+                mistakes += zip(images[wrong].cpu().numpy(), labels[wrong].tolist(), preds[wrong].tolist())
+    return correct / seen, mistakes
+
+
+def plot(history: dict, mistakes: list, path: str) -> None:
+    """Loss and accuracy per epoch on the left, up to 24 misclassified test images on the right."""
+    fig = plt.figure(figsize=(11, 4.5), layout="constrained")
+    left, right = fig.subfigures(1, 2, width_ratios=[1, 1.2])
+    ax_loss, ax_acc = left.subplots(2, 1, sharex=True)
+    epochs = range(1, len(history["loss"]) + 1)
+    ax_loss.plot(epochs, history["loss"], marker="o")
+    ax_loss.set_ylabel("train loss")
+    ax_acc.plot(epochs, [100 * a for a in history["accuracy"]], marker="o", color="tab:green")
+    ax_acc.set(xlabel="epoch", ylabel="test accuracy (%)")
+    right.suptitle(f"misclassified test images ({len(mistakes)}): prediction / label")
+    for ax, (image, label, pred) in zip(right.subplots(4, 6).flat, mistakes + [(None, None, None)] * 24):
+        ax.axis("off")
+        if image is not None:
+            ax.imshow(image[0], cmap="gray_r", vmin=0, vmax=1)
+            ax.set_title(f"{pred} / {label}", fontsize=9, color="tab:red")
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    # kiln.cuda exists even without kiln-cuda installed; it then reports no GPU, as torch.cuda does
+    default_device = "cuda" if kiln.cuda.is_available() else "cpu"
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--epochs", type=int, default=10, help="train until this epoch (default 10)")
+    p.add_argument("--batch-size", type=int, default=32, help="minibatch size (default 32)")
+    p.add_argument("--lr", type=float, default=3e-3, help="Adam learning rate (default 3e-3)")
+    p.add_argument("--device", default=default_device, help=f"device to train on (default {default_device})")
+    p.add_argument("--workers", type=int, default=0, help="DataLoader worker processes (default 0)")
+    p.add_argument("--out", default="runs/digits", help="output directory (default runs/digits)")
+    p.add_argument("--resume", metavar="CHECKPOINT", help="continue from a last.safetensors of an earlier run")
+    p.add_argument("--seed", type=int, default=0, help="seed for initialisation and shuffling (default 0)")
+    args = p.parse_args(argv)
+    for name in ("epochs", "batch_size", "workers"):
+        if getattr(args, name) < (0 if name == "workers" else 1):
+            p.error(f"--{name.replace('_', '-')} must be {'>= 0' if name == 'workers' else '>= 1'}")
+    try:  # an unknown device type is an error at the first allocation, with a message naming the fix
+        kiln.empty(0, device=args.device)
+    except (RuntimeError, ValueError) as e:
+        p.error(f"--device {args.device}: {e}")
+    if args.resume and not os.path.isfile(args.resume):
+        p.error(f"--resume {args.resume}: no such file")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    device = kiln.device(args.device)
+    kiln.manual_seed(args.seed)  # weights and Dropout
+
+    # A fixed 80/20 split, whatever --seed says: the test set is the same in every run.
+    train_set, test_set = random_split(Digits(), [0.8, 0.2], generator=kiln.Generator().manual_seed(0))
+    shuffle = kiln.Generator().manual_seed(args.seed)
+    train_loader = DataLoader(
+        train_set, batch_size=args.batch_size, shuffle=True, generator=shuffle, num_workers=args.workers
+    )
+    test_loader = DataLoader(test_set, batch_size=256, num_workers=args.workers)
+
+    model = make_model().to(device)
+    optimizer = kiln.optim.Adam(model.parameters(), lr=args.lr)  # kiln.optim is torch.optim
+    loss_fn = nn.CrossEntropyLoss()
+    history, best_acc, start = {"loss": [], "accuracy": []}, -1.0, 1
+    if args.resume:
+        # kiln.load never unpickles: a checkpoint is safetensors plus a JSON description of the nesting.
+        # Load to the CPU: load_state_dict copies onto the parameters' device, and RNG states live there.
+        ckpt = kiln.load(args.resume, map_location="cpu")
+        if not isinstance(ckpt, dict) or "optimizer" not in ckpt:
+            sys.exit(f"error: --resume {args.resume}: not a training checkpoint (use a last.safetensors)")
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        kiln.set_rng_state(ckpt["rng"]["global"])  # so a resumed run continues exactly as an unbroken one
+        shuffle.set_state(ckpt["rng"]["shuffle"])
+        history, best_acc, start = ckpt["history"], ckpt["best_accuracy"], ckpt["epoch"] + 1
+
+    os.makedirs(args.out, exist_ok=True)
+    best_path, last_path = os.path.join(args.out, "best.safetensors"), os.path.join(args.out, "last.safetensors")
+    png_path = os.path.join(args.out, "digits.png")
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"kiln {kiln.__version__} on {device}: digits {len(train_set)} train / {len(test_set)} test images")
+    print(f"CNN with {n_params:,} parameters, Adam lr {args.lr}, batch {args.batch_size}, seed {args.seed}")
+    if args.resume:
+        print(f"resumed from {args.resume} after epoch {start - 1} (best accuracy so far {best_acc:.2%})")
+
+    t0 = time.perf_counter()
+    for epoch in range(start, args.epochs + 1):
+        model.train()
+        total, seen = 0.0, 0
+        # disable=None: a live bar on a terminal, no carriage-return clutter in logs and CI output
+        bar = tqdm(train_loader, desc=f"epoch {epoch}/{args.epochs}", unit="batch", leave=False, disable=None)
+        for images, labels in bar:
+            images, labels = images.to(device), labels.to(device)
+            loss = loss_fn(model(images), labels)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            total += loss.item() * labels.shape[0]
+            seen += labels.shape[0]
+            bar.set_postfix(loss=f"{total / seen:.4f}")
+        accuracy, _ = evaluate(model, test_loader, device)
+        history["loss"].append(total / seen)
+        history["accuracy"].append(accuracy)
+        note = ""
+        if accuracy > best_acc:  # (a real project would choose on a validation split, not the test set)
+            best_acc, note = accuracy, "  * best, saved"
+            kiln.save(model.state_dict(), best_path)  # safetensors, written atomically (temp file + rename)
+        # Everything needed to resume, in one file: int dict keys, lists and floats are fine in kiln.save.
+        rng = {"global": kiln.get_rng_state(), "shuffle": shuffle.get_state()}
+        state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch, "rng": rng}
+        kiln.save({**state, "history": history, "best_accuracy": best_acc}, last_path)
+        print(f"epoch {epoch:2d}/{args.epochs}  train loss {total / seen:.4f}  test accuracy {accuracy:.2%}{note}")
+    train_seconds = time.perf_counter() - t0
+
+    if not os.path.isfile(best_path):
+        sys.exit(f"error: no checkpoint at {best_path}: nothing was trained")
+    # Reload the best weights into a fresh model: the accuracy must be the one recorded above.
+    fresh = make_model().to(device)
+    fresh.load_state_dict(kiln.load(best_path, map_location=device))
+    reloaded_acc, mistakes = evaluate(fresh, test_loader, device)
+    plot(history, mistakes, png_path)
+
+    print(f"training time {train_seconds:.1f} s for {max(0, args.epochs - start + 1)} epochs")
+    print(f"best checkpoint reloaded: test accuracy {reloaded_acc:.2%} ({len(mistakes)} of {len(test_set)} wrong)")
+    print(f"wrote {best_path}\n      {last_path}\n      {png_path}")
+    if abs(reloaded_acc - best_acc) > 1e-9:
+        print(f"error: the reloaded model scores {reloaded_acc:.2%}, the saved one {best_acc:.2%}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

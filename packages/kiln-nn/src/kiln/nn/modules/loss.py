@@ -1,0 +1,471 @@
+"""Loss criteria (``torch.nn.*Loss``): modules holding a ``reduction`` and options over ``kiln.nn.functional``.
+
+Class weights (``weight``, ``pos_weight``) are registered as buffers, as torch does, so they follow the
+module across devices and appear in ``state_dict`` when given.
+"""
+
+from __future__ import annotations
+
+import kiln
+from kiln._tensor import Tensor
+from kiln.nn import functional as F
+from kiln.nn.modules._utils import _legacy_reduction
+from kiln.nn.modules.module import Module
+
+__all__ = [
+    "L1Loss",
+    "NLLLoss",
+    "PoissonNLLLoss",
+    "GaussianNLLLoss",
+    "KLDivLoss",
+    "MSELoss",
+    "BCELoss",
+    "BCEWithLogitsLoss",
+    "HingeEmbeddingLoss",
+    "SmoothL1Loss",
+    "HuberLoss",
+    "SoftMarginLoss",
+    "CrossEntropyLoss",
+    "MultiLabelSoftMarginLoss",
+    "CosineEmbeddingLoss",
+    "MarginRankingLoss",
+    "MultiMarginLoss",
+    "MultiLabelMarginLoss",
+    "NLLLoss2d",
+    "TripletMarginLoss",
+    "TripletMarginWithDistanceLoss",
+    "CTCLoss",
+]
+
+
+class _Loss(Module):
+    """A criterion with a ``reduction`` (``'none'`` | ``'mean'`` | ``'sum'``)."""
+
+    __constants__ = ["reduction"]
+
+    def __init__(self, size_average=None, reduce=None, reduction: str = "mean") -> None:
+        super().__init__()
+        if size_average is not None or reduce is not None:
+            self.reduction = _legacy_reduction(size_average, reduce)
+        else:
+            self.reduction = reduction
+
+
+class _WeightedLoss(_Loss):
+    """A criterion with an optional per-class ``weight`` buffer."""
+
+    def __init__(self, weight: Tensor | None = None, size_average=None, reduce=None, reduction: str = "mean") -> None:
+        super().__init__(size_average, reduce, reduction)
+        self.register_buffer("weight", weight)
+
+
+class L1Loss(_Loss):
+    """Mean absolute error ``|input - target|`` (``torch.nn.L1Loss``)."""
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        """The reduced loss."""
+        return F.l1_loss(input, target, reduction=self.reduction)
+
+
+class MSELoss(_Loss):
+    """Mean squared error ``(input - target)**2`` (``torch.nn.MSELoss``)."""
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        """The reduced loss."""
+        return F.mse_loss(input, target, reduction=self.reduction)
+
+
+class NLLLoss(_WeightedLoss):
+    """Negative log likelihood of class indices given log-probabilities (``torch.nn.NLLLoss``)."""
+
+    __constants__ = ["ignore_index", "reduction"]
+
+    def __init__(
+        self, weight: Tensor | None = None, size_average=None, ignore_index: int = -100, reduce=None, reduction="mean"
+    ) -> None:
+        super().__init__(weight, size_average, reduce, reduction)
+        self.ignore_index = ignore_index
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        """The reduced loss (``mean`` divides by the summed weights of the non-ignored targets)."""
+        return F.nll_loss(input, target, weight=self.weight, ignore_index=self.ignore_index, reduction=self.reduction)
+
+
+class CrossEntropyLoss(_WeightedLoss):
+    """``nll_loss(log_softmax(input))`` for class indices or class probabilities (``torch.nn.CrossEntropyLoss``)."""
+
+    __constants__ = ["ignore_index", "reduction", "label_smoothing"]
+
+    def __init__(
+        self,
+        weight: Tensor | None = None,
+        size_average=None,
+        ignore_index: int = -100,
+        reduce=None,
+        reduction: str = "mean",
+        label_smoothing: float = 0.0,
+    ) -> None:
+        super().__init__(weight, size_average, reduce, reduction)
+        self.ignore_index = ignore_index
+        self.label_smoothing = label_smoothing
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        """The reduced loss."""
+        return F.cross_entropy(
+            input,
+            target,
+            weight=self.weight,
+            ignore_index=self.ignore_index,
+            reduction=self.reduction,
+            label_smoothing=self.label_smoothing,
+        )
+
+
+class PoissonNLLLoss(_Loss):
+    """Poisson negative log likelihood (``torch.nn.PoissonNLLLoss``)."""
+
+    __constants__ = ["log_input", "full", "eps", "reduction"]
+
+    def __init__(
+        self,
+        log_input: bool = True,
+        full: bool = False,
+        size_average=None,
+        eps: float = 1e-8,
+        reduce=None,
+        reduction: str = "mean",
+    ) -> None:
+        super().__init__(size_average, reduce, reduction)
+        self.log_input = log_input
+        self.full = full
+        self.eps = eps
+
+    def forward(self, log_input: Tensor, target: Tensor) -> Tensor:
+        """The reduced loss."""
+        return F.poisson_nll_loss(
+            log_input, target, log_input=self.log_input, full=self.full, eps=self.eps, reduction=self.reduction
+        )
+
+
+class GaussianNLLLoss(_Loss):
+    """Gaussian negative log likelihood with predicted variance ``var`` (``torch.nn.GaussianNLLLoss``)."""
+
+    __constants__ = ["full", "eps", "reduction"]
+
+    def __init__(self, *, full: bool = False, eps: float = 1e-6, reduction: str = "mean") -> None:
+        super().__init__(None, None, reduction)
+        self.full = full
+        self.eps = eps
+
+    def forward(self, input: Tensor, target: Tensor, var) -> Tensor:
+        """The reduced loss."""
+        return F.gaussian_nll_loss(input, target, var, full=self.full, eps=self.eps, reduction=self.reduction)
+
+
+class KLDivLoss(_Loss):
+    """Kullback-Leibler divergence of ``target`` from log-probabilities ``input`` (``torch.nn.KLDivLoss``)."""
+
+    __constants__ = ["reduction"]
+
+    def __init__(self, size_average=None, reduce=None, reduction: str = "mean", log_target: bool = False) -> None:
+        super().__init__(size_average, reduce, reduction)
+        self.log_target = log_target
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        """The reduced loss (``'batchmean'`` divides the sum by the batch size)."""
+        return F.kl_div(input, target, reduction=self.reduction, log_target=self.log_target)
+
+
+class BCELoss(_WeightedLoss):
+    """Binary cross entropy of probabilities (``torch.nn.BCELoss``)."""
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        """The reduced loss."""
+        return F.binary_cross_entropy(input, target, weight=self.weight, reduction=self.reduction)
+
+
+class BCEWithLogitsLoss(_Loss):
+    """Binary cross entropy of logits, with optional ``pos_weight`` (``torch.nn.BCEWithLogitsLoss``)."""
+
+    def __init__(
+        self,
+        weight: Tensor | None = None,
+        size_average=None,
+        reduce=None,
+        reduction: str = "mean",
+        pos_weight: Tensor | None = None,
+    ) -> None:
+        super().__init__(size_average, reduce, reduction)
+        self.register_buffer("weight", weight)
+        self.register_buffer("pos_weight", pos_weight)
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        """The reduced loss."""
+        return F.binary_cross_entropy_with_logits(
+            input, target, self.weight, pos_weight=self.pos_weight, reduction=self.reduction
+        )
+
+
+class HingeEmbeddingLoss(_Loss):
+    """``x`` for ``y = 1``, ``max(0, margin - x)`` for ``y = -1`` (``torch.nn.HingeEmbeddingLoss``)."""
+
+    __constants__ = ["margin", "reduction"]
+
+    def __init__(self, margin: float = 1.0, size_average=None, reduce=None, reduction: str = "mean") -> None:
+        super().__init__(size_average, reduce, reduction)
+        self.margin = margin
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        """The reduced loss."""
+        return F.hinge_embedding_loss(input, target, margin=self.margin, reduction=self.reduction)
+
+
+class SmoothL1Loss(_Loss):
+    """Squared error below ``beta``, absolute error above (``torch.nn.SmoothL1Loss``)."""
+
+    __constants__ = ["reduction"]
+
+    def __init__(self, size_average=None, reduce=None, reduction: str = "mean", beta: float = 1.0) -> None:
+        super().__init__(size_average, reduce, reduction)
+        self.beta = beta
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        """The reduced loss."""
+        return F.smooth_l1_loss(input, target, reduction=self.reduction, beta=self.beta)
+
+
+class HuberLoss(_Loss):
+    """Squared error below ``delta``, ``delta``-scaled absolute error above (``torch.nn.HuberLoss``)."""
+
+    __constants__ = ["reduction", "delta"]
+
+    def __init__(self, reduction: str = "mean", delta: float = 1.0) -> None:
+        if not isinstance(delta, (float, int)):
+            raise TypeError(f"delta must be a float or int, got: {type(delta)}")
+        super().__init__(reduction=reduction)
+        self.delta = delta
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        """The reduced loss."""
+        return F.huber_loss(input, target, reduction=self.reduction, delta=self.delta)
+
+
+class SoftMarginLoss(_Loss):
+    """Two-class logistic loss ``log(1 + exp(-y x))`` (``torch.nn.SoftMarginLoss``)."""
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        """The reduced loss."""
+        return F.soft_margin_loss(input, target, reduction=self.reduction)
+
+
+class MultiLabelSoftMarginLoss(_WeightedLoss):
+    """Multi-label one-versus-all logistic loss (``torch.nn.MultiLabelSoftMarginLoss``)."""
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        """The reduced loss."""
+        return F.multilabel_soft_margin_loss(input, target, weight=self.weight, reduction=self.reduction)
+
+
+class CosineEmbeddingLoss(_Loss):
+    """``1 - cos(x1, x2)`` for ``y = 1``, ``max(0, cos - margin)`` for ``y = -1`` (``torch.nn.CosineEmbeddingLoss``)."""
+
+    __constants__ = ["margin", "reduction"]
+
+    def __init__(self, margin: float = 0.0, size_average=None, reduce=None, reduction: str = "mean") -> None:
+        super().__init__(size_average, reduce, reduction)
+        self.margin = margin
+
+    def forward(self, input1: Tensor, input2: Tensor, target: Tensor) -> Tensor:
+        """The reduced loss."""
+        return F.cosine_embedding_loss(input1, input2, target, margin=self.margin, reduction=self.reduction)
+
+
+class MarginRankingLoss(_Loss):
+    """``max(0, -y (x1 - x2) + margin)`` (``torch.nn.MarginRankingLoss``)."""
+
+    __constants__ = ["margin", "reduction"]
+
+    def __init__(self, margin: float = 0.0, size_average=None, reduce=None, reduction: str = "mean") -> None:
+        super().__init__(size_average, reduce, reduction)
+        self.margin = margin
+
+    def forward(self, input1: Tensor, input2: Tensor, target: Tensor) -> Tensor:
+        """The reduced loss."""
+        return F.margin_ranking_loss(input1, input2, target, margin=self.margin, reduction=self.reduction)
+
+
+class MultiMarginLoss(_WeightedLoss):
+    """Multi-class hinge loss (``torch.nn.MultiMarginLoss``)."""
+
+    __constants__ = ["p", "margin", "reduction"]
+
+    def __init__(
+        self,
+        p: int = 1,
+        margin: float = 1.0,
+        weight: Tensor | None = None,
+        size_average=None,
+        reduce=None,
+        reduction: str = "mean",
+    ) -> None:
+        super().__init__(weight, size_average, reduce, reduction)
+        if p != 1 and p != 2:
+            raise ValueError("only p == 1 and p == 2 supported")
+        if weight is not None and weight.dim() != 1:
+            raise ValueError(f"MultiMarginLoss: expected weight to be None or 1D tensor, got {weight.dim()}D instead")
+        self.p = p
+        self.margin = margin
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        """The reduced loss."""
+        return F.multi_margin_loss(
+            input, target, p=self.p, margin=self.margin, weight=self.weight, reduction=self.reduction
+        )
+
+
+class MultiLabelMarginLoss(_Loss):
+    """Multi-class multi-label hinge loss (``torch.nn.MultiLabelMarginLoss``).
+
+    ``target`` holds class indices per sample, ended by the first ``-1``; composed from kiln ops because the
+    core has no ``multilabel_margin_loss``.
+    """
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        """The reduced loss: ``Σ_j Σ_{i∉y} max(0, 1 - (x[y_j] - x[i])) / C`` per sample."""
+        import numpy as np
+
+        unbatched = input.dim() <= 1
+        x = input.reshape(1, -1) if unbatched else input
+        y = target.reshape(1, -1) if unbatched else target
+        if x.dim() != 2 or tuple(y.shape) != tuple(x.shape):
+            raise RuntimeError(f"inconsistent target size: {list(target.shape)} for input of size: {list(input.shape)}")
+        n, c = x.shape
+        yn = np.asarray(y.detach().numpy()).astype(np.int64)
+        valid = np.cumprod(yn >= 0, axis=1).astype(bool)  # targets up to the first -1
+        if np.any((yn >= c) & valid):
+            raise RuntimeError("multilabel_margin_loss: target index out of range")
+        is_target = np.zeros((n, c), dtype=bool)
+        rows = np.nonzero(valid)
+        is_target[rows[0], yn[rows]] = True
+        xt = x.gather(1, kiln.tensor(np.where(valid, yn, 0)))  # (n, k): scores of the targets
+        margins = (1 - xt.unsqueeze(2) + x.unsqueeze(1)).clamp_min(0)  # (n, k, c)
+        mask = valid[:, :, None] & ~is_target[:, None, :]
+        loss = (margins * kiln.tensor(mask.astype(np.float32), dtype=x.dtype)).sum((1, 2)) / c
+        if unbatched:
+            loss = loss.reshape(())
+        if self.reduction == "mean":
+            return loss.mean()
+        if self.reduction == "sum":
+            return loss.sum()
+        return loss
+
+
+class NLLLoss2d(NLLLoss):
+    """Deprecated alias of :class:`NLLLoss` kept by torch (``torch.nn.NLLLoss2d``)."""
+
+    def __init__(
+        self, weight: Tensor | None = None, size_average=None, ignore_index: int = -100, reduce=None, reduction="mean"
+    ) -> None:
+        import warnings
+
+        warnings.warn(
+            "`NLLLoss2d` has been deprecated. Please use `NLLLoss` instead as a drop-in replacement and see "
+            "https://pytorch.org/docs/main/nn.html#torch.nn.NLLLoss for more details.",
+            FutureWarning,
+            stacklevel=2,
+        )
+        super().__init__(weight, size_average, ignore_index, reduce, reduction)
+
+
+class TripletMarginLoss(_Loss):
+    """``max(d(a, p) - d(a, n) + margin, 0)`` with p-norm distances (``torch.nn.TripletMarginLoss``)."""
+
+    __constants__ = ["margin", "p", "eps", "swap", "reduction"]
+
+    def __init__(
+        self,
+        margin: float = 1.0,
+        p: float = 2.0,
+        eps: float = 1e-6,
+        swap: bool = False,
+        size_average=None,
+        reduce=None,
+        reduction: str = "mean",
+    ) -> None:
+        super().__init__(size_average, reduce, reduction)
+        if margin <= 0:
+            raise ValueError(f"TripletMarginLoss: expected margin to be greater than 0, got {margin} instead")
+        self.margin = margin
+        self.p = p
+        self.eps = eps
+        self.swap = swap
+
+    def forward(self, anchor: Tensor, positive: Tensor, negative: Tensor) -> Tensor:
+        """The reduced loss."""
+        return F.triplet_margin_loss(
+            anchor,
+            positive,
+            negative,
+            margin=self.margin,
+            p=self.p,
+            eps=self.eps,
+            swap=self.swap,
+            reduction=self.reduction,
+        )
+
+
+class TripletMarginWithDistanceLoss(_Loss):
+    """Triplet loss under any ``distance_function`` (default :class:`PairwiseDistance`)
+    (``torch.nn.TripletMarginWithDistanceLoss``)."""
+
+    __constants__ = ["margin", "swap", "reduction"]
+
+    def __init__(self, *, distance_function=None, margin: float = 1.0, swap: bool = False, reduction: str = "mean"):
+        super().__init__(size_average=None, reduce=None, reduction=reduction)
+        if margin <= 0:
+            raise ValueError(
+                f"TripletMarginWithDistanceLoss: expected margin to be greater than 0, got {margin} instead"
+            )
+        from kiln.nn.modules.distance import PairwiseDistance
+
+        self.distance_function = distance_function if distance_function is not None else PairwiseDistance()
+        self.margin = margin
+        self.swap = swap
+
+    def forward(self, anchor: Tensor, positive: Tensor, negative: Tensor) -> Tensor:
+        """The reduced loss."""
+        if self.reduction not in ("mean", "sum", "none"):
+            raise ValueError(f"{self.reduction} is not a valid value for reduction")
+        a_dim, p_dim, n_dim = anchor.ndim, positive.ndim, negative.ndim
+        if not (a_dim == p_dim and p_dim == n_dim):
+            raise RuntimeError(
+                "The anchor, positive, and negative tensors are expected to have the same number of dimensions, "
+                f"but got: anchor {a_dim}D, positive {p_dim}D, and negative {n_dim}D inputs"
+            )
+        dist_pos = self.distance_function(anchor, positive)
+        dist_neg = self.distance_function(anchor, negative)
+        if self.swap:
+            dist_neg = kiln.minimum(dist_neg, self.distance_function(positive, negative))
+        loss = (self.margin + dist_pos - dist_neg).clamp_min(0)
+        if self.reduction == "sum":
+            return loss.sum()
+        if self.reduction == "mean":
+            return loss.mean()
+        return loss
+
+
+class CTCLoss(_Loss):
+    """Connectionist temporal classification loss (``torch.nn.CTCLoss``)."""
+
+    __constants__ = ["blank", "reduction"]
+
+    def __init__(self, blank: int = 0, reduction: str = "mean", zero_infinity: bool = False) -> None:
+        super().__init__(reduction=reduction)
+        self.blank = blank
+        self.zero_infinity = zero_infinity
+
+    def forward(self, log_probs: Tensor, targets: Tensor, input_lengths, target_lengths) -> Tensor:
+        """The reduced loss (``mean`` divides each sequence's loss by its target length first)."""
+        return F.ctc_loss(
+            log_probs, targets, input_lengths, target_lengths, self.blank, self.reduction, self.zero_infinity
+        )

@@ -393,6 +393,7 @@ ERRORS = {
     "bn_running_var_size": lambda L: F(L).batch_norm(L.ones(2, 3), L.zeros(3), L.ones(4)),
     "bn_weight_size": lambda L: F(L).batch_norm(L.ones(2, 3), L.zeros(3), L.ones(3), L.ones(4)),
     "bn_bias_size": lambda L: F(L).batch_norm(L.ones(2, 3), L.zeros(3), L.ones(3), None, L.ones(4)),
+    "bn_all_sizes_wrong": lambda L: F(L).batch_norm(L.ones(2, 4), L.zeros(3), L.ones(3), L.ones(3), L.zeros(3)),
     "bn_eval_no_mean": lambda L: F(L).batch_norm(L.ones(2, 3), None, None),
     "bn_eval_no_var": lambda L: F(L).batch_norm(L.ones(2, 3), L.zeros(3), None),
     "bn_int": lambda L: F(L).batch_norm(L.ones(2, 3, dtype=L.int64), L.zeros(3), L.ones(3)),

@@ -326,14 +326,12 @@ def _batch_norm_meta(input, weight, bias, running_mean, running_var, training, e
     )
     shape = input._shape
     c = shape[wrap_dim(1, len(shape))]  # PyTorch's error for input without a channel dim
-    for name, t in (("weight", weight), ("bias", bias)):
-        if t is not None and _numel(t._shape) != c:
-            raise RuntimeError(f"{name} should contain {c} elements not {_numel(t._shape)}")
     if not training:
         for name, t in (("running_mean", running_mean), ("running_var", running_var)):
             if t is None:
                 raise RuntimeError(f"{name} must be defined in evaluation mode")
-    for name, t in (("running_mean", running_mean), ("running_var", running_var)):
+    # PyTorch checks the running statistics' sizes before the affine parameters'
+    for name, t in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight), ("bias", bias)):
         if t is not None and _numel(t._shape) != c:
             raise RuntimeError(f"{name} should contain {c} elements not {_numel(t._shape)}")
     _require_float(input, "batch_norm")

@@ -2,7 +2,9 @@
 
 The recurrences are written with kiln ops (``linear``, ``sigmoid``, ``tanh``), so autograd and every
 backend work unchanged. The input projection of a whole sequence is one matmul; only the hidden-state
-update loops over time steps in Python.
+update loops over time steps in Python. ``RNN``/``LSTM``/``GRU`` also take a
+:class:`~kiln.nn.utils.rnn.PackedSequence` and return one, with each sequence's final state taken at its
+own last step (as torch's packed path).
 """
 
 from __future__ import annotations
@@ -52,6 +54,27 @@ def _gru_step(x_proj, h, w_hh, b_hh):
 
 
 # ---------------------------------------------------------------------------------------- layers
+
+
+def _mini_batch(mod, x: Tensor, batch_sizes) -> int:
+    if batch_sizes is not None:
+        return int(batch_sizes[0])
+    return x.size(0) if mod.batch_first else x.size(1)
+
+
+def _is_packed(x) -> bool:
+    from kiln.nn.utils.rnn import PackedSequence
+
+    return isinstance(x, PackedSequence)
+
+
+def _permute_hidden(hx, permutation):
+    """``hx`` (or each tensor of an LSTM's pair) with its batch dimension reordered by ``permutation``."""
+    if permutation is None:
+        return hx
+    if isinstance(hx, tuple):
+        return tuple(h.index_select(1, permutation) for h in hx)
+    return hx.index_select(1, permutation)
 
 
 class RNNBase(Module):
@@ -207,7 +230,7 @@ class RNNBase(Module):
 
     def get_expected_hidden_size(self, x: Tensor, batch_sizes=None) -> tuple[int, int, int]:
         """``(num_layers * num_directions, batch, proj_size or hidden_size)``."""
-        mini_batch = x.size(0) if self.batch_first else x.size(1)
+        mini_batch = _mini_batch(self, x, batch_sizes)
         num_directions = 2 if self.bidirectional else 1
         real_hidden = self.proj_size if self.proj_size > 0 else self.hidden_size
         return (self.num_layers * num_directions, mini_batch, real_hidden)
@@ -269,6 +292,116 @@ class RNNBase(Module):
         out = x.transpose(0, 1) if self.batch_first else x
         return out, kiln.stack(h_n, 0), (kiln.stack(c_n, 0) if c0 is not None else None)
 
+    def permute_hidden(self, hx, permutation):
+        """``hx`` with its batch dimension reordered by ``permutation`` (``None``: unchanged)."""
+        return _permute_hidden(hx, permutation)
+
+    def _run_packed(self, data: Tensor, batch_sizes: list[int], h0: Tensor, c0: Tensor | None):
+        """The recurrence over a packed batch (as torch's packed path); returns (packed output, h_n, c_n).
+
+        Sequences are sorted by decreasing length, so at step ``t`` the first ``batch_sizes[t]`` rows run.
+        Forward: a sequence's final state is kept when it drops out of the batch. Reverse: the recurrence
+        starts from the last step, and each sequence joins with its initial state at its own last step.
+        """
+        num_directions = 2 if self.bidirectional else 1
+        offsets = [0]
+        for b in batch_sizes:
+            offsets.append(offsets[-1] + b)
+        steps = len(batch_sizes)
+        x = data
+        h_n, c_n = [], []
+        for layer in range(self.num_layers):
+            outs = []
+            for direction in range(num_directions):
+                idx = layer * num_directions + direction
+                w = [getattr(self, n) for n in self._all_weights[idx]]
+                w_ih, w_hh = w[0], w[1]
+                b_ih, b_hh = (w[2], w[3]) if self.bias else (None, None)
+                w_hr = w[-1] if self.proj_size > 0 else None
+                x_proj = F.linear(x, w_ih, b_ih)  # (N, gates): every packed step in one matmul
+                h_init = h0[idx]
+                c_init = c0[idx] if c0 is not None else None
+
+                def step(t, h, c, x_proj=x_proj, w_hh=w_hh, b_hh=b_hh, w_hr=w_hr):
+                    xp = x_proj[offsets[t] : offsets[t + 1]]
+                    if self.mode == "LSTM":
+                        return _lstm_step(xp, h, c, w_hh, b_hh, w_hr)
+                    if self.mode == "GRU":
+                        return _gru_step(xp, h, w_hh, b_hh), None
+                    return _rnn_step(xp, h, w_hh, b_hh, self.mode == "RNN_RELU"), None
+
+                ys = [None] * steps
+                if direction == 0:
+                    h, c = h_init, c_init
+                    done_h, done_c = [], []
+                    for t in range(steps):
+                        bs = batch_sizes[t]
+                        if bs < h.shape[0]:
+                            done_h.append(h[bs:])
+                            h = h[:bs]
+                            if c is not None:
+                                done_c.append(c[bs:])
+                                c = c[:bs]
+                        h, c = step(t, h, c)
+                        ys[t] = h
+                    h_last = kiln.cat([h, *reversed(done_h)], 0) if done_h else h
+                    c_last = (kiln.cat([c, *reversed(done_c)], 0) if done_c else c) if c is not None else None
+                else:
+                    bs0 = batch_sizes[-1]
+                    h = h_init[:bs0]
+                    c = c_init[:bs0] if c_init is not None else None
+                    for t in range(steps - 1, -1, -1):
+                        bs = batch_sizes[t]
+                        if bs > h.shape[0]:
+                            h = kiln.cat([h, h_init[h.shape[0] : bs]], 0)
+                            if c is not None:
+                                c = kiln.cat([c, c_init[c.shape[0] : bs]], 0)
+                        h, c = step(t, h, c)
+                        ys[t] = h
+                    h_last, c_last = h, c
+                outs.append(kiln.cat(ys, 0))
+                h_n.append(h_last)
+                if c_last is not None:
+                    c_n.append(c_last)
+            x = outs[0] if num_directions == 1 else kiln.cat(outs, -1)
+            if self.dropout > 0 and self.training and layer < self.num_layers - 1:
+                x = F.dropout(x, self.dropout, True)
+        return x, kiln.stack(h_n, 0), (kiln.stack(c_n, 0) if c0 is not None else None)
+
+    def _forward_packed(self, packed, hx):
+        """Run a :class:`PackedSequence`; returns (packed output, h_n[, c_n]) in the caller's batch order."""
+        from kiln.nn.utils.rnn import PackedSequence
+
+        data, batch_sizes, sorted_indices, unsorted_indices = packed
+        bs = [int(b) for b in batch_sizes.tolist()]
+        num_directions = 2 if self.bidirectional else 1
+        real_hidden = self.proj_size if self.proj_size > 0 else self.hidden_size
+        lstm = self.mode == "LSTM"
+        if hx is None:
+            h0 = zeros((self.num_layers * num_directions, bs[0], real_hidden), dtype=data.dtype, device=data.device)
+            c0 = (
+                zeros((self.num_layers * num_directions, bs[0], self.hidden_size), dtype=data.dtype, device=data.device)
+                if lstm
+                else None
+            )
+        else:
+            hx = _permute_hidden(hx, sorted_indices)
+            h0, c0 = (hx[0], hx[1]) if lstm else (hx, None)
+        self.check_input(data, batch_sizes)
+        self.check_hidden_size(
+            h0,
+            self.get_expected_hidden_size(data, batch_sizes),
+            "Expected hidden[0] size {}, got {}" if lstm else "Expected hidden size {}, got {}",
+        )
+        if lstm:
+            self.check_hidden_size(
+                c0, self.get_expected_cell_size(data, batch_sizes), "Expected hidden[1] size {}, got {}"
+            )
+        out, h_n, c_n = self._run_packed(data, bs, h0, c0)
+        output = PackedSequence(out, batch_sizes, sorted_indices, unsorted_indices)
+        hidden = (h_n, c_n) if lstm else h_n
+        return output, _permute_hidden(hidden, unsorted_indices)
+
 
 class RNN(RNNBase):
     """Elman RNN ``h_t = tanh(x_t W_ihᵀ + b_ih + h_{t-1} W_hhᵀ + b_hh)`` (or ``relu``) (``torch.nn.RNN``).
@@ -302,6 +435,8 @@ class RNN(RNNBase):
 
     def forward(self, input: Tensor, hx: Tensor | None = None):
         """``(output, h_n)``: every step's top-layer state and every layer's last state."""
+        if _is_packed(input):
+            return self._forward_packed(input, hx)
         x, is_batched = self._prepare("RNN", input, True)
         if hx is not None:
             if not is_batched and hx.dim() != 2:
@@ -332,12 +467,14 @@ class LSTM(RNNBase):
 
     def get_expected_cell_size(self, x: Tensor, batch_sizes=None) -> tuple[int, int, int]:
         """``(num_layers * num_directions, batch, hidden_size)``."""
-        mini_batch = x.size(0) if self.batch_first else x.size(1)
+        mini_batch = _mini_batch(self, x, batch_sizes)
         num_directions = 2 if self.bidirectional else 1
         return (self.num_layers * num_directions, mini_batch, self.hidden_size)
 
     def forward(self, input: Tensor, hx=None):
         """``(output, (h_n, c_n))``."""
+        if _is_packed(input):
+            return self._forward_packed(input, hx)
         x, is_batched = self._prepare("LSTM", input, False)
         if hx is None:
             h0 = zeros(self.get_expected_hidden_size(x), dtype=x.dtype, device=x.device)
@@ -375,6 +512,8 @@ class GRU(RNNBase):
 
     def forward(self, input: Tensor, hx: Tensor | None = None):
         """``(output, h_n)``."""
+        if _is_packed(input):
+            return self._forward_packed(input, hx)
         x, is_batched = self._prepare("GRU", input, False)
         if hx is not None:
             if not is_batched and hx.dim() != 2:

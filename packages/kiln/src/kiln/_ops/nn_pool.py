@@ -1228,23 +1228,27 @@ def pad(input, pad, mode="constant", value=None):
 # ---------------------------------------------------------------------------------------- pixel shuffle
 
 
-def pixel_shuffle(input, upscale_factor):
-    """Rearrange ``(*, C*r*r, H, W)`` into ``(*, C, H*r, W*r)``."""
-    r = int(upscale_factor)
+def _pixel_args(name: str, input, factor, factor_name: str) -> tuple[int, tuple, tuple]:
+    """(factor, leading dims, (C, H, W)) after the checks both pixel ops share."""
+    r = int(factor)
     shape = tuple(input.shape)
     if len(shape) < 3:
         raise RuntimeError(
-            f"pixel_shuffle expects input to have at least 3 dimensions, but got input with {len(shape)} dimension(s)"
+            f"{name} expects input to have at least 3 dimensions, but got input with {len(shape)} dimension(s)"
         )
     if r <= 0:
-        raise RuntimeError(f"pixel_shuffle expects a positive upscale_factor, but got {r}")
-    c, h, w = shape[-3:]
+        raise RuntimeError(f"{name} expects a positive {factor_name}, but got {r}")
+    return r, shape[:-3], shape[-3:]
+
+
+def pixel_shuffle(input, upscale_factor):
+    """Rearrange ``(*, C*r*r, H, W)`` into ``(*, C, H*r, W*r)``."""
+    r, lead, (c, h, w) = _pixel_args("pixel_shuffle", input, upscale_factor, "upscale_factor")
     if c % (r * r):
         raise RuntimeError(
             "pixel_shuffle expects its input's 'channel' dimension to be divisible by the square of upscale_factor, "
             f"but input.size(-3)={c} is not divisible by {r * r}"
         )
-    lead = shape[:-3]
     nl = len(lead)
     x = input.reshape(lead + (c // (r * r), r, r, h, w))
     x = x.permute(*range(nl), nl, nl + 3, nl + 1, nl + 4, nl + 2)
@@ -1253,26 +1257,13 @@ def pixel_shuffle(input, upscale_factor):
 
 def pixel_unshuffle(input, downscale_factor):
     """Rearrange ``(*, C, H*r, W*r)`` into ``(*, C*r*r, H, W)`` (the inverse of :func:`pixel_shuffle`)."""
-    r = int(downscale_factor)
-    shape = tuple(input.shape)
-    if len(shape) < 3:
-        raise RuntimeError(
-            f"pixel_unshuffle expects input to have at least 3 dimensions, but got input with {len(shape)} dimension(s)"
-        )
-    if r <= 0:
-        raise RuntimeError(f"pixel_unshuffle expects a positive downscale_factor, but got {r}")
-    c, h, w = shape[-3:]
-    if h % r:
-        raise RuntimeError(
-            f"pixel_unshuffle expects height to be divisible by downscale_factor, but input.size(-2)={h} is not "
-            f"divisible by {r}"
-        )
-    if w % r:
-        raise RuntimeError(
-            f"pixel_unshuffle expects width to be divisible by downscale_factor, but input.size(-1)={w} is not "
-            f"divisible by {r}"
-        )
-    lead = shape[:-3]
+    r, lead, (c, h, w) = _pixel_args("pixel_unshuffle", input, downscale_factor, "downscale_factor")
+    for dim, what, size in ((-2, "height", h), (-1, "width", w)):
+        if size % r:
+            raise RuntimeError(
+                f"pixel_unshuffle expects {what} to be divisible by downscale_factor, but input.size({dim})={size} is "
+                f"not divisible by {r}"
+            )
     nl = len(lead)
     x = input.reshape(lead + (c, h // r, r, w // r, r))
     x = x.permute(*range(nl), nl, nl + 2, nl + 4, nl + 1, nl + 3)

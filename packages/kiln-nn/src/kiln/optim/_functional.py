@@ -43,12 +43,32 @@ def _step(step_t: Tensor) -> float:
     return step_t.item()
 
 
+def _grad(param, grad, maximize, weight_decay, lr=None, decoupled_weight_decay=False):
+    """``grad`` (negated to ``maximize``) with L2 weight decay added, or with ``param`` shrunk in place by
+    decoupled (AdamW-style) weight decay instead."""
+    if maximize:
+        grad = -grad
+    if weight_decay != 0:
+        if decoupled_weight_decay:
+            param.mul_(1 - lr * weight_decay)
+        else:
+            grad = grad.add(param, alpha=weight_decay)
+    return grad
+
+
+def _adam_moments(exp_avg, exp_avg_sq, grad, step_t, beta1, beta2) -> tuple[float, float, float]:
+    """Count the step and update Adam's running first and second moments of ``grad`` in place; returns
+    ``(step, bias_correction1, bias_correction2)``."""
+    step = _step(step_t)
+    exp_avg.lerp_(grad, 1 - beta1)
+    exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+    return step, 1 - beta1**step, 1 - beta2**step
+
+
 def sgd(params, grads, momentum_buffer_list, *, weight_decay, momentum, lr, dampening, nesterov, maximize) -> None:
     """SGD with optional momentum, dampening, Nesterov momentum and L2 weight decay."""
     for i, param in enumerate(params):
-        grad = grads[i] if not maximize else -grads[i]
-        if weight_decay != 0:
-            grad = grad.add(param, alpha=weight_decay)
+        grad = _grad(param, grads[i], maximize, weight_decay)
         if momentum != 0:
             buf = momentum_buffer_list[i]
             if buf is None:
@@ -66,18 +86,9 @@ def adam(
 ) -> None:  # fmt: skip
     """Adam / AdamW (``decoupled_weight_decay``), with optional AMSGrad."""
     for i, param in enumerate(params):
-        grad = grads[i] if not maximize else -grads[i]
+        grad = _grad(param, grads[i], maximize, weight_decay, lr, decoupled_weight_decay)
         exp_avg, exp_avg_sq = exp_avgs[i], exp_avg_sqs[i]
-        step = _step(state_steps[i])
-        if weight_decay != 0:
-            if decoupled_weight_decay:
-                param.mul_(1 - lr * weight_decay)
-            else:
-                grad = grad.add(param, alpha=weight_decay)
-        exp_avg.lerp_(grad, 1 - beta1)
-        exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-        bias_correction1 = 1 - beta1**step
-        bias_correction2 = 1 - beta2**step
+        _, bias_correction1, bias_correction2 = _adam_moments(exp_avg, exp_avg_sq, grad, state_steps[i], beta1, beta2)
         step_size = lr / bias_correction1
         bias_correction2_sqrt = bias_correction2**0.5
         if amsgrad:
@@ -95,10 +106,8 @@ def rmsprop(
     """RMSprop, optionally centered and with momentum."""
     for i, param in enumerate(params):
         _step(state_steps[i])
-        grad = grads[i] if not maximize else -grads[i]
+        grad = _grad(param, grads[i], maximize, weight_decay)
         square_avg = square_avgs[i]
-        if weight_decay != 0:
-            grad = grad.add(param, alpha=weight_decay)
         square_avg.mul_(alpha).addcmul_(grad, grad, value=1 - alpha)
         if centered:
             grad_avg = grad_avgs[i]
@@ -118,10 +127,8 @@ def rmsprop(
 def adagrad(params, grads, state_sums, state_steps, *, lr, weight_decay, lr_decay, eps, maximize) -> None:
     """Adagrad with learning-rate decay."""
     for i, param in enumerate(params):
-        grad = grads[i] if not maximize else -grads[i]
+        grad = _grad(param, grads[i], maximize, weight_decay)
         step = _step(state_steps[i])
-        if weight_decay != 0:
-            grad = grad.add(param, alpha=weight_decay)
         clr = lr / (1 + (step - 1) * lr_decay)
         state_sums[i].addcmul_(grad, grad, value=1)
         std = state_sums[i].sqrt().add_(eps)
@@ -132,9 +139,7 @@ def adadelta(params, grads, square_avgs, acc_deltas, state_steps, *, lr, rho, ep
     """Adadelta."""
     for i, param in enumerate(params):
         _step(state_steps[i])
-        grad = grads[i] if not maximize else -grads[i]
-        if weight_decay != 0:
-            grad = grad.add(param, alpha=weight_decay)
+        grad = _grad(param, grads[i], maximize, weight_decay)
         square_avg, acc_delta = square_avgs[i], acc_deltas[i]
         square_avg.mul_(rho).addcmul_(grad, grad, value=1 - rho)
         std = square_avg.add(eps).sqrt_()
@@ -147,10 +152,8 @@ def adadelta(params, grads, square_avgs, acc_deltas, state_steps, *, lr, rho, ep
 def adamax(params, grads, exp_avgs, exp_infs, state_steps, *, eps, beta1, beta2, lr, weight_decay, maximize) -> None:
     """Adamax (Adam with the infinity norm)."""
     for i, param in enumerate(params):
-        grad = grads[i] if not maximize else -grads[i]
+        grad = _grad(param, grads[i], maximize, weight_decay)
         step = _step(state_steps[i])
-        if weight_decay != 0:
-            grad = grad.add(param, alpha=weight_decay)
         exp_avg, exp_inf = exp_avgs[i], exp_infs[i]
         exp_avg.lerp_(grad, 1 - beta1)
         exp_inf.copy_(maximum(exp_inf.mul_(beta2), grad.abs().add_(eps)))
@@ -164,20 +167,12 @@ def nadam(
 ) -> None:  # fmt: skip
     """NAdam (Nesterov-accelerated Adam)."""
     for i, param in enumerate(params):
-        grad = grads[i] if not maximize else -grads[i]
+        grad = _grad(param, grads[i], maximize, weight_decay, lr, decoupled_weight_decay)
         exp_avg, exp_avg_sq, mu_product = exp_avgs[i], exp_avg_sqs[i], mu_products[i]
-        step = _step(state_steps[i])
-        bias_correction2 = 1 - beta2**step
-        if weight_decay != 0:
-            if decoupled_weight_decay:
-                param.mul_(1 - lr * weight_decay)
-            else:
-                grad = grad.add(param, alpha=weight_decay)
+        step, _, bias_correction2 = _adam_moments(exp_avg, exp_avg_sq, grad, state_steps[i], beta1, beta2)
         mu = beta1 * (1.0 - 0.5 * (0.96 ** (step * momentum_decay)))
         mu_next = beta1 * (1.0 - 0.5 * (0.96 ** ((step + 1) * momentum_decay)))
         mu_product *= mu
-        exp_avg.lerp_(grad, 1 - beta1)
-        exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
         denom = exp_avg_sq.div(bias_correction2).sqrt()
         mu_product_value = mu_product.item()
         mu_product_next = mu_product_value * mu_next
@@ -192,18 +187,11 @@ def radam(
 ) -> None:  # fmt: skip
     """RAdam (rectified Adam)."""
     for i, param in enumerate(params):
-        grad = grads[i] if not maximize else -grads[i]
+        grad = _grad(param, grads[i], maximize, weight_decay, lr, decoupled_weight_decay)
         exp_avg, exp_avg_sq = exp_avgs[i], exp_avg_sqs[i]
-        step = _step(state_steps[i])
-        if weight_decay != 0:
-            if decoupled_weight_decay:
-                param.mul_(1 - lr * weight_decay)
-            else:
-                grad = grad.add(param, alpha=weight_decay)
-        exp_avg.lerp_(grad, 1 - beta1)
-        exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-        bias_correction1 = 1 - beta1**step
-        bias_correction2 = 1 - beta2**step
+        step, bias_correction1, bias_correction2 = _adam_moments(
+            exp_avg, exp_avg_sq, grad, state_steps[i], beta1, beta2
+        )
         bias_corrected_exp_avg = exp_avg / bias_correction1
         rho_inf = 2 / (1 - beta2) - 1
         rho_t = rho_inf - 2 * step * (beta2**step) / bias_correction2

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kiln._ops.creation import full_like
 from kiln.optim import _functional
-from kiln.optim._common import check, run_closure, step_counter
+from kiln.optim._common import checked_defaults, group_tensors, run_closure, step_counter
 from kiln.optim.optimizer import Optimizer, _use_grad
 
 __all__ = ["Adagrad"]
@@ -18,12 +18,8 @@ class Adagrad(Optimizer):
         initial_accumulator_value: float = 0, eps: float = 1e-10, foreach=None, *, maximize: bool = False,
         differentiable: bool = False, fused=None,
     ) -> None:  # fmt: skip
-        check(lr, lr >= 0.0, "learning rate")
-        check(lr_decay, lr_decay >= 0.0, "lr_decay value")
-        check(weight_decay, weight_decay >= 0.0, "weight_decay value")
-        check(initial_accumulator_value, initial_accumulator_value >= 0.0, "initial_accumulator_value value")
-        check(eps, eps >= 0.0, "epsilon value")
-        defaults = dict(
+        defaults = checked_defaults(
+            ("lr", "lr_decay", "weight_decay", "initial_accumulator_value", "eps"),
             lr=lr, lr_decay=lr_decay, eps=eps, weight_decay=weight_decay,
             initial_accumulator_value=initial_accumulator_value, foreach=foreach, maximize=maximize,
             differentiable=differentiable, fused=fused,
@@ -40,15 +36,7 @@ class Adagrad(Optimizer):
         """One update of every parameter with a gradient; returns ``closure()``'s loss if given."""
         loss = run_closure(closure)
         for group in self.param_groups:
-            params, grads, sums, steps = [], [], [], []
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                state = self.state[p]
-                params.append(p)
-                grads.append(p.grad)
-                sums.append(state["sum"])
-                steps.append(state["step"])
+            params, grads, sums, steps = group_tensors(self, group, ("sum", "step"))
             _functional.update(
                 "adagrad", params, grads, sums, steps, lr=group["lr"], weight_decay=group["weight_decay"],
                 lr_decay=group["lr_decay"], eps=group["eps"], maximize=group["maximize"],

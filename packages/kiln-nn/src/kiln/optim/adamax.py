@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 from kiln.optim import _functional
-from kiln.optim._common import check, check_betas, run_closure, step_counter, zeros_state
+from kiln.optim._common import checked_defaults, group_tensors, run_closure, step_counter, zeros_state
 from kiln.optim.optimizer import Optimizer, _use_grad
 
 __all__ = ["Adamax"]
+
+
+def _init_state(state, p, group) -> None:
+    state["step"] = step_counter()
+    state["exp_avg"] = zeros_state(p)
+    state["exp_inf"] = zeros_state(p)
 
 
 class Adamax(Optimizer):
@@ -16,11 +22,8 @@ class Adamax(Optimizer):
         self, params, lr: float = 2e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0,
         foreach=None, *, maximize: bool = False, differentiable: bool = False, capturable: bool = False,
     ) -> None:  # fmt: skip
-        check(lr, lr >= 0.0, "learning rate")
-        check(eps, eps >= 0.0, "epsilon value")
-        check_betas(betas)
-        check(weight_decay, weight_decay >= 0.0, "weight_decay value")
-        defaults = dict(
+        defaults = checked_defaults(
+            ("lr", "eps", "betas", "weight_decay"),
             lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, foreach=foreach, maximize=maximize,
             differentiable=differentiable, capturable=capturable,
         )  # fmt: skip
@@ -31,20 +34,7 @@ class Adamax(Optimizer):
         """One update of every parameter with a gradient; returns ``closure()``'s loss if given."""
         loss = run_closure(closure)
         for group in self.param_groups:
-            params, grads, m1, inf, steps = [], [], [], [], []
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                state = self.state[p]
-                if len(state) == 0:
-                    state["step"] = step_counter()
-                    state["exp_avg"] = zeros_state(p)
-                    state["exp_inf"] = zeros_state(p)
-                params.append(p)
-                grads.append(p.grad)
-                m1.append(state["exp_avg"])
-                inf.append(state["exp_inf"])
-                steps.append(state["step"])
+            params, grads, m1, inf, steps = group_tensors(self, group, ("exp_avg", "exp_inf", "step"), _init_state)
             beta1, beta2 = group["betas"]
             _functional.update(
                 "adamax", params, grads, m1, inf, steps, eps=group["eps"], beta1=beta1, beta2=beta2,

@@ -16,7 +16,8 @@ from typing import Any
 
 from kiln._tensor import Tensor
 from kiln.autograd.grad_mode import no_grad
-from kiln.nn.modules._hooks import RemovableHandle
+from kiln.nn.modules._hooks import RemovableHandle, add_hook, hook_args_kwargs
+from kiln.nn.modules._utils import _zero_grad
 
 __all__ = ["Optimizer", "required"]
 
@@ -82,14 +83,7 @@ class Optimizer:
         @functools.wraps(step)
         def wrapper(self, *args, **kwargs):
             for hook in list(self._optimizer_step_pre_hooks.values()):
-                res = hook(self, args, kwargs)
-                if res is not None:
-                    if isinstance(res, tuple) and len(res) == 2:
-                        args, kwargs = res
-                    else:
-                        raise RuntimeError(
-                            f"{step} must return None or a tuple of (new_args, new_kwargs), but got {res}."
-                        )
+                args, kwargs = hook_args_kwargs(hook(self, args, kwargs), args, kwargs, step)
             self._opt_called = True  # read by the LR schedulers' call-order warning
             out = step(self, *args, **kwargs)
             for hook in list(self._optimizer_step_post_hooks.values()):
@@ -163,18 +157,7 @@ class Optimizer:
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Reset the gradients of every optimized parameter (to ``None`` by default, else to zeros)."""
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                if set_to_none:
-                    p.grad = None
-                else:
-                    if p.grad.grad_fn is not None:
-                        p.grad.detach_()
-                    else:
-                        p.grad.requires_grad_(False)
-                    p.grad.zero_()
+        _zero_grad((p for group in self.param_groups for p in group["params"]), set_to_none)
 
     def step(self, closure: Callable[[], float] | None = None):
         """Update the parameters once; ``closure`` re-evaluates the model and returns the loss."""
@@ -183,15 +166,11 @@ class Optimizer:
     # ------------------------------------------------------------------ hooks
     def register_step_pre_hook(self, hook) -> RemovableHandle:
         """Run ``hook(optimizer, args, kwargs)`` before each :meth:`step`; it may return new ``(args, kwargs)``."""
-        handle = RemovableHandle(self._optimizer_step_pre_hooks)
-        self._optimizer_step_pre_hooks[handle.id] = hook
-        return handle
+        return add_hook(self._optimizer_step_pre_hooks, hook)
 
     def register_step_post_hook(self, hook) -> RemovableHandle:
         """Run ``hook(optimizer, args, kwargs)`` after each :meth:`step`."""
-        handle = RemovableHandle(self._optimizer_step_post_hooks)
-        self._optimizer_step_post_hooks[handle.id] = hook
-        return handle
+        return add_hook(self._optimizer_step_post_hooks, hook)
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:

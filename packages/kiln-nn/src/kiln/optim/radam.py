@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 from kiln.optim import _functional
-from kiln.optim._common import check, check_betas, run_closure, step_counter, zeros_state
+from kiln.optim._common import checked_defaults, group_tensors, run_closure, step_counter, zeros_state
 from kiln.optim.optimizer import Optimizer, _use_grad
 
 __all__ = ["RAdam"]
+
+
+def _init_state(state, p, group) -> None:
+    state["step"] = step_counter()
+    state["exp_avg"] = zeros_state(p)
+    state["exp_avg_sq"] = zeros_state(p)
 
 
 class RAdam(Optimizer):
@@ -17,11 +23,8 @@ class RAdam(Optimizer):
         decoupled_weight_decay: bool = False, *, foreach=None, maximize: bool = False, capturable: bool = False,
         differentiable: bool = False,
     ) -> None:  # fmt: skip
-        check(lr, lr >= 0.0, "learning rate")
-        check(eps, eps >= 0.0, "epsilon value")
-        check_betas(betas)
-        check(weight_decay, weight_decay >= 0.0, "weight_decay value")
-        defaults = dict(
+        defaults = checked_defaults(
+            ("lr", "eps", "betas", "weight_decay"),
             lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, maximize=maximize, foreach=foreach,
             capturable=capturable, decoupled_weight_decay=decoupled_weight_decay, differentiable=differentiable,
         )  # fmt: skip
@@ -32,20 +35,7 @@ class RAdam(Optimizer):
         """One update of every parameter with a gradient; returns ``closure()``'s loss if given."""
         loss = run_closure(closure)
         for group in self.param_groups:
-            params, grads, m1, m2, steps = [], [], [], [], []
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                state = self.state[p]
-                if len(state) == 0:
-                    state["step"] = step_counter()
-                    state["exp_avg"] = zeros_state(p)
-                    state["exp_avg_sq"] = zeros_state(p)
-                params.append(p)
-                grads.append(p.grad)
-                m1.append(state["exp_avg"])
-                m2.append(state["exp_avg_sq"])
-                steps.append(state["step"])
+            params, grads, m1, m2, steps = group_tensors(self, group, ("exp_avg", "exp_avg_sq", "step"), _init_state)
             beta1, beta2 = group["betas"]
             _functional.update(
                 "radam", params, grads, m1, m2, steps, beta1=beta1, beta2=beta2, lr=group["lr"],

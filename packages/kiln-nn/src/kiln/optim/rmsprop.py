@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 from kiln.optim import _functional
-from kiln.optim._common import check, run_closure, step_counter, zeros_state
+from kiln.optim._common import checked_defaults, group_tensors, run_closure, step_counter, zeros_state
 from kiln.optim.optimizer import Optimizer, _use_grad
 
 __all__ = ["RMSprop"]
+
+
+def _init_state(state, p, group) -> None:
+    state["step"] = step_counter()
+    state["square_avg"] = zeros_state(p)
+    if group["momentum"] > 0:
+        state["momentum_buffer"] = zeros_state(p)
+    if group["centered"]:
+        state["grad_avg"] = zeros_state(p)
 
 
 class RMSprop(Optimizer):
@@ -17,12 +26,8 @@ class RMSprop(Optimizer):
         momentum: float = 0, centered: bool = False, capturable: bool = False, foreach=None,
         maximize: bool = False, differentiable: bool = False,
     ) -> None:  # fmt: skip
-        check(lr, lr >= 0.0, "learning rate")
-        check(eps, eps >= 0.0, "epsilon value")
-        check(momentum, momentum >= 0.0, "momentum value")
-        check(weight_decay, weight_decay >= 0.0, "weight_decay value")
-        check(alpha, alpha >= 0.0, "alpha value")
-        defaults = dict(
+        defaults = checked_defaults(
+            ("lr", "eps", "momentum", "weight_decay", "alpha"),
             lr=lr, momentum=momentum, alpha=alpha, eps=eps, centered=centered, weight_decay=weight_decay,
             capturable=capturable, foreach=foreach, maximize=maximize, differentiable=differentiable,
         )  # fmt: skip
@@ -33,24 +38,13 @@ class RMSprop(Optimizer):
         """One update of every parameter with a gradient; returns ``closure()``'s loss if given."""
         loss = run_closure(closure)
         for group in self.param_groups:
-            params, grads, sq, gavg, bufs, steps = [], [], [], [], [], []
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                state = self.state[p]
-                if len(state) == 0:
-                    state["step"] = step_counter()
-                    state["square_avg"] = zeros_state(p)
-                    if group["momentum"] > 0:
-                        state["momentum_buffer"] = zeros_state(p)
-                    if group["centered"]:
-                        state["grad_avg"] = zeros_state(p)
-                params.append(p)
-                grads.append(p.grad)
-                sq.append(state["square_avg"])
-                gavg.append(state.get("grad_avg"))
-                bufs.append(state.get("momentum_buffer"))
-                steps.append(state["step"])
+            params, grads, sq, gavg, bufs, steps = group_tensors(
+                self,
+                group,
+                ("square_avg", "grad_avg", "momentum_buffer", "step"),
+                _init_state,
+                optional=("grad_avg", "momentum_buffer"),
+            )
             _functional.update(
                 "rmsprop", params, grads, sq, gavg, bufs, steps, lr=group["lr"], alpha=group["alpha"],
                 eps=group["eps"], weight_decay=group["weight_decay"], momentum=group["momentum"],

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kiln.optim import _functional
-from kiln.optim._common import check, run_closure
+from kiln.optim._common import checked_defaults, run_closure
 from kiln.optim.optimizer import Optimizer, _use_grad
 
 __all__ = ["SGD"]
@@ -20,10 +20,8 @@ class SGD(Optimizer):
         self, params, lr: float = 1e-3, momentum: float = 0, dampening: float = 0, weight_decay: float = 0,
         nesterov: bool = False, *, maximize: bool = False, foreach=None, differentiable: bool = False, fused=None,
     ) -> None:  # fmt: skip
-        check(lr, lr >= 0.0, "learning rate")
-        check(momentum, momentum >= 0.0, "momentum value")
-        check(weight_decay, weight_decay >= 0.0, "weight_decay value")
-        defaults = dict(
+        defaults = checked_defaults(
+            ("lr", "momentum", "weight_decay"),
             lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay, nesterov=nesterov,
             maximize=maximize, foreach=foreach, differentiable=differentiable, fused=fused,
         )  # fmt: skip

@@ -8,7 +8,7 @@ import warnings
 from kiln._tensor import Tensor
 from kiln.autograd.function import Function
 
-__all__ = ["RemovableHandle", "BackwardHook"]
+__all__ = ["RemovableHandle", "BackwardHook", "add_hook", "hook_args_kwargs"]
 
 _next_id = itertools.count()
 
@@ -32,6 +32,26 @@ class RemovableHandle:
 
     def __exit__(self, *exc) -> None:
         self.remove()
+
+
+def add_hook(hooks: dict, hook, prepend: bool = False, *, extra_dict=None) -> RemovableHandle:
+    """Store ``hook`` in the ordered ``hooks`` (first if ``prepend``) and return the handle that removes it
+    (from ``extra_dict`` too: the per-hook flag dicts kept beside ``hooks``)."""
+    handle = RemovableHandle(hooks, extra_dict=extra_dict)
+    hooks[handle.id] = hook
+    if prepend:
+        hooks.move_to_end(handle.id, last=False)
+    return handle
+
+
+def hook_args_kwargs(res, args, kwargs, hook_name) -> tuple:
+    """The ``(args, kwargs)`` after a pre-hook that sees both returned ``res``: unchanged for ``None``, else
+    ``res``, which must be a pair (torch's message, naming ``hook_name``, otherwise)."""
+    if res is None:
+        return args, kwargs
+    if isinstance(res, tuple) and len(res) == 2:
+        return res
+    raise RuntimeError(f"{hook_name} must return None or a tuple of (new_args, new_kwargs), but got {res}.")
 
 
 class _HookIdentity(Function):

@@ -1,11 +1,24 @@
-"""Argument helpers shared by the layer modules: ``_single``/``_pair``/``_triple`` and the legacy reduction flags."""
+"""Helpers shared by the layer modules (``_single``/``_pair``/``_triple``, the legacy reduction flags, input-rank
+checks, optional parameters) and by the optimizers (``_zero_grad``)."""
 
 from __future__ import annotations
 
 import collections.abc
 from itertools import repeat
 
-__all__ = ["_single", "_pair", "_triple", "_ntuple", "_reverse_repeat_tuple", "_legacy_reduction"]
+from kiln._ops.creation import empty
+from kiln.nn.parameter import Parameter
+
+__all__ = [
+    "_single",
+    "_pair",
+    "_triple",
+    "_ntuple",
+    "_reverse_repeat_tuple",
+    "_legacy_reduction",
+    "_check_input_dims",
+    "_zero_grad",
+]
 
 
 def _ntuple(n: int, name: str = "parse"):
@@ -46,3 +59,35 @@ def _legacy_reduction(size_average, reduce, emit_warning: bool = True) -> str:
             stacklevel=3,
         )
     return ret
+
+
+def _check_input_dims(input, dims) -> None:
+    """Raise torch's ``ValueError("expected 2D or 3D input (got 4D input)")`` unless ``input.dim()`` is in ``dims``."""
+    if input.dim() not in dims:
+        expected = " or ".join(f"{d}D" for d in dims)
+        raise ValueError(f"expected {expected} input (got {input.dim()}D input)")
+
+
+def _zero_grad(params, set_to_none: bool = True) -> None:
+    """Reset the gradients of ``params`` (``Module.zero_grad``, ``Optimizer.zero_grad``): to ``None``, or to
+    zeros detached from any graph."""
+    for p in params:
+        if p.grad is None:
+            continue
+        if set_to_none:
+            p.grad = None
+        else:
+            if p.grad.grad_fn is not None:
+                p.grad.detach_()
+            else:
+                p.grad.requires_grad_(False)
+            p.grad.zero_()
+
+
+def _optional_parameter(module, name: str, present: bool, shape, device=None, dtype=None) -> None:
+    """Register an uninitialised ``Parameter`` of ``shape`` as ``module.<name>`` when ``present``, else ``None``
+    (as torch does for an absent ``bias`` or a non-affine ``weight``)."""
+    if present:
+        setattr(module, name, Parameter(empty(shape, device=device, dtype=dtype)))
+    else:
+        module.register_parameter(name, None)

@@ -33,46 +33,29 @@ def _canonical_mask(mask: Tensor | None, mask_name: str, target_dtype) -> Tensor
 
 def _shape_check(query, key, value, key_padding_mask, attn_mask, num_heads) -> bool:
     """torch's ``_mha_shape_check``: whether the input is batched, with torch's messages on mismatch."""
-    if query.dim() == 3:
-        if key.dim() != 3 or value.dim() != 3:
+    rank = query.dim()
+    if rank not in (2, 3):
+        raise AssertionError(f"query should be unbatched 2D or batched 3D tensor but received {rank}-D query tensor")
+    which = f"For {'batched' if rank == 3 else 'unbatched'} ({rank}-D) `query`, expected"
+    if key.dim() != rank or value.dim() != rank:
+        raise AssertionError(
+            f"{which} `key` and `value` to be {rank}-D but found {key.dim()}-D and {value.dim()}-D tensors respectively"
+        )
+    if key_padding_mask is not None and key_padding_mask.dim() != rank - 1:
+        raise AssertionError(
+            f"{which} `key_padding_mask` to be `None` or {rank - 1}-D"
+            f" but found {key_padding_mask.dim()}-D tensor instead"
+        )
+    if attn_mask is not None:
+        if attn_mask.dim() not in (2, 3):
             raise AssertionError(
-                "For batched (3-D) `query`, expected `key` and `value` to be 3-D"
-                f" but found {key.dim()}-D and {value.dim()}-D tensors respectively"
+                f"{which} `attn_mask` to be `None`, 2-D or 3-D but found {attn_mask.dim()}-D tensor instead"
             )
-        if key_padding_mask is not None and key_padding_mask.dim() != 2:
-            raise AssertionError(
-                "For batched (3-D) `query`, expected `key_padding_mask` to be `None` or 2-D"
-                f" but found {key_padding_mask.dim()}-D tensor instead"
-            )
-        if attn_mask is not None and attn_mask.dim() not in (2, 3):
-            raise AssertionError(
-                "For batched (3-D) `query`, expected `attn_mask` to be `None`, 2-D or 3-D"
-                f" but found {attn_mask.dim()}-D tensor instead"
-            )
-        return True
-    if query.dim() == 2:
-        if key.dim() != 2 or value.dim() != 2:
-            raise AssertionError(
-                "For unbatched (2-D) `query`, expected `key` and `value` to be 2-D"
-                f" but found {key.dim()}-D and {value.dim()}-D tensors respectively"
-            )
-        if key_padding_mask is not None and key_padding_mask.dim() != 1:
-            raise AssertionError(
-                "For unbatched (2-D) `query`, expected `key_padding_mask` to be `None` or 1-D"
-                f" but found {key_padding_mask.dim()}-D tensor instead"
-            )
-        if attn_mask is not None:
-            if attn_mask.dim() not in (2, 3):
-                raise AssertionError(
-                    "For unbatched (2-D) `query`, expected `attn_mask` to be `None`, 2-D or 3-D"
-                    f" but found {attn_mask.dim()}-D tensor instead"
-                )
-            if attn_mask.dim() == 3:
-                expected = (num_heads, query.shape[0], key.shape[0])
-                if tuple(attn_mask.shape) != expected:
-                    raise AssertionError(f"Expected `attn_mask` shape to be {expected} but got {attn_mask.shape}")
-        return False
-    raise AssertionError(f"query should be unbatched 2D or batched 3D tensor but received {query.dim()}-D query tensor")
+        if rank == 2 and attn_mask.dim() == 3:
+            expected = (num_heads, query.shape[0], key.shape[0])
+            if tuple(attn_mask.shape) != expected:
+                raise AssertionError(f"Expected `attn_mask` shape to be {expected} but got {attn_mask.shape}")
+    return rank == 3
 
 
 class MultiheadAttention(Module):

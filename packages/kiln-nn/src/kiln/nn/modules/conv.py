@@ -8,7 +8,8 @@ from kiln._ops.creation import empty
 from kiln._tensor import Tensor
 from kiln.nn import functional as F
 from kiln.nn import init
-from kiln.nn.modules._utils import _pair, _reverse_repeat_tuple, _single, _triple
+from kiln.nn.modules._lazy import _LazyModuleMixin
+from kiln.nn.modules._utils import _optional_parameter, _pair, _reverse_repeat_tuple, _single, _triple
 from kiln.nn.modules.module import Module
 from kiln.nn.parameter import Parameter, UninitializedParameter
 
@@ -29,6 +30,13 @@ __all__ = [
 
 _VALID_PADDING_STRINGS = {"same", "valid"}
 _VALID_PADDING_MODES = {"zeros", "reflect", "replicate", "circular"}
+
+
+def _weight_shape(in_channels, out_channels, groups, kernel_size, transposed) -> tuple:
+    """``(out, in/groups, *kernel)``, or ``(in, out/groups, *kernel)`` for a transposed convolution."""
+    if transposed:
+        return (in_channels, out_channels // groups, *kernel_size)
+    return (out_channels, in_channels // groups, *kernel_size)
 
 
 class _ConvNd(Module):
@@ -100,15 +108,9 @@ class _ConvNd(Module):
             self._reversed_padding_repeated_twice = rev
         else:
             self._reversed_padding_repeated_twice = list(_reverse_repeat_tuple(self.padding, 2))
-        if transposed:
-            shape = (in_channels, out_channels // groups, *kernel_size)
-        else:
-            shape = (out_channels, in_channels // groups, *kernel_size)
+        shape = _weight_shape(in_channels, out_channels, groups, kernel_size, transposed)
         self.weight = Parameter(empty(shape, device=device, dtype=dtype))
-        if bias:
-            self.bias = Parameter(empty(out_channels, device=device, dtype=dtype))
-        else:
-            self.register_parameter("bias", None)
+        _optional_parameter(self, "bias", bias, out_channels, device, dtype)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -318,14 +320,14 @@ class ConvTranspose3d(_ConvTransposeNd):
 # ---------------------------------------------------------------------------------------- lazy variants
 
 
-class _LazyConvMixin:
+class _LazyConvMixin(_LazyModuleMixin):
     """``in_channels`` inferred from the first input; the module then becomes ``cls_to_become``.
 
     Until the first call (or a ``load_state_dict``), ``weight`` and ``bias`` are
     :class:`~kiln.nn.UninitializedParameter` and ``in_channels`` is 0, as in torch.
     """
 
-    cls_to_become = None
+    _in_attr = "in_channels"
 
     def _lazy_setup(self, out_channels: int, bias: bool, device, dtype) -> None:
         self.weight = UninitializedParameter()
@@ -333,16 +335,7 @@ class _LazyConvMixin:
         if bias:
             self.bias = UninitializedParameter()
         self._factory = {"device": device, "dtype": dtype}
-        self._lazy_hook = self.register_forward_pre_hook(_LazyConvMixin._infer_parameters)
-
-    def reset_parameters(self) -> None:
-        """Initialise like the eager layer once the parameters are materialised (no-op before)."""
-        if not self.has_uninitialized_params() and self.in_channels != 0:
-            super().reset_parameters()
-
-    def has_uninitialized_params(self) -> bool:
-        """True until the parameters are materialised."""
-        return any(isinstance(p, UninitializedParameter) for p in self._parameters.values())
+        self._lazy_hook = self.register_forward_pre_hook(_LazyModuleMixin._infer_parameters)
 
     def _get_in_channels(self, input: Tensor) -> int:
         nd = self._nd
@@ -364,25 +357,12 @@ class _LazyConvMixin:
             self.in_channels = self._get_in_channels(input)
             if self.in_channels % self.groups != 0:
                 raise ValueError("in_channels must be divisible by groups")
-            if self.transposed:
-                shape = (self.in_channels, self.out_channels // self.groups, *self.kernel_size)
-            else:
-                shape = (self.out_channels, self.in_channels // self.groups, *self.kernel_size)
+            shape = _weight_shape(self.in_channels, self.out_channels, self.groups, self.kernel_size, self.transposed)
             dev = self._factory["device"] or input.device
             self.weight.materialize(shape, device=dev, dtype=self._factory["dtype"])
             if self.bias is not None:
                 self.bias.materialize((self.out_channels,), device=dev, dtype=self._factory["dtype"])
             self.reset_parameters()
-
-    @staticmethod
-    def _infer_parameters(module, args: tuple) -> None:
-        module.initialize_parameters(*args)
-        if module.has_uninitialized_params():
-            raise RuntimeError(f"module {module._get_name()} has not been fully initialized")
-        module._lazy_hook.remove()
-        del module._lazy_hook
-        del module._factory
-        module.__class__ = module.cls_to_become
 
 
 class _LazyConvForward(_LazyConvMixin):

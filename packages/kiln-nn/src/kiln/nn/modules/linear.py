@@ -9,6 +9,8 @@ from kiln._ops.creation import empty
 from kiln._tensor import Tensor
 from kiln.nn import functional as F
 from kiln.nn import init
+from kiln.nn.modules._lazy import _LazyModuleMixin
+from kiln.nn.modules._utils import _optional_parameter
 from kiln.nn.modules.module import Module
 from kiln.nn.parameter import Parameter, UninitializedParameter
 
@@ -40,10 +42,7 @@ class Linear(Module):
         self.in_features = in_features
         self.out_features = out_features
         self.weight = Parameter(empty((out_features, in_features), device=device, dtype=dtype))
-        if bias:
-            self.bias = Parameter(empty(out_features, device=device, dtype=dtype))
-        else:
-            self.register_parameter("bias", None)
+        _optional_parameter(self, "bias", bias, out_features, device, dtype)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -81,10 +80,7 @@ class Bilinear(Module):
         self.in2_features = in2_features
         self.out_features = out_features
         self.weight = Parameter(empty((out_features, in1_features, in2_features), device=device, dtype=dtype))
-        if bias:
-            self.bias = Parameter(empty(out_features, device=device, dtype=dtype))
-        else:
-            self.register_parameter("bias", None)
+        _optional_parameter(self, "bias", bias, out_features, device, dtype)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -106,7 +102,7 @@ class Bilinear(Module):
         )
 
 
-class LazyLinear(Linear):
+class LazyLinear(_LazyModuleMixin, Linear):
     """A :class:`Linear` whose ``in_features`` is inferred from the first input (``torch.nn.LazyLinear``).
 
     Until the first call, ``weight`` and ``bias`` are :class:`~kiln.nn.UninitializedParameter`; the first
@@ -114,6 +110,7 @@ class LazyLinear(Linear):
     """
 
     cls_to_become = Linear
+    _in_attr = "in_features"
 
     def __init__(self, out_features: int, bias: bool = True, device=None, dtype=None) -> None:
         Module.__init__(self)
@@ -125,16 +122,7 @@ class LazyLinear(Linear):
             self.bias = UninitializedParameter()
         else:
             self.register_parameter("bias", None)
-        self._lazy_hook = self.register_forward_pre_hook(LazyLinear._infer_parameters)
-
-    def reset_parameters(self) -> None:
-        """Initialise like :class:`Linear` once the parameters are materialised (no-op before)."""
-        if not self.has_uninitialized_params() and self.in_features != 0:
-            super().reset_parameters()
-
-    def has_uninitialized_params(self) -> bool:
-        """True until the first call has materialised the parameters."""
-        return any(isinstance(p, UninitializedParameter) for p in self._parameters.values())
+        self._lazy_hook = self.register_forward_pre_hook(_LazyModuleMixin._infer_parameters)
 
     def initialize_parameters(self, input: Tensor) -> None:
         """Materialise ``weight`` as ``(out_features, input.shape[-1])`` and ``bias``, then initialise them."""
@@ -150,13 +138,3 @@ class LazyLinear(Linear):
             if self.bias is not None:
                 self.bias.materialize((self.out_features,), device=dev, dtype=self._factory["dtype"])
             self.reset_parameters()
-
-    @staticmethod
-    def _infer_parameters(module: LazyLinear, args: tuple) -> None:
-        module.initialize_parameters(*args)
-        if module.has_uninitialized_params():
-            raise RuntimeError(f"module {module._get_name()} has not been fully initialized")
-        module._lazy_hook.remove()
-        del module._lazy_hook
-        del module._factory
-        module.__class__ = module.cls_to_become

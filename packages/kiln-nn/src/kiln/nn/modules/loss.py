@@ -59,6 +59,16 @@ class _WeightedLoss(_Loss):
         self.register_buffer("weight", weight)
 
 
+class _MarginLoss(_Loss):
+    """A criterion over two inputs and a ``±1`` target with a ``margin`` (default 0)."""
+
+    __constants__ = ["margin", "reduction"]
+
+    def __init__(self, margin: float = 0.0, size_average=None, reduce=None, reduction: str = "mean") -> None:
+        super().__init__(size_average, reduce, reduction)
+        self.margin = margin
+
+
 class L1Loss(_Loss):
     """Mean absolute error ``|input - target|`` (``torch.nn.L1Loss``)."""
 
@@ -266,28 +276,16 @@ class MultiLabelSoftMarginLoss(_WeightedLoss):
         return F.multilabel_soft_margin_loss(input, target, weight=self.weight, reduction=self.reduction)
 
 
-class CosineEmbeddingLoss(_Loss):
+class CosineEmbeddingLoss(_MarginLoss):
     """``1 - cos(x1, x2)`` for ``y = 1``, ``max(0, cos - margin)`` for ``y = -1`` (``torch.nn.CosineEmbeddingLoss``)."""
-
-    __constants__ = ["margin", "reduction"]
-
-    def __init__(self, margin: float = 0.0, size_average=None, reduce=None, reduction: str = "mean") -> None:
-        super().__init__(size_average, reduce, reduction)
-        self.margin = margin
 
     def forward(self, input1: Tensor, input2: Tensor, target: Tensor) -> Tensor:
         """The reduced loss."""
         return F.cosine_embedding_loss(input1, input2, target, margin=self.margin, reduction=self.reduction)
 
 
-class MarginRankingLoss(_Loss):
+class MarginRankingLoss(_MarginLoss):
     """``max(0, -y (x1 - x2) + margin)`` (``torch.nn.MarginRankingLoss``)."""
-
-    __constants__ = ["margin", "reduction"]
-
-    def __init__(self, margin: float = 0.0, size_average=None, reduce=None, reduction: str = "mean") -> None:
-        super().__init__(size_average, reduce, reduction)
-        self.margin = margin
 
     def forward(self, input1: Tensor, input2: Tensor, target: Tensor) -> Tensor:
         """The reduced loss."""

@@ -17,7 +17,8 @@ from kiln import _dtype as dt
 from kiln._device import device as Device
 from kiln._tensor import Tensor
 from kiln.autograd.grad_mode import no_grad
-from kiln.nn.modules._hooks import BackwardHook, RemovableHandle
+from kiln.nn.modules._hooks import BackwardHook, RemovableHandle, add_hook, hook_args_kwargs
+from kiln.nn.modules._utils import _zero_grad
 from kiln.nn.parameter import Buffer, Parameter, UninitializedParameter
 
 __all__ = ["Module"]
@@ -453,17 +454,7 @@ class Module:
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Reset the gradients of all parameters (to ``None`` by default, else to zeros)."""
-        for p in self.parameters():
-            if p.grad is None:
-                continue
-            if set_to_none:
-                p.grad = None
-            else:
-                if p.grad.grad_fn is not None:
-                    p.grad.detach_()
-                else:
-                    p.grad.requires_grad_(False)
-                p.grad.zero_()
+        _zero_grad(self.parameters(), set_to_none)
 
     def apply(self, fn: Callable[[Module], None]) -> Module:
         """Call ``fn`` on every submodule (children first) and then on ``self``."""
@@ -545,12 +536,9 @@ class Module:
 
         A non-None result replaces the inputs (``(args, kwargs)`` with ``with_kwargs=True``).
         """
-        handle = RemovableHandle(self._forward_pre_hooks, extra_dict=self._forward_pre_hooks_with_kwargs)
-        self._forward_pre_hooks[handle.id] = hook
+        handle = add_hook(self._forward_pre_hooks, hook, prepend, extra_dict=self._forward_pre_hooks_with_kwargs)
         if with_kwargs:
             self._forward_pre_hooks_with_kwargs[handle.id] = True
-        if prepend:
-            self._forward_pre_hooks.move_to_end(handle.id, last=False)
         return handle
 
     def register_forward_hook(
@@ -560,61 +548,41 @@ class Module:
 
         A non-None result replaces the output. ``always_call=True`` runs it even when ``forward`` raised.
         """
-        handle = RemovableHandle(
-            self._forward_hooks, extra_dict=[self._forward_hooks_with_kwargs, self._forward_hooks_always_called]
-        )
-        self._forward_hooks[handle.id] = hook
+        flags = [self._forward_hooks_with_kwargs, self._forward_hooks_always_called]
+        handle = add_hook(self._forward_hooks, hook, prepend, extra_dict=flags)
         if with_kwargs:
             self._forward_hooks_with_kwargs[handle.id] = True
         if always_call:
             self._forward_hooks_always_called[handle.id] = True
-        if prepend:
-            self._forward_hooks.move_to_end(handle.id, last=False)
         return handle
 
     def register_full_backward_pre_hook(self, hook, prepend: bool = False) -> RemovableHandle:
         """Run ``hook(module, grad_output)`` when the output gradients are known; a result replaces them."""
-        handle = RemovableHandle(self._backward_pre_hooks)
-        self._backward_pre_hooks[handle.id] = hook
-        if prepend:
-            self._backward_pre_hooks.move_to_end(handle.id, last=False)
-        return handle
+        return add_hook(self._backward_pre_hooks, hook, prepend)
 
     def register_full_backward_hook(self, hook, prepend: bool = False) -> RemovableHandle:
         """Run ``hook(module, grad_input, grad_output)`` when the input gradients are known.
 
         A non-None result replaces ``grad_input``. Inputs and outputs pass through identity autograd nodes.
         """
-        handle = RemovableHandle(self._backward_hooks)
-        self._backward_hooks[handle.id] = hook
-        if prepend:
-            self._backward_hooks.move_to_end(handle.id, last=False)
-        return handle
+        return add_hook(self._backward_hooks, hook, prepend)
 
     def register_state_dict_pre_hook(self, hook) -> RemovableHandle:
         """Run ``hook(module, prefix, keep_vars)`` before :meth:`state_dict` collects this module."""
-        handle = RemovableHandle(self._state_dict_pre_hooks)
-        self._state_dict_pre_hooks[handle.id] = hook
-        return handle
+        return add_hook(self._state_dict_pre_hooks, hook)
 
     def register_state_dict_post_hook(self, hook) -> RemovableHandle:
         """Run ``hook(module, state_dict, prefix, local_metadata)`` after :meth:`state_dict` collects this module."""
-        handle = RemovableHandle(self._state_dict_hooks)
-        self._state_dict_hooks[handle.id] = hook
-        return handle
+        return add_hook(self._state_dict_hooks, hook)
 
     def register_load_state_dict_pre_hook(self, hook) -> RemovableHandle:
         """Run ``hook(module, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)``
         before this module loads its part of a state dict."""
-        handle = RemovableHandle(self._load_state_dict_pre_hooks)
-        self._load_state_dict_pre_hooks[handle.id] = hook
-        return handle
+        return add_hook(self._load_state_dict_pre_hooks, hook)
 
     def register_load_state_dict_post_hook(self, hook) -> RemovableHandle:
         """Run ``hook(module, incompatible_keys)`` after :meth:`load_state_dict`; it may edit the key lists."""
-        handle = RemovableHandle(self._load_state_dict_post_hooks)
-        self._load_state_dict_post_hooks[handle.id] = hook
-        return handle
+        return add_hook(self._load_state_dict_post_hooks, hook)
 
     # ------------------------------------------------------------------ calling
     def _call_impl(self, *args, **kwargs):
@@ -627,15 +595,7 @@ class Module:
         try:
             for hook_id, hook in list(self._forward_pre_hooks.items()):
                 if hook_id in self._forward_pre_hooks_with_kwargs:
-                    res = hook(self, args, kwargs)
-                    if res is not None:
-                        if isinstance(res, tuple) and len(res) == 2:
-                            args, kwargs = res
-                        else:
-                            raise RuntimeError(
-                                "forward pre-hook must return None or a tuple of (new_args, new_kwargs), "
-                                f"but got {res}."
-                            )
+                    args, kwargs = hook_args_kwargs(hook(self, args, kwargs), args, kwargs, "forward pre-hook")
                 else:
                     res = hook(self, args)
                     if res is not None:

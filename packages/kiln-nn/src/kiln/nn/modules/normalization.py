@@ -6,12 +6,12 @@ import numbers
 import warnings
 
 import kiln
-from kiln._ops.creation import empty, ones, zeros
+from kiln._ops.creation import ones, zeros
 from kiln._tensor import Tensor
 from kiln.nn import functional as F
 from kiln.nn import init
+from kiln.nn.modules._utils import _check_input_dims, _optional_parameter
 from kiln.nn.modules.module import Module
-from kiln.nn.parameter import Parameter
 
 __all__ = [
     "BatchNorm1d",
@@ -25,6 +25,27 @@ __all__ = [
     "RMSNorm",
     "LocalResponseNorm",
 ]
+
+
+def _affine_parameters(module: Module, shape, affine: bool, bias: bool, device, dtype) -> None:
+    """Register ``weight`` (and ``bias`` when ``bias``) of ``shape`` on ``module``, or ``None`` for each."""
+    _optional_parameter(module, "weight", affine, shape, device, dtype)
+    _optional_parameter(module, "bias", affine and bias, shape, device, dtype)
+
+
+def _shape_tuple(normalized_shape) -> tuple:
+    """``normalized_shape`` as a tuple (an int ``n`` is ``(n,)``)."""
+    if isinstance(normalized_shape, numbers.Integral):
+        return (normalized_shape,)
+    return tuple(normalized_shape)
+
+
+def _reset_affine(module: Module, affine: bool) -> None:
+    """``weight`` to ones and ``bias`` (if any) to zeros, when ``affine``."""
+    if affine:
+        init.ones_(module.weight)
+        if module.bias is not None:
+            init.zeros_(module.bias)
 
 
 class _NormBase(Module):
@@ -51,15 +72,7 @@ class _NormBase(Module):
         self.momentum = momentum
         self.affine = affine
         self.track_running_stats = track_running_stats
-        if affine:
-            self.weight = Parameter(empty(num_features, device=device, dtype=dtype))
-            if bias:
-                self.bias = Parameter(empty(num_features, device=device, dtype=dtype))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _affine_parameters(self, num_features, affine, bias, device, dtype)
         if track_running_stats:
             self.register_buffer("running_mean", zeros(num_features, device=device, dtype=dtype))
             self.register_buffer("running_var", ones(num_features, device=device, dtype=dtype))
@@ -80,13 +93,12 @@ class _NormBase(Module):
     def reset_parameters(self) -> None:
         """Reset the running statistics; ``weight`` to ones and ``bias`` to zeros."""
         self.reset_running_stats()
-        if self.affine:
-            init.ones_(self.weight)
-            if self.bias is not None:
-                init.zeros_(self.bias)
+        _reset_affine(self, self.affine)
+
+    _input_dims: tuple[int, ...] = ()  # the accepted input ranks
 
     def _check_input_dim(self, input: Tensor) -> None:
-        raise NotImplementedError
+        _check_input_dims(input, self._input_dims)
 
     def extra_repr(self) -> str:
         """``num_features, eps=..., momentum=..., affine=..., bias=..., track_running_stats=...``."""
@@ -138,25 +150,19 @@ class _BatchNorm(_NormBase):
 class BatchNorm1d(_BatchNorm):
     """Batch normalisation over ``(N, C)`` or ``(N, C, L)`` (``torch.nn.BatchNorm1d``)."""
 
-    def _check_input_dim(self, input: Tensor) -> None:
-        if input.dim() != 2 and input.dim() != 3:
-            raise ValueError(f"expected 2D or 3D input (got {input.dim()}D input)")
+    _input_dims = (2, 3)
 
 
 class BatchNorm2d(_BatchNorm):
     """Batch normalisation over ``(N, C, H, W)`` (``torch.nn.BatchNorm2d``)."""
 
-    def _check_input_dim(self, input: Tensor) -> None:
-        if input.dim() != 4:
-            raise ValueError(f"expected 4D input (got {input.dim()}D input)")
+    _input_dims = (4,)
 
 
 class BatchNorm3d(_BatchNorm):
     """Batch normalisation over ``(N, C, D, H, W)`` (``torch.nn.BatchNorm3d``)."""
 
-    def _check_input_dim(self, input: Tensor) -> None:
-        if input.dim() != 5:
-            raise ValueError(f"expected 5D input (got {input.dim()}D input)")
+    _input_dims = (5,)
 
 
 class _InstanceNorm(_NormBase):
@@ -176,10 +182,9 @@ class _InstanceNorm(_NormBase):
     ) -> None:
         super().__init__(num_features, eps, momentum, affine, track_running_stats, device, dtype, bias=bias)
 
-    def _check_input_dim(self, input: Tensor) -> None:
-        nd = self._no_batch_dim
-        if input.dim() not in (nd, nd + 1):
-            raise ValueError(f"expected {nd}D or {nd + 1}D input (got {input.dim()}D input)")
+    @property
+    def _input_dims(self) -> tuple[int, int]:
+        return (self._no_batch_dim, self._no_batch_dim + 1)
 
     def _apply_instance_norm(self, input: Tensor) -> Tensor:
         return F.instance_norm(
@@ -247,28 +252,15 @@ class LayerNorm(Module):
         dtype=None,
     ) -> None:
         super().__init__()
-        if isinstance(normalized_shape, numbers.Integral):
-            normalized_shape = (normalized_shape,)
-        self.normalized_shape = tuple(normalized_shape)
+        self.normalized_shape = _shape_tuple(normalized_shape)
         self.eps = eps
         self.elementwise_affine = elementwise_affine
-        if elementwise_affine:
-            self.weight = Parameter(empty(self.normalized_shape, device=device, dtype=dtype))
-            if bias:
-                self.bias = Parameter(empty(self.normalized_shape, device=device, dtype=dtype))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _affine_parameters(self, self.normalized_shape, elementwise_affine, bias, device, dtype)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         """``weight`` to ones, ``bias`` to zeros."""
-        if self.elementwise_affine:
-            init.ones_(self.weight)
-            if self.bias is not None:
-                init.zeros_(self.bias)
+        _reset_affine(self, self.elementwise_affine)
 
     def forward(self, input: Tensor) -> Tensor:
         """Layer-normalised ``input``."""
@@ -305,23 +297,12 @@ class GroupNorm(Module):
         self.num_channels = num_channels
         self.eps = eps
         self.affine = affine
-        if affine:
-            self.weight = Parameter(empty(num_channels, device=device, dtype=dtype))
-            if bias:
-                self.bias = Parameter(empty(num_channels, device=device, dtype=dtype))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _affine_parameters(self, num_channels, affine, bias, device, dtype)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         """``weight`` to ones, ``bias`` to zeros."""
-        if self.affine:
-            init.ones_(self.weight)
-            if self.bias is not None:
-                init.zeros_(self.bias)
+        _reset_affine(self, self.affine)
 
     def forward(self, input: Tensor) -> Tensor:
         """Group-normalised ``input``."""
@@ -344,15 +325,10 @@ class RMSNorm(Module):
         self, normalized_shape, eps: float | None = None, elementwise_affine: bool = True, device=None, dtype=None
     ) -> None:
         super().__init__()
-        if isinstance(normalized_shape, numbers.Integral):
-            normalized_shape = (normalized_shape,)
-        self.normalized_shape = tuple(normalized_shape)
+        self.normalized_shape = _shape_tuple(normalized_shape)
         self.eps = eps
         self.elementwise_affine = elementwise_affine
-        if elementwise_affine:
-            self.weight = Parameter(empty(self.normalized_shape, device=device, dtype=dtype))
-        else:
-            self.register_parameter("weight", None)
+        _optional_parameter(self, "weight", elementwise_affine, self.normalized_shape, device, dtype)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kiln._tensor import Tensor
 from kiln.nn import functional as F
-from kiln.nn.modules._utils import _ntuple
+from kiln.nn.modules._utils import _check_input_dims, _ntuple
 from kiln.nn.modules.module import Module
 
 __all__ = [
@@ -54,9 +54,7 @@ class _CircularPadNd(_PadNd):
     _mode = "circular"
 
     def _check_input_dim(self, input: Tensor) -> None:
-        nd = self._nd
-        if input.dim() != nd + 1 and input.dim() != nd + 2:
-            raise ValueError(f"expected {nd + 1}D or {nd + 2}D input (got {input.dim()}D input)")
+        _check_input_dims(input, (self._nd + 1, self._nd + 2))
 
 
 class CircularPad1d(_CircularPadNd):
@@ -157,34 +155,24 @@ class ConstantPad3d(_ConstantPadNd):
     _nd = 3
 
 
-class ZeroPad1d(ConstantPad1d):
+class _ZeroPadNd:
+    """``ConstantPad{1,2,3}d`` with ``value=0``, shown by its padding alone."""
+
+    def __init__(self, padding) -> None:
+        super().__init__(padding, 0.0)
+
+    def extra_repr(self) -> str:
+        """The padding tuple."""
+        return f"{self.padding}"
+
+
+class ZeroPad1d(_ZeroPadNd, ConstantPad1d):
     """Pad the last dim with zeros (``torch.nn.ZeroPad1d``)."""
 
-    def __init__(self, padding) -> None:
-        super().__init__(padding, 0.0)
 
-    def extra_repr(self) -> str:
-        """The padding tuple."""
-        return f"{self.padding}"
-
-
-class ZeroPad2d(ConstantPad2d):
+class ZeroPad2d(_ZeroPadNd, ConstantPad2d):
     """Pad the last two dims with zeros (``torch.nn.ZeroPad2d``)."""
 
-    def __init__(self, padding) -> None:
-        super().__init__(padding, 0.0)
 
-    def extra_repr(self) -> str:
-        """The padding tuple."""
-        return f"{self.padding}"
-
-
-class ZeroPad3d(ConstantPad3d):
+class ZeroPad3d(_ZeroPadNd, ConstantPad3d):
     """Pad the last three dims with zeros (``torch.nn.ZeroPad3d``)."""
-
-    def __init__(self, padding) -> None:
-        super().__init__(padding, 0.0)
-
-    def extra_repr(self) -> str:
-        """The padding tuple."""
-        return f"{self.padding}"

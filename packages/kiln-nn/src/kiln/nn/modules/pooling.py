@@ -81,7 +81,15 @@ class MaxPool3d(_MaxPoolNd):
     _fn = staticmethod(F.max_pool3d)
 
 
-class AvgPool1d(Module):
+class _AvgPoolNd(Module):
+    """What average pooling of every rank shares: its repr."""
+
+    def extra_repr(self) -> str:
+        """``kernel_size=..., stride=..., padding=...``."""
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class AvgPool1d(_AvgPoolNd):
     """1-d average pooling over ``(N, C, L)`` or ``(C, L)`` (``torch.nn.AvgPool1d``)."""
 
     __constants__ = ["kernel_size", "stride", "padding", "ceil_mode", "count_include_pad"]
@@ -100,12 +108,8 @@ class AvgPool1d(Module):
         """The window means of ``input``."""
         return F.avg_pool1d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode, self.count_include_pad)
 
-    def extra_repr(self) -> str:
-        """``kernel_size=..., stride=..., padding=...``."""
-        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
 
-
-class AvgPool2d(Module):
+class AvgPool2d(_AvgPoolNd):
     """2-d average pooling over ``(N, C, H, W)`` or ``(C, H, W)`` (``torch.nn.AvgPool2d``)."""
 
     __constants__ = ["kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override"]
@@ -138,10 +142,6 @@ class AvgPool2d(Module):
             self.count_include_pad,
             self.divisor_override,
         )
-
-    def extra_repr(self) -> str:
-        """``kernel_size=..., stride=..., padding=...``."""
-        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
 
 
 class _AdaptivePoolNd(Module):

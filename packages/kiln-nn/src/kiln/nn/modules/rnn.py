@@ -252,7 +252,50 @@ class RNNBase(Module):
             x = x.unsqueeze(0 if self.batch_first else 1)
         return x, is_batched
 
+    def _forward_hidden(self, name: str, input: Tensor, hx: Tensor | None, says_tensor: bool):
+        """``forward`` of the layers whose state is one hidden tensor (RNN, GRU): ``(output, h_n)``."""
+        if _is_packed(input):
+            return self._forward_packed(input, hx)
+        x, is_batched = self._prepare(name, input, says_tensor)
+        if hx is not None:
+            if not is_batched and hx.dim() != 2:
+                raise RuntimeError(f"For unbatched 2-D input, hx should also be 2-D but got {hx.dim()}-D tensor")
+            if is_batched and hx.dim() != 3:
+                raise RuntimeError(f"For batched 3-D input, hx should also be 3-D but got {hx.dim()}-D tensor")
+            if not is_batched:
+                hx = hx.unsqueeze(1)
+        else:
+            hx = zeros(self.get_expected_hidden_size(x), dtype=x.dtype, device=x.device)
+        self.check_input(x)
+        self.check_hidden_size(hx, self.get_expected_hidden_size(x))
+        out, h_n, _ = self._run(x, hx, None)
+        if not is_batched:
+            out = out.squeeze(0 if self.batch_first else 1)
+            h_n = h_n.squeeze(1)
+        return out, h_n
+
     # -- the recurrence -----------------------------------------------------------------------------
+
+    def _cell_weights(self, idx: int):
+        """``(w_ih, w_hh, b_ih, b_hh, w_hr)`` of layer-direction ``idx`` (``None`` for the absent ones)."""
+        w = [getattr(self, n) for n in self._all_weights[idx]]
+        b_ih, b_hh = (w[2], w[3]) if self.bias else (None, None)
+        return w[0], w[1], b_ih, b_hh, (w[-1] if self.proj_size > 0 else None)
+
+    def _cell(self, x_proj: Tensor, h: Tensor, c: Tensor | None, w_hh, b_hh, w_hr):
+        """One time step of this layer's cell from the projected input: ``(h', c')`` (``c'`` None but for LSTM)."""
+        if self.mode == "LSTM":
+            return _lstm_step(x_proj, h, c, w_hh, b_hh, w_hr)
+        if self.mode == "GRU":
+            return _gru_step(x_proj, h, w_hh, b_hh), None
+        return _rnn_step(x_proj, h, w_hh, b_hh, self.mode == "RNN_RELU"), None
+
+    def _layer_output(self, outs: list[Tensor], layer: int) -> Tensor:
+        """The directions' outputs of ``layer`` joined, with dropout between layers in training."""
+        x = outs[0] if len(outs) == 1 else kiln.cat(outs, -1)
+        if self.dropout > 0 and self.training and layer < self.num_layers - 1:
+            x = F.dropout(x, self.dropout, True)
+        return x
 
     def _run(self, x: Tensor, h0: Tensor, c0: Tensor | None):
         """Time-major multi-layer, multi-direction recurrence; returns (output, h_n, c_n)."""
@@ -264,31 +307,20 @@ class RNNBase(Module):
             outs = []
             for direction in range(num_directions):
                 idx = layer * num_directions + direction
-                names = self._all_weights[idx]
-                w = [getattr(self, n) for n in names]
-                w_ih, w_hh = w[0], w[1]
-                b_ih, b_hh = (w[2], w[3]) if self.bias else (None, None)
-                w_hr = w[-1] if self.proj_size > 0 else None
+                w_ih, w_hh, b_ih, b_hh, w_hr = self._cell_weights(idx)
                 x_proj = F.linear(x, w_ih, b_ih)  # (T, B, gates): the whole sequence in one matmul
                 h = h0[idx]
                 c = c0[idx] if c0 is not None else None
                 order = range(steps - 1, -1, -1) if direction == 1 else range(steps)
                 ys = [None] * steps
                 for t in order:
-                    if self.mode == "LSTM":
-                        h, c = _lstm_step(x_proj[t], h, c, w_hh, b_hh, w_hr)
-                    elif self.mode == "GRU":
-                        h = _gru_step(x_proj[t], h, w_hh, b_hh)
-                    else:
-                        h = _rnn_step(x_proj[t], h, w_hh, b_hh, self.mode == "RNN_RELU")
+                    h, c = self._cell(x_proj[t], h, c, w_hh, b_hh, w_hr)
                     ys[t] = h
                 outs.append(kiln.stack(ys, 0) if steps else zeros((0, *h.shape), dtype=h.dtype, device=h.device))
                 h_n.append(h)
                 if c is not None:
                     c_n.append(c)
-            x = outs[0] if num_directions == 1 else kiln.cat(outs, -1)
-            if self.dropout > 0 and self.training and layer < self.num_layers - 1:
-                x = F.dropout(x, self.dropout, True)
+            x = self._layer_output(outs, layer)
         out = x.transpose(0, 1) if self.batch_first else x
         return out, kiln.stack(h_n, 0), (kiln.stack(c_n, 0) if c0 is not None else None)
 
@@ -314,21 +346,13 @@ class RNNBase(Module):
             outs = []
             for direction in range(num_directions):
                 idx = layer * num_directions + direction
-                w = [getattr(self, n) for n in self._all_weights[idx]]
-                w_ih, w_hh = w[0], w[1]
-                b_ih, b_hh = (w[2], w[3]) if self.bias else (None, None)
-                w_hr = w[-1] if self.proj_size > 0 else None
+                w_ih, w_hh, b_ih, b_hh, w_hr = self._cell_weights(idx)
                 x_proj = F.linear(x, w_ih, b_ih)  # (N, gates): every packed step in one matmul
                 h_init = h0[idx]
                 c_init = c0[idx] if c0 is not None else None
 
                 def step(t, h, c, x_proj=x_proj, w_hh=w_hh, b_hh=b_hh, w_hr=w_hr):
-                    xp = x_proj[offsets[t] : offsets[t + 1]]
-                    if self.mode == "LSTM":
-                        return _lstm_step(xp, h, c, w_hh, b_hh, w_hr)
-                    if self.mode == "GRU":
-                        return _gru_step(xp, h, w_hh, b_hh), None
-                    return _rnn_step(xp, h, w_hh, b_hh, self.mode == "RNN_RELU"), None
+                    return self._cell(x_proj[offsets[t] : offsets[t + 1]], h, c, w_hh, b_hh, w_hr)
 
                 ys = [None] * steps
                 if direction == 0:
@@ -363,9 +387,7 @@ class RNNBase(Module):
                 h_n.append(h_last)
                 if c_last is not None:
                     c_n.append(c_last)
-            x = outs[0] if num_directions == 1 else kiln.cat(outs, -1)
-            if self.dropout > 0 and self.training and layer < self.num_layers - 1:
-                x = F.dropout(x, self.dropout, True)
+            x = self._layer_output(outs, layer)
         return x, kiln.stack(h_n, 0), (kiln.stack(c_n, 0) if c0 is not None else None)
 
     def _forward_packed(self, packed, hx):
@@ -403,6 +425,11 @@ class RNNBase(Module):
         return output, _permute_hidden(hidden, unsorted_indices)
 
 
+def _reject_proj_size(kwargs) -> None:
+    if "proj_size" in kwargs:
+        raise ValueError("proj_size argument is only supported for LSTM, not RNN or GRU")
+
+
 class RNN(RNNBase):
     """Elman RNN ``h_t = tanh(x_t W_ihᵀ + b_ih + h_{t-1} W_hhᵀ + b_hh)`` (or ``relu``) (``torch.nn.RNN``).
 
@@ -411,8 +438,7 @@ class RNN(RNNBase):
     """
 
     def __init__(self, *args, **kwargs) -> None:
-        if "proj_size" in kwargs:
-            raise ValueError("proj_size argument is only supported for LSTM, not RNN or GRU")
+        _reject_proj_size(kwargs)
         if len(args) > 3:
             self.nonlinearity = args[3]
             args = args[:3] + args[4:]
@@ -435,25 +461,7 @@ class RNN(RNNBase):
 
     def forward(self, input: Tensor, hx: Tensor | None = None):
         """``(output, h_n)``: every step's top-layer state and every layer's last state."""
-        if _is_packed(input):
-            return self._forward_packed(input, hx)
-        x, is_batched = self._prepare("RNN", input, True)
-        if hx is not None:
-            if not is_batched and hx.dim() != 2:
-                raise RuntimeError(f"For unbatched 2-D input, hx should also be 2-D but got {hx.dim()}-D tensor")
-            if is_batched and hx.dim() != 3:
-                raise RuntimeError(f"For batched 3-D input, hx should also be 3-D but got {hx.dim()}-D tensor")
-            if not is_batched:
-                hx = hx.unsqueeze(1)
-        else:
-            hx = zeros(self.get_expected_hidden_size(x), dtype=x.dtype, device=x.device)
-        self.check_input(x)
-        self.check_hidden_size(hx, self.get_expected_hidden_size(x))
-        out, h_n, _ = self._run(x, hx, None)
-        if not is_batched:
-            out = out.squeeze(0 if self.batch_first else 1)
-            h_n = h_n.squeeze(1)
-        return out, h_n
+        return self._forward_hidden("RNN", input, hx, True)
 
 
 class LSTM(RNNBase):
@@ -506,31 +514,12 @@ class GRU(RNNBase):
     """Gated recurrent unit (``torch.nn.GRU``), gates ordered ``r, z, n``; returns ``(output, h_n)``."""
 
     def __init__(self, *args, **kwargs) -> None:
-        if "proj_size" in kwargs:
-            raise ValueError("proj_size argument is only supported for LSTM, not RNN or GRU")
+        _reject_proj_size(kwargs)
         super().__init__("GRU", *args, **kwargs)
 
     def forward(self, input: Tensor, hx: Tensor | None = None):
         """``(output, h_n)``."""
-        if _is_packed(input):
-            return self._forward_packed(input, hx)
-        x, is_batched = self._prepare("GRU", input, False)
-        if hx is not None:
-            if not is_batched and hx.dim() != 2:
-                raise RuntimeError(f"For unbatched 2-D input, hx should also be 2-D but got {hx.dim()}-D tensor")
-            if is_batched and hx.dim() != 3:
-                raise RuntimeError(f"For batched 3-D input, hx should also be 3-D but got {hx.dim()}-D tensor")
-            if not is_batched:
-                hx = hx.unsqueeze(1)
-        else:
-            hx = zeros(self.get_expected_hidden_size(x), dtype=x.dtype, device=x.device)
-        self.check_input(x)
-        self.check_hidden_size(hx, self.get_expected_hidden_size(x))
-        out, h_n, _ = self._run(x, hx, None)
-        if not is_batched:
-            out = out.squeeze(0 if self.batch_first else 1)
-            h_n = h_n.squeeze(1)
-        return out, h_n
+        return self._forward_hidden("GRU", input, hx, False)
 
 
 # ---------------------------------------------------------------------------------------- cells

@@ -45,14 +45,13 @@ def _get_clones(module: Module, n: int) -> ModuleList:
     return ModuleList([copy.deepcopy(module) for _ in range(n)])
 
 
-class TransformerEncoderLayer(Module):
-    """Self-attention then a feed-forward block, each with a residual and LayerNorm (``torch.nn.TransformerEncoderLayer``).
-
-    ``norm_first=True`` normalises before each block (pre-LN) instead of after; ``activation`` is
-    ``'relu'``, ``'gelu'`` or any callable.
-    """
+class _TransformerLayer(Module):
+    """The sublayers the encoder and decoder layers share: self-attention (and, in the decoder, cross-attention
+    over ``memory``), the feed-forward block, and one LayerNorm and one Dropout per block, registered in torch's
+    order. ``_n_blocks`` is 2 for the encoder layer and 3 for the decoder layer."""
 
     __constants__ = ["norm_first"]
+    _n_blocks = 2
 
     def __init__(
         self,
@@ -70,24 +69,51 @@ class TransformerEncoderLayer(Module):
     ) -> None:
         super().__init__()
         fk = {"device": device, "dtype": dtype}
-        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first, **fk)
+        attention = lambda: MultiheadAttention(
+            d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first, **fk
+        )
+        self.self_attn = attention()
+        if self._n_blocks == 3:
+            self.multihead_attn = attention()
         self.linear1 = Linear(d_model, dim_feedforward, bias=bias, **fk)
         self.dropout = Dropout(dropout)
         self.linear2 = Linear(dim_feedforward, d_model, bias=bias, **fk)
         self.norm_first = norm_first
-        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **fk)
-        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **fk)
-        self.dropout1 = Dropout(dropout)
-        self.dropout2 = Dropout(dropout)
-        if isinstance(activation, str):
-            activation = _get_activation_fn(activation)
+        for i in range(1, self._n_blocks + 1):
+            setattr(self, f"norm{i}", LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **fk))
+        for i in range(1, self._n_blocks + 1):
+            setattr(self, f"dropout{i}", Dropout(dropout))
+        self._set_activation(_get_activation_fn(activation) if isinstance(activation, str) else activation)
+
+    def _set_activation(self, activation: Callable[[Tensor], Tensor]) -> None:
+        self.activation = activation
+
+    def _sa_block(self, x, attn_mask, key_padding_mask, is_causal=False):
+        x = self.self_attn(
+            x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask, need_weights=False, is_causal=is_causal
+        )[0]
+        return self.dropout1(x)
+
+    def _ff_block(self, x):
+        x = self.linear2(self.dropout(self.activation(self.linear1(x))))
+        return getattr(self, f"dropout{self._n_blocks}")(x)
+
+
+class TransformerEncoderLayer(_TransformerLayer):
+    """Self-attention then a feed-forward block, each with a residual and LayerNorm (``torch.nn.TransformerEncoderLayer``).
+
+    ``norm_first=True`` normalises before each block (pre-LN) instead of after; ``activation`` is
+    ``'relu'``, ``'gelu'`` or any callable.
+    """
+
+    def _set_activation(self, activation: Callable[[Tensor], Tensor]) -> None:
         if activation is F.relu or isinstance(activation, ReLU):
             self.activation_relu_or_gelu = 1
         elif activation is F.gelu or isinstance(activation, GELU):
             self.activation_relu_or_gelu = 2
         else:
             self.activation_relu_or_gelu = 0
-        self.activation = activation
+        super()._set_activation(activation)
 
     def forward(
         self,
@@ -106,53 +132,11 @@ class TransformerEncoderLayer(Module):
             x = self.norm2(x + self._ff_block(x))
         return x
 
-    def _sa_block(self, x, attn_mask, key_padding_mask, is_causal=False):
-        x = self.self_attn(
-            x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask, need_weights=False, is_causal=is_causal
-        )[0]
-        return self.dropout1(x)
 
-    def _ff_block(self, x):
-        x = self.linear2(self.dropout(self.activation(self.linear1(x))))
-        return self.dropout2(x)
-
-
-class TransformerDecoderLayer(Module):
+class TransformerDecoderLayer(_TransformerLayer):
     """Self-attention, cross-attention over ``memory``, then feed-forward (``torch.nn.TransformerDecoderLayer``)."""
 
-    __constants__ = ["norm_first"]
-
-    def __init__(
-        self,
-        d_model: int,
-        nhead: int,
-        dim_feedforward: int = 2048,
-        dropout: float = 0.1,
-        activation: str | Callable[[Tensor], Tensor] = F.relu,
-        layer_norm_eps: float = 1e-5,
-        batch_first: bool = False,
-        norm_first: bool = False,
-        bias: bool = True,
-        device=None,
-        dtype=None,
-    ) -> None:
-        super().__init__()
-        fk = {"device": device, "dtype": dtype}
-        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, batch_first=batch_first, bias=bias, **fk)
-        self.multihead_attn = MultiheadAttention(
-            d_model, nhead, dropout=dropout, batch_first=batch_first, bias=bias, **fk
-        )
-        self.linear1 = Linear(d_model, dim_feedforward, bias=bias, **fk)
-        self.dropout = Dropout(dropout)
-        self.linear2 = Linear(dim_feedforward, d_model, bias=bias, **fk)
-        self.norm_first = norm_first
-        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **fk)
-        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **fk)
-        self.norm3 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **fk)
-        self.dropout1 = Dropout(dropout)
-        self.dropout2 = Dropout(dropout)
-        self.dropout3 = Dropout(dropout)
-        self.activation = _get_activation_fn(activation) if isinstance(activation, str) else activation
+    _n_blocks = 3
 
     def forward(
         self,
@@ -177,21 +161,11 @@ class TransformerDecoderLayer(Module):
             x = self.norm3(x + self._ff_block(x))
         return x
 
-    def _sa_block(self, x, attn_mask, key_padding_mask, is_causal=False):
-        x = self.self_attn(
-            x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask, is_causal=is_causal, need_weights=False
-        )[0]
-        return self.dropout1(x)
-
     def _mha_block(self, x, mem, attn_mask, key_padding_mask, is_causal=False):
         x = self.multihead_attn(
             x, mem, mem, attn_mask=attn_mask, key_padding_mask=key_padding_mask, is_causal=is_causal, need_weights=False
         )[0]
         return self.dropout2(x)
-
-    def _ff_block(self, x):
-        x = self.linear2(self.dropout(self.activation(self.linear1(x))))
-        return self.dropout3(x)
 
 
 def _detect_is_causal_mask(mask: Tensor | None, is_causal: bool | None = None, size: int | None = None) -> bool:
@@ -336,42 +310,29 @@ class Transformer(Module):
     ) -> None:
         super().__init__()
         fk = {"device": device, "dtype": dtype}
+        layer_args = (
+            d_model,
+            nhead,
+            dim_feedforward,
+            dropout,
+            activation,
+            layer_norm_eps,
+            batch_first,
+            norm_first,
+            bias,
+        )
         if custom_encoder is not None:
             self.encoder = custom_encoder
         else:
-            layer = TransformerEncoderLayer(
-                d_model,
-                nhead,
-                dim_feedforward,
-                dropout,
-                activation,
-                layer_norm_eps,
-                batch_first,
-                norm_first,
-                bias,
-                **fk,
-            )
-            self.encoder = TransformerEncoder(
-                layer, num_encoder_layers, LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **fk)
-            )
+            layer = TransformerEncoderLayer(*layer_args, **fk)
+            norm = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **fk)
+            self.encoder = TransformerEncoder(layer, num_encoder_layers, norm)
         if custom_decoder is not None:
             self.decoder = custom_decoder
         else:
-            layer = TransformerDecoderLayer(
-                d_model,
-                nhead,
-                dim_feedforward,
-                dropout,
-                activation,
-                layer_norm_eps,
-                batch_first,
-                norm_first,
-                bias,
-                **fk,
-            )
-            self.decoder = TransformerDecoder(
-                layer, num_decoder_layers, LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **fk)
-            )
+            layer = TransformerDecoderLayer(*layer_args, **fk)
+            norm = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **fk)
+            self.decoder = TransformerDecoder(layer, num_decoder_layers, norm)
         self._reset_parameters()
         self.d_model = d_model
         self.nhead = nhead

@@ -53,6 +53,8 @@ PACKAGES: tuple[Package, ...] = (
             "kiln.nn.init",
             "kiln.nn.utils",
             "kiln.nn.utils.rnn",
+            "kiln.nn.utils.parametrize",
+            "kiln.nn.utils.parametrizations",
             "kiln.optim",
             "kiln.optim.lr_scheduler",
         ),

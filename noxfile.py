@@ -29,6 +29,7 @@ EXAMPLE_DEVICE = "tests-integration/example_device"  # the out-of-tree example d
 BACKENDS: dict[str, list[str]] = {
     "reference": [],  # the core alone: NumPy reference kernels for device "cpu"
     "example": ["-e", EXAMPLE_DEVICE],  # device "example": a few kernels, the rest through the CPU fallback
+    "cpu": ["-e", "packages/kiln-cpu"],  # Numba kernels for device "cpu" over the reference ones
 }
 # The device each backend's conformance run checks (`pytest --kiln-device=...`): "cpu" unless listed.
 BACKEND_DEVICE: dict[str, str] = {
@@ -43,6 +44,9 @@ BACKEND_ENV: dict[str, dict[str, str]] = {
 # autograd through it needs the ops its backward formulas use, which the opt-in CPU fallback provides.
 CONFORMANCE_ENV: dict[str, dict[str, str]] = {
     "example": {"KILN_CPU_FALLBACK": "1"},
+    # kiln-cpu hands small tensors to the reference kernels (cheaper below ~256k elements); the suite's
+    # tensors are small, so this makes every one of them go through the Numba kernels.
+    "cpu": {"KILN_CPU_MIN_NUMEL": "0"},
 }
 TESTING = "packages/kiln-testing"  # the conformance kit (a pytest plugin) and kiln.testing
 # Backend packages: each is a cell of the tests matrix (BACKENDS), never a feature package.
@@ -53,6 +57,8 @@ BACKEND_PACKAGES = {"packages/kiln-cpu", "packages/kiln-cuda"}
 TORCH = "torch==2.13.0"
 # safetensors: interop tests only; Pillow: kiln-data's ImageFolder (its "images" extra)
 TEST_DEPS = ["pytest>=8", "hypothesis>=6.100", TORCH, "safetensors>=0.4,<1", "Pillow>=10"]
+# The demo job (docs/examples/train_digits.py) and what runs it (integration test, benchmarks).
+DEMO_DEPS = ["-e", "packages/kiln-nn", "-e", "packages/kiln-data", "tqdm", "matplotlib"]
 RUFF = "ruff==0.17.6"  # pinned: new ruff releases add rules and change formatting
 DOCS_DEPS = ["sphinx>=8,<10", "furo"]  # a new Sphinx major can add warnings, and -W makes them errors
 LINT_PATHS = ["packages", "tests-integration", "benchmarks", "docs", "noxfile.py"]
@@ -236,13 +242,10 @@ def bench(session: nox.Session) -> None:
     scripts = sorted((ROOT / "benchmarks").glob("bench_*.py"))
     if not scripts:
         session.skip("no benchmarks/bench_*.py scripts yet")
-    _install_kiln(session, TORCH)
+    _install_kiln(session, TORCH, *BACKENDS["cpu"], *DEMO_DEPS)  # bench_cpu.py, bench_data.py
     (ROOT / "benchmarks" / "results").mkdir(exist_ok=True)
     for script in scripts:
         session.run("python", str(script.relative_to(ROOT)), *session.posargs)
-
-
-DEMO_DEPS = ["-e", "packages/kiln-nn", "-e", "packages/kiln-data", "tqdm", "matplotlib"]
 
 
 @nox.session

@@ -41,7 +41,7 @@ PACKAGES: tuple[Package, ...] = (
         "(``pytest --kiln-device=NAME``).",
         ("kiln.testing", "kiln.testing.strategies", "kiln_testing"),
     ),
-    Package("kiln-cpu", "``kiln_cpu``", 'Numba JIT kernels for device ``"cpu"``.'),
+    Package("kiln-cpu", "``kiln_cpu``", 'Numba JIT kernels for device ``"cpu"``.', ("kiln_cpu",)),
     Package("kiln-cuda", "``kiln_cuda``", 'Device ``"cuda"``: GPU memory and kernels through ``numba.cuda``.'),
     Package(
         "kiln-nn",

@@ -119,16 +119,52 @@ def test_dtype_narrowed_kernels_and_precedence():
 
             register("neg", "cpu", neg32, dtypes=(kiln.float32,))
 
+    # whoever served float64 before (the reference backend, or an installed CPU backend) still does
+    owner64 = _plugins.kernel_owner("neg", "cpu", kiln.float64)
+    owner = _plugins.kernel_owner("neg", "cpu")
     _plugins.register_plugin(Fast(), name="fast-neg")
     try:
         assert (-kiln.ones(2)).tolist() == [-1.0, -1.0]
-        assert (-kiln.ones(2, dtype=kiln.float64)).tolist() == [-1.0, -1.0]  # reference serves float64
+        assert (-kiln.ones(2, dtype=kiln.float64)).tolist() == [-1.0, -1.0]  # the earlier owner serves float64
         assert calls == [kiln.float32]
         assert _plugins.kernel_owner("neg", "cpu", kiln.float32) == "fast-neg"
-        assert _plugins.kernel_owner("neg", "cpu", kiln.float64) == _plugins.REFERENCE_PLUGIN
+        assert _plugins.kernel_owner("neg", "cpu", kiln.float64) == owner64
     finally:
         _plugins.unregister_plugin("fast-neg")
-    assert _plugins.kernel_owner("neg", "cpu") == _plugins.REFERENCE_PLUGIN
+    assert _plugins.kernel_owner("neg", "cpu") == owner
+
+
+def test_thread_controls_come_from_backends():
+    calls = []
+
+    class Pool:
+        def kiln_register_threading(self, register):
+            register("pool", set_num_threads=calls.append, get_num_threads=lambda: calls[-1] if calls else 7)
+
+    before = kiln.get_num_threads()
+    kiln.set_num_threads(3)
+    _plugins.register_plugin(Pool(), name="pool-plugin")
+    try:
+        assert calls == [3]  # registered after set_num_threads: it starts with the requested count
+        kiln.set_num_threads(2)
+        assert calls == [3, 2]
+        assert kiln.get_num_threads() in (2, before)  # the first registered control answers
+        assert "pool" in _plugins.threading_controls()
+    finally:
+        _plugins.unregister_plugin("pool-plugin")
+        kiln.set_num_threads(before)
+    assert "pool" not in _plugins.threading_controls()
+
+
+@pytest.mark.parametrize(
+    "bad, message", [(0, "positive integer"), (-2, "positive integer"), (1.5, "an int, but got float")]
+)
+def test_set_num_threads_rejects_bad_counts_as_torch_does(bad, message):
+    import torch
+
+    for lib in (torch, kiln):
+        with pytest.raises(RuntimeError, match=message):
+            lib.set_num_threads(bad)
 
 
 def test_a_plugin_whose_hook_raises_is_recorded_and_harmless():

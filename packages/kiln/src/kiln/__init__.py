@@ -331,6 +331,7 @@ from kiln._ops.views import (
     view,
 )
 from kiln._tensor import Size, Tensor
+from kiln._threads import get_num_threads, set_num_threads
 from kiln.autograd import enable_grad, inference_mode, no_grad, set_grad_enabled
 from kiln.autograd.grad_mode import is_grad_enabled, is_inference_mode_enabled
 from kiln.random import Generator, get_rng_state, initial_seed, manual_seed, seed, set_rng_state

@@ -46,6 +46,7 @@ class PluginInfo:
     modes: list[str] = dataclasses.field(default_factory=list)
     collectives: list[str] = dataclasses.field(default_factory=list)
     compilers: list[str] = dataclasses.field(default_factory=list)
+    threading: list[str] = dataclasses.field(default_factory=list)
     extensions: list[dict] = dataclasses.field(default_factory=list)
     error: str | None = None
     disabled: bool = False
@@ -91,6 +92,7 @@ _kernels: dict[tuple[str, str], list[tuple[Any, Callable, str]]] = {}
 _modes: dict[str, Any] = {}
 _collectives: dict[str, Any] = {}
 _compilers: dict[str, Any] = {}
+_threading: dict[str, tuple[Callable[[int], None], Callable[[], int]]] = {}  # name -> (setter, getter)
 _extensions: dict[str, dict] = {}
 _fallback_counts: dict[tuple[str, str], int] = {}
 _fallback_warned: set[tuple[str, str]] = set()
@@ -223,6 +225,7 @@ _HOOKS = (
     "kiln_register_modes",
     "kiln_register_collectives",
     "kiln_register_compilers",
+    "kiln_register_threading",
     "kiln_register_extensions",
 )
 
@@ -268,13 +271,19 @@ def _discard(info: PluginInfo) -> None:
         _kernels[key] = [e for e in _kernels[key] if e[2] != name]
         if not _kernels[key]:
             del _kernels[key]
-    for table, names in ((_modes, info.modes), (_collectives, info.collectives), (_compilers, info.compilers)):
+    for table, names in (
+        (_modes, info.modes),
+        (_collectives, info.collectives),
+        (_compilers, info.compilers),
+        (_threading, info.threading),
+    ):
         for n in names:
             table.pop(n, None)
     for ext in info.extensions:
         if _extensions.get(ext["name"]) is ext:
             del _extensions[ext["name"]]
-    info.devices, info.kernels, info.modes, info.collectives, info.compilers, info.extensions = [], {}, [], [], [], []
+    info.devices, info.kernels, info.modes, info.collectives, info.compilers = [], {}, [], [], []
+    info.threading, info.extensions = [], []
 
 
 def _run_hook(info: PluginInfo, hook: str, fn: Callable, prepend: bool = False) -> None:
@@ -352,6 +361,23 @@ def _named_registrar(table: dict, field: str):
     return make
 
 
+def _threading_registrar(info: PluginInfo, pending: list, prepend: bool = False):
+    def register(name: str, *, set_num_threads: Callable[[int], None], get_num_threads: Callable[[], int]) -> None:
+        if not (callable(set_num_threads) and callable(get_num_threads)):
+            raise TypeError(f"kiln_register_threading: {name!r} needs callable set_num_threads and get_num_threads")
+
+        def commit():
+            from kiln._threads import _apply_requested
+
+            _threading.setdefault(name, (set_num_threads, get_num_threads))
+            info.threading.append(name)
+            _apply_requested(set_num_threads)  # kiln.set_num_threads ran before this backend loaded
+
+        pending.append(commit)
+
+    return register
+
+
 def _extension_registrar(info: PluginInfo, pending: list, prepend: bool = False):
     def register(name: str, version: str, **extra) -> None:
         entry = {"name": name, "version": version, "plugin": info.name, **extra}
@@ -371,6 +397,7 @@ _REGISTRARS = {
     "kiln_register_modes": _named_registrar(_modes, "modes"),
     "kiln_register_collectives": _named_registrar(_collectives, "collectives"),
     "kiln_register_compilers": _named_registrar(_compilers, "compilers"),
+    "kiln_register_threading": _threading_registrar,
     "kiln_register_extensions": _extension_registrar,
 }
 
@@ -495,6 +522,12 @@ def compilers() -> dict[str, Any]:
     """Compile and export targets registered by plugins, by name."""
     load()
     return dict(_compilers)
+
+
+def threading_controls() -> dict[str, tuple[Callable[[int], None], Callable[[], int]]]:
+    """Thread controls registered by backends: name -> (set_num_threads, get_num_threads)."""
+    load()
+    return dict(_threading)
 
 
 def kernel_owner(op_name: str, dev_type: str, dtype=None) -> str | None:

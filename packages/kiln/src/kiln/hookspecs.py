@@ -39,5 +39,13 @@ def kiln_register_compilers(register):
 
 
 @hookspec
+def kiln_register_threading(register):
+    """Register a backend's intra-op thread control: ``register(name, set_num_threads=fn, get_num_threads=fn)``.
+
+    ``kiln.set_num_threads(n)`` calls every registered setter; ``kiln.get_num_threads()`` asks the first
+    registered getter."""
+
+
+@hookspec
 def kiln_register_extensions(register):
     """Announce a feature package: ``register(name, version, **info)``."""

@@ -1,0 +1,258 @@
+"""Large-tensor throughput of kiln-cpu's Numba kernels vs PyTorch (CPU) vs NumPy, in one process.
+
+Run with ``python benchmarks/bench_cpu.py [--threads N]`` (or ``nox -s bench``) with kiln-cpu installed.
+kiln and PyTorch use the same number of threads (``kiln_cpu.set_num_threads``, ``torch.set_num_threads``,
+``OMP_NUM_THREADS`` set before either loads); NumPy computes on one thread, as it always does. Prints a
+table of per-call times in milliseconds (the minimum over timeit repeats), kiln's effective memory
+bandwidth (bytes read and written per second) and the ratios kiln/PyTorch and kiln/NumPy, then the
+size below which kiln-cpu hands an op to the NumPy reference kernel and where that crossover was
+measured to be. Writes a JSON record to ``benchmarks/results/cpu.json`` (atomically).
+
+Elementwise ops and reductions on 16M float32 elements are bound by memory bandwidth; the
+transcendentals (exp, tanh, sigmoid) by arithmetic where the library has no SIMD math.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def _threads_from_argv(argv: list[str]) -> int:
+    for i, a in enumerate(argv):
+        if a == "--threads" and i + 1 < len(argv):
+            return int(argv[i + 1])
+        if a.startswith("--threads="):
+            return int(a.split("=", 1)[1])
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+# Thread pools read these at import: pin them before NumPy, PyTorch or Numba load.
+THREADS = _threads_from_argv(sys.argv[1:])
+for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
+    os.environ[_var] = str(THREADS)
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, str(HERE))
+from bench_overhead import machine_info, per_call_seconds, write_json_atomically  # noqa: E402
+
+DEFAULT_OUTPUT = HERE / "results" / "cpu.json"
+LIBS = ("kiln", "torch", "numpy")
+N = 1 << 24  # 16M elements
+
+
+def make_cases(kiln, torch) -> list[dict]:
+    """Each case: name, what, bytes moved per call, and one zero-argument callable per library."""
+    rng = np.random.default_rng(0)
+    a_np = rng.standard_normal(N).astype(np.float32)
+    b_np = rng.standard_normal(N).astype(np.float32)
+    m_np = rng.standard_normal((4096, 4096)).astype(np.float32)
+    w_np = rng.standard_normal((4096, 8192)).astype(np.float32)
+    v_np = rng.standard_normal((4096, 8192)).astype(np.float32)
+    a_k, b_k, m_k = kiln.from_numpy(a_np.copy()), kiln.from_numpy(b_np.copy()), kiln.from_numpy(m_np.copy())
+    w_k, v_k = kiln.from_numpy(w_np.copy()), kiln.from_numpy(v_np.copy())
+    a_t, b_t, m_t = torch.from_numpy(a_np.copy()), torch.from_numpy(b_np.copy()), torch.from_numpy(m_np.copy())
+    w_t, v_t = torch.from_numpy(w_np.copy()), torch.from_numpy(v_np.copy())
+    ws_np, vs_np, ws_k, vs_k, ws_t, vs_t = (
+        w_np[:, ::2],
+        v_np[:, ::2],
+        w_k[:, ::2],
+        v_k[:, ::2],
+        w_t[:, ::2],
+        v_t[:, ::2],
+    )
+    f4 = 4  # bytes per float32
+
+    def sigmoid_np(x):
+        return 1.0 / (1.0 + np.exp(-x))
+
+    cases = [
+        ("add 16M", "a + b, float32, 16M", 3 * N * f4, lambda: a_k + b_k, lambda: a_t + b_t, lambda: a_np + b_np),
+        ("mul 16M", "a * b, float32, 16M", 3 * N * f4, lambda: a_k * b_k, lambda: a_t * b_t, lambda: a_np * b_np),
+        ("exp 16M", "exp(a), float32, 16M", 2 * N * f4, lambda: a_k.exp(), lambda: a_t.exp(), lambda: np.exp(a_np)),
+        ("tanh 16M", "tanh(a), float32", 2 * N * f4, lambda: a_k.tanh(), lambda: a_t.tanh(), lambda: np.tanh(a_np)),
+        (
+            "sigmoid 16M",
+            "sigmoid(a), float32, 16M (NumPy: 1/(1+exp(-a)))",
+            2 * N * f4,
+            lambda: a_k.sigmoid(),
+            lambda: a_t.sigmoid(),
+            lambda: sigmoid_np(a_np),
+        ),
+        ("sum 16M", "a.sum(), float32, 16M", N * f4, lambda: a_k.sum(), lambda: a_t.sum(), lambda: a_np.sum()),
+        ("max 16M", "a.max(), float32, 16M", N * f4, lambda: a_k.max(), lambda: a_t.max(), lambda: a_np.max()),
+        (
+            "sum dim1 4096^2",
+            "m.sum(1), float32, 4096x4096",
+            N * f4,
+            lambda: m_k.sum(1),
+            lambda: m_t.sum(1),
+            lambda: m_np.sum(1),
+        ),
+        (
+            "sum dim0 4096^2",
+            "m.sum(0), float32, 4096x4096",
+            N * f4,
+            lambda: m_k.sum(0),
+            lambda: m_t.sum(0),
+            lambda: m_np.sum(0),
+        ),
+        (
+            "add strided",
+            "w[:, ::2] + v[:, ::2], float32, 4096x4096 views of 4096x8192",
+            3 * N * f4,
+            lambda: ws_k + vs_k,
+            lambda: ws_t + vs_t,
+            lambda: ws_np + vs_np,
+        ),
+        (
+            "add transposed",
+            "m.T + m.T (dense, transposed), float32, 4096x4096",
+            3 * N * f4,
+            lambda: m_k.t() + m_k.t(),
+            lambda: m_t.t() + m_t.t(),
+            lambda: m_np.T + m_np.T,
+        ),
+        (
+            "add bcast row",
+            "m + a[:4096] (a row broadcast), float32, 4096x4096",
+            2 * N * f4,
+            lambda: m_k + a_k[:4096],
+            lambda: m_t + a_t[:4096],
+            lambda: m_np + a_np[:4096],
+        ),
+        (
+            "sum strided",
+            "w[:, ::2].sum(), float32, 4096x4096 view of 4096x8192",
+            N * f4,
+            lambda: ws_k.sum(),
+            lambda: ws_t.sum(),
+            lambda: ws_np.sum(),
+        ),
+    ]
+    out = []
+    for name, what, nbytes, k, t, n in cases:
+        np.testing.assert_allclose(_np(k()), _np(t()), rtol=2e-4, atol=1e-2)  # same data, same answer
+        out.append({"name": name, "what": what, "bytes": nbytes, "kiln": k, "torch": t, "numpy": n})
+    return out
+
+
+def _np(x):
+    return x.numpy() if hasattr(x, "numpy") else np.asarray(x)
+
+
+def crossover(kiln, config, *, repeat: int, min_time: float) -> list[dict]:
+    """Per size: the Numba kernel vs the NumPy reference kernel (kiln-cpu's own small-size path)."""
+    rows = []
+    saved = config.min_numel
+    rng = np.random.default_rng(1)
+    try:
+        for n in (1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20):
+            x = kiln.from_numpy(rng.standard_normal(n).astype(np.float32))
+            row = {"numel": n}
+            for name, fn in (("add", lambda x=x: x + x), ("exp", lambda x=x: x.exp()), ("sum", lambda x=x: x.sum())):
+                times = {}
+                for path, threshold in (("numba", 0), ("reference", 1 << 62)):
+                    config.min_numel = threshold
+                    fn()  # compile or load from the cache outside the timing
+                    times[path] = per_call_seconds(fn, repeat=repeat, min_time=min_time) * 1e6
+                row[name] = {"numba_us": times["numba"], "reference_us": times["reference"]}
+            rows.append(row)
+    finally:
+        config.min_numel = saved
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=THREADS, help="threads for kiln and PyTorch")
+    parser.add_argument("--repeat", type=int, default=5, help="timeit repeats per case (the minimum is kept)")
+    parser.add_argument("--min-time", type=float, default=0.2, help="seconds per timeit repeat (about)")
+    parser.add_argument("--quick", action="store_true", help="fewer, shorter repeats (smoke run)")
+    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="where to write the JSON record")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.repeat, args.min_time = 2, 0.05
+
+    import torch
+
+    import kiln
+    from kiln._plugins import kernel_owner
+
+    torch.set_num_threads(args.threads)
+    backend = kernel_owner("add", "cpu", kiln.float32)
+    if backend != "cpu":
+        print(f"kiln-cpu is not installed: kiln runs the {backend} kernels", file=sys.stderr)
+        config = None
+    else:
+        import kiln_cpu
+        from kiln_cpu import config
+
+        kiln_cpu.set_num_threads(args.threads)
+
+    cases = make_cases(kiln, torch)  # also compiles (or loads from Numba's cache) every kernel used
+    rows = []
+    for case in cases:
+        ms = {lib: per_call_seconds(case[lib], repeat=args.repeat, min_time=args.min_time) * 1e3 for lib in LIBS}
+        rows.append(
+            {
+                "name": case["name"],
+                "what": case["what"],
+                "unit": "ms",
+                "times": ms,
+                "kiln_GBps": case["bytes"] / ms["kiln"] / 1e6,
+                "torch_GBps": case["bytes"] / ms["torch"] / 1e6,
+                "kiln/torch": ms["kiln"] / ms["torch"],
+                "kiln/numpy": ms["kiln"] / ms["numpy"],
+            }
+        )
+    cross = crossover(kiln, config, repeat=args.repeat, min_time=args.min_time / 4) if config else []
+
+    print(
+        f"kiln {kiln.__version__} ({backend} kernels) vs torch {torch.__version__} vs numpy {np.__version__}; "
+        f"{args.threads} thread(s) for kiln and torch; per-call minimum over {args.repeat} repeats"
+    )
+    head = (
+        f"{'case':<16} {'kiln ms':>8} {'torch ms':>9} {'numpy ms':>9} {'kiln GB/s':>10} {'torch GB/s':>10} "
+        f"{'kiln/torch':>10} {'kiln/numpy':>10}"
+    )
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        t = r["times"]
+        print(
+            f"{r['name']:<16} {t['kiln']:>8.2f} {t['torch']:>9.2f} {t['numpy']:>9.2f} {r['kiln_GBps']:>10.1f} "
+            f"{r['torch_GBps']:>10.1f} {r['kiln/torch']:>9.2f}x {r['kiln/numpy']:>9.2f}x"
+        )
+    print("ratios > 1 mean kiln is slower (kiln time / other library's time, same data, same process)")
+    if cross:
+        print(f"\nsmall sizes: Numba kernel vs NumPy reference kernel, us per call (threshold {config.min_numel})")
+        for row in cross:
+            cells = "  ".join(
+                f"{op} {row[op]['numba_us']:8.1f} / {row[op]['reference_us']:8.1f}" for op in ("add", "exp", "sum")
+            )
+            print(f"{row['numel']:>8}  {cells}")
+
+    record = {
+        "benchmark": "cpu",
+        "units": "ms per call (minimum over repeats); GB/s = bytes read and written per call / time",
+        "settings": {"repeat": args.repeat, "min_time_s": args.min_time, "threads": args.threads, "numel": N},
+        "kernels": backend,
+        "min_numel": config.min_numel if config else None,
+        "machine": {**machine_info(torch), "kiln_threads": args.threads},
+        "results": rows,
+        "crossover_us": cross,
+    }
+    write_json_atomically(args.output, record)
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,432 @@
+"""The kernels kiln-cpu registers: layout analysis in Python, loops in Numba (:mod:`kiln_cpu._jit`).
+
+Each kernel has the reference kernel's contract (``kernel(spec, *args)`` returning a CPU tensor) and
+hands a call back to the reference kernel whenever it would not be faster or not be identical: small
+outputs (:data:`kiln_cpu.config.min_numel`), operands whose dtype differs from the compute dtype (the
+reference casts them), and layouts the Numba loops do not take (more than 4 dims after merging).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from kiln import _dtype as dt
+from kiln._dispatch import OPS
+from kiln._reference import wrap_reference
+from kiln._tensor import Tensor, from_array
+from kiln_cpu import _threads, config
+
+FLOAT = (dt.float32, dt.float64)
+ARITH = (dt.float32, dt.float64, dt.int32, dt.int64)
+
+_jit = None
+
+
+def _kernels():
+    """The Numba module, imported on the first call that needs it (``import kiln`` never does)."""
+    global _jit
+    if _jit is None:
+        from kiln_cpu import _jit as module
+
+        _jit = module
+    return _jit
+
+
+_GRAIN = 1 << 15  # elements per thread at least: below that, waking a thread costs more than it saves
+parallel = _threads.parallel
+
+
+# ------------------------------------------------------------------------------------------ layouts
+
+
+def _flat(a: np.ndarray) -> np.ndarray | None:
+    """A 1-d view of a dense array (any dim order, positive strides) in memory order, else None."""
+    if a.flags.c_contiguous:
+        return a.reshape(-1)
+    order = sorted(range(a.ndim), key=lambda i: -a.strides[i])
+    t = a.transpose(order)
+    return t.reshape(-1) if t.flags.c_contiguous else None
+
+
+def _coalesce(shape: tuple, strides: list[tuple]) -> tuple[tuple, list[tuple]] | None:
+    """Merge dims that are contiguous in every operand and drop size-1 dims; pad to 4 dims in front.
+    None when more than 4 dims remain."""
+    dims: list[tuple[int, list[int]]] = []
+    for i, n in enumerate(shape):
+        if n == 1:
+            continue
+        st = [s[i] for s in strides]
+        if dims:
+            pn, pst = dims[-1]
+            if all(ps == s * n for ps, s in zip(pst, st)):
+                dims[-1] = (pn * n, st)
+                continue
+        dims.append((n, st))
+    if len(dims) > 4:
+        return None
+    dims = [(1, [0] * len(strides))] * (4 - len(dims)) + dims
+    return tuple(n for n, _ in dims), [tuple(d[1][k] for d in dims) for k in range(len(strides))]
+
+
+def _scalar(x, np_dtype: np.dtype):
+    """A Python number as the reference uses it in compute dtype ``np_dtype`` (integers wrap)."""
+    if np_dtype.kind in "iu":
+        return np.array(x).astype(np_dtype)[()]
+    return np_dtype.type(x)
+
+
+# ------------------------------------------------------------------------------------------- binary
+
+# scalar-on-the-left forms that are the same op with the operands swapped
+_SWAPPED = {}
+
+
+def _init_swapped(j) -> None:
+    _SWAPPED.update(
+        {j.ADD: j.ADD, j.MUL: j.MUL, j.EQ: j.EQ, j.NE: j.NE, j.LT: j.GT, j.GT: j.LT, j.LE: j.GE, j.GE: j.LE}
+    )
+
+
+def _operand(x, shape: tuple) -> tuple:
+    """(storage, offset, strides in elements broadcast to ``shape``) of a tensor or a NumPy scalar."""
+    if isinstance(x, Tensor):
+        buf, off, xs, xst = x._storage, x._offset, x._shape, x._stride
+    else:
+        buf, off, xs, xst = np.array([x]), 0, (), ()
+    pad = len(shape) - len(xs)
+    strides = (0,) * pad + tuple(0 if n == 1 else s for n, s in zip(xs, xst))
+    return buf, off, strides
+
+
+def _run_strided(get_kernel, shape: tuple, operands: list, out_np: np.dtype, extra: tuple = ()):
+    """Run the strided loop ``get_kernel()`` as ``kernel(*(storage, offset, strides4) per operand, out,
+    out_strides4, shape4, *extra, lo, hi)`` over tasks of up to ``_jit._BLOCK`` innermost elements, into
+    a new array of ``shape`` laid out as NumPy (and PyTorch) lay out a result; None (nothing run) if more
+    than 4 dims remain after merging."""
+    ops = [_operand(x, shape) for x in operands]
+    order = numpy_order(shape, [o[2] for o in ops])
+    dense = np.empty([shape[d] for d in order], out_np)
+    out = dense.transpose(np.argsort(order))
+    if dense.size:
+        out_strides = tuple(s // dense.itemsize for s in out.strides)
+        merged = _coalesce(shape, [out_strides] + [o[2] for o in ops])
+        if merged is None:
+            return None
+        shape4, (so, *strides4) = merged
+        args = []
+        for (buf, off, _), st in zip(ops, strides4):
+            args += [buf, off, st]
+        block = _kernels()._BLOCK
+        tasks = shape4[0] * shape4[1] * shape4[2] * -(-shape4[3] // block)
+        kernel_args = (*args, dense.reshape(-1), so, shape4, *extra)
+        parallel(get_kernel(), kernel_args, tasks, max(1, _GRAIN // min(shape4[3], block)))
+    return out
+
+
+def numpy_order(shape: tuple, strides: list[tuple]) -> list[int]:
+    """The dims of a new result, outermost first, as NumPy's iterator orders them (PyTorch's TensorIterator
+    agrees in the cases that matter: a result follows the layout of its dense operands). NumPy's
+    insertion sort, innermost dim first: a dim moves inward past another when every operand strided in
+    both (stride 0 or size 1: no opinion) has the other's stride larger, and jumps over dims where no
+    operand has an opinion."""
+    nd = len(shape)
+    st = [[0 if shape[d] == 1 else s[d] for d in range(nd)] for s in strides]
+    perm = list(range(nd - 1, -1, -1))  # innermost first
+    for i0 in range(1, nd):
+        j0 = perm[i0]
+        pos = i0
+        for i1 in range(i0 - 1, -1, -1):
+            j1 = perm[i1]
+            ambiguous, swap = True, False
+            for s in st:
+                if s[j0] != 0 and s[j1] != 0:
+                    if abs(s[j1]) <= abs(s[j0]):
+                        swap = False
+                    elif ambiguous:
+                        swap = True
+                    ambiguous = False
+            if not ambiguous:
+                if not swap:
+                    break
+                pos = i1
+        if pos != i0:
+            perm.insert(pos, perm.pop(i0))
+    return perm[::-1]
+
+
+def _run_binary(code: int, a, b, c, shape: tuple, np_dtype: np.dtype, out_np: np.dtype) -> np.ndarray | None:
+    """``a <op> b`` over ``shape`` (``a``/``b``: tensors of ``np_dtype`` or its scalars); None: not taken."""
+    j = _kernels()
+    a_arr = isinstance(a, Tensor)
+    b_arr = isinstance(b, Tensor)
+    if not _SWAPPED:
+        _init_swapped(j)
+    if not a_arr and b_arr and code in _SWAPPED:
+        code, a, b, a_arr, b_arr = _SWAPPED[code], b, a, True, False
+    if a_arr and a._shape == shape:
+        x = a._numpy()
+        fa = _flat(x)
+        if fa is not None and (not b_arr or (b._shape == shape and b._stride == a._stride)):
+            out = np.empty_like(x, dtype=out_np)
+            fo = _flat(out)
+            if fo is not None:
+                if b_arr:
+                    parallel(j.binary(code, "flat"), (fa, _flat(b._numpy()), fo, c), fo.size, _GRAIN)
+                else:
+                    parallel(j.binary(code, "scalar"), (fa, b, fo, c), fo.size, _GRAIN)
+                return out
+    return _run_strided(lambda: j.binary(code, "strided"), shape, [a, b], out_np, (c,))
+
+
+def _binary_kernel(name: str, served: tuple, pick, *, compare: bool = False):
+    """A kernel for binary op ``name``: ``pick(np_dtype, a, b, rest) -> (code, a, b, c)`` chooses the op
+    code and may fold scalars; the reference runs whatever this kernel does not take."""
+    reference = wrap_reference(OPS[name])
+
+    def kernel(spec, a, b, *rest):
+        shape = spec[0]
+        d = spec[3] if compare else spec[1]
+        if d not in served or math.prod(shape) < config.min_numel:
+            return reference(spec, a, b, *rest)
+        np_dtype = d.numpy
+        for x in (a, b):
+            if isinstance(x, Tensor) and x._dtype is not d:
+                return reference(spec, a, b, *rest)
+        picked = pick(np_dtype, a, b, rest)
+        if picked is None:
+            return reference(spec, a, b, *rest)
+        code, x, y, c = picked
+        if not isinstance(x, Tensor):
+            x = _scalar(x, np_dtype)
+        if not isinstance(y, Tensor):
+            y = _scalar(y, np_dtype)
+        out = _run_binary(code, x, y, c, shape, np_dtype, spec[1].numpy)
+        if out is None:
+            return reference(spec, a, b, *rest)
+        return from_array(out, spec[1])
+
+    kernel.__name__ = f"kiln_cpu_{name}"
+    kernel.__doc__ = f"Numba kernel for {name} (kiln-cpu)."
+    return kernel
+
+
+def _zero(np_dtype):
+    return np_dtype.type(0)
+
+
+def _pick_fixed(code_name: str):
+    def pick(np_dtype, a, b, rest):
+        return getattr(_kernels(), code_name), a, b, _zero(np_dtype)
+
+    return pick
+
+
+def _pick_add_sub(plain: str, with_alpha: str):
+    def pick(np_dtype, a, b, rest):
+        j = _kernels()
+        alpha = rest[0] if rest else 1
+        if alpha == 1:
+            return getattr(j, plain), a, b, _zero(np_dtype)
+        if isinstance(alpha, bool) or (np_dtype.kind in "iu" and not isinstance(alpha, int)):
+            return None  # the meta refuses these; the reference raises as it does
+        c = _scalar(alpha, np_dtype)
+        if not isinstance(b, Tensor):  # the reference rounds b * alpha first: fold it the same way
+            return getattr(j, plain), a, np.multiply(_scalar(b, np_dtype), c, dtype=np_dtype), _zero(np_dtype)
+        return getattr(j, with_alpha), a, b, c
+
+    return pick
+
+
+def _pick_div(np_dtype, a, b, rest):
+    j = _kernels()
+    mode = rest[0] if rest else None
+    code = {None: j.DIV, "floor": j.FLOOR_DIV, "trunc": j.TRUNC_DIV}.get(mode)
+    return None if code is None else (code, a, b, _zero(np_dtype))
+
+
+# -------------------------------------------------------------------------------------------- unary
+
+
+def _unary_kernel(name: str, served: tuple, code_name: str):
+    """A kernel for unary op ``name`` (Numba op ``code_name``), output dtype = input dtype."""
+    reference = wrap_reference(OPS[name])
+
+    def kernel(spec, a, *rest):
+        d = spec[1]
+        if d not in served or rest or math.prod(spec[0]) < config.min_numel:
+            return reference(spec, a, *rest)
+        x = a._numpy()
+        if x.dtype != d.numpy:
+            return reference(spec, a)
+        j = _kernels()
+        code = getattr(j, code_name)
+        fx = _flat(x)
+        if fx is not None:
+            out = np.empty_like(x)
+            fo = _flat(out)
+            if fo is not None:
+                parallel(j.unary(code, "flat"), (fx, fo), fo.size, _GRAIN)
+                return from_array(out, d)
+        out = _run_strided(lambda: j.unary(code, "strided"), a._shape, [a], x.dtype)
+        return reference(spec, a) if out is None else from_array(out, d)
+
+    kernel.__name__ = f"kiln_cpu_{name}"
+    kernel.__doc__ = f"Numba kernel for {name} (kiln-cpu)."
+    return kernel
+
+
+# --------------------------------------------------------------------------------------- reductions
+
+
+def _merge(dims: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """(size, stride) pairs, outermost first: size-1 dims dropped, contiguous neighbours merged."""
+    out: list[tuple[int, int]] = []
+    for n, s in dims:
+        if n == 1:
+            continue
+        if out and out[-1][1] == s * n:
+            out[-1] = (out[-1][0] * n, s)
+        else:
+            out.append((n, s))
+    return out
+
+
+def _subtrees(lo: int, n: int, depth: int, acc: list) -> None:
+    """The (start, length) of NumPy's pairwise-summation subtrees ``depth`` levels down, in order."""
+    if depth == 0 or n <= 1024:
+        acc.append((lo, n))
+        return
+    n2 = n // 2
+    n2 -= n2 % 8
+    _subtrees(lo, n2, depth - 1, acc)
+    _subtrees(lo + n2, n - n2, depth - 1, acc)
+
+
+def _combine(vals: list, n: int, depth: int, join):
+    """Fold subtree results in NumPy's tree order (consumes ``vals`` from the front)."""
+    if depth == 0 or n <= 1024:
+        return vals.pop(0)
+    n2 = n // 2
+    n2 -= n2 % 8
+    left = _combine(vals, n2, depth - 1, join)
+    return join(left, _combine(vals, n - n2, depth - 1, join))
+
+
+_INT_VIEW = {np.dtype(np.float32): np.int32, np.dtype(np.float64): np.int64}
+_TREE_DEPTH = 4  # 16 subtrees: enough tasks to balance the threads
+
+
+def _reduce_all(j, code: int, flat: np.ndarray):
+    """Reduce a 1-d array to a NumPy scalar, subtrees in parallel."""
+    segs: list = []
+    _subtrees(0, flat.shape[0], _TREE_DEPTH, segs)
+    los = np.array([s[0] for s in segs], np.int64)
+    ns = np.array([s[1] for s in segs], np.int64)
+    part = np.empty(len(segs), flat.dtype)
+    grain = max(1, len(segs) * _GRAIN // flat.size)
+    if code == j.SUM:
+        parallel(j.reduce(code, "segments"), (flat, los, ns, part), len(segs), grain)
+    else:
+        ints, part_ints = flat.view(_INT_VIEW[flat.dtype]), part.view(_INT_VIEW[flat.dtype])
+        parallel(j.reduce(code, "segments-contiguous"), (ints, los, ns, part_ints), len(segs), grain)
+    join = {j.SUM: np.add, j.AMAX: np.maximum, j.AMIN: np.minimum}[code]
+    vals = list(part)
+    res = _combine(vals, flat.shape[0], _TREE_DEPTH, join)
+    return np.add(flat.dtype.type(0), res) if code == j.SUM else res
+
+
+def _run_reduce(code: int, t: Tensor, dims: tuple, keepdim: bool) -> np.ndarray:
+    """Reduce ``t`` over ``dims`` into a new array laid out as NumPy lays out the result (the kept dims
+    in the input's stride order)."""
+    j = _kernels()
+    buf, off, shape, strides = t._storage, t._offset, t._shape, t._stride
+    keep_idx = [i for i in range(len(shape)) if i not in dims]
+    keep_idx = [keep_idx[i] for i in numpy_order([shape[i] for i in keep_idx], [[strides[i] for i in keep_idx]])]
+    red_idx = sorted(dims, key=lambda i: -abs(strides[i]))
+    kept = _merge([(shape[i], strides[i]) for i in keep_idx])
+    red = _merge([(shape[i], strides[i]) for i in red_idx])
+    flat_out = np.empty(math.prod(shape[i] for i in keep_idx), buf.dtype)
+    # the result: the kept dims back in their places (a view), reduced dims as size 1 for keepdim
+    out = flat_out.reshape([shape[i] for i in keep_idx]).transpose(np.argsort(keep_idx))
+    if keepdim:
+        out = np.expand_dims(out, tuple(dims))
+    if not kept:
+        if not red or (len(red) == 1 and red[0][1] == 1):  # contiguous (or a single element)
+            flat = buf[off : off + t.numel()]
+        elif len(red) <= 2:  # strided (one thread), or a sliced matrix: its rows, then the row results
+            (n0, s0), (n1, s1) = red if len(red) == 2 else [(1, 0), red[0]]
+            flat = np.empty(n0, buf.dtype)
+            parallel(j.reduce(code, "rows"), (buf, off, s0, n1, s1, flat), n0, max(1, _GRAIN // n1))
+        else:
+            flat = np.ascontiguousarray(t._numpy()).reshape(-1)
+        flat_out[0] = _reduce_all(j, code, flat)
+        return out
+    if len(kept) == 1 and len(red) == 1:
+        (nk, sk), (nr, sr) = kept[0], red[0]
+        if sk == 1 and sr != 1:
+            parallel(j.reduce(code, "cols"), (buf, off, nr, sr, flat_out), nk, max(1024, _GRAIN // nr))
+        elif sr == 1 and code != j.SUM:
+            ints, out_ints = buf.view(_INT_VIEW[buf.dtype]), flat_out.view(_INT_VIEW[buf.dtype])
+            kernel = j.reduce(code, "rows-contiguous")
+            parallel(kernel, (ints, off, sk, nr, out_ints), nk, max(1, _GRAIN // nr))
+        else:
+            parallel(j.reduce(code, "rows"), (buf, off, sk, nr, sr, flat_out), nk, max(1, _GRAIN // nr))
+        return out
+    # several kept or reduced dims that do not merge: one copy with the reduced dims last
+    xx = np.ascontiguousarray(t._numpy().transpose(keep_idx + red_idx)).reshape(-1)
+    nk = flat_out.size
+    nr = xx.size // nk
+    parallel(j.reduce(code, "rows"), (xx, 0, nr, nr, 1, flat_out), nk, max(1, _GRAIN // nr))
+    return out
+
+
+def _reduce_kernel(name: str, code_name: str, *, mean: bool = False):
+    """A kernel for reduction ``name`` over ``spec[3]`` dims, float32/float64 input of the output dtype."""
+    reference = wrap_reference(OPS[name])
+
+    def kernel(spec, a, *rest):
+        d = spec[1]
+        if d not in FLOAT or a._dtype is not d or not a._shape:
+            return reference(spec, a, *rest)
+        n = math.prod(a._shape)
+        if n < max(config.min_numel, 1):
+            return reference(spec, a, *rest)
+        dims = tuple(spec[3])
+        out = _run_reduce(getattr(_kernels(), code_name), a, dims, len(spec[0]) == len(a._shape) and bool(dims))
+        if mean:
+            count = math.prod(a._shape[i] for i in dims)
+            np.true_divide(out, count, out=out)
+        return from_array(out, d)
+
+    kernel.__name__ = f"kiln_cpu_{name}"
+    kernel.__doc__ = f"Numba kernel for {name} (kiln-cpu)."
+    return kernel
+
+
+# ------------------------------------------------------------------------------------------ registry
+
+
+def kernels() -> dict[str, tuple]:
+    """Every kernel kiln-cpu provides: op name -> (kernel, output dtypes served)."""
+    table: dict[str, tuple] = {
+        "add": (_binary_kernel("add", ARITH, _pick_add_sub("ADD", "ADD_ALPHA")), ARITH),
+        "sub": (_binary_kernel("sub", ARITH, _pick_add_sub("SUB", "SUB_ALPHA")), ARITH),
+        "mul": (_binary_kernel("mul", ARITH, _pick_fixed("MUL")), ARITH),
+        "div": (_binary_kernel("div", FLOAT, _pick_div), FLOAT),
+        "maximum": (_binary_kernel("maximum", FLOAT, _pick_fixed("MAXIMUM")), FLOAT),
+        "minimum": (_binary_kernel("minimum", FLOAT, _pick_fixed("MINIMUM")), FLOAT),
+    }
+    for name in ("eq", "ne", "lt", "le", "gt", "ge"):
+        # narrowed by output dtype, which is bool: the kernel itself sends other compute dtypes back
+        table[name] = (_binary_kernel(name, FLOAT, _pick_fixed(name.upper()), compare=True), (dt.bool,))
+    for name in ("neg", "abs", "relu"):
+        table[name] = (_unary_kernel(name, ARITH, name.upper()), ARITH)
+    for name in ("exp", "log", "sqrt", "sin", "cos", "tanh", "sigmoid", "erf"):
+        table[name] = (_unary_kernel(name, FLOAT, name.upper()), FLOAT)
+    table["sum"] = (_reduce_kernel("sum", "SUM"), FLOAT)
+    table["mean"] = (_reduce_kernel("mean", "SUM", mean=True), FLOAT)
+    for name, code in (("amax", "AMAX"), ("amin", "AMIN"), ("_max_all", "AMAX"), ("_min_all", "AMIN")):
+        table[name] = (_reduce_kernel(name, code), FLOAT)
+    return table

@@ -1,0 +1,22 @@
+"""The module the ``kiln`` entry point ``cpu`` names: kiln-cpu's kernels for device ``"cpu"``.
+
+Importing it is cheap and compiles nothing; the hook builds the kernel table (plain Python wrappers) and
+Numba compiles a loop the first time a large enough tensor needs it.
+"""
+
+from __future__ import annotations
+
+
+def kiln_register_kernels(register):
+    """Register kiln-cpu's Numba kernels for ``cpu``, narrowed to the output dtypes they serve."""
+    from kiln_cpu.kernels import kernels
+
+    for op_name, (kernel, dtypes) in kernels().items():
+        register(op_name, "cpu", kernel, dtypes=dtypes)
+
+
+def kiln_register_threading(register):
+    """``kiln.set_num_threads`` / ``kiln.get_num_threads`` drive kiln-cpu's thread pool."""
+    from kiln_cpu._threads import get_num_threads, set_num_threads
+
+    register("cpu", set_num_threads=set_num_threads, get_num_threads=get_num_threads)

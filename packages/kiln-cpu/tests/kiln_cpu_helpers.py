@@ -1,0 +1,80 @@
+"""Shared test helpers (imported by name; conftest puts this folder on sys.path): the reference oracle,
+exact and ulp comparisons, and input tensors with special values mixed in."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import kiln
+from kiln_testing._runner import ReferenceMode
+
+
+def reference(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` computed by the NumPy reference kernels."""
+    with ReferenceMode():
+        return fn(*args, **kwargs)
+
+
+def assert_same(
+    actual: kiln.Tensor, expected: kiln.Tensor, *, ulps: int = 0, atol: float = 0.0, layout: bool = True
+) -> None:
+    """Same dtype, shape and layout; values equal (NaN where NaN, the sign of zero too), or within
+    ``ulps`` units in the last place or ``atol``."""
+    assert actual.dtype == expected.dtype
+    assert tuple(actual.shape) == tuple(expected.shape)
+    # the same memory layout (a transposed result stays transposed): strides of dims longer than 1
+    if layout and actual.numel() > 1:
+        got = [(n, s) for n, s in zip(actual.shape, actual.stride()) if n > 1]
+        assert got == [(n, s) for n, s in zip(expected.shape, expected.stride()) if n > 1]
+    a, e = actual.numpy(), expected.numpy()
+    if a.dtype.name == "bfloat16":
+        a, e = a.astype(np.float32), e.astype(np.float32)
+    if a.dtype.kind != "f":
+        np.testing.assert_array_equal(a, e)
+        return
+    nan = np.isnan(e)
+    np.testing.assert_array_equal(np.isnan(a), nan)
+    a, e = a[~nan], e[~nan]
+    if ulps == 0:
+        np.testing.assert_array_equal(a, e)
+        np.testing.assert_array_equal(np.signbit(a), np.signbit(e))
+    else:
+        with np.errstate(invalid="ignore"):  # inf - inf
+            far = (ulp_distance(a, e) > ulps) & ~(np.abs(a.astype(np.float64) - e) <= atol)
+        assert not far.any(), f"{far.sum()} elements differ: {a[far][:5]} vs {e[far][:5]}"
+
+
+def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Units in the last place between two float arrays of one dtype (inf is one step past max)."""
+    ints = {np.dtype(np.float32): np.int32, np.dtype(np.float64): np.int64}[a.dtype]
+
+    def ordered(x):
+        i = x.view(ints).astype(np.int64)
+        return np.where(i < 0, np.iinfo(ints).min - i, i)
+
+    return np.abs(ordered(a) - ordered(b))
+
+
+SPECIALS = [np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-40, -1e-40, 3.0e38, -3.0e38, 1.0, -1.0, 0.5]
+
+
+def make(shape, dtype, seed=0, *, positive=False):
+    """A contiguous tensor of ``shape``: normals (or ints over the whole range) with specials mixed in."""
+    rng = np.random.default_rng(seed)
+    np_dtype = dtype.numpy
+    n = int(np.prod(shape))
+    if np_dtype.kind == "f":
+        x = rng.standard_normal(n) * rng.choice([1e-3, 1.0, 30.0], n)
+        k = min(len(SPECIALS), n // 3)
+        pos = rng.choice(n, k, replace=False) if k else []
+        x[pos] = SPECIALS[:k]
+        if positive:
+            x = np.abs(x)
+        with np.errstate(over="ignore"):  # 3e38 is inf in float16
+            x = x.astype(np_dtype)
+    else:
+        info = np.iinfo(np_dtype)
+        x = rng.integers(-1000, 1000, n).astype(np_dtype)
+        if n >= 4:
+            x[:4] = [info.min, info.max, -1, 0]
+    return kiln.from_numpy(x.reshape(shape).copy())

@@ -1,0 +1,161 @@
+"""The plugin as kiln sees it: no Numba at import, kernels registered and narrowed, the small-tensor
+threshold, and thread control."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from kiln_cpu_helpers import assert_same, make, reference
+
+import kiln
+import kiln_cpu
+from kiln import _plugins
+from kiln_cpu import config, kernels
+
+
+def _python(code: str, **env) -> str:
+    run_env = {**os.environ, **env}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=run_env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_import_compiles_nothing_and_never_imports_numba():
+    out = _python(
+        "import sys, kiln, kiln_cpu, kiln_cpu.plugin; a = 'numba' in sys.modules\n"
+        "x = kiln.ones(3, 4); y = (x + x).exp().sum()\n"  # loads the plugins; small: the reference runs
+        "from kiln._plugins import kernel_owner\n"
+        "print(a, 'numba' in sys.modules, 'kiln_cpu._jit' in sys.modules, kernel_owner('add', 'cpu', kiln.float32))"
+    )
+    assert out == "False False False cpu"
+
+
+def test_the_first_large_op_compiles_or_loads_from_the_cache():
+    out = _python(
+        "import sys, kiln\nx = kiln.ones(512, 512)\nimport numpy as np\n"
+        "np.testing.assert_array_equal((x + x).numpy(), 2 * np.ones((512, 512), np.float32))\n"
+        "print('numba' in sys.modules)"
+    )
+    assert out == "True"
+
+
+def test_kernels_are_registered_narrowed_by_dtype():
+    for name, (_kernel, dtypes) in kernels.kernels().items():
+        for d in dtypes:
+            assert _plugins.kernel_owner(name, "cpu", d) == "cpu", (name, d)
+    assert _plugins.kernel_owner("add", "cpu", kiln.int8) == _plugins.REFERENCE_PLUGIN
+    assert _plugins.kernel_owner("exp", "cpu", kiln.float16) == _plugins.REFERENCE_PLUGIN
+    assert _plugins.kernel_owner("div", "cpu", kiln.int64) == _plugins.REFERENCE_PLUGIN
+
+
+def test_dtypes_kiln_cpu_leaves_out_still_compute(spy):
+    for d in (kiln.int8, kiln.uint8, kiln.int16, kiln.float16, kiln.bfloat16, kiln.bool):
+        x = make((4, 5), kiln.float32).to(d)
+        for fn in (lambda t: t + t, lambda t: t * 3, lambda t: t == t, lambda t: t.sum()):
+            assert_same(fn(x), reference(fn, x))
+    assert spy == []
+
+
+def test_small_tensors_go_to_the_reference(monkeypatch, spy):
+    monkeypatch.setattr(config, "min_numel", 1000)
+    x = make((10, 10), kiln.float32)
+    assert_same(x + x, reference(lambda t: t + t, x))
+    assert_same(x.exp(), reference(kiln.exp, x), ulps=4)
+    assert_same(x.sum(), reference(kiln.sum, x))
+    assert spy == []
+    y = make((40, 30), kiln.float32)
+    assert_same(y + y, reference(lambda t: t + t, y))
+    assert spy == [("binary", 0, "flat")]
+
+
+def test_disabled_by_kiln_disable_plugins():
+    out = _python(
+        "import json, kiln\nfrom kiln._plugins import kernel_owner\nprint(json.dumps(kernel_owner('add', 'cpu')))",
+        KILN_DISABLE_PLUGINS="cpu",
+    )
+    assert json.loads(out) == _plugins.REFERENCE_PLUGIN
+
+
+# ------------------------------------------------------------------------------------------ threads
+
+
+def test_set_and_get_num_threads(monkeypatch):
+    monkeypatch.setattr(kiln_cpu._threads, "_requested", None)
+    kiln_cpu.set_num_threads(1)
+    assert kiln_cpu.get_num_threads() == 1
+    kiln_cpu.set_num_threads(3)
+    assert kiln_cpu.get_num_threads() == 3
+    x = make((300, 1000), kiln.float32)
+    assert_same(x * x, reference(lambda t: t * t, x))
+    with pytest.raises(ValueError, match="positive"):
+        kiln_cpu.set_num_threads(0)
+    with pytest.raises(TypeError):
+        kiln_cpu.set_num_threads(2.0)
+
+
+def test_work_is_split_over_the_threads(monkeypatch):
+    monkeypatch.setattr(kiln_cpu._threads, "_requested", 3)
+    seen = []
+    kiln_cpu._threads.parallel(lambda lo, hi: seen.append((lo, hi)), (), 100, 10)
+    assert sorted(seen) == [(i, i + 10) for i in range(0, 100, 10)]  # 3 threads, 10 ranges of the grain
+    seen.clear()
+    kiln_cpu._threads.parallel(lambda lo, hi: seen.append((lo, hi)), (), 1000, 10)
+    assert sorted(seen) == [(i, min(i + 84, 1000)) for i in range(0, 1000, 84)]  # 4 ranges per thread
+    seen.clear()
+    kiln_cpu._threads.parallel(lambda lo, hi: seen.append((lo, hi)), (), 15, 10)
+    assert seen == [(0, 15)]
+
+    def boom(lo, hi):
+        raise ZeroDivisionError(lo)
+
+    with pytest.raises(ZeroDivisionError):
+        kiln_cpu._threads.parallel(boom, (), 100, 10)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_gets_a_pool_of_its_own(monkeypatch):
+    monkeypatch.setattr(kiln_cpu._threads, "_requested", 2)
+    x = make((600, 1000), kiln.float32)
+    expected = reference(lambda t: t * 2, x).numpy()
+    np.testing.assert_array_equal((x * 2).numpy(), expected)  # the parent's pool exists now
+    pid = os.fork()
+    if pid == 0:  # the child: exit status 0 only if the kernel runs and is right
+        try:
+            ok = np.array_equal((x * 2).numpy(), expected, equal_nan=True)
+        except BaseException:  # noqa: BLE001 - the child must never return into pytest
+            ok = False
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [({"OMP_NUM_THREADS": "1"}, 1), ({"NUMBA_NUM_THREADS": "5", "OMP_NUM_THREADS": "2"}, 5), ({}, None)],
+)
+def test_thread_default_honours_the_environment(env, expected):
+    base = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "NUMBA_NUM_THREADS")}
+    code = "import os, kiln_cpu\nprint(kiln_cpu.get_num_threads(), len(os.sched_getaffinity(0)))"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**base, **env}, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    ours, cpus = map(int, done.stdout.split())
+    assert ours == (expected or cpus)
+
+
+def test_kernels_agree_across_thread_counts(monkeypatch):
+    monkeypatch.setattr(kiln_cpu._threads, "_requested", None)
+    x = kiln.from_numpy(np.random.default_rng(0).standard_normal((257, 1031)).astype(np.float32))
+    results = []
+    for n in (1, 2, 3):
+        kiln_cpu.set_num_threads(n)
+        results.append(((x * 2 + 1).exp().numpy(), x.sum().item(), x.sum(0).numpy(), x.amax(1).numpy()))
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            np.testing.assert_array_equal(a, b)

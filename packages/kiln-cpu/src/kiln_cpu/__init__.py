@@ -12,4 +12,4 @@ from kiln_cpu._threads import get_num_threads, set_num_threads
 
 __version__ = "0.1.0"
 
-__all__ = ["get_num_threads", "set_num_threads", "__version__"]
+__all__ = ["get_num_threads", "set_num_threads"]

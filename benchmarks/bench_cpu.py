@@ -136,11 +136,80 @@ def make_cases(kiln, torch) -> list[dict]:
             lambda: ws_np.sum(),
         ),
     ]
+    cases += _nn_cases(kiln, torch, rng)
     out = []
     for name, what, nbytes, k, t, n in cases:
         np.testing.assert_allclose(_np(k()), _np(t()), rtol=2e-4, atol=1e-2)  # same data, same answer
         out.append({"name": name, "what": what, "bytes": nbytes, "kiln": k, "torch": t, "numpy": n})
     return out
+
+
+def _softmax_np(x):
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _layer_norm_np(x, w, b):
+    mu = x.mean(axis=-1, keepdims=True)
+    c = x - mu
+    return c * (1 / np.sqrt((c * c).mean(axis=-1, keepdims=True) + np.float32(1e-5))) * w + b
+
+
+def _nn_cases(kiln, torch, rng) -> list[tuple]:
+    """softmax, log_softmax, layer norm and matmul (float32; matmul's "bytes" are its operands and result:
+    it is bound by BLAS arithmetic, not memory)."""
+    import torch.nn.functional as TF
+
+    import kiln.nn.functional as KF
+
+    s_np = rng.standard_normal((4096, 1024)).astype(np.float32)
+    l_np = rng.standard_normal((8192, 1024)).astype(np.float32)
+    w_np, b_np = rng.standard_normal(1024).astype(np.float32), rng.standard_normal(1024).astype(np.float32)
+    s_k, l_k, w_k, b_k = (kiln.from_numpy(a.copy()) for a in (s_np, l_np, w_np, b_np))
+    s_t, l_t, w_t, b_t = (torch.from_numpy(a.copy()) for a in (s_np, l_np, w_np, b_np))
+    f4 = 4
+    cases = [
+        (
+            "softmax 4096x1k",
+            "softmax(s, -1), float32, 4096x1024",
+            2 * s_np.size * f4,
+            lambda: KF.softmax(s_k, -1),
+            lambda: torch.softmax(s_t, -1),
+            lambda: _softmax_np(s_np),
+        ),
+        (
+            "log_softmax 4k",
+            "log_softmax(s, -1), float32, 4096x1024 (NumPy: log of the softmax)",
+            2 * s_np.size * f4,
+            lambda: KF.log_softmax(s_k, -1),
+            lambda: torch.log_softmax(s_t, -1),
+            lambda: np.log(_softmax_np(s_np)),
+        ),
+        (
+            "layer_norm 8k",
+            "layer_norm(l, (1024,), w, b), float32, 8192x1024",
+            2 * l_np.size * f4,
+            lambda: KF.layer_norm(l_k, (1024,), w_k, b_k),
+            lambda: TF.layer_norm(l_t, (1024,), w_t, b_t),
+            lambda: _layer_norm_np(l_np, w_np, b_np),
+        ),
+    ]
+    for n in (256, 1024, 2048):
+        a_np = rng.standard_normal((n, n)).astype(np.float32)
+        b2_np = rng.standard_normal((n, n)).astype(np.float32)
+        a_k, b2_k = kiln.from_numpy(a_np.copy()), kiln.from_numpy(b2_np.copy())
+        a_t, b2_t = torch.from_numpy(a_np.copy()), torch.from_numpy(b2_np.copy())
+        cases.append(
+            (
+                f"matmul {n}",
+                f"a @ b, float32, {n}x{n} (NumPy's BLAS under kiln)",
+                3 * n * n * f4,
+                lambda a_k=a_k, b2_k=b2_k: a_k @ b2_k,
+                lambda a_t=a_t, b2_t=b2_t: a_t @ b2_t,
+                lambda a_np=a_np, b2_np=b2_np: a_np @ b2_np,
+            )
+        )
+    return cases
 
 
 def _np(x):

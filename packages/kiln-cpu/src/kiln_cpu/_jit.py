@@ -730,3 +730,288 @@ def reduce(code: int, layout: str):
             kernels["segments-contiguous"] = fast["segments"]
             kernels["rows-contiguous"] = fast["rows"]
     return kernels[layout]
+
+
+# ------------------------------------------------------------------------------- softmax and norms
+#
+# One task per row (or per outer slab when the dim is not the last): the row stays in cache across its
+# passes. The arithmetic is the reference's, step for step (x - max, exp, pairwise sum, divide; layer
+# norm's mean, centred squares, 1/sqrt(var + eps), affine), so NaN, inf and all -inf rows come out as
+# the reference's; only exp (float32: the float64 polynomial, rounded once) and the sum's leaf width
+# differ in the last bits.
+
+
+def exp_of(x):
+    """exp in ``x``'s dtype (jitted only): float32 through the float64 polynomial, rounded once."""
+    raise NotImplementedError
+
+
+def log_of(x):
+    """log in ``x``'s dtype (jitted only)."""
+    raise NotImplementedError
+
+
+@overload(exp_of)
+def _exp_of_impl(x):
+    if x == types.float32:
+        return lambda x: exp_f32(x)
+    return lambda x: math.exp(x)
+
+
+@overload(log_of)
+def _log_of_impl(x):
+    if x == types.float32:
+        return lambda x: log_f32(x)
+    return lambda x: np.log(x)
+
+
+def as_dtype_of(a, v):
+    """The float ``v`` rounded to array ``a``'s dtype (jitted only)."""
+    raise NotImplementedError
+
+
+@overload(as_dtype_of)
+def _as_dtype_of_impl(a, v):
+    if a.dtype == types.float32:
+        return lambda a, v: np.float32(v)
+    return lambda a, v: np.float64(v)
+
+
+_LANES = 64  # running maxima of a row: a fold across a small array vectorises, a scalar fold does not
+
+
+@register_jitable
+def _row_max(a, p, n, acc):
+    """max of the contiguous ``a[p:p+n]`` (n >= 1), NaN propagating: ``_LANES`` running maxima in the
+    scratch ``acc`` (the elementwise select vectorises; a scalar float fold runs 5x slower)."""
+    v = a[p : p + n]
+    first = v[0]
+    for j in range(_LANES):
+        acc[j] = first
+    end = n - n % _LANES
+    for b in range(0, end, _LANES):
+        blk = v[b : b + _LANES]
+        for j in range(_LANES):
+            acc[j] = binop(MAXIMUM, blk[j], acc[j], 0)
+    m = first
+    for j in range(_LANES):
+        m = binop(MAXIMUM, acc[j], m, 0)
+    for i in range(end, n):
+        m = binop(MAXIMUM, v[i], m, 0)
+    return m
+
+
+@register_jitable
+def _exp_into(xv, m, ev):
+    """ev[i] = exp(xv[i] - m) in the row's dtype (a flat loop: it vectorises; fused with the sum, it
+    did not)."""
+    for i in range(xv.shape[0]):
+        ev[i] = exp_of(xv[i] - m)
+
+
+def _softmax_rows(log):
+    def rows(x, out, n, lo, hi):
+        """Softmax (log-softmax) of the contiguous rows ``x[k*n:(k+1)*n]``, k in [lo, hi), into ``out``:
+        max, exp, the pairwise sum of the exps (the reference's order), then the division (softmax: a
+        multiplication by the reciprocal, within an ulp of it) or the subtraction of log(sum)."""
+        work = np.empty(384, np.int64)
+        vals = np.empty(128, x.dtype)
+        acc = np.empty(_LANES, x.dtype)
+        scratch = np.empty(n if log else 0, x.dtype)
+        for k in range(lo, hi):
+            p = k * n
+            m = _row_max(x, p, n, acc)
+            xv = x[p : p + n]
+            ov = out[p : p + n]
+            if log:
+                _exp_into(xv, m, scratch)
+                ls = log_of(_pairwise_sum(scratch, 0, n, 1, work, vals))
+                for i in range(n):
+                    ov[i] = (xv[i] - m) - ls
+            else:
+                _exp_into(xv, m, ov)
+                r = as_dtype_of(x, 1.0 / np.float64(_pairwise_sum(out, p, n, 1, work, vals)))
+                for i in range(n):
+                    ov[i] = ov[i] * r
+
+    return njit(**_SERIAL, fastmath={"contract"})(rows)
+
+
+def _softmax_slabs(log):
+    def slabs(x, out, n, inner, lo, hi):
+        """Softmax (log-softmax) along the middle dim of the contiguous (outer, n, inner) ``x``, outer index
+        in [lo, hi): rows folded in order, vectorised along ``inner`` (the reference's order exactly)."""
+        m = np.empty(inner, x.dtype)
+        s = np.empty(inner, x.dtype)
+        for o in range(lo, hi):
+            base = o * n * inner
+            first = x[base : base + inner]
+            for i in range(inner):
+                m[i] = first[i]
+                s[i] = 0
+            for r in range(1, n):
+                row = x[base + r * inner : base + (r + 1) * inner]
+                for i in range(inner):
+                    m[i] = binop(MAXIMUM, row[i], m[i], 0)
+            for r in range(n):
+                row = x[base + r * inner : base + (r + 1) * inner]
+                orow = out[base + r * inner : base + (r + 1) * inner]
+                for i in range(inner):
+                    e = exp_of(row[i] - m[i])
+                    s[i] += e
+                    if not log:
+                        orow[i] = e
+            if log:
+                for i in range(inner):
+                    s[i] = log_of(s[i])
+            for r in range(n):
+                row = x[base + r * inner : base + (r + 1) * inner]
+                orow = out[base + r * inner : base + (r + 1) * inner]
+                for i in range(inner):
+                    if log:
+                        orow[i] = (row[i] - m[i]) - s[i]
+                    else:
+                        orow[i] = orow[i] / s[i]
+
+    return njit(**_SERIAL, fastmath={"contract"})(slabs)
+
+
+def _logsumexp_rows(x, out, n, lo, hi):
+    """out[k] = logsumexp of the contiguous row ``x[k*n:(k+1)*n]``, k in [lo, hi): the reference's
+    max (0 when infinite), log of the pairwise sum of exp(x - max), plus the max."""
+    work = np.empty(384, np.int64)
+    vals = np.empty(128, x.dtype)
+    acc = np.empty(_LANES, x.dtype)
+    scratch = np.empty(n, x.dtype)
+    zero = zero_of(x)
+    for k in range(lo, hi):
+        p = k * n
+        m = _row_max(x, p, n, acc)
+        m = zero if (m == np.inf or m == -np.inf) else m
+        _exp_into(x[p : p + n], m, scratch)
+        out[k] = log_of(_pairwise_sum(scratch, 0, n, 1, work, vals)) + m
+
+
+def _layer_norm_rows(x, w, b, has_w, has_b, eps, one, count, out, n, lo, hi):
+    """Layer norm of the contiguous rows ``x[k*n:(k+1)*n]``, k in [lo, hi), as the reference computes it:
+    mean = sum / n, c = x - mean, var = sum(c*c) / n, y = c * (1 / sqrt(var + eps)), then * w, + b
+    (``eps``, ``one`` and ``count`` = n come in x's dtype: Numba would widen float32 with an int to
+    float64)."""
+    work = np.empty(384, np.int64)
+    vals = np.empty(128, x.dtype)
+    scratch = np.empty(n, x.dtype)
+    for k in range(lo, hi):
+        p = k * n
+        mu = _pairwise_sum(x, p, n, 1, work, vals) / count
+        xv = x[p : p + n]
+        ov = out[p : p + n]
+        for i in range(n):
+            c = xv[i] - mu
+            ov[i] = c
+            scratch[i] = c * c
+        var = _pairwise_sum(scratch, 0, n, 1, work, vals) / count
+        rstd = one / np.sqrt(var + eps)
+        # one pass, each product and sum rounded as the reference rounds it (no FMA contraction here)
+        if has_w and has_b:
+            for i in range(n):
+                ov[i] = (ov[i] * rstd) * w[i] + b[i]
+        elif has_w:
+            for i in range(n):
+                ov[i] = (ov[i] * rstd) * w[i]
+        elif has_b:
+            for i in range(n):
+                ov[i] = ov[i] * rstd + b[i]
+        else:
+            for i in range(n):
+                ov[i] = ov[i] * rstd
+
+
+_NORM: dict = {}
+
+
+def norm(name: str):
+    """The dispatcher for ``name``: "softmax-rows", "log_softmax-rows", "softmax-slabs",
+    "log_softmax-slabs", "logsumexp-rows", "layer_norm-rows"."""
+    kernel = _NORM.get(name)
+    if kernel is None:
+        op_name, layout = name.rsplit("-", 1)
+        if op_name == "logsumexp":
+            kernel = njit(**_SERIAL, fastmath={"contract"})(_logsumexp_rows)
+        elif op_name == "layer_norm":
+            kernel = njit(**_SERIAL)(_layer_norm_rows)
+        elif layout == "rows":
+            kernel = _softmax_rows(op_name == "log_softmax")
+        else:
+            kernel = _softmax_slabs(op_name == "log_softmax")
+        _NORM[name] = kernel
+    return kernel
+
+
+# -------------------------------------------------------------------------------------------- nll loss
+
+
+@njit(**_SERIAL)
+def nll_rows(x, t, weight, has_w, ignore_index, classes, inner, loss, w, bad, lo, hi):
+    """The reference's per-row terms of nll_loss, read in place from the contiguous (N, C, inner) ``x``
+    (row r: n = r // inner, s = r % inner): w[r] = weight of the target (1 without weights, 0 where
+    ignored), loss[r] = -w[r] * x[n, t[r], s] (0 where w[r] == 0), r in [lo, hi). An out-of-range target
+    sets ``bad[0]`` (the caller lets the reference raise)."""
+    zero = zero_of(loss)
+    one = zero + 1
+    for r in range(lo, hi):
+        c = np.int64(t[r])
+        if c == ignore_index:
+            w[r] = zero
+            loss[r] = zero
+            continue
+        if c < 0 or c >= classes:
+            bad[0] = 1
+            w[r] = zero
+            loss[r] = zero
+            continue
+        wr = weight[c] if has_w else one
+        w[r] = wr
+        n = r // inner
+        s = r - n * inner
+        loss[r] = -wr * x[(n * classes + c) * inner + s] if wr != zero else zero
+
+
+# ---------------------------------------------------------------------------------------- convolution
+
+
+@njit(**_SERIAL)
+def im2col_2d(x, cols, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow, lo, hi):
+    """cols[n, c*kh*kw + i*kw + j, y*ow + z] = x[n, c, y*sh - ph + i*dh, z*sw - pw + j*dw] (0 in the
+    padding) for the (n, c) pairs t = n*C + c in [lo, hi); ``x`` (N, C, H, W) and ``cols``
+    (N, C*kh*kw, oh*ow) contiguous. The valid output columns of each kernel offset are found once, so
+    the copy loop has no bounds test."""
+    _, c_in, h, w = x.shape
+    zero = zero_of(x)
+    for t in range(lo, hi):
+        n = t // c_in
+        c = t - n * c_in
+        img = x[n, c]
+        for i in range(kh):
+            for j in range(kw):
+                row = cols[n, (c * kh + i) * kw + j]
+                off = j * dw - pw  # input column of output column z: z*sw + off
+                z0 = 0 if off >= 0 else min(ow, (-off + sw - 1) // sw)
+                z1 = max(z0, min(ow, (w - 1 - off) // sw + 1)) if w - 1 - off >= 0 else z0
+                for y in range(oh):
+                    r = y * sh - ph + i * dh
+                    seg = row[y * ow : (y + 1) * ow]
+                    if r < 0 or r >= h:
+                        for z in range(ow):
+                            seg[z] = zero
+                        continue
+                    src = img[r]
+                    for z in range(z0):
+                        seg[z] = zero
+                    if sw == 1:
+                        for z in range(z0, z1):
+                            seg[z] = src[z + off]
+                    else:
+                        for z in range(z0, z1):
+                            seg[z] = src[z * sw + off]
+                    for z in range(z1, ow):
+                        seg[z] = zero

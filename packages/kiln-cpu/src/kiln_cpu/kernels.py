@@ -429,4 +429,10 @@ def kernels() -> dict[str, tuple]:
     table["mean"] = (_reduce_kernel("mean", "SUM", mean=True), FLOAT)
     for name, code in (("amax", "AMAX"), ("amin", "AMIN"), ("_max_all", "AMAX"), ("_min_all", "AMIN")):
         table[name] = (_reduce_kernel(name, code), FLOAT)
+    from kiln_cpu import kernels_conv, kernels_linalg, kernels_loss, kernels_nn
+
+    table.update(kernels_nn.kernels())
+    table.update(kernels_linalg.kernels())
+    table.update(kernels_loss.kernels())
+    table.update(kernels_conv.kernels())
     return table

@@ -3,10 +3,17 @@ exact and ulp comparisons, and input tensors with special values mixed in."""
 
 from __future__ import annotations
 
+import types
+
 import numpy as np
 
 import kiln
+from kiln._ops import nn_conv, nn_loss, nn_norm
 from kiln_testing._runner import ReferenceMode
+
+# torch.nn.functional's names for the core's nn primitives (kiln-cpu does not depend on kiln-nn, whose
+# kiln.nn.functional re-exports these same functions)
+F = types.SimpleNamespace(**{name: getattr(m, name) for m in (nn_conv, nn_loss, nn_norm) for name in m.__all__})
 
 
 def reference(fn, *args, **kwargs):

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from kiln_cpu_helpers import assert_same, make, reference
+from kiln_cpu_helpers import F, assert_same, make, reference
 
 import kiln
-import kiln.nn.functional as F
 from kiln_cpu import _jit
 
 FLOAT = [kiln.float32, kiln.float64]

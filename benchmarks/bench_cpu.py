@@ -2,14 +2,16 @@
 
 Run with ``python benchmarks/bench_cpu.py [--threads N]`` (or ``nox -s bench``) with kiln-cpu installed.
 kiln and PyTorch use the same number of threads (``kiln_cpu.set_num_threads``, ``torch.set_num_threads``,
-``OMP_NUM_THREADS`` set before either loads); NumPy computes on one thread, as it always does. Prints a
+``OMP_NUM_THREADS`` and ``OPENBLAS_NUM_THREADS`` set before either loads); NumPy's own loops are
+single-threaded, its BLAS (matmul, and so kiln's matmul and convolution) uses the same threads. Prints a
 table of per-call times in milliseconds (the minimum over timeit repeats), kiln's effective memory
 bandwidth (bytes read and written per second) and the ratios kiln/PyTorch and kiln/NumPy, then the
 size below which kiln-cpu hands an op to the NumPy reference kernel and where that crossover was
 measured to be. Writes a JSON record to ``benchmarks/results/cpu.json`` (atomically).
 
 Elementwise ops and reductions on 16M float32 elements are bound by memory bandwidth; the
-transcendentals (exp, tanh, sigmoid) by arithmetic where the library has no SIMD math.
+transcendentals (exp, tanh, sigmoid) by arithmetic where the library has no SIMD math. conv2d and the
+MLP/CNN training steps measure what is not accelerated yet as much as what is.
 """
 
 from __future__ import annotations
@@ -33,9 +35,9 @@ def _threads_from_argv(argv: list[str]) -> int:
 
 # Thread pools read these at import: pin them before NumPy, PyTorch or Numba load.
 THREADS = _threads_from_argv(sys.argv[1:])
-for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
+# OpenBLAS too: kiln's matmul and convolution run on NumPy's BLAS, which must get the threads torch gets.
+for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     os.environ[_var] = str(THREADS)
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
@@ -137,11 +139,108 @@ def make_cases(kiln, torch) -> list[dict]:
         ),
     ]
     cases += _nn_cases(kiln, torch, rng)
+    cases += _training_cases(kiln, torch, rng)
     out = []
     for name, what, nbytes, k, t, n in cases:
         np.testing.assert_allclose(_np(k()), _np(t()), rtol=2e-4, atol=1e-2)  # same data, same answer
         out.append({"name": name, "what": what, "bytes": nbytes, "kiln": k, "torch": t, "numpy": n})
     return out
+
+
+def _twin_models(kiln, torch, make):
+    """The same model in both libraries (``make(nn)`` builds it), kiln's weights copied from torch's."""
+    import kiln.nn
+
+    t_model = make(torch.nn)
+    k_model = make(kiln.nn)
+    k_model.load_state_dict({k: kiln.from_numpy(v.detach().numpy().copy()) for k, v in t_model.state_dict().items()})
+    return k_model, t_model
+
+
+def _step(lib, model, x, y):
+    """One SGD training step; returns the loss before the update (what the libraries must agree on)."""
+    opt = model._bench_opt
+    opt.zero_grad()
+    loss = lib.nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    return loss.detach()
+
+
+def _training_cases(kiln, torch, rng) -> list[tuple]:
+    """conv2d forward and forward+backward, and whole training steps (forward, loss, backward, SGD) of
+    an MLP and a small CNN. NumPy has no autograd: its column is empty ("bytes" too: these are
+    arithmetic-bound)."""
+    import torch.nn.functional as TF
+
+    import kiln.nn.functional as KF
+
+    x_np = rng.standard_normal((32, 64, 32, 32)).astype(np.float32)
+    w_np = (rng.standard_normal((64, 64, 3, 3)) * 0.05).astype(np.float32)
+    g_np = rng.standard_normal((32, 64, 32, 32)).astype(np.float32)
+    xk, wk, gk = (kiln.from_numpy(a.copy()) for a in (x_np, w_np, g_np))
+    xt, wt, gt = (torch.from_numpy(a.copy()) for a in (x_np, w_np, g_np))
+    xk.requires_grad_(), wk.requires_grad_(), xt.requires_grad_(), wt.requires_grad_()
+
+    def conv_fwd_bwd(F, x, w, g):
+        out = F.conv2d(x, w, padding=1)
+        out.backward(g)
+        grad = w.grad.detach()
+        x.grad = w.grad = None
+        return grad
+
+    def mlp(nn):
+        return nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
+
+    def cnn(nn):
+        return nn.Sequential(
+            nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Flatten(), nn.Linear(32 * 7 * 7, 10),
+        )  # fmt: skip
+
+    cases = [
+        (
+            "conv2d fwd",
+            "conv2d(x, w, padding=1), float32, x 32x64x32x32, w 64x64x3x3",
+            None,
+            lambda: KF.conv2d(xk.detach(), wk.detach(), padding=1),
+            lambda: TF.conv2d(xt.detach(), wt.detach(), padding=1),
+            None,
+        ),
+        (
+            "conv2d fwd+bwd",
+            "the same conv2d, then backward to x and w",
+            None,
+            lambda: conv_fwd_bwd(KF, xk, wk, gk),
+            lambda: conv_fwd_bwd(TF, xt, wt, gt),
+            None,
+        ),
+    ]
+    for name, make, shape in (("MLP step", mlp, (128, 784)), ("CNN step", cnn, (64, 1, 28, 28))):
+        k_model, t_model = _twin_models(kiln, torch, make)
+        k_model._bench_opt = kiln.optim.SGD(k_model.parameters(), lr=1e-3)
+        t_model._bench_opt = torch.optim.SGD(t_model.parameters(), lr=1e-3)
+        x_np = rng.standard_normal(shape).astype(np.float32)
+        y_np = rng.integers(0, 10, shape[0])
+        xk2, yk2, xt2, yt2 = (
+            kiln.from_numpy(x_np),
+            kiln.from_numpy(y_np),
+            torch.from_numpy(x_np),
+            torch.from_numpy(y_np),
+        )
+        what = "784-256-10 ReLU MLP, batch 128" if name == "MLP step" else "2 conv + 2 pool + linear, batch 64 of 28x28"
+        cases.append(
+            (
+                name,
+                f"{what}: forward, cross entropy, backward, SGD step",
+                None,
+                lambda m=k_model, x=xk2, y=yk2: _step(kiln, m, x, y),
+                lambda m=t_model, x=xt2, y=yt2: _step(torch, m, x, y),
+                None,
+            )
+        )
+    return cases
 
 
 def _softmax_np(x):
@@ -268,17 +367,22 @@ def main(argv: list[str] | None = None) -> int:
     cases = make_cases(kiln, torch)  # also compiles (or loads from Numba's cache) every kernel used
     rows = []
     for case in cases:
-        ms = {lib: per_call_seconds(case[lib], repeat=args.repeat, min_time=args.min_time) * 1e3 for lib in LIBS}
+        ms = {
+            lib: per_call_seconds(case[lib], repeat=args.repeat, min_time=args.min_time) * 1e3
+            for lib in LIBS
+            if case[lib] is not None
+        }
+        nbytes = case["bytes"]
         rows.append(
             {
                 "name": case["name"],
                 "what": case["what"],
                 "unit": "ms",
                 "times": ms,
-                "kiln_GBps": case["bytes"] / ms["kiln"] / 1e6,
-                "torch_GBps": case["bytes"] / ms["torch"] / 1e6,
+                "kiln_GBps": nbytes / ms["kiln"] / 1e6 if nbytes else None,
+                "torch_GBps": nbytes / ms["torch"] / 1e6 if nbytes else None,
                 "kiln/torch": ms["kiln"] / ms["torch"],
-                "kiln/numpy": ms["kiln"] / ms["numpy"],
+                "kiln/numpy": ms["kiln"] / ms["numpy"] if "numpy" in ms else None,
             }
         )
     cross = crossover(kiln, config, repeat=args.repeat, min_time=args.min_time / 4) if config else []
@@ -293,11 +397,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(head)
     print("-" * len(head))
+
+    def cell(value, width: int, fmt: str, suffix: str = "") -> str:
+        return f"{'-':>{width}}" if value is None else f"{format(value, fmt) + suffix:>{width}}"
+
     for r in rows:
         t = r["times"]
         print(
-            f"{r['name']:<16} {t['kiln']:>8.2f} {t['torch']:>9.2f} {t['numpy']:>9.2f} {r['kiln_GBps']:>10.1f} "
-            f"{r['torch_GBps']:>10.1f} {r['kiln/torch']:>9.2f}x {r['kiln/numpy']:>9.2f}x"
+            f"{r['name']:<16} {t['kiln']:>8.2f} {t['torch']:>9.2f} {cell(t.get('numpy'), 9, '.2f')} "
+            f"{cell(r['kiln_GBps'], 10, '.1f')} {cell(r['torch_GBps'], 10, '.1f')} {r['kiln/torch']:>9.2f}x "
+            f"{cell(r['kiln/numpy'], 10, '.2f', 'x')}"
         )
     print("ratios > 1 mean kiln is slower (kiln time / other library's time, same data, same process)")
     if cross:

@@ -1,15 +1,12 @@
 """``kiln.nn.functional``: the stateless counterparts of the layers (``torch.nn.functional``).
 
 The primitives (convolution, pooling, normalisation, losses, activations) are core ops defined in
-``kiln._ops.nn_*``; this module re-exports each core module's ``__all__`` (or its public functions when
-it has none). ``linear`` and ``bilinear`` are composed here from core matmul ops, and ``relu``,
-``sigmoid`` and ``tanh`` fall back to the core elementwise ops until the core activation module
-defines its own; whatever the core exports takes precedence.
+``kiln._ops.nn_*``; this module re-exports each core module's ``__all__``. ``linear`` and ``bilinear``
+are composed here from core matmul ops; ``relu`` (with PyTorch's ``inplace=``), ``sigmoid`` and
+``tanh`` wrap the core's elementwise ops.
 """
 
 from __future__ import annotations
-
-import types
 
 from kiln._ops import elementwise as _ew
 from kiln._ops import nn_activation as _nn_activation
@@ -80,23 +77,9 @@ def tanh(input: Tensor) -> Tensor:
     return _ew.tanh(input)
 
 
-def _exported(module: types.ModuleType) -> list[str]:
-    names = getattr(module, "__all__", None)
-    if names is not None:
-        return list(names)
-    return [
-        n
-        for n, v in vars(module).items()
-        if not n.startswith("_")
-        and callable(v)
-        and not isinstance(v, type)
-        and getattr(v, "__module__", None) == module.__name__
-    ]
-
-
 def _reexport_core() -> None:
     for module in (_nn_conv, _nn_pool, _nn_norm, _nn_loss, _nn_activation):
-        for name in _exported(module):
+        for name in module.__all__:
             globals()[name] = getattr(module, name)
             if name not in __all__:
                 __all__.append(name)

@@ -26,17 +26,17 @@ for _var in (
     os.environ.setdefault(_var, "1")
 
 import argparse  # noqa: E402
-import datetime  # noqa: E402
-import json  # noqa: E402
 import platform  # noqa: E402
 import sys  # noqa: E402
-import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from bench_overhead import machine_info, write_json_atomically  # noqa: E402
+
 DEFAULT_OUTPUT = HERE / "results" / "data.json"
 MEAN = (0.4914, 0.4822, 0.4465)
 STD = (0.2470, 0.2435, 0.2616)
@@ -120,25 +120,6 @@ def epoch_rate(make_loader, n: int, repeat: int) -> float:
     return best
 
 
-def write_json_atomically(path: Path, record: dict) -> None:
-    """Write ``record`` to ``path`` through a temp file in the same directory and ``os.replace``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(record, f, indent=2, sort_keys=True)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=4096, help="data set size")
@@ -209,16 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "data",
         "units": "samples per second (best epoch); ratios: kiln throughput / other throughput",
         "settings": {"samples": args.samples, "batch_size": args.batch_size, "repeat": args.repeat},
-        "machine": {
-            "platform": platform.platform(),
-            "cpu_count": os.cpu_count(),
-            "python": platform.python_version(),
-            "numpy": np.__version__,
-            "torch": torch.__version__,
-            "kiln": kiln.__version__,
-            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "argv": sys.argv[1:],
-        },
+        "machine": {**machine_info(torch), "argv": sys.argv[1:]},
         "results": rows,
     }
     write_json_atomically(args.output, record)

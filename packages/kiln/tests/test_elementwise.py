@@ -652,3 +652,31 @@ def test_ieee_special_results_are_silent(name):
         t = fn(torch)
         k = fn(kiln)
     U.assert_close(k, t)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: x * 0.3001,
+        lambda x: 0.3001 * x,
+        lambda x: x / 0.3001,
+        lambda x: x // 0.3001,
+        lambda x: 0.3001 / x,
+        lambda x: x + 0.3001,
+        lambda x: x - 0.3001,
+        lambda x: 0.3001 - x,
+        lambda x: x < 0.3001,
+    ],
+    ids=["mul", "rmul", "div", "floordiv", "rdiv", "add", "sub", "rsub", "lt"],
+)
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_python_scalar_meets_low_precision_as_in_pytorch(fn, dtype):
+    """mul and div keep a Python float in float32 for half-precision tensors, the other ops round it to
+    the tensor's dtype first, and ``s / x`` is ``x.reciprocal() * s``: bit for bit PyTorch's results."""
+    x = (torch.rand(4096, dtype=torch.float64) * 6 + 0.25).to(getattr(torch, dtype))
+    k = kiln.from_numpy(x.double().numpy()).to(getattr(kiln, dtype))
+    expected, got = fn(x), fn(k)
+    if expected.dtype != torch.bool:
+        expected = expected.double()
+        got = got.double()
+    np.testing.assert_array_equal(got.numpy(), expected.numpy())

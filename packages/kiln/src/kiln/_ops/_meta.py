@@ -34,6 +34,12 @@ def is_scalar(x) -> bool:
     return (isinstance(x, numbers.Number) and not isinstance(x, complex)) or isinstance(x, np.bool_)
 
 
+def astype(a: np.ndarray, np_dtype: np.dtype, *, copy: bool = False) -> np.ndarray:
+    """``a`` converted to ``np_dtype`` in PyTorch's result layout: the layout of a dense input (NumPy's
+    "K" order), row-major when a dim is broadcast (NumPy's "K" order would put a stride-0 dim innermost)."""
+    return a.astype(np_dtype, order="C" if 0 in a.strides else "K", copy=copy)
+
+
 def broadcast_shapes(*shapes) -> tuple[int, ...]:
     """The broadcast of several shapes (``torch.broadcast_shapes``)."""
     out: tuple[int, ...] = ()

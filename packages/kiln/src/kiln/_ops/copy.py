@@ -17,7 +17,7 @@ from kiln import _dtype as dt
 from kiln._device import CPU, as_device
 from kiln._device import device as Device
 from kiln._dispatch import call_kernel, op
-from kiln._ops._meta import broadcast_pair, check_inplace, is_scalar
+from kiln._ops._meta import astype, broadcast_pair, check_inplace, is_scalar
 from kiln._ops.views import device_generic, make_view
 from kiln._state import state
 from kiln._tensor import Tensor, _make, contiguous_strides, from_array, storage_span
@@ -60,7 +60,7 @@ def _to_copy_meta(input, dtype, device):
 def _to_copy_kernel(spec, input, dtype, device):
     src = host_array(input)
     if device is CPU and input._device is CPU:
-        return from_array(src.astype(dtype.numpy, copy=True), dtype)
+        return from_array(astype(src, dtype.numpy, copy=True), dtype)
     return from_host(src, dtype, device)
 
 

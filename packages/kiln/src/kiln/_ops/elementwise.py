@@ -13,7 +13,7 @@ import numpy as np
 
 from kiln import _dtype as dt
 from kiln._dispatch import op
-from kiln._ops._meta import broadcast_pair, common_device, is_scalar, result_type, scalar_type_name
+from kiln._ops._meta import astype, broadcast_pair, common_device, is_scalar, result_type, scalar_type_name
 from kiln._tensor import Tensor
 
 Number = "int | float | bool"
@@ -34,10 +34,11 @@ def _compute_np(d: dt.dtype) -> np.dtype:
 def _arg(x, np_dtype, result: dt.dtype | None = None):
     """An operand in the compute dtype. Python integers wrap into integer compute dtypes as in
     PyTorch (``uint8_tensor + -3`` adds 253); a Python float meeting a half-precision ``result`` is
-    rounded to that precision first, as PyTorch converts scalars to the common dtype; other Python
-    scalars stay weak."""
+    rounded to that precision first, as PyTorch converts scalars to the common dtype (except in mul
+    and div, whose references leave ``result`` out: PyTorch keeps the scalar in float32 there); other
+    Python scalars stay weak."""
     if isinstance(x, np.ndarray):
-        return x if (x.dtype is np_dtype or x.dtype == np_dtype) else x.astype(np_dtype)
+        return x if (x.dtype is np_dtype or x.dtype == np_dtype) else astype(x, np_dtype)
     if np_dtype.kind in "iub" and isinstance(x, int):
         return np.array(x).astype(np_dtype)[()]
     if result in _HALF and isinstance(x, float):
@@ -194,7 +195,8 @@ def _mul_ref(spec, a, b):
     if spec[1] is dt.bool:
         return np.logical_and(a, b)
     compute = _compute_np(spec[1])
-    return np.multiply(_arg(a, compute, spec[1]), _arg(b, compute, spec[1]), dtype=compute)
+    # no half-precision rounding of a Python scalar here: PyTorch multiplies (and divides) by it in float32
+    return np.multiply(_arg(a, compute), _arg(b, compute), dtype=compute)
 
 
 def _mul_backward(grad, input, other, needs_input_grad):
@@ -236,7 +238,7 @@ _DIV_ROUND = binary_meta("div")
 def _div_ref(spec, a, b, rounding_mode=None):
     out = spec[1]
     compute = _compute_np(out)
-    a, b = _arg(a, compute, spec[1]), _arg(b, compute, spec[1])
+    a, b = _arg(a, compute), _arg(b, compute)  # a Python scalar stays float32, as for mul
     if rounding_mode is None:
         return np.true_divide(a, b, dtype=compute)
     if out.is_floating_point:
@@ -277,7 +279,12 @@ Tensor.divide = Tensor.true_divide = div
 
 
 def _rdiv(self, other):
-    return div(other, self)
+    """``other / self``: PyTorch computes it as ``self.reciprocal() * other`` (two roundings), and so does kiln."""
+    if isinstance(other, Tensor):
+        return div(other, self)
+    from kiln._ops.math import reciprocal
+
+    return mul(reciprocal(self), other)
 
 
 Tensor.__rtruediv__ = _rdiv

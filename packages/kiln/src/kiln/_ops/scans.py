@@ -16,7 +16,7 @@ import numpy as np
 
 from kiln import _dtype as dt
 from kiln._dispatch import op
-from kiln._ops._meta import reduce_dims, wrap_dim
+from kiln._ops._meta import astype, reduce_dims, wrap_dim
 from kiln._ops.elementwise import _compute_np, eq, exp, ge, isnan, logical_not, where
 from kiln._ops.reduction import (
     _all_extreme_backward,
@@ -377,7 +377,7 @@ def _scan_meta(name):
 def _scan_ref(np_fn):
     def ref(spec, a, dim, dtype=None):
         compute = _compute_np(spec[1])
-        a = a.astype(compute, copy=False)
+        a = astype(a, compute)
         if a.ndim == 0:
             return a.copy()
         return np_fn(a, axis=spec[3], dtype=compute)

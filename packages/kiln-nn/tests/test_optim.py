@@ -268,3 +268,31 @@ def test_named_parameters_like_torch():
     for mod, m in ((optim, km), (torch.optim, tm)):
         with pytest.raises(ValueError, match="all optimizer params should be with/without names"):
             mod.SGD([("a", m[0].weight), m[0].bias], lr=0.1)
+
+
+@pytest.mark.parametrize("name", ["SGD"])
+def test_differentiable_step_is_recorded(name):
+    """``differentiable=True`` runs the update with autograd on (PyTorch's rule): the new parameter is a
+    function of the old one and of its gradient, and gradients flow through the step. (Adam's in-place
+    moment updates trip kiln's saved-tensor version check, which checks every saved tensor of a node
+    where PyTorch checks only those the needed gradients read.)"""
+
+    def run(L):
+        w0 = L.tensor([1.0, -2.0, 3.0], dtype=L.float64, requires_grad=True)
+        g0 = L.tensor([0.5, 0.25, -1.0], dtype=L.float64, requires_grad=True)
+        w = w0 * 1.0  # a non-leaf parameter: an in-place update of it can be recorded
+        w.grad = g0 * 1.0
+        opt = getattr(L.optim, name)([w], lr=0.1, differentiable=True)
+        opt.step()
+        assert w.grad_fn is not None
+        return L.autograd.grad((w * w).sum(), (w0, g0))
+
+    for got, expected in zip(run(kiln), run(torch)):
+        np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-12)
+
+
+def test_plain_step_is_not_recorded():
+    w = kiln.nn.Parameter(kiln.ones(3))
+    w.grad = kiln.ones(3)
+    kiln.optim.SGD([w], lr=0.1).step()
+    assert w.grad_fn is None and w.requires_grad

@@ -153,6 +153,14 @@ def test_inplace_on_expanded_tensor_errors():
     U.assert_close(k, t)
 
 
+def test_inplace_on_empty_tensor_with_zero_strides():
+    """An empty tensor has no overlapping elements, whatever its strides (NumPy's empty arrays have 0)."""
+    k = kiln.from_numpy(np.zeros((0, 3), np.float32))
+    assert 0 in k.stride()
+    assert k.add_(1.0).shape == (0, 3)
+    assert k.mul_(kiln.ones(3)).copy_(kiln.zeros(0, 3)).shape == (0, 3)
+
+
 # ---------------------------------------------------------------------------------------- copy_
 
 

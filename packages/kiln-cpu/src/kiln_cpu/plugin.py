@@ -20,3 +20,11 @@ def kiln_register_threading(register):
     from kiln_cpu._threads import get_num_threads, set_num_threads
 
     register("cpu", set_num_threads=set_num_threads, get_num_threads=get_num_threads)
+
+
+def kiln_register_fused_updates(register):
+    """kiln.optim's SGD and Adam/AdamW run as one Numba pass per parameter on ``cpu``."""
+    from kiln_cpu.optim import fused_updates
+
+    for name, fn in fused_updates().items():
+        register(name, "cpu", fn)

@@ -47,6 +47,7 @@ class PluginInfo:
     collectives: list[str] = dataclasses.field(default_factory=list)
     compilers: list[str] = dataclasses.field(default_factory=list)
     threading: list[str] = dataclasses.field(default_factory=list)
+    fused_updates: list[str] = dataclasses.field(default_factory=list)  # "name@device_type"
     extensions: list[dict] = dataclasses.field(default_factory=list)
     error: str | None = None
     disabled: bool = False
@@ -93,6 +94,8 @@ _modes: dict[str, Any] = {}
 _collectives: dict[str, Any] = {}
 _compilers: dict[str, Any] = {}
 _threading: dict[str, tuple[Callable[[int], None], Callable[[], int]]] = {}  # name -> (setter, getter)
+# (algorithm, device type) -> [(fn, plugin name)] in precedence order
+_fused_updates: dict[tuple[str, str], list[tuple[Callable, str]]] = {}
 _extensions: dict[str, dict] = {}
 _fallback_counts: dict[tuple[str, str], int] = {}
 _fallback_warned: set[tuple[str, str]] = set()
@@ -226,6 +229,7 @@ _HOOKS = (
     "kiln_register_collectives",
     "kiln_register_compilers",
     "kiln_register_threading",
+    "kiln_register_fused_updates",
     "kiln_register_extensions",
 )
 
@@ -279,11 +283,15 @@ def _discard(info: PluginInfo) -> None:
     ):
         for n in names:
             table.pop(n, None)
+    for key in list(_fused_updates):
+        _fused_updates[key] = [e for e in _fused_updates[key] if e[1] != name]
+        if not _fused_updates[key]:
+            del _fused_updates[key]
     for ext in info.extensions:
         if _extensions.get(ext["name"]) is ext:
             del _extensions[ext["name"]]
     info.devices, info.kernels, info.modes, info.collectives, info.compilers = [], {}, [], [], []
-    info.threading, info.extensions = [], []
+    info.threading, info.extensions, info.fused_updates = [], [], []
 
 
 def _run_hook(info: PluginInfo, hook: str, fn: Callable, prepend: bool = False) -> None:
@@ -378,6 +386,21 @@ def _threading_registrar(info: PluginInfo, pending: list, prepend: bool = False)
     return register
 
 
+def _fused_update_registrar(info: PluginInfo, pending: list, prepend: bool = False):
+    def register(name: str, device_type: str, fn: Callable) -> None:
+        if not callable(fn):
+            raise TypeError(f"kiln_register_fused_updates: the update for {name!r} on {device_type!r} is not callable")
+
+        def commit():
+            entries = _fused_updates.setdefault((name, device_type), [])
+            entries.insert(0, (fn, info.name)) if prepend else entries.append((fn, info.name))
+            info.fused_updates.append(f"{name}@{device_type}")
+
+        pending.append(commit)
+
+    return register
+
+
 def _extension_registrar(info: PluginInfo, pending: list, prepend: bool = False):
     def register(name: str, version: str, **extra) -> None:
         entry = {"name": name, "version": version, "plugin": info.name, **extra}
@@ -398,6 +421,7 @@ _REGISTRARS = {
     "kiln_register_collectives": _named_registrar(_collectives, "collectives"),
     "kiln_register_compilers": _named_registrar(_compilers, "compilers"),
     "kiln_register_threading": _threading_registrar,
+    "kiln_register_fused_updates": _fused_update_registrar,
     "kiln_register_extensions": _extension_registrar,
 }
 
@@ -528,6 +552,14 @@ def threading_controls() -> dict[str, tuple[Callable[[int], None], Callable[[], 
     """Thread controls registered by backends: name -> (set_num_threads, get_num_threads)."""
     load()
     return dict(_threading)
+
+
+def fused_update(name: str, device_type: str) -> Callable | None:
+    """The fused optimizer update a plugin registered for algorithm ``name`` on ``device_type`` (the
+    first registration wins, one made at run time first of all), or None."""
+    load()
+    entries = _fused_updates.get((name, device_type))
+    return entries[0][0] if entries else None
 
 
 def kernel_owner(op_name: str, dev_type: str, dtype=None) -> str | None:

@@ -47,5 +47,16 @@ def kiln_register_threading(register):
 
 
 @hookspec
+def kiln_register_fused_updates(register):
+    """Register fused optimizer updates: ``register(name, device_type, fn)``.
+
+    ``name`` is a ``kiln.optim`` algorithm (``"sgd"``, ``"adam"``...). ``fn`` has the signature of
+    kiln.optim's update rule for that algorithm (parallel lists of parameters, gradients and state,
+    hyper-parameters as keywords) and updates the tensors in place, with the rule's results. It returns
+    ``False`` to decline a call, having changed nothing (kiln.optim then runs its own loop); any other
+    return value means the update is done."""
+
+
+@hookspec
 def kiln_register_extensions(register):
     """Announce a feature package: ``register(name, version, **info)``."""

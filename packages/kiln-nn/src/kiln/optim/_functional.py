@@ -2,9 +2,11 @@
 
 Each function takes the parameters, gradients and state tensors of one parameter group as parallel
 lists and updates them in place (PyTorch's ``_single_tensor_*`` arithmetic, in the same order, so
-results match to float rounding). This is the hook point for fused kernels: a backend registers
-``register_fused_update("adam", "cuda", fn)`` with the same signature, and :func:`update` hands it
-the lists for parameters on that device type instead of running the per-parameter loop here.
+results match to float rounding). This is the hook point for fused kernels: a backend plugin implements
+the ``kiln_register_fused_updates`` hook (:mod:`kiln.hookspecs`), or code calls
+``register_fused_update("adam", "cuda", fn)``, with ``fn`` of the same signature, and :func:`update`
+hands it the lists for parameters on that device type instead of running the per-parameter loop here.
+A fused function returns ``False`` to decline a call (having changed nothing): the loop runs instead.
 Scalar state (``step``) arrives as 0-d tensors and is incremented by the rule itself.
 """
 
@@ -18,24 +20,41 @@ from kiln._tensor import Tensor
 
 __all__ = ["register_fused_update", "update"]
 
-_FUSED: dict[tuple[str, str], Callable] = {}
+# explicit registrations (they win over the plugins'); None: always the loop
+_FUSED: dict[tuple[str, str], Callable | None] = {}
 
 
-def register_fused_update(name: str, device_type: str, fn: Callable) -> None:
-    """Use ``fn`` for algorithm ``name`` (``"sgd"``, ``"adam"``...) on parameters of ``device_type``."""
+def register_fused_update(name: str, device_type: str, fn: Callable | None) -> None:
+    """Use ``fn`` for algorithm ``name`` (``"sgd"``, ``"adam"``...) on parameters of ``device_type``, in
+    place of what a plugin registered through ``kiln_register_fused_updates``; ``None`` runs the loop."""
     _FUSED[(name, device_type)] = fn
 
 
+def _fused(name: str, device_type: str) -> Callable | None:
+    """The fused update for ``name`` on ``device_type``: an explicit registration, else a plugin's (the
+    plugins' hooks run once, on the first call that gets here), else None."""
+    key = (name, device_type)
+    if key in _FUSED:
+        return _FUSED[key]
+    from kiln import _plugins
+
+    return _plugins.fused_update(name, device_type)
+
+
 def update(name: str, params: list[Tensor], *lists, **hyper) -> None:
-    """Run algorithm ``name`` on one group: a registered fused version for the device, else the loop."""
+    """Run algorithm ``name`` on one group: a registered fused version for the device, else (or when it
+    declines by returning ``False``) the loop."""
     if not params:
         return
-    if _FUSED:
-        fused = _FUSED.get((name, params[0].device.type))
-        if fused is not None and all(p.device.type == params[0].device.type for p in params):
-            fused(params, *lists, **hyper)
-            return
-    _RULES[name](params, *lists, **hyper)
+    device_type = params[0].device.type
+    fused = _fused(name, device_type)
+    taken = (
+        fused is not None
+        and all(p.device.type == device_type for p in params)
+        and fused(params, *lists, **hyper) is not False
+    )
+    if not taken:
+        _RULES[name](params, *lists, **hyper)
 
 
 def _step(step_t: Tensor) -> float:

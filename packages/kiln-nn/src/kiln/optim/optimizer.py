@@ -15,7 +15,7 @@ from copy import deepcopy
 from typing import Any
 
 from kiln._tensor import Tensor
-from kiln.autograd.grad_mode import no_grad
+from kiln.autograd.grad_mode import set_grad_enabled
 from kiln.nn.modules._hooks import RemovableHandle, add_hook, hook_args_kwargs
 from kiln.nn.modules._utils import _zero_grad
 
@@ -37,11 +37,12 @@ def _typename(obj) -> str:
 
 
 def _use_grad(step):
-    """Run ``step`` with autograd recording disabled (updates are never part of the graph)."""
+    """Run ``step`` with autograd recording disabled, unless the optimizer was built with
+    ``differentiable=True``: then with it enabled, so the update is part of the graph (PyTorch's rule)."""
 
     @functools.wraps(step)
     def wrapper(self, *args, **kwargs):
-        with no_grad():
+        with set_grad_enabled(bool(self.defaults.get("differentiable"))):
             return step(self, *args, **kwargs)
 
     return wrapper

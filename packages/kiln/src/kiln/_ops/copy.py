@@ -271,7 +271,10 @@ def _check_inplace_allowed(self: Tensor, leaf_ok: bool = False) -> None:
 
 
 def _check_no_overlap(self: Tensor) -> None:
-    """Writes that read what they write (``add_``, ``copy_``) are undefined where elements share memory."""
+    """Writes that read what they write (``add_``, ``copy_``) are undefined where elements share memory
+    (an empty tensor has no elements to share, whatever its strides: NumPy gives empty arrays stride 0)."""
+    if 0 in self._shape:
+        return
     for n, s in zip(self._shape, self._stride):
         if s == 0 and n > 1:
             raise RuntimeError(

@@ -105,7 +105,10 @@ def _full_meta(size, fill_value, dtype, device):
 
 @device_generic
 def _full_kernel(spec, size, fill_value, dtype, device):
-    a = np.full(size, fill_value, dtype.numpy)
+    if fill_value == 0 and not (isinstance(fill_value, float) and math.copysign(1.0, fill_value) < 0):
+        a = np.zeros(size, dtype.numpy)  # fresh zero pages from the OS: nothing to write (np.full writes each)
+    else:
+        a = np.full(size, fill_value, dtype.numpy)
     if device is CPU:
         return from_array(a, dtype)
     return from_host(a, dtype, device)

@@ -1115,7 +1115,7 @@ def _check_indices(input, indices) -> tuple:
     ndim = sum(1 if i is None or i._dtype not in (dt.bool, dt.uint8) else max(len(i._shape), 1) for i in indices)
     if ndim > nd:
         raise IndexError(f"too many indices for tensor of dimension {nd} (got {ndim})")
-    shapes, d = [], 0
+    shapes, d, mask_at = [], 0, None
     for i in indices:
         if i is None:
             d += 1
@@ -1132,6 +1132,7 @@ def _check_indices(input, indices) -> tuple:
                     f"tensor {list(input._shape)} at index {d + j}"
                 )
         shapes.extend([[int(np.count_nonzero(_host_np(i)))]] * width)
+        mask_at = (d, width) if i._shape else None  # a 0-d mask adds a dim and consumes none
         d += width
     try:
         broadcast_shapes(*[tuple(s) for s in shapes])
@@ -1140,6 +1141,9 @@ def _check_indices(input, indices) -> tuple:
             "shape mismatch: indexing tensors could not be broadcast together with shapes "
             + ", ".join(str(s) for s in shapes)
         ) from None
+    if mask_at is not None and sum(i is not None for i in indices) == 1:  # one mask: its count replaces its dims
+        d, width = mask_at
+        return input._shape[:d] + (shapes[0][0],) + input._shape[d + width :]
     dummy = np.lib.stride_tricks.as_strided(np.zeros(1, np.int8), shape=input._shape, strides=(0,) * nd)
     return dummy[_np_key([None if i is None else _host_np(i) for i in indices], input._shape)].shape
 

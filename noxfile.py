@@ -13,6 +13,8 @@ Anything after ``--`` is passed on: ``nox -s "tests(backend='reference')" -- -x 
 
 from __future__ import annotations
 
+import hashlib
+import shutil
 from pathlib import Path
 
 import nox
@@ -77,8 +79,18 @@ nox.options.error_on_external_run = True
 
 def _prepare(session: nox.Session) -> None:
     """Environment shared by every session."""
-    # Numba's JIT cache (kiln-cpu, kiln-cuda compile with cache=True) persists across sessions and runs.
-    cache = ROOT / ".nox" / ".numba-cache"
+    # Numba's JIT cache (kiln-cpu, kiln-cuda compile with cache=True) persists across sessions and runs,
+    # one folder per version of the backends' sources: Numba checks only the timestamp of the file that
+    # defines a kernel, not of the files whose jitted helpers it inlines, so an edit to a shared helper
+    # would otherwise leave stale machine code in the cache.
+    digest = hashlib.sha256()
+    for path in sorted((ROOT / "packages").glob("kiln-c*/src/**/*.py")):
+        digest.update(path.read_bytes())
+    root = ROOT / ".nox" / ".numba-cache"
+    cache = root / digest.hexdigest()[:16]
+    if not cache.is_dir() and root.is_dir():
+        for old in root.iterdir():  # caches of earlier sources: never valid again
+            shutil.rmtree(old, ignore_errors=True)
     cache.mkdir(parents=True, exist_ok=True)
     session.env["NUMBA_CACHE_DIR"] = str(cache)
 

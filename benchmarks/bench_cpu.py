@@ -70,6 +70,9 @@ def make_cases(kiln, torch) -> list[dict]:
         v_t[:, ::2],
     )
     f4 = 4  # bytes per float32
+    ah_k, bh_k = a_k.to(kiln.bfloat16), b_k.to(kiln.bfloat16)
+    ah_t, bh_t = a_t.to(torch.bfloat16), b_t.to(torch.bfloat16)
+    ah_np, bh_np = ah_k.numpy(), bh_k.numpy()
 
     def sigmoid_np(x):
         return 1.0 / (1.0 + np.exp(-x))
@@ -86,6 +89,14 @@ def make_cases(kiln, torch) -> list[dict]:
             lambda: a_k.sigmoid(),
             lambda: a_t.sigmoid(),
             lambda: sigmoid_np(a_np),
+        ),
+        (
+            "gelu 16M",
+            "gelu(a) (erf form), float32, 16M (NumPy has no erf)",
+            2 * N * f4,
+            lambda: kiln.nn.functional.gelu(a_k),
+            lambda: torch.nn.functional.gelu(a_t),
+            None,
         ),
         ("sum 16M", "a.sum(), float32, 16M", N * f4, lambda: a_k.sum(), lambda: a_t.sum(), lambda: a_np.sum()),
         ("max 16M", "a.max(), float32, 16M", N * f4, lambda: a_k.max(), lambda: a_t.max(), lambda: a_np.max()),
@@ -128,6 +139,30 @@ def make_cases(kiln, torch) -> list[dict]:
             lambda: m_k + a_k[:4096],
             lambda: m_t + a_t[:4096],
             lambda: m_np + a_np[:4096],
+        ),
+        (
+            "add bf16 16M",
+            "a + b, bfloat16, 16M (NumPy: ml_dtypes' bfloat16)",
+            3 * N * 2,
+            lambda: ah_k + bh_k,
+            lambda: ah_t + bh_t,
+            lambda: ah_np + bh_np,
+        ),
+        (
+            "to float16 16M",
+            "a.to(float16), float32 -> float16, 16M",
+            N * (f4 + 2),
+            lambda: a_k.to(kiln.float16),
+            lambda: a_t.to(torch.float16),
+            lambda: a_np.astype(np.float16),
+        ),
+        (
+            "cumsum dim1 4096^2",
+            "m.cumsum(1), float32, 4096x4096",
+            2 * N * f4,
+            lambda: m_k.cumsum(1),
+            lambda: m_t.cumsum(1),
+            lambda: m_np.cumsum(1),
         ),
         (
             "sum strided",
@@ -312,7 +347,10 @@ def _nn_cases(kiln, torch, rng) -> list[tuple]:
 
 
 def _np(x):
-    return x.numpy() if hasattr(x, "numpy") else np.asarray(x)
+    """A result as a float64 NumPy array (half-precision tensors widened first: torch has no bfloat16 NumPy)."""
+    if hasattr(x, "float") and str(x.dtype).endswith(("bfloat16", "float16")):
+        x = x.float()
+    return np.asarray(x.numpy() if hasattr(x, "numpy") else x, dtype=np.float64)
 
 
 def crossover(kiln, config, *, repeat: int, min_time: float) -> list[dict]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kiln_cpu import _jit, config
+from kiln_cpu import _jit, _jit_norm, config
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -21,14 +21,29 @@ def numba_for_every_size(monkeypatch):
 
 @pytest.fixture
 def spy(monkeypatch):
-    """A list that receives ``(kind, code, layout)`` for every Numba loop the kernels call."""
+    """A list that receives ``(kind, code, layout)`` for every Numba loop the kernels call, with the
+    half-precision kind appended for float16/bfloat16 loops."""
     calls: list[tuple] = []
     for kind in ("binary", "unary", "reduce"):
         real = getattr(_jit, kind)
 
-        def record(code, layout, _real=real, _kind=kind):
-            calls.append((_kind, code, layout))
-            return _real(code, layout)
+        def record(code, layout, *half, _real=real, _kind=kind):
+            calls.append((_kind, code, layout, *[h for h in half if h]))
+            return _real(code, layout, *half)
 
         monkeypatch.setattr(_jit, kind, record)
+    return calls
+
+
+@pytest.fixture
+def norm_spy(monkeypatch):
+    """A list that receives the name of every softmax/norm Numba loop the kernels call."""
+    calls: list[str] = []
+    real = _jit_norm.norm
+
+    def record(name):
+        calls.append(name)
+        return real(name)
+
+    monkeypatch.setattr(_jit_norm, "norm", record)
     return calls

@@ -34,26 +34,27 @@ def assert_same(
         got = [(n, s) for n, s in zip(actual.shape, actual.stride()) if n > 1]
         assert got == [(n, s) for n, s in zip(expected.shape, expected.stride()) if n > 1]
     a, e = actual.numpy(), expected.numpy()
-    if a.dtype.name == "bfloat16":
-        a, e = a.astype(np.float32), e.astype(np.float32)
-    if a.dtype.kind != "f":
+    if a.dtype.kind not in "fV":
         np.testing.assert_array_equal(a, e)
         return
     nan = np.isnan(e)
     np.testing.assert_array_equal(np.isnan(a), nan)
     a, e = a[~nan], e[~nan]
     if ulps == 0:
-        np.testing.assert_array_equal(a, e)
-        np.testing.assert_array_equal(np.signbit(a), np.signbit(e))
+        np.testing.assert_array_equal(a.view(_INTS[a.dtype.itemsize]), e.view(_INTS[a.dtype.itemsize]))
     else:
         with np.errstate(invalid="ignore"):  # inf - inf
-            far = (ulp_distance(a, e) > ulps) & ~(np.abs(a.astype(np.float64) - e) <= atol)
+            far = (ulp_distance(a, e) > ulps) & ~(np.abs(a.astype(np.float64) - e.astype(np.float64)) <= atol)
         assert not far.any(), f"{far.sum()} elements differ: {a[far][:5]} vs {e[far][:5]}"
 
 
+_INTS = {2: np.int16, 4: np.int32, 8: np.int64}
+
+
 def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Units in the last place between two float arrays of one dtype (inf is one step past max)."""
-    ints = {np.dtype(np.float32): np.int32, np.dtype(np.float64): np.int64}[a.dtype]
+    """Units in the last place between two float arrays of one dtype (float16, bfloat16, float32,
+    float64; inf is one step past max)."""
+    ints = _INTS[a.dtype.itemsize]
 
     def ordered(x):
         i = x.view(ints).astype(np.int64)
@@ -70,7 +71,7 @@ def make(shape, dtype, seed=0, *, positive=False):
     rng = np.random.default_rng(seed)
     np_dtype = dtype.numpy
     n = int(np.prod(shape))
-    if np_dtype.kind == "f":
+    if np_dtype.kind in "fV":  # V: bfloat16
         x = rng.standard_normal(n) * rng.choice([1e-3, 1.0, 30.0], n)
         k = min(len(SPECIALS), n // 3)
         pos = rng.choice(n, k, replace=False) if k else []

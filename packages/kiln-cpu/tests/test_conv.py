@@ -1,25 +1,51 @@
-"""2-d convolution forward against the reference kernel: strides, padding, dilation, bias or not, 1x1
-and large kernels, non-contiguous inputs; groups, transposed, 1-d and 3-d convolutions go to the
-reference."""
+"""2-d convolutions against the reference kernel: the forward (strides, padding, dilation, bias, groups,
+1x1 and large kernels), the transposed convolution (the input's gradient: stride, padding,
+output_padding, dilation, bias, groups), the weight-gradient form (weight larger than the output), the
+whole backward of conv2d through kiln.autograd, non-contiguous, expanded and empty inputs, both ways of
+running the blocks (on the pool with single-threaded BLAS, or in order on the calling thread), blocks of
+rows and of whole images, the direct loops of small groups (depthwise), and what goes to the reference
+(1-d, 3-d, float16, mixed dtypes, small sizes)."""
 
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 import pytest
 from kiln_cpu_helpers import F, assert_same, reference
 
 import kiln
-from kiln_cpu import _jit
+from kiln._ops import nn_conv
+from kiln_cpu import _jit_conv, _threads, config, kernels_conv
 
 FLOAT = [kiln.float32, kiln.float64]
 
 
 @pytest.fixture
 def conv_spy(monkeypatch):
-    calls: list[int] = []
-    real = _jit.im2col_2d
-    monkeypatch.setattr(_jit, "im2col_2d", lambda *a: calls.append(1) or real(*a))
+    """A list receiving the name of every Numba loop the convolution kernels call, and the paths taken."""
+    calls: list[str] = []
+    for name in ("im2col_2d", "col2im_2d", "conv_direct_2d", "conv_transpose_direct_2d"):
+        real = getattr(_jit_conv, name)
+        monkeypatch.setattr(_jit_conv, name, lambda *a, _r=real, _n=name: calls.append(_n) or _r(*a))
+    real_by_weight = kernels_conv._conv_by_weight
+    monkeypatch.setattr(kernels_conv, "_conv_by_weight", lambda *a: calls.append("by_weight") or real_by_weight(*a))
     return calls
+
+
+@pytest.fixture(params=["pool", "serial", "deep"])
+def blocks(request, monkeypatch):
+    """Run the blocks on the pool (two threads, single-threaded BLAS) or on the calling thread (no
+    thread-local BLAS control, as with another BLAS), with small blocks: rows of an image, several
+    images; "deep": products of many images, the weight-gradient form's rows split instead."""
+    monkeypatch.setattr(_threads, "get_num_threads", lambda: 2)
+    monkeypatch.setattr(kernels_conv, "_BLOCK_BYTES", 4096)
+    monkeypatch.setattr(kernels_conv, "_MIN_DEPTH", 512 if request.param == "deep" else 8)
+    if request.param == "serial":
+        monkeypatch.setattr(kernels_conv, "_blas_local", None)
+    elif kernels_conv._blas_setter() is None:
+        pytest.skip("NumPy's BLAS has no openblas_set_num_threads_local")
+    return request.param
 
 
 def _rand(shape, dtype, seed):
@@ -27,53 +53,264 @@ def _rand(shape, dtype, seed):
 
 
 def _tol(dtype):
+    """Products summed in another order than the reference's (BLAS blocks its own way)."""
     return {"ulps": 64, "atol": 1e-5} if dtype is kiln.float32 else {"ulps": 64, "atol": 1e-12}
 
 
-CASES = [
-    # (input shape, weight shape, stride, padding, dilation)
-    ((2, 3, 9, 11), (4, 3, 3, 3), 1, 0, 1),
-    ((2, 3, 9, 11), (4, 3, 3, 3), 1, 1, 1),
-    ((1, 2, 10, 7), (5, 2, 3, 2), (2, 3), (1, 2), 1),
-    ((2, 4, 12, 12), (3, 4, 3, 3), 1, 2, 2),
-    ((3, 5, 6, 6), (7, 5, 1, 1), 1, 0, 1),
-    ((1, 1, 5, 5), (2, 1, 5, 5), 2, 3, 1),  # padding wider than the kernel reaches
-    ((2, 2, 5, 7), (2, 2, 3, 3), 3, 0, (1, 2)),
-]
+CASES = {
+    # input shape, weight shape, stride, padding, dilation, groups
+    "plain": ((2, 3, 9, 11), (4, 3, 3, 3), 1, 0, 1, 1),
+    "pad": ((2, 3, 9, 11), (4, 3, 3, 3), 1, 1, 1, 1),
+    "stride-pad-rect": ((1, 2, 10, 7), (5, 2, 3, 2), (2, 3), (1, 2), 1, 1),
+    "dilated": ((2, 4, 12, 12), (3, 4, 3, 3), 1, 2, 2, 1),
+    "1x1": ((3, 5, 6, 6), (7, 5, 1, 1), 1, 0, 1, 1),
+    "wide-pad": ((1, 1, 5, 5), (2, 1, 5, 5), 2, 3, 1, 1),  # padding wider than the kernel reaches
+    "stride-dilation": ((2, 2, 5, 7), (2, 2, 3, 3), 3, 0, (1, 2), 1),
+    "groups": ((2, 6, 8, 9), (12, 2, 3, 3), 1, 1, 1, 3),
+    "groups-many-pixels": ((2, 4, 20, 20), (8, 2, 3, 3), 1, 1, 1, 2),  # row blocks of one image
+}
 
 
-@pytest.mark.parametrize("with_bias", [False, True])
-@pytest.mark.parametrize("case", range(len(CASES)))
+@pytest.mark.parametrize("with_bias", [False, True], ids=["nobias", "bias"])
+@pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("dtype", FLOAT, ids=str)
 def test_conv2d_matches_reference(dtype, case, with_bias, conv_spy):
-    xs, ws, stride, padding, dilation = CASES[case]
-    x, w = _rand(xs, dtype, case), _rand(ws, dtype, case + 10)
+    xs, ws, stride, padding, dilation, groups = CASES[case]
+    x, w = _rand(xs, dtype, 1), _rand(ws, dtype, 2)
     b = _rand((ws[0],), dtype, 3) if with_bias else None
-    fn = lambda t: F.conv2d(t, w, b, stride, padding, dilation)
+    fn = lambda t: F.conv2d(t, w, b, stride, padding, dilation, groups)
     assert_same(fn(x), reference(fn, x), **_tol(dtype))
-    xt = _rand(xs[:2] + xs[2:][::-1], dtype, 5).transpose(2, 3)  # non-contiguous input
-    assert_same(fn(xt), reference(fn, xt), **_tol(dtype))
-    assert len(conv_spy) == 2
+    assert "im2col_2d" in conv_spy and "col2im_2d" not in conv_spy  # "wide-pad": the weight-gradient form
 
 
-def test_nan_and_inf_reach_the_output(conv_spy):
-    x = _rand((1, 2, 6, 6), kiln.float32, 0)
+NONCONTIGUOUS = {
+    "transposed": lambda x: x.transpose(2, 3).contiguous().transpose(2, 3),
+    "channels-last": lambda x: x.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2),
+    "strided": lambda x: kiln.cat([x, x], 3)[:, :, :, ::2],
+    "batch-permuted": lambda x: x.transpose(0, 1).contiguous().transpose(0, 1),
+    "expanded": lambda x: x[:1].expand(3, *x.shape[1:]),
+}
+
+
+@pytest.mark.parametrize("layout", NONCONTIGUOUS)
+def test_noncontiguous_input_read_in_place(layout, conv_spy):
+    x = NONCONTIGUOUS[layout](_rand((3, 4, 7, 9), kiln.float32, 1))
+    assert not x.is_contiguous()
+    w, b = _rand((5, 4, 3, 3), kiln.float32, 2), _rand((5,), kiln.float32, 3)
+    fn = lambda t: F.conv2d(t, w, b, 2, 1)
+    assert_same(fn(x), reference(fn, x), **_tol(kiln.float32))
+    fnt = lambda t: F.conv_transpose2d(t, w.transpose(0, 1), b, 2, 1, 1)
+    assert_same(fnt(x), reference(fnt, x), **_tol(kiln.float32))
+    assert "im2col_2d" in conv_spy and "col2im_2d" in conv_spy
+
+
+TRANSPOSED = {
+    # input shape, weight shape (Cin, Cout/groups, kh, kw), stride, padding, output_padding, dilation, groups
+    "plain": ((2, 3, 5, 6), (3, 4, 3, 3), 1, 0, 0, 1, 1),
+    "stride-out-pad": ((2, 3, 5, 6), (3, 2, 3, 3), 2, 1, 1, 1, 1),
+    "rect": ((1, 4, 4, 7), (4, 3, 2, 3), (3, 2), (0, 2), (2, 0), 1, 1),
+    "dilated": ((2, 2, 6, 5), (2, 3, 3, 2), 1, 2, 0, (2, 3), 1),
+    "dilated-out-pad": ((1, 2, 4, 4), (2, 2, 3, 3), 1, 0, 1, 2, 1),
+    "groups": ((2, 6, 5, 5), (6, 3, 3, 3), 2, 1, 1, 1, 2),
+}
+
+
+@pytest.mark.parametrize("with_bias", [False, True], ids=["nobias", "bias"])
+@pytest.mark.parametrize("case", TRANSPOSED)
+@pytest.mark.parametrize("dtype", FLOAT, ids=str)
+def test_conv_transpose2d_matches_reference(dtype, case, with_bias, conv_spy):
+    xs, ws, stride, padding, out_pad, dilation, groups = TRANSPOSED[case]
+    x, w = _rand(xs, dtype, 1), _rand(ws, dtype, 2)
+    b = _rand((ws[1] * groups,), dtype, 3) if with_bias else None
+    fn = lambda t: F.conv_transpose2d(t, w, b, stride, padding, out_pad, groups, dilation)
+    assert_same(fn(x), reference(fn, x), **_tol(dtype))
+    assert conv_spy and set(conv_spy) == {"col2im_2d"}
+
+
+DIRECT = {
+    # input shape, weight shape, stride, padding, dilation, groups: per group fewer than 64 multiply-adds
+    "depthwise": ((2, 4, 9, 11), (4, 1, 3, 3), 1, 1, 1, 4),
+    "depthwise-multiplier": ((2, 3, 8, 8), (6, 1, 3, 3), 2, 1, 1, 3),
+    "small-groups": ((2, 6, 10, 7), (12, 2, 3, 2), (2, 3), (1, 2), (1, 2), 3),
+}
+
+
+@pytest.mark.parametrize("case", DIRECT)
+@pytest.mark.parametrize("dtype", FLOAT, ids=str)
+def test_small_groups_run_the_direct_loops(dtype, case, conv_spy):
+    xs, ws, stride, padding, dilation, groups = DIRECT[case]
+    x, w, b = _rand(xs, dtype, 1), _rand(ws, dtype, 2), _rand((ws[0],), dtype, 3)
+    fn = lambda t: F.conv2d(t, w, b, stride, padding, dilation, groups)
+    for t in (x, NONCONTIGUOUS["transposed"](x)):
+        assert_same(fn(t), reference(fn, t), **_tol(dtype))
+    wt, bt = _rand((xs[1], ws[1], *ws[2:]), dtype, 4), _rand((ws[1] * groups,), dtype, 5)
+    fnt = lambda t: F.conv_transpose2d(t, wt, bt, stride, padding, 0, groups, dilation)
+    for t in (x, NONCONTIGUOUS["transposed"](x)):
+        assert_same(fnt(t), reference(fnt, t), **_tol(dtype))
+    assert set(conv_spy) == {"conv_direct_2d", "conv_transpose_direct_2d"}
+
+
+WEIGHT_GRAD = {
+    # input shape, weight shape, stride, padding, dilation, groups
+    "plain": ((3, 4, 9, 9), (5, 4, 3, 3), 1, 1, 1, 1),
+    "stride-uneven": ((2, 3, 10, 9), (4, 3, 3, 2), 2, 1, 1, 1),  # the result is narrowed to the weight
+    "dilated": ((2, 2, 11, 10), (3, 2, 3, 3), (1, 2), (2, 0), (2, 1), 1),
+    "groups": ((2, 6, 8, 8), (4, 3, 3, 3), 1, 1, 1, 2),
+    "depthwise": ((2, 3, 8, 8), (3, 1, 3, 3), 1, 1, 1, 3),
+    "many-pixels": ((2, 2, 16, 16), (3, 2, 3, 3), 1, 1, 1, 1),  # row blocks of the columns' grid
+}
+
+
+@pytest.mark.parametrize("case", WEIGHT_GRAD)
+@pytest.mark.parametrize("dtype", FLOAT, ids=str)
+def test_weight_gradient_form(dtype, case, conv_spy, blocks):
+    xs, ws, stride, padding, dilation, groups = WEIGHT_GRAD[case]
+    s, p, d, _ = nn_conv._conv_params(_rand(ws, dtype, 0), stride, padding, dilation, 0)
+    x = _rand(xs, dtype, 1)
+    out_hw = [nn_conv._conv_output_size(xs[2 + i], ws[2 + i], s[i], p[i], d[i], False, 0) for i in range(2)]
+    g = _rand((xs[0], ws[0], *out_hw), dtype, 2)
+    fn = lambda x, g: nn_conv._weight_grad(x, g, ws, s, p, d, groups)
+    assert_same(fn(x, g), reference(fn, x, g), **_tol(dtype))
+    assert "by_weight" in conv_spy and "im2col_2d" in conv_spy
+
+
+BACKWARD = {
+    # input shape, weight shape, stride, padding, dilation, groups
+    "pad": ((2, 3, 8, 9), (4, 3, 3, 3), 1, 1, 1, 1),
+    "stride-dilation": ((2, 2, 11, 10), (3, 2, 3, 2), 2, (1, 0), (2, 1), 1),
+    "groups": ((2, 4, 7, 7), (8, 2, 3, 3), 1, 1, 1, 2),
+    "depthwise": ((2, 3, 7, 6), (3, 1, 3, 3), 1, 1, 1, 3),
+}
+
+
+@pytest.mark.parametrize("case", BACKWARD)
+@pytest.mark.parametrize("dtype", FLOAT, ids=str)
+def test_conv2d_backward(dtype, case, conv_spy, blocks):
+    xs, ws, stride, padding, dilation, groups = BACKWARD[case]
+    x, w, b = _rand(xs, dtype, 1), _rand(ws, dtype, 2), _rand((ws[0],), dtype, 3)
+
+    def grads(x, w, b):
+        x, w, b = (t.detach().requires_grad_() for t in (x, w, b))
+        out = F.conv2d(x, w, b, stride, padding, dilation, groups)
+        (out * _rand(out.shape, dtype, 4)).sum().backward()
+        return x.grad, w.grad, b.grad
+
+    for got, want in zip(grads(x, w, b), reference(grads, x, w, b)):
+        assert_same(got, want, **_tol(dtype))
+    assert "by_weight" in conv_spy
+    if case == "depthwise":
+        assert {"conv_direct_2d", "conv_transpose_direct_2d"} <= set(conv_spy)
+    else:
+        assert {"im2col_2d", "col2im_2d"} <= set(conv_spy)
+
+
+def test_backward_of_a_sum_takes_the_expanded_gradient(conv_spy):
+    x, w = _rand((2, 3, 8, 8), kiln.float32, 1), _rand((4, 3, 3, 3), kiln.float32, 2)
+
+    def grads(x, w):
+        x, w = x.detach().requires_grad_(), w.detach().requires_grad_()
+        F.conv2d(x, w, padding=1).sum().backward()
+        return x.grad, w.grad
+
+    for got, want in zip(grads(x, w), reference(grads, x, w)):
+        assert_same(got, want, **_tol(kiln.float32))
+    assert {"im2col_2d", "col2im_2d", "by_weight"} <= set(conv_spy)
+
+
+@pytest.mark.parametrize("form", ["forward", "transposed", "weight-gradient"])
+def test_blocks_of_several_images_on_the_pool(form, conv_spy, monkeypatch):
+    if kernels_conv._blas_setter() is None:
+        pytest.skip("NumPy's BLAS has no openblas_set_num_threads_local")
+    setter, set_calls = kernels_conv._blas_setter(), []
+    monkeypatch.setattr(kernels_conv, "_blas_local", lambda n: set_calls.append(n) or setter(n))
+    monkeypatch.setattr(_threads, "get_num_threads", lambda: 2)
+    monkeypatch.setattr(kernels_conv, "_BLOCK_BYTES", 3 * 27 * 20 * 8)  # 2-3 images of 27-36 rows x 20 pixels
+    monkeypatch.setattr(kernels_conv, "_MIN_DEPTH", 16)
+    x, w = _rand((7, 3, 4, 5), kiln.float64, 1), _rand((4, 3, 3, 3), kiln.float64, 2)
+    if form == "forward":
+        fn = lambda x, w: F.conv2d(x, w, padding=1)
+    elif form == "transposed":
+        fn = lambda x, w: F.conv_transpose2d(x, w.transpose(0, 1), padding=1)
+    else:
+        fn = lambda x, g: nn_conv._weight_grad(x, g, (4, 3, 3, 3), (1, 1), (1, 1), (1, 1), 1)
+        w = _rand((7, 4, 4, 5), kiln.float64, 2)  # the output's gradient
+    assert_same(fn(x, w), reference(fn, x, w), **_tol(kiln.float64))
+    assert conv_spy and 1 in set_calls  # the blocks ran on the pool, BLAS single-threaded
+
+
+@pytest.mark.parametrize("callers", [1, 3])
+def test_blocks_restore_the_blas_thread_count(callers, monkeypatch):
+    """OpenBLAS's count is process-wide: concurrent calls from several threads leave it as it was."""
+    setter = kernels_conv._blas_setter()
+    if setter is None:
+        pytest.skip("NumPy's BLAS has no openblas_set_num_threads_local")
+    monkeypatch.setattr(_threads, "get_num_threads", lambda: 2)
+    monkeypatch.setattr(kernels_conv, "_BLOCK_BYTES", 4096)
+    monkeypatch.setattr(kernels_conv, "_MIN_DEPTH", 8)
+    x, w = _rand((4, 3, 8, 8), kiln.float32, 1), _rand((4, 3, 3, 3), kiln.float32, 2)
+    errors: list[BaseException] = []
+
+    def convolve():
+        try:
+            for _ in range(5):
+                F.conv2d(x, w, padding=1)
+        except BaseException as e:  # noqa: BLE001 - re-raised below
+            errors.append(e)
+
+    before = setter(3)
+    try:
+        threads = [threading.Thread(target=convolve) for _ in range(callers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        assert setter(before) == 3
+    assert not errors
+
+
+@pytest.mark.parametrize("dtype", FLOAT, ids=str)
+def test_nan_and_inf_reach_the_output(dtype, conv_spy):
+    x = _rand((1, 2, 6, 6), dtype, 0)
     x[0, 0, 2, 3] = float("nan")
     x[0, 1, 0, 0] = float("inf")
-    w = _rand((3, 2, 3, 3), kiln.float32, 1)
+    w = _rand((3, 2, 3, 3), dtype, 1)
     fn = lambda t: F.conv2d(t, w, padding=1)
-    assert_same(fn(x), reference(fn, x), **_tol(kiln.float32))
-    assert conv_spy
+    assert_same(fn(x), reference(fn, x), **_tol(dtype))
+    fnt = lambda t: F.conv_transpose2d(t, w.transpose(0, 1), padding=1)
+    assert_same(fnt(x), reference(fnt, x), **_tol(dtype))
+    assert {"im2col_2d", "col2im_2d"} <= set(conv_spy)
 
 
-def test_other_convolutions_go_to_the_reference(conv_spy):
-    x = _rand((2, 4, 6, 6), kiln.float32, 0)
-    w = _rand((4, 2, 3, 3), kiln.float32, 1)
-    assert_same(F.conv2d(x, w, groups=2), reference(F.conv2d, x, w, groups=2))
-    wt = _rand((4, 3, 3, 3), kiln.float32, 2)
+def test_empty_batch_goes_to_the_reference(conv_spy):
+    x, w = _rand((0, 3, 6, 6), kiln.float32, 0), _rand((4, 3, 3, 3), kiln.float32, 1)
+    assert_same(F.conv2d(x, w, padding=1), reference(F.conv2d, x, w, padding=1))
+    wt = _rand((3, 2, 3, 3), kiln.float32, 2)
     assert_same(F.conv_transpose2d(x, wt), reference(F.conv_transpose2d, x, wt))
-    x1, w1 = _rand((2, 3, 9), kiln.float32, 3), _rand((4, 3, 3), kiln.float32, 4)
-    assert_same(F.conv1d(x1, w1), reference(F.conv1d, x1, w1))
-    h, wh = x.to(kiln.float16), _rand((3, 4, 3, 3), kiln.float32, 5).to(kiln.float16)
-    assert_same(F.conv2d(h, wh), reference(F.conv2d, h, wh))
+    assert conv_spy == []
+
+
+HANDED_BACK = {
+    "conv1d": lambda: (F.conv1d, _rand((2, 3, 9), kiln.float32, 0), _rand((4, 3, 3), kiln.float32, 1)),
+    "conv3d": lambda: (F.conv3d, _rand((1, 2, 4, 4, 4), kiln.float32, 0), _rand((3, 2, 2, 2, 2), kiln.float32, 1)),
+    "float16": lambda: (F.conv2d, _rand((2, 4, 6, 6), kiln.float16, 0), _rand((3, 4, 3, 3), kiln.float16, 1)),
+    "transposed-mixed-bias": lambda: (
+        lambda x, w: F.conv_transpose2d(x, w, _rand((2,), kiln.float32, 2)),
+        _rand((2, 3, 5, 5), kiln.float64, 0),
+        _rand((3, 2, 3, 3), kiln.float64, 1),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", HANDED_BACK)
+def test_other_convolutions_go_to_the_reference(case, conv_spy):
+    fn, x, w = HANDED_BACK[case]()
+    assert_same(fn(x, w), reference(fn, x, w))
+    assert conv_spy == []
+
+
+def test_small_sizes_go_to_the_reference(conv_spy, monkeypatch):
+    monkeypatch.setattr(config, "min_numel", 1 << 18)
+    x, w = _rand((2, 3, 9, 11), kiln.float32, 0), _rand((4, 3, 3, 3), kiln.float32, 1)
+    assert_same(F.conv2d(x, w), reference(F.conv2d, x, w))
     assert conv_spy == []

@@ -11,6 +11,8 @@ from kiln_cpu import _jit
 
 ARITH = [kiln.float32, kiln.float64, kiln.int32, kiln.int64]
 FLOAT = [kiln.float32, kiln.float64]
+HALF = [kiln.float16, kiln.bfloat16]  # stored as uint16 bits, computed in float32, rounded back
+DTYPES = ARITH + HALF
 
 
 def _layouts(dtype):
@@ -39,23 +41,28 @@ def _is_float(a, b):
 
 # name -> (function of (a, b), dtypes served by Numba, Numba op code)
 BINARY = {
-    "add": (lambda a, b: kiln.add(a, b), ARITH, _jit.ADD),
+    "add": (lambda a, b: kiln.add(a, b), ARITH + HALF, _jit.ADD),
     "add-alpha": (lambda a, b: kiln.add(a, b, alpha=0.5 if _is_float(a, b) else 3), ARITH, _jit.ADD_ALPHA),
-    "sub": (lambda a, b: kiln.sub(a, b), ARITH, _jit.SUB),
+    "sub": (lambda a, b: kiln.sub(a, b), ARITH + HALF, _jit.SUB),
     "sub-alpha": (lambda a, b: kiln.sub(a, b, alpha=-2.5 if _is_float(a, b) else -7), ARITH, _jit.SUB_ALPHA),
-    "mul": (lambda a, b: kiln.mul(a, b), ARITH, _jit.MUL),
-    "div": (lambda a, b: kiln.div(a, b), FLOAT, _jit.DIV),
-    "div-floor": (lambda a, b: kiln.div(a, b, rounding_mode="floor"), FLOAT, _jit.FLOOR_DIV),
-    "div-trunc": (lambda a, b: kiln.div(a, b, rounding_mode="trunc"), FLOAT, _jit.TRUNC_DIV),
-    "maximum": (lambda a, b: kiln.maximum(a, b), FLOAT, _jit.MAXIMUM),
-    "minimum": (lambda a, b: kiln.minimum(a, b), FLOAT, _jit.MINIMUM),
-    "eq": (lambda a, b: kiln.eq(a, b), FLOAT, _jit.EQ),
-    "ne": (lambda a, b: kiln.ne(a, b), FLOAT, _jit.NE),
-    "lt": (lambda a, b: kiln.lt(a, b), FLOAT, _jit.LT),
-    "le": (lambda a, b: kiln.le(a, b), FLOAT, _jit.LE),
-    "gt": (lambda a, b: kiln.gt(a, b), FLOAT, _jit.GT),
-    "ge": (lambda a, b: kiln.ge(a, b), FLOAT, _jit.GE),
+    "mul": (lambda a, b: kiln.mul(a, b), ARITH + HALF, _jit.MUL),
+    "div": (lambda a, b: kiln.div(a, b), FLOAT + HALF, _jit.DIV),
+    "div-floor": (lambda a, b: kiln.div(a, b, rounding_mode="floor"), FLOAT + HALF, _jit.FLOOR_DIV),
+    "div-trunc": (lambda a, b: kiln.div(a, b, rounding_mode="trunc"), FLOAT + HALF, _jit.TRUNC_DIV),
+    "maximum": (lambda a, b: kiln.maximum(a, b), FLOAT + HALF, _jit.MAXIMUM),
+    "minimum": (lambda a, b: kiln.minimum(a, b), FLOAT + HALF, _jit.MINIMUM),
+    "eq": (lambda a, b: kiln.eq(a, b), FLOAT + HALF, _jit.EQ),
+    "ne": (lambda a, b: kiln.ne(a, b), FLOAT + HALF, _jit.NE),
+    "lt": (lambda a, b: kiln.lt(a, b), FLOAT + HALF, _jit.LT),
+    "le": (lambda a, b: kiln.le(a, b), FLOAT + HALF, _jit.LE),
+    "gt": (lambda a, b: kiln.gt(a, b), FLOAT + HALF, _jit.GT),
+    "ge": (lambda a, b: kiln.ge(a, b), FLOAT + HALF, _jit.GE),
 }
+
+
+def _half(dtype):
+    """What the spy appends for a half-precision loop."""
+    return {kiln.float16: (_jit.F16,), kiln.bfloat16: (_jit.BF16,)}.get(dtype, ())
 
 
 def _is_int_division(name, dtype):
@@ -63,7 +70,7 @@ def _is_int_division(name, dtype):
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("dtype", ARITH, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("name", list(BINARY))
 def test_binary_matches_reference(name, dtype, layout, spy):
     fn, served, code = BINARY[name]
@@ -74,7 +81,7 @@ def test_binary_matches_reference(name, dtype, layout, spy):
     assert_same(fn(a, b), reference(fn, a, b))
     ran = [c for c in spy if c[0] == "binary"]
     if dtype in served and expected_layout is not None:
-        assert ran == [("binary", code, expected_layout)]
+        assert ran == [("binary", code, expected_layout, *_half(dtype))]
     elif expected_layout is None or dtype not in served:
         assert ran == []
 
@@ -84,11 +91,13 @@ SCALARS = {
     kiln.float64: [2.5, -0.0, float("-inf"), 3, 1e-300],
     kiln.int32: [3, -7, 2**40 + 5, True],
     kiln.int64: [3, -(2**62), -1],
+    kiln.float16: [2.5, 0.1, -0.0, float("inf"), float("nan"), 3, 1e-6, 70000.0],
+    kiln.bfloat16: [2.5, 0.1, -0.0, float("-inf"), 3, 1e-40, 3e38],
 }
 
 
 @pytest.mark.parametrize("side", ["right", "left"])
-@pytest.mark.parametrize("dtype", ARITH, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("name", list(BINARY))
 def test_binary_with_python_scalar(name, dtype, side, spy):
     fn = BINARY[name][0]
@@ -151,17 +160,17 @@ def test_in_place_variants_use_the_kernels(spy):
 
 # name -> (dtypes served, ulps allowed against the reference for float32 / float64, positive inputs)
 UNARY = {
-    "neg": (ARITH, 0, 0),
-    "abs": (ARITH, 0, 0),
-    "relu": (ARITH, 0, 0),
-    "sqrt": (FLOAT, 0, 0),
-    "exp": (FLOAT, 4, 2),
-    "log": (FLOAT, 4, 2),
-    "sin": (FLOAT, 4, 2),
-    "cos": (FLOAT, 4, 2),
-    "tanh": (FLOAT, 4, 2),
-    "sigmoid": (FLOAT, 4, 2),
-    "erf": (FLOAT, 4, 4),
+    "neg": (ARITH + HALF, 0, 0),
+    "abs": (ARITH + HALF, 0, 0),
+    "relu": (ARITH + HALF, 0, 0),
+    "sqrt": (FLOAT + HALF, 0, 0),
+    "exp": (FLOAT + HALF, 4, 2),
+    "log": (FLOAT + HALF, 4, 2),
+    "sin": (FLOAT + HALF, 4, 2),
+    "cos": (FLOAT + HALF, 4, 2),
+    "tanh": (FLOAT + HALF, 4, 2),
+    "sigmoid": (FLOAT + HALF, 4, 2),
+    "erf": (FLOAT + HALF, 4, 4),
 }
 
 
@@ -178,13 +187,15 @@ def _unary_layouts(dtype):
 
 
 @pytest.mark.parametrize("layout", list(_unary_layouts(kiln.float32)))
-@pytest.mark.parametrize("dtype", ARITH, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("name", list(UNARY))
 def test_unary_matches_reference(name, dtype, layout, spy):
     served, ulps32, ulps64 = UNARY[name]
     x, expected_layout = _unary_layouts(dtype)[layout]
     fn = getattr(kiln, name)
-    ulps = ulps32 if dtype is kiln.float32 else ulps64
+    # half precision: the float32 result within ulps32 of the reference's, rounded once more, lands at
+    # most one half-precision ulp away
+    ulps = ulps32 if dtype is kiln.float32 else ulps64 if dtype is kiln.float64 else min(ulps32, 1)
     # the reference's float32 sigmoid underflows to 0 where the exact value is a denormal
     atol = 1e-37 if name == "sigmoid" else 0.0
     # the reference erf computes on a flat float64 copy, so its result is always row-major (PyTorch's and
@@ -192,6 +203,30 @@ def test_unary_matches_reference(name, dtype, layout, spy):
     assert_same(fn(x), reference(fn, x), ulps=ulps, atol=atol, layout=name != "erf")
     ran = [c for c in spy if c[0] == "unary"]
     if dtype in served and expected_layout is not None:
-        assert ran == [("unary", getattr(_jit, name.upper()), expected_layout)]
+        assert ran == [("unary", getattr(_jit, name.upper()), expected_layout, *_half(dtype))]
     else:
         assert ran == []
+
+
+@pytest.mark.parametrize("layout", list(_unary_layouts(kiln.float32)))
+@pytest.mark.parametrize("dtype", FLOAT + HALF, ids=str)
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_matches_reference(approximate, dtype, layout, spy):
+    from kiln._ops.nn_activation import gelu
+
+    x, expected_layout = _unary_layouts(dtype)[layout]
+    fn = lambda t: gelu(t, approximate=approximate)
+    # 1 + erf(x/sqrt 2) and 1 + tanh(...) cancel for negative x: a last-bit difference in erf or tanh
+    # (within the ulps of test_unary_matches_reference) shows there as an absolute error below these
+    atol = {kiln.float32: 1e-6, kiln.float64: 1e-15}.get(dtype, 0.0)
+    # as for erf, the reference's exact gelu comes out row-major (kiln-cpu's, like PyTorch's, keeps the layout)
+    assert_same(
+        fn(x),
+        reference(fn, x),
+        ulps={kiln.float32: 1, kiln.float64: 4}.get(dtype, 0),
+        atol=atol,
+        layout=approximate == "tanh",
+    )
+    code = _jit.GELU if approximate == "none" else _jit.GELU_TANH
+    ran = [c for c in spy if c[0] == "unary"]
+    assert ran == ([("unary", code, expected_layout, *_half(dtype))] if expected_layout else [])

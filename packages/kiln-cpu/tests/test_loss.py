@@ -1,6 +1,6 @@
-"""nll_loss forward against the reference kernel, bit for bit: 1-d, 2-d and spatial inputs, class weights
-(NaN and 0 included), ignore_index, every reduction, uint8 targets, and out-of-range targets raising the
-reference's error."""
+"""nll_loss forward and backward (``_nll_loss_backward``) against the reference kernels, bit for bit: 1-d,
+2-d and spatial inputs, class weights (NaN and 0 included), ignore_index, every reduction, uint8
+targets, special output gradients, and out-of-range targets raising the reference's error."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import pytest
 from kiln_cpu_helpers import F, assert_same, reference
 
 import kiln
+from kiln._ops.nn_loss import _nll_loss_backward
+from kiln_cpu import _jit_loss
 
 FLOAT = [kiln.float32, kiln.float64]
 SHAPES = [(7,), (9, 7), (4, 7, 3), (2, 7, 3, 5)]
@@ -44,15 +46,20 @@ def test_nll_loss_matches_reference(dtype, shape, weighted, reduction):
         assert_same(fn(x, t3), reference(fn, x, t3))
 
 
-def test_the_numba_loop_runs(monkeypatch):
-    from kiln_cpu import _jit
+@pytest.fixture
+def loss_spy(monkeypatch):
+    """A list that receives the name of every nll Numba loop the kernels call."""
+    calls: list[str] = []
+    for name in ("nll_rows", "nll_weights", "nll_backward_fill"):
+        real = getattr(_jit_loss, name)
+        monkeypatch.setattr(_jit_loss, name, lambda *a, _real=real, _name=name: calls.append(_name) or _real(*a))
+    return calls
 
-    calls = []
-    real = _jit.nll_rows
-    monkeypatch.setattr(_jit, "nll_rows", lambda *a: calls.append(1) or real(*a))
+
+def test_the_numba_loop_runs(loss_spy):
     x, t, _ = _case((2, 7, 3, 5), kiln.float32, 0)
     assert_same(F.nll_loss(x, t), reference(F.nll_loss, x, t))
-    assert calls
+    assert loss_spy == ["nll_rows"]
 
 
 def test_uint8_targets_nan_weights_and_all_ignored():
@@ -84,3 +91,89 @@ def test_non_contiguous_input_goes_to_the_reference():
     for red in ("none", "mean"):
         fn = lambda a, b, red=red: F.nll_loss(a, b, reduction=red)
         assert_same(fn(xt, t6), reference(fn, xt, t6))
+
+
+# ------------------------------------------------------------------------------------------- backward
+
+
+def _out_grad(x, t, reduction, dtype, seed):
+    shape = tuple(t.shape) if reduction == "none" and x.dim() > 1 else ()
+    return kiln.from_numpy(np.asarray(np.random.default_rng(seed).standard_normal(shape) + 0.5, dtype.numpy))
+
+
+@pytest.mark.parametrize("reduction", ["none", "sum", "mean"])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", FLOAT, ids=str)
+def test_nll_loss_backward_matches_reference(dtype, shape, weighted, reduction, loss_spy):
+    x, t, classes = _case(shape, dtype, len(shape) + 5)
+    w = None
+    if weighted:
+        wn = np.random.default_rng(9).random(classes).astype(dtype.numpy)
+        wn[1] = 0.0
+        w = kiln.from_numpy(wn)
+    g = _out_grad(x, t, reduction, dtype, 3)
+    args = (g, x, t, w, -100, reduction)
+    assert_same(_nll_loss_backward(*args), reference(_nll_loss_backward, *args))
+    assert loss_spy == ["nll_weights", "nll_backward_fill"]
+
+
+@pytest.mark.parametrize("reduction", ["none", "sum", "mean"])
+def test_nll_loss_backward_special_values(reduction, loss_spy):
+    """Output gradients NaN, inf and -0.0 (ignored rows then write -0.0 or NaN at class 0, as the
+    reference), NaN and 0 class weights, an ignore_index inside the class range, uint8 targets."""
+    x, _, classes = _case((6, 5), kiln.float32, 0)
+    t8 = kiln.from_numpy(np.array([0, 1, 2, 3, 4, 3], np.uint8))
+    wn = np.ones(classes, np.float32)
+    wn[2] = np.nan
+    wn[4] = 0.0
+    w = kiln.from_numpy(wn)
+    if reduction == "none":
+        g = kiln.from_numpy(np.array([np.nan, np.inf, -0.0, 2.0, -np.inf, 1.5], np.float32))
+    else:
+        g = kiln.tensor(-np.inf if reduction == "sum" else -0.0, dtype=kiln.float32)
+    for weight in (None, w):
+        args = (g, x, t8, weight, 3, reduction)
+        assert_same(_nll_loss_backward(*args), reference(_nll_loss_backward, *args))
+    assert loss_spy == ["nll_weights", "nll_backward_fill"] * 2
+
+
+def test_nll_loss_backward_all_ignored_and_through_autograd(loss_spy):
+    x, t, _ = _case((9, 7), kiln.float64, 1)
+    ignored = kiln.from_numpy(np.full(9, -100, np.int64))
+    g = kiln.tensor(1.0, dtype=kiln.float64)
+    args = (g, x, ignored, None, -100, "mean")
+    assert_same(_nll_loss_backward(*args), reference(_nll_loss_backward, *args))  # 0 / 0: zeros
+    xs = x.detach().requires_grad_()
+
+    def grad_of(a):
+        return kiln.autograd.grad(F.cross_entropy(a, t), a)[0]
+
+    assert_same(grad_of(xs), reference(grad_of, xs), ulps=16, atol=1e-14)  # log_softmax's exp: last bits
+    assert loss_spy.count("nll_backward_fill") == 2
+
+
+def test_nll_loss_backward_hands_back_to_the_reference(loss_spy):
+    """Out-of-range targets (the reference raises), a weight of another dtype than the gradient, half
+    dtypes, empty inputs."""
+    x, t, _ = _case((6, 5), kiln.float32, 0)
+    g = kiln.tensor(1.0)
+    bad = kiln.from_numpy(np.array([0, 1, 5, 3, 4, 1]))
+    with pytest.raises(IndexError, match="Target 5 is out of bounds"):
+        _nll_loss_backward(g, x, bad, None, -100, "mean")
+    cases = [
+        (g.to(kiln.float64), x, t, kiln.ones(5)),
+        (g, x, t, kiln.ones(5, dtype=kiln.float64)),
+        (g.to(kiln.float16), x.to(kiln.float16), t, None),
+        (g, kiln.zeros(0, 5), kiln.zeros(0, dtype=kiln.int64), None),
+    ]
+    for gg, xx, tt, ww in cases:
+        args = (gg, xx, tt, ww, -100, "sum")
+        try:
+            expected = reference(_nll_loss_backward, *args)
+        except RuntimeError:
+            with pytest.raises(RuntimeError):
+                _nll_loss_backward(*args)
+        else:
+            assert_same(_nll_loss_backward(*args), expected)
+    assert loss_spy == ["nll_weights"]  # the out-of-range target: found by the loop, raised by the reference

@@ -49,12 +49,12 @@ def test_kernels_are_registered_narrowed_by_dtype():
         for d in dtypes:
             assert _plugins.kernel_owner(name, "cpu", d) == "cpu", (name, d)
     assert _plugins.kernel_owner("add", "cpu", kiln.int8) == _plugins.REFERENCE_PLUGIN
-    assert _plugins.kernel_owner("exp", "cpu", kiln.float16) == _plugins.REFERENCE_PLUGIN
+    assert _plugins.kernel_owner("exp", "cpu", kiln.int32) == _plugins.REFERENCE_PLUGIN
     assert _plugins.kernel_owner("div", "cpu", kiln.int64) == _plugins.REFERENCE_PLUGIN
 
 
 def test_dtypes_kiln_cpu_leaves_out_still_compute(spy):
-    for d in (kiln.int8, kiln.uint8, kiln.int16, kiln.float16, kiln.bfloat16, kiln.bool):
+    for d in (kiln.int8, kiln.uint8, kiln.int16, kiln.bool):
         x = make((4, 5), kiln.float32).to(d)
         for fn in (lambda t: t + t, lambda t: t * 3, lambda t: t == t, lambda t: t.sum()):
             assert_same(fn(x), reference(fn, x))

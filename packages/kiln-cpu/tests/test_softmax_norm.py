@@ -1,6 +1,7 @@
-"""Softmax, log-softmax, logsumexp and layer norm against the reference kernels: every dim, both float
-dtypes, special values (NaN, inf, all -inf rows), affine or not, and the cases handed back to the
-reference (non-contiguous inputs, other dtypes, other reduced dims)."""
+"""Softmax, log-softmax, logsumexp, layer norm, batch norm and group norm (forward) against the reference
+kernels: every dim, both float dtypes, special values (NaN, inf, all -inf rows, constant channels),
+affine or not, training and eval, and the cases handed back to the reference (non-contiguous inputs,
+other dtypes, other reduced dims, empty inputs)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 from kiln_cpu_helpers import F, assert_same, make, reference
 
 import kiln
-from kiln_cpu import _jit
+from kiln._ops import nn_norm as N
 
 FLOAT = [kiln.float32, kiln.float64]
 
@@ -19,20 +20,6 @@ def _atol(name, dtype):
     if name == "softmax":
         return 1e-30
     return 2e-6 if dtype is kiln.float32 else 1e-14
-
-
-@pytest.fixture
-def norm_spy(monkeypatch):
-    """A list that receives the name of every softmax/norm Numba loop the kernels call."""
-    calls: list[str] = []
-    real = _jit.norm
-
-    def record(name):
-        calls.append(name)
-        return real(name)
-
-    monkeypatch.setattr(_jit, "norm", record)
-    return calls
 
 
 SOFTMAX = {
@@ -140,4 +127,139 @@ def test_layer_norm_mixed_dtype_parameters_go_to_the_reference(norm_spy):
             F.layer_norm(x, (6,), w)
     else:
         assert_same(F.layer_norm(x, (6,), w), expected)
+    assert norm_spy == []
+
+
+# ------------------------------------------------------------------------------------ batch / group norm
+
+
+def _affine(shape_c, dtype, affine, seed):
+    rng = np.random.default_rng(seed)
+    w = kiln.from_numpy(rng.standard_normal(shape_c).astype(dtype.numpy)) if affine in ("weight", "both") else None
+    b = kiln.from_numpy(rng.standard_normal(shape_c).astype(dtype.numpy)) if affine in ("bias", "both") else None
+    return w, b
+
+
+def _stats(c, dtype, seed):
+    rng = np.random.default_rng(seed)
+    mean = kiln.from_numpy(rng.standard_normal(c).astype(dtype.numpy))
+    var = kiln.from_numpy((rng.random(c) + 0.5).astype(dtype.numpy))
+    return mean, var
+
+
+BN_SHAPES = {"3d": (4, 3, 5), "2d": (6, 4), "4d": (2, 3, 4, 5), "5d-batch-of-one": (1, 2, 2, 3, 2)}
+
+
+@pytest.mark.parametrize("affine", ["none", "weight", "bias", "both"])
+@pytest.mark.parametrize("mode", ["train", "eval"])
+@pytest.mark.parametrize("dtype", FLOAT, ids=str)
+def test_batch_norm_matches_reference_bit_for_bit(dtype, mode, affine, norm_spy):
+    for i, shape in enumerate(BN_SHAPES.values()):
+        x = kiln.from_numpy((np.random.default_rng(i).standard_normal(shape) * 3 + 1).astype(dtype.numpy))
+        w, b = _affine((shape[1],), dtype, affine, i)
+        rm, rv = _stats(shape[1], dtype, i) if mode == "eval" else (None, None)
+        fn = lambda t, w=w, b=b, rm=rm, rv=rv: F.batch_norm(t, rm, rv, w, b, mode == "train", 0.1, 1e-5)
+        assert_same(fn(x), reference(fn, x))
+    assert norm_spy == ["batch_norm-channels"] * len(BN_SHAPES)
+
+
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_batch_norm_one_channel(mode, norm_spy):
+    """One channel: NumPy sums the merged (N, *) dims in its own order, so training goes to the reference;
+    eval has no sums and runs the loop."""
+    x = make((3, 1, 4, 5), kiln.float32, seed=3)
+    rm, rv = _stats(1, kiln.float32, 2) if mode == "eval" else (None, None)
+    fn = lambda u: F.batch_norm(u, rm, rv, training=mode == "train")
+    assert_same(fn(x), reference(fn, x))
+    for actual, expected in zip(N._batch_norm_stats(x), reference(N._batch_norm_stats, x)):
+        assert_same(actual, expected)
+    assert norm_spy == ([] if mode == "train" else ["batch_norm-channels"])
+
+
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_batch_norm_special_values(mode, norm_spy):
+    x = np.random.default_rng(4).standard_normal((5, 4, 6)).astype(np.float32)
+    x[:, 0] = 2.5  # a constant channel: variance 0
+    x[1, 1, 2] = np.nan
+    x[2, 2, 0] = np.inf
+    x[:, 3] *= 1e20
+    x[0, 3, :2] = -0.0
+    t = kiln.from_numpy(x)
+    rm, rv = _stats(4, kiln.float32, 1) if mode == "eval" else (None, None)
+    fn = lambda u: F.batch_norm(u, rm, rv, training=mode == "train")
+    assert_same(fn(t), reference(fn, t))
+    assert norm_spy == ["batch_norm-channels"]
+
+
+@pytest.mark.parametrize("dtype", FLOAT, ids=str)
+def test_batch_norm_running_statistics_bit_for_bit(dtype, norm_spy):
+    """``_batch_norm_stats`` (mean, unbiased variance; exactly 0 for a constant channel, NaN where a NaN
+    is), and the running statistics batch_norm and instance_norm update with it."""
+    x = np.random.default_rng(6).standard_normal((5, 4, 3, 2)).astype(dtype.numpy) * 2 + 3
+    x[:, 1] = -0.5
+    x[2, 2, 1, 1] = np.nan
+    t = kiln.from_numpy(x)
+    for actual, expected in zip(N._batch_norm_stats(t), reference(N._batch_norm_stats, t)):
+        assert_same(actual, expected)
+
+    def running(u, fn):
+        rm, rv = kiln.zeros(4, dtype=dtype), kiln.ones(4, dtype=dtype)
+        fn(u, rm, rv)
+        return rm, rv
+
+    for fn in (
+        lambda u, rm, rv: F.batch_norm(u, rm, rv, training=True, momentum=0.3),
+        lambda u, rm, rv: F.instance_norm(u[:, :2].contiguous(), rm[:2], rv[:2], momentum=0.3),
+    ):
+        for actual, expected in zip(running(t, fn), reference(running, t, fn)):
+            assert_same(actual, expected)
+    assert norm_spy.count("batch_norm_stats-channels") == 3
+
+
+GN_CASES = {
+    "3d-3-groups": ((2, 6, 5), 3),
+    "2d": ((3, 4), 2),
+    "4d-one-group": ((2, 4, 3, 3), 1),
+    "4d": ((2, 4, 3, 3), 4),
+}
+
+
+@pytest.mark.parametrize("affine", ["none", "weight", "bias", "both"])
+@pytest.mark.parametrize("dtype", FLOAT, ids=str)
+def test_group_norm_matches_reference_bit_for_bit(dtype, affine, norm_spy):
+    for i, (shape, groups) in enumerate(GN_CASES.values()):
+        x = kiln.from_numpy((np.random.default_rng(i).standard_normal(shape) * 3 - 1).astype(dtype.numpy))
+        w, b = _affine((shape[1],), dtype, affine, i)
+        fn = lambda t, g=groups, w=w, b=b: F.group_norm(t, g, w, b, 1e-5)
+        assert_same(fn(x), reference(fn, x))
+    assert norm_spy == ["group_norm-rows"] * len(GN_CASES)
+
+
+def test_group_norm_special_values(norm_spy):
+    x = np.random.default_rng(5).standard_normal((3, 4, 5)).astype(np.float64)
+    x[0, :2] = -1.25  # a constant group
+    x[1, 2, 3] = np.nan
+    x[2, 0, 1] = -np.inf
+    t = kiln.from_numpy(x)
+    fn = lambda u: F.group_norm(u, 2)
+    assert_same(fn(t), reference(fn, t))
+    assert norm_spy == ["group_norm-rows"]
+
+
+def test_batch_and_group_norm_hand_back_to_the_reference(norm_spy):
+    """Non-contiguous (transposed, strided) and empty inputs, half precision and mixed-dtype parameters go
+    to the reference."""
+    x = make((4, 3, 6), kiln.float32, seed=2)
+    cases = [
+        (lambda u: F.batch_norm(u, None, None, training=True), x.transpose(0, 2)),
+        (lambda u: F.batch_norm(u, None, None, training=True), x[:, :, ::2]),
+        (lambda u: F.group_norm(u, 3), x.permute(0, 2, 1)),
+        (lambda u: F.group_norm(u, 1), x[::2]),
+        (lambda u: F.batch_norm(u, None, None, training=True), make((0, 3, 2), kiln.float32)),
+        (lambda u: F.group_norm(u, 3), make((0, 3, 2), kiln.float64)),
+        (lambda u: F.batch_norm(u, None, None, training=True), make((4, 3, 6), kiln.float16)),
+        (lambda u: F.group_norm(u, 3, kiln.ones(3, dtype=kiln.float32)), make((4, 3, 6), kiln.bfloat16)),
+    ]
+    for fn, t in cases:
+        assert_same(fn(t), reference(fn, t))
     assert norm_spy == []

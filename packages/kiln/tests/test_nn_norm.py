@@ -357,6 +357,170 @@ def test_double_backward_matches_torch():
     U.assert_close(outs[kiln], outs[torch])
 
 
+# ---------------------------------------------------------------------------------------- fused backward ops
+
+
+def _bwd_case(shape, seed, dtype=np.float64):
+    rng = np.random.default_rng(seed)
+    return kiln.tensor(rng.standard_normal(shape).astype(dtype)), kiln.tensor(rng.standard_normal(shape).astype(dtype))
+
+
+# name -> fn(dtype) -> (fused result, composite result): one tensor or a tuple
+FUSED = {
+    "softmax_rows": lambda d: _fused_softmax(N._softmax_backward_data, N._softmax_backward, N.softmax, (5, 37), 1, d),
+    "softmax_slabs": lambda d: _fused_softmax(
+        N._softmax_backward_data, N._softmax_backward, N.softmax, (4, 6, 7), 1, d
+    ),
+    "softmax_0d": lambda d: _fused_softmax(N._softmax_backward_data, N._softmax_backward, N.softmax, (), 0, d),
+    "log_softmax_rows": lambda d: _fused_softmax(
+        N._log_softmax_backward_data, N._log_softmax_backward, N.log_softmax, (3, 30), -1, d
+    ),
+    "log_softmax_dim0": lambda d: _fused_softmax(
+        N._log_softmax_backward_data, N._log_softmax_backward, N.log_softmax, (30, 3), 0, d
+    ),
+    "batch_train": lambda d: _fused_norm(N._channel_layout((4, 3, 5)), (3,), False, d),
+    "batch_train_2d": lambda d: _fused_norm(N._channel_layout((6, 3)), (3,), False, d),
+    "batch_eval": lambda d: _fused_norm(N._channel_layout((4, 3, 2, 2)), (3,), True, d),
+    "layer": lambda d: _fused_norm(N._layer_layout((6, 13), (13,)), (13,), False, d),
+    "layer_two_dims": lambda d: _fused_norm(N._layer_layout((2, 3, 4), (3, 4)), (3, 4), False, d),
+    "layer_every_dim": lambda d: _fused_norm(N._layer_layout((5,), (5,)), (5,), False, d),
+    "group": lambda d: _fused_norm(N._group_layout((2, 6, 3, 2), 3), (6,), False, d),
+}
+
+
+def _fused_softmax(op, composite, fwd, shape, dim, dtype):
+    g, x = _bwd_case(shape, 1, dtype)
+    y = fwd(x, dim)
+    return op(g, y, dim), composite(g, dim, y)
+
+
+def _fused_norm(lay, wshape, eval_stats, dtype):
+    shape = lay.stats_shape if lay.kind != "group" else (2, 6, 3, 2)
+    g, x = _bwd_case(shape, 2, dtype)
+    x[(0,) * len(shape)] = -0.0
+    w = kiln.tensor(np.linspace(-1.5, 2.0, int(np.prod(wshape))).reshape(wshape).astype(dtype))
+    stats = (None, None)
+    if eval_stats:
+        stats = (kiln.tensor(np.full(wshape, 0.25, dtype)), kiln.tensor(np.linspace(0.5, 2, wshape[0]).astype(dtype)))
+    fused, composite = [], []
+    for weight in (w, None):
+        for mask in ((True, True, True), (False, False, True), (True, False, False)):
+            fused += list(N._native_norm_backward(g, x, weight, *stats, 1e-5, lay, mask))
+            composite += [
+                kiln.zeros(0, dtype=x.dtype) if c is None else c
+                for c in N._norm_grads(g, x, weight, *stats, 1e-5, lay, mask)
+            ]
+    return tuple(fused), tuple(composite)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
+@pytest.mark.parametrize("name", list(FUSED))
+def test_fused_backward_ops_compute_the_composite(name, dtype):
+    """Each fused backward op computes what its composite formula in kiln ops computes: bit for bit on the
+    reference backend (the same NumPy operations in the same order), to rounding with a plugin's kernels."""
+    from kiln_testing._runner import ReferenceMode
+
+    with ReferenceMode():
+        fused, composite = FUSED[name](dtype)
+    fused = fused if isinstance(fused, tuple) else (fused,)
+    composite = composite if isinstance(composite, tuple) else (composite,)
+    for a, b in zip(fused, composite):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_array_equal(a.numpy().reshape(-1).view(np.uint8), b.numpy().reshape(-1).view(np.uint8))
+
+
+def _norm_op_args(kind):
+    rng = np.random.default_rng(11)
+
+    def t(*shape, pos=False):
+        v = rng.uniform(0.5, 1.5, shape) * (1 if pos else rng.choice([-1, 1], shape))
+        return kiln.tensor(v, requires_grad=True)
+
+    if kind == "batch_eval":
+        stats = (kiln.tensor([0.1, -0.2], dtype=kiln.float64), kiln.tensor([1.5, 0.7], dtype=kiln.float64))
+        return (t(3, 2, 2), t(3, 2, 2), t(2, pos=True)), stats, N._channel_layout((3, 2, 2))
+    lay = {"batch": N._channel_layout((3, 2, 2)), "layer": N._layer_layout((3, 2, 2), (2, 2))}.get(kind)
+    lay = lay or N._group_layout((2, 4, 2), 2)
+    shape = (2, 4, 2) if kind == "group" else (3, 2, 2)
+    wshape = (2, 2) if kind == "layer" else ((4,) if kind == "group" else (2,))
+    return (t(*shape), t(*shape), t(*wshape, pos=True)), (None, None), lay
+
+
+@pytest.mark.parametrize("kind", ["softmax", "log_softmax", "batch", "batch_eval", "layer", "group"])
+def test_fused_backward_ops_gradcheck_and_gradgradcheck(kind):
+    """The fused ops' own backward (the composite differentiated under autograd): first and second order."""
+    if kind in ("softmax", "log_softmax"):
+        op, fwd = (
+            (N._softmax_backward_data, N.softmax)
+            if kind == "softmax"
+            else (N._log_softmax_backward_data, N.log_softmax)
+        )
+        inputs = _gc_inputs([(2, 3), (2, 3)], 5)
+
+        def fn(g, x):
+            return op(g, fwd(x, 1), 1)
+
+    else:
+        inputs, stats, lay = _norm_op_args(kind)
+
+        def fn(g, x, w):
+            return N._native_norm_backward(g, x, w, *stats, 1e-5, lay, (True, True, True))
+
+    assert kiln.autograd.gradcheck(fn, inputs)
+    assert kiln.autograd.gradgradcheck(fn, inputs)
+
+
+THIRD_ORDER = {
+    "softmax": (lambda x, w: N.softmax(x, 1) * w, (3, 4), (4,)),
+    "log_softmax": (lambda x, w: N.log_softmax(x, 0) * w, (3, 4), (4,)),
+    "layer_norm": (lambda x, w: N.layer_norm(x, (4,), w), (3, 4), (4,)),
+    "batch_norm": (lambda x, w: N.batch_norm(x, None, None, w, None, True), (3, 4), (4,)),
+    "group_norm": (lambda x, w: N.group_norm(x, 2, w), (3, 4, 2), (4,)),
+}
+
+
+@pytest.mark.parametrize("name", list(THIRD_ORDER))
+def test_third_order_gradients(name):
+    """Gradients of the second-order gradients (the fused backward ops' double backward re-enters autograd
+    on the inputs' history): checked against finite differences."""
+    fn, xshape, wshape = THIRD_ORDER[name]
+    rng = np.random.default_rng(3)
+    c = kiln.tensor(rng.standard_normal(xshape))
+
+    def second(x, w):
+        (gx,) = kiln.autograd.grad((fn(x, w) * c).sum(), x, create_graph=True)
+        return kiln.autograd.grad((gx * gx * c).sum(), (x, w), create_graph=True)
+
+    inputs = (
+        kiln.tensor(rng.standard_normal(xshape), requires_grad=True),
+        kiln.tensor(rng.uniform(0.5, 1.5, wshape), requires_grad=True),
+    )
+    assert kiln.autograd.gradcheck(second, inputs)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["softmax", "log_softmax", "layer_norm", "batch_norm_train", "batch_norm_eval"],
+)
+def test_double_backward_node_names_match_torch(name):
+    """create_graph: the gradients come from the fused backward ops, named as PyTorch names them (PyTorch
+    differentiates group norm twice through a decomposition of views: no name to match there)."""
+    fns = {
+        "softmax": lambda L, x, w: F(L).softmax(x, 1) * w,
+        "log_softmax": lambda L, x, w: F(L).log_softmax(x, 1) * w,
+        "layer_norm": lambda L, x, w: F(L).layer_norm(x, (4,), w),
+        "batch_norm_train": lambda L, x, w: F(L).batch_norm(x, None, None, w, None, True),
+        "batch_norm_eval": lambda L, x, w: F(L).batch_norm(x, L.zeros(4, dtype=x.dtype), L.ones(4, dtype=x.dtype), w),
+    }
+    x = U.make_pair((3, 4), kiln.float64, requires_grad=True, seed=5)
+    w = U.make_pair((4,), kiln.float64, requires_grad=True, seed=6)
+    names = {}
+    for L, xx, ww in ((torch, x.t, w.t), (kiln, x.k, w.k)):
+        gx, gw = L.autograd.grad(fns[name](L, xx, ww).sum(), (xx, ww), create_graph=True)
+        names[L] = (gx.grad_fn.name(), gw.grad_fn.name())
+    assert names[kiln] == names[torch]
+
+
 # ---------------------------------------------------------------------------------------- running statistics
 
 

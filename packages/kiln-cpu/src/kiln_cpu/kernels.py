@@ -8,7 +8,9 @@ reference casts them), and layouts the Numba loops do not take (more than 4 dims
 
 from __future__ import annotations
 
+import importlib
 import math
+import sys
 
 import numpy as np
 
@@ -20,18 +22,37 @@ from kiln_cpu import _threads, config
 
 FLOAT = (dt.float32, dt.float64)
 ARITH = (dt.float32, dt.float64, dt.int32, dt.int64)
+HALF = (dt.float16, dt.bfloat16)  # in the order of the Numba loops' codes _jit.F16, _jit.BF16
+_F32 = np.dtype(np.float32)
 
-_jit = None
+
+def loops(module: str):
+    """A getter of the Numba module ``kiln_cpu.<module>`` (its jitted loops), imported on the getter's first
+    call: building the kernel table, ``import kiln`` and ``import kiln_cpu`` import no Numba."""
+    name = f"kiln_cpu.{module}"
+
+    def get():
+        found = sys.modules.get(name)
+        return found if found is not None else importlib.import_module(name)
+
+    return get
 
 
-def _kernels():
-    """The Numba module, imported on the first call that needs it (``import kiln`` never does)."""
-    global _jit
-    if _jit is None:
-        from kiln_cpu import _jit as module
+def with_fallback(name: str, body):
+    """A kernel for op ``name`` that runs ``body(spec, *args)`` and hands the call to the reference kernel
+    when ``body`` returns None (not taken)."""
+    reference = wrap_reference(OPS[name])
 
-        _jit = module
-    return _jit
+    def kernel(spec, *args):
+        out = body(spec, *args)
+        return reference(spec, *args) if out is None else out
+
+    kernel.__name__ = f"kiln_cpu_{name}"
+    kernel.__doc__ = f"Numba kernel for {name} (kiln-cpu)."
+    return kernel
+
+
+_kernels = loops("_jit")
 
 
 _GRAIN = 1 << 15  # elements per thread at least: below that, waking a thread costs more than it saves
@@ -70,11 +91,27 @@ def _coalesce(shape: tuple, strides: list[tuple]) -> tuple[tuple, list[tuple]] |
     return tuple(n for n, _ in dims), [tuple(d[1][k] for d in dims) for k in range(len(strides))]
 
 
-def _scalar(x, np_dtype: np.dtype):
-    """A Python number as the reference uses it in compute dtype ``np_dtype`` (integers wrap)."""
+def _scalar(x, np_dtype: np.dtype, d: dt.dtype | None = None):
+    """A Python number as the reference uses it in compute dtype ``np_dtype`` (integers wrap; a float
+    meeting a half-precision tensor ``d`` is rounded to that precision first)."""
     if np_dtype.kind in "iu":
         return np.array(x).astype(np_dtype)[()]
+    if d in HALF and isinstance(x, float):
+        with np.errstate(over="ignore"):  # beyond the half range: inf, as the reference
+            return np_dtype.type(np.array(x, dtype=d.numpy))
     return np_dtype.type(x)
+
+
+def half_kind(d: dt.dtype) -> int:
+    """The Numba loops' code for half-precision storage dtype ``d`` (``_jit.F16``/``BF16``), else 0."""
+    if d is dt.float16:
+        return _kernels().F16
+    return _kernels().BF16 if d is dt.bfloat16 else 0
+
+
+def bits(a: np.ndarray) -> np.ndarray:
+    """A float16/bfloat16 array as its uint16 bits (what the Numba loops take), any other array as is."""
+    return a.view(np.uint16) if a.dtype.itemsize == 2 and a.dtype.kind in "fV" else a
 
 
 # ------------------------------------------------------------------------------------------- binary
@@ -92,7 +129,7 @@ def _init_swapped(j) -> None:
 def _operand(x, shape: tuple) -> tuple:
     """(storage, offset, strides in elements broadcast to ``shape``) of a tensor or a NumPy scalar."""
     if isinstance(x, Tensor):
-        buf, off, xs, xst = x._storage, x._offset, x._shape, x._stride
+        buf, off, xs, xst = bits(x._storage), x._offset, x._shape, x._stride
     else:
         buf, off, xs, xst = np.array([x]), 0, (), ()
     pad = len(shape) - len(xs)
@@ -156,8 +193,10 @@ def numpy_order(shape: tuple, strides: list[tuple]) -> list[int]:
     return perm[::-1]
 
 
-def _run_binary(code: int, a, b, c, shape: tuple, np_dtype: np.dtype, out_np: np.dtype) -> np.ndarray | None:
-    """``a <op> b`` over ``shape`` (``a``/``b``: tensors of ``np_dtype`` or its scalars); None: not taken."""
+def _run_binary(code: int, a, b, c, shape: tuple, out_np: np.dtype, half: int) -> np.ndarray | None:
+    """``a <op> b`` over ``shape`` (``a``/``b``: tensors of the compute dtype, or of a half-precision dtype
+    computed in float32 (``half``), or scalars of the compute dtype) into a new array of ``out_np``
+    (uint16 for half-precision results); None: not taken."""
     j = _kernels()
     a_arr = isinstance(a, Tensor)
     b_arr = isinstance(b, Tensor)
@@ -166,18 +205,29 @@ def _run_binary(code: int, a, b, c, shape: tuple, np_dtype: np.dtype, out_np: np
     if not a_arr and b_arr and code in _SWAPPED:
         code, a, b, a_arr, b_arr = _SWAPPED[code], b, a, True, False
     if a_arr and a._shape == shape:
-        x = a._numpy()
+        x = bits(a._numpy())
         fa = _flat(x)
         if fa is not None and (not b_arr or (b._shape == shape and b._stride == a._stride)):
             out = np.empty_like(x, dtype=out_np)
             fo = _flat(out)
             if fo is not None:
                 if b_arr:
-                    parallel(j.binary(code, "flat"), (fa, _flat(b._numpy()), fo, c), fo.size, _GRAIN)
+                    parallel(j.binary(code, "flat", half), (fa, _flat(bits(b._numpy())), fo, c), fo.size, _GRAIN)
                 else:
-                    parallel(j.binary(code, "scalar"), (fa, b, fo, c), fo.size, _GRAIN)
+                    parallel(j.binary(code, "scalar", half), (fa, b, fo, c), fo.size, _GRAIN)
                 return out
-    return _run_strided(lambda: j.binary(code, "strided"), shape, [a, b], out_np, (c,))
+    if half:  # the strided loop reads a scalar operand as stored: half-precision bits, if it has them
+        operands = []
+        for x in (a, b):
+            if not isinstance(x, Tensor):
+                with np.errstate(over="ignore"):
+                    stored = x.astype(HALF[half - 1].numpy)
+                if stored.astype(np.float32) != x and x == x:
+                    return None  # a float32 scalar (mul, div) that the storage dtype cannot hold
+                x = stored.view(np.uint16)
+            operands.append(x)
+        a, b = operands
+    return _run_strided(lambda: j.binary(code, "strided", half), shape, [a, b], out_np, (c,))
 
 
 def _binary_kernel(name: str, served: tuple, pick, *, compare: bool = False):
@@ -190,7 +240,10 @@ def _binary_kernel(name: str, served: tuple, pick, *, compare: bool = False):
         d = spec[3] if compare else spec[1]
         if d not in served or math.prod(shape) < config.min_numel:
             return reference(spec, a, b, *rest)
-        np_dtype = d.numpy
+        half = half_kind(d)
+        if half and name in ("add", "sub") and rest and rest[0] != 1:  # alpha: the reference's roundings
+            return reference(spec, a, b, *rest)
+        np_dtype = _F32 if half else d.numpy
         for x in (a, b):
             if isinstance(x, Tensor) and x._dtype is not d:
                 return reference(spec, a, b, *rest)
@@ -198,14 +251,16 @@ def _binary_kernel(name: str, served: tuple, pick, *, compare: bool = False):
         if picked is None:
             return reference(spec, a, b, *rest)
         code, x, y, c = picked
+        rounded = None if name in ("mul", "div") else d  # PyTorch's mul and div keep a scalar in float32
         if not isinstance(x, Tensor):
-            x = _scalar(x, np_dtype)
+            x = _scalar(x, np_dtype, rounded)
         if not isinstance(y, Tensor):
-            y = _scalar(y, np_dtype)
-        out = _run_binary(code, x, y, c, shape, np_dtype, spec[1].numpy)
+            y = _scalar(y, np_dtype, rounded)
+        out_np = spec[1].numpy
+        out = _run_binary(code, x, y, c, shape, np.dtype(np.uint16) if half and not compare else out_np, half)
         if out is None:
             return reference(spec, a, b, *rest)
-        return from_array(out, spec[1])
+        return from_array(out.view(out_np), spec[1])
 
     kernel.__name__ = f"kiln_cpu_{name}"
     kernel.__doc__ = f"Numba kernel for {name} (kiln-cpu)."
@@ -249,31 +304,82 @@ def _pick_div(np_dtype, a, b, rest):
 # -------------------------------------------------------------------------------------------- unary
 
 
-def _unary_kernel(name: str, served: tuple, code_name: str):
-    """A kernel for unary op ``name`` (Numba op ``code_name``), output dtype = input dtype."""
+def _unary_kernel(name: str, served: tuple, code_name, params: dict | None = None):
+    """A kernel for unary op ``name`` (Numba op ``code_name``), output dtype = input dtype; an op with
+    parameters maps each value it takes to its own code (``params``: (value, ...) -> code name)."""
     reference = wrap_reference(OPS[name])
 
     def kernel(spec, a, *rest):
         d = spec[1]
-        if d not in served or rest or math.prod(spec[0]) < config.min_numel:
+        name_of_code = code_name if not rest else (params or {}).get(rest)
+        if d not in served or name_of_code is None or math.prod(spec[0]) < config.min_numel:
             return reference(spec, a, *rest)
-        x = a._numpy()
-        if x.dtype != d.numpy:
-            return reference(spec, a)
+        if a._dtype is not d:
+            return reference(spec, a, *rest)
+        x = bits(a._numpy())
         j = _kernels()
-        code = getattr(j, code_name)
+        code, half = getattr(j, name_of_code), half_kind(d)
         fx = _flat(x)
         if fx is not None:
             out = np.empty_like(x)
             fo = _flat(out)
             if fo is not None:
-                parallel(j.unary(code, "flat"), (fx, fo), fo.size, _GRAIN)
-                return from_array(out, d)
-        out = _run_strided(lambda: j.unary(code, "strided"), a._shape, [a], x.dtype)
-        return reference(spec, a) if out is None else from_array(out, d)
+                parallel(j.unary(code, "flat", half), (fx, fo), fo.size, _GRAIN)
+                return from_array(out.view(d.numpy), d)
+        out = _run_strided(lambda: j.unary(code, "strided", half), a._shape, [a], x.dtype)
+        return reference(spec, a, *rest) if out is None else from_array(out.view(d.numpy), d)
 
     kernel.__name__ = f"kiln_cpu_{name}"
     kernel.__doc__ = f"Numba kernel for {name} (kiln-cpu)."
+    return kernel
+
+
+# --------------------------------------------------------------------------------------- conversion
+
+_INTS = (dt.int32, dt.int64)
+
+
+def _converts(src: dt.dtype, dst: dt.dtype) -> bool:
+    """The conversions the Numba loop makes exactly as NumPy's ``astype`` does: between float32, float64
+    and the integers into floats; into float16/bfloat16 only from float32 or half precision (one
+    rounding; NumPy rounds float64 and integers to half directly, not through float32); into integers only
+    from integers (a float out of an integer's range is undefined in C, and NumPy's result is the
+    hardware's)."""
+    if dst in HALF:
+        return src is dt.float32 or src in HALF
+    if dst in _INTS:
+        return src in _INTS
+    return dst in FLOAT and (src in FLOAT or src in HALF or src in _INTS)
+
+
+def _to_copy_kernel():
+    reference = wrap_reference(OPS["_to_copy"])
+
+    def kernel(spec, a, dtype, device):
+        if (
+            device is not a._device
+            or not _converts(a._dtype, dtype)
+            or a._dtype is dtype
+            or not a._shape
+            or math.prod(a._shape) < max(config.min_numel, 1)
+        ):
+            return reference(spec, a, dtype, device)
+        j = _kernels()
+        hin, hout = half_kind(a._dtype), half_kind(dtype)
+        store_np = np.dtype(np.uint16) if hout else dtype.numpy
+        x = bits(a._numpy())
+        fx = _flat(x) if 0 not in x.strides else None
+        if fx is not None:
+            out = np.empty_like(x, dtype=store_np)
+            parallel(j.cast("flat", hin, hout), (fx, _flat(out)), fx.size, _GRAIN)
+        else:
+            out = _run_strided(lambda: j.cast("strided", hin, hout), a._shape, [a], store_np)
+            if out is None:
+                return reference(spec, a, dtype, device)
+        return from_array(out.view(dtype.numpy), dtype)
+
+    kernel.__name__ = "kiln_cpu__to_copy"
+    kernel.__doc__ = "Numba kernel for dtype conversion on the CPU (kiln-cpu)."
     return kernel
 
 
@@ -411,28 +517,37 @@ def _reduce_kernel(name: str, code_name: str, *, mean: bool = False):
 def kernels() -> dict[str, tuple]:
     """Every kernel kiln-cpu provides: op name -> (kernel, output dtypes served)."""
     table: dict[str, tuple] = {
-        "add": (_binary_kernel("add", ARITH, _pick_add_sub("ADD", "ADD_ALPHA")), ARITH),
-        "sub": (_binary_kernel("sub", ARITH, _pick_add_sub("SUB", "SUB_ALPHA")), ARITH),
-        "mul": (_binary_kernel("mul", ARITH, _pick_fixed("MUL")), ARITH),
-        "div": (_binary_kernel("div", FLOAT, _pick_div), FLOAT),
-        "maximum": (_binary_kernel("maximum", FLOAT, _pick_fixed("MAXIMUM")), FLOAT),
-        "minimum": (_binary_kernel("minimum", FLOAT, _pick_fixed("MINIMUM")), FLOAT),
+        "add": (_binary_kernel("add", ARITH + HALF, _pick_add_sub("ADD", "ADD_ALPHA")), ARITH + HALF),
+        "sub": (_binary_kernel("sub", ARITH + HALF, _pick_add_sub("SUB", "SUB_ALPHA")), ARITH + HALF),
+        "mul": (_binary_kernel("mul", ARITH + HALF, _pick_fixed("MUL")), ARITH + HALF),
+        "div": (_binary_kernel("div", FLOAT + HALF, _pick_div), FLOAT + HALF),
+        "maximum": (_binary_kernel("maximum", FLOAT + HALF, _pick_fixed("MAXIMUM")), FLOAT + HALF),
+        "minimum": (_binary_kernel("minimum", FLOAT + HALF, _pick_fixed("MINIMUM")), FLOAT + HALF),
     }
     for name in ("eq", "ne", "lt", "le", "gt", "ge"):
         # narrowed by output dtype, which is bool: the kernel itself sends other compute dtypes back
-        table[name] = (_binary_kernel(name, FLOAT, _pick_fixed(name.upper()), compare=True), (dt.bool,))
+        table[name] = (_binary_kernel(name, FLOAT + HALF, _pick_fixed(name.upper()), compare=True), (dt.bool,))
     for name in ("neg", "abs", "relu"):
-        table[name] = (_unary_kernel(name, ARITH, name.upper()), ARITH)
+        table[name] = (_unary_kernel(name, ARITH + HALF, name.upper()), ARITH + HALF)
     for name in ("exp", "log", "sqrt", "sin", "cos", "tanh", "sigmoid", "erf"):
-        table[name] = (_unary_kernel(name, FLOAT, name.upper()), FLOAT)
+        table[name] = (_unary_kernel(name, FLOAT + HALF, name.upper()), FLOAT + HALF)
+    gelu = {("none",): "GELU", ("tanh",): "GELU_TANH"}
+    table["gelu"] = (_unary_kernel("gelu", FLOAT + HALF, "GELU", gelu), FLOAT + HALF)
+    table["_to_copy"] = (_to_copy_kernel(), FLOAT + HALF + _INTS)
     table["sum"] = (_reduce_kernel("sum", "SUM"), FLOAT)
     table["mean"] = (_reduce_kernel("mean", "SUM", mean=True), FLOAT)
     for name, code in (("amax", "AMAX"), ("amin", "AMIN"), ("_max_all", "AMAX"), ("_min_all", "AMIN")):
         table[name] = (_reduce_kernel(name, code), FLOAT)
-    from kiln_cpu import kernels_conv, kernels_linalg, kernels_loss, kernels_nn
+    from kiln_cpu import (
+        kernels_conv,
+        kernels_index,
+        kernels_linalg,
+        kernels_loss,
+        kernels_nn,
+        kernels_pool,
+        kernels_scan,
+    )
 
-    table.update(kernels_nn.kernels())
-    table.update(kernels_linalg.kernels())
-    table.update(kernels_loss.kernels())
-    table.update(kernels_conv.kernels())
+    for module in (kernels_nn, kernels_linalg, kernels_loss, kernels_conv, kernels_index, kernels_pool, kernels_scan):
+        table.update(module.kernels())
     return table

@@ -1,10 +1,13 @@
-"""kiln-cpu's ``_nll_loss`` forward: the target's log-probability is read in place from the input in any
-of its shapes ((C,), (N, C), (N, C, d1, ...)), where the reference first moves the class dim last (a copy
-of the whole input for spatial inputs); the sums are the reference's NumPy sums of the same terms, so
-the result is bit for bit the reference's.
+"""kiln-cpu's ``_nll_loss`` and ``_nll_loss_backward``: the target's log-probability is read in place from
+the input in any of its shapes ((C,), (N, C), (N, C, d1, ...)), and the gradient written in place in
+that layout, where the reference first moves the class dim last (a copy of the whole input for spatial
+inputs); the sums are the reference's NumPy sums of the same terms and each gradient entry the
+reference's product, so the results are bit for bit the reference's. Loops in Numba
+(:mod:`kiln_cpu._jit_loss`, imported on the first call that needs it).
 
 Handed back to the reference: small inputs (:data:`kiln_cpu.config.min_numel`), dtypes other than
-float32/float64, non-contiguous inputs, and out-of-range targets (the reference raises the error).
+float32/float64 (and a weight of another dtype), non-contiguous inputs (forward; the backward reads
+only the input's shape), and out-of-range targets (the reference raises the error).
 """
 
 from __future__ import annotations
@@ -18,9 +21,11 @@ from kiln._dispatch import OPS
 from kiln._reference import wrap_reference
 from kiln._tensor import from_array
 from kiln_cpu import config
-from kiln_cpu.kernels import _GRAIN, _kernels, parallel
+from kiln_cpu.kernels import _GRAIN, loops, parallel
 
 FLOAT = (dt.float32, dt.float64)
+
+_jit = loops("_jit_loss")
 
 
 def _nll_kernel():
@@ -49,7 +54,7 @@ def _nll_kernel():
         loss = np.empty(rows, x.dtype)
         w = np.empty(rows, x.dtype)
         bad = np.zeros(1, np.int8)
-        fn = _kernels().nll_rows
+        fn = _jit().nll_rows
         parallel(
             fn, (x.reshape(-1), t, w_in, weight is not None, ignore_index, classes, inner, loss, w, bad), rows, _GRAIN
         )
@@ -69,6 +74,56 @@ def _nll_kernel():
     return kernel
 
 
+def _nll_backward_kernel():
+    reference = wrap_reference(OPS["_nll_loss_backward"])
+    modes = {"none": 0, "sum": 1, "mean": 2}
+
+    def kernel(spec, grad, input, target, weight=None, ignore_index=-100, reduction="mean"):
+        args = (spec, grad, input, target, weight, ignore_index, reduction)
+        d = spec[1]
+        shape = spec[0]
+        if (
+            d not in FLOAT
+            or grad._dtype is not d
+            or math.prod(shape) < max(config.min_numel, 1)
+            or (weight is not None and weight._dtype is not d)
+            or reduction not in modes
+        ):
+            return reference(*args)
+        compute = d.numpy
+        classes = shape[0] if len(shape) == 1 else shape[1]
+        inner = math.prod(shape[2:])
+        j = _jit()
+        t = np.ascontiguousarray(target._numpy()).reshape(-1)
+        w_in = np.ascontiguousarray(weight._numpy()).reshape(-1) if weight is not None else np.empty(0, compute)
+        rows = t.size
+        w = np.empty(rows, compute)
+        bad = np.zeros(1, np.int8)
+        parallel(j.nll_weights, (t, w_in, weight is not None, ignore_index, classes, w, bad), rows, _GRAIN)
+        if bad[0]:
+            return reference(*args)
+        mode = modes[reduction]
+        g = grad._numpy()
+        q = compute.type(0)
+        if mode == 0:
+            g = np.ascontiguousarray(g).reshape(-1)
+        else:
+            q = g.astype(compute, copy=False)
+            if mode == 2:
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    q = q / w.sum(dtype=compute)  # as the reference rounds it
+            q, g = compute.type(q), np.empty(0, compute)
+        out = np.empty(math.prod(shape), compute)
+        batch = out.size // (classes * inner)
+        args = (t, w, g, mode, q, ignore_index, classes, inner, out)
+        parallel(j.nll_backward_fill, args, batch, max(1, _GRAIN // (classes * inner)))
+        return from_array(out.reshape(shape), d)
+
+    kernel.__name__ = "kiln_cpu__nll_loss_backward"
+    kernel.__doc__ = "Numba kernel for _nll_loss_backward (kiln-cpu)."
+    return kernel
+
+
 def kernels() -> dict[str, tuple]:
     """The loss kernels: op name -> (kernel, output dtypes served)."""
-    return {"_nll_loss": (_nll_kernel(), FLOAT)}
+    return {"_nll_loss": (_nll_kernel(), FLOAT), "_nll_loss_backward": (_nll_backward_kernel(), FLOAT)}

@@ -1,10 +1,21 @@
-"""kiln-cpu's kernels for the softmax family and layer norm: one task per row (or per outer slab), rows
-split over the thread pool, loops in Numba (:mod:`kiln_cpu._jit`).
+"""kiln-cpu's kernels for the softmax family and the normalizations, forward and backward: one task per row
+(or per outer slab, channel block or column block), tasks split over the thread pool, loops in Numba
+(:mod:`kiln_cpu._jit_norm`, imported on the first call that needs it).
+
+Served: ``_softmax``, ``_log_softmax``, ``logsumexp`` (last dim), ``_native_layer_norm``,
+``_native_batch_norm`` (training and eval) and ``_batch_norm_stats`` (its running statistics' input),
+``_native_group_norm``, and the fused backward ops ``_softmax_backward_data``,
+``_log_softmax_backward_data`` and ``_native_norm_backward`` (batch norm in training and eval, layer
+norm, group norm); float32 and float64, C-contiguous operands. The norm loops
+follow the reference's arithmetic bit for bit (runs of up to 8192 elements); the softmax loops differ
+from it only in exp's last bit.
 
 Each kernel has the reference kernel's contract and hands a call back to it whenever it would not be
 faster or not be identical: small inputs (:data:`kiln_cpu.config.min_numel`), dtypes other than
-float32/float64 (or operands of another dtype), empty and 0-d tensors, and inputs that are not
-C-contiguous (the reference's result follows their layout).
+float32/float64 (or operands of another dtype), empty and 0-d tensors, inputs that are not C-contiguous
+(the reference's result follows their layout), logsumexp over other dims than the last, and the norms'
+sums over dims that NumPy merges (a single channel in training and in the backward, a layer norm over
+one element): NumPy then adds in another order.
 """
 
 from __future__ import annotations
@@ -18,9 +29,11 @@ from kiln._dispatch import OPS
 from kiln._reference import wrap_reference
 from kiln._tensor import Tensor, from_array
 from kiln_cpu import config
-from kiln_cpu.kernels import _GRAIN, _kernels, parallel
+from kiln_cpu.kernels import _GRAIN, loops, parallel
 
 FLOAT = (dt.float32, dt.float64)
+
+_jit = loops("_jit_norm")
 
 
 def _dense_rows(a: Tensor, d) -> np.ndarray | None:
@@ -37,6 +50,19 @@ def _dense_rows(a: Tensor, d) -> np.ndarray | None:
     return x.reshape(-1)
 
 
+def _flat_param(t: Tensor | None, d, empty: np.ndarray) -> np.ndarray | None:
+    """A parameter (weight, bias, statistics) as a flat contiguous array of dtype ``d``; ``empty`` when
+    absent; None when its dtype is another (the reference runs)."""
+    if t is None:
+        return empty
+    if t._dtype is not d:
+        return None
+    return np.ascontiguousarray(t._numpy()).reshape(-1)
+
+
+# ---------------------------------------------------------------------------------------------- softmax
+
+
 def _softmax_kernel(name: str):
     reference = wrap_reference(OPS[name])
     log = name == "_log_softmax"
@@ -49,7 +75,7 @@ def _softmax_kernel(name: str):
         n = shape[axis]
         inner = math.prod(shape[axis + 1 :])
         out = np.empty(x.size, x.dtype)
-        j = _kernels()
+        j = _jit()
         tag = "log_softmax" if log else "softmax"
         if inner == 1:
             parallel(j.norm(tag + "-rows"), (x, out, n), x.size // n, max(1, _GRAIN // n))
@@ -57,6 +83,33 @@ def _softmax_kernel(name: str):
             outer = x.size // (n * inner)
             parallel(j.norm(tag + "-slabs"), (x, out, n, inner), outer, max(1, _GRAIN // (n * inner)))
         return from_array(out.reshape(shape), spec[1])
+
+    kernel.__name__ = f"kiln_cpu_{name}"
+    kernel.__doc__ = f"Numba kernel for {name} (kiln-cpu)."
+    return kernel
+
+
+def _softmax_backward_kernel(name: str):
+    reference = wrap_reference(OPS[name])
+    tag = "log_softmax_backward" if name.startswith("_log") else "softmax_backward"
+
+    def kernel(spec, grad_output, output, dim):
+        d = spec[1]
+        y = _dense_rows(output, d)
+        g = _dense_rows(grad_output, d)
+        if y is None or g is None:
+            return reference(spec, grad_output, output, dim)
+        shape, axis = output._shape, spec[3]
+        n = shape[axis]
+        inner = math.prod(shape[axis + 1 :])
+        out = np.empty(y.size, y.dtype)
+        j = _jit()
+        if inner == 1:
+            parallel(j.norm(tag + "-rows"), (g, y, out, n), y.size // n, max(1, _GRAIN // n))
+        else:
+            outer = y.size // (n * inner)
+            parallel(j.norm(tag + "-slabs"), (g, y, out, n, inner), outer, max(1, _GRAIN // (n * inner)))
+        return from_array(out.reshape(shape), d)
 
     kernel.__name__ = f"kiln_cpu_{name}"
     kernel.__doc__ = f"Numba kernel for {name} (kiln-cpu)."
@@ -72,12 +125,15 @@ def _logsumexp_kernel():
             return reference(spec, a, dim, keepdim)
         n = a._shape[-1]
         out = np.empty(x.size // n, x.dtype)
-        parallel(_kernels().norm("logsumexp-rows"), (x, out, n), out.size, max(1, _GRAIN // n))
+        parallel(_jit().norm("logsumexp-rows"), (x, out, n), out.size, max(1, _GRAIN // n))
         return from_array(out.reshape(spec[0]), spec[1])
 
     kernel.__name__ = "kiln_cpu_logsumexp"
     kernel.__doc__ = "Numba kernel for logsumexp over the last dim (kiln-cpu)."
     return kernel
+
+
+# ------------------------------------------------------------------------------------------ layer norm
 
 
 def _layer_norm_kernel():
@@ -97,12 +153,222 @@ def _layer_norm_kernel():
         out = np.empty(x.size, x.dtype)
         t = x.dtype.type
         args = (x, w, b, weight is not None, bias is not None, t(eps), t(1), t(n), out, n)
-        parallel(_kernels().norm("layer_norm-rows"), args, x.size // n, max(1, _GRAIN // n))
+        parallel(_jit().norm("layer_norm-rows"), args, x.size // n, max(1, _GRAIN // n))
         return from_array(out.reshape(a._shape), d)
 
     kernel.__name__ = "kiln_cpu__native_layer_norm"
     kernel.__doc__ = "Numba kernel for _native_layer_norm (kiln-cpu)."
     return kernel
+
+
+# ------------------------------------------------------------------------------------------ batch norm
+
+
+def _channels(shape: tuple) -> tuple[int, int, int, int]:
+    """(N, C, HW, block): the (N, C, HW) view of an NC* input and the channels per task, so that a task's
+    N * HW * block elements (64K at most, unless one channel has more) stay in cache across its passes."""
+    n, c = shape[0], shape[1]
+    hw = math.prod(shape[2:])
+    block = max(1, min(c, (1 << 16) // max(n * hw, 1)))
+    return n, c, hw, block
+
+
+def _rstd(var: np.ndarray, eps) -> np.ndarray:
+    """1 / sqrt(var + eps) in var's dtype, as the reference computes it."""
+    return np.divide(1, np.sqrt(var + var.dtype.type(eps)), dtype=var.dtype)
+
+
+def _batch_norm_kernel():
+    reference = wrap_reference(OPS["_native_batch_norm"])
+
+    def kernel(spec, input, weight, bias, running_mean, running_var, training, eps):
+        args = (spec, input, weight, bias, running_mean, running_var, training, eps)
+        d = spec[1]
+        x = _dense_rows(input, d)
+        if x is None or len(input._shape) < 2 or (training and input._shape[1] == 1):
+            return reference(*args)  # one channel: NumPy sums the merged dims in another order
+        empty = np.empty(0, x.dtype)
+        w = _flat_param(weight, d, empty)
+        b = _flat_param(bias, d, empty)
+        mean = r = empty
+        if not training:
+            mean = _flat_param(running_mean, d, empty)
+            var = _flat_param(running_var, d, empty)
+            if mean is None or var is None:
+                return reference(*args)
+            with np.errstate(all="ignore"):
+                r = _rstd(var, eps)
+        if w is None or b is None:
+            return reference(*args)
+        n, c, hw, block = _channels(input._shape)
+        out = np.empty(x.size, x.dtype)
+        t = x.dtype.type
+        kargs = (x, w, b, weight is not None, bias is not None, t(eps), t(1), t(n * hw), bool(training), mean, r)
+        parallel(_jit().norm("batch_norm-channels"), (*kargs, out, n, c, hw, block), -(-c // block), 1)
+        return from_array(out.reshape(input._shape), d)
+
+    kernel.__name__ = "kiln_cpu__native_batch_norm"
+    kernel.__doc__ = "Numba kernel for _native_batch_norm (kiln-cpu): NC* contiguous input, training or eval."
+    return kernel
+
+
+def _batch_norm_stats_kernel():
+    reference = wrap_reference(OPS["_batch_norm_stats"])
+
+    def kernel(spec, input):
+        d = spec[0][1]
+        x = _dense_rows(input, d)
+        if x is None or input._shape[1] == 1:
+            return reference(spec, input)  # one channel: NumPy sums the merged dims in another order
+        n, c, hw, block = _channels(input._shape)
+        t = x.dtype.type
+        mean = np.empty(c, x.dtype)
+        ss = np.empty(c, x.dtype)
+        same = np.empty(c, np.bool_)
+        parallel(
+            _jit().norm("batch_norm_stats-channels"), (x, t(n * hw), mean, ss, same, n, c, hw, block), -(-c // block), 1
+        )
+        with np.errstate(all="ignore"):  # as the reference: ss / (n - 1), exactly 0 for a constant channel
+            var = np.asarray(ss / t(max(n * hw - 1, 0)))
+            var = np.where(same & ~np.isnan(var), np.zeros((), x.dtype) * var, var)
+        return from_array(mean, d), from_array(var, d)
+
+    kernel.__name__ = "kiln_cpu__batch_norm_stats"
+    kernel.__doc__ = "Numba kernel for _batch_norm_stats (kiln-cpu): NC* contiguous input."
+    return kernel
+
+
+# ------------------------------------------------------------------------------------------ group norm
+
+
+def _group_norm_kernel():
+    reference = wrap_reference(OPS["_native_group_norm"])
+
+    def kernel(spec, input, num_groups, weight, bias, eps):
+        args = (spec, input, num_groups, weight, bias, eps)
+        d = spec[1]
+        x = _dense_rows(input, d)
+        empty = np.empty(0, d.numpy) if d in FLOAT else None
+        w = _flat_param(weight, d, empty)
+        b = _flat_param(bias, d, empty)
+        if x is None or w is None or b is None:
+            return reference(*args)
+        rows, groups, length = spec[3].stats_shape
+        hw = math.prod(input._shape[2:])
+        cg = input._shape[1] // groups
+        out = np.empty(x.size, x.dtype)
+        t = x.dtype.type
+        kargs = (x, w, b, weight is not None, bias is not None, t(eps), t(1), t(length), out, length, hw, cg, groups)
+        parallel(_jit().norm("group_norm-rows"), kargs, rows * groups, max(1, _GRAIN // length))
+        return from_array(out.reshape(input._shape), d)
+
+    kernel.__name__ = "kiln_cpu__native_group_norm"
+    kernel.__doc__ = "Numba kernel for _native_group_norm (kiln-cpu)."
+    return kernel
+
+
+# ------------------------------------------------------------------------------------------ backward
+
+
+def _norm_backward_kernel():
+    reference = wrap_reference(OPS["_native_norm_backward"])
+
+    def kernel(spec, grad, input, weight, mean, var, eps, layout, output_mask):
+        args = (spec, grad, input, weight, mean, var, eps, layout, output_mask)
+        d = spec[0][1]
+        x = _dense_rows(input, d)
+        g = _dense_rows(grad, d)
+        if x is None or g is None:
+            return reference(*args)
+        empty = np.empty(0, x.dtype)
+        w = _flat_param(weight, d, empty)
+        mu = _flat_param(mean, d, empty)
+        v = _flat_param(var, d, empty)
+        if w is None or mu is None or v is None or (mean is not None and layout.kind != "batch"):
+            return reference(*args)
+        need = (bool(output_mask[0]), bool(output_mask[1]) and weight is not None, bool(output_mask[2]))
+        if _merged_sums(layout, input._shape):
+            return reference(*args)
+        t = x.dtype.type
+        if layout.kind == "layer":
+            gx, gw, gb = _layer_norm_backward(x, g, w, weight is not None, t(eps), layout, input._shape, need)
+        elif layout.kind == "batch" and len(input._shape) >= 2:
+            r = empty
+            if mean is not None:
+                with np.errstate(all="ignore"):
+                    r = _rstd(v, eps)
+            gx, gw, gb = _batch_norm_backward(x, g, w, weight is not None, t(eps), mu, r, input._shape, need)
+        elif layout.kind == "group":
+            gx, gw, gb = _group_norm_backward(x, g, w, weight is not None, t(eps), layout, input._shape, need)
+        else:
+            return reference(*args)
+        outs = (gx, gw, gb)
+        return tuple(from_array(a.reshape(s[0]) if n else np.zeros(0, x.dtype), d) for a, s, n in zip(outs, spec, need))
+
+    kernel.__name__ = "kiln_cpu__native_norm_backward"
+    kernel.__doc__ = "Numba kernel for _native_norm_backward (kiln-cpu): batch, layer and group norm."
+    return kernel
+
+
+def _merged_sums(lay, shape: tuple) -> bool:
+    """Whether NumPy merges the dims a sum of the reference runs over (one channel; a layer norm over one
+    element per row) and so adds in an order the loops do not follow: the reference runs."""
+    if lay.kind == "layer":
+        return math.prod(shape[i] for i in lay.red) == 1
+    return len(shape) >= 2 and shape[1] == 1
+
+
+def _layer_norm_backward(x, g, w, has_w, eps, lay, shape, need):
+    """(gx, gw, gb) flat: the rows' loop (statistics, input gradient), then the parameters' column sums."""
+    n = math.prod(shape[i] for i in lay.red)
+    rows = x.size // n
+    t = x.dtype.type
+    mean = np.empty(rows, x.dtype)
+    rstd = np.empty(rows, x.dtype)
+    gx = np.empty(x.size if need[0] else 0, x.dtype)
+    j = _jit()
+    args = (x, g, w, has_w, eps, t(1), t(n), need[0], mean, rstd, gx, n)
+    parallel(j.norm("layer_norm_backward-rows"), args, rows, max(1, _GRAIN // n))
+    gw = np.empty(n if need[1] else 0, x.dtype)
+    gb = np.empty(n if need[2] else 0, x.dtype)
+    if need[1] or need[2]:
+        gw_out = gw if need[1] else np.empty(n, x.dtype)
+        gb_out = gb if need[2] else np.empty(n, x.dtype)
+        cols = j._COLS
+        args = (x, g, mean, rstd, rows, n, need[1], need[2], bool(lay.param_red), gw_out, gb_out)
+        parallel(j.norm("norm_params-cols"), args, -(-n // cols), max(1, _GRAIN // (cols * rows)))
+    return gx, gw, gb
+
+
+def _batch_norm_backward(x, g, w, has_w, eps, mean, r, shape, need):
+    """(gx, gw, gb) flat, channel blocks in parallel; ``mean``/``r`` given in eval mode (else empty)."""
+    n, c, hw, block = _channels(shape)
+    t = x.dtype.type
+    gx = np.empty(x.size if need[0] else 0, x.dtype)
+    gw = np.empty(c, x.dtype)
+    gb = np.empty(c, x.dtype)
+    train = mean.size == 0
+    args = (x, g, w, has_w, eps, t(1), t(n * hw), train, mean, r, need[0], gx, gw, gb, n, c, hw, block)
+    parallel(_jit().norm("batch_norm_backward-channels"), args, -(-c // block), 1)
+    return gx, gw, gb
+
+
+def _group_norm_backward(x, g, w, has_w, eps, lay, shape, need):
+    """(gx, gw, gb) flat: the rows' loop, then the per-(n, channel) run sums added over n in order."""
+    n, groups, length = lay.stats_shape
+    c = shape[1]
+    hw = math.prod(shape[2:])
+    t = x.dtype.type
+    gx = np.empty(x.size if need[0] else 0, x.dtype)
+    part_w = np.empty(n * c if need[1] else 0, x.dtype)
+    part_b = np.empty(n * c if need[2] else 0, x.dtype)
+    args = (x, g, w, has_w, eps, t(1), t(length), need[0], need[1], need[2], gx, part_w, part_b)
+    args = (*args, length, hw, c // groups, groups)
+    parallel(_jit().norm("group_norm_backward-rows"), args, n * groups, max(1, _GRAIN // length))
+    # NumPy's sum over dim 0 of (N, C) adds the rows in order onto 0: the reference's order
+    gw = np.sum(part_w.reshape(n, c), axis=0) if need[1] else part_w
+    gb = np.sum(part_b.reshape(n, c), axis=0) if need[2] else part_b
+    return gx, gw, gb
 
 
 def kernels() -> dict[str, tuple]:
@@ -112,4 +378,10 @@ def kernels() -> dict[str, tuple]:
         "_log_softmax": (_softmax_kernel("_log_softmax"), FLOAT),
         "logsumexp": (_logsumexp_kernel(), FLOAT),
         "_native_layer_norm": (_layer_norm_kernel(), FLOAT),
+        "_native_batch_norm": (_batch_norm_kernel(), FLOAT),
+        "_batch_norm_stats": (_batch_norm_stats_kernel(), FLOAT),
+        "_native_group_norm": (_group_norm_kernel(), FLOAT),
+        "_softmax_backward_data": (_softmax_backward_kernel("_softmax_backward_data"), FLOAT),
+        "_log_softmax_backward_data": (_softmax_backward_kernel("_log_softmax_backward_data"), FLOAT),
+        "_native_norm_backward": (_norm_backward_kernel(), FLOAT),
     }

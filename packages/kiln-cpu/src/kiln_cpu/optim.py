@@ -30,6 +30,7 @@ from kiln import _dtype as dt
 from kiln._state import state
 from kiln._tensor import Tensor, from_array
 from kiln_cpu import _threads, config
+from kiln_cpu.kernels import loops
 
 __all__ = ["fused_updates", "sgd", "adam"]
 
@@ -37,17 +38,7 @@ FLOAT = (dt.float32, dt.float64)
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 _GRAIN = 1 << 15  # elements per range at least (as kiln_cpu.kernels): a smaller range is not worth a thread
 
-_jit = None
-
-
-def _loops():
-    """The Numba module, imported on the first update (``import kiln_cpu.optim`` compiles nothing)."""
-    global _jit
-    if _jit is None:
-        from kiln_cpu import _jit_optim as module
-
-        _jit = module
-    return _jit
+_loops = loops("_jit_optim")
 
 
 def fused_updates() -> dict:

@@ -629,7 +629,8 @@ def _cpu_fallback(opdef, dev_type: str) -> Callable:
         if isinstance(x, Tensor):
             return to_device_raw(x, CPU) if x._device.type == dev_type else x
         if isinstance(x, (list, tuple)):
-            return type(x)(to_cpu(v) for v in x)
+            items = [to_cpu(v) for v in x]
+            return type(x)._make(items) if hasattr(x, "_fields") else type(x)(items)  # namedtuples too
         return x
 
     def fallback(spec, *args):

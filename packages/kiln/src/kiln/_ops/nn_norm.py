@@ -6,6 +6,13 @@ gradients work): ``_softmax`` / ``_log_softmax`` (``SoftmaxBackward0`` / ``LogSo
 one backward formula shared by the three), ``_embedding`` (``EmbeddingBackward0``) and
 ``_embedding_bag`` (``EmbeddingBagBackward0``).
 
+Their backward passes are fused ops too, as in PyTorch: ``_softmax_backward_data``,
+``_log_softmax_backward_data`` and ``_native_norm_backward`` (batch, layer and group norm: one op, one
+reference); a backend accelerates a training step by giving each a kernel. Each reference computes what
+the composite formula in kiln ops (``_softmax_backward``, ``_log_softmax_backward``, ``_norm_grads``)
+computes; their own backward (double backward) re-runs that composite under autograd
+(:func:`_vjp_of_composite`), so gradients of any order need no hand-written derivative.
+
 The rest is composed of ops as PyTorch composes it on the CPU (so the autograd node names match):
 ``softmin``, ``instance_norm`` (a batch norm of the ``(1, N*C, ...)`` view), ``rms_norm``,
 ``normalize``, ``local_response_norm`` and the dropout family, whose masks are drawn from kiln's default
@@ -30,6 +37,7 @@ from kiln._ops._meta import scalar_type_name, wrap_dim
 from kiln._ops.elementwise import _compute_np, exp, where
 from kiln._ops.reduction import mean as _mean
 from kiln._ops.reduction import sum as _sum
+from kiln._state import state
 from kiln._tensor import Tensor, _numel
 
 __all__ = [
@@ -120,21 +128,140 @@ def _upcast(*tensors):
 
 
 def _softmax_backward(grad, dim, result):
+    """Softmax's gradient composed of kiln ops: ``y * (g - sum(g * y))`` (what ``_softmax_backward_data``
+    computes; its double backward differentiates this)."""
     d = wrap_dim(dim, len(result._shape))
     grad, result = _upcast(grad, result)
     return result * (grad - _sum(grad * result, d, True))
 
 
 def _log_softmax_backward(grad, dim, result):
+    """Log-softmax's gradient composed of kiln ops: ``g - exp(y) * sum(g)``."""
     d = wrap_dim(dim, len(result._shape))
     grad, result = _upcast(grad, result)
     return grad - exp(result) * _sum(grad, d, True)
 
 
+def _vjp_of_composite(formula, inputs: tuple, cotangents: tuple, needs: tuple) -> tuple:
+    """The backward of a fused backward op: gradients of ``formula(*inputs)`` (a tensor, or a tuple of
+    tensors with None for outputs it does not compute) with respect to the ``inputs`` flagged in ``needs``,
+    given ``cotangents`` (one per output). The composite that the fused op computes in one kernel is re-run
+    in kiln ops with grad mode on and differentiated by the engine, which is re-entrant (this runs inside a
+    node's backward), so gradients of every order work without a hand-written second derivative.
+
+    When a graph is being built (``create_graph``), an input that requires grad enters through an alias
+    (a view) that keeps its history: the result then depends on the inputs' own history, so the next order
+    is right too. Otherwise every input is a detached leaf and the result is a plain tensor."""
+    from kiln.autograd import grad as autograd_grad
+    from kiln.autograd.grad_mode import enable_grad
+
+    create = state.grad_enabled
+    xs: list = []
+    targets: list[int] = []
+    with enable_grad():
+        for t, need in zip(inputs, needs):
+            if t is None or not need:
+                xs.append(None if t is None else t.detach())
+                continue
+            targets.append(len(xs))
+            xs.append(t.view_as(t) if create and t._requires_grad else t.detach().requires_grad_(True))
+        outs = formula(*xs) if targets else ()
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    pairs = [(o, c) for o, c in zip(outs, cotangents) if o is not None and c is not None and o._requires_grad]
+    result: list = [None] * len(inputs)
+    if pairs:
+        got = autograd_grad(
+            [o for o, _ in pairs],
+            [xs[i] for i in targets],
+            [c for _, c in pairs],
+            create_graph=create,
+            allow_unused=True,
+        )
+        for i, g in zip(targets, got):
+            result[i] = g
+    return tuple(result)
+
+
+def _softmax_bwd_meta(name: str):
+    def meta(grad_output, output, dim):
+        _check_tensor(grad_output, name, "grad_output")
+        _check_tensor(output, name, "output", 2)
+        if grad_output._shape != output._shape:
+            raise RuntimeError(
+                f"{name}: grad_output of shape {_shape_list(grad_output._shape)} does not match output of shape "
+                f"{_shape_list(output._shape)}"
+            )
+        d = wrap_dim(dim, len(output._shape))
+        dtype = dt.promote_types(grad_output._dtype, output._dtype)
+        _require_float(output, name)
+        return (output._shape, dt.float32 if dtype in _HALF else dtype, output._device, d)
+
+    return meta
+
+
+def _softmax_bwd_ref(log: bool):
+    def ref(spec, grad_output, output, dim):
+        compute = _compute_np(spec[1])
+        g = grad_output.astype(compute, copy=False)
+        y = output.astype(compute, copy=False)
+        axis = spec[3]
+        if y.ndim == 0:
+            g, y, axis = g.reshape(1), y.reshape(1), 0
+        if log:
+            r = g - np.exp(y) * np.sum(g, axis=axis, keepdims=True, dtype=compute)
+        else:
+            r = y * (g - np.sum(g * y, axis=axis, keepdims=True, dtype=compute))
+        return r.reshape(spec[0])
+
+    return ref
+
+
+def _softmax_bwd_backward(grad, grad_output, output, dim, needs_input_grad):
+    return _vjp_of_composite(
+        lambda g, y: _softmax_backward(g, dim, y), (grad_output, output), (grad,), needs_input_grad
+    )
+
+
+def _log_softmax_bwd_backward(grad, grad_output, output, dim, needs_input_grad):
+    return _vjp_of_composite(
+        lambda g, y: _log_softmax_backward(g, dim, y), (grad_output, output), (grad,), needs_input_grad
+    )
+
+
+@op(
+    meta=_softmax_bwd_meta("_softmax_backward_data"),
+    reference=_softmax_bwd_ref(False),
+    backward=_softmax_bwd_backward,
+    grad_fn_name="SoftmaxBackwardDataBackward0",
+)
+def _softmax_backward_data(grad_output: Tensor, output: Tensor, dim: int) -> Tensor:
+    """Softmax's input gradient from its ``output`` ``y``: ``y * (grad_output - sum(grad_output * y))``
+    along ``dim`` (half precision computed and returned in float32)."""
+
+
+@op(
+    meta=_softmax_bwd_meta("_log_softmax_backward_data"),
+    reference=_softmax_bwd_ref(True),
+    backward=_log_softmax_bwd_backward,
+    grad_fn_name="LogSoftmaxBackwardDataBackward0",
+)
+def _log_softmax_backward_data(grad_output: Tensor, output: Tensor, dim: int) -> Tensor:
+    """Log-softmax's input gradient from its ``output`` ``y``: ``grad_output - exp(y) * sum(grad_output)``
+    along ``dim`` (half precision computed and returned in float32)."""
+
+
+def _softmax_grad(grad, dim, result):
+    return _softmax_backward_data(grad, result, dim)
+
+
+def _log_softmax_grad(grad, dim, result):
+    return _log_softmax_backward_data(grad, result, dim)
+
+
 @op(
     meta=_softmax_meta("softmax"),
     reference=_softmax_ref(False),
-    backward=_softmax_backward,
+    backward=_softmax_grad,
     autocast="fp32",
     grad_fn_name="SoftmaxBackward0",
 )
@@ -145,7 +272,7 @@ def _softmax(input: Tensor, dim: int) -> Tensor:
 @op(
     meta=_softmax_meta("log_softmax"),
     reference=_softmax_ref(True),
-    backward=_log_softmax_backward,
+    backward=_log_softmax_grad,
     autocast="fp32",
     grad_fn_name="LogSoftmaxBackward0",
 )
@@ -207,31 +334,38 @@ Tensor.log_softmax = _tensor_log_softmax
 class _Layout(NamedTuple):
     """How one normalization sees its input: statistics over ``red`` of the input viewed as
     ``stats_shape``; affine parameters viewed as ``param_view`` (broadcast against the input), their
-    gradients summed over the input dims ``param_red``."""
+    gradients summed over the input dims ``param_red``; ``kind``: "batch", "layer" or "group"."""
 
     stats_shape: tuple
     red: tuple
     param_view: tuple
     param_red: tuple
+    kind: str = "batch"
 
 
 def _channel_layout(shape: tuple) -> _Layout:
     nd = len(shape)
     red = (0,) + tuple(range(2, nd))
     c = shape[1] if nd > 1 else 0
-    return _Layout(shape, red, (c,) + (1,) * (nd - 2), red)
+    return _Layout(shape, red, (c,) + (1,) * (nd - 2), red, "batch")
 
 
 def _layer_layout(shape: tuple, normalized_shape: tuple) -> _Layout:
     nd, k = len(shape), len(normalized_shape)
-    return _Layout(shape, tuple(range(nd - k, nd)), (1,) * (nd - k) + tuple(normalized_shape), tuple(range(nd - k)))
+    red = tuple(range(nd - k, nd))
+    return _Layout(shape, red, (1,) * (nd - k) + tuple(normalized_shape), tuple(range(nd - k)), "layer")
 
 
 def _group_layout(shape: tuple, groups: int) -> _Layout:
     nd = len(shape)
     per_group = shape[1] // groups * _numel(shape[2:])
     red = (0,) + tuple(range(2, nd))
-    return _Layout((shape[0], groups, per_group), (2,), (shape[1],) + (1,) * (nd - 2), red)
+    return _Layout((shape[0], groups, per_group), (2,), (shape[1],) + (1,) * (nd - 2), red, "group")
+
+
+def _param_shape(shape: tuple, lay: _Layout) -> tuple:
+    """The shape of the affine parameters' gradients: the input dims that are not summed over."""
+    return tuple(n for i, n in enumerate(shape) if i not in lay.param_red)
 
 
 def _norm_np(spec, x, weight, bias, mean, var, eps):
@@ -257,14 +391,14 @@ def _norm_np(spec, x, weight, bias, mean, var, eps):
     return y
 
 
-def _norm_grads(grad, input, weight, bias, mean, var, eps, lay: _Layout, needs_input_grad):
-    """Gradients wrt (input, weight, bias) of the shared normalization, in kiln ops."""
+def _norm_grads(grad, input, weight, mean, var, eps, lay: _Layout, output_mask):
+    """The shared normalization's gradients composed of kiln ops: (input, weight, bias), the parameters'
+    in :func:`_param_shape` (None where ``output_mask`` is False, or without a weight). What
+    ``_native_norm_backward`` computes; its double backward differentiates this."""
     from kiln._ops.math import rsqrt
     from kiln._ops.scans import _var
 
     shape = input._shape
-    weight_shape = None if weight is None else weight._shape
-    bias_shape = None if bias is None else bias._shape
     grad, x, weight, mean, var = _upcast(grad, input, weight, mean, var)
     xs = x.reshape(lay.stats_shape)
     batch = mean is None
@@ -276,19 +410,149 @@ def _norm_grads(grad, input, weight, bias, mean, var, eps, lay: _Layout, needs_i
         r = rsqrt(var.detach().reshape(lay.param_view).to(x.dtype) + eps)
     xhat = (xs - mu) * r
     gx = gw = gb = None
-    if needs_input_grad[0]:
+    if output_mask[0]:
         gy = grad if weight is None else grad * weight.reshape(lay.param_view)
         if batch:
             gs = gy.reshape(lay.stats_shape)
             gx = (r * (gs - _mean(gs, lay.red, True) - xhat * _mean(gs * xhat, lay.red, True))).reshape(shape)
         else:
             gx = gy * r
-    if weight is not None and needs_input_grad[1]:
+    if weight is not None and output_mask[1]:
         prod = grad * xhat.reshape(shape)
-        gw = (_sum(prod, lay.param_red) if lay.param_red else prod).reshape(weight_shape)
-    if bias_shape is not None and needs_input_grad[2]:
-        gb = (_sum(grad, lay.param_red) if lay.param_red else grad).reshape(bias_shape)
+        gw = _sum(prod, lay.param_red) if lay.param_red else prod
+    if output_mask[2]:
+        gb = _sum(grad, lay.param_red) if lay.param_red else grad
     return gx, gw, gb
+
+
+def _var0_np(xs: np.ndarray, red: tuple, compute: np.dtype) -> np.ndarray:
+    """The biased variance over ``red`` (kept dims) as kiln's ``_var`` reference computes it: the mean of
+    the centred squares, exactly 0 for a constant slice."""
+    n = math.prod(xs.shape[i] for i in red)
+    m = np.mean(xs, axis=red, keepdims=True, dtype=compute)
+    v = np.asarray(np.sum(np.square(xs - m), axis=red, keepdims=True, dtype=compute) / compute.type(n))
+    same = np.max(xs, axis=red, keepdims=True) == np.min(xs, axis=red, keepdims=True)
+    return np.where(same & ~np.isnan(v), np.zeros((), compute) * v, v)
+
+
+_NORM_BACKWARD_NAMES = {
+    "batch": "NativeBatchNormBackwardBackward0",
+    "layer": "NativeLayerNormBackwardBackward0",
+    "group": "NativeGroupNormBackwardBackward0",
+}
+
+
+def _norm_bwd_meta(grad, input, weight, mean, var, eps, layout, output_mask):
+    _check_tensor(grad, "_native_norm_backward", "grad")
+    _check_tensor(input, "_native_norm_backward", "input", 2)
+    if grad._shape != input._shape:
+        raise RuntimeError(
+            f"_native_norm_backward: grad of shape {_shape_list(grad._shape)} does not match input of shape "
+            f"{_shape_list(input._shape)}"
+        )
+    if (mean is None) != (var is None):
+        raise RuntimeError("_native_norm_backward: mean and var are given together or not at all")
+    if len(output_mask) != 3:
+        raise RuntimeError(f"_native_norm_backward: output_mask must have 3 entries, got {len(output_mask)}")
+    _require_float(input, "_native_norm_backward")
+    dtype = dt.promote_types(grad._dtype, input._dtype)
+    dtype = dt.float32 if dtype in _HALF else dtype
+    pshape = _param_shape(input._shape, layout)
+    dev = input._device
+    return (
+        (input._shape if output_mask[0] else (0,), dtype, dev),
+        (pshape if output_mask[1] and weight is not None else (0,), dtype, dev),
+        (pshape if output_mask[2] else (0,), dtype, dev),
+    )
+
+
+def _norm_bwd_ref(spec, grad, input, weight, mean, var, eps, lay, output_mask):
+    """What :func:`_norm_grads` computes, in NumPy: the same operations in the same order."""
+    compute = _compute_np(spec[0][1])
+    shape = input.shape
+    g = grad.astype(compute, copy=False)
+    if input.size == 0:
+        gx = np.empty(spec[0][0], compute)
+        gw = np.zeros(spec[1][0], compute)
+        gb = np.zeros(spec[2][0], compute)
+        return gx, gw, gb
+    xs = input.astype(compute, copy=False).reshape(lay.stats_shape)
+    if mean is None:
+        mu = np.mean(xs, axis=lay.red, keepdims=True, dtype=compute)
+        v = _var0_np(xs, lay.red, compute)
+    else:
+        mu = mean.astype(compute, copy=False).reshape(lay.param_view)
+        v = var.astype(compute, copy=False).reshape(lay.param_view)
+    r = np.divide(1, np.sqrt(v + compute.type(eps)), dtype=compute)
+    xhat = (xs - mu) * r
+    empty = np.zeros((0,), compute)
+    gx = gw = gb = empty
+    if output_mask[0]:
+        gy = g if weight is None else g * weight.astype(compute, copy=False).reshape(lay.param_view)
+        if mean is None:
+            gs = gy.reshape(lay.stats_shape)
+            m1 = np.mean(gs, axis=lay.red, keepdims=True, dtype=compute)
+            m2 = np.mean(gs * xhat, axis=lay.red, keepdims=True, dtype=compute)
+            gx = (r * (gs - m1 - xhat * m2)).reshape(shape)
+        else:
+            gx = gy * r
+    # no dim to sum over (a layer norm over every dim): the products themselves, as the composite
+    if output_mask[1] and weight is not None:
+        prod = g * xhat.reshape(shape)
+        gw = np.sum(prod, axis=lay.param_red, dtype=compute) if lay.param_red else prod
+    if output_mask[2]:
+        gb = np.sum(g, axis=lay.param_red, dtype=compute) if lay.param_red else np.array(g, copy=True)
+    return gx, gw.reshape(spec[1][0]), gb.reshape(spec[2][0])
+
+
+def _norm_bwd_backward(grads, grad, input, weight, mean, var, eps, layout, output_mask, needs_input_grad):
+    def formula(g, x, w):
+        return _norm_grads(g, x, w, mean, var, eps, layout, output_mask)
+
+    got = _vjp_of_composite(formula, (grad, input, weight), grads, needs_input_grad[:3])
+    return (*got, None, None)
+
+
+@op(
+    meta=_norm_bwd_meta,
+    reference=_norm_bwd_ref,
+    backward=_norm_bwd_backward,
+    num_outputs=3,
+    grad_fn_name=lambda args: _NORM_BACKWARD_NAMES[args[6].kind],
+)
+def _native_norm_backward(
+    grad: Tensor,
+    input: Tensor,
+    weight: Tensor | None,
+    mean: Tensor | None,
+    var: Tensor | None,
+    eps: float,
+    layout: tuple,
+    output_mask: tuple,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Gradients of batch, layer and group norm (one op for the three, told apart by ``layout``, a
+    ``_Layout``): (input, weight, bias) for output gradient ``grad``. Statistics of the input
+    (``mean``/``var`` None) or the given ones (batch norm in eval mode); the parameters' gradients have
+    the shape of the dims not summed over. An output whose ``output_mask`` entry is False (and the weight's
+    without a ``weight``) is an empty ``(0,)`` tensor. Half precision is computed and returned in float32."""
+
+
+def _norm_backward(grad, input, weight, bias, mean, var, eps, lay: _Layout, needs_input_grad):
+    """The backward formula of the three norm ops: :func:`_native_norm_backward` for the gradients asked for,
+    the parameters' reshaped to the parameters' own shapes."""
+    mask = (
+        bool(needs_input_grad[0]),
+        weight is not None and bool(needs_input_grad[1]),
+        bias is not None and bool(needs_input_grad[2]),
+    )
+    if not any(mask):
+        return None, None, None
+    gx, gw, gb = _native_norm_backward(grad, input, weight, mean, var, eps, lay, mask)
+
+    def fit(g, p):
+        return g if g._shape == p._shape else g.reshape(p._shape)
+
+    return gx if mask[0] else None, fit(gw, weight) if mask[1] else None, fit(gb, bias) if mask[2] else None
 
 
 def _check_mixed(input: Tensor, *params) -> None:
@@ -348,7 +612,7 @@ def _batch_norm_ref(spec, input, weight, bias, running_mean, running_var, traini
 def _batch_norm_backward(grad, input, weight, bias, running_mean, running_var, training, eps, needs_input_grad):
     lay = _channel_layout(input._shape)
     stats = (None, None) if training else (running_mean, running_var)
-    gx, gw, gb = _norm_grads(grad, input, weight, bias, *stats, eps, lay, needs_input_grad)
+    gx, gw, gb = _norm_backward(grad, input, weight, bias, *stats, eps, lay, needs_input_grad)
     return gx, gw, gb, None, None
 
 
@@ -371,13 +635,41 @@ def _native_batch_norm(
     """Batch normalization over every dim but 1: batch statistics (``training``) or the running ones."""
 
 
-def _batch_stats(x: Tensor, red: tuple) -> tuple[Tensor, Tensor]:
-    """(mean, unbiased variance) over ``red`` (no autograd), in float32 at least."""
-    from kiln._ops.scans import _var
+def _bn_stats_meta(input):
+    _check_tensor(input, "_batch_norm_stats")
+    if len(input._shape) < 2:
+        raise RuntimeError(f"_batch_norm_stats: expected an input with a channel dim, got {len(input._shape)} dims")
+    _require_float(input, "_batch_norm_stats")
+    spec = ((input._shape[1],), dt.float32 if input._dtype in _HALF else input._dtype, input._device)
+    return (spec, spec)
 
-    if x._dtype in _HALF:
-        x = x.to(dt.float32)
-    return _mean(x, red), _var(x, red, 1)
+
+def _bn_stats_ref(spec, input):
+    """As ``_mean(x, red)`` and ``_var(x, red, 1)`` compute them (kiln's reference kernels)."""
+    compute = _compute_np(spec[0][1])
+    x = input.astype(compute, copy=False)
+    red = (0,) + tuple(range(2, x.ndim))
+    c = spec[0][0]
+    if x.size == 0:
+        return np.full(c, np.nan, compute), np.full(c, np.nan, compute)
+    n = x.size // max(c[0], 1)
+    mean = np.mean(x, axis=red, dtype=compute)
+    m = np.mean(x, axis=red, keepdims=True, dtype=compute)
+    var = np.asarray(np.sum(np.square(x - m), axis=red, dtype=compute) / compute.type(max(n - 1, 0)))
+    same = np.max(x, axis=red) == np.min(x, axis=red)
+    return mean, np.where(same & ~np.isnan(var), np.zeros((), compute) * var, var)
+
+
+@op(meta=_bn_stats_meta, reference=_bn_stats_ref, num_outputs=2)
+def _batch_norm_stats(input: Tensor) -> tuple[Tensor, Tensor]:
+    """Per-channel (mean, unbiased variance) of an ``(N, C, *)`` input over every dim but 1, as ``mean`` and
+    ``var`` compute them (half precision in float32): the batch statistics that batch norm's running
+    statistics take in (no autograd)."""
+
+
+def _batch_stats(x: Tensor) -> tuple[Tensor, Tensor]:
+    """(mean, unbiased variance) per channel (no autograd), in float32 at least."""
+    return _batch_norm_stats(x)
 
 
 def _update_running(running: Tensor | None, value: Tensor, momentum: float) -> None:
@@ -413,7 +705,7 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
         out = _native_batch_norm(input, weight, bias, running_mean, running_var, training, eps)
     if training and (running_mean is not None or running_var is not None) and _numel(input._shape):
         with no_grad():
-            m, v = _batch_stats(input.detach(), _channel_layout(input._shape).red)
+            m, v = _batch_stats(input.detach())
             _update_running(running_mean, m, momentum)
             _update_running(running_var, v, momentum)
     return out
@@ -450,7 +742,7 @@ def instance_norm(
     )
     if use_input_stats and (running_mean is not None or running_var is not None) and _numel(shape):
         with no_grad():
-            m, v = _batch_stats(input.detach().reshape(view), _channel_layout(view).red)
+            m, v = _batch_stats(input.detach().reshape(view))
             _update_running(running_mean, _mean(m.reshape(n, c), 0), momentum)
             _update_running(running_var, _mean(v.reshape(n, c), 0), momentum)
     return out.view(shape)
@@ -501,7 +793,7 @@ def _layer_norm_ref(spec, input, normalized_shape, weight, bias, eps):
 
 def _layer_norm_backward(grad, input, normalized_shape, weight, bias, eps, needs_input_grad):
     ns = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
-    return _norm_grads(grad, input, weight, bias, None, None, eps, _layer_layout(input._shape, ns), needs_input_grad)
+    return _norm_backward(grad, input, weight, bias, None, None, eps, _layer_layout(input._shape, ns), needs_input_grad)
 
 
 @op(
@@ -560,7 +852,7 @@ def _group_norm_ref(spec, input, num_groups, weight, bias, eps):
 
 def _group_norm_backward(grad, input, num_groups, weight, bias, eps, needs_input_grad):
     lay = _group_layout(input._shape, num_groups)
-    return _norm_grads(grad, input, weight, bias, None, None, eps, lay, needs_input_grad)
+    return _norm_backward(grad, input, weight, bias, None, None, eps, lay, needs_input_grad)
 
 
 @op(

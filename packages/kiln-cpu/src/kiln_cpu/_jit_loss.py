@@ -1,0 +1,86 @@
+"""The Numba loops of kiln-cpu's loss kernels (:mod:`kiln_cpu.kernels_loss`): nll_loss forward and backward,
+compiled lazily and cached to disk; importing this module compiles nothing.
+
+Each loop is serial and takes a [lo, hi) range of rows (or of batch entries) that
+:func:`kiln_cpu._threads.parallel` splits over the thread pool; the input is read, and the gradient
+written, in place in its (N, C, inner) layout, where the reference first moves the class dim last.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from kiln_cpu._jit import _SERIAL, zero_of
+
+# -------------------------------------------------------------------------------------------- nll loss
+
+
+@njit(**_SERIAL)
+def nll_rows(x, t, weight, has_w, ignore_index, classes, inner, loss, w, bad, lo, hi):
+    """The reference's per-row terms of nll_loss, read in place from the contiguous (N, C, inner) ``x``
+    (row r: n = r // inner, s = r % inner): w[r] = weight of the target (1 without weights, 0 where
+    ignored), loss[r] = -w[r] * x[n, t[r], s] (0 where w[r] == 0), r in [lo, hi). An out-of-range target
+    sets ``bad[0]`` (the caller lets the reference raise)."""
+    zero = zero_of(loss)
+    one = zero + 1
+    for r in range(lo, hi):
+        c = np.int64(t[r])
+        if c == ignore_index:
+            w[r] = zero
+            loss[r] = zero
+            continue
+        if c < 0 or c >= classes:
+            bad[0] = 1
+            w[r] = zero
+            loss[r] = zero
+            continue
+        wr = weight[c] if has_w else one
+        w[r] = wr
+        n = r // inner
+        s = r - n * inner
+        loss[r] = -wr * x[(n * classes + c) * inner + s] if wr != zero else zero
+
+
+@njit(**_SERIAL)
+def nll_weights(t, weight, has_w, ignore_index, classes, w, bad, lo, hi):
+    """w[r] = the weight of row r's target (1 without weights, 0 where ignored), r in [lo, hi); an
+    out-of-range target sets ``bad[0]`` (the caller lets the reference raise)."""
+    zero = zero_of(w)
+    one = zero + 1
+    for r in range(lo, hi):
+        c = np.int64(t[r])
+        if c == ignore_index:
+            w[r] = zero
+        elif c < 0 or c >= classes:
+            bad[0] = 1
+            w[r] = zero
+        else:
+            w[r] = weight[c] if has_w else one
+
+
+@njit(**_SERIAL)
+def nll_backward_fill(t, w, g, mode, q, ignore_index, classes, inner, out, lo, hi):
+    """The gradient of nll_loss into the contiguous (N, C, inner) ``out``, batch entries n in [lo, hi):
+    zeros, and at each row's target (class 0 for an ignored row, as the reference) its scale: ``-w * g[r]``
+    (mode 0, reduction "none"), ``-w * q`` (mode 1, "sum": q = the output gradient) or ``-w * q`` where
+    w != 0, else 0 (mode 2, "mean": q = the output gradient / the sum of the weights)."""
+    zero = zero_of(out)
+    block = classes * inner
+    for n in range(lo, hi):
+        ov = out[n * block : (n + 1) * block]
+        for i in range(block):
+            ov[i] = zero
+        for s in range(inner):
+            r = n * inner + s
+            c = np.int64(t[r])
+            if c == ignore_index:
+                c = 0
+            wr = w[r]
+            if mode == 0:
+                v = -wr * g[r]
+            elif mode == 1:
+                v = -wr * q
+            else:
+                v = -wr * q if wr != zero else zero
+            ov[c * inner + s] = v

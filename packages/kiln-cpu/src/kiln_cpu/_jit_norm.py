@@ -1,0 +1,736 @@
+"""The Numba loops of kiln-cpu's softmax-family and normalization kernels (:mod:`kiln_cpu.kernels_nn`),
+forward and backward, compiled lazily and cached to disk; importing this module compiles nothing.
+
+Each loop is serial and takes a [lo, hi) range of tasks (rows, outer slabs, channel blocks or column
+blocks) that :func:`kiln_cpu._threads.parallel` splits over the thread pool. The arithmetic is the
+reference's step for step (``kiln._ops.nn_norm``): the same products and differences rounded in the
+same order, sums in NumPy's order. A contiguous run is summed as NumPy's pairwise sum with eight running
+sums per leaf (:func:`kiln_cpu._jit.pairwise_sum_exact`: bit for bit NumPy's, where the shared
+``_pairwise_sum`` keeps thirty-two over longer leaves); a sum over several runs or rows adds them one
+after another onto 0, as NumPy's reductions do. So the norm loops give the reference's result bit for
+bit (for runs of up to 8192 elements, where NumPy's buffered reductions start splitting a run), and the
+softmax loops differ only where they call exp (float32: float32 arithmetic, about 1 ulp) and in the
+contiguous sum's leaves.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit, types
+from numba.extending import overload, register_jitable
+
+from kiln_cpu._jit import _SERIAL, MAXIMUM, _pairwise_sum, binop, expf_core, log_f32, pairwise_sum_exact, zero_of
+
+# ---------------------------------------------------------------------------------- softmax and norms (forward)
+#
+# One task per row (or per outer slab when the dim is not the last): the row stays in cache across its
+# passes. The arithmetic is the reference's, step for step (x - max, exp, pairwise sum, divide; layer
+# norm's mean, centred squares, 1/sqrt(var + eps), affine), so NaN, inf and all -inf rows come out as
+# the reference's; only exp (float32: :func:`exp_of`) and the sum's leaf width differ in the last bits.
+
+
+def exp_of(x):
+    """exp in ``x``'s dtype (jitted only): float32 in float32 arithmetic (:func:`kiln_cpu._jit.expf_core`,
+    about 1 ulp, twice the lanes of the float64 polynomial that the ``exp`` op rounds once)."""
+    raise NotImplementedError
+
+
+def log_of(x):
+    """log in ``x``'s dtype (jitted only)."""
+    raise NotImplementedError
+
+
+@overload(exp_of)
+def _exp_of_impl(x):
+    if x == types.float32:
+        return lambda x: x if x != x else expf_core(x)
+    return lambda x: math.exp(x)
+
+
+@overload(log_of)
+def _log_of_impl(x):
+    if x == types.float32:
+        return lambda x: log_f32(x)
+    return lambda x: np.log(x)
+
+
+def as_dtype_of(a, v):
+    """The float ``v`` rounded to array ``a``'s dtype (jitted only)."""
+    raise NotImplementedError
+
+
+@overload(as_dtype_of)
+def _as_dtype_of_impl(a, v):
+    if a.dtype == types.float32:
+        return lambda a, v: np.float32(v)
+    return lambda a, v: np.float64(v)
+
+
+_LANES = 64  # running maxima of a row: a fold across a small array vectorises, a scalar fold does not
+
+
+@register_jitable
+def _row_max(a, p, n, acc):
+    """max of the contiguous ``a[p:p+n]`` (n >= 1), NaN propagating: ``_LANES`` running maxima in the
+    scratch ``acc`` (the elementwise select vectorises; a scalar float fold runs 5x slower)."""
+    v = a[p : p + n]
+    first = v[0]
+    for j in range(_LANES):
+        acc[j] = first
+    end = n - n % _LANES
+    for b in range(0, end, _LANES):
+        blk = v[b : b + _LANES]
+        for j in range(_LANES):
+            acc[j] = binop(MAXIMUM, blk[j], acc[j], 0)
+    m = first
+    for j in range(_LANES):
+        m = binop(MAXIMUM, acc[j], m, 0)
+    for i in range(end, n):
+        m = binop(MAXIMUM, v[i], m, 0)
+    return m
+
+
+@register_jitable
+def _exp_into(xv, m, ev):
+    """ev[i] = exp(xv[i] - m) in the row's dtype (a flat loop: it vectorises; fused with the sum, it
+    did not)."""
+    for i in range(xv.shape[0]):
+        ev[i] = exp_of(xv[i] - m)
+
+
+def _softmax_rows(log):
+    def rows(x, out, n, lo, hi):
+        """Softmax (log-softmax) of the contiguous rows ``x[k*n:(k+1)*n]``, k in [lo, hi), into ``out``:
+        max, exp, the pairwise sum of the exps (the reference's order), then the division (softmax: a
+        multiplication by the reciprocal, within an ulp of it) or the subtraction of log(sum)."""
+        work = np.empty(384, np.int64)
+        vals = np.empty(128, x.dtype)
+        acc = np.empty(_LANES, x.dtype)
+        scratch = np.empty(n if log else 0, x.dtype)
+        for k in range(lo, hi):
+            p = k * n
+            m = _row_max(x, p, n, acc)
+            xv = x[p : p + n]
+            ov = out[p : p + n]
+            if log:
+                _exp_into(xv, m, scratch)
+                ls = log_of(_pairwise_sum(scratch, 0, n, 1, work, vals))
+                for i in range(n):
+                    ov[i] = (xv[i] - m) - ls
+            else:
+                _exp_into(xv, m, ov)
+                r = as_dtype_of(x, 1.0 / np.float64(_pairwise_sum(out, p, n, 1, work, vals)))
+                for i in range(n):
+                    ov[i] = ov[i] * r
+
+    return njit(**_SERIAL, fastmath={"contract"})(rows)
+
+
+def _softmax_slabs(log):
+    def slabs(x, out, n, inner, lo, hi):
+        """Softmax (log-softmax) along the middle dim of the contiguous (outer, n, inner) ``x``, outer index
+        in [lo, hi): rows folded in order, vectorised along ``inner`` (the reference's order exactly)."""
+        m = np.empty(inner, x.dtype)
+        s = np.empty(inner, x.dtype)
+        for o in range(lo, hi):
+            base = o * n * inner
+            first = x[base : base + inner]
+            for i in range(inner):
+                m[i] = first[i]
+                s[i] = 0
+            for r in range(1, n):
+                row = x[base + r * inner : base + (r + 1) * inner]
+                for i in range(inner):
+                    m[i] = binop(MAXIMUM, row[i], m[i], 0)
+            for r in range(n):
+                row = x[base + r * inner : base + (r + 1) * inner]
+                orow = out[base + r * inner : base + (r + 1) * inner]
+                for i in range(inner):
+                    e = exp_of(row[i] - m[i])
+                    s[i] += e
+                    if not log:
+                        orow[i] = e
+            if log:
+                for i in range(inner):
+                    s[i] = log_of(s[i])
+            for r in range(n):
+                row = x[base + r * inner : base + (r + 1) * inner]
+                orow = out[base + r * inner : base + (r + 1) * inner]
+                for i in range(inner):
+                    if log:
+                        orow[i] = (row[i] - m[i]) - s[i]
+                    else:
+                        orow[i] = orow[i] / s[i]
+
+    return njit(**_SERIAL, fastmath={"contract"})(slabs)
+
+
+def _logsumexp_rows(x, out, n, lo, hi):
+    """out[k] = logsumexp of the contiguous row ``x[k*n:(k+1)*n]``, k in [lo, hi): the reference's
+    max (0 when infinite), log of the pairwise sum of exp(x - max), plus the max."""
+    work = np.empty(384, np.int64)
+    vals = np.empty(128, x.dtype)
+    acc = np.empty(_LANES, x.dtype)
+    scratch = np.empty(n, x.dtype)
+    zero = zero_of(x)
+    for k in range(lo, hi):
+        p = k * n
+        m = _row_max(x, p, n, acc)
+        m = zero if (m == np.inf or m == -np.inf) else m
+        _exp_into(x[p : p + n], m, scratch)
+        out[k] = log_of(_pairwise_sum(scratch, 0, n, 1, work, vals)) + m
+
+
+def _layer_norm_rows(x, w, b, has_w, has_b, eps, one, count, out, n, lo, hi):
+    """Layer norm of the contiguous rows ``x[k*n:(k+1)*n]``, k in [lo, hi), as the reference computes it:
+    mean = sum / n, c = x - mean, var = sum(c*c) / n, y = c * (1 / sqrt(var + eps)), then * w, + b
+    (``eps``, ``one`` and ``count`` = n come in x's dtype: Numba would widen float32 with an int to
+    float64)."""
+    work = np.empty(384, np.int64)
+    vals = np.empty(128, x.dtype)
+    scratch = np.empty(n, x.dtype)
+    for k in range(lo, hi):
+        p = k * n
+        mu = _pairwise_sum(x, p, n, 1, work, vals) / count
+        xv = x[p : p + n]
+        ov = out[p : p + n]
+        for i in range(n):
+            c = xv[i] - mu
+            ov[i] = c
+            scratch[i] = c * c
+        var = _pairwise_sum(scratch, 0, n, 1, work, vals) / count
+        rstd = one / np.sqrt(var + eps)
+        # one pass, each product and sum rounded as the reference rounds it (no FMA contraction here)
+        if has_w and has_b:
+            for i in range(n):
+                ov[i] = (ov[i] * rstd) * w[i] + b[i]
+        elif has_w:
+            for i in range(n):
+                ov[i] = (ov[i] * rstd) * w[i]
+        elif has_b:
+            for i in range(n):
+                ov[i] = ov[i] * rstd + b[i]
+        else:
+            for i in range(n):
+                ov[i] = ov[i] * rstd
+
+
+# ---------------------------------------------------------------------------- NumPy's pairwise sum, exact
+
+
+@register_jitable
+def _row_sum(a, lo, n, work, vals):
+    """NumPy's ``np.sum`` of one contiguous run as a reduction gives it: 0 + the pairwise sum."""
+    return zero_of(a) + pairwise_sum_exact(a, lo, n, work, vals)
+
+
+@register_jitable
+def _is_constant(v):
+    """Every element of ``v`` equals the first (False at a NaN): the reference's ``max == min``."""
+    first = v[0]
+    for i in range(v.shape[0]):  # noqa: SIM110 - a generator expression does not compile in Numba
+        if v[i] != first:
+            return False
+    return True
+
+
+# ------------------------------------------------------------------------------------ softmax backward
+
+
+def _softmax_backward_rows(log):
+    def rows(g, y, out, n, lo, hi):
+        """The softmax (log-softmax) input gradient of the contiguous rows k in [lo, hi) of length ``n``:
+        ``y * (g - s)`` with s = 0 + pairwise sum of ``g * y`` (log: ``g - exp(y) * s``, s = 0 + pairwise
+        sum of g)."""
+        work = np.empty(384, np.int64)
+        vals = np.empty(128, y.dtype)
+        scratch = np.empty(0 if log else n, y.dtype)
+        zero = zero_of(y)
+        for k in range(lo, hi):
+            p = k * n
+            gv = g[p : p + n]
+            yv = y[p : p + n]
+            ov = out[p : p + n]
+            if log:
+                s = _row_sum(g, p, n, work, vals)
+                _exp_into(yv, zero, ov)  # exp(y - 0) = exp(y); a flat loop of exps vectorises
+                for i in range(n):
+                    ov[i] = gv[i] - ov[i] * s
+            else:
+                for i in range(n):
+                    scratch[i] = gv[i] * yv[i]
+                s = _row_sum(scratch, 0, n, work, vals)
+                for i in range(n):
+                    ov[i] = yv[i] * (gv[i] - s)
+
+    return njit(**_SERIAL)(rows)
+
+
+def _softmax_backward_slabs(log):
+    def slabs(g, y, out, n, inner, lo, hi):
+        """The softmax (log-softmax) input gradient along the middle dim of the contiguous (outer, n,
+        inner) ``y``, outer index in [lo, hi): the sums run over the rows in order onto 0 (NumPy's order),
+        vectorised along ``inner``."""
+        s = np.empty(inner, y.dtype)
+        zero = zero_of(y)
+        for o in range(lo, hi):
+            base = o * n * inner
+            for i in range(inner):
+                s[i] = zero
+            for r in range(n):
+                q = base + r * inner
+                gr = g[q : q + inner]
+                yr = y[q : q + inner]
+                if log:
+                    for i in range(inner):
+                        s[i] += gr[i]
+                else:
+                    for i in range(inner):
+                        s[i] += gr[i] * yr[i]
+            for r in range(n):
+                q = base + r * inner
+                gr = g[q : q + inner]
+                yr = y[q : q + inner]
+                orow = out[q : q + inner]
+                if log:
+                    for i in range(inner):
+                        orow[i] = gr[i] - exp_of(yr[i]) * s[i]
+                else:
+                    for i in range(inner):
+                        orow[i] = yr[i] * (gr[i] - s[i])
+
+    return njit(**_SERIAL)(slabs)
+
+
+# ----------------------------------------------------------------------------------- layer norm backward
+
+
+@register_jitable
+def _row_stats(x, p, n, count, eps, one, sq, work, vals):
+    """(mean, 1/sqrt(var + eps)) of the contiguous row ``x[p:p+n]`` as the backward reference computes
+    them: mean = (0 + sum) / n, var = (0 + sum of centred squares) / n, exactly 0 for a constant row."""
+    zero = zero_of(x)
+    xv = x[p : p + n]
+    mu = _row_sum(x, p, n, work, vals) / count
+    for i in range(n):
+        c = xv[i] - mu
+        sq[i] = c * c
+    var = _row_sum(sq, 0, n, work, vals) / count
+    if var == var and _is_constant(xv):
+        var = zero * var
+    return mu, one / np.sqrt(var + eps)
+
+
+@register_jitable
+def _row_input_grad(x, g, w, has_w, p, n, count, mu, r, s1, s2, gx, work, vals):
+    """gx = r * ((gs - mean(gs)) - xhat * mean(gs * xhat)) over the row ``[p, p+n)``, gs = g * w (or g),
+    xhat = (x - mu) * r; ``w`` is indexed by the position in the row."""
+    xv = x[p : p + n]
+    gv = g[p : p + n]
+    ov = gx[p : p + n]
+    if has_w:
+        for i in range(n):
+            gs = gv[i] * w[i]
+            s1[i] = gs
+            s2[i] = gs * ((xv[i] - mu) * r)
+    else:
+        for i in range(n):
+            s1[i] = gv[i]
+            s2[i] = gv[i] * ((xv[i] - mu) * r)
+    m1 = _row_sum(s1, 0, n, work, vals) / count
+    m2 = _row_sum(s2, 0, n, work, vals) / count
+    if has_w:
+        for i in range(n):
+            ov[i] = r * ((gv[i] * w[i] - m1) - ((xv[i] - mu) * r) * m2)
+    else:
+        for i in range(n):
+            ov[i] = r * ((gv[i] - m1) - ((xv[i] - mu) * r) * m2)
+
+
+def _layer_norm_backward_rows(x, g, w, has_w, eps, one, count, need_gx, mean, rstd, gx, n, lo, hi):
+    """Layer norm's backward over the contiguous rows k in [lo, hi) of length ``n``: each row's mean and
+    1/sqrt(var + eps) into ``mean``/``rstd`` (the parameters' pass reads them), and, if ``need_gx``, the
+    input gradient into ``gx``."""
+    work = np.empty(384, np.int64)
+    vals = np.empty(128, x.dtype)
+    sq = np.empty(n, x.dtype)
+    s2 = np.empty(n, x.dtype)
+    for k in range(lo, hi):
+        p = k * n
+        mu, r = _row_stats(x, p, n, count, eps, one, sq, work, vals)
+        mean[k] = mu
+        rstd[k] = r
+        if need_gx:
+            _row_input_grad(x, g, w, has_w, p, n, count, mu, r, sq, s2, gx, work, vals)
+
+
+_COLS = 128  # columns per task of the parameters' pass
+
+
+def _norm_params_cols(x, g, mean, rstd, rows, n, need_w, need_b, onto_zero, gw, gb, lo, hi):
+    """Layer norm's parameter gradients over the column blocks [lo, hi) of ``_COLS``: gw[j] = sum over the
+    rows k, in order, of g * ((x - mean[k]) * rstd[k]), gb[j] = sum of g (onto 0, as NumPy sums; the one
+    row itself when ``onto_zero`` is False: no dim is summed)."""
+    zero = zero_of(x)
+    for blk in range(lo, hi):
+        j0 = blk * _COLS
+        j1 = min(n, j0 + _COLS)
+        for k in range(rows):
+            p = k * n
+            mu = mean[k]
+            r = rstd[k]
+            xv = x[p + j0 : p + j1]
+            gv = g[p + j0 : p + j1]
+            wv = gw[j0:j1]
+            bv = gb[j0:j1]
+            if k == 0 and not onto_zero:
+                if need_w:
+                    for j in range(j1 - j0):
+                        wv[j] = gv[j] * ((xv[j] - mu) * r)
+                if need_b:
+                    for j in range(j1 - j0):
+                        bv[j] = gv[j]
+                continue
+            if k == 0:
+                for j in range(j1 - j0):
+                    wv[j] = zero
+                    bv[j] = zero
+            if need_w:
+                for j in range(j1 - j0):
+                    wv[j] += gv[j] * ((xv[j] - mu) * r)
+            if need_b:
+                for j in range(j1 - j0):
+                    bv[j] += gv[j]
+
+
+# ------------------------------------------------------------------------------------------- batch norm
+#
+# The input is the contiguous (N, C, HW) view; a task is a block of channels [c0, c1), small enough that
+# its N * HW * (c1 - c0) elements stay in cache across the passes. Loops run over n, then the block's
+# channels, then a run of HW contiguous elements; per-channel sums add one pairwise run sum per n onto 0
+# (NumPy's order for a reduction over dims 0 and 2+).
+
+
+@register_jitable
+def _channel_sums(x, N, C, HW, c0, c1, acc, work, vals):
+    """acc[c - c0] = 0 + sum over n of the pairwise sum of the run x[n, c, :], c in [c0, c1)."""
+    zero = zero_of(x)
+    for j in range(c1 - c0):
+        acc[j] = zero
+    for n in range(N):
+        for c in range(c0, c1):
+            acc[c - c0] += pairwise_sum_exact(x, (n * C + c) * HW, HW, work, vals)
+
+
+@register_jitable
+def _channel_moments(x, N, C, HW, c0, c1, count, mu, acc, sq, work, vals):
+    """mu[j] = the mean of channel c0 + j (its sum / ``count``) and acc[j] = 0 + the sum of the squares of
+    its elements minus mu[j], every sum in NumPy's order (``sq``: scratch of HW)."""
+    zero = zero_of(x)
+    _channel_sums(x, N, C, HW, c0, c1, mu, work, vals)
+    for j in range(c1 - c0):
+        mu[j] = mu[j] / count
+        acc[j] = zero
+    for n in range(N):
+        for c in range(c0, c1):
+            p = (n * C + c) * HW
+            m = mu[c - c0]
+            xv = x[p : p + HW]
+            for i in range(HW):
+                d = xv[i] - m
+                sq[i] = d * d
+            acc[c - c0] += pairwise_sum_exact(sq, 0, HW, work, vals)
+
+
+@register_jitable
+def _constant_channel(x, N, C, HW, c):
+    """Whether every element of channel ``c`` equals its first (kiln's ``_var`` is exactly 0 there)."""
+    first = x[c * HW]
+    for n in range(N):
+        p = (n * C + c) * HW
+        for i in range(HW):
+            if x[p + i] != first:
+                return False
+    return True
+
+
+@register_jitable
+def _channel_stats(x, N, C, HW, c0, c1, count, eps, one, backward, mu, r, sq, work, vals):
+    """mu[j] = mean and r[j] = 1/sqrt(var + eps) of channels c0 + j, var the mean of the centred squares
+    (``backward``: exactly 0 for a constant channel, as kiln's ``_var``)."""
+    zero = zero_of(x)
+    _channel_moments(x, N, C, HW, c0, c1, count, mu, r, sq, work, vals)
+    for j in range(c1 - c0):
+        var = r[j] / count
+        if backward and var == var and _constant_channel(x, N, C, HW, c0 + j):
+            var = zero * var
+        r[j] = one / np.sqrt(var + eps)
+
+
+def _batch_norm_channels(x, w, b, has_w, has_b, eps, one, count, train, mean_in, r_in, out, N, C, HW, block, lo, hi):
+    """Batch norm forward of the channel blocks [lo, hi) (``block`` channels each): y = ((x - mean) * r)
+    (* w[c]) (+ b[c]) with the batch statistics (``train``) or the given mean and ``r_in`` =
+    1/sqrt(var + eps)."""
+    work = np.empty(384, np.int64)
+    vals = np.empty(128, x.dtype)
+    sq = np.empty(HW, x.dtype)
+    mu = np.empty(block, x.dtype)
+    r = np.empty(block, x.dtype)
+    for blk in range(lo, hi):
+        c0 = blk * block
+        c1 = min(C, c0 + block)
+        if train:
+            _channel_stats(x, N, C, HW, c0, c1, count, eps, one, False, mu, r, sq, work, vals)
+        else:
+            for j in range(c1 - c0):
+                mu[j] = mean_in[c0 + j]
+                r[j] = r_in[c0 + j]
+        for n in range(N):
+            for c in range(c0, c1):
+                p = (n * C + c) * HW
+                m = mu[c - c0]
+                rc = r[c - c0]
+                xv = x[p : p + HW]
+                ov = out[p : p + HW]
+                if has_w and has_b:
+                    wc = w[c]
+                    bc = b[c]
+                    for i in range(HW):
+                        ov[i] = ((xv[i] - m) * rc) * wc + bc
+                elif has_w:
+                    wc = w[c]
+                    for i in range(HW):
+                        ov[i] = ((xv[i] - m) * rc) * wc
+                elif has_b:
+                    bc = b[c]
+                    for i in range(HW):
+                        ov[i] = (xv[i] - m) * rc + bc
+                else:
+                    for i in range(HW):
+                        ov[i] = (xv[i] - m) * rc
+
+
+def _batch_norm_backward_channels(
+    x, g, w, has_w, eps, one, count, train, mean_in, r_in, need_gx, gx, gw, gb, N, C, HW, block, lo, hi
+):
+    """Batch norm backward of the channel blocks [lo, hi): with xhat = (x - mean) * r and gs = g * w[c] (or
+    g), gw[c] = sum of g * xhat, gb[c] = sum of g, and gx = r * ((gs - mean(gs)) - xhat * mean(gs * xhat))
+    with the batch statistics (``train``), or gx = gs * r with the given ``mean_in`` and ``r_in``."""
+    work = np.empty(384, np.int64)
+    vals = np.empty(128, x.dtype)
+    s1 = np.empty(HW, x.dtype)
+    s2 = np.empty(HW, x.dtype)
+    s3 = np.empty(HW, x.dtype)
+    mu = np.empty(block, x.dtype)
+    r = np.empty(block, x.dtype)
+    sum_g = np.empty(block, x.dtype)
+    sum_gx = np.empty(block, x.dtype)
+    sum_gs = np.empty(block, x.dtype)
+    sum_gsx = np.empty(block, x.dtype)
+    zero = zero_of(x)
+    for blk in range(lo, hi):
+        c0 = blk * block
+        c1 = min(C, c0 + block)
+        if train:
+            _channel_stats(x, N, C, HW, c0, c1, count, eps, one, True, mu, r, s1, work, vals)
+        else:
+            for j in range(c1 - c0):
+                mu[j] = mean_in[c0 + j]
+                r[j] = r_in[c0 + j]
+        for j in range(c1 - c0):
+            sum_g[j] = zero
+            sum_gx[j] = zero
+            sum_gs[j] = zero
+            sum_gsx[j] = zero
+        for n in range(N):
+            for c in range(c0, c1):
+                p = (n * C + c) * HW
+                m = mu[c - c0]
+                rc = r[c - c0]
+                xv = x[p : p + HW]
+                gv = g[p : p + HW]
+                for i in range(HW):
+                    s1[i] = gv[i] * ((xv[i] - m) * rc)
+                sum_g[c - c0] += pairwise_sum_exact(g, p, HW, work, vals)
+                sum_gx[c - c0] += pairwise_sum_exact(s1, 0, HW, work, vals)
+                if train and has_w:
+                    wc = w[c]
+                    for i in range(HW):
+                        gs = gv[i] * wc
+                        s2[i] = gs
+                        s3[i] = gs * ((xv[i] - m) * rc)
+                    sum_gs[c - c0] += pairwise_sum_exact(s2, 0, HW, work, vals)
+                    sum_gsx[c - c0] += pairwise_sum_exact(s3, 0, HW, work, vals)
+        for j in range(c1 - c0):
+            gw[c0 + j] = sum_gx[j]
+            gb[c0 + j] = sum_g[j]
+        if not need_gx:
+            continue
+        if train and not has_w:  # gs is g itself
+            for j in range(c1 - c0):
+                sum_gs[j] = sum_g[j]
+                sum_gsx[j] = sum_gx[j]
+        for n in range(N):
+            for c in range(c0, c1):
+                p = (n * C + c) * HW
+                m = mu[c - c0]
+                rc = r[c - c0]
+                wc = w[c] if has_w else one
+                xv = x[p : p + HW]
+                gv = g[p : p + HW]
+                ov = gx[p : p + HW]
+                if train:
+                    m1 = sum_gs[c - c0] / count
+                    m2 = sum_gsx[c - c0] / count
+                    if has_w:
+                        for i in range(HW):
+                            ov[i] = rc * ((gv[i] * wc - m1) - ((xv[i] - m) * rc) * m2)
+                    else:
+                        for i in range(HW):
+                            ov[i] = rc * ((gv[i] - m1) - ((xv[i] - m) * rc) * m2)
+                elif has_w:
+                    for i in range(HW):
+                        ov[i] = (gv[i] * wc) * rc
+                else:
+                    for i in range(HW):
+                        ov[i] = gv[i] * rc
+
+
+def _batch_norm_stats_channels(x, count, mean, ss, same, N, C, HW, block, lo, hi):
+    """The batch statistics of the channel blocks [lo, hi) as kiln's ``mean`` and ``_var`` compute them:
+    mean[c] = (0 + sum) / count, ss[c] = 0 + sum of the squares of x - mean[c], same[c] = every element of
+    the channel equals its first (the caller divides ss by n - 1 and zeroes constant channels)."""
+    work = np.empty(384, np.int64)
+    vals = np.empty(128, x.dtype)
+    sq = np.empty(HW, x.dtype)
+    mu = np.empty(block, x.dtype)
+    acc = np.empty(block, x.dtype)
+    for blk in range(lo, hi):
+        c0 = blk * block
+        c1 = min(C, c0 + block)
+        _channel_moments(x, N, C, HW, c0, c1, count, mu, acc, sq, work, vals)
+        for j in range(c1 - c0):
+            mean[c0 + j] = mu[j]
+            ss[c0 + j] = acc[j]
+            same[c0 + j] = _constant_channel(x, N, C, HW, c0 + j)
+
+
+# ------------------------------------------------------------------------------------------- group norm
+#
+# The input is the contiguous (N * G, L) rows of (N, G, L), L = Cg * HW (Cg channels of HW elements each):
+# statistics per row; the affine parameters and their gradients per channel.
+
+
+def _group_norm_rows(x, w, b, has_w, has_b, eps, one, count, out, L, HW, Cg, G, lo, hi):
+    """Group norm forward of the rows k in [lo, hi) (n = k // G, group k % G): mean = (0 + sum) / L,
+    centred, var = (0 + sum of squares) / L, y = (c * (1/sqrt(var + eps))) (* w[ch]) (+ b[ch])."""
+    work = np.empty(384, np.int64)
+    vals = np.empty(128, x.dtype)
+    sq = np.empty(L, x.dtype)
+    for k in range(lo, hi):
+        p = k * L
+        xv = x[p : p + L]
+        ov = out[p : p + L]
+        mu = _row_sum(x, p, L, work, vals) / count
+        for i in range(L):
+            c = xv[i] - mu
+            ov[i] = c
+            sq[i] = c * c
+        var = _row_sum(sq, 0, L, work, vals) / count
+        r = one / np.sqrt(var + eps)
+        ch0 = (k % G) * Cg
+        for ci in range(Cg):
+            v = ov[ci * HW : (ci + 1) * HW]
+            if has_w and has_b:
+                wc = w[ch0 + ci]
+                bc = b[ch0 + ci]
+                for i in range(HW):
+                    v[i] = (v[i] * r) * wc + bc
+            elif has_w:
+                wc = w[ch0 + ci]
+                for i in range(HW):
+                    v[i] = (v[i] * r) * wc
+            elif has_b:
+                bc = b[ch0 + ci]
+                for i in range(HW):
+                    v[i] = v[i] * r + bc
+            else:
+                for i in range(HW):
+                    v[i] = v[i] * r
+
+
+def _group_norm_backward_rows(
+    x, g, w, has_w, eps, one, count, need_gx, need_w, need_b, gx, part_w, part_b, L, HW, Cg, G, lo, hi
+):
+    """Group norm backward of the rows k in [lo, hi): the input gradient as layer norm's over the row (gs
+    = g * w[channel]), and per (n, channel) the pairwise run sums of g * xhat and of g into ``part_w`` /
+    ``part_b`` (N, C) (the caller adds them over n, in order)."""
+    work = np.empty(384, np.int64)
+    vals = np.empty(128, x.dtype)
+    sq = np.empty(L, x.dtype)
+    s2 = np.empty(L, x.dtype)
+    wrow = np.empty(L if has_w else 0, x.dtype)
+    C = G * Cg
+    for k in range(lo, hi):
+        p = k * L
+        ch0 = (k % G) * Cg
+        n = k // G
+        mu, r = _row_stats(x, p, L, count, eps, one, sq, work, vals)
+        if need_gx:
+            if has_w:
+                for ci in range(Cg):
+                    wc = w[ch0 + ci]
+                    for i in range(HW):
+                        wrow[ci * HW + i] = wc
+            _row_input_grad(x, g, wrow, has_w, p, L, count, mu, r, sq, s2, gx, work, vals)
+        for ci in range(Cg):
+            q = p + ci * HW
+            if need_w:
+                xv = x[q : q + HW]
+                gv = g[q : q + HW]
+                for i in range(HW):
+                    sq[i] = gv[i] * ((xv[i] - mu) * r)
+                part_w[n * C + ch0 + ci] = pairwise_sum_exact(sq, 0, HW, work, vals)
+            if need_b:
+                part_b[n * C + ch0 + ci] = pairwise_sum_exact(g, q, HW, work, vals)
+
+
+# ------------------------------------------------------------------------------------------- dispatcher
+
+_NORM: dict = {}
+
+
+def norm(name: str):
+    """The dispatcher for ``name`` ("<op>-<layout>"): "softmax-rows", "log_softmax-rows", "softmax-slabs",
+    "log_softmax-slabs", "logsumexp-rows", "layer_norm-rows"; the backward loops "softmax_backward-rows",
+    "log_softmax_backward-rows", "softmax_backward-slabs", "log_softmax_backward-slabs",
+    "layer_norm_backward-rows", "norm_params-cols"; batch norm's "batch_norm-channels",
+    "batch_norm_backward-channels" and "batch_norm_stats-channels"; group norm's "group_norm-rows" and "group_norm_backward-rows"."""
+    kernel = _NORM.get(name)
+    if kernel is None:
+        op_name, layout = name.rsplit("-", 1)
+        plain = {
+            "logsumexp": (_logsumexp_rows, {"fastmath": {"contract"}}),
+            "layer_norm": (_layer_norm_rows, {}),
+            "layer_norm_backward": (_layer_norm_backward_rows, {}),
+            "norm_params": (_norm_params_cols, {}),
+            "batch_norm": (_batch_norm_channels, {}),
+            "batch_norm_backward": (_batch_norm_backward_channels, {}),
+            "batch_norm_stats": (_batch_norm_stats_channels, {}),
+            "group_norm": (_group_norm_rows, {}),
+            "group_norm_backward": (_group_norm_backward_rows, {}),
+        }
+        if op_name in plain:
+            fn, extra = plain[op_name]
+            kernel = njit(**_SERIAL, **extra)(fn)
+        elif op_name in ("softmax_backward", "log_softmax_backward"):
+            make = _softmax_backward_rows if layout == "rows" else _softmax_backward_slabs
+            kernel = make(op_name == "log_softmax_backward")
+        elif layout == "rows":
+            kernel = _softmax_rows(op_name == "log_softmax")
+        else:
+            kernel = _softmax_slabs(op_name == "log_softmax")
+        _NORM[name] = kernel
+    return kernel

@@ -1,0 +1,194 @@
+"""Max pooling (1-d to 3-d, adaptive; values and argmax indices), average pooling, adaptive average pooling,
+interpolation and reflect/replicate/circular padding (the ``_separable`` maps), forward and backward
+through autograd, against the reference kernels: strides, padding, dilation, ceil mode,
+``count_include_pad``, ``divisor_override``, ties and NaN (the reference's argmax), inf and -0.0,
+non-contiguous inputs, both float dtypes, and the cases handed back to the reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from kiln_cpu_helpers import assert_same, make, reference
+
+import kiln
+from kiln._ops import nn_pool as P
+from kiln_cpu import _jit_pool, config
+from kiln_testing._runner import ReferenceMode
+
+FLOAT = [kiln.float32, kiln.float64]
+
+
+@pytest.fixture
+def pool_spy(monkeypatch):
+    """A list that receives the name of every pooling loop the kernels run (and "add" for the index
+    loop of scatter_add, the max pools' backward)."""
+    from kiln_cpu import _jit_index
+
+    calls: list[str] = []
+    for name in ("max_pool", "separable", "separable_backward"):
+        fn = getattr(_jit_pool, name)
+        monkeypatch.setattr(_jit_pool, name, lambda *a, _fn=fn, _n=name: calls.append(_n) or _fn(*a))
+    real = _jit_index.index_loop
+    monkeypatch.setattr(_jit_index, "index_loop", lambda mode: calls.append("add") or real(mode))
+    return calls
+
+
+def _ties(shape, dtype, seed):
+    """Values from a few levels (ties everywhere) with NaN, inf, -inf and -0.0 mixed in."""
+    rng = np.random.default_rng(seed)
+    x = rng.choice(np.array([0.0, -0.0, 1.0, 2.0, -1.0, np.inf, -np.inf, np.nan]), shape, p=[0.2] * 4 + [0.05] * 4)
+    return kiln.from_numpy(x.astype(dtype.numpy))
+
+
+def _grad_check(fn, x, seed, ulps=0):
+    """Forward and the gradient through autograd against the reference (the gradient of the output is
+    ``make``'s values: NaN and inf included)."""
+    xg = x.detach().requires_grad_()
+    xr = x.detach().requires_grad_()
+    out = fn(xg)
+    with ReferenceMode():
+        expected = fn(xr)
+    outs = out if isinstance(out, tuple) else (out,)
+    exps = expected if isinstance(expected, tuple) else (expected,)
+    for o, e in zip(outs, exps):
+        assert_same(o.detach(), e.detach())
+    g = make(tuple(outs[0].shape), x.dtype, seed)
+    outs[0].backward(g)
+    with ReferenceMode():
+        exps[0].backward(g)
+    assert_same(xg.grad, xr.grad, ulps=ulps)
+
+
+# ---------------------------------------------------------------------------------------- max pooling
+
+MAX_POOL = {
+    "k2s2": ((2, 3, 8, 10), dict(kernel_size=2, stride=2)),
+    "k3s1p1": ((2, 3, 7, 9), dict(kernel_size=3, stride=1, padding=1)),
+    "k3s2p1-ceil": ((1, 4, 9, 10), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True)),
+    "dilated": ((2, 2, 11, 12), dict(kernel_size=(3, 2), stride=(2, 1), padding=(1, 1), dilation=(2, 3))),
+    "ceil-partial": ((1, 2, 6, 7), dict(kernel_size=4, stride=3, ceil_mode=True)),
+    "unbatched": ((3, 9, 8), dict(kernel_size=(2, 3), stride=(1, 2))),
+}
+
+
+@pytest.mark.parametrize("dtype", FLOAT, ids=str)
+@pytest.mark.parametrize("case", list(MAX_POOL))
+def test_max_pool2d(case, dtype, pool_spy):
+    shape, kw = MAX_POOL[case]
+    fn = lambda t: P.max_pool2d(t, **kw, return_indices=True)
+    _grad_check(fn, make(shape, dtype, 1), 2)
+    _grad_check(fn, _ties(shape, dtype, 3), 4)  # first maximum wins, the last NaN wins
+    assert pool_spy.count("max_pool") == 2 and "add" in pool_spy
+
+
+@pytest.mark.parametrize("dtype", FLOAT, ids=str)
+def test_max_pool_non_contiguous_input(dtype, pool_spy):
+    x = make((2, 3, 10, 9), dtype, 1).transpose(2, 3)
+    _grad_check(lambda t: P.max_pool2d(t, 3, 2, 1, return_indices=True), x, 2)
+    _grad_check(lambda t: P.max_pool2d(t, 2, return_indices=True), _ties((4, 3, 8, 9), dtype, 3)[:, :, ::2], 4)
+    assert pool_spy.count("max_pool") == 2
+
+
+OTHER_MAX = {
+    "max_pool1d": (lambda t: P.max_pool1d(t, 3, 2, 1, return_indices=True), (3, 4, 17)),
+    "max_pool1d-no-indices": (lambda t: P.max_pool1d(t, 2, 1, 0, 2, True), (3, 4, 17)),
+    "max_pool3d": (lambda t: P.max_pool3d(t, 2, 1, 1, return_indices=True), (2, 2, 5, 6, 7)),
+    "max_pool3d-ceil": (lambda t: P.max_pool3d(t, (2, 3, 2), 2, (1, 1, 0), 1, True), (1, 3, 5, 7, 6)),
+    "adaptive2d": (lambda t: P.adaptive_max_pool2d(t, (4, 3), return_indices=True), (2, 3, 9, 11)),
+    "adaptive2d-grow": (lambda t: P.adaptive_max_pool2d(t, (7, 13)), (2, 3, 5, 6)),
+    "adaptive1d": (lambda t: P.adaptive_max_pool1d(t, 5, return_indices=True), (3, 4, 17)),
+}
+
+
+@pytest.mark.parametrize("dtype", FLOAT, ids=str)
+@pytest.mark.parametrize("case", list(OTHER_MAX))
+def test_other_max_pools(case, dtype, pool_spy):
+    fn, shape = OTHER_MAX[case]
+    _grad_check(fn, make(shape, dtype, 1), 2)
+    _grad_check(fn, _ties(shape, dtype, 3), 4)
+    assert pool_spy.count("max_pool") == 2
+
+
+# ---------------------------------------------------------------------------------------- separable maps
+
+SEPARABLE = {
+    "avg2d-k2s2": (lambda t: P.avg_pool2d(t, 2, 2), (2, 3, 8, 10)),
+    "avg2d-k3s1p1": (lambda t: P.avg_pool2d(t, 3, 1, 1), (2, 3, 7, 9)),
+    "avg2d-exclude-pad-ceil": (lambda t: P.avg_pool2d(t, 3, 2, 1, True, False), (1, 4, 9, 10)),
+    "avg2d-divisor": (lambda t: P.avg_pool2d(t, (2, 3), (1, 2), (1, 1), divisor_override=5), (2, 2, 7, 8)),
+    "avg2d-unbatched": (lambda t: P.avg_pool2d(t, 2), (3, 9, 8)),
+    "avg1d": (lambda t: P.avg_pool1d(t, 4, 3, 2, True), (3, 4, 17)),
+    "adaptive-avg2d": (lambda t: P.adaptive_avg_pool2d(t, (4, 5)), (2, 3, 9, 11)),
+    "adaptive-avg1d": (lambda t: P.adaptive_avg_pool1d(t, 6), (3, 4, 17)),
+    "bilinear": (lambda t: P.interpolate(t, scale_factor=2, mode="bilinear"), (2, 3, 5, 6)),
+    "bilinear-align": (lambda t: P.interpolate(t, size=(7, 4), mode="bilinear", align_corners=True), (2, 3, 5, 6)),
+    "bicubic": (lambda t: P.interpolate(t, size=(9, 5), mode="bicubic"), (2, 2, 6, 7)),
+    "bilinear-antialias": (lambda t: P.interpolate(t, size=(3, 4), mode="bilinear", antialias=True), (1, 2, 9, 11)),
+    "nearest": (lambda t: P.interpolate(t, scale_factor=(2, 3), mode="nearest"), (2, 3, 5, 4)),
+    "nearest-exact": (lambda t: P.interpolate(t, size=(7, 5), mode="nearest-exact"), (2, 3, 5, 4)),
+    "linear1d": (lambda t: P.interpolate(t, size=11, mode="linear"), (2, 3, 7)),
+    "trilinear": (lambda t: P.interpolate(t, scale_factor=2, mode="trilinear"), (1, 2, 3, 4, 5)),
+    "reflect": (lambda t: P.pad(t, (1, 2, 2, 1), mode="reflect"), (2, 3, 5, 6)),
+    "replicate": (lambda t: P.pad(t, (2, 0, 1, 3), mode="replicate"), (2, 3, 5, 6)),
+    "circular": (lambda t: P.pad(t, (1, 2), mode="circular"), (2, 3, 7)),
+}
+
+
+@pytest.mark.parametrize("dtype", FLOAT, ids=str)
+@pytest.mark.parametrize("case", list(SEPARABLE))
+def test_separable(case, dtype, pool_spy):
+    fn, shape = SEPARABLE[case]
+    # the backward reproduces OpenBLAS's gemm (bit for bit here, one K block); 2 ulps for other BLAS builds
+    _grad_check(fn, make(shape, dtype, 1), 2, ulps=2)
+    assert pool_spy == ["separable", "separable_backward"]
+
+
+@pytest.mark.parametrize("dtype", FLOAT, ids=str)
+def test_separable_backward_is_bit_exact_here(dtype, pool_spy):
+    """Overlapping windows: each input sums several products (fused multiply-adds, as OpenBLAS)."""
+    _grad_check(lambda t: P.avg_pool2d(t, 3, 1, 1), make((2, 3, 12, 13), dtype, 1), 2)
+    _grad_check(lambda t: P.interpolate(t, size=(11, 3), mode="bicubic"), make((1, 2, 7, 9), dtype, 3), 4)
+    assert pool_spy.count("separable_backward") == 2
+
+
+@pytest.mark.parametrize("dtype", FLOAT, ids=str)
+def test_separable_special_values_and_layouts(dtype, pool_spy):
+    """inf and NaN in the input and in the gradient (a line of the gradient with inf turns NaN where the
+    reference's dense product multiplies inf by 0), -0.0, non-contiguous inputs."""
+    for fn in (lambda t: P.avg_pool2d(t, 2, 2), lambda t: P.interpolate(t, scale_factor=2, mode="bilinear")):
+        _grad_check(fn, _ties((2, 3, 8, 6), dtype, 1), 2, ulps=2)
+        _grad_check(fn, make((2, 3, 6, 8), dtype, 3).transpose(2, 3), 4, ulps=2)
+    assert pool_spy.count("separable") == 4 and pool_spy.count("separable_backward") == 4
+
+
+# -------------------------------------------------------------------------------------------- hand-backs
+
+HANDED_BACK = {
+    "max-empty-batch": lambda: P.max_pool2d(kiln.zeros(0, 3, 4, 4), 2),
+    "max-float16": lambda: P.max_pool2d(make((1, 2, 6, 6), kiln.float16, 1), 2),
+    "max-int": lambda: P.max_pool2d(make((1, 2, 6, 6), kiln.int64, 1), 2),
+    "avg-int": lambda: P.avg_pool2d(make((1, 2, 6, 6), kiln.int64, 1), 2),
+    "avg-empty-batch": lambda: P.avg_pool2d(kiln.zeros(0, 3, 4, 4), 2),
+    "adaptive-to-zero": lambda: P.adaptive_avg_pool2d(make((1, 2, 6, 6), kiln.float32, 1), (0, 3)),
+    "constant-pad": lambda: P.pad(make((1, 2, 6, 6), kiln.float32, 1), (1, 1)),
+}
+
+
+@pytest.mark.parametrize("case", list(HANDED_BACK))
+def test_handed_back(case, pool_spy):
+    assert_same(HANDED_BACK[case](), reference(HANDED_BACK[case]))
+    assert pool_spy == []
+
+
+def test_tiny_inputs_go_to_the_reference(pool_spy, monkeypatch):
+    """Below ``min_numel`` the loops still run from ``_MIN_POOL`` elements (they beat the reference at
+    any size); tinier calls go to the reference."""
+    monkeypatch.setattr(config, "min_numel", 1 << 18)
+    for fn in (lambda t: P.max_pool2d(t, 2), lambda t: P.avg_pool2d(t, 2)):
+        x = make((2, 3, 8, 8), kiln.float32, 1)
+        assert_same(fn(x), reference(fn, x))
+        assert pool_spy == []
+        x = make((2, 4, 16, 16), kiln.float32, 1)
+        assert_same(fn(x), reference(fn, x))
+        assert len(pool_spy) == 1
+        pool_spy.clear()

@@ -10,8 +10,9 @@ size below which kiln-cpu hands an op to the NumPy reference kernel and where th
 measured to be. Writes a JSON record to ``benchmarks/results/cpu.json`` (atomically).
 
 Elementwise ops and reductions on 16M float32 elements are bound by memory bandwidth; the
-transcendentals (exp, tanh, sigmoid) by arithmetic where the library has no SIMD math. conv2d and the
-MLP/CNN training steps measure what is not accelerated yet as much as what is.
+transcendentals (exp, tanh, sigmoid, gelu) by arithmetic where the library has no SIMD math. The
+forward+backward cases (softmax, layer and batch norm, max pooling, conv2d), the Adam step and the
+MLP/CNN training steps measure whole autograd passes, Python overhead per op included.
 """
 
 from __future__ import annotations
@@ -252,6 +253,7 @@ def _training_cases(kiln, torch, rng) -> list[tuple]:
             None,
         ),
     ]
+    cases += _backward_cases(kiln, torch, rng)
     for name, make, shape in (("MLP step", mlp, (128, 784)), ("CNN step", cnn, (64, 1, 28, 28))):
         k_model, t_model = _twin_models(kiln, torch, make)
         k_model._bench_opt = kiln.optim.SGD(k_model.parameters(), lr=1e-3)
@@ -275,6 +277,97 @@ def _training_cases(kiln, torch, rng) -> list[tuple]:
                 None,
             )
         )
+    return cases
+
+
+def _fwd_bwd(fn, x, g, *params):
+    """``fn(x, *params)`` then its backward with ``g``; returns x's gradient (and clears the grads)."""
+    out = fn(x, *params)
+    out.backward(g)
+    grad = x.grad.detach()
+    for t in (x, *params):
+        t.grad = None
+    return grad
+
+
+def _backward_cases(kiln, torch, rng) -> list[tuple]:
+    """Forward+backward of the nn primitives with kiln-cpu backward kernels, and an Adam step over 1.1M
+    parameters (kiln-cpu's fused update against torch's default, foreach)."""
+    import torch.nn.functional as TF
+
+    import kiln.nn.functional as KF
+
+    def pair(shape, scale=1.0):
+        a = (rng.standard_normal(shape) * scale).astype(np.float32)
+        return kiln.from_numpy(a.copy()).requires_grad_(), torch.from_numpy(a.copy()).requires_grad_()
+
+    def grads(shape):
+        a = rng.standard_normal(shape).astype(np.float32)
+        return kiln.from_numpy(a.copy()), torch.from_numpy(a.copy())
+
+    (sk, st), (gsk, gst) = pair((4096, 1024)), grads((4096, 1024))
+    (lk, lt), (glk, glt) = pair((8192, 1024)), grads((8192, 1024))
+    (wk, wt), (bk, bt) = pair(1024), pair(1024)
+    (xk, xt), (gxk, gxt) = pair((32, 64, 32, 32)), grads((32, 64, 32, 32))
+    (cwk, cwt), (cbk, cbt) = pair(64), pair(64)
+    gpk, gpt = grads((32, 64, 16, 16))
+    cases = [
+        (
+            "softmax fwd+bwd",
+            "softmax(s, -1) and its backward, float32, 4096x1024",
+            None,
+            lambda: _fwd_bwd(lambda x: KF.softmax(x, -1), sk, gsk),
+            lambda: _fwd_bwd(lambda x: TF.softmax(x, -1), st, gst),
+            None,
+        ),
+        (
+            "layer_norm fwd+bwd",
+            "layer_norm(l, (1024,), w, b) and its backward to l, w, b, float32, 8192x1024",
+            None,
+            lambda: _fwd_bwd(lambda x, w, b: KF.layer_norm(x, (1024,), w, b), lk, glk, wk, bk),
+            lambda: _fwd_bwd(lambda x, w, b: TF.layer_norm(x, (1024,), w, b), lt, glt, wt, bt),
+            None,
+        ),
+        (
+            "batch_norm fwd+bwd",
+            "batch_norm (training) and its backward to x, w, b, float32, 32x64x32x32",
+            None,
+            lambda: _fwd_bwd(lambda x, w, b: KF.batch_norm(x, None, None, w, b, True), xk, gxk, cwk, cbk),
+            lambda: _fwd_bwd(lambda x, w, b: TF.batch_norm(x, None, None, w, b, True), xt, gxt, cwt, cbt),
+            None,
+        ),
+        (
+            "max_pool2d fwd+bwd",
+            "max_pool2d(x, 2) and its backward, float32, 32x64x32x32",
+            None,
+            lambda: _fwd_bwd(lambda x: KF.max_pool2d(x, 2), xk, gpk),
+            lambda: _fwd_bwd(lambda x: TF.max_pool2d(x, 2), xt, gpt),
+            None,
+        ),
+    ]
+    shapes = [(1024, 784), (1024,), (256, 1024), (256,), (10, 256), (10,)]
+    k_params, t_params = [], []
+    for shape in shapes:
+        (pk, pt), (gk, gt) = pair(shape, 0.05), grads(shape)
+        pk.grad, pt.grad = gk, gt
+        k_params.append(pk)
+        t_params.append(pt)
+    k_adam, t_adam = kiln.optim.Adam(k_params, lr=1e-3), torch.optim.Adam(t_params, lr=1e-3)
+
+    def adam_step(opt, params):
+        opt.step()
+        return params[-1].detach()
+
+    cases.append(
+        (
+            "Adam step 1.1M",
+            "Adam.step() over 1.07M float32 parameters in 6 tensors (torch: its default, foreach)",
+            None,
+            lambda: adam_step(k_adam, k_params),
+            lambda: adam_step(t_adam, t_params),
+            None,
+        )
+    )
     return cases
 
 

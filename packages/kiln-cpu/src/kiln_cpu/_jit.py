@@ -193,16 +193,21 @@ _GELU_C = 0.044715
 _LN2_HI = 6.93147180369123816490e-01  # low bits zero: n * _LN2_HI is exact for |n| < 2**11
 _LN2_LO = 1.90821492927058770002e-10
 _LN2 = 0.6931471805599453
+_ROUND_SHIFT = 6755399441055744.0  # 1.5 * 2**52: adding it rounds a float64 below 2**51 to an integer
 _LOG2E = 1.4426950408889634
 
 
-@register_jitable
+@register_jitable(inline="always")  # inlined in Numba's IR, as erf's: LLVM leaves calls to large functions
 def _exp_d(x):
     """exp of a float64 to 2e-10 relative error (ample for float32 results): 2**n * e**f, |f| <= ln2/2,
     degree-8 Taylor in f.
     ``x`` is clamped to [-708, 709] so 2**n stays normal; callers handle NaN."""
     x = min(max(x, -708.0), 709.0)
-    n = math.floor(x * _LOG2E + 0.5)
+    # n = x/ln2 rounded to an integer by adding 1.5 * 2**52 (it lands in the low mantissa bits): no
+    # float-to-integer conversion, which has no vector instruction below AVX-512 and kept LLVM from
+    # vectorising this loop at all
+    kd = x * _LOG2E + _ROUND_SHIFT
+    n = kd - _ROUND_SHIFT
     f = (x - n * _LN2_HI) - n * _LN2_LO
     # Estrin's scheme: a dependency chain half as long as Horner's, so vector iterations overlap
     f2 = f * f
@@ -210,7 +215,8 @@ def _exp_d(x):
     q03 = (1.0 + f) + f2 * (0.5 + f * (1.0 / 6.0))
     q47 = (1.0 / 24.0 + f * (1.0 / 120.0)) + f2 * (1.0 / 720.0 + f * (1.0 / 5040.0))
     p = q03 + f4 * (q47 + f4 * (1.0 / 40320.0))
-    return p * _bits_f64((np.int64(n) + 1023) << 52)
+    # the exponent field: the low 12 bits of (n + 1023) after the shift drop the shift constant's bits
+    return p * _bits_f64((_f64_bits(kd) + 1023) << 52)
 
 
 @register_jitable
@@ -304,7 +310,7 @@ def sigmoid_f32(x):
 
 # Cephes ndtr.c (as the reference's erf): erf = x T(x^2)/U(x^2) for |x| < 1, 1 - exp(-x^2) P(|x|)/Q(|x|)
 # above (Q and U monic); beyond |x| = 6 erf rounds to 1 even in float64.
-@register_jitable
+@register_jitable(inline="always")
 def _erf_d(x):
     a = abs(x)
     z = x * x
@@ -318,7 +324,6 @@ def _erf_d(x):
     u = u * z + 4.59432382970980127987e3
     u = u * z + 2.26290000613890934246e4
     u = u * z + 4.92673942608635921086e4
-    centre = x * t / u
     b = min(a, 6.0)
     p = 2.46196981473530512524e-10
     p = p * b + 5.64189564831068821977e-1
@@ -337,12 +342,16 @@ def _erf_d(x):
     q = q * b + 2.24633760818710981792e3
     q = q * b + 1.65666309194161350182e3
     q = q * b + 5.57535340817727675546e2
-    tail = 1.0 - _exp_d(-(b * b)) * p / q
+    # one division for both branches (selects, then a vector divide: the divides dominated the cost)
+    centre = a < 1.0
+    e = _exp_d(-(b * b))  # computed for every lane: a call on one side of a select would be a branch
+    r = (x * t if centre else e * p) / (u if centre else q)
+    tail = 1.0 - r
     tail = -tail if x < 0.0 else tail
-    return centre if a < 1.0 else tail
+    return r if centre else tail
 
 
-@register_jitable
+@register_jitable(inline="always")
 def erf_f32(x):
     """erf of a float32: Cephes' rational approximations in float64, rounded once."""
     r = np.float32(_erf_d(np.float64(x)))
@@ -436,8 +445,8 @@ def _binop_impl(code, x, y, c):
     raise ValueError(f"unknown binary op code {k}")
 
 
-@overload(unop)
-def _unop_impl(code, x):
+@overload(unop, inline="always")  # in Numba's IR: LLVM left a call to the larger ones (erf, gelu) in the
+def _unop_impl(code, x):  # loop, which kept it scalar (2.5x slower)
     k = _const_code(code)
     if k is None:
         return None

@@ -7,6 +7,7 @@ import pytest
 from kiln_cpu_helpers import assert_same, make, reference
 
 import kiln
+from kiln._ops.elementwise import _threshold_backward
 from kiln_cpu import _jit
 
 ARITH = [kiln.float32, kiln.float64, kiln.int32, kiln.int64]
@@ -230,3 +231,21 @@ def test_gelu_matches_reference(approximate, dtype, layout, spy):
     code = _jit.GELU if approximate == "none" else _jit.GELU_TANH
     ran = [c for c in spy if c[0] == "unary"]
     assert ran == ([("unary", code, expected_layout, *_half(dtype))] if expected_layout else [])
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "mixed", "strided"])
+@pytest.mark.parametrize("dtype", FLOAT + HALF, ids=str)
+def test_relu_backward_matches_reference(dtype, layout, spy):
+    """``_threshold_backward(grad, output)``: the gradient where the output is positive (NaN outputs and
+    -0.0 give 0), in the output's layout rules."""
+    grad, out, expected_layout = _layouts(dtype)[layout]
+    assert_same(_threshold_backward(grad, out), reference(_threshold_backward, grad, out))
+    assert [c for c in spy if c[0] == "binary"] == [("binary", _jit.RELU_GRAD, expected_layout, *_half(dtype))]
+
+
+def test_relu_backward_through_autograd(spy):
+    x = make((64, 33), kiln.float32).requires_grad_()
+    kiln.relu(x).backward(make((64, 33), kiln.float32, 1))
+    expected = reference(lambda t: kiln.autograd.grad(kiln.relu(t), t, make((64, 33), kiln.float32, 1))[0], x)
+    assert_same(x.grad, expected)
+    assert ("binary", _jit.RELU_GRAD, "flat") in spy

@@ -32,6 +32,7 @@ _SERIAL = {"cache": True, "nogil": True, "error_model": "numpy"}
 ADD, SUB, MUL, DIV, FLOOR_DIV, TRUNC_DIV, MAXIMUM, MINIMUM = range(8)
 EQ, NE, LT, LE, GT, GE = range(8, 14)
 ADD_ALPHA, SUB_ALPHA = 14, 15  # x + y * c, x - y * c (the product rounded first, as the reference)
+RELU_GRAD = 16  # x where y > 0, else 0: relu's backward (``_threshold_backward(grad, output)``)
 
 NEG, ABS, RELU, EXP, LOG, SQRT, SIN, COS, TANH, SIGMOID, ERF, GELU, GELU_TANH = range(13)
 
@@ -420,6 +421,9 @@ def _binop_impl(code, x, y, c):
         return lambda code, x, y, c: x > y
     if k == GE:
         return lambda code, x, y, c: x >= y
+    if k == RELU_GRAD:
+        zero = np.dtype(str(x)).type(0)
+        return lambda code, x, y, c: x if y > zero else zero
     if k == TRUNC_DIV:
         return lambda code, x, y, c: np.trunc(x / y)
     if k == FLOOR_DIV:

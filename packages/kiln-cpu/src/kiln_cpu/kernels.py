@@ -531,6 +531,10 @@ def kernels() -> dict[str, tuple]:
         table[name] = (_unary_kernel(name, ARITH + HALF, name.upper()), ARITH + HALF)
     for name in ("exp", "log", "sqrt", "sin", "cos", "tanh", "sigmoid", "erf"):
         table[name] = (_unary_kernel(name, FLOAT + HALF, name.upper()), FLOAT + HALF)
+    table["_threshold_backward"] = (
+        _binary_kernel("_threshold_backward", FLOAT + HALF, _pick_fixed("RELU_GRAD")),
+        FLOAT + HALF,
+    )
     gelu = {("none",): "GELU", ("tanh",): "GELU_TANH"}
     table["gelu"] = (_unary_kernel("gelu", FLOAT + HALF, "GELU", gelu), FLOAT + HALF)
     table["_to_copy"] = (_to_copy_kernel(), FLOAT + HALF + _INTS)

@@ -917,3 +917,14 @@ def test_is_leaf_and_grad_fn_flags():
 def test_error_message_for_numpy_of_requires_grad():
     kx, tx = leaves([1.0])
     U.assert_same_error(lambda: kx.numpy(), lambda: tx.numpy())
+
+
+def test_accumulated_grad_takes_the_parameters_layout():
+    """A contiguous leaf's ``.grad`` is contiguous even when the backward produced a transposed gradient
+    (PyTorch's gradient layout contract: optimizers and fused updates see the parameter's layout)."""
+    for L in (kiln, torch):
+        w = L.ones(3, 5, requires_grad=True)
+        x = L.ones(4, 5)
+        (x @ w.t()).sum().backward()  # mm's weight gradient comes out transposed
+        assert w.grad.stride() == (5, 1), L
+        np.testing.assert_array_equal(w.grad.numpy(), np.full((3, 5), 4.0))

@@ -510,7 +510,11 @@ def _accumulate_into_leaf(t: Tensor, g: Tensor, create_graph: bool, run_hooks: b
     if run_hooks and t._hooks:
         g = _run_tensor_hooks(t._hooks, g)
     if t.grad is None:
-        t.grad = g if create_graph else g.detach().clone()
+        if create_graph:
+            t.grad = g
+        else:  # a copy; in the parameter's (contiguous) layout, as PyTorch's gradient layout contract
+            d = g.detach()
+            t.grad = d.contiguous() if t.is_contiguous() and not d.is_contiguous() else d.clone()
     elif create_graph or t.grad._requires_grad:
         t.grad = t.grad + g
     else:

@@ -67,11 +67,14 @@ SPECIALS = [np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-40, -1e-40, 3.0e38, -3.0e38, 
 
 
 def make(shape, dtype, seed=0, *, positive=False):
-    """A contiguous tensor of ``shape``: normals (or ints over the whole range) with specials mixed in."""
+    """A contiguous tensor of ``shape``: normals (or ints over the whole range, or random bools) with specials
+    mixed in."""
     rng = np.random.default_rng(seed)
     np_dtype = dtype.numpy
     n = int(np.prod(shape))
-    if np_dtype.kind in "fV":  # V: bfloat16
+    if np_dtype.kind == "b":
+        x = rng.integers(0, 2, n).astype(bool)
+    elif np_dtype.kind in "fV":  # V: bfloat16
         x = rng.standard_normal(n) * rng.choice([1e-3, 1.0, 30.0], n)
         k = min(len(SPECIALS), n // 3)
         pos = rng.choice(n, k, replace=False) if k else []

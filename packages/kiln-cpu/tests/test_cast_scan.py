@@ -13,6 +13,7 @@ import kiln
 from kiln_cpu import _jit
 
 DTYPES = [kiln.float32, kiln.float64, kiln.float16, kiln.bfloat16, kiln.int32, kiln.int64]
+SOURCES = DTYPES + [kiln.bool]
 HALF = [kiln.float16, kiln.bfloat16]
 
 
@@ -37,12 +38,12 @@ def cast_spy(monkeypatch):
 
 @pytest.mark.parametrize("layout", list(_layouts(kiln.float32)))
 @pytest.mark.parametrize("dst", DTYPES, ids=str)
-@pytest.mark.parametrize("src", DTYPES, ids=str)
+@pytest.mark.parametrize("src", SOURCES, ids=str)
 def test_conversion_matches_reference(src, dst, layout, cast_spy):
     x = _layouts(src)[layout]
     assert_same(x.to(dst), reference(lambda t: t.to(dst), x))
-    exact = dst in HALF and src in (kiln.float32, *HALF)
-    exact = exact or (dst in (kiln.int32, kiln.int64) and src in (kiln.int32, kiln.int64))
+    exact = dst in HALF and src in (kiln.float32, *HALF, kiln.bool)
+    exact = exact or (dst in (kiln.int32, kiln.int64) and src in (kiln.int32, kiln.int64, kiln.bool))
     exact = exact or (dst in (kiln.float32, kiln.float64) and src is not dst)
     taken = exact and src is not dst and x.numel() > 0
     assert bool(cast_spy) == taken

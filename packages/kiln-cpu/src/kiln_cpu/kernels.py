@@ -341,15 +341,15 @@ _INTS = (dt.int32, dt.int64)
 
 def _converts(src: dt.dtype, dst: dt.dtype) -> bool:
     """The conversions the Numba loop makes exactly as NumPy's ``astype`` does: between float32, float64
-    and the integers into floats; into float16/bfloat16 only from float32 or half precision (one
-    rounding; NumPy rounds float64 and integers to half directly, not through float32); into integers only
-    from integers (a float out of an integer's range is undefined in C, and NumPy's result is the
-    hardware's)."""
+    and the integers (and bools: dropout's masks) into floats; into float16/bfloat16 only from float32,
+    half precision or bool (one rounding; NumPy rounds float64 and integers to half directly, not through
+    float32); into integers only from integers and bools (a float out of an integer's range is undefined
+    in C, and NumPy's result is the hardware's)."""
     if dst in HALF:
-        return src is dt.float32 or src in HALF
+        return src is dt.float32 or src in HALF or src is dt.bool
     if dst in _INTS:
-        return src in _INTS
-    return dst in FLOAT and (src in FLOAT or src in HALF or src in _INTS)
+        return src in _INTS or src is dt.bool
+    return dst in FLOAT and (src in FLOAT or src in HALF or src in _INTS or src is dt.bool)
 
 
 def _to_copy_kernel():

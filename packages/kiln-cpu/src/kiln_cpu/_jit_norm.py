@@ -42,14 +42,14 @@ def log_of(x):
     raise NotImplementedError
 
 
-@overload(exp_of)
+@overload(exp_of, inline="always")  # in Numba's IR: a call left in the loop keeps it scalar
 def _exp_of_impl(x):
     if x == types.float32:
         return lambda x: x if x != x else expf_core(x)
     return lambda x: math.exp(x)
 
 
-@overload(log_of)
+@overload(log_of, inline="always")
 def _log_of_impl(x):
     if x == types.float32:
         return lambda x: log_f32(x)

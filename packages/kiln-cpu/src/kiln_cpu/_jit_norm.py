@@ -469,6 +469,18 @@ def _channel_stats(x, N, C, HW, c0, c1, count, eps, one, backward, mu, r, sq, wo
         r[j] = one / np.sqrt(var + eps)
 
 
+@register_jitable
+def _block_stats(x, N, C, HW, c0, c1, count, eps, one, train, backward, mean_in, r_in, mu, r, sq, work, vals):
+    """mu[j] and r[j] = 1/sqrt(var + eps) of channels c0 + j: the batch statistics (``train``, see
+    :func:`_channel_stats`) or the given ``mean_in`` and ``r_in``."""
+    if train:
+        _channel_stats(x, N, C, HW, c0, c1, count, eps, one, backward, mu, r, sq, work, vals)
+    else:
+        for j in range(c1 - c0):
+            mu[j] = mean_in[c0 + j]
+            r[j] = r_in[c0 + j]
+
+
 def _batch_norm_channels(x, w, b, has_w, has_b, eps, one, count, train, mean_in, r_in, out, N, C, HW, block, lo, hi):
     """Batch norm forward of the channel blocks [lo, hi) (``block`` channels each): y = ((x - mean) * r)
     (* w[c]) (+ b[c]) with the batch statistics (``train``) or the given mean and ``r_in`` =
@@ -481,12 +493,7 @@ def _batch_norm_channels(x, w, b, has_w, has_b, eps, one, count, train, mean_in,
     for blk in range(lo, hi):
         c0 = blk * block
         c1 = min(C, c0 + block)
-        if train:
-            _channel_stats(x, N, C, HW, c0, c1, count, eps, one, False, mu, r, sq, work, vals)
-        else:
-            for j in range(c1 - c0):
-                mu[j] = mean_in[c0 + j]
-                r[j] = r_in[c0 + j]
+        _block_stats(x, N, C, HW, c0, c1, count, eps, one, train, False, mean_in, r_in, mu, r, sq, work, vals)
         for n in range(N):
             for c in range(c0, c1):
                 p = (n * C + c) * HW
@@ -533,12 +540,7 @@ def _batch_norm_backward_channels(
     for blk in range(lo, hi):
         c0 = blk * block
         c1 = min(C, c0 + block)
-        if train:
-            _channel_stats(x, N, C, HW, c0, c1, count, eps, one, True, mu, r, s1, work, vals)
-        else:
-            for j in range(c1 - c0):
-                mu[j] = mean_in[c0 + j]
-                r[j] = r_in[c0 + j]
+        _block_stats(x, N, C, HW, c0, c1, count, eps, one, train, True, mean_in, r_in, mu, r, s1, work, vals)
         for j in range(c1 - c0):
             sum_g[j] = zero
             sum_gx[j] = zero

@@ -249,3 +249,51 @@ def test_relu_backward_through_autograd(spy):
     expected = reference(lambda t: kiln.autograd.grad(kiln.relu(t), t, make((64, 33), kiln.float32, 1))[0], x)
     assert_same(x.grad, expected)
     assert ("binary", _jit.RELU_GRAD, "flat") in spy
+
+
+# ----------------------------------------------------------------------------------------- dropout
+
+
+@pytest.fixture
+def dropout_spy(monkeypatch):
+    calls: list[tuple] = []
+    real = _jit.dropout
+    monkeypatch.setattr(_jit, "dropout", lambda *a: calls.append(a) or real(*a))
+    return calls
+
+
+@pytest.mark.parametrize("p", [0.0, 0.3, 0.5, 1.0 - 1e-7])
+@pytest.mark.parametrize("dtype", FLOAT + HALF, ids=str)
+def test_fused_dropout_matches_reference(dtype, p, dropout_spy):
+    from kiln._ops.nn_norm import _fused_dropout
+
+    x = make((37, 29), dtype)
+    u = kiln.rand(37, 29, dtype=kiln.float64)
+    got, expected = _fused_dropout(x, u, p), reference(_fused_dropout, x, u, p)
+    assert_same(got[0], expected[0])  # the output, NaN and inf of x included
+    assert_same(got[1], expected[1])  # the scaled mask the backward multiplies by
+    assert len(dropout_spy) == 1
+
+
+def test_fused_dropout_hands_back_other_layouts(dropout_spy):
+    from kiln._ops.nn_norm import _fused_dropout
+
+    x = make((29, 37), kiln.float32).t()
+    u = kiln.rand(37, 29, dtype=kiln.float64)
+    got, expected = _fused_dropout(x, u, 0.5), reference(_fused_dropout, x, u, 0.5)
+    assert_same(got[0], expected[0])
+    assert dropout_spy == []
+
+
+def test_dropout_through_autograd(dropout_spy):
+    from kiln._ops.nn_norm import _fused_dropout, dropout
+
+    x = make((64, 33), kiln.float32).requires_grad_()
+    kiln.manual_seed(5)
+    y = dropout(x, 0.4)
+    y.backward(kiln.ones(64, 33))
+    kiln.manual_seed(5)  # the same draws: dropout takes them from kiln's generator
+    out, noise = reference(_fused_dropout, x.detach(), kiln.rand(64, 33, dtype=kiln.float64), 0.4)
+    assert_same(y.detach(), out)
+    assert_same(x.grad, noise)  # d(sum(x * noise))/dx
+    assert len(dropout_spy) == 1

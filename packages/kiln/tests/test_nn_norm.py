@@ -909,3 +909,26 @@ def test_feature_dropout_rank_warnings_and_shapes(name, shape, warns):
     else:
         assert not msgs
     assert tuple(k.shape) == tuple(t.shape)
+
+
+@pytest.mark.parametrize("dtype", [kiln.float32, kiln.float64, kiln.float16, kiln.bfloat16], ids=str)
+def test_dropout_is_the_fused_op_with_the_composites_bits(dtype):
+    """F.dropout runs ``_fused_dropout`` on kiln's uniform draws: the same values and gradients as the
+    composite ``x * ((rand < 1 - p) / (1 - p))`` it replaces, and PyTorch's CPU node name."""
+    x = kiln.randn(40, 30).to(dtype).requires_grad_()
+    g = kiln.randn(40, 30).to(dtype)
+    kiln.manual_seed(7)
+    y = N.dropout(x, 0.3)
+    kiln.manual_seed(7)
+    y2 = x * ((kiln.rand(40, 30, dtype=kiln.float64) < 0.7).to(dtype) / 0.7)
+    assert y.grad_fn.name() == "MulBackward0"
+    np.testing.assert_array_equal(y.detach().float().numpy(), y2.detach().float().numpy())
+    a, b = kiln.autograd.grad(y, x, g)[0], kiln.autograd.grad(y2, x, g)[0]
+    np.testing.assert_array_equal(a.float().numpy(), b.float().numpy())
+
+
+def test_fused_dropout_gradients():
+    x = kiln.randn(4, 3, dtype=kiln.float64, requires_grad=True)
+    u = kiln.rand(4, 3, dtype=kiln.float64)
+    assert kiln.autograd.gradcheck(lambda t: N._fused_dropout(t, u, 0.4)[0], (x,))
+    assert kiln.autograd.gradgradcheck(lambda t: N._fused_dropout(t, u, 0.4)[0], (x,))

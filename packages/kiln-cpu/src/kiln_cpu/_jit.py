@@ -671,6 +671,39 @@ def cast(layout: str, hin: int = 0, hout: int = 0):
     return kernels[layout]
 
 
+# ------------------------------------------------------------------------------------------ dropout
+
+
+def _make_dropout(half):
+    def flat(x, u, keep, inv, out, noise, lo, hi):
+        """Dropout over [lo, hi) of the dense ``x`` and its float64 draws ``u``: noise = (u < keep) / inv
+        in the compute dtype, rounded to x's dtype (``inv`` = 1 - p in the compute dtype), out = x * noise
+        (the reference's roundings, step for step)."""
+        xv = x[lo:hi]
+        uv = u[lo:hi]
+        ov = out[lo:hi]
+        nv = noise[lo:hi]
+        one = inv / inv
+        zero = inv - inv
+        for i in range(hi - lo):
+            n = store(half, (one if uv[i] < keep else zero) / inv)
+            nv[i] = n
+            ov[i] = store(half, load(half, xv[i]) * load(half, n))
+
+    return njit(**_SERIAL)(flat)
+
+
+_DROPOUT: dict[int, object] = {}
+
+
+def dropout(half: int = 0):
+    """The fused dropout loop; ``half`` as for :func:`binary`."""
+    kernel = _DROPOUT.get(half)
+    if kernel is None:
+        kernel = _DROPOUT[half] = _make_dropout(half)
+    return kernel
+
+
 # -------------------------------------------------------------------------------------------- scans
 
 CUMSUM, CUMPROD = range(2)

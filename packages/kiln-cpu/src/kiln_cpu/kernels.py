@@ -383,6 +383,34 @@ def _to_copy_kernel():
     return kernel
 
 
+# ------------------------------------------------------------------------------------------ dropout
+
+
+def _fused_dropout_kernel():
+    reference = wrap_reference(OPS["_fused_dropout"])
+
+    def kernel(spec, x, u, p):
+        d = spec[0][1]
+        n = math.prod(x._shape)
+        if d not in FLOAT + HALF or x._dtype is not d or n < max(config.min_numel, 1):
+            return reference(spec, x, u, p)
+        xs, us = bits(x._numpy()), u._numpy()
+        if not (xs.flags.c_contiguous and us.flags.c_contiguous):  # the reference's result follows layouts
+            return reference(spec, x, u, p)
+        half = half_kind(d)
+        compute = _F32 if half else d.numpy
+        out = np.empty(n, xs.dtype)
+        noise = np.empty(n, xs.dtype)
+        args = (xs.reshape(-1), us.reshape(-1), 1.0 - p, compute.type(1.0 - p), out, noise)
+        parallel(_kernels().dropout(half), args, n, _GRAIN)
+        shape = x._shape
+        return from_array(out.view(d.numpy).reshape(shape), d), from_array(noise.view(d.numpy).reshape(shape), d)
+
+    kernel.__name__ = "kiln_cpu__fused_dropout"
+    kernel.__doc__ = "Numba kernel for _fused_dropout: draws compared, scaled and applied in one pass (kiln-cpu)."
+    return kernel
+
+
 # --------------------------------------------------------------------------------------- reductions
 
 
@@ -538,6 +566,7 @@ def kernels() -> dict[str, tuple]:
     gelu = {("none",): "GELU", ("tanh",): "GELU_TANH"}
     table["gelu"] = (_unary_kernel("gelu", FLOAT + HALF, "GELU", gelu), FLOAT + HALF)
     table["_to_copy"] = (_to_copy_kernel(), FLOAT + HALF + _INTS)
+    table["_fused_dropout"] = (_fused_dropout_kernel(), FLOAT + HALF)
     table["sum"] = (_reduce_kernel("sum", "SUM"), FLOAT)
     table["mean"] = (_reduce_kernel("mean", "SUM", mean=True), FLOAT)
     for name, code in (("amax", "AMAX"), ("amin", "AMIN"), ("_max_all", "AMAX"), ("_min_all", "AMIN")):

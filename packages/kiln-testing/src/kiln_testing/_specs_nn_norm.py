@@ -181,7 +181,22 @@ def _embedding_bag(c: Ctx) -> list[Case]:
     ]
 
 
+def _fused_dropout(c: Ctx) -> list[Case]:
+    def u(shape, **k):
+        return c.t(shape, dtype=kiln.float64, low=0.0, high=1.0, grad=False, **k)
+
+    return [
+        Case("p0.3", (c.t((4, 5)), u((4, 5)), 0.3)),
+        Case("transposed", (c.t((4, 5), layout="transposed"), u((4, 5)), 0.5)),
+        Case("strided-uniform", (c.t((3, 4)), u((3, 4), layout="strided"), 0.25)),
+        Case("0-d", (c.t(()), u(()), 0.5)),
+        Case("empty", (c.t((0, 3)), u((0, 3)), 0.5)),
+        Case("shape-mismatch", (c.t((2, 3)), u((3, 2)), 0.5)),
+    ]
+
+
 SPECS: dict[str, OpSpec] = {
+    "_fused_dropout": explicit(_fused_dropout),
     "_softmax": explicit(_softmax),
     "_log_softmax": explicit(_softmax),
     "_softmax_backward_data": explicit(_softmax_backward),

@@ -1360,6 +1360,44 @@ def _noise(input: Tensor, p: float, feature: bool) -> Tensor:
     return (rand(shape, dtype=dt.float64, device=input.device) < (1.0 - p)).to(input.dtype)
 
 
+def _fused_dropout_meta(input, uniform, p):
+    if not isinstance(input, Tensor) or not isinstance(uniform, Tensor) or uniform._shape != input._shape:
+        raise RuntimeError("_fused_dropout: uniform must be a tensor of the input's shape")
+    if uniform._dtype is not dt.float64 or not input._dtype.is_floating_point:
+        raise RuntimeError("_fused_dropout: a floating input and float64 uniform draws are expected")
+    spec = (input._shape, input._dtype, input._device)
+    return spec, spec
+
+
+def _fused_dropout_ref(spec, x, u, p):
+    d = spec[0][1]
+    compute = _compute_np(d)
+    # the arithmetic of the composite it replaces: keep = u < 1 - p as 0/1 in x's dtype, noise = keep /
+    # (1 - p) (a Python float: computed in the compute dtype, then rounded to x's), out = x * noise
+    keep = (u < (1.0 - p)).astype(compute)
+    noise = np.true_divide(keep, 1.0 - p, dtype=compute).astype(d.numpy, copy=False)
+    out = np.multiply(x.astype(compute, copy=False), noise.astype(compute, copy=False), dtype=compute)
+    return out.astype(d.numpy, copy=False), noise
+
+
+def _fused_dropout_backward(grads, result):
+    return grads[0] * result[1], None
+
+
+@op(
+    meta=_fused_dropout_meta,
+    reference=_fused_dropout_ref,
+    backward=_fused_dropout_backward,
+    num_outputs=2,
+    differentiable_outputs=(0,),
+    grad_fn_name="MulBackward0",  # PyTorch's CPU dropout is a multiplication by the scaled mask too
+)
+def _fused_dropout(input: Tensor, uniform: Tensor, p: float) -> tuple[Tensor, Tensor]:
+    """Dropout's arithmetic in one op, given the uniform draws ``uniform`` (float64, input's shape):
+    ``noise = (uniform < 1 - p) / (1 - p)`` in the input's dtype and ``input * noise``; returns both (the
+    backward multiplies by ``noise``). Backends fuse the passes; the draws stay with kiln's generator."""
+
+
 def _dropout_impl(input, p, train, inplace, feature, alpha):
     _check_tensor(input, "dropout")
     if p == 0 or not train or _numel(input._shape) == 0:
@@ -1369,6 +1407,12 @@ def _dropout_impl(input, p, train, inplace, feature, alpha):
             raise RuntimeError("Feature dropout requires at least 2 dimensions in the input")
         zero = input.new_zeros(())
         return input.mul_(zero) if inplace else input * zero
+    if not (alpha or feature or inplace):
+        if not input._dtype.is_floating_point:
+            _noise(input, p, feature)  # raises PyTorch's error
+        from kiln._ops.creation import rand
+
+        return _fused_dropout(input, rand(input._shape, dtype=dt.float64, device=input.device), p)[0]
     noise = _noise(input, p, feature)
     if not alpha:
         noise = noise / (1.0 - p)

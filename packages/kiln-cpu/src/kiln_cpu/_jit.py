@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic, overload, register_jitable
 
@@ -41,54 +42,33 @@ SUM, AMAX, AMIN = range(3)
 # ------------------------------------------------------------------------------------------ bit casts
 
 
-@intrinsic
-def _f64_bits(typingctx, x):
-    """The IEEE bits of a float64 as an int64."""
-    if x != types.float64:
-        return None
+def _bitcast_to(dst):
+    """An intrinsic that reads the IEEE bits of its argument as a ``dst`` (a float of the same width, or
+    an integer at least as wide, whose low bits are taken: Numba widens uint32 arithmetic to 64 bits)."""
+    width = dst.bitwidth
 
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], context.get_value_type(types.int64))
+    @intrinsic
+    def bitcast(typingctx, x):
+        if not isinstance(x, (types.Integer, types.Float)) or x.bitwidth < width:
+            return None
+        if isinstance(x, types.Float) and x.bitwidth != width:
+            return None
 
-    return types.int64(types.float64), codegen
+        def codegen(context, builder, signature, args):
+            value = args[0]
+            if x.bitwidth > width:
+                value = builder.trunc(value, ir.IntType(width))
+            return builder.bitcast(value, context.get_value_type(dst))
 
+        return dst(x), codegen
 
-@intrinsic
-def _bits_f64(typingctx, x):
-    """The float64 whose IEEE bits are the int64 ``x``."""
-    if x != types.int64:
-        return None
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], context.get_value_type(types.float64))
-
-    return types.float64(types.int64), codegen
-
-
-@intrinsic
-def _f32_bits(typingctx, x):
-    """The IEEE bits of a float32 as a uint32."""
-    if x != types.float32:
-        return None
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], context.get_value_type(types.uint32))
-
-    return types.uint32(types.float32), codegen
+    return bitcast
 
 
-@intrinsic
-def _bits_f32(typingctx, x):
-    """The float32 whose IEEE bits are the low 32 bits of the integer ``x`` (Numba widens uint32
-    arithmetic to 64 bits)."""
-    if not isinstance(x, types.Integer):
-        return None
-
-    def codegen(context, builder, signature, args):
-        low = builder.trunc(args[0], context.get_value_type(types.uint32)) if x.bitwidth > 32 else args[0]
-        return builder.bitcast(low, context.get_value_type(types.float32))
-
-    return types.float32(x), codegen
+_f64_bits = _bitcast_to(types.int64)  # the bits of a float64
+_bits_f64 = _bitcast_to(types.float64)  # the float64 of 64 bits
+_f32_bits = _bitcast_to(types.uint32)  # the bits of a float32
+_bits_f32 = _bitcast_to(types.float32)  # the float32 of the low 32 bits
 
 
 # ------------------------------------------------------------------------------ float16 and bfloat16

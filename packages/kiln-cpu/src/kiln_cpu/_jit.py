@@ -36,6 +36,7 @@ ADD_ALPHA, SUB_ALPHA = 14, 15  # x + y * c, x - y * c (the product rounded first
 RELU_GRAD = 16  # x where y > 0, else 0: relu's backward (``_threshold_backward(grad, output)``)
 
 NEG, ABS, RELU, EXP, LOG, SQRT, SIN, COS, TANH, SIGMOID, ERF, GELU, GELU_TANH = range(13)
+CAST = 13  # the value itself: with another output dtype, a conversion
 
 SUM, AMAX, AMIN = range(3)
 
@@ -436,6 +437,8 @@ def _unop_impl(code, x):  # loop, which kept it scalar (2.5x slower)
         return None
     f32 = x == types.float32
     zero = np.dtype(str(x)).type(0)
+    if k == CAST:
+        return lambda code, x: x
     if k == NEG:
         return lambda code, x: -x
     if k == ABS:
@@ -481,6 +484,16 @@ _BLOCK = 4096  # elements of the innermost dim per task in the strided loops
 
 
 @register_jitable
+def _task(t, nb, n1, n2):
+    """(i, j, k, block) of task ``t`` of the strided loops: shape[0] x n1 x n2 x ``nb`` blocks."""
+    blk = t % nb
+    q = t // nb
+    k = q % n2
+    q = q // n2
+    return q // n1, q % n1, k, blk
+
+
+@register_jitable
 def _u(i):
     return np.uint64(i)
 
@@ -513,12 +526,7 @@ def _make_binary(code, half):
         sb = bst[3]
         so = ost[3]
         for t in range(lo, hi):
-            blk = t % nb
-            q = t // nb
-            k = q % n2
-            q = q // n2
-            j = q % n1
-            i = q // n1
+            i, j, k, blk = _task(t, nb, n1, n2)
             pa = ao + i * ast[0] + j * ast[1] + k * ast[2]
             pb = bo + i * bst[0] + j * bst[1] + k * bst[2]
             po = i * ost[0] + j * ost[1] + k * ost[2]
@@ -534,7 +542,7 @@ def _make_binary(code, half):
     }
 
 
-def _make_unary(code, half):
+def _make_unary(code, hin, hout):
     # contract: the float64 polynomials of the float32 transcendentals may use FMA (more accurate,
     # faster); no unary op rounds a product before an addition that the reference keeps separate
     opts = {**_SERIAL, "fastmath": {"contract"}}
@@ -544,7 +552,7 @@ def _make_unary(code, half):
         av = a[lo:hi]
         ov = out[lo:hi]
         for i in range(hi - lo):
-            ov[i] = store(half, unop(code, load(half, av[i])))
+            ov[i] = store(hout, cast_value(hout, out, unop(code, load(hin, av[i]))))
 
     def strided(a, ao, ast, out, ost, shape, lo, hi):
         """Any strides (in elements) over a 1-d storage with an offset, shapes coalesced to 4-d; ``out``
@@ -554,16 +562,12 @@ def _make_unary(code, half):
         sa = ast[3]
         so = ost[3]
         for t in range(lo, hi):
-            blk = t % nb
-            q = t // nb
-            k = q % n2
-            q = q // n2
-            j = q % n1
-            i = q // n1
+            i, j, k, blk = _task(t, nb, n1, n2)
             pa = ao + i * ast[0] + j * ast[1] + k * ast[2]
             po = i * ost[0] + j * ost[1] + k * ost[2]
             for m in range(blk * _BLOCK, min(blk * _BLOCK + _BLOCK, n3)):
-                out[_u(po + m * so)] = store(half, unop(code, load(half, a[_u(pa + m * sa)])))
+                x = load(hin, a[_u(pa + m * sa)])
+                out[_u(po + m * so)] = store(hout, cast_value(hout, out, unop(code, x)))
 
     return {"flat": njit(**opts)(flat), "strided": njit(**opts)(strided)}
 
@@ -581,13 +585,25 @@ def binary(code: int, layout: str, half: int = 0):
     return kernels[layout]
 
 
+def _unary_loops(code: int, hin: int, hout: int) -> dict:
+    """The loops of unary op ``code`` reading ``hin`` storage and writing ``hout`` storage (half kinds)."""
+    kernels = _UNARY.get((code, hin, hout))
+    if kernels is None:
+        kernels = _UNARY[(code, hin, hout)] = _make_unary(code, hin, hout)
+    return kernels
+
+
 def unary(code: int, layout: str, half: int = 0):
     """The dispatcher for unary op ``code`` in ``layout`` ("flat", "strided"); ``half`` as for
     :func:`binary`."""
-    kernels = _UNARY.get((code, half))
-    if kernels is None:
-        kernels = _UNARY[(code, half)] = _make_unary(code, half)
-    return kernels[layout]
+    return _unary_loops(code, half, half)[layout]
+
+
+def cast(layout: str, hin: int = 0, hout: int = 0):
+    """The dtype conversion loop in ``layout`` ("flat", "strided"): the unary loop of ``CAST``; ``hin`` /
+    ``hout``: F16 or BF16 where the source / destination is half-precision bits (uint16), else 0 (the
+    arrays' own dtypes)."""
+    return _unary_loops(CAST, hin, hout)[layout]
 
 
 # -------------------------------------------------------------------------------------- conversion
@@ -608,47 +624,6 @@ def _cast_value_impl(hout, out, v):
         return lambda hout, out, v: np.float32(v)
     target = out.dtype
     return lambda hout, out, v: target(v)
-
-
-def _make_cast(hin, hout):
-    def flat(a, out, lo, hi):
-        """A dense operand converted into the same layout, over [lo, hi)."""
-        av = a[lo:hi]
-        ov = out[lo:hi]
-        for i in range(hi - lo):
-            ov[i] = store(hout, cast_value(hout, out, load(hin, av[i])))
-
-    def strided(a, ao, ast, out, ost, shape, lo, hi):
-        """Any strides, as the strided unary loop."""
-        _, n1, n2, n3 = shape
-        nb = (n3 + _BLOCK - 1) // _BLOCK
-        sa = ast[3]
-        so = ost[3]
-        for t in range(lo, hi):
-            blk = t % nb
-            q = t // nb
-            k = q % n2
-            q = q // n2
-            j = q % n1
-            i = q // n1
-            pa = ao + i * ast[0] + j * ast[1] + k * ast[2]
-            po = i * ost[0] + j * ost[1] + k * ost[2]
-            for m in range(blk * _BLOCK, min(blk * _BLOCK + _BLOCK, n3)):
-                out[_u(po + m * so)] = store(hout, cast_value(hout, out, load(hin, a[_u(pa + m * sa)])))
-
-    return {"flat": njit(**_SERIAL)(flat), "strided": njit(**_SERIAL)(strided)}
-
-
-_CAST: dict[tuple, dict] = {}
-
-
-def cast(layout: str, hin: int = 0, hout: int = 0):
-    """The dtype conversion loop in ``layout`` ("flat", "strided"); ``hin``/``hout``: F16 or BF16 where
-    the source/destination is half-precision bits (uint16), else 0 (the arrays' own dtypes)."""
-    kernels = _CAST.get((hin, hout))
-    if kernels is None:
-        kernels = _CAST[(hin, hout)] = _make_cast(hin, hout)
-    return kernels[layout]
 
 
 # ------------------------------------------------------------------------------------------ dropout

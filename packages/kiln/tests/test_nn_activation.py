@@ -721,3 +721,25 @@ def test_sdpa_matches_explicit_formula():
     w /= w.sum(-1, keepdims=True)
     out = KF.scaled_dot_product_attention(*(kiln.tensor(a) for a in (q, k, v)))
     np.testing.assert_allclose(out.numpy(), w @ v, rtol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16", "int32"])
+def test_relu_backward_masks_every_gradient_value(dtype):
+    """relu's backward (``threshold_backward``) keeps the gradient's bits where the result is positive
+    (NaN, inf and -0.0 included) and gives +0 elsewhere, even for a NaN or inf gradient; bit for bit
+    PyTorch's."""
+    from kiln._ops.elementwise import _threshold_backward
+
+    specials = [np.nan, np.inf, -np.inf, -0.0, 0.0, 1.5, -2.5, 3.0]
+    grad_np = np.array(specials * 2, np.float64)
+    out_np = np.array([1.0] * 8 + [0.0, -1.0, 0.0, -0.0, np.nan, -np.inf, 0.0, -3.0])
+    if dtype == "int32":
+        grad_np = np.arange(16) - 8
+        out_np = np.array([1] * 8 + [0, -1, 0, 0, 2, -5, 0, -3])
+    results = []
+    for L in (kiln, torch):
+        d = getattr(L, dtype)
+        g, r = L.tensor(grad_np.tolist(), dtype=d), L.tensor(out_np.tolist(), dtype=d)
+        got = torch.ops.aten.threshold_backward(g, r, 0) if L is torch else _threshold_backward(g, r)
+        results.append(got.view(L.int16 if got.element_size() == 2 else getattr(L, f"int{8 * got.element_size()}")))
+    assert results[0].tolist() == results[1].tolist()

@@ -86,16 +86,30 @@ def _matmul_backward(grad, input, other, needs_input_grad):
         g = g.unsqueeze(-2)
     if other.dim() == 1:
         g = g.unsqueeze(-1)
-    ga = gb = None
-    if needs_input_grad[0]:
-        ga = matmul(g, b.mT)
-        if input.dim() == 1:
-            ga = ga.squeeze(-2)
-    if needs_input_grad[1]:
-        gb = matmul(a.mT, g)
-        if other.dim() == 1:
-            gb = gb.squeeze(-1)
+    ga, gb = product_grads(matmul, g, a, b, needs_input_grad[0], needs_input_grad[1])
+    if ga is not None and input.dim() == 1:
+        ga = ga.squeeze(-2)
+    if gb is not None and other.dim() == 1:
+        gb = gb.squeeze(-1)
     return (ga, gb)
+
+
+def _column_major(t: Tensor) -> bool:
+    """A matrix laid out column by column (a transposed contiguous matrix, such as ``weight.t()``)."""
+    return t.dim() == 2 and t._stride[0] == 1 and t._stride[1] == t._shape[0] and t._shape[0] > 1
+
+
+def product_grads(product, g: Tensor, a: Tensor, b: Tensor, need_a: bool, need_b: bool) -> tuple:
+    """The gradients ``g @ b^T`` and ``a^T @ g`` of ``a @ b``, each computed in its operand's layout where
+    that operand is a column-major matrix, as PyTorch's mm backward does: the gradient of ``weight.t()``
+    comes out transposed, so a ``Linear`` weight's gradient arrives contiguous and is not copied to fit
+    the parameter's layout."""
+    ga = gb = None
+    if need_a:
+        ga = product(b, g.mT).mT if _column_major(a) else product(g, b.mT)
+    if need_b:
+        gb = product(g.mT, a).mT if _column_major(b) else product(a.mT, g)
+    return ga, gb
 
 
 @op(

@@ -19,7 +19,7 @@ from kiln import _dtype as dt
 from kiln._dispatch import op
 from kiln._ops._meta import scalar_type_name
 from kiln._ops.elementwise import _compute_np
-from kiln._ops.linalg import _matmul_meta, _matmul_ref, matmul
+from kiln._ops.linalg import _matmul_meta, _matmul_ref, matmul, product_grads
 from kiln._ops.reduction import _return_type
 from kiln._tensor import Tensor
 
@@ -57,10 +57,7 @@ def _bmm_meta(input, mat2):
 
 
 def _bmm_backward(grad, input, mat2, needs_input_grad):
-    return (
-        bmm(grad, mat2.mT) if needs_input_grad[0] else None,
-        bmm(input.mT, grad) if needs_input_grad[1] else None,
-    )
+    return product_grads(bmm, grad, input, mat2, needs_input_grad[0], needs_input_grad[1])
 
 
 @op(
@@ -164,11 +161,8 @@ def _add_product_ref(spec, base, a, b, beta=1, alpha=1):
 def _add_product_grads(product, grad, a, b, beta, alpha, needs_input_grad) -> tuple:
     """Gradients of ``beta * input + alpha * product(a, b)`` (the engine reduces ``input``'s to its shape)."""
     g = grad if alpha == 1 else grad * alpha
-    return (
-        (grad if beta == 1 else grad * beta) if needs_input_grad[0] else None,
-        product(g, b.mT) if needs_input_grad[1] else None,
-        product(a.mT, g) if needs_input_grad[2] else None,
-    )
+    ga, gb = product_grads(product, g, a, b, needs_input_grad[1], needs_input_grad[2])
+    return ((grad if beta == 1 else grad * beta) if needs_input_grad[0] else None, ga, gb)
 
 
 def _addmm_backward(grad, mat1, mat2, beta, alpha, needs_input_grad):

@@ -17,10 +17,13 @@ import heapq
 import inspect
 import itertools
 import re
+import sys
 import traceback
 import warnings
 import weakref
 from collections.abc import Callable, Sequence
+
+import numpy as np
 
 from kiln._state import anomaly, state
 from kiln._tensor import Tensor, _make
@@ -506,12 +509,93 @@ def _run_tensor_hooks(hooks: list, grad: Tensor) -> Tensor:
 # ---------------------------------------------------------------------------------------- engine
 
 
-def _accumulate_into_leaf(t: Tensor, g: Tensor, create_graph: bool, run_hooks: bool = True) -> None:
+# A leaf's first gradient becomes its ``.grad`` without a copy when the engine holds the only reference
+# to it and nothing else can reach its memory (PyTorch's AccumulateGrad does the same). That is a
+# reference count test, so it runs where CPython counts every reference: from 3.14 the interpreter may
+# borrow references without counting them, and free-threaded builds count them per thread.
+_STEAL = (
+    sys.implementation.name == "cpython"
+    and sys.version_info < (3, 14)
+    and getattr(sys, "_is_gil_enabled", lambda: True)()
+)
+
+
+def _refs(x) -> int:
+    return sys.getrefcount(x)
+
+
+def _own_refs() -> int:
+    holder = [object()]
+    return _refs(holder[0]) - 1  # what _refs adds to the count of an object held once
+
+
+_OWN_REFS = _own_refs()
+
+
+def _reachable(g: Tensor) -> tuple[list, list[int]] | None:
+    """The objects through which ``g``'s memory can be reached (``g``, the tensor it views, their
+    storages and NumPy views, the array that owns the memory), with how many references each has from the
+    others; None when the memory is not owned by a NumPy array, so that the holders cannot all be known."""
+    objs: list = []
+    held: list = []
+    todo = [g]
+    while todo:
+        o = todo.pop()
+        if any(o is p for p in objs):
+            continue
+        objs.append(o)
+        if type(o) is Tensor:
+            refs = (o._storage, o._np, o._base)
+        elif type(o) is np.ndarray:
+            refs = (o.base,)
+        else:
+            return None
+        for r in refs:
+            if r is not None:
+                held.append(r)
+                todo.append(r)
+    return objs, [sum(h is o for h in held) for o in objs]
+
+
+def _sole_owner(t: Tensor, grads: list) -> bool:
+    """Whether ``grads[0]`` can become ``t.grad`` as it is: a contiguous gradient (the parameter's layout)
+    that only the engine's buffer ``grads`` holds, and whose memory nothing else reaches."""
+    g = grads[0]
+    if not (
+        _STEAL
+        and type(g) is Tensor
+        and g.grad_fn is None
+        and not g._hooks
+        and g._offset == 0
+        and g._dtype is t._dtype
+        and t.is_contiguous()
+        and g.is_contiguous()
+    ):
+        return False
+    found = _reachable(g)
+    if found is None:
+        return False
+    objs, held = found
+    for i in range(len(objs)):  # noqa: SIM110 - by index: an iterator would hold the current object once more
+        # beyond the holders inside the closure: objs itself, and for g the buffer and the local g
+        if _refs(objs[i]) - _OWN_REFS != held[i] + 1 + (2 if objs[i] is g else 0):
+            return False
+    return True
+
+
+def _accumulate_into_leaf(
+    t: Tensor, g: Tensor, create_graph: bool, run_hooks: bool = True, owned: bool = False
+) -> None:
+    """Add the gradient ``g`` into the leaf ``t``'s ``.grad`` (``owned``: nothing else holds ``g``, so it
+    may become ``.grad`` without a copy)."""
     if run_hooks and t._hooks:
         g = _run_tensor_hooks(t._hooks, g)
+        owned = False
     if t.grad is None:
         if create_graph:
             t.grad = g
+        elif owned:
+            t.grad = g.detach()  # the memory is g's alone: no copy
         else:  # a copy; in the parameter's (contiguous) layout, as PyTorch's gradient layout contract
             d = g.detach()
             t.grad = d.contiguous() if t.is_contiguous() and not d.is_contiguous() else d.clone()
@@ -603,7 +687,8 @@ def run_backward(
             if isinstance(node, AccumulateGrad):
                 if inputs is None:
                     if grads[0] is not None:
-                        _accumulate_into_leaf(node.variable, grads[0], create_graph)
+                        owned = not create_graph and _sole_owner(node.variable, grads)
+                        _accumulate_into_leaf(node.variable, grads[0], create_graph, owned=owned)
                 elif accumulate:
                     k = capture.get((id(node), 0))
                     if k is not None and captured[k] is not None:  # hooks already ran when it was captured
@@ -640,6 +725,7 @@ def run_backward(
                 deps[nxt] -= 1
                 if deps[nxt] == 0:
                     heapq.heappush(heap, (-nxt._seq, next(counter), nxt))
+            outs = g = None  # the buffers hold the gradients now (the leaf ownership test counts holders)
     finally:
         state.grad_enabled = prev
     if accumulate and inputs is not None:

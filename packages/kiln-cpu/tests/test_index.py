@@ -13,7 +13,7 @@ from kiln_cpu_helpers import F, assert_same, make, reference
 
 import kiln
 from kiln._ops.indexing import index_put
-from kiln_cpu import _jit_index, config
+from kiln_cpu import _jit_index, config, kernels_index
 from kiln_testing._runner import ReferenceMode
 
 FLOAT = [kiln.float32, kiln.float64]
@@ -439,8 +439,9 @@ LARGE = {
 
 
 @pytest.mark.parametrize("case", list(LARGE))
-def test_threads_split_the_work(case, index_spy):
-    """Large enough for several threads: the indexed dim stays whole in each task (same order of additions)."""
+def test_threads_split_the_work(case, index_spy, monkeypatch):
+    """Split over several threads: the indexed dim stays whole in each task (same order of additions)."""
+    monkeypatch.setattr(kernels_index, "_GRAIN", 1 << 12)
     kiln.set_num_threads(2)
     x = make((64, 4096), kiln.float32, 1)
     i = _ints((300, 4096), 64, 2)

@@ -10,7 +10,7 @@ from kiln_cpu_helpers import F, assert_same, reference
 
 import kiln
 from kiln._ops.nn_loss import _nll_loss_backward
-from kiln_cpu import _jit_loss
+from kiln_cpu import _jit_loss, config
 
 FLOAT = [kiln.float32, kiln.float64]
 SHAPES = [(7,), (9, 7), (4, 7, 3), (2, 7, 3, 5)]
@@ -177,3 +177,13 @@ def test_nll_loss_backward_hands_back_to_the_reference(loss_spy):
         else:
             assert_same(_nll_loss_backward(*args), expected)
     assert loss_spy == ["nll_weights"]  # the out-of-range target: found by the loop, raised by the reference
+
+
+def test_small_inputs_run_the_loops_from_the_multipass_threshold(loss_spy, monkeypatch):
+    """Below ``min_numel``, nll_loss runs its loops from ``multipass_min_numel`` elements."""
+    monkeypatch.setattr(config, "min_numel", 1 << 18)
+    for shape, ran in (((128, 10), ["nll_rows"]), ((8, 10), [])):
+        x, t, _ = _case(shape, kiln.float32, 0)
+        assert_same(F.nll_loss(x, t), reference(F.nll_loss, x, t))
+        assert loss_spy == ran
+        loss_spy.clear()

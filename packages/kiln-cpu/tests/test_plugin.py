@@ -18,8 +18,8 @@ from kiln import _plugins
 from kiln_cpu import config, kernels
 
 
-def _python(code: str, **env) -> str:
-    run_env = {**os.environ, **env}
+def _python(code: str, base: dict | None = None, **env) -> str:
+    run_env = {**(os.environ if base is None else base), **env}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=run_env, timeout=120)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
@@ -159,3 +159,22 @@ def test_kernels_agree_across_thread_counts(monkeypatch):
     for other in results[1:]:
         for a, b in zip(results[0], other):
             np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator")
+def test_loading_the_kernels_sets_glibcs_malloc_thresholds_unless_the_user_chose():
+    """kiln_cpu._malloc: the mmap and trim thresholds are set once the kernels load (not at import), and
+    never when the environment sets them or opts out."""
+    code = (
+        "import kiln, kiln_cpu._malloc as m\nbefore = m._tuned\nkiln.ones(2) + 1\n"
+        "import ctypes\nglibc = hasattr(ctypes.CDLL(None), 'gnu_get_libc_version')\nprint(before, m._tuned, glibc)"
+    )
+    clean = {k: v for k, v in os.environ.items() if "MALLOC" not in k and k != "GLIBC_TUNABLES"}
+    before, after, glibc = _python(code, clean).split()
+    assert (before, after) == ("None", glibc)
+    for extra in (
+        {"KILN_CPU_MALLOC_TUNING": "0"},
+        {"MALLOC_MMAP_THRESHOLD_": "1048576"},
+        {"GLIBC_TUNABLES": "glibc.malloc.trim_threshold=1048576"},
+    ):
+        assert _python(code, clean, **extra).split()[:2] == ["None", "False"]

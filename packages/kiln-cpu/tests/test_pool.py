@@ -181,7 +181,7 @@ def test_handed_back(case, pool_spy):
 
 
 def test_tiny_inputs_go_to_the_reference(pool_spy, monkeypatch):
-    """Below ``min_numel`` the loops still run from ``_MIN_POOL`` elements (they beat the reference at
+    """Below ``min_numel`` the loops still run from ``multipass_min_numel`` elements (they beat the reference at
     any size); tinier calls go to the reference."""
     monkeypatch.setattr(config, "min_numel", 1 << 18)
     for fn in (lambda t: P.max_pool2d(t, 2), lambda t: P.avg_pool2d(t, 2)):

@@ -263,3 +263,17 @@ def test_batch_and_group_norm_hand_back_to_the_reference(norm_spy):
     for fn, t in cases:
         assert_same(fn(t), reference(fn, t))
     assert norm_spy == []
+
+
+def test_small_inputs_run_the_loops_from_the_multipass_threshold(norm_spy, monkeypatch):
+    """Below ``min_numel`` the softmax and norm loops still run from ``multipass_min_numel`` elements (one
+    serial pass beats the reference's several NumPy calls); tinier inputs go to the reference."""
+    from kiln_cpu import config
+
+    monkeypatch.setattr(config, "min_numel", 1 << 18)
+    for shape, ran in (((128, 10), True), ((8, 10), False)):
+        x = make(shape, kiln.float32, seed=4)
+        for fn in (lambda t: F.log_softmax(t, 1), lambda t: F.layer_norm(t, (10,))):
+            assert_same(fn(x), reference(fn, x), ulps=4, atol=2e-6)
+            assert bool(norm_spy) is ran
+            norm_spy.clear()

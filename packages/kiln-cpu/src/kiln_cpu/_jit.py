@@ -985,6 +985,25 @@ def _make_reduce(code):
             else:
                 out[k] = _extreme(fold, a, ao + k * sk, nr, sr)
 
+    def slabs(a, ao, sk, n0, s0, n1, s1, out, lo, hi):
+        """out[k] = reduce over i < n0, r < n1 of a[ao + k*sk + i*s0 + r*s1], k in [lo, hi): each run of
+        n1 reduced as in ``rows``, the runs folded in order (NumPy's order for two reduced dims that do
+        not merge, such as a conv bias's gradient over (N, H, W))."""
+        zero = zero_of(a)
+        work = np.empty(384, np.int64)
+        vals = np.empty(128, a.dtype)
+        for k in range(lo, hi):
+            p = ao + k * sk
+            if code == SUM:
+                acc = zero
+                for i in range(n0):
+                    acc += _pairwise_sum(a, p + i * s0, n1, s1, work, vals)
+            else:
+                acc = _extreme(fold, a, p, n1, s1)
+                for i in range(1, n0):
+                    acc = binop(fold, acc, _extreme(fold, a, p + i * s0, n1, s1), 0)
+            out[k] = acc
+
     def cols(a, ao, nr, sr, out, lo, hi):
         """The same with unit stride along k: rows folded in order into out[lo:hi] (vectorised)."""
         ov = out[lo:hi]
@@ -1006,6 +1025,7 @@ def _make_reduce(code):
     return {
         "segments": njit(**_SERIAL)(segments),
         "rows": njit(**_SERIAL)(rows),
+        "slabs": njit(**_SERIAL)(slabs),
         "cols": njit(**_SERIAL)(cols),
     }
 
@@ -1014,7 +1034,7 @@ _REDUCE: dict[int, dict] = {}
 
 
 def reduce(code: int, layout: str):
-    """The dispatcher for reduction ``code`` in ``layout`` ("segments", "rows", "cols", and for AMAX and
+    """The dispatcher for reduction ``code`` in ``layout`` ("segments", "rows", "slabs", "cols", and for AMAX and
     AMIN "segments-contiguous", "rows-contiguous": the vectorised folds, given the integer view too)."""
     kernels = _REDUCE.get(code)
     if kernels is None:

@@ -9,8 +9,8 @@ sums per leaf (:func:`kiln_cpu._jit.pairwise_sum_exact`: bit for bit NumPy's, wh
 ``_pairwise_sum`` keeps thirty-two over longer leaves); a sum over several runs or rows adds them one
 after another onto 0, as NumPy's reductions do. So the norm loops give the reference's result bit for
 bit (for runs of up to 8192 elements, where NumPy's buffered reductions start splitting a run), and the
-softmax loops differ only where they call exp (float32: float32 arithmetic, about 1 ulp) and in the
-contiguous sum's leaves.
+softmax loops differ where they call exp (float32: float32 arithmetic, about 1 ulp) and where a row of
+64 or more elements is summed in the pass that computes its exps (:func:`_exp_sum`).
 """
 
 from __future__ import annotations
@@ -21,14 +21,24 @@ import numpy as np
 from numba import njit, types
 from numba.extending import overload, register_jitable
 
-from kiln_cpu._jit import _SERIAL, MAXIMUM, _pairwise_sum, binop, expf_core, log_f32, pairwise_sum_exact, zero_of
+from kiln_cpu._jit import (
+    _SERIAL,
+    MAXIMUM,
+    _pairwise_leaf,
+    _pairwise_sum,
+    binop,
+    expf_core,
+    log_f32,
+    pairwise_sum_exact,
+    zero_of,
+)
 
 # ---------------------------------------------------------------------------------- softmax and norms (forward)
 #
 # One task per row (or per outer slab when the dim is not the last): the row stays in cache across its
-# passes. The arithmetic is the reference's, step for step (x - max, exp, pairwise sum, divide; layer
-# norm's mean, centred squares, 1/sqrt(var + eps), affine), so NaN, inf and all -inf rows come out as
-# the reference's; only exp (float32: :func:`exp_of`) and the sum's leaf width differ in the last bits.
+# passes. The arithmetic is the reference's, step for step (x - max, exp, sum, divide; layer norm's mean,
+# centred squares, 1/sqrt(var + eps), affine), so NaN, inf and all -inf rows come out as the reference's;
+# only exp (float32: :func:`exp_of`) and the order of softmax's sum differ in the last bits.
 
 
 def exp_of(x):
@@ -42,10 +52,17 @@ def log_of(x):
     raise NotImplementedError
 
 
+@register_jitable
+def _nan_or(x, v):
+    """``x`` when it is NaN, else ``v`` (a select, outside the inlined lambda: a conditional expression
+    inlined into nested loops trips Numba's IR scope check)."""
+    return x if x != x else v
+
+
 @overload(exp_of, inline="always")  # in Numba's IR: a call left in the loop keeps it scalar
 def _exp_of_impl(x):
     if x == types.float32:
-        return lambda x: x if x != x else expf_core(x)
+        return lambda x: _nan_or(x, expf_core(x))
     return lambda x: math.exp(x)
 
 
@@ -100,28 +117,86 @@ def _exp_into(xv, m, ev):
         ev[i] = exp_of(xv[i] - m)
 
 
+@register_jitable
+def _row_peak(v, acc):
+    """The largest of the non-NaN entries of ``v`` (n >= 1; NaN only when ``v`` starts with one) in
+    ``_LANES`` running maxima, a plain compare-and-select that vectorises to the max instruction. Softmax
+    needs no NaN propagation from it: a NaN in the row turns its exp, the row's sum, and so every output
+    to NaN, as the reference's NaN maximum does."""
+    n = v.shape[0]
+    m = v[0]
+    if n < _LANES:
+        for i in range(1, n):
+            m = v[i] if v[i] > m else m
+        return m
+    for j in range(_LANES):
+        acc[j] = m
+    end = n - n % _LANES
+    for b in range(0, end, _LANES):
+        blk = v[b : b + _LANES]
+        for j in range(_LANES):
+            acc[j] = blk[j] if blk[j] > acc[j] else acc[j]
+    for j in range(_LANES):
+        m = acc[j] if acc[j] > m else m
+    for i in range(end, n):
+        m = v[i] if v[i] > m else m
+    return m
+
+
+_CHUNK = 2048  # elements per chunk of the fused exp-and-sum: 32 terms per running sum, then float64
+
+
+@register_jitable
+def _exp_sum(xv, m, ev, acc):
+    """ev[i] = exp(xv[i] - m) in the row's dtype, and their sum in float64. A row shorter than ``_LANES``
+    is summed as the reference sums it (NumPy's pairwise order, in the row's dtype); a longer one in the
+    pass that computes the exps (it vectorises: they stay in registers), ``_LANES`` running sums in the
+    row's dtype over each chunk of ``_CHUNK`` elements, the chunks' totals added in float64."""
+    n = xv.shape[0]
+    if n < _LANES:
+        for i in range(n):
+            ev[i] = exp_of(xv[i] - m)
+        return np.float64(_pairwise_leaf(ev, np.uint64(0), n, np.uint64(1)))
+    total = 0.0
+    zero = zero_of(acc)
+    for c in range(0, n, _CHUNK):
+        stop = min(n, c + _CHUNK)
+        end = stop - (stop - c) % _LANES
+        for j in range(_LANES):
+            acc[j] = zero
+        for b in range(c, end, _LANES):
+            xb = xv[b : b + _LANES]
+            eb = ev[b : b + _LANES]
+            for j in range(_LANES):
+                eb[j] = exp_of(xb[j] - m)
+                acc[j] += eb[j]
+        for j in range(_LANES):
+            total += acc[j]
+        for i in range(end, stop):
+            ev[i] = exp_of(xv[i] - m)
+            total += ev[i]
+    return total
+
+
 def _softmax_rows(log):
     def rows(x, out, n, lo, hi):
         """Softmax (log-softmax) of the contiguous rows ``x[k*n:(k+1)*n]``, k in [lo, hi), into ``out``:
-        max, exp, the pairwise sum of the exps (the reference's order), then the division (softmax: a
-        multiplication by the reciprocal, within an ulp of it) or the subtraction of log(sum)."""
-        work = np.empty(384, np.int64)
-        vals = np.empty(128, x.dtype)
+        the row's maximum, then exp(x - max) and its sum (:func:`_exp_sum`), then the division (softmax:
+        a multiplication by the reciprocal of the float64 sum, rounded once) or the subtraction of
+        log(sum)."""
         acc = np.empty(_LANES, x.dtype)
         scratch = np.empty(n if log else 0, x.dtype)
         for k in range(lo, hi):
             p = k * n
-            m = _row_max(x, p, n, acc)
             xv = x[p : p + n]
             ov = out[p : p + n]
+            m = _row_peak(xv, acc)
             if log:
-                _exp_into(xv, m, scratch)
-                ls = log_of(_pairwise_sum(scratch, 0, n, 1, work, vals))
+                ls = log_of(as_dtype_of(x, _exp_sum(xv, m, scratch, acc)))
                 for i in range(n):
                     ov[i] = (xv[i] - m) - ls
             else:
-                _exp_into(xv, m, ov)
-                r = as_dtype_of(x, 1.0 / np.float64(_pairwise_sum(out, p, n, 1, work, vals)))
+                r = as_dtype_of(x, 1.0 / _exp_sum(xv, m, ov, acc))
                 for i in range(n):
                     ov[i] = ov[i] * r
 

@@ -9,3 +9,17 @@ min_numel = int(os.environ.get("KILN_CPU_MIN_NUMEL", "") or 1 << 18)
 below 256K elements NumPy's own SIMD loops are as fast as a Numba loop, and waking threads costs more
 than they save (benchmarks/bench_cpu.py measures the crossover). The environment variable
 ``KILN_CPU_MIN_NUMEL`` sets the default; tests set it to 0 so every size runs the Numba kernels."""
+
+multipass_min_numel = 1024
+"""The ops whose reference makes several NumPy passes or calls per element run their Numba kernel from
+this many elements (or :data:`min_numel`, whichever is smaller): softmax, log_softmax and logsumexp and
+their backward, the norms, nll_loss, the pools, and the accumulating index ops (``np.add.at``). One
+serial Numba pass beats the reference's passes at any size but the tiniest (log_softmax of 128x10:
+23 us for the reference's six NumPy calls; pools: 1.3x to 9x from 256 elements), and below the thread
+grain the kernels wake no threads."""
+
+
+def too_small(n: int, multipass: bool = False) -> bool:
+    """Whether an op with ``n`` elements (0: empty) goes to the reference: below :data:`min_numel`, or
+    for ``multipass`` ops below :data:`multipass_min_numel` too."""
+    return n == 0 or n < (min(min_numel, multipass_min_numel) if multipass else min_numel)

@@ -55,7 +55,11 @@ def with_fallback(name: str, body):
 _kernels = loops("_jit")
 
 
-_GRAIN = 1 << 15  # elements per thread at least: below that, waking a thread costs more than it saves
+_GRAIN = 1 << 18
+"""Elements per thread at least: waking a pool thread and collecting its result takes 75-95 us here (a
+lock ping-pong between two threads, benchmarks' crossover), about what one thread needs to add 256K
+float32 elements; with 32K elements per thread, an add of 800K elements ran slower on two threads
+(358 us) than on one (317 us)."""
 parallel = _threads.parallel
 
 
@@ -507,6 +511,11 @@ def _run_reduce(code: int, t: Tensor, dims: tuple, keepdim: bool) -> np.ndarray:
             parallel(kernel, (ints, off, sk, nr, out_ints), nk, max(1, _GRAIN // nr))
         else:
             parallel(j.reduce(code, "rows"), (buf, off, sk, nr, sr, flat_out), nk, max(1, _GRAIN // nr))
+        return out
+    if len(kept) == 1 and len(red) == 2:  # e.g. a conv bias's gradient, over (N, H, W): in place, no copy
+        (nk, sk), (n0, s0), (n1, s1) = kept[0], red[0], red[1]
+        args = (buf, off, sk, n0, s0, n1, s1, flat_out)
+        parallel(j.reduce(code, "slabs"), args, nk, max(1, _GRAIN // (n0 * n1)))
         return out
     # several kept or reduced dims that do not merge: one copy with the reduced dims last
     xx = np.ascontiguousarray(t._numpy().transpose(keep_idx + red_idx)).reshape(-1)

@@ -12,7 +12,7 @@ result (backward formulas scatter into fresh zeros).
 Handed back to the reference: reads NumPy already does at memcpy speed (index_select, embedding and
 ``x[idx]`` on the first dim of a C-contiguous tensor: ``np.take``; measured as fast as the loop, and a
 second thread does not help: the time goes to page faults of the new result), small results
-(:data:`kiln_cpu.config.min_numel`), empty and 0-d tensors, dtypes other than float32/float64/int32/int64 (float32/float64 for the accumulating ops),
+(:data:`kiln_cpu.config.min_numel`; :data:`kiln_cpu.config.multipass_min_numel` for the accumulating ops), empty and 0-d tensors, dtypes other than float32/float64/int32/int64 (float32/float64 for the accumulating ops),
 negative strides, layouts that need more than four dims next to the indexed one, advanced indexing other
 than the two forms above, and out-of-range indices (found by the loop: the reference then raises its
 error).
@@ -133,16 +133,11 @@ def _run(mode: int, shape: tuple, d: int, data, d_st, idx, i_st, plain, p_st, n:
     return not bad[0]
 
 
-_ADD_AT_MIN = 1024
-"""Accumulating ops run from this many elements whatever ``config.min_numel`` says: the reference's
-``np.add.at`` takes about 10 ns an element, slower than the loop at every size but the tiniest (a max
-pool's backward, 200K elements: 1.9 ms against 0.3 ms)."""
-
-
 def _small(shape: tuple, accumulate: bool = False) -> bool:
-    """Too small for the loops (or empty): the reference runs."""
-    n = math.prod(shape)
-    return n == 0 or n < (min(config.min_numel, _ADD_AT_MIN) if accumulate else config.min_numel)
+    """Too small for the loops (or empty): the reference runs. The accumulating ops run from
+    :data:`kiln_cpu.config.multipass_min_numel` elements: the reference's ``np.add.at`` takes about 10 ns
+    an element (a max pool's backward, 200K elements: 1.9 ms against 0.3 ms)."""
+    return config.too_small(math.prod(shape), multipass=accumulate)
 
 
 def _bits(a: np.ndarray, mode_copy: bool) -> np.ndarray:

@@ -8,10 +8,11 @@ Served: ``_softmax``, ``_log_softmax``, ``logsumexp`` (last dim), ``_native_laye
 ``_log_softmax_backward_data`` and ``_native_norm_backward`` (batch norm in training and eval, layer
 norm, group norm); float32 and float64, C-contiguous operands. The norm loops
 follow the reference's arithmetic bit for bit (runs of up to 8192 elements); the softmax loops differ
-from it only in exp's last bit.
+from it in exp's last bit and in the order of a long row's sum.
 
 Each kernel has the reference kernel's contract and hands a call back to it whenever it would not be
-faster or not be identical: small inputs (:data:`kiln_cpu.config.min_numel`), dtypes other than
+faster or not be identical: small inputs (:data:`kiln_cpu.config.multipass_min_numel`: the reference's
+several NumPy passes are slower at every larger size), dtypes other than
 float32/float64 (or operands of another dtype), empty and 0-d tensors, inputs that are not C-contiguous
 (the reference's result follows their layout), logsumexp over other dims than the last, and the norms'
 sums over dims that NumPy merges (a single channel in training and in the backward, a layer norm over
@@ -41,8 +42,7 @@ def _dense_rows(a: Tensor, d) -> np.ndarray | None:
     ``d`` (else None: the reference runs)."""
     if d not in FLOAT or a._dtype is not d or not a._shape:
         return None
-    n = math.prod(a._shape)
-    if n == 0 or n < config.min_numel:
+    if config.too_small(math.prod(a._shape), multipass=True):
         return None
     x = a._numpy()
     if not x.flags.c_contiguous:

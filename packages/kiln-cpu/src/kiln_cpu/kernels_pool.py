@@ -10,8 +10,8 @@ OpenBLAS (fused multiply-adds over the outputs in increasing order, NaN wherever
 ``0 * inf``): bit for bit while a dim has at most a few hundred outputs (one gemm block), within an ulp
 or two beyond.
 
-Handed back to the reference: tiny calls (below ``_MIN_POOL`` elements or
-:data:`kiln_cpu.config.min_numel`, whichever is smaller), empty tensors, dtypes other than float32/float64
+Handed back to the reference: tiny calls (below :data:`kiln_cpu.config.multipass_min_numel` elements
+or :data:`kiln_cpu.config.min_numel`, whichever is smaller), empty tensors, dtypes other than float32/float64
 (or an input of another dtype).
 """
 
@@ -28,12 +28,6 @@ from kiln_cpu import config
 from kiln_cpu.kernels import _GRAIN, loops, parallel, with_fallback
 
 FLOAT = (dt.float32, dt.float64)
-_MIN_POOL = 1024
-"""Elements (input or output, the larger) from which the pooling kernels run even below
-:data:`kiln_cpu.config.min_numel`: the reference makes a NumPy pass per window offset and tap, so the
-loops win at any size (measured: 1.3x to 9x from 256 elements, 1.5x to 4x at 256K); smaller calls are
-not worth a thread."""
-
 _j = loops("_jit_pool")
 
 
@@ -43,7 +37,7 @@ def _planes(t, d, out_shape) -> np.ndarray | None:
     if d not in FLOAT or t._dtype is not d:
         return None
     n, n_in = math.prod(out_shape), math.prod(t._shape)
-    if n == 0 or n_in == 0 or max(n, n_in) < min(config.min_numel, _MIN_POOL):  # the work grows with either
+    if n_in == 0 or config.too_small(n and max(n, n_in), multipass=True):  # the work grows with either
         return None
     return np.ascontiguousarray(t._numpy()).reshape(-1)
 

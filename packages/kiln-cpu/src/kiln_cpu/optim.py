@@ -30,13 +30,12 @@ from kiln import _dtype as dt
 from kiln._state import state
 from kiln._tensor import Tensor, from_array
 from kiln_cpu import _threads, config
-from kiln_cpu.kernels import loops
+from kiln_cpu.kernels import _GRAIN, loops
 
 __all__ = ["fused_updates", "sgd", "adam"]
 
 FLOAT = (dt.float32, dt.float64)
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
-_GRAIN = 1 << 15  # elements per range at least (as kiln_cpu.kernels): a smaller range is not worth a thread
 
 _loops = loops("_jit_optim")
 

@@ -8,8 +8,12 @@ from __future__ import annotations
 
 
 def kiln_register_kernels(register):
-    """Register kiln-cpu's Numba kernels for ``cpu``, narrowed to the output dtypes they serve."""
+    """Register kiln-cpu's Numba kernels for ``cpu``, narrowed to the output dtypes they serve (and set
+    glibc's allocator thresholds for tensor-sized arrays: :mod:`kiln_cpu._malloc`)."""
+    from kiln_cpu._malloc import tune
     from kiln_cpu.kernels import kernels
+
+    tune()
 
     for op_name, (kernel, dtypes) in kernels().items():
         register(op_name, "cpu", kernel, dtypes=dtypes)

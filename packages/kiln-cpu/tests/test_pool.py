@@ -25,7 +25,7 @@ def pool_spy(monkeypatch):
     from kiln_cpu import _jit_index
 
     calls: list[str] = []
-    for name in ("max_pool", "separable", "separable_backward"):
+    for name in ("max_pool", "max_pool_2x2", "separable", "separable_backward"):
         fn = getattr(_jit_pool, name)
         monkeypatch.setattr(_jit_pool, name, lambda *a, _fn=fn, _n=name: calls.append(_n) or _fn(*a))
     real = _jit_index.index_loop
@@ -63,6 +63,8 @@ def _grad_check(fn, x, seed, ulps=0):
 
 MAX_POOL = {
     "k2s2": ((2, 3, 8, 10), dict(kernel_size=2, stride=2)),
+    "k2s2-odd": ((2, 3, 9, 11), dict(kernel_size=2, stride=2)),  # the last row and column are left out
+    "k2s2-ceil": ((2, 3, 9, 11), dict(kernel_size=2, stride=2, ceil_mode=True)),  # partial windows
     "k3s1p1": ((2, 3, 7, 9), dict(kernel_size=3, stride=1, padding=1)),
     "k3s2p1-ceil": ((1, 4, 9, 10), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True)),
     "dilated": ((2, 2, 11, 12), dict(kernel_size=(3, 2), stride=(2, 1), padding=(1, 1), dilation=(2, 3))),
@@ -78,7 +80,8 @@ def test_max_pool2d(case, dtype, pool_spy):
     fn = lambda t: P.max_pool2d(t, **kw, return_indices=True)
     _grad_check(fn, make(shape, dtype, 1), 2)
     _grad_check(fn, _ties(shape, dtype, 3), 4)  # first maximum wins, the last NaN wins
-    assert pool_spy.count("max_pool") == 2 and "add" in pool_spy
+    loop = "max_pool_2x2" if case in ("k2s2", "k2s2-odd") else "max_pool"  # 2x2 windows, stride 2: its own loop
+    assert pool_spy.count(loop) == 2 and len(pool_spy) == 2 + pool_spy.count("add") and "add" in pool_spy
 
 
 @pytest.mark.parametrize("dtype", FLOAT, ids=str)
@@ -86,7 +89,7 @@ def test_max_pool_non_contiguous_input(dtype, pool_spy):
     x = make((2, 3, 10, 9), dtype, 1).transpose(2, 3)
     _grad_check(lambda t: P.max_pool2d(t, 3, 2, 1, return_indices=True), x, 2)
     _grad_check(lambda t: P.max_pool2d(t, 2, return_indices=True), _ties((4, 3, 8, 9), dtype, 3)[:, :, ::2], 4)
-    assert pool_spy.count("max_pool") == 2
+    assert pool_spy.count("max_pool") == 1 and pool_spy.count("max_pool_2x2") == 1
 
 
 OTHER_MAX = {

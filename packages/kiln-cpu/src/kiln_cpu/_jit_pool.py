@@ -74,6 +74,40 @@ def max_pool(x, dims, bd, kd0, kd1, bh, kh0, kh1, bw, kw0, kw1, steps, zero, val
                     ind[_u(o)] = bi
 
 
+@register_jitable
+def _take(v, f, best, bi):
+    """The reference's rule for the next element ``v`` at ``f`` of a window: it wins when larger or NaN."""
+    c = v > best or v != v
+    return (v if c else best), (f if c else bi)
+
+
+@njit(**_SERIAL)
+def max_pool_2x2(x, h_, w_, oh_, ow_, val, ind, lo, hi):
+    """Planes [lo, hi) of ``x`` (flat, planes of ``h_ x w_``) pooled by 2x2 windows with stride 2 and
+    neither padding nor dilation, every window inside the plane: :func:`max_pool`'s result, its four
+    comparisons as selects (the generic loop's branches mispredict on every other element)."""
+    plane = h_ * w_
+    oplane = oh_ * ow_
+    for p in range(lo, hi):
+        xb = p * plane
+        ob = p * oplane
+        for oh in range(oh_):
+            r0 = 2 * oh * w_
+            r1 = r0 + w_
+            xr0 = x[xb + r0 : xb + r0 + 2 * ow_]
+            xr1 = x[xb + r1 : xb + r1 + 2 * ow_]
+            vo = val[ob + oh * ow_ : ob + (oh + 1) * ow_]
+            io = ind[ob + oh * ow_ : ob + (oh + 1) * ow_]
+            for ow in range(ow_):
+                c = 2 * ow
+                best, bi = xr0[c], r0 + c
+                best, bi = _take(xr0[c + 1], r0 + c + 1, best, bi)
+                best, bi = _take(xr1[c], r1 + c, best, bi)
+                best, bi = _take(xr1[c + 1], r1 + c + 1, best, bi)
+                vo[ow] = best
+                io[ow] = bi
+
+
 # ---------------------------------------------------------------------------------------- separable maps
 
 

@@ -3,10 +3,13 @@ threshold, and thread control."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
 import sys
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -102,10 +105,10 @@ def test_work_is_split_over_the_threads(monkeypatch):
     monkeypatch.setattr(kiln_cpu._threads, "_requested", 3)
     seen = []
     kiln_cpu._threads.parallel(lambda lo, hi: seen.append((lo, hi)), (), 100, 10)
-    assert sorted(seen) == [(i, i + 10) for i in range(0, 100, 10)]  # 3 threads, 10 ranges of the grain
+    assert sorted(seen) == [(i, min(i + 17, 100)) for i in range(0, 100, 17)]  # 3 threads, 2 ranges each
     seen.clear()
     kiln_cpu._threads.parallel(lambda lo, hi: seen.append((lo, hi)), (), 1000, 10)
-    assert sorted(seen) == [(i, min(i + 84, 1000)) for i in range(0, 1000, 84)]  # 4 ranges per thread
+    assert sorted(seen) == [(i, min(i + 167, 1000)) for i in range(0, 1000, 167)]  # 2 ranges per thread
     seen.clear()
     kiln_cpu._threads.parallel(lambda lo, hi: seen.append((lo, hi)), (), 15, 10)
     assert seen == [(0, 15)]
@@ -115,6 +118,49 @@ def test_work_is_split_over_the_threads(monkeypatch):
 
     with pytest.raises(ZeroDivisionError):
         kiln_cpu._threads.parallel(boom, (), 100, 10)
+
+
+def test_concurrent_and_nested_calls_run_on_their_own_thread(monkeypatch):
+    """The team runs one job at a time: a second user thread's call, and a call from inside a job, run
+    on the calling thread; every range of every call runs exactly once."""
+    monkeypatch.setattr(kiln_cpu._threads, "_requested", 2)
+    par = kiln_cpu._threads.parallel
+    seen: dict[int, list] = {k: [] for k in range(4)}
+    nested: list[list] = []
+
+    def outer(tag, lo, hi):
+        seen[tag].append((lo, hi))
+        inner: list = []
+        nested.append(inner)
+        par(lambda a, b: inner.append((a, b)), (), 40, 10)
+
+    def tiles(ranges, n):
+        r = sorted(ranges)
+        return r[0][0] == 0 and r[-1][1] == n and all(a[1] == b[0] for a, b in itertools.pairwise(r))
+
+    callers = [threading.Thread(target=par, args=(outer, (k,), 400, 10)) for k in range(1, 4)]
+    for t in callers:
+        t.start()
+    par(outer, (0,), 400, 10)
+    for t in callers:
+        t.join(timeout=60)
+    assert all(tiles(ranges, 400) for ranges in seen.values())
+    assert len(nested) >= 4 and all(tiles(inner, 40) for inner in nested)
+
+
+def test_a_new_thread_count_replaces_the_team(monkeypatch):
+    """Workers of a team of another size exit; the new team serves the calls."""
+    monkeypatch.setattr(kiln_cpu._threads, "_requested", 3)
+    kiln_cpu._threads.parallel(lambda lo, hi: None, (), 100, 10)
+    old = kiln_cpu._threads._team
+    kiln_cpu.set_num_threads(2)
+    seen = []
+    kiln_cpu._threads.parallel(lambda lo, hi: seen.append((lo, hi)), (), 100, 10)
+    assert sorted(seen) == [(i, i + 25) for i in range(0, 100, 25)] and kiln_cpu._threads._team is not old
+    deadline = time.monotonic() + 30
+    while len([t for t in threading.enumerate() if t.name.startswith("kiln-cpu-")]) > 1:
+        assert time.monotonic() < deadline, "the old team's workers did not exit"
+        time.sleep(0.01)
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")

@@ -3,8 +3,11 @@
 The default honours ``NUMBA_NUM_THREADS``, then ``OMP_NUM_THREADS`` (as PyTorch does), then the CPUs
 this process may run on; :func:`set_num_threads` overrides it for the whole process (every calling
 thread). Kernels are serial Numba loops that release the GIL, so :func:`parallel` splits their work
-into ranges and runs them on a plain thread pool (the calling thread takes the first range).
-Nothing here imports Numba.
+into ranges that a team of worker threads and the calling thread take in turn. Between jobs a worker
+spins for a while without the GIL (:mod:`kiln_cpu._jit_spin`) before it sleeps, so a job posted soon
+after the last one starts within microseconds instead of a thread wake-up (40 us or more on a virtual
+machine): a no-op job on two threads took 95 us on a thread pool, 20 us on the team. Importing this
+module imports no Numba (the team, and its spin loop, start on the first job).
 """
 
 from __future__ import annotations
@@ -13,12 +16,8 @@ import itertools
 import os
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
 _requested: int | None = None
-_pool: ThreadPoolExecutor | None = None
-_pool_workers = 0
-_pool_lock = threading.Lock()
 
 
 def _env_int(name: str) -> int | None:
@@ -50,29 +49,112 @@ def get_num_threads() -> int:
     return _requested or _env_int("NUMBA_NUM_THREADS") or _env_int("OMP_NUM_THREADS") or _available_cpus()
 
 
+_SPIN = 15_000
+"""Pauses (about 13 ns each here) that an idle worker spins, without the GIL, watching for the next job
+before it sleeps, and that a caller spins waiting for the workers: waking a sleeping thread takes 40 us
+or more on a virtual machine, where one job of a mid-size op is worth 100 to 300 us (OpenMP runtimes
+spin the same way between parallel regions)."""
+_SETTLE = 400
+"""Pauses (about 5 us) a thread spins on after the counter it watches got there, before it takes the
+GIL: by then the thread that wrote the counter has let the GIL go (a worker posted to is inside its
+Numba share, a finishing worker is back in its spin), so the GIL is free and the waiter does not sleep
+on it (a sleeping GIL waiter is woken 30 us or more later)."""
+
+
+class _Team:
+    """``workers`` daemon threads that run one job at a time with the calling thread. A job is posted
+    by raising ``posted`` (an int64 counter the workers spin on, then sleep on ``cond``); each worker adds
+    one to ``finished`` when its part is done. One caller at a time (``busy``): another thread's call, or
+    a call from inside a job, runs on its own thread instead."""
+
+    def __init__(self, workers: int):
+        import numpy as np
+
+        from kiln_cpu._jit_spin import spin_below
+
+        self.spin = spin_below
+        self.workers = workers
+        self.posted = np.zeros(1, np.int64)
+        self.finished = np.zeros(1, np.int64)
+        self.cond = threading.Condition()
+        self.busy = threading.Lock()
+        self.job: Callable | None = None
+        self.error: BaseException | None = None
+        self.closed = False
+        for i in range(workers):
+            threading.Thread(target=self._serve, name=f"kiln-cpu-{i}", daemon=True).start()
+
+    def _serve(self) -> None:
+        seen = 0
+        while True:
+            if self.spin(self.posted, seen + 1, _SPIN, _SETTLE) <= seen:
+                with self.cond:
+                    while self.posted[0] <= seen and not self.closed:
+                        self.cond.wait()
+            if self.closed:
+                return
+            seen = int(self.posted[0])
+            try:
+                self.job()
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller, which re-raises it
+                self.error = self.error or exc
+            with self.cond:
+                self.finished[0] += 1
+                self.cond.notify_all()
+
+    def run(self, job: Callable) -> None:
+        """Run ``job()`` on every worker and on the calling thread; returns when all are done and re-raises
+        the first error."""
+        self.job, self.error = job, None
+        with self.cond:
+            self.finished[0] = 0
+            self.posted[0] += 1
+            self.cond.notify_all()
+        try:
+            job()
+        finally:
+            if self.spin(self.finished, self.workers, _SPIN, _SETTLE) < self.workers:
+                with self.cond:
+                    while self.finished[0] < self.workers:
+                        self.cond.wait()
+            self.job = None
+        if self.error is not None:
+            raise self.error
+
+    def close(self) -> None:
+        """Let the workers exit (a team of another size replaces this one)."""
+        with self.cond:
+            self.closed = True
+            self.posted[0] += 1
+            self.cond.notify_all()
+
+
+_team: _Team | None = None
+_team_lock = threading.Lock()
+
+
 def _forget_pool() -> None:
-    """In a forked child the pool's threads do not exist: start a new pool on first use (a DataLoader
+    """In a forked child the team's threads do not exist: start a new team on first use (a DataLoader
     worker that runs a large op would otherwise wait forever)."""
-    global _pool, _pool_workers, _pool_lock
-    _pool, _pool_workers, _pool_lock = None, 0, threading.Lock()
+    global _team, _team_lock
+    _team, _team_lock = None, threading.Lock()
 
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_pool)
 
 
-def _executor(workers: int) -> ThreadPoolExecutor:
-    global _pool, _pool_workers
-    with _pool_lock:
-        if _pool is None or _pool_workers < workers:
-            if _pool is not None:
-                _pool.shutdown(wait=False)
-            _pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kiln-cpu")
-            _pool_workers = workers
-        return _pool
+def _team_of(workers: int) -> _Team:
+    global _team
+    with _team_lock:
+        if _team is None or _team.workers != workers:
+            if _team is not None:
+                _team.close()
+            _team = _Team(workers)
+        return _team
 
 
-_CHUNKS_PER_THREAD = 4  # more ranges than threads: a thread that is descheduled holds up less work
+_CHUNKS_PER_THREAD = 2  # more ranges than threads: a thread that is descheduled holds up less work
 
 
 def parallel(fn: Callable, args: tuple, n: int, grain: int) -> None:
@@ -83,21 +165,22 @@ def parallel(fn: Callable, args: tuple, n: int, grain: int) -> None:
     if threads <= 1:
         fn(*args, 0, n)
         return
-    chunks = min(threads * _CHUNKS_PER_THREAD, n // max(grain, 1))
-    step = -(-n // chunks)
-    ranges = [(lo, min(lo + step, n)) for lo in range(0, n, step)]
-    ticket = itertools.count()  # next() on it is atomic under the GIL: each range runs once
-
-    def work():
-        for i in iter(ticket.__next__, None):
-            if i >= len(ranges):
-                return
-            fn(*args, *ranges[i])
-
-    pool = _executor(threads - 1)
-    futures = [pool.submit(work) for _ in range(threads - 1)]
+    team = _team_of(threads - 1)
+    if not team.busy.acquire(blocking=False):  # another caller's job, or a call from inside a job
+        fn(*args, 0, n)
+        return
     try:
-        work()
+        chunks = min(threads * _CHUNKS_PER_THREAD, n // max(grain, 1))
+        step = -(-n // chunks)
+        ranges = [(lo, min(lo + step, n)) for lo in range(0, n, step)]
+        ticket = itertools.count()  # next() on it is atomic under the GIL: each range runs once
+
+        def work():
+            for i in iter(ticket.__next__, None):
+                if i >= len(ranges):
+                    return
+                fn(*args, *ranges[i])
+
+        team.run(work)
     finally:
-        for f in futures:
-            f.result()
+        team.busy.release()

@@ -146,3 +146,31 @@ def test_scan_gradients_are_unchanged():
     (kiln.cumprod(x, 1) * kiln.arange(6.0)).sum().backward()
     expected = reference(lambda t: kiln.autograd.grad((kiln.cumprod(t, 1) * kiln.arange(6.0)).sum(), t)[0], x)
     assert_same(x.grad, expected, ulps=4)
+
+
+def test_integer_half_conversions_match_numpy_bit_for_bit():
+    """The integer-arithmetic conversions, which CPUs without a float16 instruction run (this one may use
+    its own): every float16 value widened, float32 rounding boundaries and NaN payloads narrowed."""
+    from numba import njit
+
+    from kiln_cpu._jit import f16_to_f32_bits, f32_to_f16_bits
+
+    @njit
+    def widen(h, out):
+        for i in range(h.shape[0]):
+            out[i] = f16_to_f32_bits(h[i])
+
+    @njit
+    def narrow(f, out):
+        for i in range(f.shape[0]):
+            out[i] = f32_to_f16_bits(f[i])
+
+    halves = np.arange(1 << 16, dtype=np.uint16)
+    wide = np.empty(halves.size, np.float32)
+    widen(halves, wide)
+    np.testing.assert_array_equal(wide.view(np.uint32), halves.view(np.float16).astype(np.float32).view(np.uint32))
+    pats = _boundaries(10).view(np.float32)
+    bits = np.empty(pats.size, np.uint16)
+    narrow(pats, bits)
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(bits, pats.astype(np.float16).view(np.uint16))

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from kiln._state import anomaly, state
-from kiln._tensor import Tensor, _make
+from kiln._tensor import Tensor, _make, _numel
 
 _seq = itertools.count()
 _FREED_MESSAGE = (
@@ -520,6 +520,9 @@ _STEAL = (
 )
 
 
+_STEAL_MIN = 4096  # elements: a smaller gradient is copied faster than its holders are counted
+
+
 def _refs(x) -> int:
     return sys.getrefcount(x)
 
@@ -564,6 +567,7 @@ def _sole_owner(t: Tensor, grads: list) -> bool:
     if not (
         _STEAL
         and type(g) is Tensor
+        and _numel(g._shape) >= _STEAL_MIN
         and g.grad_fn is None
         and not g._hooks
         and g._offset == 0

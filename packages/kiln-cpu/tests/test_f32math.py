@@ -82,3 +82,30 @@ def test_special_values():
     assert math.copysign(1.0, kiln.erf(x).tolist()[1]) == -1.0
     for fn in (kiln.exp, kiln.log, kiln.tanh, kiln.sigmoid, kiln.erf):
         assert math.isnan(fn(x).tolist()[4])
+
+
+def test_float32_arithmetic_exps():
+    """The exps computed in float32 arithmetic (softmax, tanh): ``expf_core`` within 2 ulps of the exact
+    value over the float32 range (subnormal results and overflow included), ``expf_nonpositive`` the same
+    for ``x <= 0`` down to -87 and 0 below."""
+    from numba import njit
+
+    @njit
+    def apply(x, out, nonpositive):
+        for i in range(x.shape[0]):
+            out[i] = _jit.expf_nonpositive(x[i]) if nonpositive else _jit.expf_core(x[i])
+
+    for nonpositive in (False, True):
+        x = X[~np.isnan(X)]
+        if nonpositive:
+            x = np.concatenate([x[x <= 0], -np.abs(np.linspace(0, 90, 100_001, dtype=np.float32))])
+        got = np.empty_like(x)
+        apply(x, got, nonpositive)
+        want = _exact("exp", x)
+        if nonpositive:
+            flushed = x < -87
+            assert (got[flushed] == 0).all()
+            got, want, x = got[~flushed], want[~flushed], x[~flushed]
+        dist = ulp_distance(got, want)
+        worst = np.argmax(dist)
+        assert dist[worst] <= 2, f"exp({x[worst]!r}) = {got[worst]!r}, exact {want[worst]!r} ({nonpositive=})"

@@ -323,13 +323,11 @@ def log_f32(x):
 
 
 @register_jitable
-def expf_core(x):
-    """e**x of a float32 in float32 arithmetic (eight lanes per AVX instruction where the float64 path has
-    four): Cody-Waite reduction by n*ln2 with float32 constants, r in [-ln2/2, ln2/2], and the degree-5
-    polynomial of Cephes' expf (coefficients from its published source), relative error ~1.5e-7 (about
-    1 ulp); 2**n applied in two steps so that underflow to subnormals and 0 and overflow to inf happen
-    where IEEE says. NaN in: the caller decides (this returns a number)."""
-    xc = min(max(x, np.float32(-104.0)), np.float32(89.0))
+def _expf_reduced(xc):
+    """(y, n) with e**xc = y * 2**n, in float32 arithmetic (eight lanes per AVX instruction where the
+    float64 path has four): Cody-Waite reduction by n*ln2 with float32 constants, r in [-ln2/2, ln2/2],
+    and the degree-5 polynomial of Cephes' expf (coefficients from its published source), relative error
+    ~1.5e-7 (about 1 ulp)."""
     n = np.floor(xc * np.float32(1.44269504) + np.float32(0.5))
     r = (xc - n * np.float32(0.693359375)) - n * np.float32(-2.12194440e-4)
     p = np.float32(1.9875691500e-4)
@@ -338,12 +336,31 @@ def expf_core(x):
     p = p * r + np.float32(4.1665795894e-2)
     p = p * r + np.float32(1.6666665459e-1)
     p = p * r + np.float32(5.0000001201e-1)
-    y = p * (r * r) + r + np.float32(1.0)
+    return p * (r * r) + r + np.float32(1.0), n
+
+
+@register_jitable
+def expf_core(x):
+    """e**x of a float32 in float32 arithmetic (:func:`_expf_reduced`); 2**n applied in two steps so that
+    underflow to subnormals and 0 and overflow to inf happen where IEEE says. NaN in: the caller decides
+    (this returns a number)."""
+    y, n = _expf_reduced(min(max(x, np.float32(-104.0)), np.float32(89.0)))
     k = np.int32(n)
     k1 = k >> np.int32(1)
     s1 = _bits_f32(np.uint32((k1 + np.int32(127)) << np.int32(23)))
     s2 = _bits_f32(np.uint32((k - k1 + np.int32(127)) << np.int32(23)))
     return (y * s1) * s2
+
+
+@register_jitable
+def expf_nonpositive(x):
+    """e**x of a float32 ``x <= 0`` (softmax's ``x - max``): :func:`expf_core`'s value down to
+    e**-87 = 1.6e-38, and 0 below (where the exact value is subnormal or a few normals from it: a
+    softmax that small is 0 within 1e-37), so 2**n is one normal float: five fewer instructions than
+    :func:`expf_core`. NaN in: the caller decides."""
+    y, n = _expf_reduced(max(x, np.float32(-87.0)))
+    v = y * _bits_f32(np.uint32((np.int32(n) + np.int32(127)) << np.int32(23)))
+    return np.float32(0.0) if x < np.float32(-87.0) else v
 
 
 @register_jitable

@@ -28,6 +28,7 @@ from kiln_cpu._jit import (
     _pairwise_sum,
     binop,
     expf_core,
+    expf_nonpositive,
     log_f32,
     pairwise_sum_exact,
     zero_of,
@@ -63,6 +64,19 @@ def _nan_or(x, v):
 def _exp_of_impl(x):
     if x == types.float32:
         return lambda x: _nan_or(x, expf_core(x))
+    return lambda x: math.exp(x)
+
+
+def exp_shifted(x):
+    """exp of ``x - max`` (at most 0, or NaN) in ``x``'s dtype (jitted only): float32 by
+    :func:`kiln_cpu._jit.expf_nonpositive` (0 below e**-87), float64 exactly as :func:`exp_of`."""
+    raise NotImplementedError
+
+
+@overload(exp_shifted, inline="always")
+def _exp_shifted_impl(x):
+    if x == types.float32:
+        return lambda x: _nan_or(x, expf_nonpositive(x))
     return lambda x: math.exp(x)
 
 
@@ -155,7 +169,7 @@ def _exp_sum(xv, m, ev, acc):
     n = xv.shape[0]
     if n < _LANES:
         for i in range(n):
-            ev[i] = exp_of(xv[i] - m)
+            ev[i] = exp_shifted(xv[i] - m)
         return np.float64(_pairwise_leaf(ev, np.uint64(0), n, np.uint64(1)))
     total = 0.0
     zero = zero_of(acc)
@@ -168,12 +182,12 @@ def _exp_sum(xv, m, ev, acc):
             xb = xv[b : b + _LANES]
             eb = ev[b : b + _LANES]
             for j in range(_LANES):
-                eb[j] = exp_of(xb[j] - m)
+                eb[j] = exp_shifted(xb[j] - m)
                 acc[j] += eb[j]
         for j in range(_LANES):
             total += acc[j]
         for i in range(end, stop):
-            ev[i] = exp_of(xv[i] - m)
+            ev[i] = exp_shifted(xv[i] - m)
             total += ev[i]
     return total
 
@@ -223,7 +237,7 @@ def _softmax_slabs(log):
                 row = x[base + r * inner : base + (r + 1) * inner]
                 orow = out[base + r * inner : base + (r + 1) * inner]
                 for i in range(inner):
-                    e = exp_of(row[i] - m[i])
+                    e = exp_shifted(row[i] - m[i])
                     s[i] += e
                     if not log:
                         orow[i] = e

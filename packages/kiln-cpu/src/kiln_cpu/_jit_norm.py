@@ -105,9 +105,14 @@ _LANES = 64  # running maxima of a row: a fold across a small array vectorises, 
 @register_jitable
 def _row_max(a, p, n, acc):
     """max of the contiguous ``a[p:p+n]`` (n >= 1), NaN propagating: ``_LANES`` running maxima in the
-    scratch ``acc`` (the elementwise select vectorises; a scalar float fold runs 5x slower)."""
+    scratch ``acc`` (the elementwise select vectorises; a scalar float fold runs 5x slower), a plain fold
+    for a row shorter than that."""
     v = a[p : p + n]
     first = v[0]
+    if n < _LANES:
+        for i in range(1, n):
+            first = binop(MAXIMUM, v[i], first, 0)
+        return first
     for j in range(_LANES):
         acc[j] = first
     end = n - n % _LANES
@@ -125,36 +130,9 @@ def _row_max(a, p, n, acc):
 
 @register_jitable
 def _exp_into(xv, m, ev):
-    """ev[i] = exp(xv[i] - m) in the row's dtype (a flat loop: it vectorises; fused with the sum, it
-    did not)."""
+    """ev[i] = exp(xv[i] - m) in the row's dtype (a flat loop: it vectorises)."""
     for i in range(xv.shape[0]):
         ev[i] = exp_of(xv[i] - m)
-
-
-@register_jitable
-def _row_peak(v, acc):
-    """The largest of the non-NaN entries of ``v`` (n >= 1; NaN only when ``v`` starts with one) in
-    ``_LANES`` running maxima, a plain compare-and-select that vectorises to the max instruction. Softmax
-    needs no NaN propagation from it: a NaN in the row turns its exp, the row's sum, and so every output
-    to NaN, as the reference's NaN maximum does."""
-    n = v.shape[0]
-    m = v[0]
-    if n < _LANES:
-        for i in range(1, n):
-            m = v[i] if v[i] > m else m
-        return m
-    for j in range(_LANES):
-        acc[j] = m
-    end = n - n % _LANES
-    for b in range(0, end, _LANES):
-        blk = v[b : b + _LANES]
-        for j in range(_LANES):
-            acc[j] = blk[j] if blk[j] > acc[j] else acc[j]
-    for j in range(_LANES):
-        m = acc[j] if acc[j] > m else m
-    for i in range(end, n):
-        m = v[i] if v[i] > m else m
-    return m
 
 
 _CHUNK = 2048  # elements per chunk of the fused exp-and-sum: 32 terms per running sum, then float64
@@ -204,7 +182,7 @@ def _softmax_rows(log):
             p = k * n
             xv = x[p : p + n]
             ov = out[p : p + n]
-            m = _row_peak(xv, acc)
+            m = _row_max(x, p, n, acc)
             if log:
                 ls = log_of(as_dtype_of(x, _exp_sum(xv, m, scratch, acc)))
                 for i in range(n):

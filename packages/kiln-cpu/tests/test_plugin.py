@@ -157,6 +157,7 @@ def test_a_new_thread_count_replaces_the_team(monkeypatch):
     seen = []
     kiln_cpu._threads.parallel(lambda lo, hi: seen.append((lo, hi)), (), 100, 10)
     assert sorted(seen) == [(i, i + 25) for i in range(0, 100, 25)] and kiln_cpu._threads._team is not old
+    assert old.run(lambda: seen.append("late")) is False and "late" not in seen  # closed: a caller runs alone
     deadline = time.monotonic() + 30
     while len([t for t in threading.enumerate() if t.name.startswith("kiln-cpu-")]) > 1:
         assert time.monotonic() < deadline, "the old team's workers did not exit"

@@ -91,8 +91,8 @@ class _Team:
                 with self.cond:
                     while self.posted[0] <= seen and not self.closed:
                         self.cond.wait()
-            if self.closed:
-                return
+                    if self.posted[0] <= seen:  # closed, and every job posted before has run
+                        return
             seen = int(self.posted[0])
             try:
                 self.job()
@@ -102,11 +102,13 @@ class _Team:
                 self.finished[0] += 1
                 self.cond.notify_all()
 
-    def run(self, job: Callable) -> None:
-        """Run ``job()`` on every worker and on the calling thread; returns when all are done and re-raises
-        the first error."""
-        self.job, self.error = job, None
+    def run(self, job: Callable) -> bool:
+        """Run ``job()`` on every worker and on the calling thread; returns when all are done (True) and
+        re-raises the first error. False, and nothing run, when the team was closed meanwhile."""
         with self.cond:
+            if self.closed:
+                return False
+            self.job, self.error = job, None
             self.finished[0] = 0
             self.posted[0] += 1
             self.cond.notify_all()
@@ -120,12 +122,13 @@ class _Team:
             self.job = None
         if self.error is not None:
             raise self.error
+        return True
 
     def close(self) -> None:
-        """Let the workers exit (a team of another size replaces this one)."""
+        """Let the workers exit once idle (a team of another size replaces this one): a job posted before
+        still runs; later calls of :meth:`run` run nothing."""
         with self.cond:
             self.closed = True
-            self.posted[0] += 1
             self.cond.notify_all()
 
 
@@ -181,6 +184,7 @@ def parallel(fn: Callable, args: tuple, n: int, grain: int) -> None:
                     return
                 fn(*args, *ranges[i])
 
-        team.run(work)
+        if not team.run(work):  # replaced by a team of another size meanwhile
+            fn(*args, 0, n)
     finally:
         team.busy.release()

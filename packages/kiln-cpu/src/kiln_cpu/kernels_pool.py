@@ -3,7 +3,8 @@ and ``_separable`` / ``_separable_backward`` (average and adaptive average pooli
 reflect/replicate/circular padding all run through these two: one generic loop applies the taps the core's
 meta function computed). One input plane per task, planes split over the thread pool, loops in Numba
 (:mod:`kiln_cpu._jit_pool`); 2-d max pooling by 2x2 windows with stride 2 (the CNN case) has its own
-branch-free loop, 3.6x faster than PyTorch's on 64x16x28x28. The max pools' backward is ``scatter_add`` (:mod:`kiln_cpu.kernels_index`).
+branch-free loop, 3.6x faster than PyTorch's on 64x16x28x28. The max pools' backward is ``scatter_add``
+(:mod:`kiln_cpu.kernels_index`).
 
 Forward results are bit for bit the reference's (same products and sums in the same order; the same
 argmax on ties and NaN). ``_separable_backward`` reproduces the reference's dense matrix product by

@@ -49,11 +49,13 @@ def get_num_threads() -> int:
     return _requested or _env_int("NUMBA_NUM_THREADS") or _env_int("OMP_NUM_THREADS") or _available_cpus()
 
 
-_SPIN = 15_000
-"""Pauses (about 13 ns each here) that an idle worker spins, without the GIL, watching for the next job
-before it sleeps, and that a caller spins waiting for the workers: waking a sleeping thread takes 40 us
-or more on a virtual machine, where one job of a mid-size op is worth 100 to 300 us (OpenMP runtimes
-spin the same way between parallel regions)."""
+_SPIN = 4000
+"""Pauses (about 13 ns each here, so 50 us) that an idle worker spins, without the GIL, watching for the
+next job before it sleeps, and that a caller spins waiting for the workers: waking a sleeping thread
+takes 40 us or more on a virtual machine, and eager ops follow each other within tens of microseconds
+(OpenMP runtimes spin the same way between parallel regions). Not longer: a spinning worker holds a
+core that BLAS's own threads may need (a small CNN's step: 19.9 ms with 50 us of spinning, 21 ms with
+200 us)."""
 _SETTLE = 400
 """Pauses (about 5 us) a thread spins on after the counter it watches got there, before it takes the
 GIL: by then the thread that wrote the counter has let the GIL go (a worker posted to is inside its

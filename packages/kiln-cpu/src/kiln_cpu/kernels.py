@@ -56,10 +56,11 @@ _kernels = loops("_jit")
 
 
 _GRAIN = 1 << 18
-"""Elements per thread at least: waking a pool thread and collecting its result takes 75-95 us here (a
-lock ping-pong between two threads, benchmarks' crossover), about what one thread needs to add 256K
-float32 elements; with 32K elements per thread, an add of 800K elements ran slower on two threads
-(358 us) than on one (317 us)."""
+"""Elements per thread at least: a job on the thread team costs 20-40 us (:mod:`kiln_cpu._threads`),
+about what one thread needs to add 64K-128K float32 elements, and a worker that spins steals a core from
+BLAS's own threads (a small CNN's training step: 19.9 ms with 256K elements per thread, 21.3 ms with
+64K). With a plain thread pool, whose wake-up took 75-95 us here, 32K elements per thread made an add of
+800K elements slower on two threads (358 us) than on one (317 us)."""
 parallel = _threads.parallel
 
 

@@ -164,6 +164,34 @@ def test_a_new_thread_count_replaces_the_team(monkeypatch):
         time.sleep(0.01)
 
 
+def test_a_job_whose_caller_stopped_waiting_does_not_count_for_the_next(monkeypatch):
+    """A worker still running a job its caller gave up on (an interrupt while waiting) is not counted as
+    done with the next job: ``run`` returns only once every worker has run the new one."""
+    monkeypatch.setattr(kiln_cpu._threads, "_requested", 2)
+    team = kiln_cpu._threads._team_of(1)
+    started = threading.Event()
+
+    def slow():
+        started.set()
+        time.sleep(0.3)
+
+    with team.cond:  # post a job and walk away, as an interrupted caller does
+        team.job = slow
+        team.posted[0] += 1
+        team.cond.notify_all()
+    assert started.wait(10)
+    ran: list[int] = []
+    main = threading.get_ident()
+
+    def fast():
+        if threading.get_ident() != main:
+            time.sleep(0.05)  # the worker's part ends well after the old job's
+        ran.append(threading.get_ident())
+
+    assert team.run(fast)
+    assert len(ran) == 2 and len(set(ran)) == 2
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_a_forked_child_gets_a_pool_of_its_own(monkeypatch):
     monkeypatch.setattr(kiln_cpu._threads, "_requested", 2)

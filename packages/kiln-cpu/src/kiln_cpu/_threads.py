@@ -96,13 +96,16 @@ class _Team:
                     if self.posted[0] <= seen:  # closed, and every job posted before has run
                         return
             seen = int(self.posted[0])
+            error = None
             try:
                 self.job()
             except BaseException as exc:  # noqa: BLE001 - handed to the caller, which re-raises it
-                self.error = self.error or exc
+                error = exc
             with self.cond:
-                self.finished[0] += 1
-                self.cond.notify_all()
+                if self.posted[0] == seen:  # not a job whose caller stopped waiting (interrupted)
+                    self.error = self.error or error
+                    self.finished[0] += 1
+                    self.cond.notify_all()
 
     def run(self, job: Callable) -> bool:
         """Run ``job()`` on every worker and on the calling thread; returns when all are done (True) and

@@ -76,8 +76,9 @@ _bits_f32 = _bitcast_to(types.float32)  # the float32 of the low 32 bits
 #
 # Numba cannot compute in float16 on the CPU: half-precision storages arrive as uint16 views, each value
 # is widened to float32 exactly, the op runs in float32 (as the reference computes), and the result is
-# rounded back to nearest-even with NumPy's (float16) and ml_dtypes' (bfloat16) NaN conventions. Every
-# step is integer or exact float arithmetic written as selects, so the loops still vectorise.
+# rounded back to nearest-even with NumPy's (float16) and ml_dtypes' (bfloat16) NaN conventions. float16
+# uses the CPU's conversion instructions where it has them (F16C, AArch64); every other step is integer or
+# exact float arithmetic written as selects, so the loops still vectorise.
 
 F16, BF16 = 1, 2  # half-precision kinds (0: the storage dtype is the compute dtype)
 

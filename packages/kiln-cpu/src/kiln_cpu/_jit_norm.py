@@ -9,8 +9,9 @@ sums per leaf (:func:`kiln_cpu._jit.pairwise_sum_exact`: bit for bit NumPy's, wh
 ``_pairwise_sum`` keeps thirty-two over longer leaves); a sum over several runs or rows adds them one
 after another onto 0, as NumPy's reductions do. So the norm loops give the reference's result bit for
 bit (for runs of up to 8192 elements, where NumPy's buffered reductions start splitting a run), and the
-softmax loops differ where they call exp (float32: float32 arithmetic, about 1 ulp) and where a row of
-64 or more elements is summed in the pass that computes its exps (:func:`_exp_sum`).
+softmax loops differ where they call exp (float32: float32 arithmetic, within 2 ulps, and 0 where
+``x - max`` is below -87) and where a row of 64 or more elements is summed in the pass that computes its
+exps (:func:`_exp_sum`).
 """
 
 from __future__ import annotations

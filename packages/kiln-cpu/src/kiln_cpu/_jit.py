@@ -354,21 +354,27 @@ def expf_core(x):
 
 
 @register_jitable
+def _expf_normal(x):
+    """e**x of a float32 ``x`` in [-87, 88], where 2**n is one normal float: one scaling, five fewer
+    instructions than :func:`expf_core`'s two."""
+    y, n = _expf_reduced(x)
+    return y * _bits_f32(np.uint32((np.int32(n) + np.int32(127)) << np.int32(23)))
+
+
+@register_jitable
 def expf_nonpositive(x):
     """e**x of a float32 ``x <= 0`` (softmax's ``x - max``): :func:`expf_core`'s value down to
     e**-87 = 1.6e-38, and 0 below (where the exact value is subnormal or a few normals from it: a
-    softmax that small is 0 within 1e-37), so 2**n is one normal float: five fewer instructions than
-    :func:`expf_core`. NaN in: the caller decides."""
-    y, n = _expf_reduced(max(x, np.float32(-87.0)))
-    v = y * _bits_f32(np.uint32((np.int32(n) + np.int32(127)) << np.int32(23)))
+    softmax that small is 0 within 1e-37). NaN in: the caller decides."""
+    v = _expf_normal(max(x, np.float32(-87.0)))
     return np.float32(0.0) if x < np.float32(-87.0) else v
 
 
 @register_jitable
 def tanh_f32(x):
     """tanh of a float32 in float32 arithmetic: below |x| = 0.625 the odd polynomial of Cephes' tanhf,
-    above 1 - 2/(e**(2|x|) + 1) with :func:`expf_core`, sign restored; within 1 ulp of the correctly
-    rounded value over the float32 range (tests/test_f32math.py)."""
+    above 1 - 2/(e**(2|x|) + 1) with :func:`_expf_normal` (2|x| at most 18.2), sign restored; within 1 ulp
+    of the correctly rounded value over the float32 range (tests/test_f32math.py)."""
     a = abs(x)
     z = x * x
     p = np.float32(-5.70498872745e-3)
@@ -377,7 +383,7 @@ def tanh_f32(x):
     p = p * z + np.float32(1.33314422036e-1)
     p = p * z - np.float32(3.33332819422e-1)
     small = x if z == 0 else (p * z) * x + x  # +-0 (and denormals whose square is 0) as they are
-    e = expf_core(np.float32(2.0) * min(a, np.float32(9.1)))  # from |x| = 9.02 on, tanh rounds to 1
+    e = _expf_normal(np.float32(2.0) * min(a, np.float32(9.1)))  # from |x| = 9.02 on, tanh rounds to 1
     big = np.float32(1.0) - np.float32(2.0) / (e + np.float32(1.0))
     big = -big if x < 0 else big  # a select: math.copysign would be a libm call, which does not vectorise
     r = small if a < np.float32(0.625) else big

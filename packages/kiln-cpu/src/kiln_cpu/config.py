@@ -20,6 +20,6 @@ grain the kernels wake no threads."""
 
 
 def too_small(n: int, multipass: bool = False) -> bool:
-    """Whether an op with ``n`` elements (0: empty) goes to the reference: below :data:`min_numel`, or
-    for ``multipass`` ops below :data:`multipass_min_numel` too."""
+    """Whether an op with ``n`` elements (0: empty) goes to the reference: below :data:`min_numel`; for
+    ``multipass`` ops only below the smaller of :data:`min_numel` and :data:`multipass_min_numel`."""
     return n == 0 or n < (min(min_numel, multipass_min_numel) if multipass else min_numel)

@@ -16,7 +16,7 @@ from kiln_cpu_helpers import F, assert_same, reference
 
 import kiln
 from kiln._ops import nn_conv
-from kiln_cpu import _jit_conv, _threads, config, kernels_conv
+from kiln_cpu import _blas, _jit_conv, _threads, config, kernels_conv
 
 FLOAT = [kiln.float32, kiln.float64]
 
@@ -42,8 +42,8 @@ def blocks(request, monkeypatch):
     monkeypatch.setattr(kernels_conv, "_BLOCK_BYTES", 4096)
     monkeypatch.setattr(kernels_conv, "_MIN_DEPTH", 512 if request.param == "deep" else 8)
     if request.param == "serial":
-        monkeypatch.setattr(kernels_conv, "_blas_local", None)
-    elif kernels_conv._blas_setter() is None:
+        monkeypatch.setattr(_blas, "_found", None)
+    elif _blas.functions() is None:
         pytest.skip("NumPy's BLAS has no openblas_set_num_threads_local")
     return request.param
 
@@ -219,10 +219,10 @@ def test_backward_of_a_sum_takes_the_expanded_gradient(conv_spy):
 
 @pytest.mark.parametrize("form", ["forward", "transposed", "weight-gradient"])
 def test_blocks_of_several_images_on_the_pool(form, conv_spy, monkeypatch):
-    if kernels_conv._blas_setter() is None:
+    if _blas.functions() is None:
         pytest.skip("NumPy's BLAS has no openblas_set_num_threads_local")
-    setter, set_calls = kernels_conv._blas_setter(), []
-    monkeypatch.setattr(kernels_conv, "_blas_local", lambda n: set_calls.append(n) or setter(n))
+    (setter, getter), set_calls = _blas.functions(), []
+    monkeypatch.setattr(_blas, "_found", (lambda n: set_calls.append(n) or setter(n), getter))
     monkeypatch.setattr(_threads, "get_num_threads", lambda: 2)
     monkeypatch.setattr(kernels_conv, "_BLOCK_BYTES", 3 * 27 * 20 * 8)  # 2-3 images of 27-36 rows x 20 pixels
     monkeypatch.setattr(kernels_conv, "_MIN_DEPTH", 16)
@@ -234,16 +234,20 @@ def test_blocks_of_several_images_on_the_pool(form, conv_spy, monkeypatch):
     else:
         fn = lambda x, g: nn_conv._weight_grad(x, g, (4, 3, 3, 3), (1, 1), (1, 1), (1, 1), 1)
         w = _rand((7, 4, 4, 5), kiln.float64, 2)  # the output's gradient
-    assert_same(fn(x, w), reference(fn, x, w), **_tol(kiln.float64))
-    assert conv_spy and 1 in set_calls  # the blocks ran on the pool, BLAS single-threaded
+    before = setter(3)
+    try:
+        assert_same(fn(x, w), reference(fn, x, w), **_tol(kiln.float64))
+    finally:
+        assert setter(before) == 3
+    assert conv_spy and set_calls[:2] == [1, 3]  # the blocks ran on the pool, BLAS single-threaded
 
 
 @pytest.mark.parametrize("callers", [1, 3])
 def test_blocks_restore_the_blas_thread_count(callers, monkeypatch):
     """OpenBLAS's count is process-wide: concurrent calls from several threads leave it as it was."""
-    setter = kernels_conv._blas_setter()
-    if setter is None:
+    if _blas.functions() is None:
         pytest.skip("NumPy's BLAS has no openblas_set_num_threads_local")
+    setter = _blas.functions()[0]
     monkeypatch.setattr(_threads, "get_num_threads", lambda: 2)
     monkeypatch.setattr(kernels_conv, "_BLOCK_BYTES", 4096)
     monkeypatch.setattr(kernels_conv, "_MIN_DEPTH", 8)

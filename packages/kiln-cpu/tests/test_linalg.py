@@ -1,7 +1,11 @@
 """addmm and baddbmm against the reference kernels: bias shapes that broadcast, alpha and beta (beta = 0
-ignores NaN in the input), transposed and strided operands, and the cases left to the reference."""
+ignores NaN in the input), transposed and strided operands, and the cases left to the reference; the BLAS
+thread count every product runs on (one thread for small products, restored afterwards, also under
+concurrent callers), and products with a BLAS whose count cannot be set."""
 
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 import pytest
@@ -9,6 +13,7 @@ from kiln_cpu_helpers import assert_same, reference
 
 import kiln
 from kiln import _plugins
+from kiln_cpu import _blas, _threads, config
 
 FLOAT = [kiln.float32, kiln.float64]
 
@@ -60,3 +65,86 @@ def test_addmm_result_is_fresh_and_contiguous():
     assert r.is_contiguous()
     r[0, 0] = 100.0  # writable, and not the input's storage
     assert c[0, 0].item() != 100.0
+
+
+PRODUCTS = {
+    "matmul": lambda a, b, c: kiln.matmul(a, b),
+    "mm": lambda a, b, c: kiln.mm(a, b),
+    "addmm": lambda a, b, c: kiln.addmm(c, a, b),
+    "bmm": lambda a, b, c: kiln.bmm(a.unsqueeze(0), b.unsqueeze(0)),
+    "baddbmm": lambda a, b, c: kiln.baddbmm(c, a.unsqueeze(0), b.unsqueeze(0)),
+}
+
+
+@pytest.fixture
+def blas_calls(monkeypatch):
+    """The counts kiln-cpu sets on OpenBLAS (process-wide), which holds 3 threads meanwhile; kiln-cpu's
+    kernels run on 2."""
+    if _blas.functions() is None:
+        pytest.skip("NumPy's BLAS has no openblas_set_num_threads_local")
+    (setter, getter), calls = _blas.functions(), []
+    monkeypatch.setattr(_blas, "_found", (lambda n: calls.append(n) or setter(n), getter))
+    monkeypatch.setattr(_threads, "get_num_threads", lambda: 2)
+    before = setter(3)
+    yield calls
+    assert setter(before) == 3
+
+
+@pytest.mark.parametrize("name", PRODUCTS)
+def test_products_run_on_the_blas_threads_their_size_warrants(name, blas_calls, monkeypatch):
+    monkeypatch.setattr(config, "blas_threads_min_macs", 1 << 21)
+    fn = PRODUCTS[name]
+    for (m, k, n), want in [
+        ((8, 16, 8), []),  # OpenBLAS runs it on one thread anyway: the count is left alone
+        ((64, 512, 32), [1, 3]),  # one thread, then the count as it was
+        ((128, 256, 128), [2, 3]),  # kiln's thread count (no more than BLAS had)
+    ]:
+        a, b, c = _rand((m, k), kiln.float32, 0), _rand((k, n), kiln.float32, 1), _rand((n,), kiln.float32, 2)
+        blas_calls.clear()
+        assert_same(fn(a, b, c), reference(fn, a, b, c), ulps=4, atol=1e-5)
+        assert blas_calls == want, (m, k, n)
+
+
+def test_products_never_raise_blas_above_its_own_count(blas_calls, monkeypatch):
+    monkeypatch.setattr(_threads, "get_num_threads", lambda: 8)
+    monkeypatch.setattr(config, "blas_threads_min_macs", 1)
+    a, b = _rand((64, 128, 96), kiln.float32, 0), _rand((64, 96, 80), kiln.float32, 1)
+    assert_same(kiln.bmm(a, b), reference(kiln.bmm, a, b), ulps=4, atol=1e-5)
+    assert blas_calls == []  # 3 threads already: nothing to set
+    assert _plugins.kernel_owner("bmm", "cpu", kiln.float32) == "cpu"
+
+
+@pytest.mark.parametrize("dtype", [kiln.float16, kiln.bfloat16], ids=str)
+def test_half_products_run_on_one_blas_thread_when_small(dtype, blas_calls):
+    a, b = _rand((8, 128, 32), dtype, 0), _rand((8, 32, 64), dtype, 1)  # float32 products in the reference
+    assert_same(kiln.matmul(a, b), reference(kiln.matmul, a, b))
+    assert blas_calls == [1, 3]
+
+
+def test_concurrent_products_restore_the_blas_count(blas_calls):
+    a, b = _rand((8, 128, 32), kiln.float32, 0), _rand((8, 32, 64), kiln.float32, 1)
+    want = reference(kiln.matmul, a, b)
+    errors: list[BaseException] = []
+
+    def multiply():
+        try:
+            for _ in range(20):
+                assert_same(kiln.matmul(a, b), want, ulps=4, atol=1e-5)
+        except BaseException as e:  # noqa: BLE001 - re-raised below
+            errors.append(e)
+
+    threads = [threading.Thread(target=multiply) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert blas_calls and blas_calls[-1] == 3  # the fixture checks the count is 3 again
+
+
+def test_products_with_a_blas_whose_count_cannot_be_set(monkeypatch):
+    monkeypatch.setattr(_blas, "_found", None)
+    monkeypatch.setattr(config, "blas_threads_min_macs", 1)
+    a, b, c = _rand((64, 512), kiln.float64, 0), _rand((512, 32), kiln.float64, 1), _rand((32,), kiln.float64, 2)
+    for fn in PRODUCTS.values():
+        assert_same(fn(a, b, c), reference(fn, a, b, c), ulps=4, atol=1e-12)

@@ -19,6 +19,14 @@ serial Numba pass beats the reference's passes at any size but the tiniest (log_
 grain the kernels wake no threads."""
 
 
+blas_threads_min_macs = 1 << 22
+"""Products (matmul, mm, bmm, addmm, baddbmm, the convolutions' blocks) of fewer multiply-adds than this
+run NumPy's BLAS on one thread; larger ones on :func:`kiln.get_num_threads` threads. OpenBLAS's threads
+spin for a tenth of a second after each product they share, holding cores the next kernels need
+(:mod:`kiln_cpu._blas`); below 4M multiply-adds a second thread saves tens of microseconds at most
+(64x1568x10: 31 us against 46 us; 256x256x256, 16M: 156 us against 232 us)."""
+
+
 def too_small(n: int, multipass: bool = False) -> bool:
     """Whether an op with ``n`` elements (0: empty) goes to the reference: below :data:`min_numel`; for
     ``multipass`` ops only below the smaller of :data:`min_numel` and :data:`multipass_min_numel`."""

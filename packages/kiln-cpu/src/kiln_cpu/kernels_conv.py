@@ -6,9 +6,9 @@ columns laid out (rows, images, pixels), so one product covers them all), sized 
 the L2 cache (:data:`_BLOCK_BYTES`) but each product is at least :data:`_MIN_DEPTH` pixels wide: each
 block is copied into columns and multiplied while they are still in the cache. On the pool each thread
 takes the next block as it finishes one, NumPy's OpenBLAS set to one thread meanwhile
-(``openblas_set_num_threads_local``, process-wide in OpenBLAS's pthreads builds: see :func:`_run_units`);
-where that function cannot be found (another BLAS) or there are fewer blocks than threads, the blocks
-run in order on the calling thread, each Numba loop split over the pool, and BLAS uses its own threads.
+(:mod:`kiln_cpu._blas`); where the count cannot be set (another BLAS) or there are fewer blocks than
+threads, the blocks run in order on the calling thread, each Numba loop split over the pool, and BLAS
+uses the threads the products warrant (:func:`kiln_cpu._blas.threads_for`).
 
 - Convolution: per block, ``im2col_2d`` (padding written as zeros, any input layout read in place, no
   padded copy) and one product per group of the weight matrix with the columns, landing in NCHW order.
@@ -36,12 +36,8 @@ adds per kernel offset) than :data:`kiln_cpu.config.min_numel`.
 
 from __future__ import annotations
 
-import ctypes
-import glob
 import itertools
 import math
-import os
-import threading
 
 import numpy as np
 
@@ -49,7 +45,7 @@ from kiln import _dtype as dt
 from kiln._dispatch import OPS
 from kiln._reference import wrap_reference
 from kiln._tensor import from_array
-from kiln_cpu import _threads, config
+from kiln_cpu import _blas, _threads, config
 from kiln_cpu.kernels import _GRAIN, loops, parallel
 
 FLOAT = (dt.float32, dt.float64)
@@ -74,71 +70,18 @@ _PARTIAL_BYTES = 1 << 25
 _loops = loops("_jit_conv")
 
 
-# ----------------------------------------------------------------------------------- BLAS threads
-
-_UNSET = object()
-_blas_local = _UNSET
-
-
-def _find_blas_local():
-    """``openblas_set_num_threads_local`` of the OpenBLAS NumPy calls (OpenBLAS 0.3.27 or later): sets the
-    BLAS thread count (for the whole process in pthreads builds), returns the previous one. None when
-    NumPy uses another BLAS or the library cannot be found."""
-    try:
-        blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
-    except (TypeError, KeyError, AttributeError, ValueError):  # an old NumPy, a build without the record
-        return None
-    if "openblas" not in str(blas.get("name", "")).lower():
-        return None
-    here = os.path.dirname(np.__file__)
-    paths = []
-    for folder in (os.path.join(here, os.pardir, "numpy.libs"), os.path.join(here, ".dylibs")):
-        paths += sorted(glob.glob(os.path.join(folder, "*openblas*")))
-    try:  # a system OpenBLAS: the one this process has loaded
-        with open("/proc/self/maps") as maps:
-            paths += sorted({line.split()[-1] for line in maps if "openblas" in line and "/" in line})
-    except OSError:
-        pass
-    for path in paths:
-        try:
-            fn = ctypes.CDLL(path).openblas_set_num_threads_local
-        except (OSError, AttributeError):
-            continue
-        fn.argtypes, fn.restype = [ctypes.c_int], ctypes.c_int
-        return fn
-    return None
-
-
-def _blas_setter():
-    """The cached :func:`_find_blas_local`."""
-    global _blas_local
-    if _blas_local is _UNSET:
-        _blas_local = _find_blas_local()
-    return _blas_local
-
-
-_blas_lock = threading.Lock()
-_blas_users = 0  # calls running blocks on the pool now (user threads may run kernels concurrently)
-_blas_saved = 0  # the BLAS thread count before the first of them
-
-
-def _run_units(make, units: int) -> None:
+def _run_units(make, units: int, macs: int) -> None:
     """Run the ``units`` blocks: ``make()`` gives a function running block ``u`` (with its own scratch
-    buffers). On the pool, with BLAS set to one thread, each thread takes the next block as it finishes
-    one (blocks are not tied to threads: a thread slowed by another process holds up little) when there
-    are enough blocks and the BLAS allows it; else in order on the calling thread.
-
-    OpenBLAS's pthreads builds (NumPy's wheels) keep one thread count for the whole process, which
-    ``openblas_set_num_threads_local`` sets too: so the calling thread sets it, not the workers, the
-    first of concurrent calls saves the count and the last restores it (other threads' BLAS calls run
-    single-threaded meanwhile: speed only, never results)."""
-    global _blas_users, _blas_saved
-    threads = _threads.get_num_threads()
-    setter = _blas_setter() if threads > 1 and units >= threads else None
-    if setter is None:
+    buffers) whose products make ``macs`` multiply-adds. On the pool, with BLAS set to one thread, each
+    thread takes the next block as it finishes one (blocks are not tied to threads: a thread slowed by
+    another process holds up little) when there are enough blocks and the BLAS's thread count can be set
+    (:mod:`kiln_cpu._blas`); else in order on the calling thread, BLAS on the threads its products
+    warrant."""
+    if _serial_blocks(units):
         run = make()
-        for u in range(units):
-            run(u)
+        with _blas.limit(_blas.threads_for(macs)):
+            for u in range(units):
+                run(u)
         return
     ticket = itertools.count()  # next() on it is atomic under the GIL: each block runs once
 
@@ -149,24 +92,15 @@ def _run_units(make, units: int) -> None:
                 return
             run(u)
 
-    with _blas_lock:
-        if _blas_users == 0:
-            _blas_saved = setter(1)
-        _blas_users += 1
-    try:
-        parallel(worker, (), min(threads, units), 1)
-    finally:
-        with _blas_lock:
-            _blas_users -= 1
-            if _blas_users == 0:
-                setter(_blas_saved)
+    with _blas.limit(1):
+        parallel(worker, (), min(_threads.get_num_threads(), units), 1)
 
 
 def _serial_blocks(units: int) -> bool:
     """Whether :func:`_run_units` will run the units on the calling thread (then each Numba loop is split
     over the pool itself)."""
     threads = _threads.get_num_threads()
-    return threads <= 1 or units < threads or _blas_setter() is None
+    return threads <= 1 or units < threads or _blas.functions() is None
 
 
 def _numba(fn, args: tuple, tasks: int, serial: bool) -> None:
@@ -251,7 +185,7 @@ def _conv(x, weight, s, p, d, groups, oh, ow, dtype) -> np.ndarray:
 
         return run
 
-    _run_units(make, units)
+    _run_units(make, units, cog * cig * kk * imgs * rows * ow)  # the largest product's multiply-adds
     return out
 
 
@@ -299,7 +233,7 @@ def _conv_transpose(x, weight, s, p, d, groups, oh, ow, dtype) -> np.ndarray:
 
         return run
 
-    _run_units(make, units)
+    _run_units(make, units, cog * kk * cig * imgs * rows * w)
     return out
 
 
@@ -388,7 +322,7 @@ def _conv_by_weight(x, weight, s, p, d, groups, oh, ow, dtype) -> np.ndarray:
 
         return run
 
-    _run_units(make, units)
+    _run_units(make, units, chans * kk * imgs * rows * kw * cog)
     result = np.empty((b, cout, kk), dtype)  # partial[q, g, (bb, i, j), o] adds into (bb, g*cog + o, i, j)
     parallel(_loops().sum_partials_2d, (partial, result), b, max(1, _GRAIN // (cout * kk * chunks)))
     return result.reshape(b, cout, oh, ow)

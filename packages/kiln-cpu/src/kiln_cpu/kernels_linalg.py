@@ -1,15 +1,18 @@
-"""kiln-cpu's ``addmm`` and ``baddbmm``: the product on BLAS (``np.matmul``, as the reference) with the
-``alpha`` scale and the ``beta * input`` term applied in place on the product, where the reference makes
-a new array for each step.
+"""kiln-cpu's products: ``matmul``, ``bmm``, ``addmm`` and ``baddbmm`` on NumPy's BLAS, on as many BLAS
+threads as the product warrants (:func:`kiln_cpu._blas.threads_for`: small products never wake
+OpenBLAS's threads, which would then spin on cores the next kernels need).
 
-``matmul`` and ``bmm`` are not registered: the reference already calls BLAS without copies for
-contiguous and transposed float32/float64 operands (``astype(copy=False)`` is a no-op there, and NumPy
-hands a transposed matrix to BLAS as is), so no kernel measured faster. The fused epilogue saves an
-allocation and a pass per step: about 10% at 256x256, 2-4% at 1024x1024 (benchmarks/bench_cpu.py).
-No threads are woken, so no size threshold applies.
+``addmm`` and ``baddbmm`` apply the ``alpha`` scale and the ``beta * input`` term in place on the product,
+where the reference makes a new array for each step: about 10% faster at 256x256, 2-4% at 1024x1024
+(benchmarks/bench_cpu.py). ``matmul`` and ``bmm`` run the reference itself (it calls BLAS without copies
+for contiguous and transposed float32/float64 operands: ``astype(copy=False)`` is a no-op there, and
+NumPy hands a transposed matrix to BLAS as is). No kiln-cpu threads are woken, so no size threshold
+applies.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -17,8 +20,10 @@ from kiln import _dtype as dt
 from kiln._dispatch import OPS
 from kiln._reference import wrap_reference
 from kiln._tensor import Tensor, from_array
+from kiln_cpu import _blas
 
 FLOAT = (dt.float32, dt.float64)
+HALF = (dt.float16, dt.bfloat16)  # products in float32 (the reference casts)
 
 
 def _add_product_kernel(name: str):
@@ -29,7 +34,7 @@ def _add_product_kernel(name: str):
         plain = type(alpha) in (int, float) and type(beta) in (int, float)  # NumPy scalars promote
         if d not in FLOAT or not plain or not all(isinstance(t, Tensor) and t._dtype is d for t in (base, a, b)):
             return reference(spec, base, a, b, beta, alpha)
-        out = np.matmul(a._numpy(), b._numpy())
+        out = _blas.matmul(a._numpy(), b._numpy())
         if out.shape != tuple(spec[0]) or not out.flags.c_contiguous or not out.flags.writeable:
             return reference(spec, base, a, b, beta, alpha)
         if alpha != 1:
@@ -44,6 +49,22 @@ def _add_product_kernel(name: str):
     return kernel
 
 
+def _product_kernel(name: str):
+    reference = wrap_reference(OPS[name])
+
+    def kernel(spec, a, b):
+        k = a._shape[-1]
+        macs = k * math.prod(spec[0])
+        with _blas.limit(_blas.threads_for(macs)):
+            return reference(spec, a, b)
+
+    kernel.__name__ = f"kiln_cpu_{name}"
+    kernel.__doc__ = f"The reference {name} on as many BLAS threads as the product warrants (kiln-cpu)."
+    return kernel
+
+
 def kernels() -> dict[str, tuple]:
-    """The fused product kernels: op name -> (kernel, output dtypes served)."""
-    return {name: (_add_product_kernel(name), FLOAT) for name in ("addmm", "baddbmm")}
+    """The product kernels: op name -> (kernel, output dtypes served)."""
+    table = {name: (_add_product_kernel(name), FLOAT) for name in ("addmm", "baddbmm")}
+    table.update((name, (_product_kernel(name), FLOAT + HALF)) for name in ("matmul", "bmm"))
+    return table

@@ -1,0 +1,141 @@
+"""How many threads NumPy's BLAS uses for kiln-cpu's products.
+
+OpenBLAS (NumPy's wheels) keeps its own threads, and after a multi-threaded product they spin for about
+2^28 cycles (a tenth of a second) waiting for the next one, holding a core that kiln-cpu's thread team
+and its single-threaded products need: a small CNN's training step took 19.7 ms with OpenBLAS's threads
+woken by its 64x1568x10 products, 14.6 ms without. So a product of fewer multiply-adds than
+:data:`kiln_cpu.config.blas_threads_min_macs` runs on one thread, never waking them (an OpenBLAS thread
+saves little there: 31 us against 46 us at 64x1568x10, before its spin is counted); a larger one uses
+:func:`kiln.get_num_threads` threads, at most as many as BLAS had.
+
+The count is set with ``openblas_set_num_threads_local`` (OpenBLAS 0.3.27 or later; 0.4 us a call, read
+with ``openblas_get_num_threads``), which is process-wide in OpenBLAS's pthreads builds: the first of concurrent users saves the count and the last
+restores it, so other code's products run as configured again once kiln-cpu's are done (meanwhile they
+may run on fewer threads: speed only, never results). With another BLAS nothing is set.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import threading
+
+import numpy as np
+
+from kiln_cpu import _threads, config
+
+_UNSET = object()
+_found = _UNSET  # (setter, getter), found on first use (tests set it to None: "another BLAS")
+
+
+_GETTERS = ("openblas_get_num_threads", "scipy_openblas_get_num_threads64_", "openblas_get_num_threads64_")
+
+
+def _find_functions():
+    """(``openblas_set_num_threads_local``, ``openblas_get_num_threads``) of the OpenBLAS NumPy calls (the
+    setter returns the previous count); None when NumPy uses another BLAS or either cannot be found."""
+    try:
+        blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
+    except (TypeError, KeyError, AttributeError, ValueError):  # an old NumPy, a build without the record
+        return None
+    if "openblas" not in str(blas.get("name", "")).lower():
+        return None
+    here = os.path.dirname(np.__file__)
+    paths = []
+    for folder in (os.path.join(here, os.pardir, "numpy.libs"), os.path.join(here, ".dylibs")):
+        paths += sorted(glob.glob(os.path.join(folder, "*openblas*")))
+    try:  # a system OpenBLAS: the one this process has loaded
+        with open("/proc/self/maps") as maps:
+            paths += sorted({line.split()[-1] for line in maps if "openblas" in line and "/" in line})
+    except OSError:
+        pass
+    for path in paths:
+        try:
+            lib = ctypes.CDLL(path)
+            set_fn = lib.openblas_set_num_threads_local
+            get_fn = next((getattr(lib, name) for name in _GETTERS if hasattr(lib, name)), None)
+        except OSError:
+            continue
+        if get_fn is None:
+            continue
+        set_fn.argtypes, set_fn.restype = [ctypes.c_int], ctypes.c_int
+        get_fn.argtypes, get_fn.restype = [], ctypes.c_int
+        return set_fn, get_fn
+    return None
+
+
+def functions():
+    """The cached :func:`_find_functions` (None: the thread count cannot be set)."""
+    global _found
+    if _found is _UNSET:
+        _found = _find_functions()
+    return _found
+
+
+_lock = threading.Lock()
+_users = 0  # calls inside limit() now (user threads may run kernels concurrently)
+_saved = 0  # the BLAS thread count before the first of them
+_current = 0  # the count kiln-cpu last set while there are users
+
+
+class limit:
+    """``with limit(n):`` runs BLAS on ``n`` threads (no more than it had before) for the block; ``n`` None
+    leaves the count as it is. The count is only set when it changes: OpenBLAS's next product after a
+    change takes about 5 us longer."""
+
+    __slots__ = ("n",)
+
+    def __init__(self, n: int | None):
+        self.n = n
+
+    def __enter__(self):
+        global _users, _saved, _current
+        found = functions()
+        if found is None or self.n is None:
+            return self
+        with _lock:
+            if _users == 0:
+                _saved = _current = found[1]()
+            want = min(self.n, _saved)
+            if want != _current:
+                found[0](want)
+                _current = want
+            _users += 1
+        return self
+
+    def __exit__(self, *exc):
+        global _users, _current
+        found = functions()
+        if found is None or self.n is None:
+            return
+        with _lock:
+            _users -= 1
+            if _users == 0 and _current != _saved:
+                found[0](_saved)
+                _current = _saved
+
+
+_BLAS_SERIAL_MACS = 1 << 19
+"""OpenBLAS runs a product of at most this many multiply-adds on one thread by itself (its
+``GEMM_MULTITHREAD_THRESHOLD`` rule; measured with 2 threads: 655,360 multiply-adds woke no thread,
+1,003,520 did): the count is left alone there."""
+
+
+def threads_for(macs: int) -> int | None:
+    """The BLAS threads for a product of ``macs`` multiply-adds (see the module's docstring): None (leave
+    the count alone) at most :data:`_BLAS_SERIAL_MACS`, 1 below
+    :data:`kiln_cpu.config.blas_threads_min_macs`, else :func:`kiln.get_num_threads`."""
+    if macs <= _BLAS_SERIAL_MACS:
+        return None
+    return 1 if macs < config.blas_threads_min_macs else _threads.get_num_threads()
+
+
+def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``np.matmul(a, b, out=out)`` on :func:`threads_for` its multiply-adds BLAS threads."""
+    shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) if a.ndim > 2 or b.ndim > 2 else ()
+    macs = a.shape[-1] * (a.shape[-2] if a.ndim > 1 else 1) * (b.shape[-1] if b.ndim > 1 else 1)
+    for s in shape:
+        macs *= s
+    with limit(threads_for(macs)):
+        return np.matmul(a, b, out=out)

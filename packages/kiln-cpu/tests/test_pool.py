@@ -20,16 +20,12 @@ FLOAT = [kiln.float32, kiln.float64]
 
 @pytest.fixture
 def pool_spy(monkeypatch):
-    """A list that receives the name of every pooling loop the kernels run (and "add" for the index
-    loop of scatter_add, the max pools' backward)."""
-    from kiln_cpu import _jit_index
-
+    """A list that receives the name of every pooling loop the kernels run (``argmax_scatter``: the max
+    pools' backward)."""
     calls: list[str] = []
-    for name in ("max_pool", "max_pool_2x2", "separable", "separable_backward"):
+    for name in ("max_pool", "max_pool_2x2", "argmax_scatter", "separable", "separable_backward"):
         fn = getattr(_jit_pool, name)
         monkeypatch.setattr(_jit_pool, name, lambda *a, _fn=fn, _n=name: calls.append(_n) or _fn(*a))
-    real = _jit_index.index_loop
-    monkeypatch.setattr(_jit_index, "index_loop", lambda mode: calls.append("add") or real(mode))
     return calls
 
 
@@ -81,7 +77,7 @@ def test_max_pool2d(case, dtype, pool_spy):
     _grad_check(fn, make(shape, dtype, 1), 2)
     _grad_check(fn, _ties(shape, dtype, 3), 4)  # first maximum wins, the last NaN wins
     loop = "max_pool_2x2" if case in ("k2s2", "k2s2-odd") else "max_pool"  # 2x2 windows, stride 2: its own loop
-    assert pool_spy.count(loop) == 2 and len(pool_spy) == 2 + pool_spy.count("add") and "add" in pool_spy
+    assert pool_spy.count(loop) == 2 and pool_spy.count("argmax_scatter") == 2 and len(pool_spy) == 4
 
 
 @pytest.mark.parametrize("dtype", FLOAT, ids=str)
@@ -109,7 +105,36 @@ def test_other_max_pools(case, dtype, pool_spy):
     fn, shape = OTHER_MAX[case]
     _grad_check(fn, make(shape, dtype, 1), 2)
     _grad_check(fn, _ties(shape, dtype, 3), 4)
-    assert pool_spy.count("max_pool") == 2
+    assert pool_spy.count("max_pool") == 2 and pool_spy.count("argmax_scatter") == 2
+
+
+@pytest.mark.parametrize("dtype", FLOAT, ids=str)
+def test_argmax_scatter_adds_in_order_over_threads(dtype, pool_spy, monkeypatch):
+    """Many rows split over the threads (a small grain), duplicate indices added in order of the outputs
+    (bit for bit ``np.add.at``), gradients read in place from a transposed tensor."""
+    from kiln_cpu import kernels_pool
+
+    monkeypatch.setattr(kernels_pool, "_GRAIN", 64)
+    rng = np.random.default_rng(5)
+    src = make((40, 9, 6), dtype, 1).transpose(1, 2)  # (40, 6, 9): 240 rows of 9 gradients
+    ind = kiln.from_numpy(rng.integers(0, 4, src.shape).astype(np.int64))  # planes of 4: duplicates
+    fn = lambda s, i: P._argmax_scatter(s, i, 4)
+    assert_same(fn(src, ind), reference(fn, src, ind))
+    assert pool_spy.count("argmax_scatter") >= 2  # one call per range of rows
+
+
+def test_argmax_scatter_indices_outside_the_plane_go_to_the_reference(pool_spy):
+    src = make((64, 32), kiln.float32, 1)
+    for bad, wrapped in ((5, False), (-1, True)):
+        ind = np.zeros((64, 32), np.int64)
+        ind[40, 7] = bad
+        i = kiln.from_numpy(ind)
+        if wrapped:  # np.add.at wraps a negative index: the reference's result
+            assert_same(P._argmax_scatter(src, i, 5), reference(P._argmax_scatter, src, i, 5))
+        else:
+            with pytest.raises(IndexError):
+                P._argmax_scatter(src, i, 5)
+    assert pool_spy.count("argmax_scatter") == 2
 
 
 # ---------------------------------------------------------------------------------------- separable maps

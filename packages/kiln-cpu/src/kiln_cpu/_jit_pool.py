@@ -6,6 +6,8 @@ Every loop takes one input plane (the trailing 1 to 3 dims of a C-contiguous ten
   and dim as ``base + k * step`` for ``k`` in ``[k_lo, k_hi)`` (the valid offsets: max pooling with
   padding and dilation, and adaptive max pooling). The reference's rules: offsets in row-major order,
   the first valid element is taken, then any larger one or any NaN (so the last NaN wins).
+* :func:`argmax_scatter`: the max pools' backward, each gradient added at its window's argmax in a
+  zeroed plane.
 * :func:`separable`: the reference's ``_separable`` maps (average pooling, adaptive average pooling,
   interpolation, reflect/replicate/circular padding): per dim in turn ``y[i] = t_0 + t_1 + ...`` with
   ``t_j = x[idx[i, j]] * w[i, j]`` (an index equal to the dim's size reads a zero), rounded as NumPy
@@ -106,6 +108,26 @@ def max_pool_2x2(x, h_, w_, oh_, ow_, val, ind, lo, hi):
                 best, bi = _take(xr1[c + 1], r1 + c + 1, best, bi)
                 vo[ow] = best
                 io[ow] = bi
+
+
+@njit(**_SERIAL)
+def argmax_scatter(g, ind, outs, plane, out, bad, lo, hi):
+    """Rows [lo, hi) of ``out`` (flat, rows of ``plane``) zeroed, then each ``g[r, o]`` added at
+    ``out[r, ind[r, o]]`` in order of ``o`` (``g`` and ``ind`` flat, rows of ``outs``): the max pools'
+    backward, as the reference's ``np.add.at`` adds. An index outside the plane sets ``bad[0]`` and stops
+    the row (the caller then hands the call to the reference)."""
+    zero = out.dtype.type(0)
+    for r in range(lo, hi):
+        ob = r * plane
+        gb = r * outs
+        for q in range(plane):
+            out[ob + q] = zero
+        for o in range(outs):
+            i = ind[gb + o]
+            if i < 0 or i >= plane:
+                bad[0] = 1
+                return
+            out[_u(ob + i)] += g[_u(gb + o)]
 
 
 # ---------------------------------------------------------------------------------------- separable maps

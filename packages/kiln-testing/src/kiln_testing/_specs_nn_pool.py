@@ -6,7 +6,9 @@ arguments and call the ops below; pixel (un)shuffle are view compositions and ne
 
 from __future__ import annotations
 
-from kiln_testing._specs import Case, Ctx, OpSpec, explicit
+import numpy as np
+
+from kiln_testing._specs import Case, Ctx, OpSpec, _ix, explicit
 
 
 def _max_pool(c: Ctx) -> list[Case]:
@@ -29,6 +31,15 @@ def _adaptive_max_pool(c: Ctx) -> list[Case]:
         Case("unbatched", (c.t((3, 6, 6)), (4, 4))),
         Case("empty-batch", (c.t((0, 2, 4, 4)), (2, 2))),
         Case("bad-rank", (c.t((4, 4)), (2, 2))),
+    ]
+
+
+def _argmax_scatter(c: Ctx) -> list[Case]:
+    return [
+        Case("planes", (c.t((2, 3, 4)), _ix([[[0, 5, 2, 7]] * 3] * 2), 9)),
+        Case("duplicates-transposed", (c.t((3, 4), layout="transposed"), _ix([[1, 1, 0, 1]] * 3), 2)),
+        Case("strided", (c.t((2, 3), layout="strided"), _ix([[4, 0, 4], [2, 2, 2]]), 5)),
+        Case("empty-planes", (c.t((0, 3)), _ix(np.zeros((0, 3))), 4)),
     ]
 
 
@@ -99,6 +110,7 @@ def _constant_pad_nd(c: Ctx) -> list[Case]:
 SPECS: dict[str, OpSpec] = {
     "_max_pool": explicit(_max_pool),
     "_adaptive_max_pool": explicit(_adaptive_max_pool),
+    "_argmax_scatter": explicit(_argmax_scatter),
     "_separable": explicit(_separable),
     "_separable_backward": explicit(_separable_backward),
     "constant_pad_nd": explicit(_constant_pad_nd),

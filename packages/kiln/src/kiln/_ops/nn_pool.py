@@ -3,8 +3,9 @@
 Three kinds of kernels do all the work:
 
 * ``_max_pool`` / ``_adaptive_max_pool``: window maxima and the flat index of each maximum in its
-  input plane (PyTorch's ``indices``). Their backward scatters the gradient to those positions with
-  ``scatter_add``, whose own backward is a ``gather``, so higher-order gradients work.
+  input plane (PyTorch's ``indices``). Their backward adds the gradient at those positions into zeros
+  (``_argmax_scatter``, a ``scatter_add`` into fresh zeros in one op), whose own backward is a
+  ``gather``, so higher-order gradients work.
 * ``_separable``: every *linear* resampling that acts on each spatial dim independently (average
   pooling, adaptive average pooling, nearest / linear interpolation, reflect / replicate / circular
   padding). Per spatial dim it is a list of taps ``out[i] = sum_k w[i, k] * x[idx[i, k]]`` computed
@@ -296,17 +297,37 @@ def _max_pool_ref(spec, a, kernel_size, stride, padding, dilation, ceil_mode):
     return _argmax_windows(x, nd, positions, out_shape, window)
 
 
+def _argmax_scatter_meta(src, indices, plane):
+    return (src._shape[:-1] + (plane,), src._dtype, src._device)
+
+
+def _argmax_scatter_ref(spec, g, i, plane):
+    out = np.zeros((_numel(g.shape[:-1]), plane), _compute_np(spec[1]))
+    shape = (out.shape[0], g.shape[-1])
+    np.add.at(out, (np.arange(shape[0])[:, None], i.reshape(shape)), g.reshape(shape))
+    return out.reshape(spec[0])
+
+
+def _argmax_scatter_backward(grad, indices):
+    from kiln._ops.indexing import gather
+
+    return gather(grad, -1, indices), None
+
+
+@op(meta=_argmax_scatter_meta, reference=_argmax_scatter_ref, backward=_argmax_scatter_backward)
+def _argmax_scatter(src: Tensor, indices: Tensor, plane: int) -> Tensor:
+    """The gradient of a max pool over planes of ``plane`` elements: zeros of shape ``src``'s leading dims
+    x ``plane``, with each ``src[..., o]`` added at ``indices[..., o]`` in order of ``o`` (one op:
+    ``zeros(...).scatter_add(-1, indices, src)`` without the zeros' copy; its backward is the gather)."""
+
+
 def _scatter_to_argmax(grad: Tensor, input_shape: tuple, indices: Tensor, nd: int) -> Tensor:
     """The gradient of a max pool: ``grad`` added at each window's argmax (flat index in its plane)."""
-    from kiln._ops.creation import zeros
-
     lead = tuple(input_shape[:-nd])
-    plane = _numel(input_shape[-nd:])
     outs = _numel(grad._shape[len(lead) :])
     g = grad.reshape(lead + (outs,))
     i = indices.reshape(lead + (outs,))
-    z = zeros(lead + (plane,), dtype=grad._dtype, device=grad._device)
-    return z.scatter_add(-1, i, g).reshape(input_shape)
+    return _argmax_scatter(g, i, _numel(input_shape[-nd:])).reshape(input_shape)
 
 
 def _max_pool_backward(grads, input_shape, kernel_size, result):

@@ -192,6 +192,32 @@ def test_a_job_whose_caller_stopped_waiting_does_not_count_for_the_next(monkeypa
     assert len(ran) == 2 and len(set(ran)) == 2
 
 
+@pytest.mark.parametrize("spin", [0, 1, 4000])
+def test_jobs_finish_whichever_thread_waits_first(spin, monkeypatch):
+    """Every range runs once and every call returns, whether the caller or a worker is done first and
+    whether they spin (no spin: the caller sleeps and the workers wake it) or not."""
+    monkeypatch.setattr(kiln_cpu._threads, "_requested", 3)
+    monkeypatch.setattr(kiln_cpu._threads, "_SPIN", spin)
+    rng = np.random.default_rng(spin)
+    delays = rng.choice([0.0, 0.0, 1e-4, 1e-3], size=(100, 6))
+    seen: list = []
+
+    def part(k, lo, hi):
+        if delays[k, lo // 10]:
+            time.sleep(delays[k, lo // 10])
+        seen.append((k, lo, hi))
+
+    def calls():
+        for k in range(100):
+            kiln_cpu._threads.parallel(part, (k,), 60, 10)
+
+    caller = threading.Thread(target=calls, daemon=True)
+    caller.start()
+    caller.join(timeout=120)
+    assert not caller.is_alive(), "a call never returned"
+    assert sorted(seen) == [(k, lo, lo + 10) for k in range(100) for lo in range(0, 60, 10)]
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_a_forked_child_gets_a_pool_of_its_own(monkeypatch):
     monkeypatch.setattr(kiln_cpu._threads, "_requested", 2)

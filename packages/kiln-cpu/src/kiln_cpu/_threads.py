@@ -6,7 +6,7 @@ thread). Kernels are serial Numba loops that release the GIL, so :func:`parallel
 into ranges that a team of worker threads and the calling thread take in turn. Between jobs a worker
 spins for a while without the GIL (:mod:`kiln_cpu._jit_spin`) before it sleeps, so a job posted soon
 after the last one starts within microseconds instead of a thread wake-up (40 us or more on a virtual
-machine): a no-op job on two threads took 95 us on a thread pool, 20 us on the team. Importing this
+machine): a no-op job on two threads took 95 us on a thread pool, 12 us on the team. Importing this
 module imports no Numba (the team, and its spin loop, start on the first job).
 """
 
@@ -57,55 +57,68 @@ takes 40 us or more on a virtual machine, and eager ops follow each other within
 core that BLAS's own threads may need (a small CNN's step: 19.9 ms with 50 us of spinning, 21 ms with
 200 us)."""
 _SETTLE = 400
-"""Pauses (about 5 us) a thread spins on after the counter it watches got there, before it takes the
-GIL: by then the thread that wrote the counter has let the GIL go (a worker posted to is inside its
-Numba share, a finishing worker is back in its spin), so the GIL is free and the waiter does not sleep
-on it (a sleeping GIL waiter is woken 30 us or more later)."""
+"""Pauses (about 5 us) a worker spins on after it sees a job posted, before it takes the GIL: by then the
+caller has let the GIL go (it is inside its own Numba share), so the worker does not sleep on it (a
+sleeping GIL waiter is woken 30 us or more later)."""
 
 
 class _Team:
-    """``workers`` daemon threads that run one job at a time with the calling thread. A job is posted
-    by raising ``posted`` (an int64 counter the workers spin on, then sleep on ``cond``); each worker adds
-    one to ``finished`` when its part is done. One caller at a time (``busy``): another thread's call, or
-    a call from inside a job, runs on its own thread instead."""
+    """``workers`` daemon threads that run one job at a time with the calling thread. A job is posted by
+    raising ``posted`` (an int64 counter the workers spin on, then sleep on ``cond``: the poster notifies
+    only when some worker sleeps); worker ``w`` reports the job numbered ``g`` done by setting
+    ``finished[w] = g`` from inside its next spin, so a caller that sees every slot there takes the GIL
+    without waiting for it (a thread waiting for the GIL sleeps, and a wake costs 40 us or more on a
+    virtual machine), and a worker still busy with an older job (its caller interrupted) is not counted
+    for a newer one. One caller at a time (``busy``): another thread's call, or a call from inside a job,
+    runs on its own thread instead."""
 
     def __init__(self, workers: int):
         import numpy as np
 
-        from kiln_cpu._jit_spin import spin_below
+        from kiln_cpu._jit_spin import all_reached, finish_then_spin, spin_below
 
-        self.spin = spin_below
+        self.spin, self.all_reached, self.finish_then_spin = spin_below, all_reached, finish_then_spin
         self.workers = workers
         self.posted = np.zeros(1, np.int64)
-        self.finished = np.zeros(1, np.int64)
+        self.finished = np.zeros(workers, np.int64)
         self.cond = threading.Condition()
         self.busy = threading.Lock()
         self.job: Callable | None = None
         self.error: BaseException | None = None
         self.closed = False
-        for i in range(workers):
-            threading.Thread(target=self._serve, name=f"kiln-cpu-{i}", daemon=True).start()
+        self.sleepers = 0  # workers asleep on cond, waiting for a job
+        self.waiting = False  # the caller is asleep on cond, waiting for the workers
+        for w in range(workers):
+            threading.Thread(target=self._serve, args=(w,), name=f"kiln-cpu-{w}", daemon=True).start()
 
-    def _serve(self) -> None:
+    def _serve(self, w: int) -> None:
         seen = 0
+        got = self.spin(self.posted, 1, _SPIN, _SETTLE)
         while True:
-            if self.spin(self.posted, seen + 1, _SPIN, _SETTLE) <= seen:
+            if got <= seen:  # no job within the spin: sleep (after waking a caller that sleeps)
                 with self.cond:
+                    if self.waiting:
+                        self.cond.notify_all()
+                    self.sleepers += 1
                     while self.posted[0] <= seen and not self.closed:
                         self.cond.wait()
+                    self.sleepers -= 1
                     if self.posted[0] <= seen:  # closed, and every job posted before has run
                         return
             seen = int(self.posted[0])
-            error = None
             try:
                 self.job()
             except BaseException as exc:  # noqa: BLE001 - handed to the caller, which re-raises it
-                error = exc
-            with self.cond:
-                if self.posted[0] == seen:  # not a job whose caller stopped waiting (interrupted)
-                    self.error = self.error or error
-                    self.finished[0] += 1
+                with self.cond:
+                    if self.posted[0] == seen:  # not a job whose caller stopped waiting (interrupted)
+                        self.error = self.error or exc
+            if self.waiting:  # the caller sleeps: report under the lock and wake it
+                with self.cond:
+                    got = self.finish_then_spin(self.finished, w, seen, self.posted, seen + 1, 0, 0)
                     self.cond.notify_all()
+                got = self.spin(self.posted, seen + 1, _SPIN, _SETTLE)
+            else:
+                got = self.finish_then_spin(self.finished, w, seen, self.posted, seen + 1, _SPIN, _SETTLE)
 
     def run(self, job: Callable) -> bool:
         """Run ``job()`` on every worker and on the calling thread; returns when all are done (True) and
@@ -114,16 +127,21 @@ class _Team:
             if self.closed:
                 return False
             self.job, self.error = job, None
-            self.finished[0] = 0
-            self.posted[0] += 1
-            self.cond.notify_all()
+            number = int(self.posted[0]) + 1
+            self.posted[0] = number
+            if self.sleepers:
+                self.cond.notify_all()
         try:
             job()
         finally:
-            if self.spin(self.finished, self.workers, _SPIN, _SETTLE) < self.workers:
+            if not self.all_reached(self.finished, number, _SPIN):
                 with self.cond:
-                    while self.finished[0] < self.workers:
-                        self.cond.wait()
+                    self.waiting = True
+                    try:
+                        while (self.finished < number).any():
+                            self.cond.wait()
+                    finally:
+                        self.waiting = False
             self.job = None
         if self.error is not None:
             raise self.error
@@ -179,6 +197,7 @@ def parallel(fn: Callable, args: tuple, n: int, grain: int) -> None:
         return
     try:
         chunks = min(threads * _CHUNKS_PER_THREAD, n // max(grain, 1))
+        chunks -= chunks % threads  # a whole number of ranges per thread: 3 ranges on 2 threads take 2 ranges' time
         step = -(-n // chunks)
         ranges = [(lo, min(lo + step, n)) for lo in range(0, n, step)]
         ticket = itertools.count()  # next() on it is atomic under the GIL: each range runs once

@@ -25,7 +25,14 @@ FLOAT = [kiln.float32, kiln.float64]
 def conv_spy(monkeypatch):
     """A list receiving the name of every Numba loop the convolution kernels call, and the paths taken."""
     calls: list[str] = []
-    for name in ("im2col_2d", "col2im_2d", "conv_direct_2d", "conv_transpose_direct_2d"):
+    loops = (
+        "conv_blocks",
+        "conv_transpose_blocks",
+        "conv_by_weight_blocks",
+        "conv_direct_2d",
+        "conv_transpose_direct_2d",
+    )
+    for name in loops:
         real = getattr(_jit_conv, name)
         monkeypatch.setattr(_jit_conv, name, lambda *a, _r=real, _n=name: calls.append(_n) or _r(*a))
     real_by_weight = kernels_conv._conv_by_weight
@@ -35,15 +42,13 @@ def conv_spy(monkeypatch):
 
 @pytest.fixture(params=["pool", "serial", "deep"])
 def blocks(request, monkeypatch):
-    """Run the blocks on the pool (two threads, single-threaded BLAS) or on the calling thread (no
-    thread-local BLAS control, as with another BLAS), with small blocks: rows of an image, several
-    images; "deep": products of many images, the weight-gradient form's rows split instead."""
-    monkeypatch.setattr(_threads, "get_num_threads", lambda: 2)
+    """Run the blocks on the pool (two threads, single-threaded BLAS) or on the calling thread (one
+    thread), with small blocks: rows of an image, several images; "deep": products of many images, the
+    weight-gradient form's rows split instead."""
+    monkeypatch.setattr(_threads, "get_num_threads", lambda: 1 if request.param == "serial" else 2)
     monkeypatch.setattr(kernels_conv, "_BLOCK_BYTES", 4096)
     monkeypatch.setattr(kernels_conv, "_MIN_DEPTH", 512 if request.param == "deep" else 8)
-    if request.param == "serial":
-        monkeypatch.setattr(_blas, "_found", None)
-    elif _blas.functions() is None:
+    if _blas.gemm_function(np.float32) is None:
         pytest.skip("NumPy's BLAS has no openblas_set_num_threads_local")
     return request.param
 
@@ -80,7 +85,8 @@ def test_conv2d_matches_reference(dtype, case, with_bias, conv_spy):
     b = _rand((ws[0],), dtype, 3) if with_bias else None
     fn = lambda t: F.conv2d(t, w, b, stride, padding, dilation, groups)
     assert_same(fn(x), reference(fn, x), **_tol(dtype))
-    assert "im2col_2d" in conv_spy and "col2im_2d" not in conv_spy  # "wide-pad": the weight-gradient form
+    forward = "conv_blocks" in conv_spy or "conv_by_weight_blocks" in conv_spy  # "wide-pad": the second form
+    assert forward and "conv_transpose_blocks" not in conv_spy
 
 
 NONCONTIGUOUS = {
@@ -101,7 +107,7 @@ def test_noncontiguous_input_read_in_place(layout, conv_spy):
     assert_same(fn(x), reference(fn, x), **_tol(kiln.float32))
     fnt = lambda t: F.conv_transpose2d(t, w.transpose(0, 1), b, 2, 1, 1)
     assert_same(fnt(x), reference(fnt, x), **_tol(kiln.float32))
-    assert "im2col_2d" in conv_spy and "col2im_2d" in conv_spy
+    assert "conv_blocks" in conv_spy and "conv_transpose_blocks" in conv_spy
 
 
 TRANSPOSED = {
@@ -124,7 +130,7 @@ def test_conv_transpose2d_matches_reference(dtype, case, with_bias, conv_spy):
     b = _rand((ws[1] * groups,), dtype, 3) if with_bias else None
     fn = lambda t: F.conv_transpose2d(t, w, b, stride, padding, out_pad, groups, dilation)
     assert_same(fn(x), reference(fn, x), **_tol(dtype))
-    assert conv_spy and set(conv_spy) == {"col2im_2d"}
+    assert conv_spy and set(conv_spy) == {"conv_transpose_blocks"}
 
 
 DIRECT = {
@@ -171,7 +177,7 @@ def test_weight_gradient_form(dtype, case, conv_spy, blocks):
     g = _rand((xs[0], ws[0], *out_hw), dtype, 2)
     fn = lambda x, g: nn_conv._weight_grad(x, g, ws, s, p, d, groups)
     assert_same(fn(x, g), reference(fn, x, g), **_tol(dtype))
-    assert "by_weight" in conv_spy and "im2col_2d" in conv_spy
+    assert "by_weight" in conv_spy and "conv_by_weight_blocks" in conv_spy
 
 
 BACKWARD = {
@@ -201,7 +207,7 @@ def test_conv2d_backward(dtype, case, conv_spy, blocks):
     if case == "depthwise":
         assert {"conv_direct_2d", "conv_transpose_direct_2d"} <= set(conv_spy)
     else:
-        assert {"im2col_2d", "col2im_2d"} <= set(conv_spy)
+        assert {"conv_blocks", "conv_transpose_blocks", "conv_by_weight_blocks"} <= set(conv_spy)
 
 
 def test_backward_of_a_sum_takes_the_expanded_gradient(conv_spy):
@@ -214,7 +220,7 @@ def test_backward_of_a_sum_takes_the_expanded_gradient(conv_spy):
 
     for got, want in zip(grads(x, w), reference(grads, x, w)):
         assert_same(got, want, **_tol(kiln.float32))
-    assert {"im2col_2d", "col2im_2d", "by_weight"} <= set(conv_spy)
+    assert {"conv_blocks", "conv_transpose_blocks", "conv_by_weight_blocks"} <= set(conv_spy)
 
 
 @pytest.mark.parametrize("form", ["forward", "transposed", "weight-gradient"])
@@ -283,7 +289,21 @@ def test_nan_and_inf_reach_the_output(dtype, conv_spy):
     assert_same(fn(x), reference(fn, x), **_tol(dtype))
     fnt = lambda t: F.conv_transpose2d(t, w.transpose(0, 1), padding=1)
     assert_same(fnt(x), reference(fnt, x), **_tol(dtype))
-    assert {"im2col_2d", "col2im_2d"} <= set(conv_spy)
+    assert {"conv_blocks", "conv_transpose_blocks"} <= set(conv_spy)
+
+
+def test_a_blas_whose_gemm_cannot_be_called_leaves_convolutions_to_the_reference(conv_spy, monkeypatch):
+    monkeypatch.setattr(_blas, "_found", None)  # e.g. NumPy on another BLAS: no thread count, no gemm to call
+    x, w = _rand((2, 3, 8, 8), kiln.float32, 1), _rand((4, 3, 3, 3), kiln.float32, 2)
+
+    def grads(x, w):
+        x, w = x.detach().requires_grad_(), w.detach().requires_grad_()
+        F.conv2d(x, w, padding=1).sum().backward()
+        return x.grad, w.grad
+
+    for got, want in zip(grads(x, w), reference(grads, x, w)):
+        assert_same(got, want)
+    assert conv_spy == []
 
 
 def test_empty_batch_goes_to_the_reference(conv_spy):

@@ -148,3 +148,48 @@ def test_products_with_a_blas_whose_count_cannot_be_set(monkeypatch):
     a, b, c = _rand((64, 512), kiln.float64, 0), _rand((512, 32), kiln.float64, 1), _rand((32,), kiln.float64, 2)
     for fn in PRODUCTS.values():
         assert_same(fn(a, b, c), reference(fn, a, b, c), ulps=4, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
+def test_gemm_called_from_numba_matches_numpy(dtype):
+    """The cblas gemm that the convolution loops call without the GIL: transposes, leading dimensions
+    wider than the matrices, alpha and beta."""
+    from numba import njit
+
+    from kiln_cpu._jit_gemm import NO_TRANS, TRANS, gemm, ptr
+
+    found = _blas.gemm_function(dtype)
+    if found is None:
+        pytest.skip("NumPy's BLAS is not an OpenBLAS whose gemm can be called")
+
+    @njit
+    def call(addr, ilp64, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc):
+        gemm(addr, ilp64, ta, tb, m, n, k, alpha, ptr(a, 0), lda, ptr(b, 0), ldb, beta, ptr(c, 1), ldc)
+
+    rng = np.random.default_rng(0)
+    m, n, k = 7, 5, 9
+    for ta, tb in ((NO_TRANS, NO_TRANS), (TRANS, NO_TRANS), (NO_TRANS, TRANS), (TRANS, TRANS)):
+        a = rng.standard_normal((k, m + 3) if ta == TRANS else (m, k + 3)).astype(dtype)
+        b = rng.standard_normal((n, k + 2) if tb == TRANS else (k, n + 2)).astype(dtype)
+        c = rng.standard_normal(1 + m * (n + 4)).astype(dtype)
+        op_a = a[:, :m].T if ta == TRANS else a[:, :k]
+        op_b = b[:, :k].T if tb == TRANS else b[:, :n]
+        want = 0.5 * (op_a.astype(np.float64) @ op_b) + 2.0 * c[1:].reshape(m, n + 4)[:, :n]
+        call(
+            *found,
+            ta,
+            tb,
+            m,
+            n,
+            k,
+            dtype(0.5),
+            a.reshape(-1),
+            a.shape[1],
+            b.reshape(-1),
+            b.shape[1],
+            dtype(2.0),
+            c,
+            n + 4,
+        )
+        got = c[1:].reshape(m, n + 4)[:, :n]
+        np.testing.assert_allclose(got, want, rtol=1e-5 if dtype is np.float32 else 1e-12, atol=1e-5)

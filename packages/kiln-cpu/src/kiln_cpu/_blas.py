@@ -29,6 +29,21 @@ _UNSET = object()
 _found = _UNSET  # (setter, getter), found on first use (tests set it to None: "another BLAS")
 
 
+def _library_paths() -> list[str]:
+    """Candidate files of the OpenBLAS NumPy links: its wheel's bundled copy, else the one this process has
+    loaded."""
+    here = os.path.dirname(np.__file__)
+    paths = []
+    for folder in (os.path.join(here, os.pardir, "numpy.libs"), os.path.join(here, ".dylibs")):
+        paths += sorted(glob.glob(os.path.join(folder, "*openblas*")))
+    try:  # a system OpenBLAS: the one this process has loaded
+        with open("/proc/self/maps") as maps:
+            paths += sorted({line.split()[-1] for line in maps if "openblas" in line and "/" in line})
+    except OSError:
+        pass
+    return paths
+
+
 _GETTERS = ("openblas_get_num_threads", "scipy_openblas_get_num_threads64_", "openblas_get_num_threads64_")
 
 
@@ -41,16 +56,7 @@ def _find_functions():
         return None
     if "openblas" not in str(blas.get("name", "")).lower():
         return None
-    here = os.path.dirname(np.__file__)
-    paths = []
-    for folder in (os.path.join(here, os.pardir, "numpy.libs"), os.path.join(here, ".dylibs")):
-        paths += sorted(glob.glob(os.path.join(folder, "*openblas*")))
-    try:  # a system OpenBLAS: the one this process has loaded
-        with open("/proc/self/maps") as maps:
-            paths += sorted({line.split()[-1] for line in maps if "openblas" in line and "/" in line})
-    except OSError:
-        pass
-    for path in paths:
+    for path in _library_paths():
         try:
             lib = ctypes.CDLL(path)
             set_fn = lib.openblas_set_num_threads_local
@@ -120,6 +126,44 @@ _BLAS_SERIAL_MACS = 1 << 19
 """OpenBLAS runs a product of at most this many multiply-adds on one thread by itself (its
 ``GEMM_MULTITHREAD_THRESHOLD`` rule; measured with 2 threads: 655,360 multiply-adds woke no thread,
 1,003,520 did): the count is left alone there."""
+
+
+_gemms: dict | None = None
+
+
+def _find_gemms() -> dict:
+    """``{np.float32: (address, ilp64), np.float64: ...}`` of the cblas gemms in the OpenBLAS NumPy calls:
+    a ``64_``-suffixed symbol takes 64-bit sizes, a plain ``cblas_?gemm`` those of the build
+    (``USE64BITINT`` in NumPy's record of it). Empty with another BLAS."""
+    if functions() is None:
+        return {}
+    blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
+    build_ilp64 = "USE64BITINT" in str(blas.get("openblas configuration", ""))
+    for path in _library_paths():
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        found = {}
+        for dtype, letter in ((np.dtype(np.float32), "s"), (np.dtype(np.float64), "d")):
+            names = ((f"scipy_cblas_{letter}gemm64_", True), (f"cblas_{letter}gemm64_", True))
+            for name, wide in (*names, (f"cblas_{letter}gemm", build_ilp64)):
+                if hasattr(lib, name):
+                    found[dtype] = (ctypes.cast(getattr(lib, name), ctypes.c_void_p).value, wide)
+                    break
+        if found:
+            return found
+    return {}
+
+
+def gemm_function(dtype: np.dtype) -> tuple[int, bool] | None:
+    """(address, 64-bit sizes) of NumPy's cblas gemm for ``dtype`` (float32, float64), for Numba code to call
+    (:mod:`kiln_cpu._jit_gemm`); None where it cannot be found or the thread count cannot be set (the
+    products would then run on BLAS's own threads inside the team's)."""
+    global _gemms
+    if _gemms is None:
+        _gemms = _find_gemms()
+    return _gemms.get(np.dtype(dtype)) if functions() is not None else None
 
 
 def threads_for(macs: int) -> int | None:

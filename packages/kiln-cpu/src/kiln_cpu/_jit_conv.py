@@ -1,5 +1,7 @@
-"""The Numba loops of kiln-cpu's 2-d convolutions (:mod:`kiln_cpu.kernels_conv`): the data movement around
-the BLAS products, and the direct loops of small groups, compiled lazily and cached to disk.
+"""The Numba loops of kiln-cpu's 2-d convolutions (:mod:`kiln_cpu.kernels_conv`): the blocks of the three
+forms (``conv_blocks``, ``conv_transpose_blocks``, ``conv_by_weight_blocks``: the data movement and the
+BLAS products, called through :func:`kiln_cpu._jit_gemm.gemm` without the GIL), and the direct loops of
+small groups, compiled lazily and cached to disk.
 
 ``im2col_2d`` copies the sliding windows of images into columns (padding written as zeros, any input
 layout read in place, no padded copy) and ``col2im_2d`` scatter-adds columns back into images (its
@@ -18,9 +20,11 @@ part).
 
 from __future__ import annotations
 
+import numpy as np
 from numba import njit
 
 from kiln_cpu._jit import _SERIAL, _u, zero_of
+from kiln_cpu._jit_gemm import NO_TRANS, TRANS, gemm, ptr
 
 
 @njit(**_SERIAL)
@@ -196,6 +200,150 @@ def conv_transpose_direct_2d(xs, xo, xst, h, w, wt, out, cig, sh, sw, ph, pw, dh
                         else:
                             for z in range(z0, z1):
                                 img[_u(d + z * sw)] += wv * xs[_u(src + z * s3)]
+
+
+@njit(**_SERIAL)
+def conv_blocks(xs, xo, xst, c_in, h, w, wm, out, cout, geom, plan, addr, ilp64, lo, hi):
+    """Blocks [lo, hi) of a convolution: per block, ``im2col_2d`` of ``imgs`` images' rows ``[y0, y0 +
+    rows)`` and one product per group of the weight matrix ``wm`` (flat, (groups, Cout/groups, Cin/groups
+    * kh * kw)) with the columns, by the cblas gemm at ``addr``, into ``out`` (flat, (N, Cout, OH*OW)):
+    straight into place for one image, through a scratch product for several side by side.
+
+    ``geom`` is (kh, kw, sh, sw, ph, pw, dh, dw, oh, ow); ``plan`` is (images per block, output rows per
+    block, blocks per image group, groups). Block ``u`` covers images from ``(u // blocks) * imgs`` and
+    rows from ``(u % blocks) * rows``."""
+    kh, kw, sh, sw, ph, pw, dh, dw, oh, ow = geom
+    imgs, rows, blocks, groups = plan
+    pix = oh * ow
+    n = out.size // (cout * pix)
+    cog, cig, kk = cout // groups, c_in // groups, kh * kw
+    depth = cig * kk
+    buf = np.empty(c_in * kk * imgs * rows * ow, out.dtype)
+    tmp = np.empty(cog * imgs * rows * ow if imgs > 1 else 1, out.dtype)
+    one, zero = out.dtype.type(1), out.dtype.type(0)
+    for u in range(lo, hi):
+        n0 = (u // blocks) * imgs
+        k = min(imgs, n - n0)
+        y0 = (u % blocks) * rows
+        r = min(rows, oh - y0)
+        rp = r * ow
+        kr = k * rp
+        im2col_2d(
+            xs, xo + n0 * xst[0], xst, c_in, h, w, buf, (rp, kr), kh, kw, sh, sw, ph, pw, dh, dw, y0, r, ow, 0, k * c_in
+        )
+        for g in range(groups):
+            a = ptr(wm, g * cog * depth)
+            b = ptr(buf, g * depth * kr)
+            if k == 1:
+                dst = ptr(out, (n0 * cout + g * cog) * pix + y0 * ow)
+                gemm(addr, ilp64, NO_TRANS, NO_TRANS, cog, rp, depth, one, a, depth, b, kr, zero, dst, pix)
+                continue
+            gemm(addr, ilp64, NO_TRANS, NO_TRANS, cog, kr, depth, one, a, depth, b, kr, zero, ptr(tmp, 0), kr)
+            for i in range(k):  # each image's part of the product into place
+                for o in range(cog):
+                    dst_at = ((n0 + i) * cout + g * cog + o) * pix + y0 * ow
+                    src_at = o * kr + i * rp
+                    for q in range(rp):
+                        out[dst_at + q] = tmp[src_at + q]
+
+
+@njit(**_SERIAL)
+def conv_transpose_blocks(xm, cin, hw, wt, out, geom, plan, addr, ilp64, lo, hi):
+    """Image groups [lo, hi) of a transposed convolution: per block of input rows, one product per group of
+    the transposed weight (``wt`` flat, (groups, Cin/groups, Cout/groups * kh * kw), read transposed)
+    with the input's pixels (``xm`` flat, (N, Cin, H*W); several images copied side by side), by the
+    cblas gemm at ``addr``, then ``col2im_2d`` adds the columns into ``out`` ((N, Cout, OH, OW), zeros).
+
+    ``geom`` is (kh, kw, sh, sw, ph, pw, dh, dw, w); ``plan`` is (images per group, input rows per block,
+    blocks, groups). All blocks of an image run in one task: they add into the same rows."""
+    kh, kw, sh, sw, ph, pw, dh, dw, w = geom
+    imgs, rows, blocks, groups = plan
+    n, cout = out.shape[0], out.shape[1]
+    h = hw // w
+    cig, kk = cin // groups, kh * kw
+    cog = cout // groups
+    ck = cout * kk
+    buf = np.empty(ck * imgs * rows * w, out.dtype)
+    xin = np.empty(cin * imgs * rows * w if imgs > 1 else 1, out.dtype)
+    one, zero = out.dtype.type(1), out.dtype.type(0)
+    for u in range(lo, hi):
+        n0 = u * imgs
+        k = min(imgs, n - n0)
+        for blk in range(blocks):
+            y0 = blk * rows
+            r = min(rows, h - y0)
+            rp = r * w
+            kr = k * rp
+            if k == 1:
+                src, ld = n0 * cin * hw + y0 * w, hw
+            else:  # images side by side: (Cin, images, pixels)
+                for ci in range(cin):
+                    for i in range(k):
+                        at = ((n0 + i) * cin + ci) * hw + y0 * w
+                        to = ci * kr + i * rp
+                        for q in range(rp):
+                            xin[to + q] = xm[at + q]
+                src, ld = 0, kr
+            for g in range(groups):
+                a = ptr(wt, g * cig * cog * kk)
+                b = ptr(xm, src + g * cig * ld) if k == 1 else ptr(xin, g * cig * ld)
+                c = ptr(buf, g * cog * kk * kr)
+                gemm(addr, ilp64, TRANS, NO_TRANS, cog * kk, kr, cig, one, a, cog * kk, b, ld, zero, c, kr)
+            col2im_2d(buf, (rp, kr), out[n0 : n0 + k], kh, kw, sh, sw, ph, pw, dh, dw, y0, r, w, 0, k * cout)
+
+
+@njit(**_SERIAL)
+def conv_by_weight_blocks(xs, xo, xst, h, w, gm, gst, partial, geom, plan, addr, ilp64, lo, hi):
+    """Units [lo, hi) of the weight-gradient form (see :func:`kiln_cpu.kernels_conv._conv_by_weight`): unit
+    ``u`` is chunk ``q = u // parts`` of the "weight" channels and rows ``[b0, b0 + chans)`` of the product;
+    it adds ``im2col(x_c) @ G_c^T`` over the chunk's channels ``c`` (several side by side) into its
+    partial sum ``partial[q, g]`` ((chunks, groups, B*kk, Cout/groups), flat), by the cblas gemm at
+    ``addr``: the first product writes, the rest add (``beta = 1``).
+
+    ``x`` is the flat storage ``xs`` from ``xo`` with strides ``xst`` (its channel dim first: images are
+    the channels ``c``); ``gm`` the "weight" (Cout, C, KH*KW) as a flat storage with element strides ``gst``
+    (unit pixel stride). ``geom`` is (b, cout, cg, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw) and ``plan``
+    (imgs, chans, rows, blocks, per, parts, groups)."""
+    b, cout, cg, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw = geom
+    imgs, chans, rows, blocks, per, parts, groups = plan
+    cog, kk = cout // groups, oh * ow
+    ck = b * kk
+    buf = np.empty(chans * kk * imgs * rows * kw, partial.dtype)
+    gbuf = np.empty(cog * imgs * rows * kw if imgs > 1 else 1, partial.dtype)
+    one, zero = partial.dtype.type(1), partial.dtype.type(0)
+    g0, g1 = gst[0], gst[1]
+    for u in range(lo, hi):
+        q = u // parts
+        b0 = (u - q * parts) * chans
+        nb = min(chans, b - b0)
+        first = q * per
+        for c0 in range(first, min(cg, (q + 1) * per), imgs):
+            k = min(imgs, cg - c0)
+            for g in range(groups):
+                t = g * cg + c0
+                acc = ptr(partial, ((q * groups + g) * ck + b0 * kk) * cog)
+                for blk in range(blocks):
+                    y0 = blk * rows
+                    r = min(rows, kh - y0)
+                    rp = r * kw
+                    kr = k * rp
+                    im2col_2d(
+                        xs, xo + t * xst[0] + b0 * xst[1], xst, nb, h, w, buf, (rp, kr),
+                        oh, ow, dh, dw, ph, pw, sh, sw, y0, r, kw, 0, k * nb,
+                    )  # fmt: skip
+                    at = g * cog * g0 + c0 * g1 + y0 * kw
+                    if k == 1:
+                        gp, ld = ptr(gm, at), g0
+                    else:  # the images' rows side by side: (Cout/groups, images, pixels)
+                        for o in range(cog):
+                            for i in range(k):
+                                fr = at + o * g0 + i * g1
+                                to = o * kr + i * rp
+                                for p in range(rp):
+                                    gbuf[to + p] = gm[fr + p]
+                        gp, ld = ptr(gbuf, 0), kr
+                    beta = zero if c0 == first and blk == 0 else one
+                    gemm(addr, ilp64, NO_TRANS, TRANS, nb * kk, cog, kr, one, ptr(buf, 0), kr, gp, ld, beta, acc, cog)
 
 
 @njit(**_SERIAL)

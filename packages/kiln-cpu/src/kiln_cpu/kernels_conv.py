@@ -1,14 +1,16 @@
 """kiln-cpu's 2-d convolutions (op ``convolution``: forward, transposed, and the weight-gradient form):
-the products on BLAS (``np.matmul``), the data movement around them in Numba (:mod:`kiln_cpu._jit_conv`).
+Numba loops over blocks (:mod:`kiln_cpu._jit_conv`) that move the data and call NumPy's BLAS gemm
+themselves (:mod:`kiln_cpu._jit_gemm`), so a thread runs its blocks, products included, without taking
+the GIL (Python glue around ``np.matmul`` on two threads lost up to half of the second one waiting for
+the GIL: a small CNN's convolutions took 7.2 ms, now 5.9 ms).
 
 The work is cut into blocks of output rows of one image, or of several whole images side by side (the
 columns laid out (rows, images, pixels), so one product covers them all), sized so the columns stay in
 the L2 cache (:data:`_BLOCK_BYTES`) but each product is at least :data:`_MIN_DEPTH` pixels wide: each
-block is copied into columns and multiplied while they are still in the cache. On the pool each thread
-takes the next block as it finishes one, NumPy's OpenBLAS set to one thread meanwhile
-(:mod:`kiln_cpu._blas`); where the count cannot be set (another BLAS) or there are fewer blocks than
-threads, the blocks run in order on the calling thread, each Numba loop split over the pool, and BLAS
-uses the threads the products warrant (:func:`kiln_cpu._blas.threads_for`).
+block is copied into columns and multiplied while they are still in the cache. With at least as many
+blocks as threads they are split over the pool, NumPy's OpenBLAS set to one thread meanwhile
+(:mod:`kiln_cpu._blas`); else they run in order on the calling thread and BLAS uses the threads the
+products warrant (:func:`kiln_cpu._blas.threads_for`).
 
 - Convolution: per block, ``im2col_2d`` (padding written as zeros, any input layout read in place, no
   padded copy) and one product per group of the weight matrix with the columns, landing in NCHW order.
@@ -30,13 +32,13 @@ uses the threads the products warrant (:func:`kiln_cpu._blas.threads_for`).
 The bias is added in place at the end, as the reference adds it. Results match the reference up to the
 order in which products are summed (BLAS blocks differently than the reference's one product). Handed
 back to the reference: other dims (1-d, 3-d), dtypes other than float32/float64 (or mixed, e.g. a
-transposed convolution's float32 bias on float64), empty results or inputs, and fewer columns (multiply-
-adds per kernel offset) than :data:`kiln_cpu.config.min_numel`.
+transposed convolution's float32 bias on float64), empty results or inputs, fewer columns (multiply-
+adds per kernel offset) than :data:`kiln_cpu.config.min_numel`, and a BLAS whose gemm the loops cannot
+call (other than OpenBLAS: the reference's whole-batch products use it through NumPy).
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 
 import numpy as np
@@ -70,45 +72,18 @@ _PARTIAL_BYTES = 1 << 25
 _loops = loops("_jit_conv")
 
 
-def _run_units(make, units: int, macs: int) -> None:
-    """Run the ``units`` blocks: ``make()`` gives a function running block ``u`` (with its own scratch
-    buffers) whose products make ``macs`` multiply-adds. On the pool, with BLAS set to one thread, each
-    thread takes the next block as it finishes one (blocks are not tied to threads: a thread slowed by
-    another process holds up little) when there are enough blocks and the BLAS's thread count can be set
-    (:mod:`kiln_cpu._blas`); else in order on the calling thread, BLAS on the threads its products
-    warrant."""
-    if _serial_blocks(units):
-        run = make()
-        with _blas.limit(_blas.threads_for(macs)):
-            for u in range(units):
-                run(u)
-        return
-    ticket = itertools.count()  # next() on it is atomic under the GIL: each block runs once
-
-    def worker(lo, hi):
-        run = make()
-        for u in iter(ticket.__next__, None):
-            if u >= units:
-                return
-            run(u)
-
-    with _blas.limit(1):
-        parallel(worker, (), min(_threads.get_num_threads(), units), 1)
-
-
-def _serial_blocks(units: int) -> bool:
-    """Whether :func:`_run_units` will run the units on the calling thread (then each Numba loop is split
-    over the pool itself)."""
+def _run_units(fn, args: tuple, units: int, macs: int) -> None:
+    """Run ``fn(*args, lo, hi)`` (a Numba loop over blocks, products included) over the ``units`` blocks,
+    whose largest product makes ``macs`` multiply-adds: on the pool with BLAS on one thread when there are
+    at least as many blocks as threads, else on the calling thread with BLAS on the threads the products
+    warrant (:func:`kiln_cpu._blas.threads_for`)."""
     threads = _threads.get_num_threads()
-    return threads <= 1 or units < threads or _blas.functions() is None
-
-
-def _numba(fn, args: tuple, tasks: int, serial: bool) -> None:
-    """``fn(*args, 0, tasks)``, split over the pool when the blocks run on the calling thread."""
-    if serial:
-        parallel(fn, args, tasks, 1)
-    else:
-        fn(*args, 0, tasks)
+    if threads <= 1 or units < threads:
+        with _blas.limit(_blas.threads_for(macs)):
+            fn(*args, 0, units)
+        return
+    with _blas.limit(1):
+        parallel(fn, args, units, 1)
 
 
 # ------------------------------------------------------------------------------------------ layout
@@ -144,96 +119,35 @@ def _matrices(a: np.ndarray) -> np.ndarray:
 # ------------------------------------------------------------------------------------ convolution
 
 
-def _conv(x, weight, s, p, d, groups, oh, ow, dtype) -> np.ndarray:
+def _conv(x, weight, s, p, d, groups, oh, ow, gemm_fn) -> np.ndarray:
     """The convolution of the 4-d tensor ``x`` by ``weight`` as a new (N, Cout, OH*OW) array."""
     n, c, h, w = x._shape
     cout, cig, kh, kw = weight._shape
-    cog, kk = cout // groups, kh * kw
-    ck, pix = c * kk, oh * ow
-    out = np.empty((n, cout, pix), dtype)
-    wm = np.ascontiguousarray(weight._numpy()).reshape(groups, cog, cig * kk)
-    imgs, rows = _plan(ck, oh, ow, n, out.itemsize)
+    wm = np.ascontiguousarray(weight._numpy()).reshape(-1)
+    out = np.empty((n, cout, oh * ow), wm.dtype)
+    imgs, rows = _plan(c * kh * kw, oh, ow, n, out.itemsize)
     blocks = -(-oh // rows)
-    units = -(-n // imgs) * blocks
-    serial = _serial_blocks(units)
     xs, xo, xst = _storage(x)
-    im2col = _loops().im2col_2d
-    (sh, sw), (ph, pw), (dh, dw) = s, p, d
-
-    def make():
-        buf = np.empty(ck * imgs * rows * ow, dtype)
-        tmp = np.empty(cog * imgs * pix, dtype) if imgs > 1 else None
-
-        def run(u):
-            n0 = (u // blocks) * imgs
-            k = min(imgs, n - n0)
-            y0 = (u % blocks) * rows
-            r = min(rows, oh - y0)
-            rp = r * ow
-            cols = buf[: ck * k * rp].reshape(ck, k * rp)  # (rows, images, pixels)
-            args = (xs, xo + n0 * xst[0], xst, c, h, w, buf, (rp, k * rp), kh, kw, sh, sw, ph, pw, dh, dw, y0, r, ow)
-            _numba(im2col, args, k * c, serial)
-            for g in range(groups):
-                wg, cg = wm[g], cols[g * cig * kk : (g + 1) * cig * kk]
-                dst = out[n0 : n0 + k, g * cog : (g + 1) * cog, y0 * ow : y0 * ow + rp]
-                if k == 1:
-                    np.matmul(wg, cg, out=dst[0])
-                else:  # images side by side: one product, then each image's part into place
-                    prod = tmp[: cog * k * rp].reshape(cog, k * rp)
-                    np.matmul(wg, cg, out=prod)
-                    np.copyto(dst, prod.reshape(cog, k, rp).transpose(1, 0, 2))
-
-        return run
-
-    _run_units(make, units, cog * cig * kk * imgs * rows * ow)  # the largest product's multiply-adds
+    geom = (kh, kw, *s, *p, *d, oh, ow)
+    args = (xs, xo, xst, c, h, w, wm, out.reshape(-1), cout, geom, (imgs, rows, blocks, groups), *gemm_fn)
+    _run_units(_loops().conv_blocks, args, -(-n // imgs) * blocks, (cout // groups) * cig * kh * kw * imgs * rows * ow)
     return out
 
 
-def _conv_transpose(x, weight, s, p, d, groups, oh, ow, dtype) -> np.ndarray:
+def _conv_transpose(x, weight, s, p, d, groups, oh, ow, gemm_fn) -> np.ndarray:
     """The transposed convolution of the 4-d tensor ``x`` (N, Cin, H, W) by ``weight`` (Cin, Cout/groups,
     kh, kw) as a new (N, Cout, OH, OW) array: per block, the weight's columns times the input's pixels,
     scatter-added into the output."""
     n, cin, h, w = x._shape
     _, cog, kh, kw = weight._shape
-    cig, kk = cin // groups, kh * kw
-    cout = cog * groups
-    ck = cout * kk
-    out = np.zeros((n, cout, oh, ow), dtype)
-    wt = np.ascontiguousarray(weight._numpy()).reshape(groups, cig, cog * kk).transpose(0, 2, 1)
-    xm = _matrices(x._numpy())
-    imgs, rows = _plan(ck, h, w, n, out.itemsize)
+    wt = np.ascontiguousarray(weight._numpy()).reshape(-1)
+    out = np.zeros((n, cog * groups, oh, ow), wt.dtype)
+    xm = np.ascontiguousarray(x._numpy()).reshape(-1)
+    imgs, rows = _plan(cog * groups * kh * kw, h, w, n, out.itemsize)
     blocks = -(-h // rows)
-    units = -(-n // imgs)  # all row blocks of an image in one task: they add into the same rows
-    serial = _serial_blocks(units)
-    col2im = _loops().col2im_2d
-    (sh, sw), (ph, pw), (dh, dw) = s, p, d
-
-    def make():
-        buf = np.empty(ck * imgs * rows * w, dtype)
-        xin = np.empty(cin * imgs * h * w, dtype) if imgs > 1 else None
-
-        def run(u):
-            n0 = u * imgs
-            k = min(imgs, n - n0)
-            for b in range(blocks):
-                y0 = b * rows
-                r = min(rows, h - y0)
-                rp = r * w
-                cols = buf[: ck * k * rp].reshape(ck, k * rp)  # (rows, images, pixels)
-                src = xm[n0 : n0 + k, :, y0 * w : y0 * w + rp]
-                if k == 1:
-                    src = src[0]
-                else:  # images side by side
-                    np.copyto(xin[: cin * k * rp].reshape(cin, k, rp), src.transpose(1, 0, 2))
-                    src = xin[: cin * k * rp].reshape(cin, k * rp)
-                for g in range(groups):
-                    np.matmul(wt[g], src[g * cig : (g + 1) * cig], out=cols[g * cog * kk : (g + 1) * cog * kk])
-                args = (buf, (rp, k * rp), out[n0 : n0 + k], kh, kw, sh, sw, ph, pw, dh, dw, y0, r, w)
-                _numba(col2im, args, k * cout, serial)
-
-        return run
-
-    _run_units(make, units, cog * kk * cig * imgs * rows * w)
+    geom = (kh, kw, *s, *p, *d, w)
+    args = (xm, cin, h * w, wt, out, geom, (imgs, rows, blocks, groups), *gemm_fn)
+    _run_units(_loops().conv_transpose_blocks, args, -(-n // imgs), cog * kh * kw * (cin // groups) * imgs * rows * w)
     return out
 
 
@@ -252,7 +166,7 @@ def _by_weight_plan(b: int, kk: int, kh: int, kw: int, cg: int, itemsize: int) -
     return imgs, chans, kh
 
 
-def _conv_by_weight(x, weight, s, p, d, groups, oh, ow, dtype) -> np.ndarray:
+def _conv_by_weight(x, weight, s, p, d, groups, oh, ow, gemm_fn) -> np.ndarray:
     """The convolution of ``x`` (B, Cx, H, W) by ``weight`` (Cout, Cx/groups, KH, KW) as a new
     (B, Cout, OH, OW) array, as a sum over the channels ``c`` of ``im2col(x[:, c]) @ weight[:, c]^T`` (per
     group; several channels side by side in one product when they are small): the weight gradient's
@@ -262,68 +176,30 @@ def _conv_by_weight(x, weight, s, p, d, groups, oh, ow, dtype) -> np.ndarray:
     b, _, h, w = x._shape
     cout, cg, kh, kw = weight._shape
     cog, kk = cout // groups, oh * ow
-    ck, pix = b * kk, kh * kw
+    ck = b * kk
     # the channels as images: x[:, t] is image t of b channels, the sliding window is the result's grid
     # (stride and dilation exchanged), and the columns' grid is the weight's
     xs, xo, (s0, s1, s2, s3) = _storage(x)
     xst = (s1, s0, s2, s3)
-    gm = _matrices(weight._numpy())  # (Cout, Cx/groups, KH*KW)
-    itemsize = np.dtype(dtype).itemsize
-    imgs, chans, rows = _by_weight_plan(b, kk, kh, kw, cg, itemsize)
+    gm = _matrices(weight._numpy())  # (Cout, Cx/groups, KH*KW), unit pixel stride, positive strides
+    isz = gm.itemsize
+    span = sum((size - 1) * st for size, st in zip(gm.shape, gm.strides)) // isz + 1
+    gflat = np.lib.stride_tricks.as_strided(gm, shape=(span,), strides=(isz,))  # gm's memory, read in place
+    imgs, chans, rows = _by_weight_plan(b, kk, kh, kw, cg, isz)
     blocks = -(-kh // rows)
-    chunks = max(1, min(_CHUNKS, _PARTIAL_BYTES // (ck * cout * itemsize)))
+    chunks = max(1, min(_CHUNKS, _PARTIAL_BYTES // (ck * cout * isz)))
     per = -(-cg // chunks)
     per = imgs * -(-per // imgs)  # channels c per chunk: a multiple of the images per block
     chunks = -(-cg // per)
     if chunks * -(-b // chans) < _CHUNKS // 2:  # few units: split the rows too (at least 128 per product)
         chans = min(chans, max(-(-b // (_CHUNKS // 2 // chunks)), -(-128 // kk)))
     parts = -(-b // chans)
-    partial = np.empty((chunks, groups, ck, cog), dtype)  # transposed: BLAS runs faster this way round
-    units = chunks * parts  # a unit writes its rows of its chunk's partial sum
-    serial = _serial_blocks(units)
-    im2col = _loops().im2col_2d
-    (sh, sw), (ph, pw), (dh, dw) = s, p, d
-
-    def make():
-        buf = np.empty(chans * kk * imgs * rows * kw, dtype)
-        gbuf = np.empty(cog * imgs * pix, dtype) if imgs > 1 else None
-        prod = np.empty(chans * kk * cog, dtype)
-
-        def run(u):
-            q, m = divmod(u, parts)
-            b0 = m * chans
-            nb = min(chans, b - b0)
-            acc = partial[q, :, b0 * kk : (b0 + nb) * kk]
-            out = prod[: nb * kk * cog].reshape(nb * kk, cog)
-            first = q * per
-            for c0 in range(first, min(cg, (q + 1) * per), imgs):
-                k = min(imgs, cg - c0)
-                for g in range(groups):
-                    t = g * cg + c0
-                    for blk in range(blocks):
-                        y0 = blk * rows
-                        r = min(rows, kh - y0)
-                        rp = r * kw
-                        cols = buf[: nb * kk * k * rp].reshape(nb * kk, k * rp)  # (rows, images, pixels)
-                        args = (xs, xo + t * xst[0] + b0 * xst[1], xst, nb, h, w, buf, (rp, k * rp))
-                        args += (oh, ow, dh, dw, ph, pw, sh, sw, y0, r, kw)
-                        _numba(im2col, args, k * nb, serial)
-                        gblk = gm[g * cog : (g + 1) * cog, c0 : c0 + k, y0 * kw : y0 * kw + rp]
-                        if k == 1:
-                            gblk = gblk[:, 0]
-                        else:
-                            np.copyto(gbuf[: cog * k * rp].reshape(cog, k, rp), gblk)
-                            gblk = gbuf[: cog * k * rp].reshape(cog, k * rp)
-                        if c0 == first and blk == 0:
-                            np.matmul(cols, gblk.T, out=acc[g])
-                        else:
-                            np.matmul(cols, gblk.T, out=out)
-                            np.add(acc[g], out, out=acc[g])
-
-        return run
-
-    _run_units(make, units, chans * kk * imgs * rows * kw * cog)
-    result = np.empty((b, cout, kk), dtype)  # partial[q, g, (bb, i, j), o] adds into (bb, g*cog + o, i, j)
+    partial = np.empty((chunks, groups, ck, cog), gm.dtype)  # transposed: BLAS runs faster this way round
+    geom = (b, cout, cg, kh, kw, oh, ow, *s, *p, *d)
+    plan = (imgs, chans, rows, blocks, per, parts, groups)
+    args = (xs, xo, xst, h, w, gflat, (gm.strides[0] // isz, gm.strides[1] // isz), partial.reshape(-1), geom, plan)
+    _run_units(_loops().conv_by_weight_blocks, (*args, *gemm_fn), chunks * parts, chans * kk * imgs * rows * kw * cog)
+    result = np.empty((b, cout, kk), gm.dtype)  # partial[q, g, (bb, i, j), o] adds into (bb, g*cog + o, i, j)
     parallel(_loops().sum_partials_2d, (partial, result), b, max(1, _GRAIN // (cout * kk * chunks)))
     return result.reshape(b, cout, oh, ow)
 
@@ -373,14 +249,17 @@ def _conv_kernel():
         if cols < config.min_numel:
             return reference(*args)
         np_dtype = d.numpy
+        gemm_fn = _blas.gemm_function(np_dtype)
         if groups > 1 and per_pixel < _MIN_GROUP_WORK:
             out = _direct(input, weight, s, p, dil, transposed, groups, shape, np_dtype)
+        elif gemm_fn is None:  # a BLAS whose gemm the loops cannot call: the reference's whole-batch products
+            return reference(*args)
         elif transposed:
-            out = _conv_transpose(input, weight, s, p, dil, groups, oh, ow, np_dtype)
+            out = _conv_transpose(input, weight, s, p, dil, groups, oh, ow, gemm_fn)
         elif oh * ow < kh * kw:
-            out = _conv_by_weight(input, weight, s, p, dil, groups, oh, ow, np_dtype)
+            out = _conv_by_weight(input, weight, s, p, dil, groups, oh, ow, gemm_fn)
         else:
-            out = _conv(input, weight, s, p, dil, groups, oh, ow, np_dtype)
+            out = _conv(input, weight, s, p, dil, groups, oh, ow, gemm_fn)
         out = out.reshape(shape)
         if bias is not None:
             out += bias._numpy().reshape(-1, 1, 1)

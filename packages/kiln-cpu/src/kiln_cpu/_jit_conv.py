@@ -203,11 +203,13 @@ def conv_transpose_direct_2d(xs, xo, xst, h, w, wt, out, cig, sh, sw, ph, pw, dh
 
 
 @njit(**_SERIAL)
-def conv_blocks(xs, xo, xst, c_in, h, w, wm, out, cout, geom, plan, addr, ilp64, lo, hi):
+def conv_blocks(xs, xo, xst, c_in, h, w, wm, bias, out, cout, geom, plan, addr, ilp64, lo, hi):
     """Blocks [lo, hi) of a convolution: per block, ``im2col_2d`` of ``imgs`` images' rows ``[y0, y0 +
     rows)`` and one product per group of the weight matrix ``wm`` (flat, (groups, Cout/groups, Cin/groups
     * kh * kw)) with the columns, by the cblas gemm at ``addr``, into ``out`` (flat, (N, Cout, OH*OW)):
-    straight into place for one image, through a scratch product for several side by side.
+    straight into place for one image, through a scratch product for several side by side; then
+    ``bias[o]`` added to each channel's pixels while they are in the cache (``bias`` empty: none), the
+    product rounded first as the reference rounds it.
 
     ``geom`` is (kh, kw, sh, sw, ph, pw, dh, dw, oh, ow); ``plan`` is (images per block, output rows per
     block, blocks per image group, groups). Block ``u`` covers images from ``(u // blocks) * imgs`` and
@@ -235,16 +237,26 @@ def conv_blocks(xs, xo, xst, c_in, h, w, wm, out, cout, geom, plan, addr, ilp64,
             a = ptr(wm, g * cog * depth)
             b = ptr(buf, g * depth * kr)
             if k == 1:
-                dst = ptr(out, (n0 * cout + g * cog) * pix + y0 * ow)
-                gemm(addr, ilp64, NO_TRANS, NO_TRANS, cog, rp, depth, one, a, depth, b, kr, zero, dst, pix)
+                at = (n0 * cout + g * cog) * pix + y0 * ow
+                gemm(addr, ilp64, NO_TRANS, NO_TRANS, cog, rp, depth, one, a, depth, b, kr, zero, ptr(out, at), pix)
+                if bias.size:
+                    for o in range(cog):
+                        add = bias[g * cog + o]
+                        for q in range(at + o * pix, at + o * pix + rp):
+                            out[q] += add
                 continue
             gemm(addr, ilp64, NO_TRANS, NO_TRANS, cog, kr, depth, one, a, depth, b, kr, zero, ptr(tmp, 0), kr)
             for i in range(k):  # each image's part of the product into place
                 for o in range(cog):
                     dst_at = ((n0 + i) * cout + g * cog + o) * pix + y0 * ow
                     src_at = o * kr + i * rp
-                    for q in range(rp):
-                        out[dst_at + q] = tmp[src_at + q]
+                    if bias.size:
+                        add = bias[g * cog + o]
+                        for q in range(rp):
+                            out[dst_at + q] = tmp[src_at + q] + add
+                    else:
+                        for q in range(rp):
+                            out[dst_at + q] = tmp[src_at + q]
 
 
 @njit(**_SERIAL)

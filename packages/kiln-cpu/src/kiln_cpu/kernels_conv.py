@@ -29,7 +29,8 @@ products warrant (:func:`kiln_cpu._blas.threads_for`).
   multiply-adds per output pixel: depthwise) run the direct loops ``conv_direct_2d`` and
   ``conv_transpose_direct_2d`` instead, one output plane per task.
 
-The bias is added in place at the end, as the reference adds it. Results match the reference up to the
+The bias is added after the product, as the reference adds it: by the forward's blocks while their
+pixels are in the cache, at the end for the other forms. Results match the reference up to the
 order in which products are summed (BLAS blocks differently than the reference's one product). Handed
 back to the reference: other dims (1-d, 3-d), dtypes other than float32/float64 (or mixed, e.g. a
 transposed convolution's float32 bias on float64), empty results or inputs, fewer columns (multiply-
@@ -119,17 +120,19 @@ def _matrices(a: np.ndarray) -> np.ndarray:
 # ------------------------------------------------------------------------------------ convolution
 
 
-def _conv(x, weight, s, p, d, groups, oh, ow, gemm_fn) -> np.ndarray:
-    """The convolution of the 4-d tensor ``x`` by ``weight`` as a new (N, Cout, OH*OW) array."""
+def _conv(x, weight, bias, s, p, d, groups, oh, ow, gemm_fn) -> np.ndarray:
+    """The convolution of the 4-d tensor ``x`` by ``weight``, plus ``bias`` (or None), as a new
+    (N, Cout, OH*OW) array."""
     n, c, h, w = x._shape
     cout, cig, kh, kw = weight._shape
     wm = np.ascontiguousarray(weight._numpy()).reshape(-1)
+    b = np.empty(0, wm.dtype) if bias is None else np.ascontiguousarray(bias._numpy()).reshape(-1)
     out = np.empty((n, cout, oh * ow), wm.dtype)
     imgs, rows = _plan(c * kh * kw, oh, ow, n, out.itemsize)
     blocks = -(-oh // rows)
     xs, xo, xst = _storage(x)
     geom = (kh, kw, *s, *p, *d, oh, ow)
-    args = (xs, xo, xst, c, h, w, wm, out.reshape(-1), cout, geom, (imgs, rows, blocks, groups), *gemm_fn)
+    args = (xs, xo, xst, c, h, w, wm, b, out.reshape(-1), cout, geom, (imgs, rows, blocks, groups), *gemm_fn)
     _run_units(_loops().conv_blocks, args, -(-n // imgs) * blocks, (cout // groups) * cig * kh * kw * imgs * rows * ow)
     return out
 
@@ -259,7 +262,8 @@ def _conv_kernel():
         elif oh * ow < kh * kw:
             out = _conv_by_weight(input, weight, s, p, dil, groups, oh, ow, gemm_fn)
         else:
-            out = _conv(input, weight, s, p, dil, groups, oh, ow, gemm_fn)
+            out = _conv(input, weight, bias, s, p, dil, groups, oh, ow, gemm_fn).reshape(shape)
+            return from_array(out, d)  # the bias added by the blocks
         out = out.reshape(shape)
         if bias is not None:
             out += bias._numpy().reshape(-1, 1, 1)

@@ -118,12 +118,16 @@ def test_other_dtypes_go_to_the_reference(spy):
 @pytest.mark.parametrize("name", list(CALLS))
 def test_two_reduced_dims_around_a_kept_one_are_read_in_place(name, spy):
     """A reduction over (N, H, W) of an NCHW tensor (a conv bias's gradient) reads the runs in place, one
-    task per kept index (the "slabs" loop), instead of copying the tensor with the reduced dims last."""
-    x = make((6, 3, 5, 7), kiln.float32)
-    fn = lambda t: CALLS[name](t, (0, 2, 3), False)
-    expected = reference(fn, x)
-    if name in ("amax", "amin"):
-        assert_same(fn(x), expected)
-    else:
-        assert_close(fn(x), expected, rtol=1e-5, atol=1e-6, equal_nan=True)
-    assert [c[2] for c in spy] == ["slabs"]
+    task per kept index (the "slabs" loop), instead of copying the tensor with the reduced dims last; sums
+    add short runs element by element first, runs longer than ``_SLAB_RUN`` one by one."""
+    from kiln_cpu._jit import _SLAB_RUN
+
+    for shape in ((6, 3, 5, 7), (2, 3, 1, _SLAB_RUN + 5)):
+        x = make(shape, kiln.float32) if name in ("amax", "amin") else _finite(shape, kiln.float32)
+        fn = lambda t: CALLS[name](t, (0, 2, 3), False)
+        expected = reference(fn, x)
+        if name in ("amax", "amin"):
+            assert_same(fn(x), expected)
+        else:
+            assert_close(fn(x), expected, rtol=1e-5, atol=1e-5, equal_nan=True)
+    assert [c[2] for c in spy] == ["slabs", "slabs"]

@@ -954,13 +954,6 @@ def _pairwise_sum(a, lo, n, st, work, vals):
 
 
 @register_jitable
-def pairwise_sum_exact(a, lo, n, work, vals):
-    """NumPy's pairwise sum of the contiguous ``a[lo:lo+n]``, bit for bit (eight-sum leaves of 128), for
-    kernels whose results must be the reference's exactly."""
-    return _pairwise_tree(a, lo, n, 1, work, vals, _PW_BLOCK)
-
-
-@register_jitable
 def _extreme(code, a, lo, n, st):
     """Fold ``a[lo + i*st]``, i < n (n >= 1), with maximum or minimum (``code``), NaN propagating;
     eight lanes."""

@@ -4,17 +4,15 @@ forward and backward, compiled lazily and cached to disk; importing this module 
 Each loop is serial and takes a [lo, hi) range of tasks (rows, outer slabs, channel blocks or column
 blocks) that :func:`kiln_cpu._threads.parallel` splits over the thread pool. The arithmetic is the
 reference's step for step (``kiln._ops.nn_norm``): the same products and differences rounded in the
-same order, sums in NumPy's order. A contiguous run is summed as NumPy's pairwise sum with eight running
-sums per leaf (:func:`kiln_cpu._jit.pairwise_sum_exact`: bit for bit NumPy's, where the shared
-``_pairwise_sum`` keeps thirty-two over longer leaves); a sum over several runs or rows adds them one
-after another onto 0, as NumPy's reductions do. So the layer and group norm loops give the reference's
-result bit for bit (for runs of up to 8192 elements, where NumPy's buffered reductions start splitting a
-run). Batch norm's channel sums (:func:`_channel_sums`, :func:`_channel_moments` and the backward's) use
-``_pairwise_sum``: bit for bit up to NumPy's leaf of 128 elements per run, within a few ulps beyond (the
-eight-sum leaves are bound by the latency of their adds: batch norm forward and backward of
-32x64x32x32 took 4.4 ms with them, 2.3 ms now). The softmax loops differ where they call exp (float32:
-float32 arithmetic, within 2 ulps, and 0 where ``x - max`` is below -87) and where a row of 64 or more
-elements is summed in the pass that computes its exps (:func:`_exp_sum`).
+same order, sums in NumPy's order: a sum over several runs or rows adds them one after another onto 0,
+as NumPy's reductions do, and a contiguous run is summed by NumPy's pairwise tree whose leaves keep
+thirty-two running sums (:func:`kiln_cpu._jit._pairwise_sum`; NumPy's eight are bound by the latency of
+their adds: batch norm forward and backward of 32x64x32x32 took 4.4 ms with them, 2.3 ms now; layer
+norm's backward of 8192x1024 20.9 ms, 15.8 ms now). So the norm loops give the reference's result bit
+for bit where each summed run has at most 128 elements (NumPy's leaf) and within a few ulps beyond. The
+softmax loops differ where they call exp (float32: float32 arithmetic, within 2 ulps, and 0 where
+``x - max`` is below -87) and where a row of 64 or more elements is summed in the pass that computes its
+exps (:func:`_exp_sum`).
 """
 
 from __future__ import annotations
@@ -34,7 +32,6 @@ from kiln_cpu._jit import (
     expf_core,
     expf_nonpositive,
     log_f32,
-    pairwise_sum_exact,
     zero_of,
 )
 
@@ -288,13 +285,14 @@ def _layer_norm_rows(x, w, b, has_w, has_b, eps, one, count, out, n, lo, hi):
                 ov[i] = ov[i] * rstd
 
 
-# ---------------------------------------------------------------------------- NumPy's pairwise sum, exact
+# ---------------------------------------------------------------------------------- a row's pairwise sum
 
 
 @register_jitable
 def _row_sum(a, lo, n, work, vals):
-    """NumPy's ``np.sum`` of one contiguous run as a reduction gives it: 0 + the pairwise sum."""
-    return zero_of(a) + pairwise_sum_exact(a, lo, n, work, vals)
+    """``np.sum`` of one contiguous run as a reduction gives it, 0 + the pairwise sum, with thirty-two
+    running sums per leaf (:func:`kiln_cpu._jit._pairwise_sum`): bit for bit up to 128 elements."""
+    return zero_of(a) + _pairwise_sum(a, lo, n, 1, work, vals)
 
 
 @register_jitable
@@ -481,7 +479,7 @@ def _norm_params_cols(x, g, mean, rstd, rows, n, need_w, need_b, onto_zero, gw, 
 # The input is the contiguous (N, C, HW) view; a task is a block of channels [c0, c1), small enough that
 # its N * HW * (c1 - c0) elements stay in cache across the passes. Loops run over n, then the block's
 # channels, then a run of HW contiguous elements; per-channel sums add one pairwise run sum per n onto 0
-# (NumPy's order for a reduction over dims 0 and 2+), each run's leaves with thirty-two running sums.
+# (NumPy's order for a reduction over dims 0 and 2+).
 
 
 @register_jitable
@@ -765,9 +763,9 @@ def _group_norm_backward_rows(
                 gv = g[q : q + HW]
                 for i in range(HW):
                     sq[i] = gv[i] * ((xv[i] - mu) * r)
-                part_w[n * C + ch0 + ci] = pairwise_sum_exact(sq, 0, HW, work, vals)
+                part_w[n * C + ch0 + ci] = _pairwise_sum(sq, 0, HW, 1, work, vals)
             if need_b:
-                part_b[n * C + ch0 + ci] = pairwise_sum_exact(g, q, HW, work, vals)
+                part_b[n * C + ch0 + ci] = _pairwise_sum(g, q, HW, 1, work, vals)
 
 
 # ------------------------------------------------------------------------------------------- dispatcher

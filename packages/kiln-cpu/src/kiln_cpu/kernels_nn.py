@@ -6,9 +6,9 @@ Served: ``_softmax``, ``_log_softmax``, ``logsumexp`` (last dim), ``_native_laye
 ``_native_batch_norm`` (training and eval) and ``_batch_norm_stats`` (its running statistics' input),
 ``_native_group_norm``, and the fused backward ops ``_softmax_backward_data``,
 ``_log_softmax_backward_data`` and ``_native_norm_backward`` (batch norm in training and eval, layer
-norm, group norm); float32 and float64, C-contiguous operands. The layer and group norm loops
-follow the reference's arithmetic bit for bit (runs of up to 8192 elements), batch norm's too except
-its sums of runs over 128 elements (within a few ulps: :mod:`kiln_cpu._jit_norm`); the softmax loops
+norm, group norm); float32 and float64, C-contiguous operands. The norm loops follow the reference's
+arithmetic step for step, bit for bit where each summed run has at most 128 elements and within a few
+ulps beyond (their leaves keep thirty-two running sums: :mod:`kiln_cpu._jit_norm`); the softmax loops
 differ from it in exp's last bit and in the order of a long row's sum.
 
 Each kernel has the reference kernel's contract and hands a call back to it whenever it would not be

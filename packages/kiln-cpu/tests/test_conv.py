@@ -210,15 +210,16 @@ def test_conv2d_backward(dtype, case, conv_spy, blocks):
         assert {"conv_blocks", "conv_transpose_blocks", "conv_by_weight_blocks"} <= set(conv_spy)
 
 
+def _grads_of_a_sum(x, w):
+    """The gradients of ``conv2d(x, w, padding=1).sum()`` (an expanded output gradient)."""
+    x, w = x.detach().requires_grad_(), w.detach().requires_grad_()
+    F.conv2d(x, w, padding=1).sum().backward()
+    return x.grad, w.grad
+
+
 def test_backward_of_a_sum_takes_the_expanded_gradient(conv_spy):
     x, w = _rand((2, 3, 8, 8), kiln.float32, 1), _rand((4, 3, 3, 3), kiln.float32, 2)
-
-    def grads(x, w):
-        x, w = x.detach().requires_grad_(), w.detach().requires_grad_()
-        F.conv2d(x, w, padding=1).sum().backward()
-        return x.grad, w.grad
-
-    for got, want in zip(grads(x, w), reference(grads, x, w)):
+    for got, want in zip(_grads_of_a_sum(x, w), reference(_grads_of_a_sum, x, w)):
         assert_same(got, want, **_tol(kiln.float32))
     assert {"conv_blocks", "conv_transpose_blocks", "conv_by_weight_blocks"} <= set(conv_spy)
 
@@ -295,13 +296,7 @@ def test_nan_and_inf_reach_the_output(dtype, conv_spy):
 def test_a_blas_whose_gemm_cannot_be_called_leaves_convolutions_to_the_reference(conv_spy, monkeypatch):
     monkeypatch.setattr(_blas, "_found", None)  # e.g. NumPy on another BLAS: no thread count, no gemm to call
     x, w = _rand((2, 3, 8, 8), kiln.float32, 1), _rand((4, 3, 3, 3), kiln.float32, 2)
-
-    def grads(x, w):
-        x, w = x.detach().requires_grad_(), w.detach().requires_grad_()
-        F.conv2d(x, w, padding=1).sum().backward()
-        return x.grad, w.grad
-
-    for got, want in zip(grads(x, w), reference(grads, x, w)):
+    for got, want in zip(_grads_of_a_sum(x, w), reference(_grads_of_a_sum, x, w)):
         assert_same(got, want)
     assert conv_spy == []
 

@@ -228,8 +228,8 @@ def test_backward_of_a_sum_takes_the_expanded_gradient(conv_spy):
 def test_blocks_of_several_images_on_the_pool(form, conv_spy, monkeypatch):
     if _blas.functions() is None:
         pytest.skip("NumPy's BLAS has no openblas_set_num_threads_local")
-    (setter, getter), set_calls = _blas.functions(), []
-    monkeypatch.setattr(_blas, "_found", (lambda n: set_calls.append(n) or setter(n), getter))
+    (setter, getter, lib), set_calls = _blas.functions(), []
+    monkeypatch.setattr(_blas, "_found", (lambda n: set_calls.append(n) or setter(n), getter, lib))
     monkeypatch.setattr(_threads, "get_num_threads", lambda: 2)
     monkeypatch.setattr(kernels_conv, "_BLOCK_BYTES", 3 * 27 * 20 * 8)  # 2-3 images of 27-36 rows x 20 pixels
     monkeypatch.setattr(kernels_conv, "_MIN_DEPTH", 16)

@@ -82,8 +82,8 @@ def blas_calls(monkeypatch):
     kernels run on 2."""
     if _blas.functions() is None:
         pytest.skip("NumPy's BLAS has no openblas_set_num_threads_local")
-    (setter, getter), calls = _blas.functions(), []
-    monkeypatch.setattr(_blas, "_found", (lambda n: calls.append(n) or setter(n), getter))
+    (setter, getter, lib), calls = _blas.functions(), []
+    monkeypatch.setattr(_blas, "_found", (lambda n: calls.append(n) or setter(n), getter, lib))
     monkeypatch.setattr(_threads, "get_num_threads", lambda: 2)
     before = setter(3)
     yield calls
@@ -193,3 +193,38 @@ def test_gemm_called_from_numba_matches_numpy(dtype):
         )
         got = c[1:].reshape(m, n + 4)[:, :n]
         np.testing.assert_allclose(got, want, rtol=1e-5 if dtype is np.float32 else 1e-12, atol=1e-5)
+
+
+def test_an_openblas_without_the_thread_count_functions(monkeypatch):
+    """An OpenBLAS older than 0.3.27 (no ``openblas_set_num_threads_local``): products keep BLAS's own
+    threads and convolutions go to the reference, nothing raises."""
+    from kiln_cpu_helpers import F
+
+    monkeypatch.setattr(_blas, "_library_paths", lambda: ["libc.so.6"])  # loads, but has none of them
+    monkeypatch.setattr(_blas, "_found", _blas._UNSET)
+    monkeypatch.setattr(_blas, "_gemms", None)
+    monkeypatch.setattr(config, "blas_threads_min_macs", 1)
+    a, b = _rand((64, 512), kiln.float32, 0), _rand((512, 64), kiln.float32, 1)
+    assert_same(kiln.matmul(a, b), reference(kiln.matmul, a, b), ulps=4, atol=1e-5)
+    x, w = _rand((8, 16, 32, 32), kiln.float32, 2), _rand((8, 16, 3, 3), kiln.float32, 3)
+    fn = lambda t: F.conv2d(t, w, padding=1)
+    assert_same(fn(x), reference(fn, x))
+    assert _blas.functions() is None and _blas.gemm_function(np.float32) is None
+
+
+def test_a_forked_child_restores_the_count_a_parent_thread_had_set(blas_calls, monkeypatch):
+    """A fork while another thread is inside a product (users 1, count 1): the child starts with no users,
+    a fresh lock and BLAS's count as it was."""
+    setter, getter, _ = _blas.functions()
+    setter(1)
+    for name, value in (("_users", 1), ("_saved", 3), ("_current", 1), ("_lock", _blas._lock)):
+        monkeypatch.setattr(_blas, name, value)
+    held = _blas._lock
+    held.acquire()  # held by the parent's thread at the fork
+    try:
+        _blas._after_fork()
+        assert getter() == 3 and _blas._users == 0 and _blas._current == 3
+        assert _blas._lock is not held and _blas._lock.acquire(timeout=1)
+        _blas._lock.release()
+    finally:
+        held.release()

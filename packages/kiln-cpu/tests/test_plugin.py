@@ -105,10 +105,13 @@ def test_work_is_split_over_the_threads(monkeypatch):
     monkeypatch.setattr(kiln_cpu._threads, "_requested", 3)
     seen = []
     kiln_cpu._threads.parallel(lambda lo, hi: seen.append((lo, hi)), (), 100, 10)
-    assert sorted(seen) == [(i, min(i + 17, 100)) for i in range(0, 100, 17)]  # 3 threads, 2 ranges each
+    assert sorted(seen) == [(0, 16), (16, 33), (33, 50), (50, 66), (66, 83), (83, 100)]  # 3 threads, 2 ranges each
     seen.clear()
     kiln_cpu._threads.parallel(lambda lo, hi: seen.append((lo, hi)), (), 1000, 10)
-    assert sorted(seen) == [(i, min(i + 167, 1000)) for i in range(0, 1000, 167)]  # 2 ranges per thread
+    assert sorted(seen) == [(1000 * i // 6, 1000 * (i + 1) // 6) for i in range(6)]  # 2 ranges per thread
+    seen.clear()
+    kiln_cpu._threads.parallel(lambda lo, hi: seen.append((lo, hi)), (), 40, 10)
+    assert sorted(seen) == [(0, 13), (13, 26), (26, 40)]  # 4 grains: one range per thread
     seen.clear()
     kiln_cpu._threads.parallel(lambda lo, hi: seen.append((lo, hi)), (), 15, 10)
     assert seen == [(0, 15)]
@@ -176,7 +179,7 @@ def test_a_job_whose_caller_stopped_waiting_does_not_count_for_the_next(monkeypa
         time.sleep(0.3)
 
     with team.cond:  # post a job and walk away, as an interrupted caller does
-        team.job = slow
+        team.posting = (int(team.posted[0]) + 1, slow)
         team.posted[0] += 1
         team.cond.notify_all()
     assert started.wait(10)

@@ -123,7 +123,7 @@ def test_two_reduced_dims_around_a_kept_one_are_read_in_place(name, spy):
     from kiln_cpu._jit import _SLAB_RUN
 
     for shape in ((6, 3, 5, 7), (2, 3, 1, _SLAB_RUN + 5)):
-        x = make(shape, kiln.float32) if name in ("amax", "amin") else _finite(shape, kiln.float32)
+        x = make(shape, kiln.float32)
         fn = lambda t: CALLS[name](t, (0, 2, 3), False)
         expected = reference(fn, x)
         if name in ("amax", "amin"):

@@ -26,7 +26,7 @@ import numpy as np
 from kiln_cpu import _threads, config
 
 _UNSET = object()
-_found = _UNSET  # (setter, getter), found on first use (tests set it to None: "another BLAS")
+_found = _UNSET  # (setter, getter, library), found on first use (tests set it to None: "another BLAS")
 
 
 def _library_paths() -> list[str]:
@@ -48,8 +48,9 @@ _GETTERS = ("openblas_get_num_threads", "scipy_openblas_get_num_threads64_", "op
 
 
 def _find_functions():
-    """(``openblas_set_num_threads_local``, ``openblas_get_num_threads``) of the OpenBLAS NumPy calls (the
-    setter returns the previous count); None when NumPy uses another BLAS or either cannot be found."""
+    """(``openblas_set_num_threads_local``, ``openblas_get_num_threads``, the library) of the OpenBLAS NumPy
+    calls (the setter returns the previous count); None when NumPy uses another BLAS or an OpenBLAS
+    without them."""
     try:
         blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
     except (TypeError, KeyError, AttributeError, ValueError):  # an old NumPy, a build without the record
@@ -59,15 +60,15 @@ def _find_functions():
     for path in _library_paths():
         try:
             lib = ctypes.CDLL(path)
-            set_fn = lib.openblas_set_num_threads_local
-            get_fn = next((getattr(lib, name) for name in _GETTERS if hasattr(lib, name)), None)
         except OSError:
             continue
-        if get_fn is None:
+        set_fn = getattr(lib, "openblas_set_num_threads_local", None)  # OpenBLAS 0.3.27 or later
+        get_fn = next((getattr(lib, name) for name in _GETTERS if hasattr(lib, name)), None)
+        if set_fn is None or get_fn is None:
             continue
         set_fn.argtypes, set_fn.restype = [ctypes.c_int], ctypes.c_int
         get_fn.argtypes, get_fn.restype = [], ctypes.c_int
-        return set_fn, get_fn
+        return set_fn, get_fn, lib
     return None
 
 
@@ -132,28 +133,22 @@ _gemms: dict | None = None
 
 
 def _find_gemms() -> dict:
-    """``{np.float32: (address, ilp64), np.float64: ...}`` of the cblas gemms in the OpenBLAS NumPy calls:
-    a ``64_``-suffixed symbol takes 64-bit sizes, a plain ``cblas_?gemm`` those of the build
+    """``{np.float32: (address, ilp64), np.float64: ...}`` of the cblas gemms in the OpenBLAS whose thread
+    count :func:`functions` sets: a ``64_``-suffixed symbol takes 64-bit sizes, a plain ``cblas_?gemm`` those of the build
     (``USE64BITINT`` in NumPy's record of it). Empty with another BLAS."""
     if functions() is None:
         return {}
+    lib = functions()[2]  # the library whose thread count kiln-cpu sets
     blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
     build_ilp64 = "USE64BITINT" in str(blas.get("openblas configuration", ""))
-    for path in _library_paths():
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        found = {}
-        for dtype, letter in ((np.dtype(np.float32), "s"), (np.dtype(np.float64), "d")):
-            names = ((f"scipy_cblas_{letter}gemm64_", True), (f"cblas_{letter}gemm64_", True))
-            for name, wide in (*names, (f"cblas_{letter}gemm", build_ilp64)):
-                if hasattr(lib, name):
-                    found[dtype] = (ctypes.cast(getattr(lib, name), ctypes.c_void_p).value, wide)
-                    break
-        if found:
-            return found
-    return {}
+    found = {}
+    for dtype, letter in ((np.dtype(np.float32), "s"), (np.dtype(np.float64), "d")):
+        names = ((f"scipy_cblas_{letter}gemm64_", True), (f"cblas_{letter}gemm64_", True))
+        for name, wide in (*names, (f"cblas_{letter}gemm", build_ilp64)):
+            if hasattr(lib, name):
+                found[dtype] = (ctypes.cast(getattr(lib, name), ctypes.c_void_p).value, wide)
+                break
+    return found
 
 
 def gemm_function(dtype: np.dtype) -> tuple[int, bool] | None:
@@ -164,6 +159,20 @@ def gemm_function(dtype: np.dtype) -> tuple[int, bool] | None:
     if _gemms is None:
         _gemms = _find_gemms()
     return _gemms.get(np.dtype(dtype)) if functions() is not None else None
+
+
+def _after_fork() -> None:
+    """In a forked child no other thread is inside :class:`limit`: a fresh lock, and the count as it was
+    before the parent's users (one of them may have been inside at the fork)."""
+    global _lock, _users, _current
+    _lock = threading.Lock()
+    if _users and _found not in (_UNSET, None) and _current != _saved:
+        _found[0](_saved)
+    _users, _current = 0, _saved
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 def threads_for(macs: int) -> int | None:

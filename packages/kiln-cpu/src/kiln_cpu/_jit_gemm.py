@@ -5,9 +5,10 @@ runs whole on each thread of the team: no thread takes the GIL between its loops
 none sleeps waiting for it (a wake costs 40 us or more on a virtual machine; Python glue around
 ``np.matmul`` on two threads lost up to half of the second thread).
 
-The function's address is an argument (found by :func:`kiln_cpu._blas.gemm_functions`), so the
+The function's address is an argument (found by :func:`kiln_cpu._blas.gemm_function`), so the
 compiled code holds no process-specific pointer and caches to disk. CBLAS takes its enums as C ints and
-its sizes as ``blasint``: 64-bit in ILP64 builds (NumPy's wheels), 32-bit otherwise (``ilp64``).
+its sizes as ``blasint``: 64-bit in ILP64 builds (NumPy's wheels), 32-bit otherwise (``ilp64``; the
+callers' blocks are far below 2**31 elements).
 """
 
 from __future__ import annotations

@@ -83,7 +83,7 @@ class _Team:
         self.finished = np.zeros(workers, np.int64)
         self.cond = threading.Condition()
         self.busy = threading.Lock()
-        self.job: Callable | None = None
+        self.posting: tuple[int, Callable | None] = (0, None)  # the job's number and the job
         self.error: BaseException | None = None
         self.closed = False
         self.sleepers = 0  # workers asleep on cond, waiting for a job
@@ -105,9 +105,10 @@ class _Team:
                     self.sleepers -= 1
                     if self.posted[0] <= seen:  # closed, and every job posted before has run
                         return
-            seen = int(self.posted[0])
+            seen, job = self.posting  # one read: the job and its number agree
             try:
-                self.job()
+                if job is not None:  # None: its caller was interrupted and has dropped it
+                    job()
             except BaseException as exc:  # noqa: BLE001 - handed to the caller, which re-raises it
                 with self.cond:
                     if self.posted[0] == seen:  # not a job whose caller stopped waiting (interrupted)
@@ -126,8 +127,9 @@ class _Team:
         with self.cond:
             if self.closed:
                 return False
-            self.job, self.error = job, None
+            self.error = None
             number = int(self.posted[0]) + 1
+            self.posting = (number, job)
             self.posted[0] = number
             if self.sleepers:
                 self.cond.notify_all()
@@ -142,7 +144,7 @@ class _Team:
                             self.cond.wait()
                     finally:
                         self.waiting = False
-            self.job = None
+            self.posting = (number, None)  # the job's closure (and its arrays) freed now
         if self.error is not None:
             raise self.error
         return True
@@ -198,8 +200,7 @@ def parallel(fn: Callable, args: tuple, n: int, grain: int) -> None:
     try:
         chunks = min(threads * _CHUNKS_PER_THREAD, n // max(grain, 1))
         chunks -= chunks % threads  # a whole number of ranges per thread: 3 ranges on 2 threads take 2 ranges' time
-        step = -(-n // chunks)
-        ranges = [(lo, min(lo + step, n)) for lo in range(0, n, step)]
+        ranges = [(n * i // chunks, n * (i + 1) // chunks) for i in range(chunks)]  # sizes differ by 1 at most
         ticket = itertools.count()  # next() on it is atomic under the GIL: each range runs once
 
         def work():

@@ -113,6 +113,11 @@ class _Team:
                 with self.cond:
                     if self.posted[0] == seen:  # not a job whose caller stopped waiting (interrupted)
                         self.error = self.error or exc
+            finally:
+                # no reference to the job past it: its closure holds the kernel's arrays, which must be
+                # freed when the caller is done (kept until the next job, batch norm's backward
+                # allocated fresh memory each step: 2.5 ms -> 3.3 ms)
+                job = None
             if self.waiting:  # the caller sleeps: report under the lock and wake it
                 with self.cond:
                     got = self.finish_then_spin(self.finished, w, seen, self.posted, seen + 1, 0, 0)

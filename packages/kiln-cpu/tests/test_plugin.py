@@ -195,6 +195,23 @@ def test_a_job_whose_caller_stopped_waiting_does_not_count_for_the_next(monkeypa
     assert len(ran) == 2 and len(set(ran)) == 2
 
 
+def test_no_thread_keeps_a_job_after_the_call(monkeypatch):
+    """A job's arguments (a kernel's arrays) are free once ``parallel`` returns: no worker holds the job
+    until the next one."""
+    import weakref
+
+    class Payload:
+        pass
+
+    monkeypatch.setattr(kiln_cpu._threads, "_requested", 2)
+    for _ in range(20):
+        payload = Payload()
+        ref = weakref.ref(payload)
+        kiln_cpu._threads.parallel(lambda p, lo, hi: time.sleep(1e-4), (payload,), 100, 10)
+        del payload
+        assert ref() is None
+
+
 @pytest.mark.parametrize("spin", [0, 1, 4000])
 def test_jobs_finish_whichever_thread_waits_first(spin, monkeypatch):
     """Every range runs once and every call returns, whether the caller or a worker is done first and

@@ -9,9 +9,10 @@ saves little there: 31 us against 46 us at 64x1568x10, before its spin is counte
 :func:`kiln.get_num_threads` threads, at most as many as BLAS had.
 
 The count is set with ``openblas_set_num_threads_local`` (OpenBLAS 0.3.27 or later; 0.4 us a call, read
-with ``openblas_get_num_threads``), which is process-wide in OpenBLAS's pthreads builds: the first of concurrent users saves the count and the last
-restores it, so other code's products run as configured again once kiln-cpu's are done (meanwhile they
-may run on fewer threads: speed only, never results). With another BLAS nothing is set.
+with ``openblas_get_num_threads``), which is process-wide in OpenBLAS's pthreads builds: the first of
+concurrent users saves the count and the last restores it, so other code's products run as configured
+again once kiln-cpu's are done (meanwhile they may run on fewer threads: speed only, never results).
+With another BLAS, or an older OpenBLAS, nothing is set.
 """
 
 from __future__ import annotations
@@ -134,8 +135,8 @@ _gemms: dict | None = None
 
 def _find_gemms() -> dict:
     """``{np.float32: (address, ilp64), np.float64: ...}`` of the cblas gemms in the OpenBLAS whose thread
-    count :func:`functions` sets: a ``64_``-suffixed symbol takes 64-bit sizes, a plain ``cblas_?gemm`` those of the build
-    (``USE64BITINT`` in NumPy's record of it). Empty with another BLAS."""
+    count :func:`functions` sets: a ``64_``-suffixed symbol takes 64-bit sizes, a plain ``cblas_?gemm``
+    those of the build (``USE64BITINT`` in NumPy's record of it). Empty with another BLAS."""
     if functions() is None:
         return {}
     lib = functions()[2]  # the library whose thread count kiln-cpu sets

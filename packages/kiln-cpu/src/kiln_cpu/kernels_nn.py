@@ -12,12 +12,12 @@ ulps beyond (their leaves keep thirty-two running sums: :mod:`kiln_cpu._jit_norm
 differ from it in exp's last bit and in the order of a long row's sum.
 
 Each kernel has the reference kernel's contract and hands a call back to it whenever it would not be
-faster or would differ by more than the sums' last bits: small inputs (:data:`kiln_cpu.config.multipass_min_numel`: the reference's
-several NumPy passes are slower at every larger size), dtypes other than
-float32/float64 (or operands of another dtype), empty and 0-d tensors, inputs that are not C-contiguous
-(the reference's result follows their layout), logsumexp over other dims than the last, and the norms'
-sums over dims that NumPy merges (a single channel in training and in the backward, a layer norm over
-one element): NumPy then adds in another order.
+faster or would differ by more than the sums' last bits: small inputs
+(:data:`kiln_cpu.config.multipass_min_numel`: the reference's several NumPy passes are slower at every
+larger size), dtypes other than float32/float64 (or operands of another dtype), empty and 0-d tensors,
+inputs that are not C-contiguous (the reference's result follows their layout), logsumexp over other
+dims than the last, and the norms' sums over dims that NumPy merges (a single channel in training and
+in the backward, a layer norm over one element): NumPy then adds in another order.
 """
 
 from __future__ import annotations

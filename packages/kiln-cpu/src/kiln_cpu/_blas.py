@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import glob
+import math
 import os
 import threading
 
@@ -185,11 +186,6 @@ def threads_for(macs: int) -> int | None:
     return 1 if macs < config.blas_threads_min_macs else _threads.get_num_threads()
 
 
-def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """``np.matmul(a, b, out=out)`` on :func:`threads_for` its multiply-adds BLAS threads."""
-    shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) if a.ndim > 2 or b.ndim > 2 else ()
-    macs = a.shape[-1] * (a.shape[-2] if a.ndim > 1 else 1) * (b.shape[-1] if b.ndim > 1 else 1)
-    for s in shape:
-        macs *= s
-    with limit(threads_for(macs)):
-        return np.matmul(a, b, out=out)
+def for_product(k: int, shape: tuple) -> limit:
+    """The :class:`limit` for a product of depth ``k`` into a result of ``shape`` (batch dims included)."""
+    return limit(threads_for(k * math.prod(shape)))

@@ -12,8 +12,6 @@ applies.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from kiln import _dtype as dt
@@ -34,7 +32,8 @@ def _add_product_kernel(name: str):
         plain = type(alpha) in (int, float) and type(beta) in (int, float)  # NumPy scalars promote
         if d not in FLOAT or not plain or not all(isinstance(t, Tensor) and t._dtype is d for t in (base, a, b)):
             return reference(spec, base, a, b, beta, alpha)
-        out = _blas.matmul(a._numpy(), b._numpy())
+        with _blas.for_product(a._shape[-1], spec[0]):
+            out = np.matmul(a._numpy(), b._numpy())
         if out.shape != tuple(spec[0]) or not out.flags.c_contiguous or not out.flags.writeable:
             return reference(spec, base, a, b, beta, alpha)
         if alpha != 1:
@@ -53,9 +52,7 @@ def _product_kernel(name: str):
     reference = wrap_reference(OPS[name])
 
     def kernel(spec, a, b):
-        k = a._shape[-1]
-        macs = k * math.prod(spec[0])
-        with _blas.limit(_blas.threads_for(macs)):
+        with _blas.for_product(a._shape[-1], spec[0]):
             return reference(spec, a, b)
 
     kernel.__name__ = f"kiln_cpu_{name}"

@@ -3,6 +3,7 @@ Numba loops take and the ones they hand back), bit for bit where the reference i
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from kiln_cpu_helpers import assert_same, make, reference
 
@@ -207,6 +208,20 @@ def test_unary_matches_reference(name, dtype, layout, spy):
         assert ran == [("unary", getattr(_jit, name.upper()), expected_layout, *_half(dtype))]
     else:
         assert ran == []
+
+
+@pytest.mark.parametrize("code", [_jit.EXP, _jit.NEG])
+def test_unary_flat_loop_covers_any_range(code):
+    """The flat loop of a transcendental runs in blocks that prefetch the next: a range starting and
+    ending inside blocks gets every element, and nothing outside it is written."""
+    x = np.random.default_rng(0).standard_normal(3 * 1024 + 77).astype(np.float32)
+    out = np.full_like(x, 7.0)
+    lo, hi = 5, x.size - 3
+    _jit.unary(code, "flat")(x, out, lo, hi)
+    fn = kiln.exp if code == _jit.EXP else kiln.neg
+    expected = reference(fn, kiln.from_numpy(x[lo:hi].copy())).numpy()
+    np.testing.assert_array_max_ulp(out[lo:hi], expected, maxulp=4)
+    assert (out[:lo] == 7.0).all() and (out[hi:] == 7.0).all()
 
 
 @pytest.mark.parametrize("layout", list(_unary_layouts(kiln.float32)))

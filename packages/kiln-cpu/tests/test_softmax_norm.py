@@ -40,17 +40,22 @@ def test_softmax_matches_reference(name, dtype, dim, norm_spy):
     assert norm_spy and all(c.endswith(layout) or c.endswith("rows") for c in norm_spy)
 
 
+@pytest.mark.parametrize("width", [40, 100])  # below and above the rows' vectorised path (64)
 @pytest.mark.parametrize("dtype", FLOAT, ids=str)
 @pytest.mark.parametrize("name", list(SOFTMAX))
-def test_softmax_special_rows(name, dtype, norm_spy):
-    """All -inf rows, rows with NaN or +inf, and huge values give the reference's NaN/inf/0 pattern."""
-    x = np.random.default_rng(0).standard_normal((6, 40)).astype(dtype.numpy)
+def test_softmax_special_rows(name, dtype, width, norm_spy):
+    """All -inf rows, rows with NaN or +inf, huge values and a max of zeros of both signs give the
+    reference's NaN/inf/0 pattern (the rows' fast max, which skips NaN, hands such rows to the exact one)."""
+    x = np.random.default_rng(0).standard_normal((7, width)).astype(dtype.numpy)
     x[0] = -np.inf
     x[1, 3] = np.nan
     x[2, 7] = np.inf
     x[3, :20] = -np.inf
     x[4] *= 1e30
     x[5] = 0.0
+    x[6] = -np.abs(x[6])
+    x[6, 1::2] = -0.0
+    x[6, 0] = 0.0
     t = kiln.from_numpy(x)
     fn = SOFTMAX[name]
     for dim in (0, 1):
@@ -79,17 +84,18 @@ def test_logsumexp_matches_reference(dtype, keepdim, norm_spy):
     for shape in ((4, 5, 37), (300,), (3, 1)):
         x = make(shape, dtype, seed=len(shape))
         assert_same(fn(x, -1), reference(fn, x, -1), ulps=4)
-    x = np.random.default_rng(1).standard_normal((5, 9)).astype(dtype.numpy)
-    x[0] = -np.inf
-    x[1, 2] = np.inf
-    x[2, 4] = np.nan
-    x[3] *= 1e30
-    t = kiln.from_numpy(x)
-    assert_same(fn(t, 1), reference(fn, t, 1), ulps=4)
-    assert norm_spy == ["logsumexp-rows"] * 4
+    for width in (9, 100):
+        x = np.random.default_rng(1).standard_normal((5, width)).astype(dtype.numpy)
+        x[0] = -np.inf
+        x[1, 2] = np.inf
+        x[2, 4] = np.nan
+        x[3] *= 1e30
+        t = kiln.from_numpy(x)
+        assert_same(fn(t, 1), reference(fn, t, 1), ulps=4)
+    assert norm_spy == ["logsumexp-rows"] * 5
     assert_same(fn(t, 0), reference(fn, t, 0))  # not the last dim: the reference
     assert_same(fn(t, (0, 1)), reference(fn, t, (0, 1)))
-    assert len(norm_spy) == 4
+    assert len(norm_spy) == 5
 
 
 @pytest.mark.parametrize("affine", ["none", "weight", "bias", "both"])

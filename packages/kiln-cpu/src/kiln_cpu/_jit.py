@@ -24,6 +24,7 @@ import math
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
+from numba.core import cgutils
 from numba.extending import intrinsic, overload, register_jitable
 
 _SERIAL = {"cache": True, "nogil": True, "error_model": "numpy"}
@@ -36,6 +37,7 @@ ADD_ALPHA, SUB_ALPHA = 14, 15  # x + y * c, x - y * c (the product rounded first
 RELU_GRAD = 16  # x where y > 0, else 0: relu's backward (``_threshold_backward(grad, output)``)
 
 NEG, ABS, RELU, EXP, LOG, SQRT, SIN, COS, TANH, SIGMOID, ERF, GELU, GELU_TANH = range(13)
+_HEAVY_UNARY = frozenset((EXP, LOG, SIN, COS, TANH, SIGMOID, ERF, GELU, GELU_TANH))
 CAST = 13  # the value itself: with another output dtype, a conversion
 
 SUM, AMAX, AMIN = range(3)
@@ -70,6 +72,64 @@ _f64_bits = _bitcast_to(types.int64)  # the bits of a float64
 _bits_f64 = _bitcast_to(types.float64)  # the float64 of 64 bits
 _f32_bits = _bitcast_to(types.uint32)  # the bits of a float32
 _bits_f32 = _bitcast_to(types.float32)  # the float32 of the low 32 bits
+
+
+@intrinsic
+def maxnum(typingctx, x, y):
+    """LLVM's ``maxnum`` of two floats of one type: the larger, the other operand where one is NaN, either
+    where they compare equal (+0 and -0). A fold with it vectorises into ``vmaxps`` with LLVM's own NaN
+    check (a row max of 1024 float32 in 80 ns, against 250 ns for the NaN-propagating select that
+    ``binop(MAXIMUM)`` folds); callers that must propagate NaN detect it themselves."""
+    if not isinstance(x, types.Float) or x != y:
+        return None
+
+    def codegen(context, builder, signature, args):
+        """A call to ``llvm.maxnum.f32``/``.f64``."""
+        ty = args[0].type
+        name = "llvm.maxnum.f32" if ty == ir.FloatType() else "llvm.maxnum.f64"
+        fn = builder.module.declare_intrinsic(name, fnty=ir.FunctionType(ty, [ty, ty]))
+        return builder.call(fn, args)
+
+    return x(x, y), codegen
+
+
+@intrinsic
+def _prefetch(typingctx, a, i):
+    """A hint to load the cache line of ``a[i]`` (a 1-d array) into the L1 cache (``llvm.prefetch``): no
+    fault, no bounds check, no effect on results."""
+    if not isinstance(a, types.Array) or a.ndim != 1 or not isinstance(i, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        """``llvm.prefetch(ptr, read, locality 3, data)`` at the element's address."""
+        aty = signature.args[0]
+        ary = context.make_array(aty)(context, builder, args[0])
+        index = context.cast(builder, args[1], signature.args[1], types.intp)
+        ptr = cgutils.get_item_pointer(context, builder, aty, ary, [index], wraparound=False)
+        i8p = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+        fn = builder.module.declare_intrinsic("llvm.prefetch.p0", fnty=fnty)
+        builder.call(fn, [builder.bitcast(ptr, i8p), ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+
+    return types.none(a, i), codegen
+
+
+STREAM_BLOCK = 4096
+"""Bytes per block of a streaming loop that computes much per element (:func:`prefetch_next`)."""
+
+
+@register_jitable
+def prefetch_next(a, stop, end):
+    """Prefetch the block after ``a[...:stop]``: the elements [stop, min(end, stop + block)), one hint per
+    64-byte line. A loop that spends many cycles per element (exp, tanh, erf) streams memory far below
+    the bandwidth, and the hardware prefetchers left it waiting: exp of 16M float32 on one core took
+    16.4 ms in one flat loop and 12.0 ms in blocks of :data:`STREAM_BLOCK` bytes, each prefetching the
+    next (7.0 ms for a negation, whose loop is bound by the memory)."""
+    step = 64 // a.itemsize
+    for q in range(stop, min(end, stop + STREAM_BLOCK // a.itemsize), step):
+        _prefetch(a, q)
 
 
 # ------------------------------------------------------------------------------ float16 and bfloat16
@@ -654,12 +714,19 @@ def _make_unary(code, hin, hout):
     # faster); no unary op rounds a product before an addition that the reference keeps separate
     opts = {**_SERIAL, "fastmath": {"contract"}}
 
+    # blocks with prefetching for the transcendentals; one flat loop for the rest, bound by the memory
+    block = STREAM_BLOCK // 4 if code in _HEAVY_UNARY else 1 << 62
+
     def flat(a, out, lo, hi):
-        """A dense operand: one flat loop over [lo, hi)."""
-        av = a[lo:hi]
-        ov = out[lo:hi]
-        for i in range(hi - lo):
-            ov[i] = store(hout, cast_value(hout, out, unop(code, load(hin, av[i]))))
+        """A dense operand: flat loops over [lo, hi), in blocks that prefetch the next where the op is a
+        transcendental (:func:`prefetch_next`)."""
+        for b in range(lo, hi, block):
+            e = min(hi, b + block)
+            prefetch_next(a, e, hi)
+            av = a[b:e]
+            ov = out[b:e]
+            for i in range(e - b):
+                ov[i] = store(hout, cast_value(hout, out, unop(code, load(hin, av[i]))))
 
     def strided(a, ao, ast, out, ost, shape, lo, hi):
         """Any strides (in elements) over a 1-d storage with an offset, shapes coalesced to 4-d; ``out``

@@ -49,13 +49,16 @@ def get_num_threads() -> int:
     return _requested or _env_int("NUMBA_NUM_THREADS") or _env_int("OMP_NUM_THREADS") or _available_cpus()
 
 
-_SPIN = 4000
-"""Pauses (about 13 ns each here, so 50 us) that an idle worker spins, without the GIL, watching for the
+_SPIN = 12000
+"""Pauses (about 13 ns each here, so 150 us) that an idle worker spins, without the GIL, watching for the
 next job before it sleeps, and that a caller spins waiting for the workers: waking a sleeping thread
 takes 40 us or more on a virtual machine, and eager ops follow each other within tens of microseconds
-(OpenMP runtimes spin the same way between parallel regions). Not longer: a spinning worker holds a
-core that BLAS's own threads may need (a small CNN's step: 19.9 ms with 50 us of spinning, 21 ms with
-200 us)."""
+of Python (OpenMP runtimes spin the same way between parallel regions, for much longer by default).
+With 50 us a full sum of 512K float32, whose op spends about 50 us in Python around its kernel, found
+its worker asleep on every call: 0.15 ms, 0.07 ms with 150 us (softmax of 4096x1024: 1.58 -> 1.40 ms).
+Not much longer: a spinning worker holds a core that BLAS's own threads may need (before small
+products kept OpenBLAS to one thread, a small CNN's step took 19.9 ms with 50 us of spinning and 21 ms
+with 200 us; now 9.0-9.9 ms with 150 us, 9.7-10.6 ms with 50 us)."""
 _SETTLE = 400
 """Pauses (about 5 us) a worker spins on after it sees a job posted, before it takes the GIL: by then the
 caller has let the GIL go (it is inside its own Numba share), so the worker does not sleep on it (a

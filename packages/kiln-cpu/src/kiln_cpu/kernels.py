@@ -8,6 +8,7 @@ reference casts them), and layouts the Numba loops do not take (more than 4 dims
 
 from __future__ import annotations
 
+import functools
 import importlib
 import math
 import sys
@@ -457,19 +458,28 @@ _INT_VIEW = {np.dtype(np.float32): np.int32, np.dtype(np.float64): np.int64}
 _TREE_DEPTH = 4  # 16 subtrees: enough tasks to balance the threads
 
 
-def _reduce_all(j, code: int, flat: np.ndarray):
-    """Reduce a 1-d array to a NumPy scalar, subtrees in parallel."""
+@functools.lru_cache(maxsize=64)
+def _subtree_plan(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The starts and lengths of :func:`_subtrees` of ``n`` elements, built once for every reduction of
+    that many (shared: the kernels only read them; flagging them read-only would compile each kernel
+    again for read-only arrays)."""
     segs: list = []
-    _subtrees(0, flat.shape[0], _TREE_DEPTH, segs)
+    _subtrees(0, n, _TREE_DEPTH, segs)
     los = np.array([s[0] for s in segs], np.int64)
     ns = np.array([s[1] for s in segs], np.int64)
-    part = np.empty(len(segs), flat.dtype)
-    grain = max(1, len(segs) * _GRAIN // flat.size)
+    return los, ns
+
+
+def _reduce_all(j, code: int, flat: np.ndarray):
+    """Reduce a 1-d array to a NumPy scalar, subtrees in parallel."""
+    los, ns = _subtree_plan(flat.shape[0])
+    part = np.empty(len(los), flat.dtype)
+    grain = max(1, len(los) * _GRAIN // flat.size)
     if code == j.SUM:
-        parallel(j.reduce(code, "segments"), (flat, los, ns, part), len(segs), grain)
+        parallel(j.reduce(code, "segments"), (flat, los, ns, part), len(los), grain)
     else:
         ints, part_ints = flat.view(_INT_VIEW[flat.dtype]), part.view(_INT_VIEW[flat.dtype])
-        parallel(j.reduce(code, "segments-contiguous"), (ints, los, ns, part_ints), len(segs), grain)
+        parallel(j.reduce(code, "segments-contiguous"), (ints, los, ns, part_ints), len(los), grain)
     join = {j.SUM: np.add, j.AMAX: np.maximum, j.AMIN: np.minimum}[code]
     vals = list(part)
     res = _combine(vals, flat.shape[0], _TREE_DEPTH, join)

@@ -131,3 +131,21 @@ def test_two_reduced_dims_around_a_kept_one_are_read_in_place(name, spy):
         else:
             assert_close(fn(x), expected, rtol=1e-5, atol=1e-5, equal_nan=True)
     assert [c[2] for c in spy] == ["slabs", "slabs"]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("name", ["sum", "amax", "amin"])
+def test_one_strided_run_is_split_into_subtrees(name, threads, spy):
+    """All of a strided run (``x[:, ::2]`` of a contiguous ``x``: its two dims merge into one run with
+    stride 2) is reduced as NumPy reduces it, one pairwise tree, with the tree's subtrees spread over the
+    threads ("segments"), bit for bit the reference's."""
+    previous = kiln.get_num_threads()
+    kiln.set_num_threads(threads)
+    try:
+        for shape in ((300, 2 * 1000), (3, 2 * 70_001)):
+            x = (make if name != "sum" else _finite)(shape, kiln.float32)[:, ::2]
+            fn = lambda t: getattr(kiln, name)(t)
+            assert_same(fn(x), reference(fn, x))
+    finally:
+        kiln.set_num_threads(previous)
+    assert [c[2] for c in spy] == ["segments", "segments"]

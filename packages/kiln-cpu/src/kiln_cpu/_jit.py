@@ -1135,16 +1135,16 @@ def _make_reduce(code):
     # the binary op that folds two partial results
     fold = {SUM: ADD, AMAX: MAXIMUM, AMIN: MINIMUM}[code]
 
-    def segments(a, los, ns, out, lo, hi):
-        """Reduce the segments ``a[los[s]:los[s]+ns[s]]``, s in [lo, hi), of a dense 1-d array (a full
-        reduction's subtrees)."""
+    def segments(a, ao, st, los, ns, out, lo, hi):
+        """Reduce the segments ``a[ao + (los[s] + i)*st]``, i < ns[s], s in [lo, hi), of a run (a full
+        reduction's subtrees; strides in elements)."""
         work = np.empty(384, np.int64)
         vals = np.empty(128, a.dtype)
         for s in range(lo, hi):
             if code == SUM:
-                out[s] = _pairwise_sum(a, los[s], ns[s], 1, work, vals)
+                out[s] = _pairwise_sum(a, ao + los[s] * st, ns[s], st, work, vals)
             else:
-                out[s] = _extreme(fold, a, los[s], ns[s], 1)
+                out[s] = _extreme(fold, a, ao + los[s] * st, ns[s], st)
 
     def rows(a, ao, sk, nr, sr, out, lo, hi):
         """out[k] = reduce over r < nr of a[ao + k*sk + r*sr], k in [lo, hi) (strides in elements)."""

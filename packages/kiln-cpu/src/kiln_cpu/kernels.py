@@ -470,20 +470,22 @@ def _subtree_plan(n: int) -> tuple[np.ndarray, np.ndarray]:
     return los, ns
 
 
-def _reduce_all(j, code: int, flat: np.ndarray):
-    """Reduce a 1-d array to a NumPy scalar, subtrees in parallel."""
-    los, ns = _subtree_plan(flat.shape[0])
-    part = np.empty(len(los), flat.dtype)
-    grain = max(1, len(los) * _GRAIN // flat.size)
-    if code == j.SUM:
-        parallel(j.reduce(code, "segments"), (flat, los, ns, part), len(los), grain)
-    else:
-        ints, part_ints = flat.view(_INT_VIEW[flat.dtype]), part.view(_INT_VIEW[flat.dtype])
+def _reduce_all(j, code: int, a: np.ndarray, off: int = 0, n: int | None = None, st: int = 1):
+    """Reduce ``a[off + i*st]``, i < n (all of the 1-d ``a`` by default), to a NumPy scalar: NumPy's one
+    pairwise tree over the run, its subtrees in parallel."""
+    n = a.shape[0] if n is None else n
+    los, ns = _subtree_plan(n)
+    part = np.empty(len(los), a.dtype)
+    grain = max(1, len(los) * _GRAIN // max(n, 1))
+    if code != j.SUM and st == 1:  # max/min of a dense run: the vectorised folds of the integer view
+        ints, part_ints = a[off : off + n].view(_INT_VIEW[a.dtype]), part.view(_INT_VIEW[a.dtype])
         parallel(j.reduce(code, "segments-contiguous"), (ints, los, ns, part_ints), len(los), grain)
+    else:
+        parallel(j.reduce(code, "segments"), (a, off, st, los, ns, part), len(los), grain)
     join = {j.SUM: np.add, j.AMAX: np.maximum, j.AMIN: np.minimum}[code]
     vals = list(part)
-    res = _combine(vals, flat.shape[0], _TREE_DEPTH, join)
-    return np.add(flat.dtype.type(0), res) if code == j.SUM else res
+    res = _combine(vals, n, _TREE_DEPTH, join)
+    return np.add(a.dtype.type(0), res) if code == j.SUM else res
 
 
 def _run_reduce(code: int, t: Tensor, dims: tuple, keepdim: bool) -> np.ndarray:
@@ -502,10 +504,11 @@ def _run_reduce(code: int, t: Tensor, dims: tuple, keepdim: bool) -> np.ndarray:
     if keepdim:
         out = np.expand_dims(out, tuple(dims))
     if not kept:
-        if not red or (len(red) == 1 and red[0][1] == 1):  # contiguous (or a single element)
-            flat = buf[off : off + t.numel()]
-        elif len(red) <= 2:  # strided (one thread), or a sliced matrix: its rows, then the row results
-            (n0, s0), (n1, s1) = red if len(red) == 2 else [(1, 0), red[0]]
+        if len(red) <= 1:  # one run, dense or strided (x[:, ::2] of a contiguous x), or one element
+            flat_out[0] = _reduce_all(j, code, buf, off, t.numel(), red[0][1] if red else 1)
+            return out
+        if len(red) == 2:  # a sliced matrix: its rows, then the row results
+            (n0, s0), (n1, s1) = red
             flat = np.empty(n0, buf.dtype)
             parallel(j.reduce(code, "rows"), (buf, off, s0, n1, s1, flat), n0, max(1, _GRAIN // n1))
         else:

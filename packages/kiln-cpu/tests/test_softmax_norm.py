@@ -45,7 +45,7 @@ def test_softmax_matches_reference(name, dtype, dim, norm_spy):
 @pytest.mark.parametrize("name", list(SOFTMAX))
 def test_softmax_special_rows(name, dtype, width, norm_spy):
     """All -inf rows, rows with NaN or +inf, huge values and a max of zeros of both signs give the
-    reference's NaN/inf/0 pattern (the rows' fast max, which skips NaN, hands such rows to the exact one)."""
+    reference's NaN/inf/0 pattern (the rows' max skips NaN: the NaN's exp makes the row's sum NaN)."""
     x = np.random.default_rng(0).standard_normal((7, width)).astype(dtype.numpy)
     x[0] = -np.inf
     x[1, 3] = np.nan

@@ -459,12 +459,12 @@ _TREE_DEPTH = 4  # 16 subtrees: enough tasks to balance the threads
 
 
 @functools.lru_cache(maxsize=64)
-def _subtree_plan(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """The starts and lengths of :func:`_subtrees` of ``n`` elements, built once for every reduction of
-    that many (shared: the kernels only read them; flagging them read-only would compile each kernel
+def _subtree_plan(n: int, depth: int) -> tuple[np.ndarray, np.ndarray]:
+    """The starts and lengths of :func:`_subtrees` of ``n`` elements, ``depth`` levels down, built once
+    for every reduction of that many (shared: the kernels only read them; flagging them read-only would compile each kernel
     again for read-only arrays)."""
     segs: list = []
-    _subtrees(0, n, _TREE_DEPTH, segs)
+    _subtrees(0, n, depth, segs)
     los = np.array([s[0] for s in segs], np.int64)
     ns = np.array([s[1] for s in segs], np.int64)
     return los, ns
@@ -474,7 +474,7 @@ def _reduce_all(j, code: int, a: np.ndarray, off: int = 0, n: int | None = None,
     """Reduce ``a[off + i*st]``, i < n (all of the 1-d ``a`` by default), to a NumPy scalar: NumPy's one
     pairwise tree over the run, its subtrees in parallel."""
     n = a.shape[0] if n is None else n
-    los, ns = _subtree_plan(n)
+    los, ns = _subtree_plan(n, _TREE_DEPTH)
     part = np.empty(len(los), a.dtype)
     grain = max(1, len(los) * _GRAIN // max(n, 1))
     if code != j.SUM and st == 1:  # max/min of a dense run: the vectorised folds of the integer view

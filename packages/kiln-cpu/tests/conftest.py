@@ -37,13 +37,14 @@ def spy(monkeypatch):
 
 @pytest.fixture
 def norm_spy(monkeypatch):
-    """A list that receives the name of every softmax/norm Numba loop the kernels call."""
+    """A list that receives the name of every softmax/norm Numba loop the kernels call (``name:kind`` for
+    the half-precision loops: ``kind`` 1 for float16, 2 for bfloat16)."""
     calls: list[str] = []
     real = _jit_norm.norm
 
-    def record(name):
-        calls.append(name)
-        return real(name)
+    def record(name, half=0):
+        calls.append(f"{name}:{half}" if half else name)
+        return real(name, half)
 
     monkeypatch.setattr(_jit_norm, "norm", record)
     return calls

@@ -72,9 +72,42 @@ def test_non_contiguous_and_other_dtypes_go_to_the_reference(dtype, norm_spy):
         f = lambda u: kiln.logsumexp(u, 1)
         assert_same(f(t), reference(f, t))
     h = make((8, 6), kiln.float16)
-    assert_same(F.softmax(h, 1), reference(F.softmax, h, 1))
-    assert_same(F.layer_norm(h, (6,)), reference(F.layer_norm, h, (6,)))
+    assert_same(F.softmax(h, 0), reference(F.softmax, h, 0))  # half precision: the last dim only
+    assert_same(F.softmax(h.t(), 1), reference(F.softmax, h.t(), 1))
+    assert_same(F.layer_norm(h.t(), (8,)), reference(F.layer_norm, h.t(), (8,)))
     assert norm_spy == []
+
+
+def _bits_equal(a: kiln.Tensor, b: kiln.Tensor) -> np.ndarray:
+    """Per element: the same bits (NaN where both are NaN counts as the same)."""
+    x, y = a.numpy().view(np.uint16).ravel(), b.numpy().view(np.uint16).ravel()
+    return (x == y) | (np.isnan(a.to(kiln.float32).numpy()) & np.isnan(b.to(kiln.float32).numpy())).ravel()
+
+
+@pytest.mark.parametrize("dtype", [kiln.float16, kiln.bfloat16], ids=str)
+def test_half_precision_rows_compute_in_float32(dtype, norm_spy):
+    """float16/bfloat16 softmax, log-softmax and layer norm over the last dim: each row widened to
+    float32, computed as the float32 rows are, rounded once; within one half-precision ulp of the
+    reference (which computes in float32 and rounds), bfloat16's softmax below 1.6e-38 flushed to 0 as
+    float32's is."""
+    x = make((9, 300), dtype, seed=4)
+    xs = np.random.default_rng(5).standard_normal((9, 300)).astype(np.float32) * 4
+    same = []
+    for t in (x, kiln.from_numpy(xs).to(dtype)):
+        for name, fn in SOFTMAX.items():
+            got, want = fn(t, -1), reference(fn, t, -1)
+            assert_same(got, want, ulps=1, atol=1e-30 if name == "softmax" else 0.0)
+            same.append(_bits_equal(got, want))
+        w, b = make((300,), dtype, seed=6), make((300,), dtype, seed=7)
+        for params in ((w, b), (w, None), (None, None)):
+            f = lambda u, p=params: F.layer_norm(u, (300,), *p)
+            got, want = f(t), reference(f, t)
+            assert_same(got, want, ulps=1)
+            same.append(_bits_equal(got, want))
+    assert np.mean(np.concatenate(same)) > 0.99  # rounded to nearest once: off by one ulp only rarely
+    k = 1 if dtype is kiln.float16 else 2
+    loops = [f"softmax-rows:{k}", f"log_softmax-rows:{k}"] + [f"layer_norm-rows:{k}"] * 3
+    assert norm_spy == loops * 2
 
 
 @pytest.mark.parametrize("keepdim", [False, True])

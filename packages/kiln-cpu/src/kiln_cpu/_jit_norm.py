@@ -32,8 +32,10 @@ from kiln_cpu._jit import (
     binop,
     expf_core,
     expf_nonpositive,
+    load,
     log_f32,
     maxnum,
+    store,
     zero_of,
 )
 
@@ -174,6 +176,35 @@ def _softmax_rows(log):
     return njit(**_SERIAL, fastmath={"contract"})(rows)
 
 
+_HALF_BLOCK = 16384  # elements of half-precision rows widened to float32 at a time (64 KiB, in L2)
+
+
+def _half_rows(rows_loop, half):
+    """The loop over rows of half-precision bits (``half``: F16/BF16) for ``rows_loop(x, out, n, *params,
+    lo, hi)``, a float32 rows loop: blocks of rows widened to float32 exactly, ``rows_loop`` over them,
+    its results rounded back once (nearest-even), as the reference computes half precision in float32
+    and rounds its result."""
+
+    def rows(x, out, n, *rest):
+        """``rows_loop`` over the rows ``x[k*n:(k+1)*n]``, k in [lo, hi) (``rest``: its parameters, then
+        lo and hi)."""
+        lo, hi = rest[-2], rest[-1]
+        block = max(1, _HALF_BLOCK // n)
+        xs = np.empty(min(block, hi - lo) * n, np.float32)
+        os = np.empty(xs.size, np.float32)
+        for k0 in range(lo, hi, block):
+            count = min(hi - k0, block)
+            src = x[k0 * n : (k0 + count) * n]
+            dst = out[k0 * n : (k0 + count) * n]
+            for i in range(count * n):
+                xs[i] = load(half, src[i])
+            rows_loop(xs, os, n, *rest[:-2], 0, count)
+            for i in range(count * n):
+                dst[i] = store(half, os[i])
+
+    return njit(**_SERIAL)(rows)
+
+
 def _softmax_slabs(log):
     def slabs(x, out, n, inner, lo, hi):
         """Softmax (log-softmax) along the middle dim of the contiguous (outer, n, inner) ``x``, outer index
@@ -228,7 +259,7 @@ def _logsumexp_rows(x, out, n, lo, hi):
         out[k] = log_of(_pairwise_sum(scratch, 0, n, 1, work, vals)) + m
 
 
-def _layer_norm_rows(x, w, b, has_w, has_b, eps, one, count, out, n, lo, hi):
+def _layer_norm_rows(x, out, n, w, b, has_w, has_b, eps, one, count, lo, hi):
     """Layer norm of the contiguous rows ``x[k*n:(k+1)*n]``, k in [lo, hi), as the reference computes it:
     mean = sum / n, c = x - mean, var = sum(c*c) / n, y = c * (1 / sqrt(var + eps)), then * w, + b
     (``eps``, ``one`` and ``count`` = n come in x's dtype: Numba would widen float32 with an int to
@@ -750,12 +781,24 @@ def _group_norm_backward_rows(
 _NORM: dict = {}
 
 
-def norm(name: str):
-    """The dispatcher for ``name`` ("<op>-<layout>"): "softmax-rows", "log_softmax-rows", "softmax-slabs",
+def norm(name: str, half: int = 0):
+    """The dispatcher for ``name`` ("<op>-<layout>"), over half-precision bits when ``half`` (F16/BF16:
+    "softmax-rows", "log_softmax-rows" and "layer_norm-rows" only, :func:`_half_rows`), else in the
+    arrays' own dtype: "softmax-rows", "log_softmax-rows", "softmax-slabs",
     "log_softmax-slabs", "logsumexp-rows", "layer_norm-rows"; the backward loops "softmax_backward-rows",
     "log_softmax_backward-rows", "softmax_backward-slabs", "log_softmax_backward-slabs",
     "layer_norm_backward-rows", "norm_params-cols"; batch norm's "batch_norm-channels",
     "batch_norm_backward-channels" and "batch_norm_stats-channels"; group norm's "group_norm-rows" and "group_norm_backward-rows"."""
+    if half:
+        kernel = _NORM.get((name, half))
+        if kernel is None:
+            kernel = _NORM[(name, half)] = _half_rows(_loop(name), half)
+        return kernel
+    return _loop(name)
+
+
+def _loop(name: str):
+    """The loop behind :func:`norm` for ``name`` in the arrays' own dtype, built on first use."""
     kernel = _NORM.get(name)
     if kernel is None:
         op_name, layout = name.rsplit("-", 1)

@@ -6,7 +6,9 @@ Served: ``_softmax``, ``_log_softmax``, ``logsumexp`` (last dim), ``_native_laye
 ``_native_batch_norm`` (training and eval) and ``_batch_norm_stats`` (its running statistics' input),
 ``_native_group_norm``, and the fused backward ops ``_softmax_backward_data``,
 ``_log_softmax_backward_data`` and ``_native_norm_backward`` (batch norm in training and eval, layer
-norm, group norm); float32 and float64, C-contiguous operands. The norm loops follow the reference's
+norm, group norm); float32 and float64, C-contiguous operands, and float16/bfloat16 for softmax,
+log-softmax and layer norm over the last dim (each row widened to float32, computed as a float32 row,
+rounded back once: the reference computes half precision in float32 too). The norm loops follow the reference's
 arithmetic step for step, bit for bit where each summed run has at most 128 elements and within a few
 ulps beyond (their leaves keep thirty-two running sums: :mod:`kiln_cpu._jit_norm`); the softmax loops
 differ from it in exp's last bit and in the order of a long row's sum.
@@ -14,7 +16,7 @@ differ from it in exp's last bit and in the order of a long row's sum.
 Each kernel has the reference kernel's contract and hands a call back to it whenever it would not be
 faster or would differ by more than the sums' last bits: small inputs
 (:data:`kiln_cpu.config.multipass_min_numel`: the reference's several NumPy passes are slower at every
-larger size), dtypes other than float32/float64 (or operands of another dtype), empty and 0-d tensors,
+larger size), other dtypes (or operands of another dtype), empty and 0-d tensors,
 inputs that are not C-contiguous (the reference's result follows their layout), logsumexp over other
 dims than the last, and the norms' sums over dims that NumPy merges (a single channel in training and
 in the backward, a layer norm over one element): NumPy then adds in another order.
@@ -31,24 +33,25 @@ from kiln._dispatch import OPS
 from kiln._reference import wrap_reference
 from kiln._tensor import Tensor, from_array
 from kiln_cpu import config
-from kiln_cpu.kernels import _GRAIN, loops, parallel
+from kiln_cpu.kernels import _GRAIN, bits, half_kind, loops, parallel
 
 FLOAT = (dt.float32, dt.float64)
+HALF = (dt.float16, dt.bfloat16)  # softmax, log-softmax and layer norm rows: computed in float32
 
 _jit = loops("_jit_norm")
 
 
-def _dense_rows(a: Tensor, d) -> np.ndarray | None:
-    """The flat C-contiguous storage of ``a`` when it is a non-empty, large enough float tensor of dtype
-    ``d`` (else None: the reference runs)."""
-    if d not in FLOAT or a._dtype is not d or not a._shape:
+def _dense_rows(a: Tensor, d, served: tuple = FLOAT) -> np.ndarray | None:
+    """The flat C-contiguous storage of ``a`` (half precision: its uint16 bits) when it is a non-empty,
+    large enough tensor of dtype ``d``, one of ``served`` (else None: the reference runs)."""
+    if d not in served or a._dtype is not d or not a._shape:
         return None
     if config.too_small(math.prod(a._shape), multipass=True):
         return None
     x = a._numpy()
     if not x.flags.c_contiguous:
         return None
-    return x.reshape(-1)
+    return bits(x).reshape(-1)
 
 
 def _flat_param(t: Tensor | None, d, empty: np.ndarray) -> np.ndarray | None:
@@ -69,21 +72,23 @@ def _softmax_kernel(name: str):
     log = name == "_log_softmax"
 
     def kernel(spec, a, dim, *rest):
-        x = _dense_rows(a, spec[1])
-        if x is None or rest:
-            return reference(spec, a, dim, *rest)
+        d = spec[1]
+        x = _dense_rows(a, d, FLOAT + HALF)
         shape, axis = a._shape, spec[3]
-        n = shape[axis]
         inner = math.prod(shape[axis + 1 :])
+        half = half_kind(d)
+        if x is None or rest or (half and inner != 1):  # half precision: the last dim only
+            return reference(spec, a, dim, *rest)
+        n = shape[axis]
         out = np.empty(x.size, x.dtype)
         j = _jit()
         tag = "log_softmax" if log else "softmax"
         if inner == 1:
-            parallel(j.norm(tag + "-rows"), (x, out, n), x.size // n, max(1, _GRAIN // n))
+            parallel(j.norm(tag + "-rows", half), (x, out, n), x.size // n, max(1, _GRAIN // n))
         else:
             outer = x.size // (n * inner)
             parallel(j.norm(tag + "-slabs"), (x, out, n, inner), outer, max(1, _GRAIN // (n * inner)))
-        return from_array(out.reshape(shape), spec[1])
+        return from_array(out.view(d.numpy).reshape(shape), d)
 
     kernel.__name__ = f"kiln_cpu_{name}"
     kernel.__doc__ = f"Numba kernel for {name} (kiln-cpu)."
@@ -142,20 +147,22 @@ def _layer_norm_kernel():
 
     def kernel(spec, a, normalized_shape, weight, bias, eps):
         d = spec[1]
-        x = _dense_rows(a, d)
+        x = _dense_rows(a, d, FLOAT + HALF)
         params = [t for t in (weight, bias) if t is not None]
         if x is None or any(t._dtype is not d for t in params):
             return reference(spec, a, normalized_shape, weight, bias, eps)
         lay = spec[3]
         n = math.prod(a._shape[i] for i in lay.red)
-        empty = np.empty(0, x.dtype)
-        w = np.ascontiguousarray(weight._numpy()).reshape(-1) if weight is not None else empty
-        b = np.ascontiguousarray(bias._numpy()).reshape(-1) if bias is not None else empty
+        half = half_kind(d)
+        compute = np.dtype(np.float32) if half else x.dtype  # half precision: in float32, as the reference
+        empty = np.empty(0, compute)
+        w = np.ascontiguousarray(weight._numpy(), compute).reshape(-1) if weight is not None else empty
+        b = np.ascontiguousarray(bias._numpy(), compute).reshape(-1) if bias is not None else empty
         out = np.empty(x.size, x.dtype)
-        t = x.dtype.type
-        args = (x, w, b, weight is not None, bias is not None, t(eps), t(1), t(n), out, n)
-        parallel(_jit().norm("layer_norm-rows"), args, x.size // n, max(1, _GRAIN // n))
-        return from_array(out.reshape(a._shape), d)
+        t = compute.type
+        args = (x, out, n, w, b, weight is not None, bias is not None, t(eps), t(1), t(n))
+        parallel(_jit().norm("layer_norm-rows", half), args, x.size // n, max(1, _GRAIN // n))
+        return from_array(out.view(d.numpy).reshape(a._shape), d)
 
     kernel.__name__ = "kiln_cpu__native_layer_norm"
     kernel.__doc__ = "Numba kernel for _native_layer_norm (kiln-cpu)."
@@ -375,10 +382,10 @@ def _group_norm_backward(x, g, w, has_w, eps, lay, shape, need):
 def kernels() -> dict[str, tuple]:
     """The softmax-family and normalization kernels: op name -> (kernel, output dtypes served)."""
     return {
-        "_softmax": (_softmax_kernel("_softmax"), FLOAT),
-        "_log_softmax": (_softmax_kernel("_log_softmax"), FLOAT),
+        "_softmax": (_softmax_kernel("_softmax"), FLOAT + HALF),
+        "_log_softmax": (_softmax_kernel("_log_softmax"), FLOAT + HALF),
         "logsumexp": (_logsumexp_kernel(), FLOAT),
-        "_native_layer_norm": (_layer_norm_kernel(), FLOAT),
+        "_native_layer_norm": (_layer_norm_kernel(), FLOAT + HALF),
         "_native_batch_norm": (_batch_norm_kernel(), FLOAT),
         "_batch_norm_stats": (_batch_norm_stats_kernel(), FLOAT),
         "_native_group_norm": (_group_norm_kernel(), FLOAT),

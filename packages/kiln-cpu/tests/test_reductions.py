@@ -149,3 +149,22 @@ def test_one_strided_run_is_split_into_subtrees(name, threads, spy):
     finally:
         kiln.set_num_threads(previous)
     assert [c[2] for c in spy] == ["segments", "segments"]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_stride_two_leaf_adds_as_numpy_in_any_layout(dtype):
+    """The leaf of a stride-2 sum runs as vectors in a C-contiguous buffer and as scalars in any other;
+    both add NumPy's eight running sums in NumPy's order (a leaf of up to 128 elements is NumPy's whole
+    sum of them)."""
+    from numba import njit
+
+    from kiln_cpu._jit import _pairwise_leaf
+
+    @njit(cache=False)
+    def leaf(a, n):
+        return _pairwise_leaf(a, np.uint64(1), n, np.uint64(2))
+
+    x = (np.random.default_rng(3).standard_normal(900) * 1e4).astype(dtype)
+    for n in (8, 9, 15, 16, 17, 100, 128):
+        for a in (x, x[::3]):
+            assert dtype(leaf(a, n)).tobytes() == a[1 : 1 + 2 * n : 2].sum().tobytes()

@@ -89,7 +89,8 @@ def test_half_precision_rows_compute_in_float32(dtype, norm_spy):
     """float16/bfloat16 softmax, log-softmax and layer norm over the last dim: each row widened to
     float32, computed as the float32 rows are, rounded once; within one half-precision ulp of the
     reference (which computes in float32 and rounds), bfloat16's softmax below 1.6e-38 flushed to 0 as
-    float32's is."""
+    float32's is, and layer norm's results near 0 within 1e-6 (its float32 sums differ from the
+    reference's in the last bits beyond 128 elements, and + bias cancels there)."""
     x = make((9, 300), dtype, seed=4)
     xs = np.random.default_rng(5).standard_normal((9, 300)).astype(np.float32) * 4
     same = []
@@ -102,7 +103,7 @@ def test_half_precision_rows_compute_in_float32(dtype, norm_spy):
         for params in ((w, b), (w, None), (None, None)):
             f = lambda u, p=params: F.layer_norm(u, (300,), *p)
             got, want = f(t), reference(f, t)
-            assert_same(got, want, ulps=1)
+            assert_same(got, want, ulps=1, atol=1e-6)
             same.append(_bits_equal(got, want))
     assert np.mean(np.concatenate(same)) > 0.99  # rounded to nearest once: off by one ulp only rarely
     k = 1 if dtype is kiln.float16 else 2

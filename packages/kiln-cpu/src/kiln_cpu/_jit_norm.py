@@ -150,44 +150,52 @@ def _exp_sum(xv, m, ev):
     return total
 
 
+@register_jitable
+def _softmax_row_loop(x, out, n, log, lo, hi):
+    """Softmax (log-softmax, ``log``) of the contiguous rows ``x[k*n:(k+1)*n]``, k in [lo, hi), into
+    ``out``: the row's maximum, then exp(x - max) and its sum (:func:`_exp_sum`), then the division
+    (softmax: a multiplication by the reciprocal of the float64 sum, rounded once) or the subtraction of
+    log(sum)."""
+    scratch = np.empty(n if log else 0, x.dtype)
+    for k in range(lo, hi):
+        p = k * n
+        xv = x[p : p + n]
+        ov = out[p : p + n]
+        ev = scratch if log else ov
+        m = _row_max(xv)
+        total = _exp_sum(xv, m, ev)
+        if log:
+            ls = log_of(as_dtype_of(x, total))
+            for i in range(n):
+                ov[i] = (xv[i] - m) - ls
+        else:
+            r = as_dtype_of(x, 1.0 / total)
+            for i in range(n):
+                ov[i] = ov[i] * r
+
+
 def _softmax_rows(log):
     def rows(x, out, n, lo, hi):
-        """Softmax (log-softmax) of the contiguous rows ``x[k*n:(k+1)*n]``, k in [lo, hi), into ``out``:
-        the row's maximum, then exp(x - max) and its sum (:func:`_exp_sum`), then the division (softmax:
-        a multiplication by the reciprocal of the float64 sum, rounded once) or the subtraction of
-        log(sum)."""
-        scratch = np.empty(n if log else 0, x.dtype)
-        for k in range(lo, hi):
-            p = k * n
-            xv = x[p : p + n]
-            ov = out[p : p + n]
-            ev = scratch if log else ov
-            m = _row_max(xv)
-            total = _exp_sum(xv, m, ev)
-            if log:
-                ls = log_of(as_dtype_of(x, total))
-                for i in range(n):
-                    ov[i] = (xv[i] - m) - ls
-            else:
-                r = as_dtype_of(x, 1.0 / total)
-                for i in range(n):
-                    ov[i] = ov[i] * r
+        """:func:`_softmax_row_loop` over rows k in [lo, hi)."""
+        _softmax_row_loop(x, out, n, log, lo, hi)
 
     return njit(**_SERIAL, fastmath={"contract"})(rows)
 
 
 _HALF_BLOCK = 16384  # elements of half-precision rows widened to float32 at a time (64 KiB, in L2)
+_SOFTMAX, _LOG_SOFTMAX, _LAYER_NORM = range(3)  # the row loops that take half precision
 
 
-def _half_rows(rows_loop, half):
-    """The loop over rows of half-precision bits (``half``: F16/BF16) for ``rows_loop(x, out, n, *params,
-    lo, hi)``, a float32 rows loop: blocks of rows widened to float32 exactly, ``rows_loop`` over them,
-    its results rounded back once (nearest-even), as the reference computes half precision in float32
-    and rounds its result."""
+def _half_rows(kind, half):
+    """The loop over rows of half-precision bits (``half``: F16/BF16) for the float32 rows loop ``kind``
+    (:func:`_softmax_row_loop`, :func:`_layer_norm_rows`): blocks of rows widened to float32 exactly,
+    the float32 loop over them, its results rounded back once (nearest-even), as the reference computes
+    half precision in float32 and rounds its result. (The closure holds plain numbers only: one that
+    held a compiled function would get a new disk-cache key in every process.)"""
 
     def rows(x, out, n, *rest):
-        """``rows_loop`` over the rows ``x[k*n:(k+1)*n]``, k in [lo, hi) (``rest``: its parameters, then
-        lo and hi)."""
+        """The float32 loop over the rows ``x[k*n:(k+1)*n]``, k in [lo, hi) (``rest``: its parameters,
+        then lo and hi)."""
         lo, hi = rest[-2], rest[-1]
         block = max(1, _HALF_BLOCK // n)
         xs = np.empty(min(block, hi - lo) * n, np.float32)
@@ -198,11 +206,15 @@ def _half_rows(rows_loop, half):
             dst = out[k0 * n : (k0 + count) * n]
             for i in range(count * n):
                 xs[i] = load(half, src[i])
-            rows_loop(xs, os, n, *rest[:-2], 0, count)
+            if kind == _LAYER_NORM:
+                _layer_norm_rows(xs, os, n, *rest[:-2], 0, count)
+            else:
+                _softmax_row_loop(xs, os, n, kind == _LOG_SOFTMAX, 0, count)
             for i in range(count * n):
                 dst[i] = store(half, os[i])
 
-    return njit(**_SERIAL)(rows)
+    # the flags of the float32 loop's own compilation (layer norm rounds each product: no contraction)
+    return njit(**_SERIAL, **({} if kind == _LAYER_NORM else {"fastmath": {"contract"}}))(rows)
 
 
 def _softmax_slabs(log):
@@ -259,6 +271,7 @@ def _logsumexp_rows(x, out, n, lo, hi):
         out[k] = log_of(_pairwise_sum(scratch, 0, n, 1, work, vals)) + m
 
 
+@register_jitable
 def _layer_norm_rows(x, out, n, w, b, has_w, has_b, eps, one, count, lo, hi):
     """Layer norm of the contiguous rows ``x[k*n:(k+1)*n]``, k in [lo, hi), as the reference computes it:
     mean = sum / n, c = x - mean, var = sum(c*c) / n, y = c * (1 / sqrt(var + eps)), then * w, + b
@@ -792,7 +805,8 @@ def norm(name: str, half: int = 0):
     if half:
         kernel = _NORM.get((name, half))
         if kernel is None:
-            kernel = _NORM[(name, half)] = _half_rows(_loop(name), half)
+            kind = {"softmax-rows": _SOFTMAX, "log_softmax-rows": _LOG_SOFTMAX, "layer_norm-rows": _LAYER_NORM}[name]
+            kernel = _NORM[(name, half)] = _half_rows(kind, half)
         return kernel
     return _loop(name)
 

@@ -136,9 +136,9 @@ def _exp_sum(xv, m, ev):
     is summed as the reference sums it (NumPy's pairwise order, in the row's dtype); a longer one in
     chunks of ``_CHUNK`` elements, each by :func:`kiln_cpu._jit._sum_contiguous` (running sums over the
     vector lanes in the row's dtype: thirty-two for float32 with AVX2) after the pass that computes its
-    exps, the chunks' totals added in float64. Two
-    flat loops, each vectorised whole: the exps of a 4096x1024 float32 softmax take 1.4 ms and their sums
-    0.1 ms on one core, where summing in the exp loop (running sums kept in memory) took 0.5 ms more."""
+    exps, the chunks' totals added in float64. Two flat loops, each vectorised whole: the exps of a
+    4096x1024 float32 softmax take 1.4 ms and their sums 0.1 ms on one core, where summing in the exp
+    loop (running sums kept in memory) took 0.5 ms more."""
     n = xv.shape[0]
     for i in range(n):
         ev[i] = exp_shifted(xv[i] - m)
@@ -808,11 +808,6 @@ def norm(name: str, half: int = 0):
             kind = {"softmax-rows": _SOFTMAX, "log_softmax-rows": _LOG_SOFTMAX, "layer_norm-rows": _LAYER_NORM}[name]
             kernel = _NORM[(name, half)] = _half_rows(kind, half)
         return kernel
-    return _loop(name)
-
-
-def _loop(name: str):
-    """The loop behind :func:`norm` for ``name`` in the arrays' own dtype, built on first use."""
     kernel = _NORM.get(name)
     if kernel is None:
         op_name, layout = name.rsplit("-", 1)

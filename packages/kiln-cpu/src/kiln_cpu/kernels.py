@@ -461,8 +461,8 @@ _TREE_DEPTH = 4  # 16 subtrees: enough tasks to balance the threads
 @functools.lru_cache(maxsize=64)
 def _subtree_plan(n: int, depth: int) -> tuple[np.ndarray, np.ndarray]:
     """The starts and lengths of :func:`_subtrees` of ``n`` elements, ``depth`` levels down, built once
-    for every reduction of that many (shared: the kernels only read them; flagging them read-only would compile each kernel
-    again for read-only arrays)."""
+    for every reduction of that many (shared: the kernels only read them; flagging them read-only would
+    compile each kernel again for read-only arrays)."""
     segs: list = []
     _subtrees(0, n, depth, segs)
     los = np.array([s[0] for s in segs], np.int64)

@@ -8,9 +8,9 @@ Served: ``_softmax``, ``_log_softmax``, ``logsumexp`` (last dim), ``_native_laye
 ``_log_softmax_backward_data`` and ``_native_norm_backward`` (batch norm in training and eval, layer
 norm, group norm); float32 and float64, C-contiguous operands, and float16/bfloat16 for softmax,
 log-softmax and layer norm over the last dim (each row widened to float32, computed as a float32 row,
-rounded back once: the reference computes half precision in float32 too). The norm loops follow the reference's
-arithmetic step for step, bit for bit where each summed run has at most 128 elements and within a few
-ulps beyond (their leaves keep thirty-two running sums: :mod:`kiln_cpu._jit_norm`); the softmax loops
+rounded back once: the reference computes half precision in float32 too). The norm loops follow the
+reference's arithmetic step for step, bit for bit where each summed run has at most 128 elements and
+within a few ulps beyond (their leaves keep thirty-two running sums: :mod:`kiln_cpu._jit_norm`); the softmax loops
 differ from it in exp's last bit and in the order of a long row's sum.
 
 Each kernel has the reference kernel's contract and hands a call back to it whenever it would not be
@@ -74,10 +74,12 @@ def _softmax_kernel(name: str):
     def kernel(spec, a, dim, *rest):
         d = spec[1]
         x = _dense_rows(a, d, FLOAT + HALF)
+        if x is None or rest:
+            return reference(spec, a, dim, *rest)
         shape, axis = a._shape, spec[3]
         inner = math.prod(shape[axis + 1 :])
         half = half_kind(d)
-        if x is None or rest or (half and inner != 1):  # half precision: the last dim only
+        if half and inner != 1:  # half precision: the last dim only
             return reference(spec, a, dim, *rest)
         n = shape[axis]
         out = np.empty(x.size, x.dtype)

@@ -25,6 +25,7 @@ from numba.extending import overload, register_jitable
 
 from kiln_cpu._jit import (
     _SERIAL,
+    _UNCOUNTED,
     MAXIMUM,
     _pairwise_leaf,
     _pairwise_sum,
@@ -107,7 +108,7 @@ def _as_dtype_of_impl(a, v):
 _LANES = 64  # rows shorter than this sum their exps as the reference does (NumPy's pairwise leaf)
 
 
-@register_jitable
+@njit(**_UNCOUNTED)  # once per row: see kiln_cpu._jit._UNCOUNTED
 def _row_max(v):
     """max of the elements of the contiguous ``v`` (n >= 1) that are not NaN (``maxnum``: it vectorises,
     where a NaN-propagating select runs 3x slower: 0.08 against 0.25 us for 1024 float32). A row that
@@ -130,7 +131,7 @@ def _exp_into(xv, m, ev):
 _CHUNK = 2048  # elements per chunk of an exp row's sum (bounds each running sum's length), then float64
 
 
-@register_jitable
+@njit(**_UNCOUNTED, fastmath={"contract"})  # the flags of the softmax rows loops that call it
 def _exp_sum(xv, m, ev):
     """ev[i] = exp(xv[i] - m) in the row's dtype, and their sum in float64. A row shorter than ``_LANES``
     is summed as the reference sums it (NumPy's pairwise order, in the row's dtype); a longer one in
@@ -309,14 +310,14 @@ def _layer_norm_rows(x, out, n, w, b, has_w, has_b, eps, one, count, lo, hi):
 # ---------------------------------------------------------------------------------- a row's pairwise sum
 
 
-@register_jitable
+@njit(**_UNCOUNTED)
 def _row_sum(a, lo, n, work, vals):
     """``np.sum`` of one contiguous run as a reduction gives it, 0 + the pairwise sum, with thirty-two
     running sums per leaf (:func:`kiln_cpu._jit._pairwise_sum`): bit for bit up to 128 elements."""
     return zero_of(a) + _pairwise_sum(a, lo, n, 1, work, vals)
 
 
-@register_jitable
+@njit(**_UNCOUNTED)
 def _is_constant(v):
     """Every element of ``v`` equals the first (False at a NaN): the reference's ``max == min``."""
     first = v[0]
@@ -397,7 +398,7 @@ def _softmax_backward_slabs(log):
 # ----------------------------------------------------------------------------------- layer norm backward
 
 
-@register_jitable
+@njit(**_UNCOUNTED)  # once per row (layer and group norm backward): no reference counting
 def _row_stats(x, p, n, count, eps, one, sq, work, vals):
     """(mean, 1/sqrt(var + eps)) of the contiguous row ``x[p:p+n]`` as the backward reference computes
     them: mean = (0 + sum) / n, var = (0 + sum of centred squares) / n, exactly 0 for a constant row."""
@@ -413,7 +414,7 @@ def _row_stats(x, p, n, count, eps, one, sq, work, vals):
     return mu, one / np.sqrt(var + eps)
 
 
-@register_jitable
+@njit(**_UNCOUNTED)
 def _row_input_grad(x, g, w, has_w, p, n, count, mu, r, s1, s2, gx, work, vals):
     """gx = r * ((gs - mean(gs)) - xhat * mean(gs * xhat)) over the row ``[p, p+n)``, gs = g * w (or g),
     xhat = (x - mu) * r; ``w`` is indexed by the position in the row."""

@@ -358,6 +358,24 @@ def _converts(src: dt.dtype, dst: dt.dtype) -> bool:
     return dst in FLOAT and (src in FLOAT or src in HALF or src in _INTS or src is dt.bool)
 
 
+def cast_flat(x: np.ndarray, out: np.ndarray, hin: int, hout: int) -> np.ndarray:
+    """Convert the 1-d array ``x`` into ``out`` (same size) over the threads, as NumPy's ``astype``
+    converts; ``hin``/``hout``: :func:`half_kind` of a half-precision side, whose arrays hold its uint16
+    bits. Returns ``out``."""
+    parallel(_kernels().cast("flat", hin, hout), (x, out), x.size, _GRAIN)
+    return out
+
+
+def widen(x: np.ndarray, half: int) -> np.ndarray:
+    """The 1-d half-precision bits ``x`` (``half``: :func:`half_kind`) as a new float32 array (exact)."""
+    return cast_flat(x, np.empty(x.size, _F32), half, 0)
+
+
+def narrow(x: np.ndarray, half: int) -> np.ndarray:
+    """The 1-d float32 array ``x`` rounded to half precision ``half`` (nearest-even), as uint16 bits."""
+    return cast_flat(x, np.empty(x.size, np.uint16), 0, half)
+
+
 def _to_copy_kernel():
     reference = wrap_reference(OPS["_to_copy"])
 
@@ -377,7 +395,7 @@ def _to_copy_kernel():
         fx = _flat(x) if 0 not in x.strides else None
         if fx is not None:
             out = np.empty_like(x, dtype=store_np)
-            parallel(j.cast("flat", hin, hout), (fx, _flat(out)), fx.size, _GRAIN)
+            cast_flat(fx, _flat(out), hin, hout)
         else:
             out = _run_strided(lambda: j.cast("strided", hin, hout), a._shape, [a], store_np)
             if out is None:

@@ -6,9 +6,11 @@ Served: ``_softmax``, ``_log_softmax``, ``logsumexp`` (last dim), ``_native_laye
 ``_native_batch_norm`` (training and eval) and ``_batch_norm_stats`` (its running statistics' input),
 ``_native_group_norm``, and the fused backward ops ``_softmax_backward_data``,
 ``_log_softmax_backward_data`` and ``_native_norm_backward`` (batch norm in training and eval, layer
-norm, group norm); float32 and float64, C-contiguous operands, and float16/bfloat16 for softmax,
-log-softmax and layer norm over the last dim (each row widened to float32, computed as a float32 row,
-rounded back once: the reference computes half precision in float32 too). The norm loops follow the
+norm, group norm); float32 and float64, C-contiguous operands, and float16/bfloat16 everywhere, computed
+in float32 as the reference computes them (softmax, log-softmax and layer norm over the last dim widen
+blocks of rows inside the loop, :func:`kiln_cpu._jit_norm._half_rows`; the others widen the operands
+first, :func:`_operand`, and round the result once, :func:`_result`). The incoming gradient of a backward
+op may also be a view in C order with gaps or broadcast dims (copied). The norm loops follow the
 reference's arithmetic step for step, bit for bit where each summed run has at most 128 elements and
 within a few ulps beyond (their leaves keep thirty-two running sums: :mod:`kiln_cpu._jit_norm`); the softmax loops
 differ from it in exp's last bit and in the order of a long row's sum.
@@ -33,35 +35,74 @@ from kiln._dispatch import OPS
 from kiln._reference import wrap_reference
 from kiln._tensor import Tensor, from_array
 from kiln_cpu import config
-from kiln_cpu.kernels import _GRAIN, bits, half_kind, loops, parallel
+from kiln_cpu.kernels import _GRAIN, bits, half_kind, loops, narrow, parallel, widen
 
 FLOAT = (dt.float32, dt.float64)
-HALF = (dt.float16, dt.bfloat16)  # softmax, log-softmax and layer norm rows: computed in float32
+HALF = (dt.float16, dt.bfloat16)  # computed in float32, as the reference computes them
 
 _jit = loops("_jit_norm")
 
 
-def _dense_rows(a: Tensor, d, served: tuple = FLOAT) -> np.ndarray | None:
+def _dense_rows(a: Tensor, d, gradient: bool = False) -> np.ndarray | None:
     """The flat C-contiguous storage of ``a`` (half precision: its uint16 bits) when it is a non-empty,
-    large enough tensor of dtype ``d``, one of ``served`` (else None: the reference runs)."""
-    if d not in served or a._dtype is not d or not a._shape:
+    large enough tensor of dtype ``d``, a float dtype (else None: the reference runs). A ``gradient``
+    (the backward ops' incoming gradient, whose other operands are C-contiguous) may also be a view in
+    C order with gaps or broadcast dims (``x.sum().backward()`` expands a 0-d one): copied to C order,
+    the reference's result is C-contiguous then too."""
+    if d not in FLOAT + HALF or a._dtype is not d or not a._shape:
         return None
     if config.too_small(math.prod(a._shape), multipass=True):
         return None
     x = a._numpy()
     if not x.flags.c_contiguous:
-        return None
+        steps = [st for n, st in zip(x.shape, x.strides) if n > 1 and st != 0]
+        if not gradient or any(st < 0 for st in steps) or steps != sorted(steps, reverse=True):
+            return None
+        x = np.ascontiguousarray(x)
     return bits(x).reshape(-1)
 
 
-def _flat_param(t: Tensor | None, d, empty: np.ndarray) -> np.ndarray | None:
-    """A parameter (weight, bias, statistics) as a flat contiguous array of dtype ``d``; ``empty`` when
-    absent; None when its dtype is another (the reference runs)."""
+def _compute(d):
+    """The dtype the loops compute result dtype ``d`` in: float32 for half precision."""
+    return dt.float32 if d in HALF else d
+
+
+def _takes(src, c) -> bool:
+    """Whether an operand of dtype ``src`` goes into loops computing in ``c``: its own dtype, or half
+    precision into float32 (widened exactly, as the reference widens it)."""
+    return src is c or (c is dt.float32 and src in HALF)
+
+
+def _operand(a: Tensor, c, gradient: bool = False) -> np.ndarray | None:
+    """The flat C-contiguous values of ``a`` for loops computing in ``c`` (float32 or float64), half
+    precision widened to a new float32 array; None (the reference runs) as :func:`_dense_rows` or when
+    ``a``'s dtype does not go into ``c``."""
+    src = a._dtype
+    if not _takes(src, c):
+        return None
+    x = _dense_rows(a, src, gradient)
+    half = half_kind(src)
+    return widen(x, half) if x is not None and half else x
+
+
+def _result(out: np.ndarray, d, shape: tuple) -> Tensor:
+    """The loops' flat result ``out`` as a tensor of dtype ``d`` and ``shape``, rounded to half precision
+    once (nearest-even) when ``d`` is float16/bfloat16."""
+    half = half_kind(d)
+    if half and out.dtype != np.uint16:
+        out = narrow(out, half)
+    return from_array(out.view(d.numpy).reshape(shape), d)
+
+
+def _flat_param(t: Tensor | None, c, empty: np.ndarray) -> np.ndarray | None:
+    """A parameter (weight, bias, statistics) as a flat contiguous array of compute dtype ``c`` (half
+    precision widened); ``empty`` when absent; None when its dtype does not go into ``c`` (the reference
+    runs)."""
     if t is None:
         return empty
-    if t._dtype is not d:
+    if not _takes(t._dtype, c):
         return None
-    return np.ascontiguousarray(t._numpy()).reshape(-1)
+    return np.ascontiguousarray(t._numpy(), c.numpy).reshape(-1)
 
 
 # ---------------------------------------------------------------------------------------------- softmax
@@ -73,24 +114,24 @@ def _softmax_kernel(name: str):
 
     def kernel(spec, a, dim, *rest):
         d = spec[1]
-        x = _dense_rows(a, d, FLOAT + HALF)
+        x = _dense_rows(a, d)
         if x is None or rest:
             return reference(spec, a, dim, *rest)
         shape, axis = a._shape, spec[3]
         inner = math.prod(shape[axis + 1 :])
         half = half_kind(d)
-        if half and inner != 1:  # half precision: the last dim only
-            return reference(spec, a, dim, *rest)
         n = shape[axis]
-        out = np.empty(x.size, x.dtype)
         j = _jit()
         tag = "log_softmax" if log else "softmax"
-        if inner == 1:
+        if inner == 1:  # half-precision rows are widened block by block inside the loop
+            out = np.empty(x.size, x.dtype)
             parallel(j.norm(tag + "-rows", half), (x, out, n), x.size // n, max(1, _GRAIN // n))
         else:
+            x = widen(x, half) if half else x
+            out = np.empty(x.size, x.dtype)
             outer = x.size // (n * inner)
             parallel(j.norm(tag + "-slabs"), (x, out, n, inner), outer, max(1, _GRAIN // (n * inner)))
-        return from_array(out.view(d.numpy).reshape(shape), d)
+        return _result(out, d, shape)
 
     kernel.__name__ = f"kiln_cpu_{name}"
     kernel.__doc__ = f"Numba kernel for {name} (kiln-cpu)."
@@ -102,9 +143,9 @@ def _softmax_backward_kernel(name: str):
     tag = "log_softmax_backward" if name.startswith("_log") else "softmax_backward"
 
     def kernel(spec, grad_output, output, dim):
-        d = spec[1]
-        y = _dense_rows(output, d)
-        g = _dense_rows(grad_output, d)
+        d = spec[1]  # float32 for half-precision operands (widened)
+        y = _operand(output, d)
+        g = _operand(grad_output, d, gradient=True) if y is not None else None
         if y is None or g is None:
             return reference(spec, grad_output, output, dim)
         shape, axis = output._shape, spec[3]
@@ -128,13 +169,15 @@ def _logsumexp_kernel():
     reference = wrap_reference(OPS["logsumexp"])
 
     def kernel(spec, a, dim, keepdim=False):
-        x = _dense_rows(a, spec[1])
-        if x is None or tuple(spec[3]) != (len(a._shape) - 1,):
+        if tuple(spec[3]) != (len(a._shape) - 1,):
+            return reference(spec, a, dim, keepdim)
+        x = _operand(a, _compute(spec[1]))
+        if x is None:
             return reference(spec, a, dim, keepdim)
         n = a._shape[-1]
         out = np.empty(x.size // n, x.dtype)
         parallel(_jit().norm("logsumexp-rows"), (x, out, n), out.size, max(1, _GRAIN // n))
-        return from_array(out.reshape(spec[0]), spec[1])
+        return _result(out, spec[1], spec[0])
 
     kernel.__name__ = "kiln_cpu_logsumexp"
     kernel.__doc__ = "Numba kernel for logsumexp over the last dim (kiln-cpu)."
@@ -149,22 +192,21 @@ def _layer_norm_kernel():
 
     def kernel(spec, a, normalized_shape, weight, bias, eps):
         d = spec[1]
-        x = _dense_rows(a, d, FLOAT + HALF)
-        params = [t for t in (weight, bias) if t is not None]
-        if x is None or any(t._dtype is not d for t in params):
+        c = _compute(d)
+        x = _dense_rows(a, d)
+        empty = np.empty(0, c.numpy)
+        w = _flat_param(weight, c, empty)
+        b = _flat_param(bias, c, empty)
+        if x is None or w is None or b is None:
             return reference(spec, a, normalized_shape, weight, bias, eps)
         lay = spec[3]
         n = math.prod(a._shape[i] for i in lay.red)
-        half = half_kind(d)
-        compute = np.dtype(np.float32) if half else x.dtype  # half precision: in float32, as the reference
-        empty = np.empty(0, compute)
-        w = np.ascontiguousarray(weight._numpy(), compute).reshape(-1) if weight is not None else empty
-        b = np.ascontiguousarray(bias._numpy(), compute).reshape(-1) if bias is not None else empty
+        half = half_kind(d)  # half-precision rows are widened block by block inside the loop
         out = np.empty(x.size, x.dtype)
-        t = compute.type
+        t = c.numpy.type
         args = (x, out, n, w, b, weight is not None, bias is not None, t(eps), t(1), t(n))
         parallel(_jit().norm("layer_norm-rows", half), args, x.size // n, max(1, _GRAIN // n))
-        return from_array(out.view(d.numpy).reshape(a._shape), d)
+        return _result(out, d, a._shape)
 
     kernel.__name__ = "kiln_cpu__native_layer_norm"
     kernel.__doc__ = "Numba kernel for _native_layer_norm (kiln-cpu)."
@@ -194,28 +236,31 @@ def _batch_norm_kernel():
     def kernel(spec, input, weight, bias, running_mean, running_var, training, eps):
         args = (spec, input, weight, bias, running_mean, running_var, training, eps)
         d = spec[1]
-        x = _dense_rows(input, d)
-        if x is None or len(input._shape) < 2 or (training and input._shape[1] == 1):
+        c = _compute(d)
+        if len(input._shape) < 2 or (training and input._shape[1] == 1):
             return reference(*args)  # one channel: NumPy sums the merged dims in another order
+        x = _operand(input, c)
+        if x is None:
+            return reference(*args)
         empty = np.empty(0, x.dtype)
-        w = _flat_param(weight, d, empty)
-        b = _flat_param(bias, d, empty)
+        w = _flat_param(weight, c, empty)
+        b = _flat_param(bias, c, empty)
         mean = r = empty
         if not training:
-            mean = _flat_param(running_mean, d, empty)
-            var = _flat_param(running_var, d, empty)
+            mean = _flat_param(running_mean, c, empty)
+            var = _flat_param(running_var, c, empty)
             if mean is None or var is None:
                 return reference(*args)
             with np.errstate(all="ignore"):
                 r = _rstd(var, eps)
         if w is None or b is None:
             return reference(*args)
-        n, c, hw, block = _channels(input._shape)
+        n, ch, hw, block = _channels(input._shape)
         out = np.empty(x.size, x.dtype)
         t = x.dtype.type
         kargs = (x, w, b, weight is not None, bias is not None, t(eps), t(1), t(n * hw), bool(training), mean, r)
-        parallel(_jit().norm("batch_norm-channels"), (*kargs, out, n, c, hw, block), -(-c // block), 1)
-        return from_array(out.reshape(input._shape), d)
+        parallel(_jit().norm("batch_norm-channels"), (*kargs, out, n, ch, hw, block), -(-ch // block), 1)
+        return _result(out, d, input._shape)
 
     kernel.__name__ = "kiln_cpu__native_batch_norm"
     kernel.__doc__ = "Numba kernel for _native_batch_norm (kiln-cpu): NC* contiguous input, training or eval."
@@ -226,10 +271,10 @@ def _batch_norm_stats_kernel():
     reference = wrap_reference(OPS["_batch_norm_stats"])
 
     def kernel(spec, input):
-        d = spec[0][1]
-        x = _dense_rows(input, d)
-        if x is None or input._shape[1] == 1:
-            return reference(spec, input)  # one channel: NumPy sums the merged dims in another order
+        d = spec[0][1]  # float32 for a half-precision input (widened)
+        x = _operand(input, d) if input._shape[1] != 1 else None
+        if x is None:  # one channel: NumPy sums the merged dims in another order
+            return reference(spec, input)
         n, c, hw, block = _channels(input._shape)
         t = x.dtype.type
         mean = np.empty(c, x.dtype)
@@ -257,10 +302,11 @@ def _group_norm_kernel():
     def kernel(spec, input, num_groups, weight, bias, eps):
         args = (spec, input, num_groups, weight, bias, eps)
         d = spec[1]
-        x = _dense_rows(input, d)
-        empty = np.empty(0, d.numpy) if d in FLOAT else None
-        w = _flat_param(weight, d, empty)
-        b = _flat_param(bias, d, empty)
+        c = _compute(d)
+        x = _operand(input, c)
+        empty = np.empty(0, c.numpy)
+        w = _flat_param(weight, c, empty)
+        b = _flat_param(bias, c, empty)
         if x is None or w is None or b is None:
             return reference(*args)
         rows, groups, length = spec[3].stats_shape
@@ -270,7 +316,7 @@ def _group_norm_kernel():
         t = x.dtype.type
         kargs = (x, w, b, weight is not None, bias is not None, t(eps), t(1), t(length), out, length, hw, cg, groups)
         parallel(_jit().norm("group_norm-rows"), kargs, rows * groups, max(1, _GRAIN // length))
-        return from_array(out.reshape(input._shape), d)
+        return _result(out, d, input._shape)
 
     kernel.__name__ = "kiln_cpu__native_group_norm"
     kernel.__doc__ = "Numba kernel for _native_group_norm (kiln-cpu)."
@@ -285,9 +331,9 @@ def _norm_backward_kernel():
 
     def kernel(spec, grad, input, weight, mean, var, eps, layout, output_mask):
         args = (spec, grad, input, weight, mean, var, eps, layout, output_mask)
-        d = spec[0][1]
-        x = _dense_rows(input, d)
-        g = _dense_rows(grad, d)
+        d = spec[0][1]  # float32 for half-precision operands (widened)
+        x = _operand(input, d)
+        g = _operand(grad, d, gradient=True) if x is not None else None
         if x is None or g is None:
             return reference(*args)
         empty = np.empty(0, x.dtype)
@@ -386,11 +432,11 @@ def kernels() -> dict[str, tuple]:
     return {
         "_softmax": (_softmax_kernel("_softmax"), FLOAT + HALF),
         "_log_softmax": (_softmax_kernel("_log_softmax"), FLOAT + HALF),
-        "logsumexp": (_logsumexp_kernel(), FLOAT),
+        "logsumexp": (_logsumexp_kernel(), FLOAT + HALF),
         "_native_layer_norm": (_layer_norm_kernel(), FLOAT + HALF),
-        "_native_batch_norm": (_batch_norm_kernel(), FLOAT),
+        "_native_batch_norm": (_batch_norm_kernel(), FLOAT + HALF),
         "_batch_norm_stats": (_batch_norm_stats_kernel(), FLOAT),
-        "_native_group_norm": (_group_norm_kernel(), FLOAT),
+        "_native_group_norm": (_group_norm_kernel(), FLOAT + HALF),
         "_softmax_backward_data": (_softmax_backward_kernel("_softmax_backward_data"), FLOAT),
         "_log_softmax_backward_data": (_softmax_backward_kernel("_log_softmax_backward_data"), FLOAT),
         "_native_norm_backward": (_norm_backward_kernel(), FLOAT),

@@ -21,8 +21,9 @@ def numba_for_every_size(monkeypatch):
 
 @pytest.fixture
 def spy(monkeypatch):
-    """A list that receives ``(kind, code, layout)`` for every Numba loop the kernels call, with the
-    half-precision kind appended for float16/bfloat16 loops."""
+    """A list that receives ``(kind, code, layout)`` for every elementwise and reduction Numba loop the
+    kernels call (kinds "binary", "unary", "reduce", "ternary"), with the half-precision kind appended for
+    float16/bfloat16 loops (a ternary loop: its result's)."""
     calls: list[tuple] = []
     for kind in ("binary", "unary", "reduce"):
         real = getattr(_jit, kind)
@@ -32,6 +33,13 @@ def spy(monkeypatch):
             return _real(code, layout, *half)
 
         monkeypatch.setattr(_jit, kind, record)
+    real_ternary = _jit.ternary
+
+    def ternary(code, layout, hout=0, *rest):
+        calls.append(("ternary", code, layout, *([hout] if hout else [])))
+        return real_ternary(code, layout, hout, *rest)
+
+    monkeypatch.setattr(_jit, "ternary", ternary)
     return calls
 
 

@@ -47,6 +47,10 @@ NEG, ABS, RELU, EXP, LOG, SQRT, SIN, COS, TANH, SIGMOID, ERF, GELU, GELU_TANH = 
 _HEAVY_UNARY = frozenset((EXP, LOG, SIN, COS, TANH, SIGMOID, ERF, GELU, GELU_TANH))
 CAST = 13  # the value itself: with another output dtype, a conversion
 
+# ternary op codes (their own numbering): where(c, x, y); x + value*y*z; x + value*y/z; lerp(x, y, weight z);
+# clamp(x, low y, high z)
+WHERE, ADDCMUL, ADDCDIV, LERP, CLAMP = range(5)
+
 SUM, AMAX, AMIN = range(3)
 
 # ------------------------------------------------------------------------------------------ bit casts
@@ -755,8 +759,89 @@ def _make_unary(code, hin, hout):
     return {"flat": njit(**opts)(flat), "strided": njit(**opts)(strided)}
 
 
+def ternop(code, x, y, z, c):
+    """The ternary op ``code`` of ``x``, ``y``, ``z`` (``c``: addcmul's and addcdiv's value), in their
+    dtype, as the reference rounds it step by step (jitted only)."""
+    raise NotImplementedError
+
+
+@overload(ternop)
+def _ternop_impl(code, x, y, z, c):
+    k = _const_code(code)
+    if k is None:
+        return None
+    if k == WHERE:
+        return lambda code, x, y, z, c: y if x else z
+    if k == ADDCMUL:  # input + value * tensor1 * tensor2: the products in that order, then the sum
+        return lambda code, x, y, z, c: x + (c * y) * z
+    if k == ADDCDIV:
+        return lambda code, x, y, z, c: x + (c * y) / z
+    if k == LERP:
+        half = np.dtype(str(x)).type(0.5)
+        one = np.dtype(str(x)).type(1)
+
+        def lerp(code, x, y, z, c):  # PyTorch's two-sided form: exact at both ends
+            small = abs(z) < half
+            return (x if small else y) + (z if small else z - one) * (y - x)
+
+        return lerp
+    if k == CLAMP:  # maximum with the low bound, then minimum with the high one: NaN anywhere is NaN
+        return lambda code, x, y, z, c: binop(MINIMUM, binop(MAXIMUM, x, y, c), z, c)
+    raise ValueError(f"unknown ternary op code {k}")
+
+
+def _make_ternary(code, hout, kinds, scalars):
+    """The loops of ternary op ``code``: ``kinds`` the half-precision kind each operand is stored in (0: as
+    computed), ``scalars`` which operands are one-element arrays read at every position (a flat loop
+    keeps its vector form for the others); ``hout`` the result's kind."""
+    k0, k1, k2 = kinds
+    s0, s1, s2 = scalars
+
+    def flat(a, b, e, out, c, lo, hi):
+        """Operands dense in one layout (or scalars): one flat loop over [lo, hi)."""
+        av = a if s0 else a[lo:hi]
+        bv = b if s1 else b[lo:hi]
+        ev = e if s2 else e[lo:hi]
+        ov = out[lo:hi]
+        for i in range(hi - lo):
+            x = load(k0, av[0] if s0 else av[i])
+            y = load(k1, bv[0] if s1 else bv[i])
+            z = load(k2, ev[0] if s2 else ev[i])
+            ov[i] = store(hout, cast_value(hout, out, ternop(code, x, y, z, c)))
+
+    def strided(a, ao, ast, b, bo, bst, e, eo, est, out, ost, shape, c, lo, hi):
+        """Any strides, as the binary strided loop (:func:`_make_binary`), over three operands."""
+        _, n1, n2, n3 = shape
+        nb = (n3 + _BLOCK - 1) // _BLOCK
+        sa, sb, se, so = ast[3], bst[3], est[3], ost[3]
+        for t in range(lo, hi):
+            i, j, k, blk = _task(t, nb, n1, n2)
+            pa = ao + i * ast[0] + j * ast[1] + k * ast[2]
+            pb = bo + i * bst[0] + j * bst[1] + k * bst[2]
+            pe = eo + i * est[0] + j * est[1] + k * est[2]
+            po = i * ost[0] + j * ost[1] + k * ost[2]
+            for m in range(blk * _BLOCK, min(blk * _BLOCK + _BLOCK, n3)):
+                x = load(k0, a[_u(pa + m * sa)])
+                y = load(k1, b[_u(pb + m * sb)])
+                z = load(k2, e[_u(pe + m * se)])
+                out[_u(po + m * so)] = store(hout, cast_value(hout, out, ternop(code, x, y, z, c)))
+
+    return {"flat": njit(**_SERIAL)(flat), "strided": njit(**_SERIAL)(strided)}
+
+
+def ternary(code: int, layout: str, hout: int = 0, kinds: tuple = (0, 0, 0), scalars: tuple = (False,) * 3):
+    """The dispatcher for ternary op ``code`` in ``layout`` ("flat", "strided"), see :func:`_make_ternary`
+    (the strided loop reads scalars through stride 0: ``scalars`` only shapes the flat one)."""
+    key = (code, hout, kinds, scalars if layout == "flat" else (False,) * 3)
+    kernels = _TERNARY.get(key)
+    if kernels is None:
+        kernels = _TERNARY[key] = _make_ternary(code, hout, kinds, key[3])
+    return kernels[layout]
+
+
 _BINARY: dict[tuple, dict] = {}
 _UNARY: dict[tuple, dict] = {}
+_TERNARY: dict[tuple, dict] = {}
 
 
 def binary(code: int, layout: str, half: int = 0):

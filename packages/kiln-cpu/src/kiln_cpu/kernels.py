@@ -620,8 +620,10 @@ def kernels() -> dict[str, tuple]:
         kernels_nn,
         kernels_pool,
         kernels_scan,
+        kernels_ternary,
     )
 
-    for module in (kernels_nn, kernels_linalg, kernels_loss, kernels_conv, kernels_index, kernels_pool, kernels_scan):
+    modules = (kernels_nn, kernels_linalg, kernels_loss, kernels_conv, kernels_index, kernels_pool, kernels_scan)
+    for module in (*modules, kernels_ternary):
         table.update(module.kernels())
     return table

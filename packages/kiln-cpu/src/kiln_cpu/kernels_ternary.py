@@ -1,0 +1,165 @@
+"""kiln-cpu's ternary elementwise kernels: ``where``, ``addcmul``, ``addcdiv``, ``lerp`` and ``clamp`` (with
+``clamp_min`` and ``clamp_max``), broadcasting and any strides, as the binary kernels
+(:mod:`kiln_cpu.kernels`): one flat loop when the tensor operands share one dense layout (Python numbers
+read as one-element arrays at every position), else the strided loop over the shape coalesced to 4-d,
+with broadcast dims and numbers at stride 0. The result follows NumPy's (and PyTorch's) layout rule.
+
+Each op's arithmetic is the reference's, rounding for rounding, in the compute dtype: float32 for
+float16/bfloat16 storage (widened exactly, the result rounded back once, nearest-even), so results are
+bit for bit the reference's. A number operand takes the value the reference computes with: rounded to
+half precision first where the reference rounds it (``where``'s and ``clamp``'s operands), in float32
+where it does not (``lerp``'s weight, the ``value`` of ``addcmul``/``addcdiv``). The reference runs
+operands of another dtype than the result (the reference casts them), small outputs
+(:data:`kiln_cpu.config.min_numel`) and layouts left with more than 4 dims after merging.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from kiln._dispatch import OPS
+from kiln._reference import wrap_reference
+from kiln._tensor import Tensor, from_array
+from kiln_cpu import config
+from kiln_cpu.kernels import (
+    _F32,
+    _GRAIN,
+    _INTS,
+    FLOAT,
+    HALF,
+    _flat,
+    _kernels,
+    _run_strided,
+    _scalar,
+    bits,
+    half_kind,
+    parallel,
+)
+
+
+def _run_ternary(code: int, operands: list, c, shape: tuple, out_np: np.dtype, hout: int) -> np.ndarray | None:
+    """Ternary op ``code`` over ``shape`` (``operands``: tensors, or NumPy scalars in the compute dtype)
+    into a new array of ``out_np`` (uint16 bits for a half-precision result, kind ``hout``); None: not
+    taken (more than 4 dims after merging)."""
+    j = _kernels()
+    kinds = tuple(half_kind(x._dtype) if isinstance(x, Tensor) else 0 for x in operands)
+    tensors = [x for x in operands if isinstance(x, Tensor)]
+    lead = tensors[0]
+    if all(t._shape == shape and t._stride == lead._stride for t in tensors):
+        arrays = [_flat(bits(t._numpy())) for t in tensors]
+        if all(a is not None for a in arrays):
+            out = np.empty_like(bits(lead._numpy()), dtype=out_np)  # the operands' layout
+            fo = _flat(out)
+            if fo is not None:
+                flats = iter(arrays)
+                args = [next(flats) if isinstance(x, Tensor) else np.array([x]) for x in operands]
+                scalars = tuple(not isinstance(x, Tensor) for x in operands)
+                parallel(j.ternary(code, "flat", hout, kinds, scalars), (*args, fo, c), fo.size, _GRAIN)
+                return out
+    return _run_strided(lambda: j.ternary(code, "strided", hout, kinds), shape, operands, out_np, (c,))
+
+
+def _ternary_kernel(name: str, served: tuple, prepare):
+    """A kernel for ternary op ``name``: ``prepare(d, compute, *args) -> (code, operands, c)`` (or None:
+    the reference runs) picks the loop's op code, its three operands and its constant for result dtype
+    ``d`` computed in NumPy dtype ``compute``."""
+    reference = wrap_reference(OPS[name])
+
+    def kernel(spec, *args):
+        d = spec[1]
+        if d not in served or math.prod(spec[0]) < config.min_numel:
+            return reference(spec, *args)
+        half = half_kind(d)
+        prepared = prepare(d, _F32 if half else d.numpy, *args)
+        if prepared is None:
+            return reference(spec, *args)
+        code, operands, c = prepared
+        out = _run_ternary(code, operands, c, spec[0], np.dtype(np.uint16) if half else d.numpy, half)
+        if out is None:
+            return reference(spec, *args)
+        return from_array(out.view(d.numpy), d)
+
+    kernel.__name__ = f"kiln_cpu_{name}"
+    kernel.__doc__ = f"Numba kernel for {name} (kiln-cpu)."
+    return kernel
+
+
+def _operand(x, d, compute: np.dtype):
+    """A tensor of dtype ``d`` as it is, a Python number as the reference computes with it (rounded to
+    half precision first for a half-precision ``d``: :func:`kiln_cpu.kernels._scalar`); None for a tensor
+    of another dtype."""
+    if isinstance(x, Tensor):
+        return x if x._dtype is d else None
+    return _scalar(x, compute, d)
+
+
+def _prepare_where(d, compute, condition, input, other):
+    x, y = _operand(input, d, compute), _operand(other, d, compute)
+    if x is None or y is None:
+        return None
+    return _kernels().WHERE, [condition, x, y], compute.type(0)
+
+
+def _prepare_addc(code_name: str):
+    def prepare(d, compute, input, tensor1, tensor2, value=1):
+        operands = [input, tensor1, tensor2]
+        if any(t._dtype is not d for t in operands):
+            return None
+        return getattr(_kernels(), code_name), operands, compute.type(value)  # value: not rounded to d
+
+    return prepare
+
+
+def _prepare_lerp(d, compute, input, end, weight):
+    if input._dtype is not d or end._dtype is not d:
+        return None
+    if isinstance(weight, Tensor):
+        if weight._dtype is not d:
+            return None
+    else:
+        weight = compute.type(weight)  # the reference's weight: in the compute dtype, not rounded to d
+    return _kernels().LERP, [input, end, weight], compute.type(0)
+
+
+def _no_bound(compute: np.dtype, high: bool):
+    """What a missing bound is to ``maximum``/``minimum``: every value passes (inf, or the integer range's
+    end)."""
+    if compute.kind == "f":
+        return compute.type(np.inf if high else -np.inf)
+    info = np.iinfo(compute)
+    return compute.type(info.max if high else info.min)
+
+
+def _prepare_clamp(d, compute, input, min=None, max=None):
+    if input._dtype is not d:
+        return None
+    bounds = []
+    for bound, high in ((min, False), (max, True)):
+        b = _no_bound(compute, high) if bound is None else _operand(bound, d, compute)
+        if b is None:
+            return None
+        bounds.append(b)
+    return _kernels().CLAMP, [input, *bounds], compute.type(0)
+
+
+def kernels() -> dict[str, tuple]:
+    """The ternary kernels: op name -> (kernel, output dtypes served)."""
+    selected = FLOAT + HALF + _INTS
+    floats = FLOAT + HALF
+    return {
+        "where": (_ternary_kernel("where", selected, _prepare_where), selected),
+        "addcmul": (_ternary_kernel("addcmul", floats, _prepare_addc("ADDCMUL")), floats),
+        "addcdiv": (_ternary_kernel("addcdiv", floats, _prepare_addc("ADDCDIV")), floats),
+        "lerp": (_ternary_kernel("lerp", floats, _prepare_lerp), floats),
+        "clamp": (_ternary_kernel("clamp", selected, _prepare_clamp), selected),
+        "clamp_min": (
+            _ternary_kernel("clamp_min", selected, lambda d, c, x, low: _prepare_clamp(d, c, x, low)),
+            selected,
+        ),
+        "clamp_max": (
+            _ternary_kernel("clamp_max", selected, lambda d, c, x, high: _prepare_clamp(d, c, x, None, high)),
+            selected,
+        ),
+    }

@@ -74,6 +74,8 @@ def make_cases(kiln, torch) -> list[dict]:
     ah_k, bh_k = a_k.to(kiln.bfloat16), b_k.to(kiln.bfloat16)
     ah_t, bh_t = a_t.to(torch.bfloat16), b_t.to(torch.bfloat16)
     ah_np, bh_np = ah_k.numpy(), bh_k.numpy()
+    c_np = a_np > 0
+    c_k, c_t = kiln.from_numpy(c_np.copy()), torch.from_numpy(c_np.copy())
 
     def sigmoid_np(x):
         return 1.0 / (1.0 + np.exp(-x))
@@ -98,6 +100,22 @@ def make_cases(kiln, torch) -> list[dict]:
             lambda: kiln.nn.functional.gelu(a_k),
             lambda: torch.nn.functional.gelu(a_t),
             None,
+        ),
+        (
+            "where 16M",
+            "where(a > 0, a, b), float32, 16M (the condition computed once, outside the timing)",
+            (3 * f4 + 1) * N,
+            lambda: kiln.where(c_k, a_k, b_k),
+            lambda: torch.where(c_t, a_t, b_t),
+            lambda: np.where(c_np, a_np, b_np),
+        ),
+        (
+            "lerp 16M",
+            "lerp(a, b, 0.3), float32, 16M (NumPy: a + 0.3 * (b - a))",
+            3 * N * f4,
+            lambda: kiln.lerp(a_k, b_k, 0.3),
+            lambda: torch.lerp(a_t, b_t, 0.3),
+            lambda: a_np + np.float32(0.3) * (b_np - a_np),
         ),
         ("sum 16M", "a.sum(), float32, 16M", N * f4, lambda: a_k.sum(), lambda: a_t.sum(), lambda: a_np.sum()),
         ("max 16M", "a.max(), float32, 16M", N * f4, lambda: a_k.max(), lambda: a_t.max(), lambda: a_np.max()),

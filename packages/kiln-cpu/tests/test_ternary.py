@@ -122,6 +122,45 @@ def test_operands_of_other_dtypes_go_to_the_reference(spy):
     assert all(c[0] != "ternary" for c in spy)
 
 
+def _views(dtype, seed):
+    """Operands of shape (3, 4) in several layouts: contiguous, transposed, broadcast along either dim (an
+    expanded view), a 1-d tensor broadcast, a strided view, 0-d."""
+    return [
+        make((3, 4), dtype, seed),
+        make((4, 3), dtype, seed).t(),
+        make((1, 4), dtype, seed).expand(3, 4),
+        make((3, 1), dtype, seed).expand(3, 4),
+        make((4,), dtype, seed),
+        make((3, 8), dtype, seed)[:, ::2],
+        make((), dtype, seed),
+    ]
+
+
+@pytest.mark.parametrize("dtype", [kiln.float32, kiln.float16], ids=str)
+def test_layout_follows_the_references_steps(dtype, spy):
+    """Every combination of operand layouts: the result's layout is the one the reference's NumPy calls
+    give step by step (an intermediate result brings its own layout to the next step; in half precision
+    each operand is first copied to float32), and its values are the reference's, bit for bit."""
+    xs, ys, zs = (_views(dtype, seed) for seed in range(3))
+    count = 0
+    for x in xs:
+        for y in ys:
+            for z in zs:
+                for fn in (
+                    lambda: kiln.addcmul(x, y, z, value=0.5),
+                    lambda: kiln.addcdiv(x, y, z),
+                    lambda: kiln.lerp(x, y, z),
+                    lambda: kiln.lerp(x, y, 0.3),
+                    lambda: kiln.clamp(x, y, z),
+                    lambda: kiln.clamp_max(x, z),
+                    lambda: kiln.where(z > 0, x, y),
+                    lambda: kiln.where(z > 0, x, 1.5),
+                ):
+                    assert_same(fn(), reference(fn))
+                    count += 1
+    assert len([c for c in spy if c[0] == "ternary"]) == count
+
+
 def test_results_keep_the_layout_of_dense_operands(spy):
     """Transposed operands give a transposed result (the flat loop over their memory), as NumPy and PyTorch
     lay it out."""

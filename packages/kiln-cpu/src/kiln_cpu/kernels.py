@@ -143,13 +143,15 @@ def _operand(x, shape: tuple) -> tuple:
     return buf, off, strides
 
 
-def _run_strided(get_kernel, shape: tuple, operands: list, out_np: np.dtype, extra: tuple = ()):
+def _run_strided(get_kernel, shape: tuple, operands: list, out_np: np.dtype, extra: tuple = (), order=None):
     """Run the strided loop ``get_kernel()`` as ``kernel(*(storage, offset, strides4) per operand, out,
     out_strides4, shape4, *extra, lo, hi)`` over tasks of up to ``_jit._BLOCK`` innermost elements, into
-    a new array of ``shape`` laid out as NumPy (and PyTorch) lay out a result; None (nothing run) if more
-    than 4 dims remain after merging."""
+    a new array of ``shape`` laid out as NumPy (and PyTorch) lay out a result of the operands (or in dim
+    ``order``, outermost first, where given); None (nothing run) if more than 4 dims remain after
+    merging."""
     ops = [_operand(x, shape) for x in operands]
-    order = numpy_order(shape, [o[2] for o in ops])
+    if order is None:
+        order = numpy_order(shape, [o[2] for o in ops])
     dense = np.empty([shape[d] for d in order], out_np)
     out = dense.transpose(np.argsort(order))
     if dense.size:
@@ -197,6 +199,22 @@ def numpy_order(shape: tuple, strides: list[tuple]) -> list[int]:
         if pos != i0:
             perm.insert(pos, perm.pop(i0))
     return perm[::-1]
+
+
+def broadcast_strides(x, shape: tuple) -> tuple:
+    """The strides (in elements) of tensor ``x`` broadcast to ``shape``; all 0 for a number."""
+    return _operand(x, shape)[2]
+
+
+def dense_strides(shape: tuple, order: list) -> tuple:
+    """The strides of a new dense array of ``shape`` laid out in dim ``order`` (outermost first): what an
+    intermediate result of NumPy's brings to the layout of the next step."""
+    strides = [0] * len(shape)
+    step = 1
+    for d in reversed(order):
+        strides[d] = step
+        step *= shape[d]
+    return tuple(strides)
 
 
 def _run_binary(code: int, a, b, c, shape: tuple, out_np: np.dtype, half: int) -> np.ndarray | None:

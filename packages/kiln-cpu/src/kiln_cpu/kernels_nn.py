@@ -9,8 +9,7 @@ Served: ``_softmax``, ``_log_softmax``, ``logsumexp`` (last dim), ``_native_laye
 norm, group norm); float32 and float64, C-contiguous operands, and float16/bfloat16 everywhere, computed
 in float32 as the reference computes them (softmax, log-softmax and layer norm over the last dim widen
 blocks of rows inside the loop, :func:`kiln_cpu._jit_norm._half_rows`; the others widen the operands
-first, :func:`_operand`, and round the result once, :func:`_result`). The incoming gradient of a backward
-op may also be a view in C order with gaps or broadcast dims (copied). The norm loops follow the
+first, :func:`_computed`, and round the result once, :func:`_result`). The norm loops follow the
 reference's arithmetic step for step, bit for bit where each summed run has at most 128 elements and
 within a few ulps beyond (their leaves keep thirty-two running sums: :mod:`kiln_cpu._jit_norm`); the softmax loops
 differ from it in exp's last bit and in the order of a long row's sum.
@@ -35,30 +34,21 @@ from kiln._dispatch import OPS
 from kiln._reference import wrap_reference
 from kiln._tensor import Tensor, from_array
 from kiln_cpu import config
-from kiln_cpu.kernels import _GRAIN, bits, half_kind, loops, narrow, parallel, widen
-
-FLOAT = (dt.float32, dt.float64)
-HALF = (dt.float16, dt.bfloat16)  # computed in float32, as the reference computes them
+from kiln_cpu.kernels import _GRAIN, FLOAT, HALF, bits, half_kind, loops, narrow, parallel, widen
 
 _jit = loops("_jit_norm")
 
 
-def _dense_rows(a: Tensor, d, gradient: bool = False) -> np.ndarray | None:
+def _dense_rows(a: Tensor, d) -> np.ndarray | None:
     """The flat C-contiguous storage of ``a`` (half precision: its uint16 bits) when it is a non-empty,
-    large enough tensor of dtype ``d``, a float dtype (else None: the reference runs). A ``gradient``
-    (the backward ops' incoming gradient, whose other operands are C-contiguous) may also be a view in
-    C order with gaps or broadcast dims (``x.sum().backward()`` expands a 0-d one): copied to C order,
-    the reference's result is C-contiguous then too."""
+    large enough tensor of dtype ``d``, a float dtype (else None: the reference runs)."""
     if d not in FLOAT + HALF or a._dtype is not d or not a._shape:
         return None
     if config.too_small(math.prod(a._shape), multipass=True):
         return None
     x = a._numpy()
     if not x.flags.c_contiguous:
-        steps = [st for n, st in zip(x.shape, x.strides) if n > 1 and st != 0]
-        if not gradient or any(st < 0 for st in steps) or steps != sorted(steps, reverse=True):
-            return None
-        x = np.ascontiguousarray(x)
+        return None
     return bits(x).reshape(-1)
 
 
@@ -73,14 +63,14 @@ def _takes(src, c) -> bool:
     return src is c or (c is dt.float32 and src in HALF)
 
 
-def _operand(a: Tensor, c, gradient: bool = False) -> np.ndarray | None:
+def _computed(a: Tensor, c) -> np.ndarray | None:
     """The flat C-contiguous values of ``a`` for loops computing in ``c`` (float32 or float64), half
     precision widened to a new float32 array; None (the reference runs) as :func:`_dense_rows` or when
     ``a``'s dtype does not go into ``c``."""
     src = a._dtype
     if not _takes(src, c):
         return None
-    x = _dense_rows(a, src, gradient)
+    x = _dense_rows(a, src)
     half = half_kind(src)
     return widen(x, half) if x is not None and half else x
 
@@ -144,8 +134,8 @@ def _softmax_backward_kernel(name: str):
 
     def kernel(spec, grad_output, output, dim):
         d = spec[1]  # float32 for half-precision operands (widened)
-        y = _operand(output, d)
-        g = _operand(grad_output, d, gradient=True) if y is not None else None
+        y = _computed(output, d)
+        g = _computed(grad_output, d) if y is not None else None
         if y is None or g is None:
             return reference(spec, grad_output, output, dim)
         shape, axis = output._shape, spec[3]
@@ -171,7 +161,7 @@ def _logsumexp_kernel():
     def kernel(spec, a, dim, keepdim=False):
         if tuple(spec[3]) != (len(a._shape) - 1,):
             return reference(spec, a, dim, keepdim)
-        x = _operand(a, _compute(spec[1]))
+        x = _computed(a, _compute(spec[1]))
         if x is None:
             return reference(spec, a, dim, keepdim)
         n = a._shape[-1]
@@ -239,7 +229,7 @@ def _batch_norm_kernel():
         c = _compute(d)
         if len(input._shape) < 2 or (training and input._shape[1] == 1):
             return reference(*args)  # one channel: NumPy sums the merged dims in another order
-        x = _operand(input, c)
+        x = _computed(input, c)
         if x is None:
             return reference(*args)
         empty = np.empty(0, x.dtype)
@@ -272,7 +262,7 @@ def _batch_norm_stats_kernel():
 
     def kernel(spec, input):
         d = spec[0][1]  # float32 for a half-precision input (widened)
-        x = _operand(input, d) if input._shape[1] != 1 else None
+        x = _computed(input, d) if input._shape[1] != 1 else None
         if x is None:  # one channel: NumPy sums the merged dims in another order
             return reference(spec, input)
         n, c, hw, block = _channels(input._shape)
@@ -303,7 +293,7 @@ def _group_norm_kernel():
         args = (spec, input, num_groups, weight, bias, eps)
         d = spec[1]
         c = _compute(d)
-        x = _operand(input, c)
+        x = _computed(input, c)
         empty = np.empty(0, c.numpy)
         w = _flat_param(weight, c, empty)
         b = _flat_param(bias, c, empty)
@@ -332,8 +322,8 @@ def _norm_backward_kernel():
     def kernel(spec, grad, input, weight, mean, var, eps, layout, output_mask):
         args = (spec, grad, input, weight, mean, var, eps, layout, output_mask)
         d = spec[0][1]  # float32 for half-precision operands (widened)
-        x = _operand(input, d)
-        g = _operand(grad, d, gradient=True) if x is not None else None
+        x = _computed(input, d)
+        g = _computed(grad, d) if x is not None else None
         if x is None or g is None:
             return reference(*args)
         empty = np.empty(0, x.dtype)

@@ -2,7 +2,9 @@
 ``clamp_min`` and ``clamp_max``), broadcasting and any strides, as the binary kernels
 (:mod:`kiln_cpu.kernels`): one flat loop when the tensor operands share one dense layout (Python numbers
 read as one-element arrays at every position), else the strided loop over the shape coalesced to 4-d,
-with broadcast dims and numbers at stride 0. The result follows NumPy's (and PyTorch's) layout rule.
+with broadcast dims and numbers at stride 0. The result is laid out as the reference's: NumPy's layout
+rule applied step by step as the reference computes (``addcmul``'s ``value * t1``, then ``* t2``, then
+``input +``: each intermediate result brings its own layout to the next step, :func:`_layout`).
 
 Each op's arithmetic is the reference's, rounding for rounding, in the compute dtype: float32 for
 float16/bfloat16 storage (widened exactly, the result rounded back once, nearest-even), so results are
@@ -20,11 +22,11 @@ import math
 import numpy as np
 
 from kiln._dispatch import OPS
+from kiln._ops.elementwise import _compute_np
 from kiln._reference import wrap_reference
 from kiln._tensor import Tensor, from_array
 from kiln_cpu import config
 from kiln_cpu.kernels import (
-    _F32,
     _GRAIN,
     _INTS,
     FLOAT,
@@ -34,15 +36,68 @@ from kiln_cpu.kernels import (
     _run_strided,
     _scalar,
     bits,
+    dense_strides,
     half_kind,
+    numpy_order,
     parallel,
 )
 
 
-def _run_ternary(code: int, operands: list, c, shape: tuple, out_np: np.dtype, hout: int) -> np.ndarray | None:
+def _own(x, nd: int, widened: bool = False) -> tuple:
+    """(shape, strides) of an operand as NumPy sees it in an ``nd``-dim broadcast: a tensor's own dims
+    padded in front with size 1, a number all size 1. ``widened``: the reference's float32 copy of the
+    tensor instead (``kiln._ops._meta.astype``: row-major where a dim is broadcast, else the dims sorted
+    by stride, largest first), dense."""
+    if not isinstance(x, Tensor):
+        return (1,) * nd, (0,) * nd
+    shape, strides = x._shape, x._stride
+    if widened:
+        order = sorted(range(len(shape)), key=lambda d: -abs(strides[d])) if 0 not in strides else range(len(shape))
+        strides = dense_strides(shape, list(order))
+    pad = nd - len(shape)
+    return (1,) * pad + shape, (0,) * pad + strides
+
+
+def _step(*values) -> tuple:
+    """(shape, strides, dim order) of the new array NumPy makes for an elementwise call on ``values``
+    (each ``(shape, strides)``): the broadcast shape, laid out by NumPy's rule over the operands' strides
+    (0 where an operand is broadcast), dense."""
+    nd = len(values[0][0])
+    shape = tuple(max(v[0][d] for v in values) for d in range(nd))
+    strides = [tuple(s if v[0][d] == shape[d] else 0 for d, s in enumerate(v[1])) for v in values]
+    order = numpy_order(shape, strides)
+    return shape, dense_strides(shape, order), order
+
+
+def _layout(name: str, shape: tuple, args: tuple, widened: bool) -> list:
+    """The dim order (outermost first) of the reference's result of op ``name`` on ``args`` (its tensor
+    and number operands), following its NumPy calls step by step; ``widened``: the reference first
+    copies each tensor operand to float32 (half precision; not ``where``'s condition)."""
+    nd = len(shape)
+    v = [None if x is None else _own(x, nd, widened and not (name == "where" and i == 0)) for i, x in enumerate(args)]
+    if name == "where":
+        out = _step(*v)
+    elif name in ("addcmul", "addcdiv"):  # input + (value * t1) * t2, input + (value * t1) / t2
+        out = _step(v[0], _step(_step(v[1])[:2], v[2])[:2])
+    elif name == "lerp":  # where(small, a, b) + where(small, w, w - 1) * (b - a), small = |w| < 0.5
+        a, b, w = v[:3]
+        small = _step(w)[:2]  # and w - 1 alike
+        picked = _step(small, a, b)[:2]
+        weight = _step(small, w, small)[:2]
+        out = _step(picked, _step(weight, _step(a, b)[:2])[:2])
+    else:  # clamp: maximum with the low bound, then minimum with the high one, each where given
+        out = v[0]
+        for bound in v[1:]:
+            if bound is not None:
+                out = _step(out[:2], bound)
+    return out[2]
+
+
+def _run_ternary(code: int, operands: list, c, shape: tuple, out_np: np.dtype, hout: int, order) -> np.ndarray | None:
     """Ternary op ``code`` over ``shape`` (``operands``: tensors, or NumPy scalars in the compute dtype)
-    into a new array of ``out_np`` (uint16 bits for a half-precision result, kind ``hout``); None: not
-    taken (more than 4 dims after merging)."""
+    into a new array of ``out_np`` (uint16 bits for a half-precision result, kind ``hout``): in the
+    layout every tensor operand shares when they share a dense one, else in dim order ``order()``;
+    None: not taken (more than 4 dims after merging)."""
     j = _kernels()
     kinds = tuple(half_kind(x._dtype) if isinstance(x, Tensor) else 0 for x in operands)
     tensors = [x for x in operands if isinstance(x, Tensor)]
@@ -58,13 +113,15 @@ def _run_ternary(code: int, operands: list, c, shape: tuple, out_np: np.dtype, h
                 scalars = tuple(not isinstance(x, Tensor) for x in operands)
                 parallel(j.ternary(code, "flat", hout, kinds, scalars), (*args, fo, c), fo.size, _GRAIN)
                 return out
-    return _run_strided(lambda: j.ternary(code, "strided", hout, kinds), shape, operands, out_np, (c,))
+    return _run_strided(lambda: j.ternary(code, "strided", hout, kinds), shape, operands, out_np, (c,), order())
 
 
-def _ternary_kernel(name: str, served: tuple, prepare):
+def _ternary_kernel(name: str, served: tuple, prepare, steps: str | None = None):
     """A kernel for ternary op ``name``: ``prepare(d, compute, *args) -> (code, operands, c)`` (or None:
     the reference runs) picks the loop's op code, its three operands and its constant for result dtype
-    ``d`` computed in NumPy dtype ``compute``."""
+    ``d`` computed in NumPy dtype ``compute``; ``steps``: the op whose NumPy calls lay out the result
+    (:func:`_layout`; ``name`` by default)."""
+    steps = steps or name
     reference = wrap_reference(OPS[name])
 
     def kernel(spec, *args):
@@ -72,11 +129,12 @@ def _ternary_kernel(name: str, served: tuple, prepare):
         if d not in served or math.prod(spec[0]) < config.min_numel:
             return reference(spec, *args)
         half = half_kind(d)
-        prepared = prepare(d, _F32 if half else d.numpy, *args)
+        prepared = prepare(d, _compute_np(d), *args)
         if prepared is None:
             return reference(spec, *args)
         code, operands, c = prepared
-        out = _run_ternary(code, operands, c, spec[0], np.dtype(np.uint16) if half else d.numpy, half)
+        out_np = np.dtype(np.uint16) if half else d.numpy
+        out = _run_ternary(code, operands, c, spec[0], out_np, half, lambda: _layout(steps, spec[0], args, bool(half)))
         if out is None:
             return reference(spec, *args)
         return from_array(out.view(d.numpy), d)
@@ -86,7 +144,7 @@ def _ternary_kernel(name: str, served: tuple, prepare):
     return kernel
 
 
-def _operand(x, d, compute: np.dtype):
+def _value(x, d, compute: np.dtype):
     """A tensor of dtype ``d`` as it is, a Python number as the reference computes with it (rounded to
     half precision first for a half-precision ``d``: :func:`kiln_cpu.kernels._scalar`); None for a tensor
     of another dtype."""
@@ -96,7 +154,7 @@ def _operand(x, d, compute: np.dtype):
 
 
 def _prepare_where(d, compute, condition, input, other):
-    x, y = _operand(input, d, compute), _operand(other, d, compute)
+    x, y = _value(input, d, compute), _value(other, d, compute)
     if x is None or y is None:
         return None
     return _kernels().WHERE, [condition, x, y], compute.type(0)
@@ -137,7 +195,7 @@ def _prepare_clamp(d, compute, input, min=None, max=None):
         return None
     bounds = []
     for bound, high in ((min, False), (max, True)):
-        b = _no_bound(compute, high) if bound is None else _operand(bound, d, compute)
+        b = _no_bound(compute, high) if bound is None else _value(bound, d, compute)
         if b is None:
             return None
         bounds.append(b)
@@ -154,12 +212,9 @@ def kernels() -> dict[str, tuple]:
         "addcdiv": (_ternary_kernel("addcdiv", floats, _prepare_addc("ADDCDIV")), floats),
         "lerp": (_ternary_kernel("lerp", floats, _prepare_lerp), floats),
         "clamp": (_ternary_kernel("clamp", selected, _prepare_clamp), selected),
-        "clamp_min": (
-            _ternary_kernel("clamp_min", selected, lambda d, c, x, low: _prepare_clamp(d, c, x, low)),
-            selected,
-        ),
+        "clamp_min": (_ternary_kernel("clamp_min", selected, _prepare_clamp, "clamp"), selected),
         "clamp_max": (
-            _ternary_kernel("clamp_max", selected, lambda d, c, x, high: _prepare_clamp(d, c, x, None, high)),
+            _ternary_kernel("clamp_max", selected, lambda d, c, x, high: _prepare_clamp(d, c, x, None, high), "clamp"),
             selected,
         ),
     }

@@ -142,21 +142,22 @@ def test_layout_follows_the_references_steps(dtype, spy):
     give step by step (an intermediate result brings its own layout to the next step; in half precision
     each operand is first copied to float32), and its values are the reference's, bit for bit."""
     xs, ys, zs = (_views(dtype, seed) for seed in range(3))
+    fns = (
+        lambda x, y, z: kiln.addcmul(x, y, z, value=0.5),
+        lambda x, y, z: kiln.addcdiv(x, y, z),
+        lambda x, y, z: kiln.lerp(x, y, z),
+        lambda x, y, z: kiln.lerp(x, y, 0.3),
+        lambda x, y, z: kiln.clamp(x, y, z),
+        lambda x, y, z: kiln.clamp_max(x, z),
+        lambda x, y, z: kiln.where(z > 0, x, y),
+        lambda x, y, z: kiln.where(z > 0, x, 1.5),
+    )
     count = 0
     for x in xs:
         for y in ys:
             for z in zs:
-                for fn in (
-                    lambda: kiln.addcmul(x, y, z, value=0.5),
-                    lambda: kiln.addcdiv(x, y, z),
-                    lambda: kiln.lerp(x, y, z),
-                    lambda: kiln.lerp(x, y, 0.3),
-                    lambda: kiln.clamp(x, y, z),
-                    lambda: kiln.clamp_max(x, z),
-                    lambda: kiln.where(z > 0, x, y),
-                    lambda: kiln.where(z > 0, x, 1.5),
-                ):
-                    assert_same(fn(), reference(fn))
+                for fn in fns:
+                    assert_same(fn(x, y, z), reference(fn, x, y, z))
                     count += 1
     assert len([c for c in spy if c[0] == "ternary"]) == count
 

@@ -677,6 +677,13 @@ def _u(i):
     return np.uint64(i)
 
 
+@register_jitable
+def _start(offset, strides, i, j, k):
+    """The position of element (i, j, k, 0) of a strided loop's operand: its offset plus the strides of
+    its three outer dims (of four)."""
+    return offset + i * strides[0] + j * strides[1] + k * strides[2]
+
+
 def _make_binary(code, half):
     out_half = 0 if EQ <= code <= GE else half  # comparisons store bools
 
@@ -706,9 +713,9 @@ def _make_binary(code, half):
         so = ost[3]
         for t in range(lo, hi):
             i, j, k, blk = _task(t, nb, n1, n2)
-            pa = ao + i * ast[0] + j * ast[1] + k * ast[2]
-            pb = bo + i * bst[0] + j * bst[1] + k * bst[2]
-            po = i * ost[0] + j * ost[1] + k * ost[2]
+            pa = _start(ao, ast, i, j, k)
+            pb = _start(bo, bst, i, j, k)
+            po = _start(0, ost, i, j, k)
             for m in range(blk * _BLOCK, min(blk * _BLOCK + _BLOCK, n3)):
                 x = load(half, a[_u(pa + m * sa)])
                 y = load(half, b[_u(pb + m * sb)])
@@ -750,8 +757,8 @@ def _make_unary(code, hin, hout):
         so = ost[3]
         for t in range(lo, hi):
             i, j, k, blk = _task(t, nb, n1, n2)
-            pa = ao + i * ast[0] + j * ast[1] + k * ast[2]
-            po = i * ost[0] + j * ost[1] + k * ost[2]
+            pa = _start(ao, ast, i, j, k)
+            po = _start(0, ost, i, j, k)
             for m in range(blk * _BLOCK, min(blk * _BLOCK + _BLOCK, n3)):
                 x = load(hin, a[_u(pa + m * sa)])
                 out[_u(po + m * so)] = store(hout, cast_value(hout, out, unop(code, x)))
@@ -816,10 +823,10 @@ def _make_ternary(code, hout, kinds, scalars):
         sa, sb, se, so = ast[3], bst[3], est[3], ost[3]
         for t in range(lo, hi):
             i, j, k, blk = _task(t, nb, n1, n2)
-            pa = ao + i * ast[0] + j * ast[1] + k * ast[2]
-            pb = bo + i * bst[0] + j * bst[1] + k * bst[2]
-            pe = eo + i * est[0] + j * est[1] + k * est[2]
-            po = i * ost[0] + j * ost[1] + k * ost[2]
+            pa = _start(ao, ast, i, j, k)
+            pb = _start(bo, bst, i, j, k)
+            pe = _start(eo, est, i, j, k)
+            po = _start(0, ost, i, j, k)
             for m in range(blk * _BLOCK, min(blk * _BLOCK + _BLOCK, n3)):
                 x = load(k0, a[_u(pa + m * sa)])
                 y = load(k1, b[_u(pb + m * sb)])

@@ -84,6 +84,12 @@ def _result(out: np.ndarray, d, shape: tuple) -> Tensor:
     return from_array(out.view(d.numpy).reshape(shape), d)
 
 
+def _affine(weight: Tensor | None, bias: Tensor | None, c) -> tuple:
+    """(weight, bias) as :func:`_flat_param` gives them for compute dtype ``c`` (empty when absent)."""
+    empty = np.empty(0, c.numpy)
+    return _flat_param(weight, c, empty), _flat_param(bias, c, empty)
+
+
 def _flat_param(t: Tensor | None, c, empty: np.ndarray) -> np.ndarray | None:
     """A parameter (weight, bias, statistics) as a flat contiguous array of compute dtype ``c`` (half
     precision widened); ``empty`` when absent; None when its dtype does not go into ``c`` (the reference
@@ -184,9 +190,7 @@ def _layer_norm_kernel():
         d = spec[1]
         c = _compute(d)
         x = _dense_rows(a, d)
-        empty = np.empty(0, c.numpy)
-        w = _flat_param(weight, c, empty)
-        b = _flat_param(bias, c, empty)
+        w, b = _affine(weight, bias, c)
         if x is None or w is None or b is None:
             return reference(spec, a, normalized_shape, weight, bias, eps)
         lay = spec[3]
@@ -232,9 +236,8 @@ def _batch_norm_kernel():
         x = _computed(input, c)
         if x is None:
             return reference(*args)
+        w, b = _affine(weight, bias, c)
         empty = np.empty(0, x.dtype)
-        w = _flat_param(weight, c, empty)
-        b = _flat_param(bias, c, empty)
         mean = r = empty
         if not training:
             mean = _flat_param(running_mean, c, empty)
@@ -294,9 +297,7 @@ def _group_norm_kernel():
         d = spec[1]
         c = _compute(d)
         x = _computed(input, c)
-        empty = np.empty(0, c.numpy)
-        w = _flat_param(weight, c, empty)
-        b = _flat_param(bias, c, empty)
+        w, b = _affine(weight, bias, c)
         if x is None or w is None or b is None:
             return reference(*args)
         rows, groups, length = spec[3].stats_shape

@@ -312,7 +312,11 @@ def test_empty_batch_goes_to_the_reference(conv_spy):
 HANDED_BACK = {
     "conv1d": lambda: (F.conv1d, _rand((2, 3, 9), kiln.float32, 0), _rand((4, 3, 3), kiln.float32, 1)),
     "conv3d": lambda: (F.conv3d, _rand((1, 2, 4, 4, 4), kiln.float32, 0), _rand((3, 2, 2, 2, 2), kiln.float32, 1)),
-    "float16": lambda: (F.conv2d, _rand((2, 4, 6, 6), kiln.float16, 0), _rand((3, 4, 3, 3), kiln.float16, 1)),
+    "float16-expanded": lambda: (
+        F.conv2d,
+        _rand((1, 4, 6, 6), kiln.float16, 0).expand(2, 4, 6, 6),  # half precision widened only when dense
+        _rand((3, 4, 3, 3), kiln.float16, 1),
+    ),
     "transposed-mixed-bias": lambda: (
         lambda x, w: F.conv_transpose2d(x, w, _rand((2,), kiln.float32, 2)),
         _rand((2, 3, 5, 5), kiln.float64, 0),
@@ -326,6 +330,32 @@ def test_other_convolutions_go_to_the_reference(case, conv_spy):
     fn, x, w = HANDED_BACK[case]()
     assert_same(fn(x, w), reference(fn, x, w))
     assert conv_spy == []
+
+
+@pytest.mark.parametrize("dtype", [kiln.float16, kiln.bfloat16], ids=str)
+def test_half_precision_through_the_float32_loops(dtype, conv_spy):
+    """float16/bfloat16 convolutions, forward (with a bias), transposed, and both gradients through autograd:
+    the operands widened to float32, the float32 loops, the results rounded once, as the reference
+    computes them; within one half-precision ulp (the float32 sums run in BLAS's order)."""
+    x = _rand((2, 4, 9, 9), kiln.float32, 0).to(dtype).requires_grad_()
+    w = (_rand((6, 4, 3, 3), kiln.float32, 1) * 0.3).to(dtype).requires_grad_()
+    b = _rand((6,), kiln.float32, 2).to(dtype)
+    wt = (_rand((4, 3, 3, 3), kiln.float32, 3) * 0.3).to(dtype)
+    g = _rand((2, 6, 5, 5), kiln.float32, 4).to(dtype)
+    tol = {"ulps": 1, "atol": 1e-2}
+
+    def conv(x, w):
+        return F.conv2d(x, w, b, stride=2, padding=1)
+
+    xd, wd = x.detach(), w.detach()
+    assert_same(conv(xd, wd), reference(conv, xd, wd), **tol)
+    tr = lambda x: F.conv_transpose2d(x, wt, stride=2, padding=1)
+    assert_same(tr(xd), reference(tr, xd), **tol)
+    grads = lambda x, w: kiln.autograd.grad(conv(x, w), (x, w), g)
+    for got, want in zip(grads(x, w), reference(grads, x, w)):
+        assert got.dtype == dtype
+        assert_same(got, want, ulps=2, atol=2e-2)
+    assert {"conv_blocks", "conv_transpose_blocks", "conv_by_weight_blocks"} <= set(conv_spy)
 
 
 def test_small_sizes_go_to_the_reference(conv_spy, monkeypatch):

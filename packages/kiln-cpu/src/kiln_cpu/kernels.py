@@ -394,6 +394,61 @@ def narrow(x: np.ndarray, half: int) -> np.ndarray:
     return cast_flat(x, np.empty(x.size, np.uint16), 0, half)
 
 
+def _widened(t: Tensor) -> Tensor | None:
+    """The float16/bfloat16 tensor ``t`` as a new float32 tensor in its own layout (exact, as the
+    reference's ``astype`` widens it); None unless its elements fill one block of memory."""
+    x = bits(t._numpy())
+    fx = _flat(x) if 0 not in x.strides else None
+    if fx is None:
+        return None
+    out = np.empty_like(x, dtype=_F32)  # "K" order: the same layout
+    cast_flat(fx, _flat(out), half_kind(t._dtype), 0)
+    return from_array(out, dt.float32)
+
+
+def _rounded(t: Tensor, d: dt.dtype) -> Tensor:
+    """The float32 result ``t`` rounded once to half precision ``d`` (nearest-even), in its layout."""
+    x = t._numpy()
+    fx = _flat(x)
+    if fx is None:  # not dense: NumPy's conversion (the reference's own)
+        return from_array(x, d)
+    out = np.empty_like(x, dtype=np.uint16)
+    cast_flat(fx, _flat(out), 0, half_kind(d))
+    return from_array(out.view(d.numpy), d)
+
+
+def through_float32(name: str, kernel):
+    """Kernel ``kernel`` (float32/float64 loops) for op ``name`` extended to float16/bfloat16 the way the
+    reference computes those: each half-precision tensor operand widened to float32 in its layout, the
+    float32 kernel on a spec whose half-precision results are float32, each such result rounded back
+    once. The reference runs where an operand's elements do not fill one block of memory."""
+    opdef = OPS[name]
+    reference = wrap_reference(opdef)
+    multi = opdef.num_outputs > 1
+
+    def wrapped(spec, *args):
+        specs = spec if multi else (spec,)
+        halves = [s[1] if s[1] in HALF else None for s in specs]
+        if not any(halves) and not any(isinstance(a, Tensor) and a._dtype in HALF for a in args):
+            return kernel(spec, *args)
+        wide = []
+        for a in args:
+            if isinstance(a, Tensor) and a._dtype in HALF:
+                a = _widened(a)
+                if a is None:
+                    return reference(spec, *args)
+            wide.append(a)
+        specs32 = [s if h is None else (s[0], dt.float32, *s[2:]) for s, h in zip(specs, halves)]
+        out = kernel(tuple(specs32) if multi else specs32[0], *wide)
+        outs = out if multi else (out,)
+        outs = [o if h is None else _rounded(o, h) for o, h in zip(outs, halves)]
+        return tuple(outs) if multi else outs[0]
+
+    wrapped.__name__ = getattr(kernel, "__name__", f"kiln_cpu_{name}")
+    wrapped.__doc__ = f"{kernel.__doc__} float16/bfloat16 through the float32 kernel."
+    return wrapped
+
+
 def _to_copy_kernel():
     reference = wrap_reference(OPS["_to_copy"])
 

@@ -35,7 +35,9 @@ order in which products are summed (BLAS blocks differently than the reference's
 back to the reference: other dims (1-d, 3-d), dtypes other than float32/float64 (or mixed, e.g. a
 transposed convolution's float32 bias on float64), empty results or inputs, fewer columns (multiply-
 adds per kernel offset) than :data:`kiln_cpu.config.min_numel`, and a BLAS whose gemm the loops cannot
-call (other than OpenBLAS: the reference's whole-batch products use it through NumPy).
+call (other than OpenBLAS: the reference's whole-batch products use it through NumPy). float16 and
+bfloat16 run these float32 loops, as the reference computes them (:func:`kiln_cpu.kernels.through_float32`:
+the operands widened, the result rounded once; non-dense half-precision operands go to the reference).
 """
 
 from __future__ import annotations
@@ -44,14 +46,12 @@ import math
 
 import numpy as np
 
-from kiln import _dtype as dt
 from kiln._dispatch import OPS
 from kiln._reference import wrap_reference
 from kiln._tensor import from_array
 from kiln_cpu import _blas, _threads, config
-from kiln_cpu.kernels import _GRAIN, loops, parallel
+from kiln_cpu.kernels import _GRAIN, FLOAT, HALF, loops, parallel, through_float32
 
-FLOAT = (dt.float32, dt.float64)
 _BLOCK_BYTES = 1 << 19
 """Bytes of columns per block: with the weight and the product's packed panels a block stays in a 2 MiB
 L2 cache (measured at 64 channels, 3x3, 32x32: 512 KiB a few % faster than 256 KiB, 1 and 2.3 MiB)."""
@@ -276,4 +276,4 @@ def _conv_kernel():
 
 def kernels() -> dict[str, tuple]:
     """The convolution kernels: op name -> (kernel, output dtypes served)."""
-    return {"convolution": (_conv_kernel(), FLOAT)}
+    return {"convolution": (through_float32("convolution", _conv_kernel()), FLOAT + HALF)}

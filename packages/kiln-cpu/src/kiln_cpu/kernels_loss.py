@@ -7,7 +7,8 @@ reference's product, so the results are bit for bit the reference's. Loops in Nu
 
 Handed back to the reference: small inputs (:data:`kiln_cpu.config.multipass_min_numel`), dtypes other than
 float32/float64 (and a weight of another dtype), non-contiguous inputs (forward; the backward reads
-only the input's shape), and out-of-range targets (the reference raises the error).
+only the input's shape), and out-of-range targets (the reference raises the error). float16 and bfloat16
+run the float32 loops, as the reference computes them (:func:`kiln_cpu.kernels.through_float32`).
 """
 
 from __future__ import annotations
@@ -16,14 +17,11 @@ import math
 
 import numpy as np
 
-from kiln import _dtype as dt
 from kiln._dispatch import OPS
 from kiln._reference import wrap_reference
 from kiln._tensor import from_array
 from kiln_cpu import config
-from kiln_cpu.kernels import _GRAIN, loops, parallel
-
-FLOAT = (dt.float32, dt.float64)
+from kiln_cpu.kernels import _GRAIN, FLOAT, HALF, loops, parallel, through_float32
 
 _jit = loops("_jit_loss")
 
@@ -126,4 +124,7 @@ def _nll_backward_kernel():
 
 def kernels() -> dict[str, tuple]:
     """The loss kernels: op name -> (kernel, output dtypes served)."""
-    return {"_nll_loss": (_nll_kernel(), FLOAT), "_nll_loss_backward": (_nll_backward_kernel(), FLOAT)}
+    return {
+        "_nll_loss": (through_float32("_nll_loss", _nll_kernel()), FLOAT + HALF),
+        "_nll_loss_backward": (through_float32("_nll_loss_backward", _nll_backward_kernel()), FLOAT + HALF),
+    }

@@ -15,7 +15,8 @@ or two beyond.
 
 Handed back to the reference: tiny calls (below :data:`kiln_cpu.config.multipass_min_numel` elements
 or :data:`kiln_cpu.config.min_numel`, whichever is smaller), empty tensors, dtypes other than float32/float64
-(or an input of another dtype).
+(or an input of another dtype). float16 and bfloat16 run the float32 loops, as the reference computes them
+(:func:`kiln_cpu.kernels.through_float32`: widened exactly, rounded once; bit for bit).
 """
 
 from __future__ import annotations
@@ -24,13 +25,11 @@ import math
 
 import numpy as np
 
-from kiln import _dtype as dt
 from kiln._ops.nn_pool import _adaptive_bounds, _window_positions
 from kiln._tensor import from_array
 from kiln_cpu import config
-from kiln_cpu.kernels import _GRAIN, loops, parallel, with_fallback
+from kiln_cpu.kernels import _GRAIN, FLOAT, HALF, loops, parallel, through_float32, with_fallback
 
-FLOAT = (dt.float32, dt.float64)
 _j = loops("_jit_pool")
 
 
@@ -260,10 +259,11 @@ def _separable_backward(spec, grad, input_size, kind, params):
 
 def kernels() -> dict[str, tuple]:
     """The pooling kernels: op name -> (kernel, output dtypes served)."""
-    return {
-        "_max_pool": (with_fallback("_max_pool", _max_pool), FLOAT),
-        "_adaptive_max_pool": (with_fallback("_adaptive_max_pool", _adaptive_max_pool), FLOAT),
-        "_argmax_scatter": (with_fallback("_argmax_scatter", _argmax_scatter), FLOAT),
-        "_separable": (with_fallback("_separable", _separable), FLOAT),
-        "_separable_backward": (with_fallback("_separable_backward", _separable_backward), FLOAT),
+    bodies = {
+        "_max_pool": _max_pool,
+        "_adaptive_max_pool": _adaptive_max_pool,
+        "_argmax_scatter": _argmax_scatter,
+        "_separable": _separable,
+        "_separable_backward": _separable_backward,
     }
+    return {name: (through_float32(name, with_fallback(name, body)), FLOAT + HALF) for name, body in bodies.items()}

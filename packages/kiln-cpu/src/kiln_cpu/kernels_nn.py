@@ -7,9 +7,10 @@ Served: ``_softmax``, ``_log_softmax``, ``logsumexp`` (last dim), ``_native_laye
 ``_native_group_norm``, and the fused backward ops ``_softmax_backward_data``,
 ``_log_softmax_backward_data`` and ``_native_norm_backward`` (batch norm in training and eval, layer
 norm, group norm); float32 and float64, C-contiguous operands, and float16/bfloat16 everywhere, computed
-in float32 as the reference computes them (softmax, log-softmax and layer norm over the last dim widen
-blocks of rows inside the loop, :func:`kiln_cpu._jit_norm._half_rows`; the others widen the operands
-first, :func:`_computed`, and round the result once, :func:`_result`). The norm loops follow the
+in float32 as the reference computes them, and rounded once: softmax and log-softmax widen blocks of
+rows inside the loop along the last dim (:func:`kiln_cpu._jit_norm._half_rows`) and the whole input
+along another, layer norm blocks of rows; the other kernels run their float32 loops on widened operands
+(:func:`kiln_cpu.kernels.through_float32`). The norm loops follow the
 reference's arithmetic step for step, bit for bit where each summed run has at most 128 elements and
 within a few ulps beyond (their leaves keep thirty-two running sums: :mod:`kiln_cpu._jit_norm`); the softmax loops
 differ from it in exp's last bit and in the order of a long row's sum.
@@ -34,7 +35,7 @@ from kiln._dispatch import OPS
 from kiln._reference import wrap_reference
 from kiln._tensor import Tensor, from_array
 from kiln_cpu import config
-from kiln_cpu.kernels import _GRAIN, FLOAT, HALF, bits, half_kind, loops, narrow, parallel, widen
+from kiln_cpu.kernels import _GRAIN, FLOAT, HALF, bits, half_kind, loops, narrow, parallel, through_float32, widen
 
 _jit = loops("_jit_norm")
 
@@ -61,18 +62,6 @@ def _takes(src, c) -> bool:
     """Whether an operand of dtype ``src`` goes into loops computing in ``c``: its own dtype, or half
     precision into float32 (widened exactly, as the reference widens it)."""
     return src is c or (c is dt.float32 and src in HALF)
-
-
-def _computed(a: Tensor, c) -> np.ndarray | None:
-    """The flat C-contiguous values of ``a`` for loops computing in ``c`` (float32 or float64), half
-    precision widened to a new float32 array; None (the reference runs) as :func:`_dense_rows` or when
-    ``a``'s dtype does not go into ``c``."""
-    src = a._dtype
-    if not _takes(src, c):
-        return None
-    x = _dense_rows(a, src)
-    half = half_kind(src)
-    return widen(x, half) if x is not None and half else x
 
 
 def _result(out: np.ndarray, d, shape: tuple) -> Tensor:
@@ -139,9 +128,9 @@ def _softmax_backward_kernel(name: str):
     tag = "log_softmax_backward" if name.startswith("_log") else "softmax_backward"
 
     def kernel(spec, grad_output, output, dim):
-        d = spec[1]  # float32 for half-precision operands (widened)
-        y = _computed(output, d)
-        g = _computed(grad_output, d) if y is not None else None
+        d = spec[1]  # float32 for half-precision operands (widened by through_float32)
+        y = _dense_rows(output, d)
+        g = _dense_rows(grad_output, d)
         if y is None or g is None:
             return reference(spec, grad_output, output, dim)
         shape, axis = output._shape, spec[3]
@@ -167,13 +156,13 @@ def _logsumexp_kernel():
     def kernel(spec, a, dim, keepdim=False):
         if tuple(spec[3]) != (len(a._shape) - 1,):
             return reference(spec, a, dim, keepdim)
-        x = _computed(a, _compute(spec[1]))
+        x = _dense_rows(a, spec[1])
         if x is None:
             return reference(spec, a, dim, keepdim)
         n = a._shape[-1]
         out = np.empty(x.size // n, x.dtype)
         parallel(_jit().norm("logsumexp-rows"), (x, out, n), out.size, max(1, _GRAIN // n))
-        return _result(out, spec[1], spec[0])
+        return from_array(out.reshape(spec[0]), spec[1])
 
     kernel.__name__ = "kiln_cpu_logsumexp"
     kernel.__doc__ = "Numba kernel for logsumexp over the last dim (kiln-cpu)."
@@ -230,18 +219,17 @@ def _batch_norm_kernel():
     def kernel(spec, input, weight, bias, running_mean, running_var, training, eps):
         args = (spec, input, weight, bias, running_mean, running_var, training, eps)
         d = spec[1]
-        c = _compute(d)
         if len(input._shape) < 2 or (training and input._shape[1] == 1):
             return reference(*args)  # one channel: NumPy sums the merged dims in another order
-        x = _computed(input, c)
+        x = _dense_rows(input, d)
         if x is None:
             return reference(*args)
-        w, b = _affine(weight, bias, c)
+        w, b = _affine(weight, bias, d)
         empty = np.empty(0, x.dtype)
         mean = r = empty
         if not training:
-            mean = _flat_param(running_mean, c, empty)
-            var = _flat_param(running_var, c, empty)
+            mean = _flat_param(running_mean, d, empty)
+            var = _flat_param(running_var, d, empty)
             if mean is None or var is None:
                 return reference(*args)
             with np.errstate(all="ignore"):
@@ -253,7 +241,7 @@ def _batch_norm_kernel():
         t = x.dtype.type
         kargs = (x, w, b, weight is not None, bias is not None, t(eps), t(1), t(n * hw), bool(training), mean, r)
         parallel(_jit().norm("batch_norm-channels"), (*kargs, out, n, ch, hw, block), -(-ch // block), 1)
-        return _result(out, d, input._shape)
+        return from_array(out.reshape(input._shape), d)
 
     kernel.__name__ = "kiln_cpu__native_batch_norm"
     kernel.__doc__ = "Numba kernel for _native_batch_norm (kiln-cpu): NC* contiguous input, training or eval."
@@ -264,8 +252,8 @@ def _batch_norm_stats_kernel():
     reference = wrap_reference(OPS["_batch_norm_stats"])
 
     def kernel(spec, input):
-        d = spec[0][1]  # float32 for a half-precision input (widened)
-        x = _computed(input, d) if input._shape[1] != 1 else None
+        d = spec[0][1]  # float32 for a half-precision input (widened by through_float32)
+        x = _dense_rows(input, d) if input._shape[1] != 1 else None
         if x is None:  # one channel: NumPy sums the merged dims in another order
             return reference(spec, input)
         n, c, hw, block = _channels(input._shape)
@@ -295,9 +283,8 @@ def _group_norm_kernel():
     def kernel(spec, input, num_groups, weight, bias, eps):
         args = (spec, input, num_groups, weight, bias, eps)
         d = spec[1]
-        c = _compute(d)
-        x = _computed(input, c)
-        w, b = _affine(weight, bias, c)
+        x = _dense_rows(input, d)
+        w, b = _affine(weight, bias, d)
         if x is None or w is None or b is None:
             return reference(*args)
         rows, groups, length = spec[3].stats_shape
@@ -307,7 +294,7 @@ def _group_norm_kernel():
         t = x.dtype.type
         kargs = (x, w, b, weight is not None, bias is not None, t(eps), t(1), t(length), out, length, hw, cg, groups)
         parallel(_jit().norm("group_norm-rows"), kargs, rows * groups, max(1, _GRAIN // length))
-        return _result(out, d, input._shape)
+        return from_array(out.reshape(input._shape), d)
 
     kernel.__name__ = "kiln_cpu__native_group_norm"
     kernel.__doc__ = "Numba kernel for _native_group_norm (kiln-cpu)."
@@ -322,9 +309,9 @@ def _norm_backward_kernel():
 
     def kernel(spec, grad, input, weight, mean, var, eps, layout, output_mask):
         args = (spec, grad, input, weight, mean, var, eps, layout, output_mask)
-        d = spec[0][1]  # float32 for half-precision operands (widened)
-        x = _computed(input, d)
-        g = _computed(grad, d) if x is not None else None
+        d = spec[0][1]  # float32 for half-precision operands (widened by through_float32)
+        x = _dense_rows(input, d)
+        g = _dense_rows(grad, d)
         if x is None or g is None:
             return reference(*args)
         empty = np.empty(0, x.dtype)
@@ -419,12 +406,11 @@ def _group_norm_backward(x, g, w, has_w, eps, lay, shape, need):
 
 
 def kernels() -> dict[str, tuple]:
-    """The softmax-family and normalization kernels: op name -> (kernel, output dtypes served)."""
-    return {
-        "_softmax": (_softmax_kernel("_softmax"), FLOAT + HALF),
-        "_log_softmax": (_softmax_kernel("_log_softmax"), FLOAT + HALF),
+    """The softmax-family and normalization kernels: op name -> (kernel, output dtypes served). Softmax,
+    log-softmax and layer norm take half precision themselves (rows widened block by block); the others
+    through their float32 loops (:func:`kiln_cpu.kernels.through_float32`)."""
+    widened = {
         "logsumexp": (_logsumexp_kernel(), FLOAT + HALF),
-        "_native_layer_norm": (_layer_norm_kernel(), FLOAT + HALF),
         "_native_batch_norm": (_batch_norm_kernel(), FLOAT + HALF),
         "_batch_norm_stats": (_batch_norm_stats_kernel(), FLOAT),
         "_native_group_norm": (_group_norm_kernel(), FLOAT + HALF),
@@ -432,3 +418,8 @@ def kernels() -> dict[str, tuple]:
         "_log_softmax_backward_data": (_softmax_backward_kernel("_log_softmax_backward_data"), FLOAT),
         "_native_norm_backward": (_norm_backward_kernel(), FLOAT),
     }
+    table = {name: (through_float32(name, kernel), served) for name, (kernel, served) in widened.items()}
+    table["_softmax"] = (_softmax_kernel("_softmax"), FLOAT + HALF)
+    table["_log_softmax"] = (_softmax_kernel("_log_softmax"), FLOAT + HALF)
+    table["_native_layer_norm"] = (_layer_norm_kernel(), FLOAT + HALF)
+    return table

@@ -201,11 +201,6 @@ def numpy_order(shape: tuple, strides: list[tuple]) -> list[int]:
     return perm[::-1]
 
 
-def broadcast_strides(x, shape: tuple) -> tuple:
-    """The strides (in elements) of tensor ``x`` broadcast to ``shape``; all 0 for a number."""
-    return _operand(x, shape)[2]
-
-
 def dense_strides(shape: tuple, order: list) -> tuple:
     """The strides of a new dense array of ``shape`` laid out in dim ``order`` (outermost first): what an
     intermediate result of NumPy's brings to the layout of the next step."""

@@ -75,22 +75,6 @@ def test_max_min_of_all_elements(dtype, spy):
     assert [c[0] for c in spy] == ["reduce"] * 5
 
 
-@pytest.mark.parametrize("layout", ["contiguous", "transposed", "strided", "expand", "empty"])
-@pytest.mark.parametrize("dtype", [kiln.float16, kiln.bfloat16], ids=str)
-def test_half_precision_extremes_through_float32(dtype, layout, spy):
-    """amax, amin and the all-element max/min of float16/bfloat16: the input widened to float32 (a dense
-    one in its layout; the strided and expanded ones go to the reference), the float32 loops, the result
-    rounded back, unchanged: bit for bit the reference's, NaN and inf included."""
-    x = _layouts(dtype, make)[layout]
-    calls = [lambda t: t.amax(-1), lambda t: t.amin((0, 2), keepdim=True)]
-    if layout != "empty":
-        calls += [lambda t: t.max(), lambda t: t.min(), lambda t: t.amax()]
-    for fn in calls:
-        assert_same(fn(x), reference(fn, x))
-    ran = [c for c in spy if c[0] == "reduce"]
-    assert bool(ran) is (layout in ("contiguous", "transposed"))
-
-
 @pytest.mark.parametrize("n", [1, 7, 8, 15, 16, 127, 128, 129, 1000, 4097, 100_003, 1_000_001])
 @pytest.mark.parametrize("dtype", FLOAT, ids=str)
 def test_sum_is_as_accurate_as_numpy_pairwise(n, dtype):
@@ -123,14 +107,9 @@ def test_nan_and_inf_propagate():
 
 
 def test_other_dtypes_go_to_the_reference(spy):
-    """Integers; sums of float16 (NumPy adds a half-precision input in its 8192-element cast buffers, an
-    order the loops do not follow); a sum into another dtype."""
-    for x in (make((5, 6), kiln.int32), make((5, 6), kiln.int64)):
+    for x in (make((5, 6), kiln.int32), make((5, 6), kiln.int64), make((5, 6), kiln.float16)):
         assert_same(x.sum(), reference(kiln.sum, x))
         assert_same(x.amax(0), reference(lambda t: t.amax(0), x))
-    h = make((5, 6), kiln.float16)
-    assert_same(h.sum(), reference(kiln.sum, h))
-    assert_same(h.mean(0), reference(lambda t: t.mean(0), h))
     f = _finite((5, 6), kiln.float32)
     assert_same(f.sum(dtype=kiln.float64), reference(lambda t: t.sum(dtype=kiln.float64), f))
     assert spy == []

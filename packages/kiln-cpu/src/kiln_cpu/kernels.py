@@ -416,7 +416,9 @@ def through_float32(name: str, kernel):
     """Kernel ``kernel`` (float32/float64 loops) for op ``name`` extended to float16/bfloat16 the way the
     reference computes those: each half-precision tensor operand widened to float32 in its layout, the
     float32 kernel on a spec whose half-precision results are float32, each such result rounded back
-    once. The reference runs where an operand's elements do not fill one block of memory."""
+    once. The reference runs where an operand's elements do not fill one block of memory, and where no
+    operand reaches :data:`kiln_cpu.config.multipass_min_numel` elements (the float32 loops would hand
+    those back after the widening)."""
     opdef = OPS[name]
     reference = wrap_reference(opdef)
     multi = opdef.num_outputs > 1
@@ -426,6 +428,9 @@ def through_float32(name: str, kernel):
         halves = [s[1] if s[1] in HALF else None for s in specs]
         if not any(halves) and not any(isinstance(a, Tensor) and a._dtype in HALF for a in args):
             return kernel(spec, *args)
+        work = max(math.prod(a._shape) for a in args if isinstance(a, Tensor))
+        if config.too_small(work, multipass=True):  # no widening where the loops would hand back anyway
+            return reference(spec, *args)
         wide = []
         for a in args:
             if isinstance(a, Tensor) and a._dtype in HALF:

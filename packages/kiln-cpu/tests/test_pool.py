@@ -207,6 +207,22 @@ def test_half_precision_through_the_float32_loops(dtype, pool_spy):
     assert pool_spy.count("separable") == 3 and pool_spy.count("separable_backward") == 3
 
 
+def test_small_half_precision_calls_are_not_widened(pool_spy, monkeypatch):
+    """Below the loops' threshold a half-precision call goes to the reference as it is: widening it first
+    would only cost time, the float32 loops handing it back too."""
+    from kiln_cpu import kernels
+
+    widened = []
+    real = kernels._widened
+    monkeypatch.setattr(kernels, "_widened", lambda t: widened.append(t) or real(t))
+    monkeypatch.setattr(config, "min_numel", 1 << 18)
+    for shape, runs in (((1, 2, 8, 8), False), ((2, 4, 16, 16), True)):
+        x = make(shape, kiln.bfloat16, 1)
+        fn = lambda t: P.max_pool2d(t, 2)
+        assert_same(fn(x), reference(fn, x))
+        assert bool(widened) is runs and bool(pool_spy) is runs
+
+
 # -------------------------------------------------------------------------------------------- hand-backs
 
 HANDED_BACK = {

@@ -379,16 +379,6 @@ def cast_flat(x: np.ndarray, out: np.ndarray, hin: int, hout: int) -> np.ndarray
     return out
 
 
-def widen(x: np.ndarray, half: int) -> np.ndarray:
-    """The 1-d half-precision bits ``x`` (``half``: :func:`half_kind`) as a new float32 array (exact)."""
-    return cast_flat(x, np.empty(x.size, _F32), half, 0)
-
-
-def narrow(x: np.ndarray, half: int) -> np.ndarray:
-    """The 1-d float32 array ``x`` rounded to half precision ``half`` (nearest-even), as uint16 bits."""
-    return cast_flat(x, np.empty(x.size, np.uint16), 0, half)
-
-
 def _widened(t: Tensor) -> Tensor | None:
     """The float16/bfloat16 tensor ``t`` as a new float32 tensor in its own layout (exact, as the
     reference's ``astype`` widens it); None unless its elements fill one block of memory."""

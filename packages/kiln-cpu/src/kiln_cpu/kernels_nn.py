@@ -7,9 +7,9 @@ Served: ``_softmax``, ``_log_softmax``, ``logsumexp`` (last dim), ``_native_laye
 ``_native_group_norm``, and the fused backward ops ``_softmax_backward_data``,
 ``_log_softmax_backward_data`` and ``_native_norm_backward`` (batch norm in training and eval, layer
 norm, group norm); float32 and float64, C-contiguous operands, and float16/bfloat16 everywhere, computed
-in float32 as the reference computes them, and rounded once: softmax and log-softmax widen blocks of
-rows inside the loop along the last dim (:func:`kiln_cpu._jit_norm._half_rows`) and the whole input
-along another, layer norm blocks of rows; the other kernels run their float32 loops on widened operands
+in float32 as the reference computes them, and rounded once: softmax and log-softmax along the last
+dim and layer norm widen blocks of rows inside the loop (:func:`kiln_cpu._jit_norm._half_rows`); the
+other kernels, and softmax along another dim, run their float32 loops on widened operands
 (:func:`kiln_cpu.kernels.through_float32`). The norm loops follow the
 reference's arithmetic step for step, bit for bit where each summed run has at most 128 elements and
 within a few ulps beyond (their leaves keep thirty-two running sums: :mod:`kiln_cpu._jit_norm`); the softmax loops
@@ -35,7 +35,7 @@ from kiln._dispatch import OPS
 from kiln._reference import wrap_reference
 from kiln._tensor import Tensor, from_array
 from kiln_cpu import config
-from kiln_cpu.kernels import _GRAIN, FLOAT, HALF, bits, half_kind, loops, narrow, parallel, through_float32, widen
+from kiln_cpu.kernels import _GRAIN, FLOAT, HALF, bits, half_kind, loops, parallel, through_float32
 
 _jit = loops("_jit_norm")
 
@@ -65,11 +65,8 @@ def _takes(src, c) -> bool:
 
 
 def _result(out: np.ndarray, d, shape: tuple) -> Tensor:
-    """The loops' flat result ``out`` as a tensor of dtype ``d`` and ``shape``, rounded to half precision
-    once (nearest-even) when ``d`` is float16/bfloat16."""
-    half = half_kind(d)
-    if half and out.dtype != np.uint16:
-        out = narrow(out, half)
+    """The loops' flat result ``out`` (half precision: its uint16 bits) as a tensor of dtype ``d`` and
+    ``shape``."""
     return from_array(out.view(d.numpy).reshape(shape), d)
 
 
@@ -105,21 +102,22 @@ def _softmax_kernel(name: str):
         shape, axis = a._shape, spec[3]
         inner = math.prod(shape[axis + 1 :])
         half = half_kind(d)
+        if half and inner != 1:  # half precision along another dim than the last: the float32 slabs
+            return widened(spec, a, dim, *rest)
         n = shape[axis]
         j = _jit()
         tag = "log_softmax" if log else "softmax"
+        out = np.empty(x.size, x.dtype)
         if inner == 1:  # half-precision rows are widened block by block inside the loop
-            out = np.empty(x.size, x.dtype)
             parallel(j.norm(tag + "-rows", half), (x, out, n), x.size // n, max(1, _GRAIN // n))
         else:
-            x = widen(x, half) if half else x
-            out = np.empty(x.size, x.dtype)
             outer = x.size // (n * inner)
             parallel(j.norm(tag + "-slabs"), (x, out, n, inner), outer, max(1, _GRAIN // (n * inner)))
         return _result(out, d, shape)
 
     kernel.__name__ = f"kiln_cpu_{name}"
     kernel.__doc__ = f"Numba kernel for {name} (kiln-cpu)."
+    widened = through_float32(name, kernel)
     return kernel
 
 

@@ -18,6 +18,7 @@ import shutil
 from pathlib import Path
 
 import nox
+from nox.command import CommandFailed
 
 nox.needs_version = ">=2024.4.15"  # nox.options.reuse_venv
 
@@ -117,18 +118,39 @@ def tests(session: nox.Session, backend: str) -> None:
     # With posargs (`-- -k matmul`) a run may select no tests at all (pytest's exit code 5): not a failure.
     ok = [0, 5] if session.posargs else [0]
     pytest = ("pytest", "--import-mode=importlib", "-q")
-    session.run(*pytest, "packages/kiln/tests", *session.posargs, success_codes=ok)
-    session.run(*pytest, f"{TESTING}/tests", *_own_tests(BACKENDS[backend]), *session.posargs, success_codes=ok)
+    runs = _PytestRuns(session, ok)
+    runs.run(*pytest, "packages/kiln/tests", *session.posargs)
+    runs.run(*pytest, f"{TESTING}/tests", *_own_tests(BACKENDS[backend]), *session.posargs)
     device = BACKEND_DEVICE.get(backend, "cpu")
-    session.run(
-        *pytest, f"--kiln-device={device}", *session.posargs, env=CONFORMANCE_ENV.get(backend, {}), success_codes=ok
-    )
+    runs.run(*pytest, f"--kiln-device={device}", *session.posargs, env=CONFORMANCE_ENV.get(backend, {}))
     # Feature packages (kiln-nn, kiln-data, ...) run on the default device "cpu": their tests run in the
     # cells whose backend serves "cpu" (the reference backend, kiln-cpu), on top of that backend.
     features = _feature_packages()
     if device == "cpu" and features:
         session.install(*[a for f in features for a in ("-e", f)])
-        session.run(*pytest, *[f"{f}/tests" for f in features], *session.posargs, success_codes=ok)
+        runs.run(*pytest, *[f"{f}/tests" for f in features], *session.posargs)
+    runs.finish()
+
+
+class _PytestRuns:
+    """A cell's pytest commands: each one runs even when an earlier one failed (a failure in the core's
+    tests must not hide the state of the backend's or the conformance suite); the session fails at the
+    end, naming every command that failed."""
+
+    def __init__(self, session: nox.Session, ok: list[int]) -> None:
+        self.session, self.ok, self.failed = session, ok, []
+
+    def run(self, *args: str, env: dict[str, str] | None = None) -> None:
+        """Run one pytest command; a failure is recorded, not raised."""
+        try:
+            self.session.run(*args, env=env or {}, success_codes=self.ok)
+        except CommandFailed:
+            self.failed.append(" ".join(args))
+
+    def finish(self) -> None:
+        """Fail the session if any command failed."""
+        if self.failed:
+            self.session.error(f"{len(self.failed)} pytest command(s) failed: " + "; ".join(self.failed))
 
 
 @nox.session

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import faulthandler
 import os
@@ -161,3 +162,50 @@ class LocalError:
             pass
 
         raise OddError(f"odd {i}")
+
+
+class Ragged:
+    """Sample ``bad`` is a longer vector than the others: default_collate cannot stack its batch."""
+
+    def __init__(self, n: int = 8, bad: int = 5, tensors: bool = False) -> None:
+        self.n, self.bad, self.tensors = n, bad, tensors
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        a = np.zeros(4 if i == self.bad else 3, dtype=np.float32)
+        return kiln.from_numpy(a) if self.tensors else a
+
+
+def refuse_batch_with_6(batch):
+    """A collate_fn that fails for the batch holding sample 6 (samples are ints here)."""
+    if 6 in batch:
+        raise ValueError("this batch cannot be collated")
+    return batch
+
+
+def read_lines(proc, n: int, within: float) -> list[str]:
+    """The first ``n`` lines ``proc`` writes on stdout (a pipe), or fewer if ``within`` seconds pass first."""
+    import select
+
+    fd = proc.stdout.fileno()
+    buf = b""
+    deadline = time.monotonic() + within
+    while buf.count(b"\n") < n:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            break
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        buf += chunk
+    return buf.decode().splitlines()[:n]
+
+
+def kill_alive(pids) -> None:
+    """SIGKILL whichever of ``pids`` still run (a failed test's cleanup: no orphans left on the machine)."""
+    for pid in pids:
+        if alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

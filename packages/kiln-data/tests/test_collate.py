@@ -102,3 +102,12 @@ def test_collate_keeps_autograd_for_tensors_that_require_grad():
     out = default_collate([a, a * 2])
     out.sum().backward()
     assert a.grad.tolist() == [3.0, 3.0]
+
+
+def test_unequal_tensor_shapes_raise_torch_error_naming_the_entry():
+    shapes = [(3,), (3,), (4,), (3,)]
+    with pytest.raises(RuntimeError) as t:
+        tud.default_collate([torch.zeros(s) for s in shapes])
+    with pytest.raises(RuntimeError) as k:
+        default_collate([kiln.zeros(s) for s in shapes])
+    assert str(k.value) == str(t.value)

@@ -227,6 +227,32 @@ def test_batches_arrive_in_shared_memory_zero_copy():
     assert x[0, 0].item() == 1.0
 
 
+def _mapped(t) -> bool:
+    base = t.numpy()
+    while base is not None and not isinstance(base, mmap.mmap):
+        base = base.base
+    return isinstance(base, mmap.mmap)
+
+
+@pytest.mark.parametrize("ctx", ["spawn", "forkserver"])
+def test_shared_memory_batches_with_other_start_methods(ctx):
+    # The descriptor channel travels to spawned and forkserver workers as a pickled socket.
+    loader = DataLoader(Squares(8, 1000), batch_size=2, num_workers=1, multiprocessing_context=ctx)
+    batches = list(loader)
+    assert all(_mapped(x) for x, _ in batches)
+    assert flat(b[1] for b in batches) == list(range(8))
+    assert [x[:, 0].tolist() for x, _ in batches] == [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0], [6.0, 7.0]]
+
+
+def test_shared_memory_without_memfd_create(monkeypatch):
+    from kiln.data import _shm
+
+    monkeypatch.setattr(_shm, "_memfd_create", None)  # the other POSIX path: a name unlinked at once
+    batches = list(DataLoader(Squares(8, 1000), batch_size=4, num_workers=2))
+    assert all(_mapped(x) for x, _ in batches)
+    assert flat(b[1] for b in batches) == list(range(8))
+
+
 def test_pin_memory_is_a_warned_noop_without_pinned_memory():
     import kiln.data.dataloader as dl
 

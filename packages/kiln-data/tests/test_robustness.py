@@ -5,13 +5,27 @@ from __future__ import annotations
 import gc
 import os
 import pickle
+import signal
 import subprocess
 import sys
 import textwrap
 import time
 
 import pytest
-from kiln_data_helpers import Dying, Failing, LocalError, Slow, Squares, Unpicklable, wait_gone
+from kiln_data_helpers import (
+    Dying,
+    Failing,
+    LocalError,
+    Ragged,
+    Slow,
+    Squares,
+    Stream,
+    Unpicklable,
+    kill_alive,
+    read_lines,
+    refuse_batch_with_6,
+    wait_gone,
+)
 
 from kiln.data import DataLoader
 
@@ -135,14 +149,151 @@ def test_failed_worker_start_raises():
         iter(loader)
 
 
-def test_workers_exit_when_the_main_process_is_killed():
-    code = textwrap.dedent(SCRIPT).format(tests=os.path.dirname(__file__), action="os.kill(os.getpid(), 9)")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == -9
-    pids_line, prefix = proc.stdout.split("\n")[0].rsplit(" ", 1)
+KILLED_SCRIPT = """
+import sys, time
+sys.path.insert(0, {tests!r})
+from kiln_data_helpers import Squares
+from kiln.data import DataLoader, _shm
+
+if {fallback!r}:
+    _shm._memfd_create = None  # the POSIX path: shm_open, then shm_unlink at once
+loader = DataLoader(Squares(200, 1 << 18), batch_size=2, num_workers=2)
+it = iter(loader)  # 2 MB batches (two float32 vectors of 1 MB): they travel in shared memory
+print(" ".join(map(str, it.worker_pids)), it._workers.prefix, flush=True)
+held = [next(it) for _ in range(3)]
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def _kiln_shm() -> list[str]:
+    return sorted(n for n in os.listdir("/dev/shm") if n.startswith("kiln_"))
+
+
+@pytest.mark.parametrize("fallback", [False, True], ids=["memfd", "shm_open"])
+def test_sigkill_of_the_main_process_mid_epoch_leaves_no_shared_memory_or_workers(fallback):
+    before = _kiln_shm()
+    count_before = len(os.listdir("/dev/shm"))
+    code = textwrap.dedent(KILLED_SCRIPT).format(tests=os.path.dirname(__file__), fallback=fallback)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    pids: list[int] = []
     try:
-        assert wait_gone([int(p) for p in pids_line.split()], within=5.0) == []
-    finally:  # nobody was left to free the batches in flight: that is what this test cleans up
-        for name in os.listdir("/dev/shm"):
-            if name.startswith(prefix):
+        lines = read_lines(proc, 2, within=60)
+        assert len(lines) == 2 and lines[1] == "ready", (lines, proc.poll())
+        pids_text, prefix = lines[0].rsplit(" ", 1)
+        pids = [int(p) for p in pids_text.split()]
+        time.sleep(0.5)  # the workers fill the prefetch queue: batches are in flight when the main process dies
+        os.kill(proc.pid, signal.SIGKILL)
+        assert proc.wait(timeout=10) == -signal.SIGKILL
+        assert wait_gone(pids, within=5.0) == [], "workers outlived their main process"
+        leaked = [n for n in os.listdir("/dev/shm") if n.startswith(prefix)]
+        after = _kiln_shm()
+        count_after = len(os.listdir("/dev/shm"))
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+        proc.stdout.close()
+        proc.stderr.close()
+        kill_alive(pids)
+        # What this test measures must not stay on the machine when it fails.
+        for name in set(_kiln_shm()) - set(before):
+            if name.startswith(f"kiln_{proc.pid}_"):
                 os.unlink(os.path.join("/dev/shm", name))
+    assert leaked == []
+    # Every kiln segment name, whoever made it: other processes' entries in /dev/shm are not ours to count.
+    assert after == before, (count_before, count_after, after)
+
+
+PERSISTENT_SCRIPT = """
+import gc, os, sys
+sys.path.insert(0, {tests!r})
+from kiln_data_helpers import Squares, wait_gone
+from kiln.data import DataLoader
+
+gc.disable()  # only reference counting may free what this script drops
+loader = DataLoader(Squares(12, 2000), batch_size=4, num_workers=2, persistent_workers=True)
+it = iter(loader)
+pids = it.worker_pids
+assert sorted(int(i) for b in it for i in b[1]) == list(range(12))
+
+# A child forked while the workers run drops its copies (their finalizer runs there): the workers
+# belong to this process, so the child must neither stop nor join them.
+child = os.fork()
+if child == 0:
+    del loader, it
+    sys.stdout.flush(); sys.stderr.flush()
+    os._exit(0)
+assert os.waitpid(child, 0)[1] == 0
+assert sorted(int(i) for b in loader for i in b[1]) == list(range(12)), "the child stopped the workers"
+assert iter(loader).worker_pids == pids
+
+del loader, it
+print("left", wait_gone(pids, within=5.0), flush=True)
+
+# A child forked now exits the ordinary way (atexit handlers and all): nothing of the loader is left.
+child = os.fork()
+if child == 0:
+    sys.exit(0)
+assert os.waitpid(child, 0)[1] == 0
+print("done", flush=True)
+"""
+
+
+def test_persistent_workers_stop_when_the_loader_is_dropped_without_gc():
+    code = textwrap.dedent(PERSISTENT_SCRIPT).format(tests=os.path.dirname(__file__))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "left []" in proc.stdout and "done" in proc.stdout, (proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr and "can only join" not in proc.stderr, proc.stderr
+
+
+def test_persistent_workers_stop_at_del_loader_in_process():
+    gc.disable()
+    try:
+        loader = DataLoader(Squares(12, 2000), batch_size=4, num_workers=2, persistent_workers=True)
+        it = iter(loader)
+        pids = it.worker_pids
+        next(it)
+        del loader, it
+        assert wait_gone(pids, within=5.0) == []
+    finally:
+        gc.enable()
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_getitem_error_names_the_sample_and_its_batch(num_workers):
+    with pytest.raises(ValueError, match="sample 13 is broken on purpose") as info:
+        list(DataLoader(Failing(20, bad=13), batch_size=4, num_workers=num_workers))
+    text = _message_and_notes(info.value)
+    assert "while fetching sample index 13 of batch 3 (indices [12, 13, 14, 15])" in text, text
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("tensors", [False, True], ids=["numpy", "kiln"])
+def test_default_collate_error_names_the_batch_not_the_last_sample(num_workers, tensors):
+    with pytest.raises(RuntimeError, match=r"stack expects each tensor to be equal size.* at entry 1") as info:
+        list(DataLoader(Ragged(8, bad=5, tensors=tensors), batch_size=4, num_workers=num_workers))
+    text = _message_and_notes(info.value)
+    assert "while collating batch 1 (indices [4, 5, 6, 7])" in text, text
+    assert "sample index 7" not in text, text
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_custom_collate_error_names_the_batch(num_workers):
+    loader = DataLoader(list(range(10)), batch_size=3, num_workers=num_workers, collate_fn=refuse_batch_with_6)
+    with pytest.raises(ValueError, match="this batch cannot be collated") as info:
+        list(loader)
+    text = _message_and_notes(info.value)
+    assert "while collating batch 2 (indices [6, 7, 8])" in text, text
+    if num_workers:
+        assert "Caught ValueError in DataLoader worker process 0" in text, text  # batch 2 of 2 workers: worker 0
+
+
+def test_iterable_collate_error_names_the_batch():
+    with pytest.raises(ValueError) as info:
+        list(DataLoader(Stream(0, 10), batch_size=3, collate_fn=refuse_batch_with_6))
+    assert "while collating batch 2 (stream samples 6 to 8 of this dataset copy)" in _message_and_notes(info.value)
+
+
+def _message_and_notes(exc: BaseException) -> str:
+    return "\n".join([str(exc), *getattr(exc, "__notes__", [])])

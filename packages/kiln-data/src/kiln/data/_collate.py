@@ -24,11 +24,11 @@ def _stack(batch: list[kiln.Tensor]) -> kiln.Tensor:
     if elem.device.type == "cpu" and not any(t.requires_grad for t in batch):
         # One NumPy copy into a fresh array: the same values as kiln.stack, without per-tensor dispatch.
         shape = elem.shape
-        for t in batch:
+        for i, t in enumerate(batch):  # by position: list.index would compare tensors with ==
             if t.shape != shape:
                 raise RuntimeError(
                     f"stack expects each tensor to be equal size, but got {list(shape)} at entry 0 and "
-                    f"{list(t.shape)} at entry {batch.index(t)}"
+                    f"{list(t.shape)} at entry {i}"
                 )
         arrays = [t.numpy() for t in batch]
         out = np.empty((len(batch), *shape), dtype=arrays[0].dtype)

@@ -1,14 +1,20 @@
-"""How batches cross from worker processes: array bytes in one shared-memory segment per batch.
+"""How batches cross from worker processes: array bytes in one nameless shared-memory file per batch.
 
-A worker packs every CPU tensor and numeric NumPy array of a batch into one POSIX shared-memory
-segment (:class:`multiprocessing.shared_memory.SharedMemory`, untracked; before Python 3.13 the same
-calls it makes, since it cannot skip the resource tracker there) and sends only the batch's structure
-(with placeholders) and the segment's name through the result queue. The main process maps the
-segment, unlinks its name at once (the mapping lives on until the last array over it is freed) and
-builds the tensors over it with ``kiln.from_numpy``: no copy on the receiving side.
+A worker packs every CPU tensor and numeric NumPy array of a batch into one shared-memory file and
+sends the batch's structure (with placeholders) through the result queue, and the file's descriptor
+through a Unix socket of its own (``SCM_RIGHTS``). The main process maps the descriptor, closes it and
+builds the tensors over the mapping with ``kiln.from_numpy``: no copy on the receiving side.
 
-Segment names carry the loader's prefix, so a shutdown can remove those that a killed worker or an
-abandoned queue left behind (see :func:`unlink_leftovers`).
+The file has no name anywhere the main process would have to remove: on Linux it comes from
+``memfd_create`` and never had one; elsewhere on POSIX it is a ``shm_open`` segment whose name the
+worker unlinks right after opening it. The memory lives exactly as long as some process holds a
+descriptor or a mapping of it, or a socket holds the descriptor in flight, so it is freed whatever
+happens to either side: a SIGKILL of the main process (the workers notice and exit, and with them the
+last references) leaves nothing in ``/dev/shm``.
+
+Names still carry the loader's prefix (``memfd:`` names show in ``/proc/<pid>/fd``), and a shutdown
+sweeps ``/dev/shm`` for that prefix (see :func:`unlink_leftovers`): that only matters for a worker
+killed between ``shm_open`` and its ``shm_unlink``, where there is no ``memfd_create``.
 """
 
 from __future__ import annotations
@@ -16,27 +22,35 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
-import sys
-from multiprocessing import shared_memory
+import socket
+from collections.abc import Callable
 
 import numpy as np
 
 import kiln
 
-try:  # POSIX: attach without registering with the resource tracker (Python < 3.13 has no track=False)
+try:  # POSIX shared memory without multiprocessing's resource tracker (nothing here needs it)
     import _posixshmem
 except ImportError:  # pragma: no cover - Windows: batches are pickled instead
     _posixshmem = None
 
-__all__ = ["available", "encode", "decode", "unlink_leftovers"]
+__all__ = ["available", "channel", "encode", "decode", "recv_fd", "send_fd", "unlink_leftovers"]
 
 _ALIGN = 64
 MIN_BYTES = 1024  # batches with fewer array bytes than this are cheaper to pickle than to map
+_SEQ_BYTES = 8  # each descriptor travels with the worker's sequence number of its batch
+_RECV_WAIT_S = 10.0  # a descriptor is sent before its queue message, so it is normally there at once
+_memfd_create = getattr(os, "memfd_create", None)  # Linux; module-level so tests can take the fallback
 
 
 def available() -> bool:
-    """Whether batches can travel through shared memory on this platform."""
-    return _posixshmem is not None
+    """Whether batches can travel through shared memory on this platform (descriptors over Unix sockets)."""
+    return hasattr(socket, "send_fds") and (_memfd_create is not None or _posixshmem is not None)
+
+
+def channel() -> tuple[socket.socket, socket.socket]:
+    """A connected pair of Unix sockets for one worker's descriptors: (main process's end, worker's end)."""
+    return socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
 
 
 class _Ref:
@@ -88,67 +102,116 @@ def _fill(obj, arrays: list):
     return obj
 
 
-def encode(obj, name: str):
-    """What a worker puts on the result queue for ``obj``: ``("shm", ...)`` or ``("obj", obj)``."""
-    if _posixshmem is None:
-        return ("obj", obj)
+def encode(obj, name: str, worker_id: int, seq: int) -> tuple[tuple, int | None]:
+    """What a worker sends for ``obj``: (payload for the result queue, descriptor to pass or ``None``).
+
+    The payload is ``("obj", obj)`` (pickled whole) or ``("fd", worker_id, seq, size, structure,
+    metas)``, whose arrays are in the returned descriptor's memory; the caller sends the descriptor
+    with :func:`send_fd` and closes it.
+    """
+    if not available():
+        return ("obj", obj), None
     arrays: list[np.ndarray] = []
     structure = _strip(obj, arrays)
     if sum(a.nbytes for a in arrays) < MIN_BYTES:
-        return ("obj", obj)
+        return ("obj", obj), None
     metas, offset = [], 0
     for a in arrays:
         metas.append((offset, a.shape, a.dtype))
         offset += (a.nbytes + _ALIGN - 1) // _ALIGN * _ALIGN
     size = max(offset, 1)
-    buf, close = _create(name, size)
-    try:
-        for a, (off, shape, dtype) in zip(arrays, metas):
-            np.ndarray(shape, dtype, buffer=buf, offset=off)[...] = a
-    finally:
-        close()
-    return ("shm", name, max(offset, 1), structure, metas)
-
-
-def _create(name: str, size: int):
-    """A new segment ``name`` of ``size`` bytes, owned by the main process: (writable buffer, close function).
-
-    Nothing registers it with multiprocessing's resource tracker: the main process unlinks the name
-    when it maps the segment, or at shutdown by prefix. (Registering would cost two messages to the
-    tracker process per batch, and a forked worker would start a tracker of its own.)
-    """
-    if sys.version_info >= (3, 13):
-        shm = shared_memory.SharedMemory(name=name, create=True, size=size, track=False)
-        return shm.buf, shm.close
-    # Before 3.13 SharedMemory always registers; this is what it does, less the registration.
-    fd = _posixshmem.shm_open("/" + name, os.O_CREAT | os.O_EXCL | os.O_RDWR, mode=0o600)
+    fd = _anonymous(name)
     try:
         os.ftruncate(fd, size)
-        mm = mmap.mmap(fd, size)
-    finally:
+        with mmap.mmap(fd, size) as mm:
+            for a, (off, shape, dtype) in zip(arrays, metas):
+                np.ndarray(shape, dtype, buffer=mm, offset=off)[...] = a
+    except BaseException:
         os.close(fd)
-    return mm, mm.close
+        raise
+    return ("fd", worker_id, seq, size, structure, metas), fd
 
 
-def decode(payload):
-    """The batch a worker sent, its arrays mapped from shared memory (whose name is unlinked here)."""
+def _anonymous(name: str) -> int:
+    """A descriptor of a new, empty shared-memory file that no name refers to (``name`` is for display)."""
+    if _memfd_create is not None:
+        return _memfd_create(name, os.MFD_CLOEXEC)
+    # No memfd_create: a POSIX segment whose name lives only between these two calls.
+    fd = _posixshmem.shm_open("/" + name, os.O_CREAT | os.O_EXCL | os.O_RDWR, mode=0o600)
+    _posixshmem.shm_unlink("/" + name)
+    return fd
+
+
+def send_fd(sock: socket.socket, seq: int, fd: int, alive: Callable[[], bool], poll_s: float = 1.0) -> bool:
+    """Send ``fd`` (tagged with ``seq``) to the main process; ``False`` if it is gone (nobody to send to).
+
+    Waits ``poll_s`` at a time while the socket is full, asking ``alive()`` in between, so that a worker
+    whose main process died never blocks here for good.
+    """
+    data = seq.to_bytes(_SEQ_BYTES, "little")
+    sock.settimeout(poll_s)
+    while True:
+        try:
+            sent = socket.send_fds(sock, [data], [fd])
+        except TimeoutError:
+            if not alive():
+                return False
+            continue
+        except (BrokenPipeError, ConnectionResetError):  # the main process closed its end, or died
+            return False
+        if sent < len(data):  # pragma: no cover - a stream socket takes 8 bytes whole in practice
+            sock.sendall(data[sent:])
+        return True
+
+
+def recv_fd(sock: socket.socket, seq: int, worker_id: int) -> int:
+    """The descriptor that worker ``worker_id`` sent for its batch ``seq`` (earlier leftovers are closed)."""
+    sock.settimeout(_RECV_WAIT_S)
+    flags = getattr(socket, "MSG_CMSG_CLOEXEC", 0)  # not inherited by processes started meanwhile
+    while True:
+        try:
+            data, fds, msg_flags, _ = socket.recv_fds(sock, _SEQ_BYTES, 1, flags)
+            while data and len(data) < _SEQ_BYTES:  # a stream socket may split the 8 bytes
+                more = sock.recv(_SEQ_BYTES - len(data))
+                if not more:
+                    break
+                data += more
+        except TimeoutError:
+            raise RuntimeError(
+                f"DataLoader worker {worker_id} sent batch {seq} but not its shared memory within {_RECV_WAIT_S} s"
+            ) from None
+        if len(data) < _SEQ_BYTES:
+            for f in fds:
+                os.close(f)
+            raise RuntimeError(f"DataLoader worker {worker_id} closed its shared-memory channel")
+        got = int.from_bytes(data, "little")
+        if not fds:
+            hint = " (too many open files?)" if msg_flags & getattr(socket, "MSG_CTRUNC", 0) else ""
+            raise RuntimeError(
+                f"could not receive the shared memory of a batch from DataLoader worker {worker_id}{hint}"
+            )
+        if got == seq:
+            return fds[0]
+        for f in fds:
+            os.close(f)
+        if got > seq:
+            raise RuntimeError(
+                f"DataLoader worker {worker_id}: shared memory of batch {got} arrived where {seq} was expected"
+            )
+        # got < seq: the descriptor of a message lost with a dying worker's queue thread; dropped
+
+
+def decode(payload, fd: int | None = None):
+    """The batch a worker sent; for an ``"fd"`` payload its arrays are mapped from ``fd``, which is closed."""
     if payload[0] == "obj":
         return payload[1]
-    _, name, size, structure, metas = payload
-    fd = _posixshmem.shm_open("/" + name, os.O_RDWR, mode=0o600)
+    _, _, _, size, structure, metas = payload
     try:
         mm = mmap.mmap(fd, size)
     finally:
         os.close(fd)
-        _posixshmem.shm_unlink("/" + name)
     arrays = [np.ndarray(shape, dtype, buffer=mm, offset=off) for off, shape, dtype in metas]
     return _fill(structure, arrays)
-
-
-def discard(payload) -> None:
-    """Free the segment of a payload that will never be decoded."""
-    if payload[0] == "shm":
-        unlink(payload[1])
 
 
 def unlink(name: str) -> None:

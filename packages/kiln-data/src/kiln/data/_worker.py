@@ -80,61 +80,82 @@ class IterableStop:
 
 
 class MapFetcher:
-    """Fetches samples of a map-style dataset by index (or a list of indices) and collates them."""
+    """Fetches samples of a map-style dataset by index (or a list of indices) and collates them.
+
+    ``stage`` says what :meth:`fetch` is doing, for error messages (see :func:`describe`): ``("sample",
+    i, batch)`` while ``dataset[i]`` runs (``batch`` is the batch's indices, or ``None`` without
+    auto-collation), ``("batch", indices)`` in ``__getitems__``, ``("collate", indices)`` in the
+    collate function, ``("convert", i)`` when converting one sample.
+    """
 
     def __init__(self, dataset, auto_collation: bool, collate_fn, drop_last: bool) -> None:
         self.dataset, self.auto_collation, self.collate_fn = dataset, auto_collation, collate_fn
-        self.current = None  # the sample index being fetched, for error messages
+        self.stage: tuple | None = None
         self._getitems = getattr(dataset, "__getitems__", None) if auto_collation else None
 
     def fetch(self, index):
         """The collated batch (or converted sample) for ``index``."""
         if self.auto_collation:
             if self._getitems is not None:
-                self.current = index
+                self.stage = ("batch", index)
                 data = self._getitems(index)
             else:
                 data = []
                 for i in index:
-                    self.current = i
+                    self.stage = ("sample", i, index)
                     data.append(self.dataset[i])
+            self.stage = ("collate", index)
         else:
-            self.current = index
+            self.stage = ("sample", index, None)
             data = self.dataset[index]
-        return self.collate_fn(data)
+            self.stage = ("convert", index)
+        out = self.collate_fn(data)
+        self.stage = None
+        return out
 
 
 class IterableFetcher:
-    """Takes the next sample (or ``batch_size`` of them) from an iterable dataset and collates them."""
+    """Takes the next sample (or ``batch_size`` of them) from an iterable dataset and collates them.
+
+    ``stage`` (for error messages): ``("stream", n)`` while taking the stream's sample ``n`` (counted
+    from 0 in this copy of the dataset), ``("stream_collate", first, last)`` while collating samples
+    ``first`` to ``last``, ``("stream_convert", n)`` while converting sample ``n``.
+    """
 
     def __init__(self, dataset, auto_collation: bool, collate_fn, drop_last: bool) -> None:
         self.dataset_iter = iter(dataset)
         self.auto_collation, self.collate_fn, self.drop_last = auto_collation, collate_fn, drop_last
         self.ended = False
-        self.current = None
+        self.stage: tuple | None = None
         self.count = 0
 
     def fetch(self, index):
         """The next collated batch; raises StopIteration when the stream is done."""
         if self.ended:
             raise StopIteration
+        first = self.count
         if self.auto_collation:
             data = []
             for _ in index:
-                self.current = self.count
+                self.stage = ("stream", self.count)
                 try:
                     data.append(next(self.dataset_iter))
                 except StopIteration:
                     self.ended = True
                     break
                 self.count += 1
+            self.stage = None
             if not data or (self.drop_last and len(data) < len(index)):
                 raise StopIteration
+            self.stage = ("stream_collate", first, self.count - 1)
         else:
-            self.current = self.count
+            self.stage = ("stream", self.count)
             data = next(self.dataset_iter)
             self.count += 1
-        return self.collate_fn(data)
+            self.stage = ("stream_convert", first)
+        out = self.collate_fn(data)
+        self.stage = None
+        return out
 
 
 def make_fetcher(is_iterable: bool, dataset, auto_collation: bool, collate_fn, drop_last: bool):
@@ -143,16 +164,51 @@ def make_fetcher(is_iterable: bool, dataset, auto_collation: bool, collate_fn, d
     return cls(dataset, auto_collation, collate_fn, drop_last)
 
 
-def where(worker_id: int | None, fetcher, batch_idx: int, is_iterable: bool) -> str:
+_MAX_SHOWN = 64  # indices listed in a message; a longer batch is cut, with its length
+
+
+def _indices(index) -> str:
+    if isinstance(index, list | tuple | range):
+        items = list(index)
+        if len(items) > _MAX_SHOWN:
+            shown = ", ".join(map(str, items[:_MAX_SHOWN]))
+            return f"[{shown}, ...] ({len(items)} in all)"
+        return "[" + ", ".join(map(str, items)) + "]"
+    text = repr(index)
+    return text if len(text) <= 400 else text[:400] + "..."
+
+
+def describe(fetcher, batch_idx: int) -> str | None:
+    """What ``fetcher`` was doing for batch ``batch_idx`` when it raised, or ``None`` if unknown."""
+    stage = getattr(fetcher, "stage", None)
+    if not stage:
+        return None
+    kind = stage[0]
+    if kind == "sample":
+        _, i, batch = stage
+        if batch is None:
+            return f"while fetching sample index {i} (batch {batch_idx})"
+        return f"while fetching sample index {i} of batch {batch_idx} (indices {_indices(batch)})"
+    if kind == "batch":
+        return f"while fetching batch {batch_idx} (indices {_indices(stage[1])})"
+    if kind == "collate":
+        return f"while collating batch {batch_idx} (indices {_indices(stage[1])})"
+    if kind == "convert":
+        return f"while converting sample index {stage[1]} (batch {batch_idx})"
+    if kind == "stream":
+        return f"while fetching stream sample index {stage[1]} (batch {batch_idx})"
+    if kind == "stream_collate":
+        return f"while collating batch {batch_idx} (stream samples {stage[1]} to {stage[2]} of this dataset copy)"
+    if kind == "stream_convert":
+        return f"while converting stream sample index {stage[1]} (batch {batch_idx})"
+    return None
+
+
+def where(worker_id: int | None, fetcher, batch_idx: int) -> str:
     """Where an exception happened, for the message raised in the main process."""
     place = "in the main process" if worker_id is None else f"in DataLoader worker process {worker_id}"
-    current = getattr(fetcher, "current", None)
-    if current is None:
-        return place
-    if isinstance(current, list):
-        return f"{place} while fetching batch {batch_idx} (indices {current})"
-    what = "stream sample" if is_iterable else "sample"
-    return f"{place} while fetching {what} index {current} (batch {batch_idx})"
+    what = describe(fetcher, batch_idx)
+    return place if what is None else f"{place} {what}"
 
 
 def _parent_alive(parent_pid: int, start_ppid: int) -> bool:
@@ -168,21 +224,27 @@ def _parent_alive(parent_pid: int, start_ppid: int) -> bool:
     return True
 
 
-def _pack(data, name: str, worker_id: int, idx: int) -> bytes:
-    """The pickled payload for ``data``, pickled here rather than in the queue's feeder thread.
+def _pack(data, name: str, worker_id: int, idx: int, seq: int) -> tuple[bytes, int | None]:
+    """The pickled payload for ``data`` and the descriptor of its shared memory (or ``None``).
 
-    A batch that cannot be pickled would otherwise be dropped by the feeder thread with a message on
-    stderr, and the main process would wait for it forever; here it becomes an error to re-raise.
+    Pickled here rather than in the queue's feeder thread: a batch that cannot be pickled would
+    otherwise be dropped by the feeder thread with a message on stderr, and the main process would
+    wait for it forever; here it becomes an error to re-raise.
     """
-    payload = ("obj", data) if isinstance(data, ExceptionWrapper | IterableStop) else _shm.encode(data, name)
+    fd = None
     try:
-        return bytes(ForkingPickler.dumps(payload))
+        if isinstance(data, ExceptionWrapper | IterableStop):
+            payload = ("obj", data)
+        else:
+            payload, fd = _shm.encode(data, name, worker_id, seq)
+        return bytes(ForkingPickler.dumps(payload)), fd
     except Exception:  # noqa: BLE001 - carried to the main process
-        _shm.discard(payload)
+        if fd is not None:
+            os.close(fd)
         wrapped = ExceptionWrapper(
             sys.exc_info(), where=f"in DataLoader worker process {worker_id} while sending batch {idx}"
         )
-        return bytes(ForkingPickler.dumps(("obj", wrapped)))
+        return bytes(ForkingPickler.dumps(("obj", wrapped))), None
 
 
 def worker_loop(
@@ -190,6 +252,8 @@ def worker_loop(
     is_iterable: bool,
     index_queue,
     result_queue,
+    fd_channel,
+    foreign_channels,
     auto_collation: bool,
     collate_fn,
     drop_last: bool,
@@ -200,8 +264,15 @@ def worker_loop(
     shm_prefix: str,
     parent_pid: int,
 ) -> None:
-    """The body of a worker process; returns when told to (``None`` on its queue) or its parent is gone."""
+    """The body of a worker process; returns when told to (``None`` on its queue) or its parent is gone.
+
+    ``fd_channel`` is this worker's end of the socket that carries batch descriptors (``None`` where
+    batches are pickled); ``foreign_channels`` are the other socket ends a fork copied into this
+    process, closed at once so that only the main process holds the receiving ends.
+    """
     global _worker_info
+    for sock in foreign_channels:
+        sock.close()
     # Ctrl-C reaches the whole process group: the main process handles it and shuts the workers down.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     seed = base_seed + worker_id
@@ -219,13 +290,19 @@ def worker_loop(
     iteration_end = False
     counter = 0
     start_ppid = os.getppid()  # the main process, or the forkserver that started this worker
+
+    def alive() -> bool:
+        return _parent_alive(parent_pid, start_ppid)
+
     try:
         while True:
+            # Checked before every task too, not only when idle: tasks already queued must not keep a
+            # worker of a dead main process busy.
+            if not alive():
+                return
             try:
                 task = index_queue.get(timeout=_PARENT_CHECK_S)
             except queue.Empty:
-                if not _parent_alive(parent_pid, start_ppid):
-                    return
                 continue
             if task is None:
                 return
@@ -251,10 +328,26 @@ def worker_loop(
                     data = IterableStop(worker_id)
                     iteration_end = True
                 except Exception:  # noqa: BLE001 - carried to the main process
-                    data = ExceptionWrapper(sys.exc_info(), where=where(worker_id, fetcher, idx, is_iterable))
+                    data = ExceptionWrapper(sys.exc_info(), where=where(worker_id, fetcher, idx))
             counter += 1
-            result_queue.put((epoch, idx, _pack(data, f"{shm_prefix}{worker_id}_{counter}", worker_id, idx)))
+            blob, fd = _pack(data, f"{shm_prefix}{worker_id}_{counter}", worker_id, idx, counter)
             del data
+            if fd is not None:
+                # The descriptor goes first: when the main process reads the queue message, its memory
+                # is already waiting on the socket.
+                try:
+                    sent = _shm.send_fd(fd_channel, counter, fd, alive, _PARENT_CHECK_S)
+                except OSError:  # e.g. too many descriptors in flight: an error for the main process
+                    sent = True
+                    wrapped = ExceptionWrapper(
+                        sys.exc_info(), where=f"in DataLoader worker process {worker_id} while sending batch {idx}"
+                    )
+                    blob = bytes(ForkingPickler.dumps(("obj", wrapped)))
+                finally:
+                    os.close(fd)
+                if not sent:
+                    return
+            result_queue.put((epoch, idx, blob))
     finally:
         # Items the main process will never read must not keep this process alive at exit.
         result_queue.cancel_join_thread()

@@ -28,7 +28,7 @@ import kiln
 from kiln.data import _shm
 from kiln.data._collate import default_collate, default_convert
 from kiln.data._random import draw_seed
-from kiln.data._worker import ExceptionWrapper, IterableStop, make_fetcher, worker_loop
+from kiln.data._worker import ExceptionWrapper, IterableStop, describe, make_fetcher, worker_loop
 from kiln.data.dataset import IterableDataset
 from kiln.data.sampler import BatchSampler, RandomSampler, Sampler, SequentialSampler
 
@@ -205,14 +205,19 @@ class DataLoader:
         return _MultiProcessIter(self)
 
     def __len__(self) -> int:
-        if self._is_iterable:
-            length = len(self.dataset)
-            if self.batch_size is not None:
-                if self.drop_last:
-                    return length // self.batch_size
-                return (length + self.batch_size - 1) // self.batch_size
-            return length
-        return len(self._index_sampler)
+        return _length(self.dataset, self._is_iterable, self.batch_size, self.drop_last, self._index_sampler)
+
+
+def _length(dataset, is_iterable: bool, batch_size: int | None, drop_last: bool, index_sampler) -> int:
+    """The number of batches (or samples, without batching) a loader with these settings yields."""
+    if is_iterable:
+        length = len(dataset)
+        if batch_size is not None:
+            if drop_last:
+                return length // batch_size
+            return (length + batch_size - 1) // batch_size
+        return length
+    return len(index_sampler)
 
 
 # ---------------------------------------------------------------------------------------- pinning
@@ -270,6 +275,9 @@ def _pinner(loader: DataLoader):
 
 
 class _BaseIter:
+    # Holds what it needs of the loader, never the loader itself: a persistent loader holds its
+    # iterator, and a reference back would make a cycle that keeps the workers alive after
+    # ``del loader`` until the cyclic garbage collector happens to run.
     def __init__(self, loader: DataLoader) -> None:
         self._dataset = loader.dataset
         self._is_iterable = loader._is_iterable
@@ -283,13 +291,13 @@ class _BaseIter:
         # Drawn whatever num_workers is, as PyTorch does, so a seeded generator gives one order for all.
         self._base_seed = draw_seed(loader.generator)
         self._num_yielded = 0
-        self._loader_len = loader.__len__
+        self._batch_size = loader.batch_size
 
     def __iter__(self):
         return self
 
     def __len__(self) -> int:
-        return self._loader_len()
+        return _length(self._dataset, self._is_iterable, self._batch_size, self._drop_last, self._index_sampler)
 
     def _next_index(self):
         return next(self._sampler_iter)
@@ -311,11 +319,20 @@ class _SingleProcessIter(_BaseIter):
 
     def _next_data(self):
         index = self._next_index()
-        return self._fetcher.fetch(index)
+        try:
+            return self._fetcher.fetch(index)
+        except StopIteration:
+            raise
+        except Exception as exc:
+            # The original exception, as PyTorch raises it, with a note naming the batch and sample.
+            what = describe(self._fetcher, self._num_yielded)
+            if what is not None:
+                exc.add_note(f"DataLoader: raised in the main process {what}")
+            raise
 
 
 class _Workers:
-    """The worker processes, queues and shared-memory prefix of one multi-process iterator.
+    """The worker processes, queues, descriptor channels and shared-memory prefix of one iterator.
 
     Kept apart from the iterator so that a ``weakref.finalize`` on the iterator can shut them down
     (on garbage collection and at interpreter exit) without keeping the iterator alive.
@@ -323,16 +340,24 @@ class _Workers:
 
     def __init__(self, loader: DataLoader, base_seed: int) -> None:
         ctx = loader.multiprocessing_context or multiprocessing.get_context()
+        # Only this process may stop and join the workers: a forked child inherits this object (and
+        # may collect it, or run its finalizer at exit), and must leave the workers alone.
+        self.creator_pid = os.getpid()
         self.prefix = f"kiln_{os.getpid()}_{secrets.token_hex(3)}_"
         self.result_queue = ctx.Queue()
         self.index_queues = []
         self.processes = []
         self.lock = threading.Lock()
         self.closed = False
+        # One socket pair per worker: the worker passes each batch's shared memory as a descriptor.
+        self.channels = [_shm.channel() for _ in range(loader.num_workers)] if _shm.available() else []
         try:
             for worker_id in range(loader.num_workers):
                 iq = ctx.Queue()
                 iq.cancel_join_thread()  # the main process never waits on tasks a dead worker left unread
+                own = self.channels[worker_id][1] if self.channels else None
+                # Socket ends that a fork copies into the worker besides its own (closed there at once).
+                foreign = [m for m, _ in self.channels] + [w for i, (_, w) in enumerate(self.channels) if i > worker_id]
                 p = ctx.Process(
                     target=worker_loop,
                     args=(
@@ -340,6 +365,8 @@ class _Workers:
                         loader._is_iterable,
                         iq,
                         self.result_queue,
+                        own,
+                        foreign if ctx.get_start_method() == "fork" else [],
                         loader._auto_collation,
                         loader.collate_fn,
                         loader.drop_last,
@@ -353,6 +380,8 @@ class _Workers:
                     daemon=True,
                 )
                 p.start()
+                if own is not None:
+                    own.close()  # the worker has its copy; the receiving end alone stays here
                 self.index_queues.append(iq)
                 self.processes.append(p)
         except BaseException:
@@ -364,8 +393,14 @@ class _Workers:
         """The workers' process ids."""
         return [p.pid for p in self.processes]
 
+    def recv_fd(self, worker_id: int, seq: int) -> int:
+        """The descriptor of worker ``worker_id``'s batch ``seq``."""
+        return _shm.recv_fd(self.channels[worker_id][0], seq, worker_id)
+
     def shutdown(self) -> None:
         """Stop every worker (politely, then by force), and free every shared-memory segment left behind."""
+        if os.getpid() != self.creator_pid:
+            return  # a forked copy of this object: the workers are not this process's to stop
         with self.lock:
             if self.closed:
                 return
@@ -383,19 +418,13 @@ class _Workers:
             if p.is_alive():  # pragma: no cover - ignores SIGTERM: stop it for good
                 os.kill(p.pid, signal.SIGKILL)
                 p.join()
-        # Batches still in the queue carry segments that nobody will map: free them.
-        while True:
-            try:
-                _, _, blob = self.result_queue.get(timeout=0.01)
-            except (queue.Empty, OSError, ValueError, EOFError):
-                break
-            try:
-                _shm.discard(pickle.loads(blob))
-            except Exception:  # noqa: BLE001 - an unreadable leftover; unlink_leftovers below frees its segment
-                continue
         for q in (*self.index_queues, self.result_queue):
             q.cancel_join_thread()
             q.close()
+        # Batches still in flight are descriptors in these sockets: closing them frees that memory.
+        for main_end, worker_end in self.channels:
+            main_end.close()
+            worker_end.close()
         _shm.unlink_leftovers(self.prefix)
 
 
@@ -486,10 +515,12 @@ class _MultiProcessIter(_BaseIter):
                     raise RuntimeError(f"DataLoader timed out after {self._timeout} seconds") from None
                 continue
             payload = pickle.loads(blob)
+            fd = self._workers.recv_fd(payload[1], payload[2]) if payload[0] == "fd" else None
             if epoch != self._epoch:  # left over from an epoch that was abandoned midway
-                _shm.discard(payload)
+                if fd is not None:
+                    os.close(fd)
                 continue
-            return idx, _shm.decode(payload)
+            return idx, _shm.decode(payload, fd)
 
     def _next_data(self):
         while True:
@@ -533,6 +564,11 @@ class _MultiProcessIter(_BaseIter):
         return data
 
     def __next__(self):
+        if os.getpid() != self._workers.creator_pid:
+            raise RuntimeError(
+                f"this DataLoader iterator's workers belong to process {self._workers.creator_pid}; "
+                "a forked process must make its own iterator"
+            )
         try:
             return super().__next__()
         except (KeyboardInterrupt, SystemExit):

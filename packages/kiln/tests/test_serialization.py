@@ -284,7 +284,9 @@ def test_save_writes_through_a_temp_file_and_replaces(tmp_path, monkeypatch):
     p = tmp_path / "m.kt"
     kiln.save(kiln.ones(2), p)
     ((d, name, dst),) = seen
-    assert d == str(tmp_path) and name.startswith(".m.kt.") and name.endswith(".tmp") and dst == str(p)
+    real = os.path.realpath(tmp_path)  # the temp file sits next to the real file (tmp_path may be a link)
+    assert d == real and dst == os.path.join(real, "m.kt")
+    assert name.startswith(f".m.kt.{os.getpid()}.") and name.endswith(".tmp")  # the writer's PID marks it
     assert os.listdir(tmp_path) == ["m.kt"]
 
 
@@ -365,6 +367,40 @@ def test_unpadded_header_without_structure_loads_as_a_dict(tmp_path):
     out = kiln.load(p)
     assert list(out) == ["a", "b"]  # file order
     assert out["a"].tolist() == [1.5, -2.0] and out["b"].tolist() == [True, False, True]
+
+
+def test_a_valid_file_starting_like_a_pickle_still_loads(tmp_path):
+    # header length 0x280: the file starts 80 02, like a protocol-2 pickle (the legacy torch.save format)
+    base = len(_raw_file(F32_4, b"", metadata={"pad": ""}, pad=False)) - 8
+    blob = _raw_file(F32_4, struct.pack("<2f", 1, 2), metadata={"pad": "x" * (0x280 - base)}, pad=False)
+    assert blob[:2] == b"\x80\x02"
+    p = tmp_path / "p.st"
+    p.write_bytes(blob)
+    assert kiln.load(p)["x"].tolist() == [1.0, 2.0]
+
+
+def test_file_objects_from_their_position_and_streams_that_cannot_seek(tmp_path):
+    buf = io.BytesIO(b"prefix")
+    buf.seek(0, io.SEEK_END)
+    kiln.save({"a": kiln.arange(5)}, buf)
+    buf.seek(len(b"prefix"))
+    assert kiln.load(buf)["a"].tolist() == list(range(5))
+    assert buf.tell() == len(buf.getvalue())  # read to the end, as before
+
+    class Pipe(io.RawIOBase):  # no seek, no tell, no size: read as a stream
+        def __init__(self, blob):
+            self._b = io.BytesIO(blob)
+
+        def readable(self):
+            return True
+
+        def readinto(self, b):
+            return self._b.readinto(memoryview(b)[:3])  # short reads too
+
+    blob = buf.getvalue()[len(b"prefix") :]
+    assert kiln.load(io.BufferedReader(Pipe(blob), buffer_size=4))["a"].tolist() == list(range(5))
+    with pytest.raises(ValueError, match="truncated"):
+        kiln.load(io.BufferedReader(Pipe(blob[:-1])))
 
 
 # ------------------------------------------------------------------------------------------ map_location

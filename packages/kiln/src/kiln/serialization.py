@@ -15,17 +15,26 @@ Nothing in a file is ever executed (there is no pickle), so ``weights_only`` has
 A tensor object that appears several times in the saved object is stored once and comes back as one
 tensor; distinct tensors that are views of one storage are stored separately, each as its own
 contiguous copy, and come back as independent tensors (storage sharing between them is not kept).
-Loaded tensors are fresh, writable copies that own their memory (nothing maps the file).
+Loaded tensors are fresh, writable copies that own their memory: each tensor's bytes are read from the
+file straight into its own array, so loading needs about one file's worth of memory, not two.
+
+Every malformed file raises ``ValueError``: the header's fields are type- and range-checked, sizes are
+checked against the file's length before anything is allocated, and the nesting of the structure JSON
+is bounded. A PyTorch ``torch.save`` file (zip or legacy pickle) is recognised and named as such.
 """
 
 from __future__ import annotations
 
 import builtins
 import contextlib
+import io
 import json
 import math
 import os
-import tempfile
+import re
+import reprlib
+import secrets
+import sys
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
@@ -36,11 +45,21 @@ from kiln._device import CPU, as_device
 from kiln._device import device as _device
 from kiln._tensor import Tensor
 
+try:  # advisory locks mark a temp file as being written; absent on Windows
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX
+    fcntl = None  # type: ignore[assignment]
+
 __all__ = ["load", "save"]
 
 STRUCTURE_KEY = "kiln.structure"
 FORMAT_VERSION = 1
 _MAX_HEADER = 100_000_000  # what the safetensors reference implementation accepts
+_MAX_DIMS = 64  # NumPy's limit on the number of dimensions
+_MAX_NBYTES = 2**62  # no array is larger; keeps NumPy's size arithmetic far from int64 overflow
+# Containers (dict/list/tuple) nested inside each other. save refuses deeper objects, so that every
+# file it writes loads; load refuses deeper structure JSON before recursing into it.
+_MAX_NESTING = 100
 
 _TO_ST = {
     dt.float64: "F64",
@@ -55,6 +74,12 @@ _TO_ST = {
     dt.bool: "BOOL",
 }
 _FROM_ST = {v: k for k, v in _TO_ST.items()}
+
+# Error messages quote values from the file; a hostile file may hold megabytes in one of them.
+_short_repr = reprlib.Repr()
+_short_repr.maxstring = _short_repr.maxother = _short_repr.maxlong = 80
+_short_repr.maxlist = _short_repr.maxdict = 8
+_short = _short_repr.repr
 
 
 # ------------------------------------------------------------------------------------------ saving
@@ -77,7 +102,7 @@ class _Encoder:
         self._names.add(name)
         return name
 
-    def encode(self, obj: Any, path: str) -> Any:
+    def encode(self, obj: Any, path: str, depth: int = 0) -> Any:
         if isinstance(obj, Tensor):
             name = self._by_id.get(id(obj))
             if name is None:
@@ -101,6 +126,11 @@ class _Encoder:
         if isinstance(obj, (dict, list, tuple)):
             if id(obj) in self._active:
                 raise ValueError("kiln.save: the object contains a reference cycle")
+            if depth >= _MAX_NESTING:
+                raise ValueError(
+                    f"kiln.save: the object nests dicts/lists/tuples more than {_MAX_NESTING} levels deep "
+                    "(kiln.load's limit)"
+                )
             self._active.add(id(obj))
             try:
                 if isinstance(obj, dict):
@@ -112,10 +142,10 @@ class _Encoder:
                             key = {"int": builtins.int(k)}  # optimizer state is keyed by parameter index
                         else:
                             raise TypeError(f"kiln.save: dict keys must be str or int, got {type(k).__name__} ({k!r})")
-                        items.append([key, self.encode(v, f"{path}.{k}" if path else str(k))])
+                        items.append([key, self.encode(v, f"{path}.{k}" if path else str(k), depth + 1)])
                     return {"dict": items}
                 kind = "list" if isinstance(obj, list) else "tuple"
-                return {kind: [self.encode(v, f"{path}.{i}" if path else str(i)) for i, v in enumerate(obj)]}
+                return {kind: [self.encode(v, f"{path}.{i}" if path else str(i), depth + 1) for i, v in enumerate(obj)]}
             finally:
                 self._active.discard(id(obj))
         raise TypeError(
@@ -156,36 +186,83 @@ def _write(fh: BinaryIO, header: bytes, order: list[tuple[str, Tensor]]) -> None
             fh.write(memoryview(_le_bytes(t)).cast("B"))
 
 
-def save(obj: Any, f: str | os.PathLike | BinaryIO) -> None:
-    """Save a tensor, a state dict, or nested dicts/lists/tuples of tensors to ``f`` (safetensors format).
+def _temp_pattern(name: str) -> re.Pattern[str]:
+    """Names of the temp files ``save`` writes for target ``name``: ``.<name>.<pid>.<16 hex>.tmp``."""
+    return re.compile(rf"\.{re.escape(name)}\.([0-9]{{1,10}})\.[0-9a-f]{{16}}\.tmp")
 
-    ``f`` is a path (written atomically: a temp file in the same directory, flushed, fsynced and renamed
-    over the destination; on any error the temp file is removed and the destination left untouched) or
-    a writable binary file object (written directly, from its current position). Leaves besides tensors
-    may be None, bool, int, float or str; dict keys must be str. Tensors on any device are saved from a
-    contiguous CPU copy of their values; ``requires_grad`` and the device are recorded and restored by
-    :func:`load`. A flat dict of tensors is readable by ``safetensors.torch.load_file`` under its own keys.
-    """
-    enc = _Encoder()
-    structure = enc.encode(obj, "")  # raises for unsupported objects before any file is touched
-    meta = {STRUCTURE_KEY: json.dumps({"version": FORMAT_VERSION, "root": structure}, ensure_ascii=False)}
-    header, order = _header(enc.tensors, meta)
-    if hasattr(f, "write"):
-        _write(f, header, order)
-        return
-    path = os.fspath(f)
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+
+def _pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (a zombie counts as alive until its parent reaps it)."""
     try:
-        with os.fdopen(fd, "wb") as fh:
-            _write(fh, header, order)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
+        os.kill(pid, 0)  # signal 0: only checks that the process exists and may be signalled
+    except ProcessLookupError:
+        return False
+    except OSError:  # PermissionError: it exists but belongs to another user; anything else: be safe
+        return True
+    return True
+
+
+def _remove_if_unlocked(path: str) -> None:
+    """Delete a temp file unless a writer still holds its lock (written elsewhere: another PID namespace)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError:  # gone already, or not ours to read: leave it
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return  # a live writer holds it
+        except OSError:
+            pass  # the filesystem has no locks: the dead PID is all there is to go by
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+            os.unlink(path)
+    finally:
+        os.close(fd)
+
+
+def _remove_stale_temps(directory: str, name: str) -> None:
+    """Remove temp files of target ``name`` left by writers that died (killed mid-save, power loss).
+
+    A temp file is stale when the PID in its name is no process any more and no one holds its lock.
+    A live writer's file (another process, or another thread of this one) is never touched. Best
+    effort: any error leaves the files where they are, and never fails the save.
+    """
+    if os.name != "posix" or fcntl is None:  # os.kill(pid, 0) is not a liveness probe on Windows
+        return
+    pattern = _temp_pattern(name)
+    me = os.getpid()
+    try:
+        entries = os.listdir(directory)
+    except OSError:
+        return
+    for entry in entries:
+        m = pattern.fullmatch(entry)
+        if m is None:
+            continue
+        pid = builtins.int(m.group(1))
+        if pid == me or not 0 < pid < 2**31 or _pid_alive(pid):
+            continue
+        _remove_if_unlocked(os.path.join(directory, entry))
+
+
+def _create_temp(directory: str, name: str) -> tuple[int, str]:
+    """Create and lock ``.<name>.<pid>.<random>.tmp`` next to the target; its mode follows the umask."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+    for _ in range(100):
+        tmp = os.path.join(directory, f".{name}.{os.getpid()}.{secrets.token_hex(8)}.tmp")
+        try:
+            fd = os.open(tmp, flags, 0o666)  # 0o666 & ~umask, as open(path, "wb") would give a new file
+        except FileExistsError:
+            continue
+        if fcntl is not None:
+            with contextlib.suppress(OSError):  # no locks on this filesystem: the PID alone marks it live
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return fd, tmp
+    raise FileExistsError(f"kiln.save: could not create a temp file next to {os.path.join(directory, name)!r}")
+
+
+def _fsync_directory(directory: str) -> None:
     try:  # make the rename itself durable; not every platform can open a directory
         dfd = os.open(directory, os.O_RDONLY)
     except OSError:
@@ -198,7 +275,50 @@ def save(obj: Any, f: str | os.PathLike | BinaryIO) -> None:
         os.close(dfd)
 
 
-# ----------------------------------------------------------------------------------------- loading
+def save(obj: Any, f: str | os.PathLike | BinaryIO) -> None:
+    """Save a tensor, a state dict, or nested dicts/lists/tuples of tensors to ``f`` (safetensors format).
+
+    ``f`` is a path or a writable binary file object (written directly, from its current position).
+    A path is written atomically: into a temp file ``.<name>.<pid>.<random>.tmp`` in the target's
+    directory, fsynced, renamed over the target, then the directory fsynced, so a crash, kill or power
+    loss leaves either the old file or the new one under the name, never a partial one. On an error the
+    temp file is removed and the target left untouched; temp files left by writers that were killed
+    (their PID is gone) are removed by the next save to the same target. The new file's mode is
+    ``0o666 & ~umask``, as for ``open(path, "wb")``. A symlink is followed: the file it points to is
+    replaced and the link stays a link.
+
+    Leaves besides tensors may be None, bool, int, float or str; dict keys must be str or int, and
+    containers may nest up to 100 levels. Tensors on any device are saved from a contiguous CPU copy
+    of their values; ``requires_grad`` and the device are recorded and restored by :func:`load`. A flat
+    dict of tensors is readable by ``safetensors.torch.load_file`` under its own keys.
+    """
+    enc = _Encoder()
+    structure = enc.encode(obj, "")  # raises for unsupported objects before any file is touched
+    meta = {STRUCTURE_KEY: json.dumps({"version": FORMAT_VERSION, "root": structure}, ensure_ascii=False)}
+    header, order = _header(enc.tensors, meta)
+    if hasattr(f, "write"):
+        _write(f, header, order)
+        return
+    # Through a symlink, the file it points to is the one to replace (renaming over the link itself
+    # would turn it into a regular file); the temp file must sit next to that file to rename onto it.
+    path = os.path.realpath(os.fsdecode(os.fspath(f)))
+    directory, name = os.path.split(path)
+    _remove_stale_temps(directory, name)
+    fd, tmp = _create_temp(directory, name)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            _write(fh, header, order)
+            fh.flush()
+            os.fsync(fh.fileno())  # the data reaches the disk before the name points at it
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    _fsync_directory(directory)
+
+
+# ------------------------------------------------------------------------------------------ loading
 
 
 def _corrupt(msg: str) -> ValueError:
@@ -206,9 +326,10 @@ def _corrupt(msg: str) -> ValueError:
 
 
 def _read_exact(fh: BinaryIO, n: int, what: str) -> bytes:
+    # Reads in chunks, so a length field that lies about the file costs no more memory than the file.
     chunks, left = [], n
     while left:
-        b = fh.read(left)
+        b = fh.read(min(left, 1 << 24))
         if not b:
             raise _corrupt(f"file is truncated ({what}: expected {n} bytes, got {n - left})")
         chunks.append(b)
@@ -216,40 +337,100 @@ def _read_exact(fh: BinaryIO, n: int, what: str) -> bytes:
     return b"".join(chunks)
 
 
-def _parse_header(raw: bytes) -> tuple[dict[str, str], dict[str, dict]]:
+def _pytorch_file(kind: str, name: str | None) -> ValueError:
+    what = f"{name!r}" if name is not None else "the file"
+    return ValueError(
+        f"kiln.load: {what} is a PyTorch file written by torch.save ({kind}), which kiln.load cannot read yet: "
+        "kiln reads safetensors files. Convert it with torch and the safetensors package, e.g. "
+        "safetensors.torch.save_file(torch.load(path), out) for a flat dict of tensors, then kiln.load(out)."
+    )
+
+
+def _pytorch_kind(head: bytes) -> str | None:
+    """What PyTorch format the first 8 bytes of a file look like, if any."""
+    if head.startswith(b"PK\x03\x04"):  # torch.save's default since 1.6: a zip archive
+        return "a zip archive, the format of .pt/.pth files"
+    if head[:1] == b"\x80" and 2 <= head[1] <= 5:  # PROTO opcode: _use_new_zipfile_serialization=False
+        return "the legacy pickle format"
+    return None
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # json.loads keeps the last of duplicate keys silently; which one a reader sees would be a guess.
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for k, _ in pairs:
+            if k in seen:
+                raise _DuplicateKey(f"duplicate key {_short(k)}")
+            seen.add(k)
+    return out
+
+
+def _json(text: str, what: str, kind: str = "JSON") -> Any:
+    """``json.loads`` whose every failure is a ValueError (nesting bombs and duplicate keys included)."""
     try:
-        header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        return json.loads(text, object_pairs_hook=_no_duplicates)
+    except _DuplicateKey as e:
+        raise _corrupt(f"{what} has a {e}") from None
+    except RecursionError:  # the C decoder recurses per [ or {; it stops cleanly at the recursion limit
+        raise _corrupt(f"{what} nests too deeply to parse") from None
+    except ValueError as e:  # JSONDecodeError, and integers past sys.get_int_max_str_digits()
+        raise _corrupt(f"{what} is not valid {kind} ({_short(str(e))})") from None
+
+
+def _nbytes(name: str, d: dt.dtype, shape: Any) -> int:
+    if (
+        not isinstance(shape, list)
+        or len(shape) > _MAX_DIMS
+        or not builtins.all(type(s) is builtins.int and s >= 0 for s in shape)
+    ):
+        raise _corrupt(f"tensor {_short(name)} has invalid shape {_short(shape)}")
+    size = d.itemsize
+    for s in shape:  # zero-size dims included: NumPy must never see a size it can't represent
+        size *= max(s, 1)
+        if size > _MAX_NBYTES:
+            raise _corrupt(f"tensor {_short(name)} has a shape too large for any array: {_short(shape)}")
+    return d.itemsize * math.prod(shape)
+
+
+def _parse_header(raw: bytes | bytearray) -> tuple[dict[str, str], dict[str, dict]]:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
         raise _corrupt(f"header is not valid UTF-8 JSON ({e})") from None
+    header = _json(text, "header", "UTF-8 JSON")
     if not isinstance(header, dict):
         raise _corrupt("header is not a JSON object")
-    metadata = header.pop("__metadata__", None) or {}
-    if not isinstance(metadata, dict) or not builtins.all(
-        isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
-    ):
+    metadata = header.pop("__metadata__", None)
+    if metadata is None:  # optional; safetensors also reads an explicit null as absent
+        metadata = {}
+    elif not isinstance(metadata, dict) or not builtins.all(isinstance(v, str) for v in metadata.values()):
         raise _corrupt("__metadata__ must map strings to strings")
     for name, info in header.items():
         if not isinstance(info, dict) or set(info) != {"dtype", "shape", "data_offsets"}:
-            raise _corrupt(f"entry {name!r} must have exactly the keys dtype, shape and data_offsets")
-        if info["dtype"] not in _FROM_ST:
+            raise _corrupt(f"entry {_short(name)} must have exactly the keys dtype, shape and data_offsets")
+        dtype, shape, offs = info["dtype"], info["shape"], info["data_offsets"]
+        if not isinstance(dtype, str) or dtype not in _FROM_ST:
             raise _corrupt(
-                f"tensor {name!r} has unsupported dtype {info['dtype']!r} (kiln reads {', '.join(_FROM_ST)})"
+                f"tensor {_short(name)} has unsupported dtype {_short(dtype)} (kiln reads {', '.join(_FROM_ST)})"
             )
-        shape, offs = info["shape"], info["data_offsets"]
-        if not isinstance(shape, list) or not builtins.all(type(s) is builtins.int and s >= 0 for s in shape):
-            raise _corrupt(f"tensor {name!r} has invalid shape {shape!r}")
+        nbytes = _nbytes(name, _FROM_ST[dtype], shape)
         if (
             not isinstance(offs, list)
             or len(offs) != 2
             or not builtins.all(type(o) is builtins.int and o >= 0 for o in offs)
             or offs[1] < offs[0]
         ):
-            raise _corrupt(f"tensor {name!r} has invalid data_offsets {offs!r}")
-        nbytes = math.prod(shape) * _FROM_ST[info["dtype"]].itemsize
+            raise _corrupt(f"tensor {_short(name)} has invalid data_offsets {_short(offs)}")
         if offs[1] - offs[0] != nbytes:
             raise _corrupt(
-                f"tensor {name!r}: data_offsets {offs} span {offs[1] - offs[0]} bytes but dtype {info['dtype']} "
-                f"and shape {shape} need {nbytes}"
+                f"tensor {_short(name)}: data_offsets {_short(offs)} span {offs[1] - offs[0]} bytes but dtype "
+                f"{dtype} and shape {_short(shape)} need {nbytes}"
             )
     return metadata, header
 
@@ -261,9 +442,9 @@ def _check_layout(entries: dict[str, dict], data_len: int) -> list[str]:
     for n in names:
         b, e = entries[n]["data_offsets"]
         if b < end:
-            raise _corrupt(f"tensor {n!r} data_offsets {[b, e]} overlap the previous tensor (ends at {end})")
+            raise _corrupt(f"tensor {_short(n)} data_offsets {[b, e]} overlap the previous tensor (ends at {end})")
         if b > end:
-            raise _corrupt(f"gap in the data buffer before tensor {n!r} (bytes {end}..{b} belong to no tensor)")
+            raise _corrupt(f"gap in the data buffer before tensor {_short(n)} (bytes {end}..{b} belong to no tensor)")
         end = e
     if end > data_len:
         raise _corrupt(f"file is truncated: tensor data needs {end} bytes after the header, the file has {data_len}")
@@ -272,21 +453,42 @@ def _check_layout(entries: dict[str, dict], data_len: int) -> list[str]:
     return names
 
 
-def _tensor_from(buf: bytes | bytearray | memoryview, info: dict) -> Tensor:
+def _fill(fh: BinaryIO, out: memoryview, what: str) -> None:
+    """Read exactly ``len(out)`` bytes from ``fh`` into ``out`` (no intermediate copy where ``readinto`` exists)."""
+    readinto = getattr(fh, "readinto", None)
+    got = 0
+    while got < len(out):
+        if readinto is not None:
+            k = readinto(out[got:]) or 0
+        else:
+            chunk = fh.read(min(len(out) - got, 1 << 24))
+            k = len(chunk)
+            out[got : got + k] = chunk
+        if not k:  # the file shrank after its size was checked
+            raise _corrupt(f"file is truncated ({what}: expected {len(out)} bytes, got {got})")
+        got += k
+
+
+def _read_tensor(fh: BinaryIO, name: str, info: dict) -> Tensor:
+    """The next tensor in the data buffer, read straight into a fresh array that the tensor owns."""
     from kiln._ops.creation import from_numpy
 
     d = _FROM_ST[info["dtype"]]
     b, e = info["data_offsets"]
-    shape = tuple(info["shape"])
     isz = d.itemsize
     count = (e - b) // isz
-    if d is dt.bool:
-        a = np.frombuffer(buf, np.uint8, count, b) != 0  # any nonzero byte is True (a fresh array)
-    elif isz == 1:
-        a = np.frombuffer(buf, d.numpy, count, b).copy()
+    if d is dt.bool or isz == 1:
+        a = np.empty(count, np.uint8 if d is dt.bool else d.numpy)
     else:
-        a = np.frombuffer(buf, f"<u{isz}", count, b).astype(f"=u{isz}").view(d.numpy)  # astype copies
-    return from_numpy(a.reshape(shape))
+        a = np.empty(count, f"<u{isz}")  # bfloat16 and the rest go through their raw bits
+    _fill(fh, memoryview(a).cast("B"), f"tensor {_short(name)}")
+    if d is dt.bool:
+        a = np.not_equal(a, 0, out=a.view(np.bool_))  # any nonzero byte is True, in place
+    elif isz > 1:
+        if sys.byteorder == "big":
+            a.byteswap(inplace=True)
+        a = a.view(d.numpy)
+    return from_numpy(a.reshape(info["shape"]))
 
 
 _Location = str | _device | dict | Callable | None
@@ -316,23 +518,43 @@ def _place(t: Tensor, saved: str, map_location: _Location) -> Tensor:
     return t if dev == CPU else t.to(dev)
 
 
-def _decode(node: Any, tensors: dict[str, Tensor], placed: dict[str, Tensor], map_location: _Location) -> Any:
+_TENSOR_NODE_KEYS = {"tensor", "device", "requires_grad"}
+
+
+def _decode_tensor(node: dict, tensors: dict[str, Tensor], placed: dict[str, Tensor], map_location: _Location) -> Any:
+    name, saved, grad = node["tensor"], node.get("device", "cpu"), node.get("requires_grad", False)
+    if not set(node) <= _TENSOR_NODE_KEYS or not isinstance(saved, str) or not isinstance(grad, builtins.bool):
+        raise _corrupt(f"bad kiln.structure tensor node {_short(node)}")
+    if not isinstance(name, str) or name not in tensors:
+        raise _corrupt(f"kiln.structure refers to a missing tensor {_short(name)}")
+    try:  # a device string that can't be parsed is a broken file; a device not installed here is not
+        _device(saved)
+    except (RuntimeError, TypeError, ValueError):
+        raise _corrupt(f"kiln.structure gives tensor {_short(name)} an invalid device {_short(saved)}") from None
+    if name not in placed:
+        t = tensors[name]
+        if grad and not t.dtype.is_floating_point:
+            raise _corrupt(f"kiln.structure asks for requires_grad on tensor {_short(name)} of dtype {t.dtype}")
+        t = _place(t, saved, map_location)
+        if grad:
+            t.requires_grad_(True)
+        placed[name] = t
+    return placed[name]
+
+
+def _decode(
+    node: Any, tensors: dict[str, Tensor], placed: dict[str, Tensor], map_location: _Location, depth: int = 0
+) -> Any:
     if not isinstance(node, dict) or len(node) < 1:
-        raise _corrupt(f"bad kiln.structure node {node!r}")
+        raise _corrupt(f"bad kiln.structure node {_short(node)}")
     if "tensor" in node:
-        name = node["tensor"]
-        if name not in tensors:
-            raise _corrupt(f"kiln.structure refers to a missing tensor {name!r}")
-        if name not in placed:
-            t = _place(tensors[name], str(node.get("device", "cpu")), map_location)
-            if node.get("requires_grad"):
-                t.requires_grad_(True)
-            placed[name] = t
-        return placed[name]
+        return _decode_tensor(node, tensors, placed, map_location)
     if len(node) != 1:
-        raise _corrupt(f"bad kiln.structure node {node!r}")
+        raise _corrupt(f"bad kiln.structure node {_short(node)}")
     ((kind, value),) = node.items()
-    if kind == "none":
+    if kind in ("list", "tuple", "dict") and depth >= _MAX_NESTING:
+        raise _corrupt(f"kiln.structure nests containers more than {_MAX_NESTING} levels deep")
+    if kind == "none" and value is None:
         return None
     if kind == "bool" and isinstance(value, builtins.bool):
         return value
@@ -346,67 +568,107 @@ def _decode(node: Any, tensors: dict[str, Tensor], placed: dict[str, Tensor], ma
     elif kind == "str" and isinstance(value, str):
         return value
     elif kind in ("list", "tuple") and isinstance(value, list):
-        items = [_decode(v, tensors, placed, map_location) for v in value]
+        items = []
+        for v in value:  # a loop, not a comprehension: one stack frame per level of nesting
+            items.append(_decode(v, tensors, placed, map_location, depth + 1))
         return items if kind == "list" else tuple(items)
     elif kind == "dict" and isinstance(value, list):
         out = {}
         for pair in value:
             if not (isinstance(pair, list) and len(pair) == 2):
-                raise _corrupt(f"bad kiln.structure dict item {pair!r}")
+                raise _corrupt(f"bad kiln.structure dict item {_short(pair)}")
             key = pair[0]
             if isinstance(key, dict) and set(key) == {"int"} and type(key["int"]) is builtins.int:
                 key = key["int"]
             elif not isinstance(key, str):
-                raise _corrupt(f"bad kiln.structure dict key {key!r}")
-            out[key] = _decode(pair[1], tensors, placed, map_location)
+                raise _corrupt(f"bad kiln.structure dict key {_short(key)}")
+            out[key] = _decode(pair[1], tensors, placed, map_location, depth + 1)
         return out
-    raise _corrupt(f"bad kiln.structure node {node!r}")
+    raise _corrupt(f"bad kiln.structure node {_short(node)}")
 
 
 def load(f: str | os.PathLike | BinaryIO, map_location: _Location = None, weights_only: bool = True) -> Any:
     """Load an object saved by :func:`save`, or any safetensors file (then a dict of its tensors).
 
-    Never executes code from the file. The header is validated (JSON shape, known dtypes, offsets that
-    match each tensor's size, lie inside the file and neither overlap nor leave gaps; truncated files)
-    and a ``ValueError`` says what is wrong. ``map_location`` places tensors as in ``torch.load``: None
-    (the device each tensor was saved from; ``"cpu"`` for files from other tools), a device string or
-    :class:`kiln.device` (every tensor there), a dict mapping saved device strings to targets (others
-    stay), or a callable ``fn(tensor, location)`` given each CPU tensor and its saved device string,
-    returning the tensor to use or None for the default placement. Loaded tensors are independent,
-    writable copies that own their memory. ``weights_only`` is accepted for ``torch.load``
-    compatibility; kiln files never contain code, so both values behave the same.
+    Never executes code from the file. The header is validated (JSON shape and the type and range of
+    every field, known dtypes, shapes, offsets that match each tensor's size, lie inside the file and
+    neither overlap nor leave gaps, duplicate keys, bounded nesting, truncated files) before anything is
+    allocated, and every problem raises a ``ValueError`` that says what is wrong. A PyTorch file
+    (``torch.save``'s zip or legacy pickle format) raises a ``ValueError`` saying how to convert it.
+    ``map_location`` places tensors as in ``torch.load``: None (the device each tensor was saved
+    from; ``"cpu"`` for files from other tools), a device string or :class:`kiln.device` (every tensor
+    there), a dict mapping saved device strings to targets (others stay), or a callable
+    ``fn(tensor, location)`` given each CPU tensor and its saved device string, returning the tensor
+    to use or None for the default placement. Loaded tensors are independent, writable copies that own
+    their memory, read from the file straight into place (peak memory about the size of the tensors).
+    A file object is read from its current position to its end. ``weights_only`` is accepted for
+    ``torch.load`` compatibility; kiln files never contain code, so both values behave the same.
     """
     if not isinstance(weights_only, builtins.bool):
         raise TypeError(f"kiln.load: weights_only must be a bool, got {type(weights_only).__name__}")
     if hasattr(f, "read"):
-        return _load_from(f, map_location)
-    with open(os.fspath(f), "rb") as fh:
-        return _load_from(fh, map_location)
+        return _load_from(f, map_location, None)
+    path = os.fspath(f)
+    with open(path, "rb") as fh:
+        return _load_from(fh, map_location, os.fsdecode(path))
 
 
-def _load_from(fh: BinaryIO, map_location: _Location) -> Any:
-    n = int.from_bytes(_read_exact(fh, 8, "header length"), "little")
+def _remaining(fh: BinaryIO) -> int | None:
+    """Bytes from the current position to the end, or None for a stream that can't tell (a pipe)."""
+    try:
+        if hasattr(fh, "seekable") and not fh.seekable():
+            return None
+        pos = fh.tell()
+        end = fh.seek(0, os.SEEK_END)
+        fh.seek(pos)
+    except (AttributeError, OSError, ValueError):
+        return None
+    if not isinstance(pos, builtins.int) or not isinstance(end, builtins.int):
+        return None
+    return end - pos
+
+
+def _load_from(fh: BinaryIO, map_location: _Location, name: str | None) -> Any:
+    size = _remaining(fh)
+    head = fh.read(8)
+    if len(head) < 8:
+        raise _corrupt(f"file is truncated (header length: expected 8 bytes, got {len(head)})")
+    n = int.from_bytes(head, "little")
+    torch_kind = _pytorch_kind(head)
+    too_long = n > _MAX_HEADER or (size is not None and n > size - 8)
+    if torch_kind is not None and too_long:
+        raise _pytorch_file(torch_kind, name)
     if n > _MAX_HEADER:
         raise _corrupt(f"header length {n} is larger than the {_MAX_HEADER}-byte limit")
-    raw = _read_exact(fh, n, "header")
+    if size is not None and n > size - 8:
+        raise _corrupt(f"file is truncated (header length {n}, but the file has {size - 8} bytes after it)")
+    if size is None:  # a stream may end early: let its bytes, not the length field, size the buffer
+        raw = _read_exact(fh, n, "header")
+    else:
+        raw = bytearray(n)  # n is no more than the file holds
+        _fill(fh, memoryview(raw), "header")
+    if torch_kind is not None and not raw.startswith(b"{"):  # a safetensors header is a JSON object
+        raise _pytorch_file(torch_kind, name)
     metadata, entries = _parse_header(raw)
-    data = fh.read()
-    names = _check_layout(entries, len(data))
-    tensors = {name: _tensor_from(data, entries[name]) for name in names}
-    del data
+    del raw
+    if size is None:  # a stream of unknown length: hold the rest in memory to learn how much there is
+        data = fh.read()
+        data_len, fh = len(data), io.BytesIO(data)
+    else:
+        data_len = size - 8 - n
+    names = _check_layout(entries, data_len)  # every size is checked against the file before allocating
+    tensors = {name: _read_tensor(fh, name, entries[name]) for name in names}
     spec = metadata.get(STRUCTURE_KEY)
     if spec is None:
         placed: dict[str, Tensor] = {}
         return {name: _decode({"tensor": name}, tensors, placed, map_location) for name in names}
-    try:
-        structure = json.loads(spec)
-    except json.JSONDecodeError as e:
-        raise _corrupt(f"{STRUCTURE_KEY} metadata is not valid JSON ({e})") from None
+    structure = _json(spec, f"{STRUCTURE_KEY} metadata")
     if not isinstance(structure, dict) or "root" not in structure:
         raise _corrupt(f"{STRUCTURE_KEY} metadata has no root")
-    if structure.get("version") != FORMAT_VERSION:
+    version = structure.get("version")
+    if type(version) is not builtins.int or version != FORMAT_VERSION:
         raise ValueError(
-            f"kiln.load: the file's {STRUCTURE_KEY} format version {structure.get('version')!r} is not supported "
+            f"kiln.load: the file's {STRUCTURE_KEY} format version {_short(version)} is not supported "
             f"(this kiln reads version {FORMAT_VERSION})"
         )
     return _decode(structure["root"], tensors, {}, map_location)

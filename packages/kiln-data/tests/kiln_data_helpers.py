@@ -28,6 +28,21 @@ class Squares:
         return kiln.full((self.width,), float(i)), i
 
 
+class Heavy:
+    """1 MB float32 samples (sample i is filled with i); from index ``slow_from`` on each takes ``delay`` s."""
+
+    def __init__(self, n: int = 200, slow_from: int = 10, delay: float = 60.0) -> None:
+        self.n, self.slow_from, self.delay = n, slow_from, delay
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        if i >= self.slow_from:
+            time.sleep(self.delay)
+        return kiln.full((1 << 18,), float(i))
+
+
 class Failing:
     """Raises ValueError at index ``bad``."""
 

@@ -152,13 +152,15 @@ def test_failed_worker_start_raises():
 KILLED_SCRIPT = """
 import sys, time
 sys.path.insert(0, {tests!r})
-from kiln_data_helpers import Squares
+from kiln_data_helpers import Heavy
 from kiln.data import DataLoader, _shm
 
 if {fallback!r}:
     _shm._memfd_create = None  # the POSIX path: shm_open, then shm_unlink at once
-loader = DataLoader(Squares(200, 1 << 18), batch_size=2, num_workers=2)
-it = iter(loader)  # 2 MB batches (two float32 vectors of 1 MB): they travel in shared memory
+# 2 MB batches (two float32 vectors of 1 MB): they travel in shared memory. After 3 batches the
+# loader has asked for batches 3 to 6: 3 and 4 (samples 6-9) come back and wait, in flight, while
+# both workers sleep in __getitem__ of batches 5 and 6 (samples from 10 on take a minute each).
+it = iter(DataLoader(Heavy(200, slow_from=10, delay=60.0), batch_size=2, num_workers=2))
 print(" ".join(map(str, it.worker_pids)), it._workers.prefix, flush=True)
 held = [next(it) for _ in range(3)]
 print("ready", flush=True)
@@ -182,10 +184,10 @@ def test_sigkill_of_the_main_process_mid_epoch_leaves_no_shared_memory_or_worker
         assert len(lines) == 2 and lines[1] == "ready", (lines, proc.poll())
         pids_text, prefix = lines[0].rsplit(" ", 1)
         pids = [int(p) for p in pids_text.split()]
-        time.sleep(0.5)  # the workers fill the prefetch queue: batches are in flight when the main process dies
+        time.sleep(0.5)  # batches 3 and 4 reach the queue: in flight when the main process dies
         os.kill(proc.pid, signal.SIGKILL)
         assert proc.wait(timeout=10) == -signal.SIGKILL
-        assert wait_gone(pids, within=5.0) == [], "workers outlived their main process"
+        assert wait_gone(pids, within=5.0) == [], "workers (busy in __getitem__) outlived their main process"
         leaked = [n for n in os.listdir("/dev/shm") if n.startswith(prefix)]
         after = _kiln_shm()
         count_after = len(os.listdir("/dev/shm"))
@@ -205,7 +207,7 @@ def test_sigkill_of_the_main_process_mid_epoch_leaves_no_shared_memory_or_worker
 
 
 PERSISTENT_SCRIPT = """
-import gc, os, sys
+import gc, os, sys, traceback
 sys.path.insert(0, {tests!r})
 from kiln_data_helpers import Squares, wait_gone
 from kiln.data import DataLoader
@@ -216,13 +218,20 @@ it = iter(loader)
 pids = it.worker_pids
 assert sorted(int(i) for b in it for i in b[1]) == list(range(12))
 
-# A child forked while the workers run drops its copies (their finalizer runs there): the workers
-# belong to this process, so the child must neither stop nor join them.
+# A child forked while the workers run gets workers of its own for a new epoch, then drops its
+# copies (their finalizer runs there): the parent's workers are not the child's to stop or join.
 child = os.fork()
 if child == 0:
-    del loader, it
+    status = 0
+    try:
+        assert sorted(int(i) for b in loader for i in b[1]) == list(range(12))
+        assert iter(loader).worker_pids != pids
+        del loader, it
+    except BaseException:
+        traceback.print_exc()
+        status = 1
     sys.stdout.flush(); sys.stderr.flush()
-    os._exit(0)
+    os._exit(status)
 assert os.waitpid(child, 0)[1] == 0
 assert sorted(int(i) for b in loader for i in b[1]) == list(range(12)), "the child stopped the workers"
 assert iter(loader).worker_pids == pids

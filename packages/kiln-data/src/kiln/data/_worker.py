@@ -12,6 +12,8 @@ import queue
 import random
 import signal
 import sys
+import threading
+import time
 import traceback
 from dataclasses import dataclass
 from multiprocessing.reduction import ForkingPickler
@@ -224,6 +226,19 @@ def _parent_alive(parent_pid: int, start_ppid: int) -> bool:
     return True
 
 
+def _watch_parent(alive) -> None:
+    """End this worker as soon as ``alive()`` says the main process is gone, whatever it is doing.
+
+    Runs in a daemon thread: a worker deep in a slow ``__getitem__`` (or ``worker_init_fn``) does not
+    reach its loop's own check for as long as that takes, and must not outlive its main process.
+    Nothing is lost by exiting at once: batch memory still in flight is freed with the last descriptor.
+    """
+    while True:
+        time.sleep(_PARENT_CHECK_S)
+        if not alive():
+            os._exit(0)
+
+
 def _pack(data, name: str, worker_id: int, idx: int, seq: int) -> tuple[bytes, int | None]:
     """The pickled payload for ``data`` and the descriptor of its shared memory (or ``None``).
 
@@ -271,6 +286,12 @@ def worker_loop(
     process, closed at once so that only the main process holds the receiving ends.
     """
     global _worker_info
+    start_ppid = os.getppid()  # the main process, or the forkserver that started this worker
+
+    def alive() -> bool:
+        return _parent_alive(parent_pid, start_ppid)
+
+    threading.Thread(target=_watch_parent, args=(alive,), name="kiln-data-parent-watch", daemon=True).start()
     for sock in foreign_channels:
         sock.close()
     # Ctrl-C reaches the whole process group: the main process handles it and shuts the workers down.
@@ -289,11 +310,6 @@ def worker_loop(
         init_error = ExceptionWrapper(sys.exc_info(), where=f"in DataLoader worker process {worker_id}")
     iteration_end = False
     counter = 0
-    start_ppid = os.getppid()  # the main process, or the forkserver that started this worker
-
-    def alive() -> bool:
-        return _parent_alive(parent_pid, start_ppid)
-
     try:
         while True:
             # Checked before every task too, not only when idle: tasks already queued must not keep a

@@ -197,7 +197,9 @@ class DataLoader:
         if self.num_workers == 0:
             return _SingleProcessIter(self)
         if self.persistent_workers:
-            if self._iterator is None or self._iterator._shutdown:
+            it = self._iterator
+            # A forked child sees its parent's iterator but not as its own: it gets workers of its own.
+            if it is None or it._shutdown or it._workers.creator_pid != os.getpid():
                 self._iterator = _MultiProcessIter(self)
             else:
                 self._iterator._reset(self)

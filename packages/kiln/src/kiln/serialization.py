@@ -349,9 +349,9 @@ def _pytorch_file(kind: str, name: str | None) -> ValueError:
 def _pytorch_kind(head: bytes) -> str | None:
     """What PyTorch format the first 8 bytes of a file look like, if any."""
     if head.startswith(b"PK\x03\x04"):  # torch.save's default since 1.6: a zip archive
-        return "a zip archive, the format of .pt/.pth files"
+        return "a zip archive, its format for .pt/.pth files"
     if head[:1] == b"\x80" and 2 <= head[1] <= 5:  # PROTO opcode: _use_new_zipfile_serialization=False
-        return "the legacy pickle format"
+        return "a pickle, its legacy format"
     return None
 
 

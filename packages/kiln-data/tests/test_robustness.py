@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import pickle
@@ -306,3 +307,25 @@ def test_iterable_collate_error_names_the_batch():
 
 def _message_and_notes(exc: BaseException) -> str:
     return "\n".join([str(exc), *getattr(exc, "__notes__", [])])
+
+
+def test_no_descriptor_left_open_after_abandoned_and_finished_epochs():
+    def open_fds() -> list[str]:
+        gc.collect()  # earlier tests' garbage may hold descriptors: free it before counting
+        out = []
+        for fd in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(OSError):  # the listing's own descriptor is gone by now
+                out.append(os.readlink(f"/proc/self/fd/{fd}"))
+        return out
+
+    before = open_fds()
+    loader = DataLoader(Squares(60, 1000), batch_size=2, num_workers=2, persistent_workers=True)
+    for epoch in range(3):
+        for i, _batch in enumerate(loader):
+            if epoch == 1 and i == 3:
+                break  # batches of the abandoned epoch arrive later: their descriptors must be closed
+    loader._iterator._shutdown_workers()
+    del loader, _batch  # (a batch's mapping holds a descriptor of its own before Python 3.13)
+    after = open_fds()
+    assert [f for f in after if "memfd:kiln_" in f] == []
+    assert len(after) <= len(before), (before, after)

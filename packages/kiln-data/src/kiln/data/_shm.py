@@ -23,6 +23,7 @@ import contextlib
 import mmap
 import os
 import socket
+import sys
 from collections.abc import Callable
 
 import numpy as np
@@ -41,6 +42,9 @@ MIN_BYTES = 1024  # batches with fewer array bytes than this are cheaper to pick
 _SEQ_BYTES = 8  # each descriptor travels with the worker's sequence number of its batch
 _RECV_WAIT_S = 10.0  # a descriptor is sent before its queue message, so it is normally there at once
 _memfd_create = getattr(os, "memfd_create", None)  # Linux; module-level so tests can take the fallback
+# From Python 3.13 a mapping need not keep a duplicate of its descriptor: batches kept alive by the
+# thousand then do not run the main process out of descriptors.
+_NO_DUP = {"trackfd": False} if sys.version_info >= (3, 13) else {}
 
 
 def available() -> bool:
@@ -207,7 +211,7 @@ def decode(payload, fd: int | None = None):
         return payload[1]
     _, _, _, size, structure, metas = payload
     try:
-        mm = mmap.mmap(fd, size)
+        mm = mmap.mmap(fd, size, **_NO_DUP)
     finally:
         os.close(fd)
     arrays = [np.ndarray(shape, dtype, buffer=mm, offset=off) for off, shape, dtype in metas]

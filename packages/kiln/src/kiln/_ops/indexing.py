@@ -157,13 +157,13 @@ def _scatter_ref(accumulate):
     return ref
 
 
-def _scatter_backward(grad, dim, index, src):
-    g_src = gather(grad, dim, index) if isinstance(src, Tensor) else None
-    return scatter(grad, dim, index, 0.0), None, g_src
+def _scatter_backward(grad, dim, index, needs_input_grad):
+    g_src = gather(grad, dim, index) if needs_input_grad[2] else None  # a number src never needs one
+    return scatter(grad, dim, index, 0.0) if needs_input_grad[0] else None, None, g_src
 
 
-def _scatter_add_backward(grad, dim, index):
-    return grad, None, gather(grad, dim, index)
+def _scatter_add_backward(grad, dim, index, needs_input_grad):
+    return grad, None, gather(grad, dim, index) if needs_input_grad[2] else None
 
 
 @op(
@@ -215,10 +215,10 @@ def _index_select_ref(spec, a, dim, index):
     return np.take(a, i, axis=d)
 
 
-def _index_select_backward(grad, input, dim, index):
-    if not input._shape:
+def _index_select_backward(grad, input_shape, dim, index):
+    if not input_shape:
         return (grad.sum() if grad._shape else grad), None
-    return index_add(_zeros(input._shape, grad), dim, index, grad), None
+    return index_add(_zeros(input_shape, grad), dim, index, grad), None
 
 
 @op(meta=_index_select_meta, reference=_index_select_ref, backward=_index_select_backward, methods=("index_select",))
@@ -281,11 +281,12 @@ def _index_add_ref(spec, a, dim, index, source, alpha=1):
     return out.reshape(spec[0])
 
 
-def _index_add_backward(grad, dim, index, source_shape, alpha):
-    g = index_select(grad, dim, index) if grad._shape else grad
-    if alpha != 1:
-        g = g * alpha
-    return grad, None, g.reshape(source_shape)
+def _index_add_backward(grad, dim, index, source_shape, alpha, needs_input_grad):
+    g = None
+    if needs_input_grad[2]:  # the index is read (and so saved) for the source's gradient alone
+        g = index_select(grad, dim, index) if grad._shape else grad
+        g = (g if alpha == 1 else g * alpha).reshape(source_shape)
+    return grad, None, g
 
 
 @op(meta=_index_add_meta, reference=_index_add_ref, backward=_index_add_backward, methods=("index_add",))

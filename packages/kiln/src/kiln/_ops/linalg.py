@@ -76,39 +76,46 @@ def _matmul_ref(spec, a, b):
     return np.matmul(a.astype(compute, copy=False), b.astype(compute, copy=False))
 
 
-def _matmul_backward(grad, input, other, needs_input_grad):
-    if input.dim() == 1 and other.dim() == 1:
-        return (grad * other if needs_input_grad[0] else None, grad * input if needs_input_grad[1] else None)
-    a = input.unsqueeze(0) if input.dim() == 1 else input
-    b = other.unsqueeze(-1) if other.dim() == 1 else other
+def _matmul_backward(grad, input, other, input_shape, input_stride, other_shape, other_stride, needs_input_grad):
+    # each operand is read (and so saved) only for the other's gradient, as PyTorch saves them
+    a = input if needs_input_grad[1] else None
+    b = other if needs_input_grad[0] else None
+    if len(input_shape) == 1 and len(other_shape) == 1:
+        return (grad * b if b is not None else None, grad * a if a is not None else None)
     g = grad
-    if input.dim() == 1:
+    if len(input_shape) == 1:
+        a = a.unsqueeze(0) if a is not None else None
         g = g.unsqueeze(-2)
-    if other.dim() == 1:
+    if len(other_shape) == 1:
+        b = b.unsqueeze(-1) if b is not None else None
         g = g.unsqueeze(-1)
-    ga, gb = product_grads(matmul, g, a, b, needs_input_grad[0], needs_input_grad[1])
-    if ga is not None and input.dim() == 1:
+    ga, gb = product_grads(
+        matmul, g, a, b, column_major(input_shape, input_stride), column_major(other_shape, other_stride)
+    )
+    if ga is not None and len(input_shape) == 1:
         ga = ga.squeeze(-2)
-    if gb is not None and other.dim() == 1:
+    if gb is not None and len(other_shape) == 1:
         gb = gb.squeeze(-1)
     return (ga, gb)
 
 
-def _column_major(t: Tensor) -> bool:
+def column_major(shape: tuple, stride: tuple) -> bool:
     """A matrix laid out column by column (a transposed contiguous matrix, such as ``weight.t()``)."""
-    return t.dim() == 2 and t._stride[0] == 1 and t._stride[1] == t._shape[0] and t._shape[0] > 1
+    return len(shape) == 2 and stride[0] == 1 and stride[1] == shape[0] and shape[0] > 1
 
 
-def product_grads(product, g: Tensor, a: Tensor, b: Tensor, need_a: bool, need_b: bool) -> tuple:
-    """The gradients ``g @ b^T`` and ``a^T @ g`` of ``a @ b``, each computed in its operand's layout where
-    that operand is a column-major matrix, as PyTorch's mm backward does: the gradient of ``weight.t()``
-    comes out transposed, so a ``Linear`` weight's gradient arrives contiguous and is not copied to fit
-    the parameter's layout."""
+def product_grads(product, g: Tensor, a: Tensor | None, b: Tensor | None, a_column: bool, b_column: bool) -> tuple:
+    """The gradients ``g @ b^T`` (of ``a``, when ``b`` is given) and ``a^T @ g`` (of ``b``, when ``a`` is
+    given) of ``a @ b``, each computed in its operand's layout where that operand is a column-major matrix
+    (``a_column``, ``b_column``), as PyTorch's mm backward does: the gradient of ``weight.t()`` comes out
+    transposed, so a ``Linear`` weight's gradient arrives contiguous and is not copied to fit the
+    parameter's layout. An operand is needed only for the other's gradient: the formulas pass it only then,
+    so autograd saves it only then."""
     ga = gb = None
-    if need_a:
-        ga = product(b, g.mT).mT if _column_major(a) else product(g, b.mT)
-    if need_b:
-        gb = product(g.mT, a).mT if _column_major(b) else product(a.mT, g)
+    if b is not None:
+        ga = product(b, g.mT).mT if a_column else product(g, b.mT)
+    if a is not None:
+        gb = product(g.mT, a).mT if b_column else product(a.mT, g)
     return ga, gb
 
 

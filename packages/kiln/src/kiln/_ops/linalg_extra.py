@@ -19,7 +19,7 @@ from kiln import _dtype as dt
 from kiln._dispatch import op
 from kiln._ops._meta import scalar_type_name
 from kiln._ops.elementwise import _compute_np
-from kiln._ops.linalg import _matmul_meta, _matmul_ref, matmul, product_grads
+from kiln._ops.linalg import _matmul_meta, _matmul_ref, column_major, matmul, product_grads
 from kiln._ops.reduction import _return_type
 from kiln._tensor import Tensor
 
@@ -57,7 +57,10 @@ def _bmm_meta(input, mat2):
 
 
 def _bmm_backward(grad, input, mat2, needs_input_grad):
-    return product_grads(bmm, grad, input, mat2, needs_input_grad[0], needs_input_grad[1])
+    # each operand is read (and so saved) only for the other's gradient
+    a = input if needs_input_grad[1] else None
+    b = mat2 if needs_input_grad[0] else None
+    return product_grads(bmm, grad, a, b, False, False)
 
 
 @op(
@@ -158,19 +161,25 @@ def _add_product_ref(spec, base, a, b, beta=1, alpha=1):
     return np.broadcast_to(out, spec[0]).astype(out.dtype, copy=False)
 
 
-def _add_product_grads(product, grad, a, b, beta, alpha, needs_input_grad) -> tuple:
-    """Gradients of ``beta * input + alpha * product(a, b)`` (the engine reduces ``input``'s to its shape)."""
+def _add_product_grads(product, grad, a, b, a_column, b_column, beta, alpha, input_needs_grad) -> tuple:
+    """Gradients of ``beta * input + alpha * product(a, b)`` (the engine reduces ``input``'s to its
+    shape); ``a`` and ``b`` as :func:`kiln._ops.linalg.product_grads` takes them."""
     g = grad if alpha == 1 else grad * alpha
-    ga, gb = product_grads(product, g, a, b, needs_input_grad[1], needs_input_grad[2])
-    return ((grad if beta == 1 else grad * beta) if needs_input_grad[0] else None, ga, gb)
+    ga, gb = product_grads(product, g, a, b, a_column, b_column)
+    return ((grad if beta == 1 else grad * beta) if input_needs_grad else None, ga, gb)
 
 
-def _addmm_backward(grad, mat1, mat2, beta, alpha, needs_input_grad):
-    return _add_product_grads(matmul, grad, mat1, mat2, beta, alpha, needs_input_grad)
+def _addmm_backward(grad, mat1, mat2, mat1_shape, mat1_stride, mat2_shape, mat2_stride, beta, alpha, needs_input_grad):
+    a = mat1 if needs_input_grad[2] else None  # read (and so saved) only for the other's gradient
+    b = mat2 if needs_input_grad[1] else None
+    a_column, b_column = column_major(mat1_shape, mat1_stride), column_major(mat2_shape, mat2_stride)
+    return _add_product_grads(matmul, grad, a, b, a_column, b_column, beta, alpha, needs_input_grad[0])
 
 
 def _baddbmm_backward(grad, batch1, batch2, beta, alpha, needs_input_grad):
-    return _add_product_grads(bmm, grad, batch1, batch2, beta, alpha, needs_input_grad)
+    a = batch1 if needs_input_grad[2] else None  # read (and so saved) only for the other's gradient
+    b = batch2 if needs_input_grad[1] else None
+    return _add_product_grads(bmm, grad, a, b, False, False, beta, alpha, needs_input_grad[0])
 
 
 def _mm_meta(mat1, mat2):
@@ -350,19 +359,21 @@ def _einsum_ref(spec, equation, operands):
     return np.asarray(r, compute)
 
 
-def _einsum_backward(grad, equation, operands):
+def _einsum_backward(grad, equation, operands, operands_shape):
     from kiln._ops.creation import eye, ones
 
-    ins, out, sizes = _parse_einsum(equation, [o._shape for o in operands])
+    ins, out, sizes = _parse_einsum(equation, list(operands_shape))
     used = set("".join(ins) + out)
     spare = [c for c in _LETTERS if c not in used]
     grads = []
     for i, term in enumerate(ins):
-        if not operands[i].requires_grad:
+        # an operand is saved only while another one needs a gradient (so the one needing it may be None)
+        others = [o for j, o in enumerate(operands) if j != i]
+        if any(o is None for o in others) or (operands[i] is not None and not operands[i].requires_grad):
             grads.append(None)
             continue
         subs = [out] + [t for j, t in enumerate(ins) if j != i]
-        ops = [grad] + [o for j, o in enumerate(operands) if j != i]
+        ops = [grad, *others]
         present = set("".join(subs))
         target = ""
         seen = set()
@@ -380,7 +391,7 @@ def _einsum_backward(grad, equation, operands):
                 present.add(c)
             target += c
         g = einsum(",".join(subs) + "->" + target, *ops)
-        shape = operands[i]._shape
+        shape = operands_shape[i]
         if tuple(g.shape) != tuple(shape):  # size-1 dims broadcast against others
             dims = tuple(k for k, s in enumerate(shape) if s == 1 and g.shape[k] != 1)
             g = g.sum(dims, keepdim=True)

@@ -1103,15 +1103,15 @@ def _lerp_ref(spec, a, b, weight):
 
 
 def _lerp_backward(grad, input, end, weight, needs_input_grad):
-    # with a 0-d weight, integer or bool tensors promote: their arithmetic here happens in the gradient's dtype
-    a, b, w = (
-        t.to(grad._dtype) if isinstance(t, Tensor) and not t._dtype.is_floating_point else t
-        for t in (input, end, weight)
-    )
+    # input and end are read (and so saved) for the weight's gradient alone, the weight for theirs
+    def floating(t):  # with a 0-d weight, integer or bool tensors promote: arithmetic in the gradient's dtype
+        return t.to(grad._dtype) if isinstance(t, Tensor) and not t._dtype.is_floating_point else t
+
+    w = floating(weight) if needs_input_grad[0] or needs_input_grad[1] else None
     return (
         grad * (1 - w) if needs_input_grad[0] else None,
         grad * w if needs_input_grad[1] else None,
-        grad * (b - a) if needs_input_grad[2] else None,
+        grad * (floating(end) - floating(input)) if needs_input_grad[2] else None,
     )
 
 

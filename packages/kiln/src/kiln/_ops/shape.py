@@ -108,18 +108,19 @@ def _cat_ref(spec, tensors, dim=0):
     return np.concatenate([a.astype(dtype.numpy, copy=False) for a in arrays], axis=d)
 
 
-def _cat_backward(grad, tensors, dim):
+def _cat_backward(grad, tensors_shape, dim):
     from kiln._ops.creation import zeros
 
-    kept = [t for t in tensors if not _is_legacy_empty(t)]
+    legacy = (0,)  # the shape of a legacy empty tensor, which cat skips (see _is_legacy_empty)
+    kept = [shape for shape in tensors_shape if shape != legacy]
     d = wrap_dim(dim, grad.dim()) if kept else 0
     out = []
     start = 0
-    for t in tensors:
-        if _is_legacy_empty(t):
+    for shape in tensors_shape:
+        if shape == legacy:
             out.append(zeros((0,), dtype=grad.dtype, device=grad.device))
             continue
-        n = t._shape[d]
+        n = shape[d]
         out.append(narrow(grad, d, start, n))
         start += n
     return out

@@ -5,7 +5,8 @@ output gradient (``grad``; or ``grads``, a tuple with one entry per output, for 
 whose other parameters are named after what they need: any parameter of the op; ``<param>_shape``,
 ``_dtype``, ``_device``, ``_stride`` or ``_offset`` for a tensor parameter's metadata alone (nothing is saved, so a
 later in-place write to it is no error); ``result`` (the op's output, or tuple of outputs); or
-``needs_input_grad`` (a tuple of bools, one per tensor parameter). Only what a formula names is saved. It returns one gradient per tensor parameter (a list for a
+``needs_input_grad`` (a tuple of bools, one per tensor parameter). Only what a formula names is saved, and
+only when it reads it for an input that requires grad (:func:`_read_guards`, PyTorch's rule). It returns one gradient per tensor parameter (a list for a
 tensor-list parameter; ``None`` where there is none); the engine reduces broadcast gradients to each
 input's shape and casts them to its dtype, so formulas stay short.
 """
@@ -234,13 +235,28 @@ def rebind_saved_result(node: Node, t: Tensor) -> None:
 class BackwardNeeds:
     """What a backward formula asks for, resolved once per op from its parameter names."""
 
-    __slots__ = ("arg_names", "arg_index", "meta_names", "result", "needs_input_grad", "multi_grad")
+    __slots__ = (
+        "arg_names",
+        "arg_index",
+        "arg_guards",
+        "meta_names",
+        "result",
+        "result_guard",
+        "needs_input_grad",
+        "multi_grad",
+    )
 
-    def __init__(self, arg_names, arg_index, meta_names, result, needs_input_grad, multi_grad):
+    def __init__(
+        self, arg_names, arg_index, arg_guards, meta_names, result, result_guard, needs_input_grad, multi_grad
+    ):
         self.arg_names = arg_names
         self.arg_index = arg_index
+        # per argument: the tensor inputs (positions in ``needs_input_grad``) whose gradient reads it, or
+        # None when the formula reads it whatever needs a gradient (see :func:`_read_guards`)
+        self.arg_guards = arg_guards
         self.meta_names = meta_names  # (formula parameter, op parameter index, attribute)
         self.result = result
+        self.result_guard = result_guard  # the same for ``result``
         self.needs_input_grad = needs_input_grad
         self.multi_grad = multi_grad
 
@@ -265,7 +281,95 @@ def backward_needs(opdef, fn: Callable) -> BackwardNeeds:
             metas.append((p, opdef.param_names.index(base), "_" + suffix))
         else:
             raise TypeError(f"backward formula of {opdef.name} asks for unknown {p!r}")
-    return BackwardNeeds(tuple(names), tuple(index), tuple(metas), result, needs, params[0] == "grads")
+    guards = _read_guards(fn, [*names, "result"])
+    return BackwardNeeds(
+        tuple(names),
+        tuple(index),
+        tuple(guards.get(n) for n in names),
+        tuple(metas),
+        result,
+        guards.get("result"),
+        needs,
+        params[0] == "grads",
+    )
+
+
+def _read_guards(fn: Callable, names: list[str]) -> dict[str, frozenset[int] | None]:
+    """For each of ``names`` (a formula's parameters), the tensor inputs whose gradient reads it.
+
+    PyTorch saves an input for backward only when an input whose gradient formula reads it requires
+    grad: ``a * b`` with only ``a`` requiring grad saves ``b`` alone, so an in-place write to ``a``
+    afterwards is no error. kiln reads the same fact off the formula's source: a parameter read only
+    under a test of ``needs_input_grad[k]`` (``if needs_input_grad[k]:``, ``x if needs_input_grad[k]
+    else None``, ``needs_input_grad[k] and x``; ``or`` of such tests) is needed only when input ``k``
+    needs a gradient, and is not saved otherwise; a parameter never read is never saved. A read anywhere
+    else, or a formula whose source cannot be read, means always (None), the safe answer.
+    """
+    import ast
+    import textwrap
+
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):
+        return {}
+    params = list(inspect.signature(fn).parameters)
+    # the formula itself: a def of its name, or the one lambda in its source line(s) with its parameters
+    found = [
+        n
+        for n in ast.walk(tree)
+        if ((isinstance(n, ast.FunctionDef) and n.name == fn.__name__) or isinstance(n, ast.Lambda))
+        and [a.arg for a in n.args.args] == params
+    ]
+    if len(found) != 1:
+        return {}
+    func = found[0]
+    wanted = set(names)
+    reads: dict[str, list[frozenset[int] | None]] = {n: [] for n in names}
+
+    def test_guard(test: ast.expr) -> frozenset[int] | None:
+        if (
+            isinstance(test, ast.Subscript)
+            and isinstance(test.value, ast.Name)
+            and test.value.id == "needs_input_grad"
+            and isinstance(test.slice, ast.Constant)
+            and type(test.slice.value) is int
+        ):
+            return frozenset((test.slice.value,))
+        if isinstance(test, ast.BoolOp):
+            parts = [test_guard(v) for v in test.values]
+            if isinstance(test.op, ast.Or):
+                return None if None in parts else frozenset().union(*parts)
+            return next((p for p in parts if p is not None), None)  # and: the first test that guards
+        return None
+
+    def visit(node: ast.AST, guard: frozenset[int] | None) -> None:
+        if isinstance(node, ast.Name) and node.id in wanted and isinstance(node.ctx, ast.Load):
+            reads[node.id].append(guard)
+            return
+        if isinstance(node, (ast.If, ast.IfExp)):
+            inner = test_guard(node.test)
+            visit(node.test, guard)
+            for part in node.body if isinstance(node, ast.If) else [node.body]:
+                visit(part, guard if inner is None else inner)
+            for part in node.orelse if isinstance(node, ast.If) else [node.orelse]:
+                visit(part, guard)
+            return
+        if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And):
+            for value in node.values:  # what follows a guarding test runs only when it holds
+                visit(value, guard)
+                inner = test_guard(value)
+                guard = guard if inner is None else inner
+            return
+        for child in ast.iter_child_nodes(node):
+            visit(child, guard)
+
+    for stmt in func.body if isinstance(func, ast.FunctionDef) else [func.body]:
+        visit(stmt, None)
+    out: dict[str, frozenset[int] | None] = {}
+    for name, found in reads.items():
+        # never read: never saved; read anywhere unguarded: always
+        out[name] = None if None in found else frozenset().union(*found)
+    return out
 
 
 _NODE_CLASSES: dict[str, type] = {}
@@ -290,14 +394,14 @@ class OpNode(Node):
     def apply(self, grads: tuple) -> tuple:
         opdef = self.op
         needs: BackwardNeeds = opdef._backward_needs
-        if self.freed and any(isinstance(v, SavedTensor) for v in self.saved.values()):
+        if self.freed and any(_holds_saved(v) for v in self.saved.values()):
             raise RuntimeError(_FREED_MESSAGE)
         kwargs = {}
         for name, value in self.saved.items():
             if isinstance(value, SavedTensor):
                 value = value.unpack(self)
-            elif name == "result" and isinstance(value, tuple):  # several outputs
-                value = tuple(v.unpack(self) if isinstance(v, SavedTensor) else v for v in value)
+            elif type(value) in (list, tuple):  # a tensor-list parameter, or several outputs
+                value = type(value)(v.unpack(self) if isinstance(v, SavedTensor) else v for v in value)
             kwargs[name] = value
         if needs.needs_input_grad:
             nf = self.next_functions
@@ -342,10 +446,17 @@ class OpNode(Node):
     def release(self) -> None:
         self.freed = True
         for value in self.saved.values():
-            for v in value if isinstance(value, tuple) else (value,):
+            for v in value if isinstance(value, (list, tuple)) else (value,):
                 if isinstance(v, SavedTensor):
                     v.freed = True
                     v.data = None
+
+
+def _holds_saved(value) -> bool:
+    """Whether a node's saved entry holds a saved tensor (alone or in a list)."""
+    if type(value) in (list, tuple):
+        return any(isinstance(v, SavedTensor) for v in value)
+    return isinstance(value, SavedTensor)
 
 
 def _fit_to_input(g: Tensor, meta: tuple, node: Node, i: int) -> Tensor:
@@ -409,12 +520,14 @@ def record(opdef, args: tuple, out) -> None:
     edges = []
     input_meta = []
     layout = []
+    wants_grad = []  # per tensor parameter: whether it requires grad (what needs_input_grad will say)
     for i in opdef.tensor_params:
         a = args[i]
         if isinstance(a, Tensor):
             layout.append(len(edges))
             edges.append(_edge(a))
             input_meta.append((a._shape, a._dtype, a._device))
+            wants_grad.append(a._requires_grad)
         elif isinstance(a, (list, tuple)) and any(isinstance(t, Tensor) for t in a):
             sub = []  # None for a non-tensor entry (an index list's "whole dim")
             for t in a:
@@ -425,8 +538,10 @@ def record(opdef, args: tuple, out) -> None:
                 edges.append(_edge(t))
                 input_meta.append((t._shape, t._dtype, t._device))
             layout.append(sub)
+            wants_grad.append(any(isinstance(t, Tensor) and t._requires_grad for t in a))
         else:
             layout.append(None)
+            wants_grad.append(False)
     node = _node_class(opdef, args)(tuple(edges), opdef.num_outputs)
     node.op = opdef
     node.layout = layout
@@ -435,27 +550,50 @@ def record(opdef, args: tuple, out) -> None:
     outs = out if opdef.num_outputs > 1 else (out,)
     node.output_meta = [(o._shape, o._dtype, o._device) for o in outs]
     saved = {}
-    for name, idx in zip(needs.arg_names, needs.arg_index):
+    for name, idx, guard in zip(needs.arg_names, needs.arg_index, needs.arg_guards):
         v = args[idx]
-        if isinstance(v, Tensor):
+        if guard is not None and not any(wants_grad[k] for k in guard):
+            v = None  # only the gradient of an input that needs none reads it: not saved (PyTorch's rule)
+        elif isinstance(v, Tensor):
             v = SavedTensor(v)
-        elif isinstance(v, (list, tuple)) and v and isinstance(v[0], Tensor):
-            v = type(v)(v)  # lists of tensors are kept as given (shape/metadata use only)
+        elif isinstance(v, (list, tuple)) and any(isinstance(t, Tensor) for t in v):
+            others = any(w for i, w in zip(opdef.tensor_params, wants_grad) if i != idx)
+            v = _save_list(v, others)
         saved[name] = v
     for name, idx, attr in needs.meta_names:
-        saved[name] = getattr(args[idx], attr)
+        v = args[idx]
+        if isinstance(v, (list, tuple)):  # a tensor list: the attribute of each entry
+            saved[name] = type(v)(getattr(t, attr) if isinstance(t, Tensor) else None for t in v)
+        else:
+            saved[name] = getattr(v, attr)
     for k in opdef.differentiable_outputs:
         o = outs[k]
         if o._dtype.is_floating_point:
             o.grad_fn = node
             o._requires_grad = True
             o._output_nr = k
-    if needs.result:
+    guard = needs.result_guard
+    if needs.result and guard is not None and not any(wants_grad[k] for k in guard):
+        saved["result"] = None
+    elif needs.result:
         if opdef.num_outputs == 1:
             saved["result"] = SavedTensor(out, True, node)
         else:
             saved["result"] = tuple(SavedTensor(o, True, node) if o.grad_fn is node else o for o in outs)
     node.saved = saved
+
+
+def _save_list(tensors, others: bool):
+    """A tensor-list parameter saved for backward: an entry is saved (and version-checked) only when
+    another input needs a gradient (``others``: a parameter outside the list does), since no list
+    formula reads an entry for its own gradient (``cat`` reads shapes alone, ``einsum`` is linear in
+    each operand, index lists are integers); None in its place otherwise."""
+    grads = [isinstance(t, Tensor) and t._requires_grad for t in tensors]
+    total = sum(grads)
+    return type(tensors)(
+        (SavedTensor(t) if others or total - grads[j] > 0 else None) if isinstance(t, Tensor) else t
+        for j, t in enumerate(tensors)
+    )
 
 
 # ---------------------------------------------------------------------------------------- hooks

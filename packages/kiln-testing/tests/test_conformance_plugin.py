@@ -151,3 +151,40 @@ def test_idle_without_the_option(tmp_path, toy_source):
     proc = run_pytest(tmp_path, toy_source, files={"test_plain.py": "def test_plain():\n    pass\n"})
     assert proc.returncode == 0
     assert "1 passed" in proc.stdout and "kiln conformance" not in proc.stdout
+
+
+CHECKS_USER_TEST = """
+    import os
+
+    from kiln import _dispatch
+
+
+    def test_checks_always(kiln_device):
+        assert _dispatch.kernel_outputs_checked_always()
+        assert os.environ["KILN_CHECK_KERNELS"] == "1"
+"""
+
+
+def test_the_suite_checks_every_kernel_output_naming_the_plugin(tmp_path, toy_source):
+    # add is right except where its result is 0-d: past the first call, which the dispatcher checks
+    # anyway; the suite has it check every call, so the failure names the kernel's plugin
+    args = ("--kiln-device=toydev", "test_checks.py", "-k", "checks_always or (test_forward and add)")
+    proc = run_pytest(tmp_path, toy_source, *args, bugs={"add-0d-shape"}, files={"test_checks.py": CHECKS_USER_TEST})
+    out = proc.stdout
+    assert proc.returncode == 1, out[-3000:] + proc.stderr[-2000:]
+    failed = {line.split("::")[-1].split(" ")[0] for line in out.splitlines() if line.startswith("FAILED")}
+    assert "test_checks_always" not in failed
+    assert "test_forward[add-float32]" in failed
+    assert (
+        "raised RuntimeError: the kernel for op 'add' on device type 'toydev' (kiln.float32) from plugin 'toy' "
+        "(registered at run time) returned a result that does not match the op's meta function: "
+        "shape (1,), expected ()"
+    ) in out
+
+
+def test_kernel_outputs_are_checked_once_without_the_option(tmp_path, toy_source):
+    user_test = CHECKS_USER_TEST.replace("assert _dispatch", "assert not _dispatch").replace(
+        'os.environ["KILN_CHECK_KERNELS"] == "1"', '"KILN_CHECK_KERNELS" not in os.environ'
+    )
+    proc = run_pytest(tmp_path, toy_source, "test_checks.py", files={"test_checks.py": user_test})
+    assert proc.returncode == 0, proc.stdout[-3000:]

@@ -52,6 +52,37 @@ def pytest_configure(config: pytest.Config) -> None:
             "filterwarnings",
             r"ignore:The operator '.*' is not implemented for the .* device; running it on the CPU:UserWarning",
         )
+        _check_every_kernel_call(config)
+
+
+_SAVED_CHECKS = pytest.StashKey[tuple]()
+
+
+def _check_every_kernel_call(config: pytest.Config) -> None:
+    """Have the dispatcher check every kernel call's output against its op's spec, not just the first
+    per (op, device type, dtype): a kernel right on its first case and wrong on a later one (0-d, empty,
+    broadcast inputs) then fails with the dispatcher's message naming the kernel's plugin. The variable
+    is for subprocesses the tests start; this process may have imported kiln already, so it is also
+    switched on directly. :func:`pytest_unconfigure` puts both back."""
+    from kiln import _dispatch
+
+    config.stash[_SAVED_CHECKS] = (os.environ.get("KILN_CHECK_KERNELS"), _dispatch.kernel_outputs_checked_always())
+    os.environ["KILN_CHECK_KERNELS"] = "1"
+    _dispatch.check_kernel_outputs(True)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    saved = config.stash.get(_SAVED_CHECKS, None)
+    if saved is None:
+        return
+    env, always = saved
+    if env is None:
+        os.environ.pop("KILN_CHECK_KERNELS", None)
+    else:
+        os.environ["KILN_CHECK_KERNELS"] = env
+    from kiln import _dispatch
+
+    _dispatch.check_kernel_outputs(always)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

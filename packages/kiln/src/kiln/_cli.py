@@ -103,6 +103,8 @@ def cmd_doctor(args) -> int:
             advice.append(f"kiln.{feature} is not installed (pip install kiln-{feature})")
     if os.environ.get("KILN_CPU_FALLBACK") == "1":
         advice.append("KILN_CPU_FALLBACK=1: ops missing on a device run on the CPU (slow, warns once per op)")
+    if os.environ.get("KILN_CHECK_KERNELS") == "1":
+        advice.append("KILN_CHECK_KERNELS=1: every kernel call's result is checked against its op's spec (slower)")
     if advice:
         print("advice:")
         for a in advice:

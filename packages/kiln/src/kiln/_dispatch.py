@@ -13,13 +13,23 @@ like a pluggy hookspec) plus
 * ``autocast``: the policy kiln-amp reads (``"lower"``, ``"fp32"``, ``"promote"`` or ``None``).
 
 Calling an op: ``meta`` → kernel looked up in ``op.kernels[device_type]`` (a plain dict, filled by
-:mod:`kiln._plugins` on first use of a device type) → autograd recording. Dispatch modes (autocast,
-tracing, profiling) sit around that path on a thread-local stack and cost one truth test when unused.
+:mod:`kiln._plugins` on first use of a device type) → output check → autograd recording. Dispatch
+modes (autocast, tracing, profiling) sit around that path on a thread-local stack and cost one truth
+test when unused.
+
+Output check: a kernel's result must match the spec its op's meta function computed — a
+:class:`~kiln.Tensor` (a tuple of ``num_outputs`` tensors for ops with several outputs) of the spec's
+shape and dtype on the spec's device — or the call raises ``RuntimeError`` naming the op, the device
+and the plugin that registered the kernel. The first call per (op, device type, output dtype) is
+checked; later ones cost one set lookup (a kernel table change checks them anew). Under
+``KILN_CHECK_KERNELS=1`` (read at import; the conformance kit switches it on through
+:func:`check_kernel_outputs`) every call is checked.
 """
 
 from __future__ import annotations
 
 import inspect
+import os
 import types
 from collections.abc import Callable
 from typing import Any
@@ -27,7 +37,7 @@ from typing import Any
 from kiln._state import state
 from kiln._tensor import Tensor
 
-__all__ = ["OpDef", "op", "OPS", "call", "DispatchMode"]
+__all__ = ["OpDef", "op", "OPS", "call", "DispatchMode", "check_kernel_outputs", "kernel_outputs_checked_always"]
 
 OPS: dict[str, OpDef] = {}
 """Every defined op by name (the registry the plugin manager fills kernels for)."""
@@ -53,6 +63,7 @@ class OpDef:
         "public",
         "grad_fn_name",
         "_backward_needs",
+        "_checked",
         "__weakref__",
     )
 
@@ -84,6 +95,9 @@ class OpDef:
             grad_fn_name or "".join(p[:1].upper() + p[1:] for p in name.strip("_").split("_")) + "Backward0"
         )
         self._backward_needs = None
+        # (device type, output dtype) pairs whose kernel output passed the check (see _check_output);
+        # emptied by kiln._plugins whenever the kernel table changes, so a new kernel is checked again
+        self._checked: set[tuple[str, Any]] = set()
         if backward is not None:
             from kiln.autograd.graph import backward_needs
 
@@ -236,16 +250,102 @@ def _record(opdef: OpDef, args: tuple, out) -> None:
 
 
 def call_kernel(opdef: OpDef, args: tuple, spec=None):
-    """Look up and run the kernel alone (no autograd, no modes); ``spec`` is recomputed if not given."""
+    """Look up and run the kernel alone (no autograd, no modes); ``spec`` is recomputed if not given.
+
+    The kernel's output is checked against ``spec`` on the first call per (op, device type, output
+    dtype), and on every call under :func:`check_kernel_outputs` (``KILN_CHECK_KERNELS=1``).
+    """
     if spec is None:
         spec = opdef.meta(*args)
-    dev = spec[2] if opdef.num_outputs == 1 else spec[0][2]
+    first = spec if opdef.num_outputs == 1 else spec[0]
+    dev = first[2]
     kernel = opdef.kernels.get(dev.type)
     if kernel is None:
         from kiln._plugins import resolve_kernel
 
         kernel = resolve_kernel(opdef, dev)
-    return kernel(spec, *args)
+    out = kernel(spec, *args)
+    # The only cost on the hot path: one set lookup (the check itself runs once per key, see above).
+    if (dev.type, first[1]) not in opdef._checked:
+        _check_output(opdef, spec, out, dev.type, first[1])
+    return out
+
+
+# ---------------------------------------------------------------------------------------- output checks
+
+_check_always = os.environ.get("KILN_CHECK_KERNELS") == "1"
+
+
+def check_kernel_outputs(always: bool) -> None:
+    """Check every kernel call's output against its op's spec (``always=True``), or only the first
+    call per (op, device type, output dtype) (``always=False``, the default).
+
+    ``KILN_CHECK_KERNELS=1`` in the environment sets ``always`` at ``import kiln``; the conformance kit
+    (``pytest --kiln-device=NAME``) switches it on, so a kernel that is right on its first call and wrong
+    later is caught with a message naming it. It costs a few microseconds per op call.
+    """
+    global _check_always
+    _check_always = bool(always)
+    if _check_always:
+        # pairs already checked once would be skipped: forget them so every call is checked from now on
+        for opdef in OPS.values():
+            opdef._checked.clear()
+
+
+def kernel_outputs_checked_always() -> bool:
+    """Whether every kernel call's output is checked (:func:`check_kernel_outputs`)."""
+    return _check_always
+
+
+def _check_output(opdef: OpDef, spec, out, dev_type: str, dtype) -> None:
+    """Raise ``RuntimeError`` unless ``out`` matches ``spec``; else remember (device type, dtype) as checked
+    for ``opdef`` (not under :func:`check_kernel_outputs`, where every call comes here)."""
+    if opdef.num_outputs == 1:
+        problems = _output_problems(spec, out, "")
+    elif not isinstance(out, tuple) or len(out) != opdef.num_outputs:
+        problems = [f"returned {_describe(out)}, expected a tuple of {opdef.num_outputs} tensors"]
+    else:
+        problems = []
+        for i, (s, o) in enumerate(zip(spec, out)):
+            problems += _output_problems(s, o, f"output {i}: ")
+    if problems:
+        from kiln._plugins import describe_kernel_source
+
+        source = describe_kernel_source(opdef, dev_type, dtype)
+        raise RuntimeError(
+            f"the kernel for op '{opdef.name}' on device type '{dev_type}' ({dtype}) from {source} "
+            f"returned a result that does not match the op's meta function: {'; '.join(problems)}. "
+            "A kernel must return a kiln.Tensor of spec's shape and dtype on spec's device "
+            "(a tuple of them for ops with several outputs); this is a bug in the kernel."
+        )
+    if not _check_always:
+        opdef._checked.add((dev_type, dtype))
+
+
+def _output_problems(spec, out, where: str) -> list[str]:
+    """What is wrong with one output ``out`` given its spec ``(shape, dtype, device, ...)``."""
+    shape, dtype, device = tuple(spec[0]), spec[1], spec[2]
+    if not isinstance(out, Tensor):
+        return [f"{where}returned {_describe(out)}, expected a kiln.Tensor of shape {shape}, dtype {dtype} on {device}"]
+    problems = []
+    if out._shape != shape:
+        problems.append(f"{where}shape {out._shape}, expected {shape}")
+    if out._dtype is not dtype:
+        problems.append(f"{where}dtype {out._dtype}, expected {dtype}")
+    if out._device != device:
+        problems.append(f"{where}device {out._device}, expected {device}")
+    return problems
+
+
+def _describe(x) -> str:
+    """A short description of a non-tensor result (its type, with the module for non-builtins)."""
+    if x is None:
+        return "None"
+    t = type(x)
+    name = t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+    if isinstance(x, (tuple, list)):
+        return f"a {name} of {len(x)}"
+    return f"a {name}"
 
 
 class DispatchMode:

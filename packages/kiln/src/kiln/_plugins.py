@@ -13,7 +13,9 @@ here again for a (op, device type) pair it has seen.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
+import re
 import sys
 import threading
 import traceback
@@ -29,7 +31,16 @@ from kiln._device import device as Device
 ENTRY_POINT_GROUP = "kiln"
 REFERENCE_PLUGIN = "kiln.reference"
 
-__all__ = ["PluginInfo", "DeviceType", "load", "plugins", "device_type", "resolve_kernel", "fallback_counts"]
+__all__ = [
+    "PluginInfo",
+    "DeviceType",
+    "load",
+    "plugins",
+    "device_type",
+    "resolve_kernel",
+    "fallback_counts",
+    "describe_kernel_source",
+]
 
 
 @dataclasses.dataclass
@@ -102,10 +113,79 @@ _fallback_warned: set[tuple[str, str]] = set()
 
 
 def _env_list(name: str) -> list[str] | None:
+    """The comma-separated names in environment variable ``name``; None when it is unset or names
+    nothing (empty, blanks, commas): ``KILN_PLUGINS=`` is how a shell clears a variable, not a request
+    to load no plugin at all."""
     raw = os.environ.get(name)
     if raw is None:
         return None
-    return [x.strip() for x in raw.split(",") if x.strip()]
+    names = [x.strip() for x in raw.split(",") if x.strip()]
+    return names or None
+
+
+def _normalize_dist(name: str) -> str:
+    """A distribution name as packaging compares them: case-insensitive, runs of ``-_.`` alike."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _selected_plugins(var: str, eps: list, *, deny: bool) -> set[str] | None:
+    """The entry-point names that environment variable ``var`` (``KILN_PLUGINS`` or
+    ``KILN_DISABLE_PLUGINS``) selects, or None when it is unset or empty.
+
+    A name selects the plugin with that entry-point name and every plugin of the distribution with
+    that name (``kiln-cpu`` selects the entry point ``cpu``: users write either). Names that select
+    nothing are reported in one ``UserWarning`` listing the installed plugins, since a typo would
+    otherwise silently load (or, in the allow list, drop) plugins the user did not mean to.
+    """
+    names = _env_list(var)
+    if names is None:
+        return None
+    by_dist: dict[str, list[str]] = {}
+    dist_names: dict[str, str] = {}  # entry-point name -> distribution name, for the message
+    for ep in eps:
+        dist = getattr(ep, "dist", None)
+        if dist is not None:
+            dname = dist.metadata["Name"]
+            by_dist.setdefault(_normalize_dist(dname), []).append(ep.name)
+            dist_names[ep.name] = dname
+    ep_names = {ep.name for ep in eps}
+    selected: set[str] = set()
+    unknown: list[str] = []
+    builtin: list[str] = []
+    for name in names:
+        hits = ({name} & ep_names) | set(by_dist.get(_normalize_dist(name), ()))
+        if hits:
+            selected |= hits
+            _trace(f"{var}: {name!r} selects {', '.join(sorted(hits))}")
+        elif name == REFERENCE_PLUGIN or _normalize_dist(name) == "kiln":
+            builtin.append(name)  # the reference backend: always loaded, allowed or not
+        else:
+            unknown.append(name)
+    if builtin and deny:
+        warnings.warn(
+            f"{var}: {', '.join(map(repr, builtin))} is kiln's built-in reference backend "
+            f"({REFERENCE_PLUGIN!r}), which always loads; ignored.",
+            UserWarning,
+            stacklevel=4,
+        )
+    if unknown:
+        installed = ", ".join(f"{n} ({dist_names[n]})" if n in dist_names else n for n in sorted(ep_names)) or "none"
+        candidates = sorted(ep_names | set(dist_names.values()) | {REFERENCE_PLUGIN})
+        hints = []
+        for name in unknown:
+            close = difflib.get_close_matches(name, candidates, n=1)
+            if close:
+                hints.append(f" Did you mean {close[0]!r} instead of {name!r}?")
+        effect = "no plugin is disabled by them" if deny else "they load nothing"
+        warnings.warn(
+            f"{var} names no installed kiln plugin: {', '.join(map(repr, unknown))} ({effect}). "
+            f"Installed plugins, by entry-point name (distribution): {installed}; the built-in "
+            f"{REFERENCE_PLUGIN!r} always loads. Entry-point and distribution names are both accepted."
+            + "".join(hints),
+            UserWarning,
+            stacklevel=4,
+        )
+    return selected
 
 
 def _trace(msg: str) -> None:
@@ -168,10 +248,11 @@ def _load_all() -> None:
 
     pm = _Manager(ENTRY_POINT_GROUP)
     pm.add_hookspecs(hookspecs)
-    allow = _env_list("KILN_PLUGINS")
-    deny = set(_env_list("KILN_DISABLE_PLUGINS") or ())
+    eps = _entry_points()
+    allow = _selected_plugins("KILN_PLUGINS", eps, deny=False)
+    deny = _selected_plugins("KILN_DISABLE_PLUGINS", eps, deny=True) or set()
     order: list[tuple[PluginInfo, Any]] = []
-    for ep in _entry_points():
+    for ep in eps:
         dist = getattr(ep, "dist", None)
         info = PluginInfo(
             name=ep.name,
@@ -436,6 +517,7 @@ def op_defined(opdef) -> None:
         _kernels.setdefault((opdef.name, "cpu"), []).append((None, wrap_reference(opdef), REFERENCE_PLUGIN))
         _plugins[REFERENCE_PLUGIN].kernels.setdefault("cpu", []).append(opdef.name)
         opdef.kernels["cpu"] = _select(opdef, "cpu", _kernels[(opdef.name, "cpu")])
+        opdef._checked.clear()
 
 
 def refresh_kernels() -> None:
@@ -452,6 +534,7 @@ def _install_kernels() -> None:
 
     for opdef in OPS.values():
         opdef.kernels.clear()
+        opdef._checked.clear()  # new kernels: their outputs are checked again on first use
     for (op_name, dev_type), entries in _kernels.items():
         OPS[op_name].kernels[dev_type] = _select(OPS[op_name], dev_type, entries)
 
@@ -478,6 +561,8 @@ def _select(opdef, dev_type: str, entries: list) -> Callable:
             k = by_dtype[d] = _unregistered_kernel(opdef, dev_type, d)
         return k(spec, *args)
 
+    # which kernel serves an output dtype, for describe_kernel_source
+    by_dtype_kernel.kiln_pick = lambda d: by_dtype.get(d, catch_all)
     return by_dtype_kernel
 
 
@@ -580,6 +665,34 @@ def op_coverage() -> dict[str, dict[str, str]]:
     return out
 
 
+def describe_kernel_source(opdef, dev_type: str, dtype=None) -> str:
+    """Who provided the kernel that runs ``opdef`` on ``dev_type`` for output ``dtype``, in words, for
+    error messages: ``"plugin 'cpu' (distribution kiln-cpu 0.1.0)"``, the core's device-generic kernel,
+    or the CPU fallback around the ``cpu`` kernel's provider."""
+    kernel = opdef.kernels.get(dev_type)
+    pick = getattr(kernel, "kiln_pick", None)
+    if pick is not None and dtype is not None:
+        kernel = pick(dtype)
+    for _dtypes, k, plugin in _kernels.get((opdef.name, dev_type), ()):
+        if k is kernel:
+            return _plugin_label(plugin)
+    if getattr(kernel, "kiln_cpu_fallback", False):
+        return f"the CPU fallback (KILN_CPU_FALLBACK=1) running the cpu kernel of {describe_kernel_source(opdef, 'cpu', dtype)}"
+    if getattr(opdef.reference, "device_generic", False):
+        contract = _devices.get(dev_type)
+        on = f" on the device contract of {_plugin_label(contract.plugin)}" if contract is not None else ""
+        return f"kiln's device-generic kernel{on}"
+    owner = kernel_owner(opdef.name, dev_type, dtype)  # the table was changed by hand: the registrations' view
+    return f"an unregistered kernel ({getattr(kernel, '__qualname__', kernel)!r}; registered owner: {owner})"
+
+
+def _plugin_label(name: str) -> str:
+    info = _plugins.get(name)
+    if info is None or info.distribution is None:
+        return f"plugin '{name}' (registered at run time)"
+    return f"plugin '{name}' (distribution {info.distribution} {info.version})"
+
+
 def fallback_counts() -> dict[tuple[str, str], int]:
     """How often each (op, device type) ran through the opt-in CPU fallback."""
     return dict(_fallback_counts)
@@ -594,6 +707,7 @@ def resolve_kernel(opdef, dev: Device) -> Callable:
             return k
         device_type(dev)  # raises for unknown device types
         k = opdef.kernels[dev.type] = _unregistered_kernel(opdef, dev.type)
+        opdef._checked.clear()  # (nothing ran on this device type yet; kept in step with the table anyway)
         return k
 
 
@@ -660,6 +774,7 @@ def _cpu_fallback(opdef, dev_type: str) -> Callable:
             return tuple(to_device_raw(o, target) for o in out)
         return to_device_raw(out, target)
 
+    fallback.kiln_cpu_fallback = True  # for describe_kernel_source
     return fallback
 
 

@@ -21,9 +21,10 @@ Output check: a kernel's result must match the spec its op's meta function compu
 :class:`~kiln.Tensor` (a tuple of ``num_outputs`` tensors for ops with several outputs) of the spec's
 shape and dtype on the spec's device — or the call raises ``RuntimeError`` naming the op, the device
 and the plugin that registered the kernel. The first call per (op, device type, output dtype) is
-checked; later ones cost one set lookup (a kernel table change checks them anew). Under
-``KILN_CHECK_KERNELS=1`` (read at import; the conformance kit switches it on through
-:func:`check_kernel_outputs`) every call is checked.
+checked; the kernel then goes into a per-op cache keyed by output dtype and device type, which later
+calls consult instead of ``op.kernels`` (one dict lookup more, no check; emptied whenever the kernel
+table changes). Under ``KILN_CHECK_KERNELS=1`` (read at import; the conformance kit switches it on
+through :func:`check_kernel_outputs`) every call is checked.
 """
 
 from __future__ import annotations
@@ -95,9 +96,9 @@ class OpDef:
             grad_fn_name or "".join(p[:1].upper() + p[1:] for p in name.strip("_").split("_")) + "Backward0"
         )
         self._backward_needs = None
-        # (device type, output dtype) pairs whose kernel output passed the check (see _check_output);
-        # emptied by kiln._plugins whenever the kernel table changes, so a new kernel is checked again
-        self._checked: set[tuple[str, Any]] = set()
+        # output dtype -> device type -> the kernel of ``kernels`` whose output passed the check there (see
+        # call_kernel); emptied by kiln._plugins whenever the kernel table changes, so new kernels are checked
+        self._checked: dict[Any, dict[str, Callable]] = {}
         if backward is not None:
             from kiln.autograd.graph import backward_needs
 
@@ -258,6 +259,19 @@ def call_kernel(opdef: OpDef, args: tuple, spec=None):
     if spec is None:
         spec = opdef.meta(*args)
     first = spec if opdef.num_outputs == 1 else spec[0]
+    # The hot path: a kernel already checked for this output dtype and device type, found with one more
+    # dict lookup than ``kernels[device_type]`` alone (no tuple key to build, no check to run).
+    by_type = opdef._checked.get(first[1])
+    if by_type is not None:
+        kernel = by_type.get(first[2].type)
+        if kernel is not None:
+            return kernel(spec, *args)
+    return _call_and_check(opdef, args, spec, first)
+
+
+def _call_and_check(opdef: OpDef, args: tuple, spec, first: tuple):
+    """Run the kernel of ``kernels[device_type]`` (resolving it on first use) and check its output; unless
+    every call is checked, remember it in ``opdef._checked`` so that later calls skip both."""
     dev = first[2]
     kernel = opdef.kernels.get(dev.type)
     if kernel is None:
@@ -265,9 +279,14 @@ def call_kernel(opdef: OpDef, args: tuple, spec=None):
 
         kernel = resolve_kernel(opdef, dev)
     out = kernel(spec, *args)
-    # The only cost on the hot path: one set lookup (the check itself runs once per key, see above).
-    if (dev.type, first[1]) not in opdef._checked:
-        _check_output(opdef, spec, out, dev.type, first[1])
+    _check_output(opdef, spec, out, dev.type, first[1])
+    from kiln._plugins import _lock
+
+    # Under the plugin manager's lock, and only if the table still holds this kernel: a plugin registered
+    # by another thread meanwhile must not have its new kernel hidden behind this one.
+    with _lock:
+        if not _check_always and opdef.kernels.get(dev.type) is kernel:
+            opdef._checked.setdefault(first[1], {})[dev.type] = kernel
     return out
 
 
@@ -285,11 +304,14 @@ def check_kernel_outputs(always: bool) -> None:
     later is caught with a message naming it. It costs a few microseconds per op call.
     """
     global _check_always
-    _check_always = bool(always)
-    if _check_always:
-        # pairs already checked once would be skipped: forget them so every call is checked from now on
-        for opdef in OPS.values():
-            opdef._checked.clear()
+    from kiln._plugins import _lock
+
+    with _lock:  # (see _call_and_check)
+        _check_always = bool(always)
+        if _check_always:
+            # kernels checked once would be skipped: forget them so every call is checked from now on
+            for opdef in OPS.values():
+                opdef._checked.clear()
 
 
 def kernel_outputs_checked_always() -> bool:
@@ -298,8 +320,8 @@ def kernel_outputs_checked_always() -> bool:
 
 
 def _check_output(opdef: OpDef, spec, out, dev_type: str, dtype) -> None:
-    """Raise ``RuntimeError`` unless ``out`` matches ``spec``; else remember (device type, dtype) as checked
-    for ``opdef`` (not under :func:`check_kernel_outputs`, where every call comes here)."""
+    """Raise ``RuntimeError`` naming the op, the device type and the kernel's provider unless ``out``
+    matches ``spec``."""
     if opdef.num_outputs == 1:
         problems = _output_problems(spec, out, "")
     elif not isinstance(out, tuple) or len(out) != opdef.num_outputs:
@@ -318,8 +340,6 @@ def _check_output(opdef: OpDef, spec, out, dev_type: str, dtype) -> None:
             "A kernel must return a kiln.Tensor of spec's shape and dtype on spec's device "
             "(a tuple of them for ops with several outputs); this is a bug in the kernel."
         )
-    if not _check_always:
-        opdef._checked.add((dev_type, dtype))
 
 
 def _output_problems(spec, out, where: str) -> list[str]:
@@ -341,6 +361,8 @@ def _describe(x) -> str:
     """A short description of a non-tensor result (its type, with the module for non-builtins)."""
     if x is None:
         return "None"
+    if isinstance(x, Tensor):  # one tensor where a tuple was expected
+        return "a single kiln.Tensor"
     t = type(x)
     name = t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
     if isinstance(x, (tuple, list)):

@@ -534,7 +534,7 @@ def _install_kernels() -> None:
 
     for opdef in OPS.values():
         opdef.kernels.clear()
-        opdef._checked.clear()  # new kernels: their outputs are checked again on first use
+        opdef._checked.clear()  # the checked-kernel cache goes too: new kernels are checked on first use
     for (op_name, dev_type), entries in _kernels.items():
         OPS[op_name].kernels[dev_type] = _select(OPS[op_name], dev_type, entries)
 
@@ -707,7 +707,7 @@ def resolve_kernel(opdef, dev: Device) -> Callable:
             return k
         device_type(dev)  # raises for unknown device types
         k = opdef.kernels[dev.type] = _unregistered_kernel(opdef, dev.type)
-        opdef._checked.clear()  # (nothing ran on this device type yet; kept in step with the table anyway)
+        opdef._checked.clear()  # the dispatcher caches checked kernels: keep that cache in step with the table
         return k
 
 

@@ -51,6 +51,22 @@ def assert_same(
 _INTS = {2: np.int16, 4: np.int32, 8: np.int64}
 
 
+def assert_product_within_bound(actual: kiln.Tensor, fn, *args: kiln.Tensor) -> None:
+    """``actual`` (float32 ``fn(*args)`` for a product ``fn``: matmul, addmm, ...) within the rounding
+    bound of a float32 product in any summation order: ``|actual - exact| <= (k + 2) * 2**-24 * (|C| +
+    |A| |B|)`` elementwise, with ``exact`` and the magnitudes computed in float64 (k: the length of the
+    sums). BLAS libraries pick their kernel, blocking and order by CPU and thread count, so no product
+    test may ask for one order's bits."""
+    exact = fn(*(a.double() for a in args)).numpy()
+    scale = fn(*(a.double().abs() for a in args)).numpy()
+    k = max(a.shape[-1] for a in args if a.dim() >= 2)
+    bound = (k + 2) * 2.0**-24 * scale
+    got = actual.double().numpy()
+    assert got.shape == exact.shape
+    far = ~(np.abs(got - exact) <= bound)
+    assert not far.any(), f"{far.sum()} elements beyond the bound: {got[far][:5]} vs {exact[far][:5]}"
+
+
 def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Units in the last place between two float arrays of one dtype (float16, bfloat16, float32,
     float64; inf is one step past max)."""

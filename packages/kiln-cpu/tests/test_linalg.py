@@ -9,7 +9,7 @@ import threading
 
 import numpy as np
 import pytest
-from kiln_cpu_helpers import assert_same, reference
+from kiln_cpu_helpers import assert_product_within_bound, assert_same, reference
 
 import kiln
 from kiln import _plugins
@@ -101,15 +101,18 @@ def test_products_run_on_the_blas_threads_their_size_warrants(name, blas_calls, 
     ]:
         a, b, c = _rand((m, k), kiln.float32, 0), _rand((k, n), kiln.float32, 1), _rand((n,), kiln.float32, 2)
         blas_calls.clear()
-        assert_same(fn(a, b, c), reference(fn, a, b, c), ulps=4, atol=1e-5)
+        out = fn(a, b, c)
         assert blas_calls == want, (m, k, n)
+        # OpenBLAS's order depends on the CPU's kernel and on the thread count (one thread here, three in
+        # the reference): the bound of any order, not the reference's bits
+        assert_product_within_bound(out, fn, a, b, c)
 
 
 def test_products_never_raise_blas_above_its_own_count(blas_calls, monkeypatch):
     monkeypatch.setattr(_threads, "get_num_threads", lambda: 8)
     monkeypatch.setattr(config, "blas_threads_min_macs", 1)
     a, b = _rand((64, 128, 96), kiln.float32, 0), _rand((64, 96, 80), kiln.float32, 1)
-    assert_same(kiln.bmm(a, b), reference(kiln.bmm, a, b), ulps=4, atol=1e-5)
+    assert_product_within_bound(kiln.bmm(a, b), kiln.bmm, a, b)
     assert blas_calls == []  # 3 threads already: nothing to set
     assert _plugins.kernel_owner("bmm", "cpu", kiln.float32) == "cpu"
 
@@ -123,13 +126,12 @@ def test_half_products_run_on_one_blas_thread_when_small(dtype, blas_calls):
 
 def test_concurrent_products_restore_the_blas_count(blas_calls):
     a, b = _rand((8, 128, 32), kiln.float32, 0), _rand((8, 32, 64), kiln.float32, 1)
-    want = reference(kiln.matmul, a, b)
     errors: list[BaseException] = []
 
     def multiply():
         try:
             for _ in range(20):
-                assert_same(kiln.matmul(a, b), want, ulps=4, atol=1e-5)
+                assert_product_within_bound(kiln.matmul(a, b), kiln.matmul, a, b)
         except BaseException as e:  # noqa: BLE001 - re-raised below
             errors.append(e)
 

@@ -36,7 +36,7 @@ def _ties(shape, dtype, seed):
     return kiln.from_numpy(x.astype(dtype.numpy))
 
 
-def _grad_check(fn, x, seed, ulps=0):
+def _grad_check(fn, x, seed, ulps=0, atol=0.0):
     """Forward and the gradient through autograd against the reference (the gradient of the output is
     ``make``'s values: NaN and inf included)."""
     xg = x.detach().requires_grad_()
@@ -52,7 +52,7 @@ def _grad_check(fn, x, seed, ulps=0):
     outs[0].backward(g)
     with ReferenceMode():
         exps[0].backward(g)
-    assert_same(xg.grad, xr.grad, ulps=ulps)
+    assert_same(xg.grad, xr.grad, ulps=ulps, atol=atol)
 
 
 # ---------------------------------------------------------------------------------------- max pooling
@@ -172,10 +172,14 @@ def test_separable(case, dtype, pool_spy):
 
 
 @pytest.mark.parametrize("dtype", FLOAT, ids=str)
-def test_separable_backward_is_bit_exact_here(dtype, pool_spy):
-    """Overlapping windows: each input sums several products (fused multiply-adds, as OpenBLAS)."""
-    _grad_check(lambda t: P.avg_pool2d(t, 3, 1, 1), make((2, 3, 12, 13), dtype, 1), 2)
-    _grad_check(lambda t: P.interpolate(t, size=(11, 3), mode="bicubic"), make((1, 2, 7, 9), dtype, 3), 4)
+def test_separable_backward_overlapping_windows(dtype, pool_spy):
+    """Overlapping windows: each input sums several products (fused multiply-adds), the reference in its
+    dense products' order, which OpenBLAS picks by CPU: within 2 ulps, or a few float32 roundings of
+    the O(1) terms where they cancel."""
+    atol = 1e-5 if dtype is kiln.float32 else 1e-13
+    _grad_check(lambda t: P.avg_pool2d(t, 3, 1, 1), make((2, 3, 12, 13), dtype, 1), 2, ulps=2, atol=atol)
+    fn = lambda t: P.interpolate(t, size=(11, 3), mode="bicubic")
+    _grad_check(fn, make((1, 2, 7, 9), dtype, 3), 4, ulps=2, atol=atol)
     assert pool_spy.count("separable_backward") == 2
 
 

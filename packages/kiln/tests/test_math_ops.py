@@ -461,6 +461,7 @@ def test_shift_edges():
 
 # ---------------------------------------------------------------------------------------- clamp and friends
 
+
 def _ints(L, x, dtype):
     """``x`` as integers, its NaN and infinities first made finite: a float NaN or infinity cast to an
     integer dtype is implementation-defined (x86-64 vector and scalar conversions give different

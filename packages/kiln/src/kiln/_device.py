@@ -97,6 +97,14 @@ class device:
 CPU = device("cpu")
 
 
+def out_of_memory(exc: MemoryError) -> RuntimeError:
+    """PyTorch's error for a failed host allocation (a ``RuntimeError``, not Python's ``MemoryError``),
+    with the bytes asked for when NumPy says how many."""
+    size = getattr(exc, "_total_size", None)  # NumPy's _ArrayMemoryError carries the request
+    asked = f"you tried to allocate {size} bytes" if size is not None else str(exc)
+    return RuntimeError(f"DefaultCPUAllocator: can't allocate memory: {asked}. Error code 12 (Cannot allocate memory)")
+
+
 def as_device(value: str | device | None) -> device:
     """Normalise a user's device argument (``None`` means CPU)."""
     if value is None:

@@ -35,6 +35,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+from kiln._device import out_of_memory
 from kiln._state import state
 from kiln._tensor import Tensor
 
@@ -261,12 +262,15 @@ def call_kernel(opdef: OpDef, args: tuple, spec=None):
     first = spec if opdef.num_outputs == 1 else spec[0]
     # The hot path: a kernel already checked for this output dtype and device type, found with one more
     # dict lookup than ``kernels[device_type]`` alone (no tuple key to build, no check to run).
-    by_type = opdef._checked.get(first[1])
-    if by_type is not None:
-        kernel = by_type.get(first[2].type)
-        if kernel is not None:
-            return kernel(spec, *args)
-    return _call_and_check(opdef, args, spec, first)
+    try:
+        by_type = opdef._checked.get(first[1])
+        if by_type is not None:
+            kernel = by_type.get(first[2].type)
+            if kernel is not None:
+                return kernel(spec, *args)
+        return _call_and_check(opdef, args, spec, first)
+    except MemoryError as exc:  # PyTorch's allocator error is a RuntimeError
+        raise out_of_memory(exc) from None
 
 
 def _call_and_check(opdef: OpDef, args: tuple, spec, first: tuple):

@@ -41,6 +41,57 @@ def storage_span(shape: tuple[int, ...], stride: tuple[int, ...]) -> int:
     return 1 + sum((n - 1) * s for n, s in zip(shape, stride))
 
 
+_SAME = object()  # a tensor's grad_dtype when not set: the tensor's own dtype
+
+# the C++ type names PyTorch's gradient-assignment message uses for each dtype
+_CPP_TYPE = {
+    dt.float32: "float",
+    dt.float64: "double",
+    dt.float16: "c10::Half",
+    dt.bfloat16: "c10::BFloat16",
+    dt.int64: "long int",
+    dt.int32: "int",
+    dt.int16: "short int",
+    dt.int8: "signed char",
+    dt.uint8: "unsigned char",
+    dt.bool: "bool",
+}
+
+
+def _check_grad(t: Tensor, g) -> None:
+    """PyTorch's checks of an assignment ``t.grad = g``: a tensor of ``t``'s grad_dtype, device and size
+    (an optimizer would otherwise broadcast a wrong-shaped gradient into the parameter)."""
+    from kiln._ops._meta import scalar_type_name
+
+    if not isinstance(g, Tensor):
+        raise TypeError(f"assigned grad expected to be a Tensor or None but got grad of type {type(g).__name__}")
+    want = t.grad_dtype
+    if want is not None and g._dtype is not want:
+        raise RuntimeError(
+            f"attempting to assign a gradient with dtype '{_CPP_TYPE[g._dtype]}' to a tensor with grad_dtype "
+            f"'{scalar_type_name(want)}'. The gradient must match the tensor's grad_dtype (defaults to the tensor's "
+            "dtype). You can set the tensor's grad_dtype attribute with a specific dtype, or None to allow any "
+            "dtype. Set grad_dtype with caution. Diverging the dtypes of a tensor and its gradient may break "
+            "downstream systems that assume they match."
+        )
+    if g._device.type != t._device.type:
+        raise RuntimeError(
+            f"attempting to assign a gradient with device type '{g._device.type}' to a tensor with device type "
+            f"'{t._device.type}'. Please ensure that the gradient and the tensor are on the same device"
+        )
+    if g._device != t._device:
+        raise RuntimeError(
+            f"attempting to assign a gradient located on device with index '{g._device.index}' to a tensor located "
+            f"on device with index '{t._device.index}'. Please ensure that the gradient and the tensor are on the "
+            "same device"
+        )
+    if g._shape != t._shape:
+        raise RuntimeError(
+            f"attempting to assign a gradient of size '{list(g._shape)}' to a tensor of size '{list(t._shape)}'. "
+            "Please ensure that the gradient and the tensor are the same size"
+        )
+
+
 def _numel(shape: tuple[int, ...]) -> int:
     n = 1
     for s in shape:
@@ -68,7 +119,8 @@ class Tensor:
         "_view_vc": "version at which a view's history was recorded",
         "_nograd_view": "a view made under no_grad of a base that requires grad",
         "_requires_grad": "whether autograd records operations on it",
-        "grad": "The gradient accumulated by backward (None until then).",
+        "_grad": "the gradient accumulated by backward (the ``grad`` property)",
+        "_grad_dtype": "the dtype a gradient must have: _SAME (the tensor's), a dtype, or None (any)",
         "grad_fn": "The autograd node that produced this tensor (None for leaves).",
         "_output_nr": "which output of grad_fn this is",
         "_accumulator": "AccumulateGrad node of a leaf",
@@ -225,6 +277,35 @@ class Tensor:
             raise RuntimeError("only Tensors of floating point dtype can require gradients")
         self._requires_grad = bool(requires_grad)
         return self
+
+    @property
+    def grad(self) -> Tensor | None:
+        """The gradient accumulated by backward (None until then)."""
+        return self._grad
+
+    @grad.setter
+    def grad(self, value: Tensor | None) -> None:
+        if value is not None:
+            _check_grad(self, value)
+        self._grad = value
+
+    @grad.deleter
+    def grad(self) -> None:
+        self._grad = None
+
+    @property
+    def grad_dtype(self):
+        """The dtype ``.grad`` must have: the tensor's own unless set (on a leaf) to another dtype, or to
+        None to allow any."""
+        return self._dtype if self._grad_dtype is _SAME else self._grad_dtype
+
+    @grad_dtype.setter
+    def grad_dtype(self, value) -> None:
+        if self.grad_fn is not None:
+            raise RuntimeError("grad_dtype can only be set on leaf tensors.")
+        if value is not None and not isinstance(value, dt.dtype):
+            raise RuntimeError(f"grad_dtype must be a kiln.dtype or None, but got {type(value).__name__}")
+        self._grad_dtype = value
 
     def retain_grad(self) -> None:
         """Keep ``.grad`` for this non-leaf tensor after backward."""
@@ -546,7 +627,8 @@ def _make(storage, shape, stride, offset, dtype, device, version=None, cls=Tenso
     t._view_vc = 0
     t._nograd_view = False
     t._requires_grad = False
-    t.grad = None
+    t._grad = None
+    t._grad_dtype = _SAME
     t.grad_fn = None
     t._output_nr = 0
     t._accumulator = None

@@ -8,6 +8,7 @@ host from a :class:`kiln.Generator` and copied to their device.
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import warnings
@@ -15,11 +16,11 @@ import warnings
 import numpy as np
 
 from kiln import _dtype as dt
-from kiln._device import CPU
+from kiln._device import CPU, out_of_memory
 from kiln._dispatch import op
 from kiln._ops._meta import is_scalar, result_type, scalar_type_name
 from kiln._ops.copy import from_host, resolve_device
-from kiln._ops.views import _varargs_shape, device_generic
+from kiln._ops.views import _varargs_shape, check_storage_size, device_generic
 from kiln._tensor import Tensor, _make, contiguous_strides, from_array, storage_span
 
 __all__ = [
@@ -56,6 +57,20 @@ def _unsupported(out=None, layout=None, pin_memory=False, memory_format=None) ->
         "contiguous_format",
     ):
         raise NotImplementedError(f"kiln does not support memory_format={memory_format!r} for tensor creation yet")
+
+
+def _allocating(fn):
+    """Creation functions that allocate host arrays outside an op's kernel: a failed allocation raises
+    PyTorch's ``RuntimeError`` (:func:`kiln._device.out_of_memory`), not ``MemoryError``."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except MemoryError as exc:
+            raise out_of_memory(exc) from None
+
+    return wrapper
 
 
 def _finish(t: Tensor, requires_grad: bool) -> Tensor:
@@ -119,9 +134,18 @@ def _full(size: tuple, fill_value: float, dtype: dt.dtype, device) -> Tensor:
     """Contiguous tensor filled with one value (kernel of :func:`full`)."""
 
 
-def _creation_args(size, dtype, device, default=None):
+def _creation_args(size, dtype, device, default=None, negative: str | None = None, name: str | None = None):
+    """(shape, dtype, device) of a new tensor, its size checked as PyTorch checks it before allocating:
+    given (``name``: the function whose ``*size`` it is), no negative dimension (``negative``: the op's
+    own message for one), bytes that fit in an int64."""
+    if name is not None and size == ():
+        raise TypeError(f'{name}() missing 1 required positional arguments: "size"')
     shape = _varargs_shape(size) if isinstance(size, tuple) else _varargs_shape((size,))
     d = _dtype_arg(dtype) or default or dt.get_default_dtype()
+    for s in shape:
+        if s < 0:
+            raise RuntimeError(negative or f"Trying to create tensor with negative dimension {s}: {list(shape)}")
+    check_storage_size(shape, d)
     return shape, d, resolve_device(device)
 
 
@@ -130,7 +154,7 @@ def empty(
 ) -> Tensor:
     """An uninitialised tensor of shape ``size``."""
     _unsupported(out=out, layout=layout, pin_memory=pin_memory, memory_format=memory_format)
-    shape, d, dev = _creation_args(size, dtype, device)
+    shape, d, dev = _creation_args(size, dtype, device, name="empty")
     return _finish(_empty(shape, d, dev), requires_grad)
 
 
@@ -151,16 +175,16 @@ def full(
 def zeros(*size, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False) -> Tensor:
     """A tensor of zeros of shape ``size``."""
     _unsupported(out=out, layout=layout, pin_memory=pin_memory)
-    shape, d, dev = _creation_args(size, dtype, device)
-    if any(s < 0 for s in shape):
-        raise RuntimeError("zeros: Dimension size must be non-negative.")
+    shape, d, dev = _creation_args(
+        size, dtype, device, negative="zeros: Dimension size must be non-negative.", name="zeros"
+    )
     return _finish(_full(shape, 0, d, dev), requires_grad)
 
 
 def ones(*size, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False) -> Tensor:
     """A tensor of ones of shape ``size``."""
     _unsupported(out=out, layout=layout, pin_memory=pin_memory)
-    shape, d, dev = _creation_args(size, dtype, device)
+    shape, d, dev = _creation_args(size, dtype, device, name="ones")
     return _finish(_full(shape, 1, d, dev), requires_grad)
 
 
@@ -287,9 +311,49 @@ def _list_to_array(data) -> tuple[np.ndarray, dt.dtype | None]:
             return np.empty(shape), None
         _check_nested(data, shape)
         raise
-    if a.dtype == object:
-        raise TypeError(f"Could not infer dtype of {type(data[0]).__name__ if len(data) else 'list'}")
+    if a.dtype.kind in "OUS" or a.dtype == np.uint64:  # not plain numbers of NumPy's making: check each
+        return _python_numbers(data), _leaf_dtype(data)
     return a, _leaf_dtype(data)
+
+
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _python_numbers(data) -> np.ndarray:
+    """A host array for (nested lists of) Python values that NumPy could not hold as plain numbers, with
+    PyTorch's errors: a string where a number belongs, a value that is not a number (None, an object),
+    or an integer outside int64 (NumPy would wrap it, or hold it as an object)."""
+    first = data
+    while _is_sequence(first) and len(first):
+        first = first[0]
+    if isinstance(first, str):  # PyTorch reads a string as one more dimension, without end (not bytes)
+        raise ValueError(f"too many dimensions '{type(first).__name__}'")
+    leaves, stack = [], [data]
+    while stack:
+        x = stack.pop()
+        if _is_sequence(x):
+            stack.extend(x)
+        else:
+            leaves.append(x)
+    floating = False
+    for x in leaves:
+        if isinstance(x, (str, bytes)):
+            raise TypeError(f"new(): invalid data type '{type(x).__name__}'")
+        if isinstance(x, (bool, np.bool_)):
+            continue
+        if isinstance(x, numbers.Integral):
+            continue
+        if isinstance(x, numbers.Real):
+            floating = True
+            continue
+        raise RuntimeError(f"Could not infer dtype of {type(x).__name__}")
+    if floating:
+        return np.array(data, dtype=np.float64)
+    for x in leaves:
+        if isinstance(x, numbers.Integral) and not _INT64[0] <= int(x) <= _INT64[1]:
+            raise ValueError("Overflow when unpacking long long")
+    bools = all(isinstance(x, (bool, np.bool_)) for x in leaves)
+    return np.array(data, dtype=np.bool_ if bools else np.int64)
 
 
 def _to_host_array(data) -> tuple[np.ndarray, dt.dtype | None]:
@@ -312,11 +376,16 @@ def _to_host_array(data) -> tuple[np.ndarray, dt.dtype | None]:
                 d = dt.promote_types(d, k)
             return a, d
         return _list_to_array(data)
+    if isinstance(data, (str, bytes)):
+        raise TypeError(f"new(): invalid data type '{type(data).__name__}'")
     if is_scalar(data):
+        if isinstance(data, numbers.Integral) and not isinstance(data, bool):
+            return _python_numbers([data]).reshape(()), None
         return np.array(data), None
-    raise TypeError(f"Could not infer dtype of {type(data).__name__}")
+    raise RuntimeError(f"Could not infer dtype of {type(data).__name__}")
 
 
+@_allocating
 def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=False) -> Tensor:
     """A new tensor holding a copy of ``data`` (nested lists, numbers, NumPy arrays, tensors)."""
     _unsupported(pin_memory=pin_memory)
@@ -409,6 +478,7 @@ def _range_number(x) -> str:
     return f"{x:g}" if isinstance(x, float) else str(x)
 
 
+@_allocating
 def arange(
     start=0, end=None, step=1, *, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False
 ) -> Tensor:
@@ -436,6 +506,7 @@ def arange(
     if (step > 0 and end < start) or (step < 0 and end > start):
         raise RuntimeError("upper bound and lower bound inconsistent with step sign")
     n = _arange_length(start, end, step, d)
+    check_storage_size((n,), d)
     if not d.is_floating_point:
         values = int(start) + np.arange(n, dtype=np.int64) * np.int64(int(step))
     elif d.itemsize == 2:
@@ -445,6 +516,7 @@ def arange(
     return _finish(from_host(values, d, resolve_device(device)), requires_grad)
 
 
+@_allocating
 def linspace(start, end, steps: int, *, dtype=None, device=None, requires_grad=False, out=None, layout=None) -> Tensor:
     """``steps`` evenly spaced values from ``start`` to ``end`` inclusive."""
     _unsupported(out=out, layout=layout)
@@ -465,6 +537,7 @@ def linspace(start, end, steps: int, *, dtype=None, device=None, requires_grad=F
     return _finish(from_host(values, d, resolve_device(device)), requires_grad)
 
 
+@_allocating
 def eye(n: int, m: int | None = None, *, dtype=None, device=None, requires_grad=False, out=None, layout=None) -> Tensor:
     """A 2-D tensor with ones on the diagonal."""
     _unsupported(out=out, layout=layout)
@@ -473,6 +546,7 @@ def eye(n: int, m: int | None = None, *, dtype=None, device=None, requires_grad=
     if m is not None and m < 0:
         raise RuntimeError(f"m must be greater or equal to 0, got {m}")
     d = _dtype_arg(dtype) or dt.get_default_dtype()
+    check_storage_size((n, n if m is None else m), d)
     return _finish(from_host(np.eye(n, m, dtype=d.numpy), d, resolve_device(device)), requires_grad)
 
 
@@ -485,12 +559,13 @@ def _generator(generator, dev):
     return generator if generator is not None else default_generator(dev)
 
 
+@_allocating
 def rand(
     *size, generator=None, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False
 ) -> Tensor:
     """Uniform random values in ``[0, 1)`` of shape ``size``."""
     _unsupported(out=out, layout=layout, pin_memory=pin_memory)
-    shape, d, dev = _creation_args(size, dtype, device)
+    shape, d, dev = _creation_args(size, dtype, device, name="rand")
     if not d.is_floating_point:
         raise NotImplementedError(f"\"check_uniform_bounds\" not implemented for '{scalar_type_name(d)}'")
     rng = _generator(generator, dev)._rng
@@ -498,12 +573,13 @@ def rand(
     return _finish(from_host(values, d, dev), requires_grad)
 
 
+@_allocating
 def randn(
     *size, generator=None, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False
 ) -> Tensor:
     """Standard normal random values of shape ``size``."""
     _unsupported(out=out, layout=layout, pin_memory=pin_memory)
-    shape, d, dev = _creation_args(size, dtype, device)
+    shape, d, dev = _creation_args(size, dtype, device, name="randn")
     if not d.is_floating_point:
         raise NotImplementedError(f"\"normal_kernel_cpu\" not implemented for '{scalar_type_name(d)}'")
     rng = _generator(generator, dev)._rng
@@ -511,6 +587,7 @@ def randn(
     return _finish(from_host(values, d, dev), requires_grad)
 
 
+@_allocating
 def randint(
     *args,
     size=None,
@@ -544,6 +621,7 @@ def randint(
     return _finish(from_host(values, d, dev), requires_grad)
 
 
+@_allocating
 def randperm(
     n: int, *, generator=None, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False
 ) -> Tensor:

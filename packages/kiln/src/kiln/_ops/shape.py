@@ -20,6 +20,7 @@ from kiln._ops.views import (
     _shape_arg,
     _varargs_shape,
     _view_kernel,
+    check_storage_size,
     clone,
     contiguous_format,
     device_generic,
@@ -397,10 +398,13 @@ def _repeat_meta(input, repeats):
     for n in shape:
         if n < 0:
             raise RuntimeError(f"Trying to create tensor with negative dimension {n}: {list(shape)}")
+    check_storage_size(shape, input._dtype)
     return (shape, input._dtype, input._device)
 
 
 def _repeat_ref(spec, a, repeats):
+    if 0 in spec[0]:  # nothing to tile (np.tile would still size its intermediate by each repeat)
+        return np.empty(spec[0], a.dtype)
     repeats = _shape_arg(repeats)
     a = a.reshape((1,) * (len(repeats) - a.ndim) + a.shape)
     return np.array(np.tile(a, repeats), order="C")
@@ -542,7 +546,12 @@ def _tri_meta(name):
 
 def _tri_ref(fn):
     def ref(spec, a, diagonal=0):
-        return np.array(fn(a, diagonal), order="C") if a.size else a.copy()
+        if not a.size:
+            return a.copy()
+        # past the matrix either way the result is all kept or all zeros: NumPy's index arithmetic must
+        # not overflow on a diagonal near int64's edges
+        diagonal = max(-a.shape[-2] - 1, min(a.shape[-1] + 1, diagonal))
+        return np.array(fn(a, diagonal), order="C")
 
     return ref
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from kiln._dispatch import op
-from kiln._ops.views import _shape_arg, device_generic, make_view
+from kiln._ops.views import _shape_arg, check_storage_size, device_generic, make_view
 from kiln._tensor import Tensor, storage_span
 
 
@@ -36,6 +36,9 @@ def _as_strided_meta(input, size, stride, storage_offset=None):
         raise RuntimeError(
             "as_strided: Negative strides are not supported at the moment, got strides: " + str(list(stride))
         )
+    if any(s < 0 for s in size):
+        raise RuntimeError(f"Storage size calculation overflowed with sizes={list(size)} and strides={list(stride)}")
+    check_storage_size(size, input._dtype, stride)
     end = _span_end(size, stride, offset)
     avail = len(input._storage) if hasattr(input._storage, "__len__") else end
     if end > avail:

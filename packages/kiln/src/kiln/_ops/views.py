@@ -44,11 +44,32 @@ def _view_kernel(spec, input, *args):
 
 def _shape_arg(size) -> tuple[int, ...]:
     if isinstance(size, (int, numbers.Integral)) and not isinstance(size, bool):
-        return (int(size),)
+        size = (size,)
     try:
-        return tuple(int(s) for s in size)
+        shape = tuple(int(s) for s in size)
     except TypeError:
         raise TypeError(f"shape must be a sequence of ints, got {size!r}") from None
+    for i, s in enumerate(shape):
+        if not -(2**63) <= s < 2**63:  # what a C++ int64 holds (PyTorch parses sizes into one)
+            raise TypeError(
+                f"argument 'size' failed to unpack the object at pos {i + 1} with error \"Overflow when unpacking "
+                'long long"'
+            )
+    return shape
+
+
+def check_storage_size(shape: tuple, dtype, stride: tuple | None = None) -> None:
+    """PyTorch's error for a tensor whose bytes would not fit in an int64 (before any allocation)."""
+    if stride is None:
+        n = 1
+        for s in shape:
+            n *= s
+        end = n
+    else:
+        end = 1 + sum((n - 1) * s for n, s in zip(shape, stride)) if all(shape) else 0
+    if end * dtype.itemsize >= 2**63:
+        where = f"sizes={list(shape)}" + ("" if stride is None else f" and strides={list(stride)}")
+        raise RuntimeError(f"Storage size calculation overflowed with {where}")
 
 
 def _varargs_shape(size: tuple) -> tuple[int, ...]:
@@ -312,6 +333,11 @@ def _expand_meta(input, size):
         cur = input._shape[i - lead]
         if s == -1:
             s = cur
+        elif s < 0:  # PyTorch's own check is an accident of its size arithmetic ("numel: ... overflow")
+            raise RuntimeError(
+                f"expand: the expanded size of the tensor ({s}) must be non-negative at dimension {i} (only -1 "
+                f"keeps a dimension's size).  Target sizes: {list(size)}.  Tensor sizes: {list(input._shape)}"
+            )
         if cur == s:
             shape.append(s)
             stride.append(input._stride[i - lead])
@@ -323,6 +349,11 @@ def _expand_meta(input, size):
                 f"The expanded size of the tensor ({s}) must match the existing size ({cur}) at non-singleton "
                 f"dimension {i}.  Target sizes: {list(size)}.  Tensor sizes: {list(input._shape)}"
             )
+    n = 1
+    for s in shape:
+        n *= s
+    if n >= 2**63:  # a view reads no memory, but its numel() must still be an int64
+        raise RuntimeError(f"expand: the number of elements of the expanded shape {shape} overflows int64")
     return (tuple(shape), input._dtype, input._device, tuple(stride), input._offset)
 
 
@@ -530,11 +561,15 @@ def narrow(input: Tensor, dim: int, start: int, length: int) -> Tensor:
     """``length`` elements from ``start`` along ``dim``, as a view."""
     if input.dim() == 0:
         raise RuntimeError("narrow() cannot be applied to a 0-dim tensor.")
+    if length < 0:
+        raise RuntimeError("narrow(): length must be non-negative.")
     d = wrap_dim(dim, input.dim())
     size = input._shape[d]
+    if not -size <= start <= size:
+        raise IndexError(f"start out of range (expected to be in range of [{-size}, {size}], but got {start})")
     if start < 0:
         start += size
-    if start < 0 or start + length > size or length < 0:
+    if start + length > size:
         raise RuntimeError(f"start ({start}) + length ({length}) exceeds dimension size ({size}).")
     return _index_view(input, (slice(None),) * d + (slice(start, start + length),))
 

@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from kiln._state import anomaly, state
-from kiln._tensor import Tensor, _make, _numel
+from kiln._tensor import _SAME, Tensor, _make, _numel
 
 _seq = itertools.count()
 _FREED_MESSAGE = (
@@ -620,14 +620,26 @@ def _register_retain_grad(t: Tensor) -> None:
         tensor = ref()
         if tensor is not None and tensor._retains_grad and tensor.grad_fn is node:
             g = grad if state.grad_enabled else grad.detach()
-            if tensor.grad is None:
-                tensor.grad = g.clone() if not state.grad_enabled else g
+            if tensor._grad is None:
+                tensor._grad = g.clone() if not state.grad_enabled else g
             else:
-                tensor.grad = tensor.grad + g
+                tensor._grad = tensor._grad + g
         return None
 
     retain._kiln_retain_grad = True
     node._add_tensor_pre_hook(t._output_nr, retain)
+
+
+def _check_hook_result(hook: Callable, grad: Tensor, r) -> None:
+    """A tensor hook may replace a gradient only by a tensor of the same type, device and size (PyTorch's
+    checks: anything else would be accumulated or broadcast into the wrong place silently)."""
+    if not isinstance(r, Tensor):
+        raise TypeError(f"expected Tensor, but hook returned '{type(r).__name__}'")
+    name = getattr(hook, "__name__", type(hook).__name__)
+    if r._dtype is not grad._dtype or r._device != grad._device:
+        raise RuntimeError(f"hook '{name}' has changed the type of value (was {grad.type()} got {r.type()})")
+    if r._shape != grad._shape:
+        raise RuntimeError(f"hook '{name}' has changed the size of value")
 
 
 def _run_tensor_hooks(hooks: list, grad: Tensor) -> Tensor:
@@ -638,6 +650,7 @@ def _run_tensor_hooks(hooks: list, grad: Tensor) -> Tensor:
             continue
         r = h(grad)
         if r is not None:
+            _check_hook_result(h, grad, r)
             grad = r
     for h in retain:  # retain_grad sees the gradient after every other hook
         h(grad)
@@ -733,16 +746,20 @@ def _accumulate_into_leaf(
     if run_hooks and t._hooks:
         g = _run_tensor_hooks(t._hooks, g)
         owned = False
-    if t.grad is None:
+    want = t._grad_dtype
+    if want is not None and want is not _SAME and g._dtype is not want:  # a leaf's grad_dtype set to another
+        g = g.to(want)
+        owned = False
+    if t._grad is None:
         if create_graph:
-            t.grad = g
+            t._grad = g
         elif owned:
-            t.grad = g.detach()  # the memory is g's alone: no copy
+            t._grad = g.detach()  # the memory is g's alone: no copy
         else:  # a copy; in the parameter's (contiguous) layout, as PyTorch's gradient layout contract
             d = g.detach()
-            t.grad = d.contiguous() if t.is_contiguous() and not d.is_contiguous() else d.clone()
-    elif create_graph or t.grad._requires_grad:
-        t.grad = t.grad + g
+            t._grad = d.contiguous() if t.is_contiguous() and not d.is_contiguous() else d.clone()
+    elif create_graph or t._grad._requires_grad:
+        t._grad = t._grad + g
     else:
         from kiln.autograd.grad_mode import no_grad
 

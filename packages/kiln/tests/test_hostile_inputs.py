@@ -199,10 +199,12 @@ def test_tensor_from_edge_data_matches_torch(data):
 
 
 @pytest.mark.parametrize("index", [[5], [-1], [3], [0, 7]])
-def test_index_select_out_of_range_is_an_index_error(index):
+@pytest.mark.parametrize("shape,dim", [((3,), 0), ((3, 4), 0), ((4, 3), 1), ((2, 3, 4), 1), ((2, 4, 3), 2)])
+def test_index_select_out_of_range(index, shape, dim):
+    """IndexError, as PyTorch; its CPU path for dim 1 raises RuntimeError with a message of its own."""
     U.assert_same_error(
-        lambda: kiln.ones(3).index_select(0, kiln.tensor(index)),
-        lambda: torch.ones(3).index_select(0, torch.tensor(index)),
+        lambda: kiln.ones(shape).index_select(dim, kiln.tensor(index)),
+        lambda: torch.ones(shape).index_select(dim, torch.tensor(index)),
         exact=True,
     )
 

@@ -209,6 +209,8 @@ def _index_select_ref(spec, a, dim, index):
     size = a.shape[d] if a.ndim else 1
     bad = (i < 0) | (i >= size)
     if bad.any():
+        if d == 1 and a.ndim >= 2:  # PyTorch's CPU path for dim 1 has a message of its own
+            raise RuntimeError(f"INDICES element is out of DATA bounds, id={int(i[bad][0])} axis_dim={size}")
         raise IndexError("index out of range in self")
     if a.ndim == 0:
         return np.broadcast_to(a, spec[0]).copy()

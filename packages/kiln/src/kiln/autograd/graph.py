@@ -236,6 +236,7 @@ class BackwardNeeds:
     """What a backward formula asks for, resolved once per op from its parameter names."""
 
     __slots__ = (
+        "formula",
         "arg_names",
         "arg_index",
         "arg_guards",
@@ -246,19 +247,26 @@ class BackwardNeeds:
         "multi_grad",
     )
 
-    def __init__(
-        self, arg_names, arg_index, arg_guards, meta_names, result, result_guard, needs_input_grad, multi_grad
-    ):
+    def __init__(self, formula, arg_names, arg_index, meta_names, result, needs_input_grad, multi_grad):
+        self.formula = formula
         self.arg_names = arg_names
         self.arg_index = arg_index
         # per argument: the tensor inputs (positions in ``needs_input_grad``) whose gradient reads it, or
-        # None when the formula reads it whatever needs a gradient (see :func:`_read_guards`)
-        self.arg_guards = arg_guards
+        # None when the formula reads it whatever needs a gradient (see :func:`_read_guards`); read off
+        # the formula's source on the op's first recording (:meth:`read_guards`), not at ``import kiln``
+        self.arg_guards = None
         self.meta_names = meta_names  # (formula parameter, op parameter index, attribute)
         self.result = result
-        self.result_guard = result_guard  # the same for ``result``
+        self.result_guard = None  # the same for ``result``
         self.needs_input_grad = needs_input_grad
         self.multi_grad = multi_grad
+
+    def read_guards(self) -> tuple:
+        """Fill ``arg_guards`` and ``result_guard`` (once); returns ``arg_guards``."""
+        guards = _read_guards(self.formula, [*self.arg_names, "result"])
+        self.result_guard = guards.get("result")
+        self.arg_guards = tuple(guards.get(n) for n in self.arg_names)
+        return self.arg_guards
 
 
 def backward_needs(opdef, fn: Callable) -> BackwardNeeds:
@@ -281,17 +289,7 @@ def backward_needs(opdef, fn: Callable) -> BackwardNeeds:
             metas.append((p, opdef.param_names.index(base), "_" + suffix))
         else:
             raise TypeError(f"backward formula of {opdef.name} asks for unknown {p!r}")
-    guards = _read_guards(fn, [*names, "result"])
-    return BackwardNeeds(
-        tuple(names),
-        tuple(index),
-        tuple(guards.get(n) for n in names),
-        tuple(metas),
-        result,
-        guards.get("result"),
-        needs,
-        params[0] == "grads",
-    )
+    return BackwardNeeds(fn, tuple(names), tuple(index), tuple(metas), result, needs, params[0] == "grads")
 
 
 def _read_guards(fn: Callable, names: list[str]) -> dict[str, frozenset[int] | None]:
@@ -550,7 +548,10 @@ def record(opdef, args: tuple, out) -> None:
     outs = out if opdef.num_outputs > 1 else (out,)
     node.output_meta = [(o._shape, o._dtype, o._device) for o in outs]
     saved = {}
-    for name, idx, guard in zip(needs.arg_names, needs.arg_index, needs.arg_guards):
+    guards = needs.arg_guards
+    if guards is None:
+        guards = needs.read_guards()
+    for name, idx, guard in zip(needs.arg_names, needs.arg_index, guards):
         v = args[idx]
         if guard is not None and not any(wants_grad[k] for k in guard):
             v = None  # only the gradient of an input that needs none reads it: not saved (PyTorch's rule)

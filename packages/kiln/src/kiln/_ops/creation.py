@@ -134,12 +134,9 @@ def _full(size: tuple, fill_value: float, dtype: dt.dtype, device) -> Tensor:
     """Contiguous tensor filled with one value (kernel of :func:`full`)."""
 
 
-def _creation_args(size, dtype, device, default=None, negative: str | None = None, name: str | None = None):
+def _creation_args(size, dtype, device, default=None, negative: str | None = None):
     """(shape, dtype, device) of a new tensor, its size checked as PyTorch checks it before allocating:
-    given (``name``: the function whose ``*size`` it is), no negative dimension (``negative``: the op's
-    own message for one), bytes that fit in an int64."""
-    if name is not None and size == ():
-        raise TypeError(f'{name}() missing 1 required positional arguments: "size"')
+    no negative dimension (``negative``: the op's own message for one), bytes that fit in an int64."""
     shape = _varargs_shape(size) if isinstance(size, tuple) else _varargs_shape((size,))
     d = _dtype_arg(dtype) or default or dt.get_default_dtype()
     for s in shape:
@@ -154,7 +151,7 @@ def empty(
 ) -> Tensor:
     """An uninitialised tensor of shape ``size``."""
     _unsupported(out=out, layout=layout, pin_memory=pin_memory, memory_format=memory_format)
-    shape, d, dev = _creation_args(size, dtype, device, name="empty")
+    shape, d, dev = _creation_args(size, dtype, device)
     return _finish(_empty(shape, d, dev), requires_grad)
 
 
@@ -175,16 +172,14 @@ def full(
 def zeros(*size, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False) -> Tensor:
     """A tensor of zeros of shape ``size``."""
     _unsupported(out=out, layout=layout, pin_memory=pin_memory)
-    shape, d, dev = _creation_args(
-        size, dtype, device, negative="zeros: Dimension size must be non-negative.", name="zeros"
-    )
+    shape, d, dev = _creation_args(size, dtype, device, negative="zeros: Dimension size must be non-negative.")
     return _finish(_full(shape, 0, d, dev), requires_grad)
 
 
 def ones(*size, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False) -> Tensor:
     """A tensor of ones of shape ``size``."""
     _unsupported(out=out, layout=layout, pin_memory=pin_memory)
-    shape, d, dev = _creation_args(size, dtype, device, name="ones")
+    shape, d, dev = _creation_args(size, dtype, device)
     return _finish(_full(shape, 1, d, dev), requires_grad)
 
 
@@ -565,7 +560,7 @@ def rand(
 ) -> Tensor:
     """Uniform random values in ``[0, 1)`` of shape ``size``."""
     _unsupported(out=out, layout=layout, pin_memory=pin_memory)
-    shape, d, dev = _creation_args(size, dtype, device, name="rand")
+    shape, d, dev = _creation_args(size, dtype, device)
     if not d.is_floating_point:
         raise NotImplementedError(f"\"check_uniform_bounds\" not implemented for '{scalar_type_name(d)}'")
     rng = _generator(generator, dev)._rng
@@ -579,7 +574,7 @@ def randn(
 ) -> Tensor:
     """Standard normal random values of shape ``size``."""
     _unsupported(out=out, layout=layout, pin_memory=pin_memory)
-    shape, d, dev = _creation_args(size, dtype, device, name="randn")
+    shape, d, dev = _creation_args(size, dtype, device)
     if not d.is_floating_point:
         raise NotImplementedError(f"\"normal_kernel_cpu\" not implemented for '{scalar_type_name(d)}'")
     rng = _generator(generator, dev)._rng

@@ -4,8 +4,9 @@ A generator derives thousands of malformed files from one valid checkpoint (trun
 field of the wrong type or out of range, size bombs, nesting bombs, duplicate keys, PyTorch files):
 ``ValueError`` is the only allowed outcome, with bounded memory. Saves are killed with SIGKILL at
 random moments: the target always holds the old or the new checkpoint, and the debris of dead writers
-is cleaned by the next save. New files get the umask's mode, symlinks stay symlinks, and loading
-needs about one copy of the tensors' bytes, not two.
+is cleaned by the next save, and debris that cannot be removed never fails it. New files get the
+umask's mode, a file saved over keeps its mode, symlinks stay symlinks, and loading needs about one
+copy of the tensors' bytes, not two.
 """
 
 from __future__ import annotations
@@ -404,7 +405,40 @@ def test_stale_temp_files_of_dead_writers_only_are_removed(tmp_path):
     assert left == {"m.kt"} | {f for k, f in files.items() if k != "dead"}
 
 
+@posix_only
+def test_stale_temp_files_that_cannot_be_removed_do_not_fail_the_save(tmp_path, monkeypatch):
+    # Another user's stale temp file in a sticky shared directory (/tmp): unlink says EPERM.
+    target = tmp_path / "m.kt"
+    dead = _dead_pid()
+    theirs, ours = f".m.kt.{dead}.{'a' * 16}.tmp", f".m.kt.{dead}.{'b' * 16}.tmp"
+    for f in (theirs, ours):
+        (tmp_path / f).write_bytes(b"partial")
+    real_unlink = os.unlink
+
+    def unlink(path, *args, **kwargs):
+        if os.path.basename(os.fspath(path)) == theirs:
+            raise PermissionError(1, "Operation not permitted", os.fspath(path))
+        return real_unlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "unlink", unlink)
+    kiln.save(kiln.ones(2), target)
+    assert kiln.load(target).tolist() == [1.0, 1.0]
+    assert set(os.listdir(tmp_path)) == {"m.kt", theirs}  # the other stale file is still removed
+
+    def listdir(path="."):
+        raise PermissionError(13, "Permission denied", os.fspath(path))
+
+    monkeypatch.setattr(os, "listdir", listdir)  # a directory that cannot be listed: no cleanup, no error
+    kiln.save(kiln.zeros(2), target)
+    monkeypatch.undo()
+    assert kiln.load(target).tolist() == [0.0, 0.0]
+
+
 # ------------------------------------------------------------------------------------------ files
+
+
+def _mode(path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
 
 
 @posix_only
@@ -414,13 +448,34 @@ def test_new_file_mode_follows_the_umask(tmp_path):
         old = os.umask(umask)
         try:
             kiln.save(kiln.ones(2), p)
-            first = stat.S_IMODE(os.stat(p).st_mode)
-            os.chmod(p, 0o600)
-            kiln.save(kiln.zeros(2), p)  # an overwrite makes a new file, with a new file's mode
-            second = stat.S_IMODE(os.stat(p).st_mode)
         finally:
             os.umask(old)
-        assert first == second == 0o666 & ~umask, oct(umask)
+        assert _mode(p) == 0o666 & ~umask, oct(umask)
+
+
+@posix_only
+def test_saving_over_a_file_keeps_its_mode(tmp_path):
+    # As torch.save (open(path, "wb") truncates in place): the umask does not widen, or narrow, it.
+    old = os.umask(0o022)
+    try:
+        for mode in (0o600, 0o640, 0o444, 0o666):
+            p = tmp_path / f"m{mode:o}.kt"
+            kiln.save(kiln.ones(2), p)
+            os.chmod(p, mode)
+            kiln.save(kiln.zeros(2), p)
+            assert _mode(p) == mode, oct(mode)
+            assert kiln.load(p).tolist() == [0.0, 0.0]
+        new = tmp_path / "new.kt"
+        kiln.save(kiln.ones(2), new)
+        assert _mode(new) == 0o644
+        real = tmp_path / "m600.kt"  # through a symlink, the mode of the file it points to is kept
+        link = tmp_path / "link.kt"
+        link.symlink_to(real.name)
+        kiln.save(kiln.full((2,), 5.0), link)
+        assert link.is_symlink() and _mode(real) == 0o600 and kiln.load(real).tolist() == [5.0, 5.0]
+    finally:
+        os.umask(old)
+    assert not _temps(tmp_path)
 
 
 @posix_only

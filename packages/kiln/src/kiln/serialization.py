@@ -34,6 +34,7 @@ import os
 import re
 import reprlib
 import secrets
+import stat
 import sys
 from collections.abc import Callable
 from typing import Any, BinaryIO
@@ -215,7 +216,8 @@ def _remove_if_unlocked(path: str) -> None:
             return  # a live writer holds it
         except OSError:
             pass  # the filesystem has no locks: the dead PID is all there is to go by
-        with contextlib.suppress(FileNotFoundError):
+        # Gone already, or not ours to delete (another user's file in a sticky directory such as /tmp).
+        with contextlib.suppress(OSError):
             os.unlink(path)
     finally:
         os.close(fd)
@@ -226,7 +228,9 @@ def _remove_stale_temps(directory: str, name: str) -> None:
 
     A temp file is stale when the PID in its name is no process any more and no one holds its lock.
     A live writer's file (another process, or another thread of this one) is never touched. Best
-    effort: any error leaves the files where they are, and never fails the save.
+    effort: an ``OSError`` while listing the directory, or while opening, locking or deleting one
+    candidate (say another user's stale file in a shared sticky directory), leaves that file where it
+    is and moves on; it never fails the save.
     """
     if os.name != "posix" or fcntl is None:  # os.kill(pid, 0) is not a liveness probe on Windows
         return
@@ -241,13 +245,30 @@ def _remove_stale_temps(directory: str, name: str) -> None:
         if m is None:
             continue
         pid = builtins.int(m.group(1))
-        if pid == me or not 0 < pid < 2**31 or _pid_alive(pid):
+        if pid == me or not 0 < pid < 2**31:
             continue
-        _remove_if_unlocked(os.path.join(directory, entry))
+        with contextlib.suppress(OSError):  # this candidate stays; the others and the save go on
+            if not _pid_alive(pid):
+                _remove_if_unlocked(os.path.join(directory, entry))
+
+
+def _existing_mode(path: str) -> int | None:
+    """The permission bits of the regular file at ``path`` (symlinks already resolved); None if there is none.
+
+    Only ``rwx`` for user, group and others: setuid/setgid are not carried over (writing to a file
+    clears them too), and the sticky bit means nothing on a regular file.
+    """
+    if os.name != "posix":  # a mode there is only the read-only flag
+        return None
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return stat.S_IMODE(st.st_mode) & 0o777 if stat.S_ISREG(st.st_mode) else None
 
 
 def _create_temp(directory: str, name: str) -> tuple[int, str]:
-    """Create and lock ``.<name>.<pid>.<random>.tmp`` next to the target; its mode follows the umask."""
+    """Create and lock ``.<name>.<pid>.<random>.tmp`` next to the target, with mode ``0o666 & ~umask``."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
     for _ in range(100):
         tmp = os.path.join(directory, f".{name}.{os.getpid()}.{secrets.token_hex(8)}.tmp")
@@ -283,9 +304,12 @@ def save(obj: Any, f: str | os.PathLike | BinaryIO) -> None:
     directory, fsynced, renamed over the target, then the directory fsynced, so a crash, kill or power
     loss leaves either the old file or the new one under the name, never a partial one. On an error the
     temp file is removed and the target left untouched; temp files left by writers that were killed
-    (their PID is gone) are removed by the next save to the same target. The new file's mode is
-    ``0o666 & ~umask``, as for ``open(path, "wb")``. A symlink is followed: the file it points to is
-    replaced and the link stays a link.
+    (their PID is gone) are removed by the next save to the same target, best effort (one that cannot
+    be removed, such as another user's, is left and never fails the save). Saving over an existing
+    file keeps its permission bits (``rwx`` for user, group, others), as ``open(path, "wb")`` would: a
+    ``0o600`` checkpoint stays ``0o600``; the owner and group are the saver's, as for any new file. A
+    new file's mode is ``0o666 & ~umask``. A symlink is followed: the file it points to is replaced,
+    keeps its mode, and the link stays a link.
 
     Leaves besides tensors may be None, bool, int, float or str; dict keys must be str or int, and
     containers may nest up to 100 levels. Tensors on any device are saved from a contiguous CPU copy
@@ -304,9 +328,14 @@ def save(obj: Any, f: str | os.PathLike | BinaryIO) -> None:
     path = os.path.realpath(os.fsdecode(os.fspath(f)))
     directory, name = os.path.split(path)
     _remove_stale_temps(directory, name)
+    mode = _existing_mode(path)
     fd, tmp = _create_temp(directory, name)
     try:
         with os.fdopen(fd, "wb") as fh:
+            # The temp file takes the target's mode before any data is in it, so a 0o600 checkpoint
+            # is never readable by others, not even while its replacement is being written.
+            if mode is not None and stat.S_IMODE(os.fstat(fd).st_mode) != mode:
+                os.fchmod(fd, mode)
             _write(fh, header, order)
             fh.flush()
             os.fsync(fh.fileno())  # the data reaches the disk before the name points at it

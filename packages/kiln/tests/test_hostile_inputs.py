@@ -198,6 +198,29 @@ def test_tensor_from_edge_data_matches_torch(data):
     assert k.tolist() == t.tolist()
 
 
+def test_integers_beyond_int64_as_a_floating_dtype():
+    for data, d in ((2**63, "float32"), ([2**63], "float64"), ([2**70, 1], "float32")):
+        k, t = kiln.tensor(data, dtype=getattr(kiln, d)), torch.tensor(data, dtype=getattr(torch, d))
+        assert k.dtype is U.T2K[t.dtype] and k.tolist() == t.tolist()
+
+
+def test_grad_dtype_checks():
+    """PyTorch's rules: only on leaves, and not to a dtype other than an existing gradient's."""
+    for L in (kiln, torch):
+        p = L.zeros(3, requires_grad=True)
+        with pytest.raises(RuntimeError, match="grad_dtype can only be accessed on leaf tensors"):
+            _ = (p * 1).grad_dtype
+        p.grad = L.ones(3)
+        with pytest.raises(RuntimeError, match="there is already a gradient with dtype 'float'"):
+            p.grad_dtype = L.float64
+        p.grad = None
+        p.grad_dtype = L.float64
+        seen = []
+        p.register_hook(seen.append)
+        (p * 2).sum().backward()
+        assert [g.dtype for g in seen] == [L.float64] and p.grad.dtype == L.float64  # hooks see the kept dtype
+
+
 @pytest.mark.parametrize("index", [[5], [-1], [3], [0, 7]])
 @pytest.mark.parametrize("shape,dim", [((3,), 0), ((3, 4), 0), ((4, 3), 1), ((2, 3, 4), 1), ((2, 4, 3), 2)])
 def test_index_select_out_of_range(index, shape, dim):

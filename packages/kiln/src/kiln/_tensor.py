@@ -65,7 +65,7 @@ def _check_grad(t: Tensor, g) -> None:
 
     if not isinstance(g, Tensor):
         raise TypeError(f"assigned grad expected to be a Tensor or None but got grad of type {type(g).__name__}")
-    want = t.grad_dtype
+    want = t._dtype if t._grad_dtype is _SAME else t._grad_dtype
     if want is not None and g._dtype is not want:
         raise RuntimeError(
             f"attempting to assign a gradient with dtype '{_CPP_TYPE[g._dtype]}' to a tensor with grad_dtype "
@@ -297,14 +297,25 @@ class Tensor:
     def grad_dtype(self):
         """The dtype ``.grad`` must have: the tensor's own unless set (on a leaf) to another dtype, or to
         None to allow any."""
+        if self.grad_fn is not None:
+            raise RuntimeError("grad_dtype can only be accessed on leaf tensors.")
         return self._dtype if self._grad_dtype is _SAME else self._grad_dtype
 
     @grad_dtype.setter
     def grad_dtype(self, value) -> None:
+        from kiln._ops._meta import scalar_type_name
+
         if self.grad_fn is not None:
             raise RuntimeError("grad_dtype can only be set on leaf tensors.")
         if value is not None and not isinstance(value, dt.dtype):
             raise RuntimeError(f"grad_dtype must be a kiln.dtype or None, but got {type(value).__name__}")
+        g = self._grad
+        if value is not None and g is not None and g._dtype is not value:
+            raise RuntimeError(
+                f"Cannot set grad_dtype to '{scalar_type_name(value)}' because there is already a gradient with "
+                f"dtype '{_CPP_TYPE[g._dtype]}'. Please clear the gradient (.grad = None) before changing "
+                "grad_dtype, or ensure the new grad_dtype matches the existing gradient's dtype."
+            )
         self._grad_dtype = value
 
     def retain_grad(self) -> None:

@@ -391,8 +391,15 @@ def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=Fal
             UserWarning,
             stacklevel=2,
         )
-    a, inferred = _to_host_array(data)
-    d = _dtype_arg(dtype) or inferred or _infer_dtype(a, False)
+    want = _dtype_arg(dtype)
+    try:
+        a, inferred = _to_host_array(data)
+    except ValueError as exc:
+        # integers beyond int64 are fine as values of a floating dtype asked for (PyTorch converts them)
+        if want is None or not want.is_floating_point or "Overflow" not in str(exc):
+            raise
+        a, inferred = np.array(data, dtype=np.float64), None
+    d = want or inferred or _infer_dtype(a, False)
     dev = resolve_device(device)
     return _finish(from_host(a, d, dev), requires_grad)
 

@@ -49,13 +49,16 @@ def _shape_arg(size) -> tuple[int, ...]:
         shape = tuple(int(s) for s in size)
     except TypeError:
         raise TypeError(f"shape must be a sequence of ints, got {size!r}") from None
-    for i, s in enumerate(shape):
-        if not -(2**63) <= s < 2**63:  # what a C++ int64 holds (PyTorch parses sizes into one)
-            raise TypeError(
-                f"argument 'size' failed to unpack the object at pos {i + 1} with error \"Overflow when unpacking "
-                'long long"'
-            )
+    if shape and (max(shape) >= _INT64_END or min(shape) < -_INT64_END):  # what a C++ int64 holds
+        i = next(i for i, s in enumerate(shape) if not -_INT64_END <= s < _INT64_END)
+        raise TypeError(
+            f"argument 'size' failed to unpack the object at pos {i + 1} with error \"Overflow when unpacking "
+            'long long"'
+        )
     return shape
+
+
+_INT64_END = 2**63  # PyTorch parses sizes into C++ int64s
 
 
 def check_storage_size(shape: tuple, dtype, stride: tuple | None = None) -> None:

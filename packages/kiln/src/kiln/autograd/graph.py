@@ -239,6 +239,7 @@ class BackwardNeeds:
         "formula",
         "arg_names",
         "arg_index",
+        "arg_bits",
         "arg_guards",
         "meta_names",
         "result",
@@ -247,25 +248,30 @@ class BackwardNeeds:
         "multi_grad",
     )
 
-    def __init__(self, formula, arg_names, arg_index, meta_names, result, needs_input_grad, multi_grad):
+    def __init__(self, formula, arg_names, arg_index, arg_bits, meta_names, result, needs_input_grad, multi_grad):
         self.formula = formula
         self.arg_names = arg_names
         self.arg_index = arg_index
-        # per argument: the tensor inputs (positions in ``needs_input_grad``) whose gradient reads it, or
-        # None when the formula reads it whatever needs a gradient (see :func:`_read_guards`); read off
-        # the formula's source on the op's first recording (:meth:`read_guards`), not at ``import kiln``
+        self.arg_bits = arg_bits  # per argument: its bit among the tensor parameters (0: not one)
+        # per argument: a bit mask of the tensor inputs (bit k: ``needs_input_grad[k]``) whose gradient
+        # reads it, or -1 when the formula reads it whatever needs a gradient (see :func:`_read_guards`);
+        # read off the formula's source on the op's first recording (:meth:`read_guards`), not at import
         self.arg_guards = None
         self.meta_names = meta_names  # (formula parameter, op parameter index, attribute)
         self.result = result
-        self.result_guard = None  # the same for ``result``
+        self.result_guard = -1  # the same for ``result``
         self.needs_input_grad = needs_input_grad
         self.multi_grad = multi_grad
 
     def read_guards(self) -> tuple:
         """Fill ``arg_guards`` and ``result_guard`` (once); returns ``arg_guards``."""
+
+        def mask(guard: frozenset[int] | None) -> int:
+            return -1 if guard is None else sum(1 << k for k in guard)
+
         guards = _read_guards(self.formula, [*self.arg_names, "result"])
-        self.result_guard = guards.get("result")
-        self.arg_guards = tuple(guards.get(n) for n in self.arg_names)
+        self.result_guard = mask(guards.get("result"))
+        self.arg_guards = tuple(mask(guards.get(n)) for n in self.arg_names)
         return self.arg_guards
 
 
@@ -289,7 +295,8 @@ def backward_needs(opdef, fn: Callable) -> BackwardNeeds:
             metas.append((p, opdef.param_names.index(base), "_" + suffix))
         else:
             raise TypeError(f"backward formula of {opdef.name} asks for unknown {p!r}")
-    return BackwardNeeds(fn, tuple(names), tuple(index), tuple(metas), result, needs, params[0] == "grads")
+    bits = tuple(1 << opdef.tensor_params.index(i) if i in opdef.tensor_params else 0 for i in index)
+    return BackwardNeeds(fn, tuple(names), tuple(index), bits, tuple(metas), result, needs, params[0] == "grads")
 
 
 def _read_guards(fn: Callable, names: list[str]) -> dict[str, frozenset[int] | None]:
@@ -518,14 +525,16 @@ def record(opdef, args: tuple, out) -> None:
     edges = []
     input_meta = []
     layout = []
-    wants_grad = []  # per tensor parameter: whether it requires grad (what needs_input_grad will say)
+    wants_grad = 0  # bit k: tensor parameter k requires grad (what needs_input_grad[k] will say)
+    bit = 1
     for i in opdef.tensor_params:
         a = args[i]
         if isinstance(a, Tensor):
             layout.append(len(edges))
             edges.append(_edge(a))
             input_meta.append((a._shape, a._dtype, a._device))
-            wants_grad.append(a._requires_grad)
+            if a._requires_grad:
+                wants_grad |= bit
         elif isinstance(a, (list, tuple)) and any(isinstance(t, Tensor) for t in a):
             sub = []  # None for a non-tensor entry (an index list's "whole dim")
             for t in a:
@@ -536,10 +545,11 @@ def record(opdef, args: tuple, out) -> None:
                 edges.append(_edge(t))
                 input_meta.append((t._shape, t._dtype, t._device))
             layout.append(sub)
-            wants_grad.append(any(isinstance(t, Tensor) and t._requires_grad for t in a))
+            if any(isinstance(t, Tensor) and t._requires_grad for t in a):
+                wants_grad |= bit
         else:
             layout.append(None)
-            wants_grad.append(False)
+        bit <<= 1
     node = _node_class(opdef, args)(tuple(edges), opdef.num_outputs)
     node.op = opdef
     node.layout = layout
@@ -551,15 +561,14 @@ def record(opdef, args: tuple, out) -> None:
     guards = needs.arg_guards
     if guards is None:
         guards = needs.read_guards()
-    for name, idx, guard in zip(needs.arg_names, needs.arg_index, guards):
+    for name, idx, guard, own in zip(needs.arg_names, needs.arg_index, guards, needs.arg_bits):
         v = args[idx]
-        if guard is not None and not any(wants_grad[k] for k in guard):
+        if not guard & wants_grad:
             v = None  # only the gradient of an input that needs none reads it: not saved (PyTorch's rule)
         elif isinstance(v, Tensor):
             v = SavedTensor(v)
         elif isinstance(v, (list, tuple)) and any(isinstance(t, Tensor) for t in v):
-            others = any(w for i, w in zip(opdef.tensor_params, wants_grad) if i != idx)
-            v = _save_list(v, others)
+            v = _save_list(v, bool(wants_grad & ~own))
         saved[name] = v
     for name, idx, attr in needs.meta_names:
         v = args[idx]
@@ -573,8 +582,7 @@ def record(opdef, args: tuple, out) -> None:
             o.grad_fn = node
             o._requires_grad = True
             o._output_nr = k
-    guard = needs.result_guard
-    if needs.result and guard is not None and not any(wants_grad[k] for k in guard):
+    if needs.result and not needs.result_guard & wants_grad:
         saved["result"] = None
     elif needs.result:
         if opdef.num_outputs == 1:
@@ -744,12 +752,12 @@ def _accumulate_into_leaf(
 ) -> None:
     """Add the gradient ``g`` into the leaf ``t``'s ``.grad`` (``owned``: nothing else holds ``g``, so it
     may become ``.grad`` without a copy)."""
-    if run_hooks and t._hooks:
-        g = _run_tensor_hooks(t._hooks, g)
-        owned = False
     want = t._grad_dtype
     if want is not None and want is not _SAME and g._dtype is not want:  # a leaf's grad_dtype set to another
-        g = g.to(want)
+        g = g.to(want)  # before the hooks, which see the gradient as it will be kept
+        owned = False
+    if run_hooks and t._hooks:
+        g = _run_tensor_hooks(t._hooks, g)
         owned = False
     if t._grad is None:
         if create_graph:

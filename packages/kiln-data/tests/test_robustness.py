@@ -12,6 +12,7 @@ import sys
 import textwrap
 import time
 
+import numpy as np
 import pytest
 from kiln_data_helpers import (
     Dying,
@@ -28,7 +29,7 @@ from kiln_data_helpers import (
     wait_gone,
 )
 
-from kiln.data import DataLoader
+from kiln.data import DataLoader, _shm
 
 pytestmark = pytest.mark.usefixtures("no_shm_leak")
 
@@ -329,3 +330,115 @@ def test_no_descriptor_left_open_after_abandoned_and_finished_epochs():
     after = open_fds()
     assert [f for f in after if "memfd:kiln_" in f] == []
     assert len(after) <= len(before), (before, after)
+
+
+def _socket_inodes(pid: int) -> set[int]:
+    """The inodes of the sockets process ``pid`` holds (``socket:[N]`` links in /proc/<pid>/fd)."""
+    out = set()
+    with contextlib.suppress(FileNotFoundError):  # gone already: it holds nothing
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if link.startswith("socket:["):
+                    out.add(int(link[len("socket:[") : -1]))
+    return out
+
+
+def _live_unix_sockets() -> set[int]:
+    """The inodes of every Unix socket that some process still holds (or that a descriptor in flight keeps)."""
+    with open("/proc/net/unix") as f:
+        next(f)
+        return {int(line.split()[6]) for line in f}
+
+
+@pytest.mark.parametrize(
+    ("abandoned", "other_ctx"),
+    [("started first", "fork"), ("started second", "fork"), ("started first", "spawn")],
+)
+def test_abandoned_iterator_memory_is_not_held_by_another_loaders_workers(monkeypatch, abandoned, other_ctx):
+    # Each channel's socket inodes, recorded as the loaders make them: (main process's end, worker's end).
+    made: list[tuple[int, int]] = []
+    make = _shm.channel
+
+    def recording_channel():
+        pair = make()
+        made.append((os.fstat(pair[0].fileno()).st_ino, os.fstat(pair[1].fileno()).st_ino))
+        return pair
+
+    monkeypatch.setattr(_shm, "channel", recording_channel)
+
+    def start_other():
+        loader = DataLoader(
+            Squares(40, 10), batch_size=4, num_workers=2, persistent_workers=True, multiprocessing_context=other_ctx
+        )
+        it = iter(loader)
+        next(it)  # its workers run
+        ends = made[-2:]
+        return loader, it, ends
+
+    if abandoned == "started second":
+        other_loader, other_it, other_ends = start_other()
+    # 2 workers x 4 prefetched 256 KB batches: in shared memory, and in flight in the sockets when dropped.
+    it = iter(DataLoader(Squares(200, 1 << 14), batch_size=4, num_workers=2, prefetch_factor=4))
+    ends = made[-2:]
+    for _ in range(2):
+        batch = next(it)
+    del batch  # (a batch alive in this process at a fork would be mapped in the child too)
+    gc.collect()
+    if abandoned == "started first":
+        other_loader, other_it, other_ends = start_other()
+    pids = it.worker_pids
+
+    # Every worker of either loader holds its own channel end and no other end of either loader's channels.
+    everything = {ino for pair in (*ends, *other_ends) for ino in pair}
+    for worker_pids, channels in ((pids, ends), (other_it.worker_pids, other_ends)):
+        for worker_id, pid in enumerate(worker_pids):
+            assert _socket_inodes(pid) & everything == {channels[worker_id][1]}, (abandoned, worker_id)
+
+    # Dropping the iterator closes its sockets everywhere: the descriptors in flight, and their memory, go.
+    time.sleep(0.5)  # let its workers fill their prefetch
+    del it
+    gc.collect()
+    assert wait_gone(pids) == []
+    mine = {ino for pair in ends for ino in pair}
+    deadline = time.monotonic() + 5.0
+    while (left := mine & _live_unix_sockets()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not left, f"{abandoned}: the abandoned iterator's sockets are still held"
+    assert len(list(other_it)) == 9  # the other loader is unharmed
+    del other_loader, other_it
+
+
+def test_a_forked_child_keeps_no_channel_end_or_received_descriptor():
+    # Any child forked by the main process (a worker of a loader started later included) must not keep
+    # a loader's socket ends nor a batch's descriptor received but not yet mapped: they would keep
+    # that loader's memory allocated for as long as the child lives.
+    main_end, worker_end = _shm.channel()
+    try:
+        payload, fd = _shm.encode(np.arange(4096, dtype=np.float32), "kiln_fork_test", 0, 1)
+        assert fd is not None
+        try:
+            assert _shm.send_fd(worker_end, 1, fd, lambda: True)
+        finally:
+            os.close(fd)
+        got = _shm.recv_fd(main_end, 1, 0)
+        watched = {f"socket:[{os.fstat(s.fileno()).st_ino}]" for s in (main_end, worker_end)}
+        child = os.fork()  # between receiving the descriptor and mapping it
+        if child == 0:
+            code = 4  # the check itself failed
+            try:
+                held = set()
+                for f in os.listdir("/proc/self/fd"):
+                    with contextlib.suppress(OSError):  # the listing's own descriptor
+                        held.add(os.readlink(f"/proc/self/fd/{f}"))
+                memfds = [link for link in held if "memfd:kiln_fork_test" in link]
+                code = (1 if held & watched else 0) + (2 if memfds else 0)
+            finally:
+                os._exit(code)
+        status = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
+        assert status == 0, {1: "the channel's sockets", 2: "the received descriptor", 3: "both"}.get(status, status)
+        batch = _shm.decode(payload, got)
+        assert batch[100] == 100
+    finally:
+        main_end.close()
+        worker_end.close()

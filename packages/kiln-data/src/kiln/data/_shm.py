@@ -12,6 +12,10 @@ descriptor or a mapping of it, or a socket holds the descriptor in flight, so it
 happens to either side: a SIGKILL of the main process (the workers notice and exit, and with them the
 last references) leaves nothing in ``/dev/shm``.
 
+No process forked from the main process keeps a descriptor of this machinery that is not its own
+(see :func:`_close_inherited`, run in every forked child): a worker of one loader holding another
+loader's receiving socket end would keep that loader's in-flight batches allocated until it exits.
+
 Names still carry the loader's prefix (``memfd:`` names show in ``/proc/<pid>/fd``), and a shutdown
 sweeps ``/dev/shm`` for that prefix (see :func:`unlink_leftovers`): that only matters for a worker
 killed between ``shm_open`` and its ``shm_unlink``, where there is no ``memfd_create``.
@@ -24,7 +28,9 @@ import mmap
 import os
 import socket
 import sys
-from collections.abc import Callable
+import threading
+import weakref
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -35,7 +41,17 @@ try:  # POSIX shared memory without multiprocessing's resource tracker (nothing 
 except ImportError:  # pragma: no cover - Windows: batches are pickled instead
     _posixshmem = None
 
-__all__ = ["available", "channel", "encode", "decode", "recv_fd", "send_fd", "unlink_leftovers"]
+__all__ = [
+    "available",
+    "channel",
+    "close_received",
+    "decode",
+    "encode",
+    "forking_with",
+    "recv_fd",
+    "send_fd",
+    "unlink_leftovers",
+]
 
 _ALIGN = 64
 MIN_BYTES = 1024  # batches with fewer array bytes than this are cheaper to pickle than to map
@@ -52,9 +68,65 @@ def available() -> bool:
     return hasattr(socket, "send_fds") and (_memfd_create is not None or _posixshmem is not None)
 
 
+# What a forked child must not keep (see _close_inherited). Every socket end of every channel this
+# process made and still has open: a main process's end holds the batches in flight to it, and stays
+# allocated (with them) as long as any process holds a copy; a worker's end left open elsewhere would
+# hide that worker's death. And the descriptors received but not yet mapped and closed.
+_channel_ends: weakref.WeakSet[socket.socket] = weakref.WeakSet()
+_received: set[int] = set()
+_keep: dict[int, socket.socket] = {}  # thread id -> the socket end a fork on that thread hands its child
+
+
 def channel() -> tuple[socket.socket, socket.socket]:
     """A connected pair of Unix sockets for one worker's descriptors: (main process's end, worker's end)."""
-    return socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    main_end, worker_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    _channel_ends.add(main_end)
+    _channel_ends.add(worker_end)
+    return main_end, worker_end
+
+
+@contextlib.contextmanager
+def forking_with(worker_end: socket.socket | None) -> Iterator[None]:
+    """While starting a worker on this thread: ``worker_end`` is the one channel end its fork keeps."""
+    if worker_end is None:
+        yield
+        return
+    tid = threading.get_ident()
+    _keep[tid] = worker_end
+    try:
+        yield
+    finally:
+        _keep.pop(tid, None)
+
+
+def _close_inherited() -> None:
+    """In a forked child: close every channel end and received descriptor copied from the parent.
+
+    Run by ``os.register_at_fork`` in every child forked by a process that imported this module,
+    a DataLoader worker of any loader or any other child: none of them may keep another process's
+    receiving end (or the descriptors in it) alive. Only the socket end of the worker being started
+    by the forking thread (:func:`forking_with`) stays open. ``spawn`` and ``forkserver`` children
+    get nothing of these to begin with (sockets and received descriptors are close-on-exec).
+    """
+    keep = _keep.get(threading.get_ident())  # the forking thread: the only one in the child
+    _keep.clear()
+    for sock in list(_channel_ends):
+        if sock is not keep:
+            sock.close()
+    for fd in list(_received):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _received.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_close_inherited)
+
+
+def close_received(fd: int) -> None:
+    """Close a descriptor that :func:`recv_fd` returned (without mapping it)."""
+    _received.discard(fd)  # first: a fork in between leaves the child a copy, never a stale number
+    os.close(fd)
 
 
 class _Ref:
@@ -173,20 +245,24 @@ def recv_fd(sock: socket.socket, seq: int, worker_id: int) -> int:
     sock.settimeout(_RECV_WAIT_S)
     flags = getattr(socket, "MSG_CMSG_CLOEXEC", 0)  # not inherited by processes started meanwhile
     while True:
+        fds: list[int] = []
         try:
             data, fds, msg_flags, _ = socket.recv_fds(sock, _SEQ_BYTES, 1, flags)
+            _received.update(fds)  # until mapped and closed: never inherited by a child forked meanwhile
             while data and len(data) < _SEQ_BYTES:  # a stream socket may split the 8 bytes
                 more = sock.recv(_SEQ_BYTES - len(data))
                 if not more:
                     break
                 data += more
         except TimeoutError:
+            for f in fds:
+                close_received(f)
             raise RuntimeError(
                 f"DataLoader worker {worker_id} sent batch {seq} but not its shared memory within {_RECV_WAIT_S} s"
             ) from None
         if len(data) < _SEQ_BYTES:
             for f in fds:
-                os.close(f)
+                close_received(f)
             raise RuntimeError(f"DataLoader worker {worker_id} closed its shared-memory channel")
         got = int.from_bytes(data, "little")
         if not fds:
@@ -197,7 +273,7 @@ def recv_fd(sock: socket.socket, seq: int, worker_id: int) -> int:
         if got == seq:
             return fds[0]
         for f in fds:
-            os.close(f)
+            close_received(f)
         if got > seq:
             raise RuntimeError(
                 f"DataLoader worker {worker_id}: shared memory of batch {got} arrived where {seq} was expected"
@@ -213,7 +289,7 @@ def decode(payload, fd: int | None = None):
     try:
         mm = mmap.mmap(fd, size, **_NO_DUP)
     finally:
-        os.close(fd)
+        close_received(fd)
     arrays = [np.ndarray(shape, dtype, buffer=mm, offset=off) for off, shape, dtype in metas]
     return _fill(structure, arrays)
 

@@ -268,7 +268,6 @@ def worker_loop(
     index_queue,
     result_queue,
     fd_channel,
-    foreign_channels,
     auto_collation: bool,
     collate_fn,
     drop_last: bool,
@@ -282,8 +281,8 @@ def worker_loop(
     """The body of a worker process; returns when told to (``None`` on its queue) or its parent is gone.
 
     ``fd_channel`` is this worker's end of the socket that carries batch descriptors (``None`` where
-    batches are pickled); ``foreign_channels`` are the other socket ends a fork copied into this
-    process, closed at once so that only the main process holds the receiving ends.
+    batches are pickled). A forked worker holds no other channel end of any loader: those a fork copies
+    are closed in the child before this runs (:func:`kiln.data._shm._close_inherited`).
     """
     global _worker_info
     start_ppid = os.getppid()  # the main process, or the forkserver that started this worker
@@ -292,8 +291,6 @@ def worker_loop(
         return _parent_alive(parent_pid, start_ppid)
 
     threading.Thread(target=_watch_parent, args=(alive,), name="kiln-data-parent-watch", daemon=True).start()
-    for sock in foreign_channels:
-        sock.close()
     # Ctrl-C reaches the whole process group: the main process handles it and shuts the workers down.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     seed = base_seed + worker_id

@@ -358,8 +358,6 @@ class _Workers:
                 iq = ctx.Queue()
                 iq.cancel_join_thread()  # the main process never waits on tasks a dead worker left unread
                 own = self.channels[worker_id][1] if self.channels else None
-                # Socket ends that a fork copies into the worker besides its own (closed there at once).
-                foreign = [m for m, _ in self.channels] + [w for i, (_, w) in enumerate(self.channels) if i > worker_id]
                 p = ctx.Process(
                     target=worker_loop,
                     args=(
@@ -368,7 +366,6 @@ class _Workers:
                         iq,
                         self.result_queue,
                         own,
-                        foreign if ctx.get_start_method() == "fork" else [],
                         loader._auto_collation,
                         loader.collate_fn,
                         loader.drop_last,
@@ -381,7 +378,10 @@ class _Workers:
                     ),
                     daemon=True,
                 )
-                p.start()
+                # A forked worker keeps only this socket end of all the channels of every loader of this
+                # process (the others are closed in the child at once: see _shm._close_inherited).
+                with _shm.forking_with(own):
+                    p.start()
                 if own is not None:
                     own.close()  # the worker has its copy; the receiving end alone stays here
                 self.index_queues.append(iq)
@@ -520,7 +520,7 @@ class _MultiProcessIter(_BaseIter):
             fd = self._workers.recv_fd(payload[1], payload[2]) if payload[0] == "fd" else None
             if epoch != self._epoch:  # left over from an epoch that was abandoned midway
                 if fd is not None:
-                    os.close(fd)
+                    _shm.close_received(fd)
                 continue
             return idx, _shm.decode(payload, fd)
 

@@ -88,6 +88,19 @@ float64 = dtype("float64", 8, "f", 7, np.dtype(np.float64))
 
 ALL_DTYPES = (bool, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64)
 _BY_NAME = {d.name: d for d in ALL_DTYPES}
+# The C++ type names PyTorch's messages print for each dtype (its TypeMeta names: "long int", "c10::Half").
+CPP_TYPE_NAMES = {
+    float32: "float",
+    float64: "double",
+    float16: "c10::Half",
+    bfloat16: "c10::BFloat16",
+    int64: "long int",
+    int32: "int",
+    int16: "short int",
+    int8: "signed char",
+    uint8: "unsigned char",
+    bool: "bool",
+}
 # PyTorch's aliases
 _BY_NAME.update(half=float16, float=float32, double=float64, long=int64, int=int32, short=int16)
 

@@ -43,20 +43,6 @@ def storage_span(shape: tuple[int, ...], stride: tuple[int, ...]) -> int:
 
 _SAME = object()  # a tensor's grad_dtype when not set: the tensor's own dtype
 
-# the C++ type names PyTorch's gradient-assignment message uses for each dtype
-_CPP_TYPE = {
-    dt.float32: "float",
-    dt.float64: "double",
-    dt.float16: "c10::Half",
-    dt.bfloat16: "c10::BFloat16",
-    dt.int64: "long int",
-    dt.int32: "int",
-    dt.int16: "short int",
-    dt.int8: "signed char",
-    dt.uint8: "unsigned char",
-    dt.bool: "bool",
-}
-
 
 def _check_grad(t: Tensor, g) -> None:
     """PyTorch's checks of an assignment ``t.grad = g``: a tensor of ``t``'s grad_dtype, device and size
@@ -68,7 +54,7 @@ def _check_grad(t: Tensor, g) -> None:
     want = t._dtype if t._grad_dtype is _SAME else t._grad_dtype
     if want is not None and g._dtype is not want:
         raise RuntimeError(
-            f"attempting to assign a gradient with dtype '{_CPP_TYPE[g._dtype]}' to a tensor with grad_dtype "
+            f"attempting to assign a gradient with dtype '{dt.CPP_TYPE_NAMES[g._dtype]}' to a tensor with grad_dtype "
             f"'{scalar_type_name(want)}'. The gradient must match the tensor's grad_dtype (defaults to the tensor's "
             "dtype). You can set the tensor's grad_dtype attribute with a specific dtype, or None to allow any "
             "dtype. Set grad_dtype with caution. Diverging the dtypes of a tensor and its gradient may break "
@@ -313,7 +299,7 @@ class Tensor:
         if value is not None and g is not None and g._dtype is not value:
             raise RuntimeError(
                 f"Cannot set grad_dtype to '{scalar_type_name(value)}' because there is already a gradient with "
-                f"dtype '{_CPP_TYPE[g._dtype]}'. Please clear the gradient (.grad = None) before changing "
+                f"dtype '{dt.CPP_TYPE_NAMES[g._dtype]}'. Please clear the gradient (.grad = None) before changing "
                 "grad_dtype, or ensure the new grad_dtype matches the existing gradient's dtype."
             )
         self._grad_dtype = value

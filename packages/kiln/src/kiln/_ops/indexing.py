@@ -327,18 +327,6 @@ def index_fill(input: Tensor, dim: int, index: Tensor, value: float) -> Tensor:
 # ---------------------------------------------------------------------------------------- masked_fill / take
 
 
-_C_TYPE_NAMES = {
-    dt.float64: "double",
-    dt.float32: "float",
-    dt.float16: "c10::Half",
-    dt.bfloat16: "c10::BFloat16",
-    dt.int64: "long int",
-    dt.int32: "int",
-    dt.int16: "short int",
-    dt.int8: "signed char",
-    dt.uint8: "unsigned char",
-    dt.bool: "bool",
-}
 _OVERFLOW_NAMES = {
     dt.uint8: "uint8_t",
     dt.int8: "int8_t",
@@ -373,7 +361,7 @@ def _check_scalar_fits(value, d: dt.dtype) -> None:
 def _masked_fill_meta(input, mask, value):
     if mask._dtype is not dt.bool:
         raise RuntimeError(
-            f"masked_fill_ only supports boolean masks, but got mask with dtype {_C_TYPE_NAMES[mask._dtype]}"
+            f"masked_fill_ only supports boolean masks, but got mask with dtype {dt.CPP_TYPE_NAMES[mask._dtype]}"
         )
     _check_scalar_fits(value, input._dtype)
     if isinstance(value, Tensor) and value._shape:

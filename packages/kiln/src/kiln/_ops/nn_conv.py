@@ -52,18 +52,6 @@ _TENSOR_TYPE = {
     dt.uint8: "kiln.ByteTensor",
     dt.bool: "kiln.BoolTensor",
 }
-_C_TYPE = {
-    dt.float32: "float",
-    dt.float64: "double",
-    dt.float16: "c10::Half",
-    dt.bfloat16: "c10::BFloat16",
-    dt.int64: "long int",
-    dt.int32: "int",
-    dt.int16: "short int",
-    dt.int8: "signed char",
-    dt.uint8: "unsigned char",
-    dt.bool: "bool",
-}
 _MKLDNN_TYPES = (dt.float32, dt.float16, dt.bfloat16)  # inputs PyTorch's CPU backend checks the "MKLDNN" way
 
 
@@ -153,7 +141,7 @@ def _convolution_meta(input, weight, bias, stride, padding, dilation, transposed
             )
         else:
             raise RuntimeError(
-                f"Input type ({_C_TYPE[x_dtype]}) and bias type ({_C_TYPE[bias._dtype]}) should be the same"
+                f"Input type ({dt.CPP_TYPE_NAMES[x_dtype]}) and bias type ({dt.CPP_TYPE_NAMES[bias._dtype]}) should be the same"
             )
     xs = input._shape
     nd = len(ws) - 2

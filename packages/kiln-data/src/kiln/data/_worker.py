@@ -108,7 +108,7 @@ class MapFetcher:
                     data.append(self.dataset[i])
             self.stage = ("collate", index)
         else:
-            self.stage = ("sample", index, None)
+            self.stage = ("sample_alone", index)
             data = self.dataset[index]
             self.stage = ("convert", index)
         out = self.collate_fn(data)
@@ -180,30 +180,28 @@ def _indices(index) -> str:
     return text if len(text) <= 400 else text[:400] + "..."
 
 
+# What a fetcher's ``stage`` (kind, *values) says in an error message: a template over the values and
+# the batch number ``b``, and which values are index collections (shortened by :func:`_indices`).
+_STAGES = {
+    "sample": ("while fetching sample index {0} of batch {b} (indices {1})", (1,)),
+    "sample_alone": ("while fetching sample index {0} (batch {b})", ()),
+    "batch": ("while fetching batch {b} (indices {0})", (0,)),
+    "collate": ("while collating batch {b} (indices {0})", (0,)),
+    "convert": ("while converting sample index {0} (batch {b})", ()),
+    "stream": ("while fetching stream sample index {0} (batch {b})", ()),
+    "stream_collate": ("while collating batch {b} (stream samples {0} to {1} of this dataset copy)", ()),
+    "stream_convert": ("while converting stream sample index {0} (batch {b})", ()),
+}
+
+
 def describe(fetcher, batch_idx: int) -> str | None:
     """What ``fetcher`` was doing for batch ``batch_idx`` when it raised, or ``None`` if unknown."""
     stage = getattr(fetcher, "stage", None)
-    if not stage:
+    if not stage or stage[0] not in _STAGES:
         return None
-    kind = stage[0]
-    if kind == "sample":
-        _, i, batch = stage
-        if batch is None:
-            return f"while fetching sample index {i} (batch {batch_idx})"
-        return f"while fetching sample index {i} of batch {batch_idx} (indices {_indices(batch)})"
-    if kind == "batch":
-        return f"while fetching batch {batch_idx} (indices {_indices(stage[1])})"
-    if kind == "collate":
-        return f"while collating batch {batch_idx} (indices {_indices(stage[1])})"
-    if kind == "convert":
-        return f"while converting sample index {stage[1]} (batch {batch_idx})"
-    if kind == "stream":
-        return f"while fetching stream sample index {stage[1]} (batch {batch_idx})"
-    if kind == "stream_collate":
-        return f"while collating batch {batch_idx} (stream samples {stage[1]} to {stage[2]} of this dataset copy)"
-    if kind == "stream_convert":
-        return f"while converting stream sample index {stage[1]} (batch {batch_idx})"
-    return None
+    template, index_lists = _STAGES[stage[0]]
+    values = [_indices(v) if i in index_lists else v for i, v in enumerate(stage[1:])]
+    return template.format(*values, b=batch_idx)
 
 
 def where(worker_id: int | None, fetcher, batch_idx: int) -> str:

@@ -20,7 +20,7 @@ from kiln._device import CPU, out_of_memory
 from kiln._dispatch import op
 from kiln._ops._meta import is_scalar, result_type, scalar_type_name
 from kiln._ops.copy import from_host, resolve_device
-from kiln._ops.views import _varargs_shape, check_storage_size, device_generic
+from kiln._ops.views import _INT64_END, _varargs_shape, check_storage_size, device_generic
 from kiln._tensor import Tensor, _make, contiguous_strides, from_array, storage_span
 
 __all__ = [
@@ -311,7 +311,11 @@ def _list_to_array(data) -> tuple[np.ndarray, dt.dtype | None]:
     return a, _leaf_dtype(data)
 
 
-_INT64 = (-(2**63), 2**63 - 1)
+class _IntOverflow(ValueError):
+    """PyTorch's error for an integer that does not fit in int64 where the data is integers."""
+
+    def __init__(self) -> None:
+        super().__init__("Overflow when unpacking long long")
 
 
 def _python_numbers(data) -> np.ndarray:
@@ -334,19 +338,13 @@ def _python_numbers(data) -> np.ndarray:
     for x in leaves:
         if isinstance(x, (str, bytes)):
             raise TypeError(f"new(): invalid data type '{type(x).__name__}'")
-        if isinstance(x, (bool, np.bool_)):
-            continue
-        if isinstance(x, numbers.Integral):
-            continue
-        if isinstance(x, numbers.Real):
-            floating = True
-            continue
-        raise RuntimeError(f"Could not infer dtype of {type(x).__name__}")
+        if not isinstance(x, (numbers.Real, np.bool_)):  # Python bools and integers are Real too
+            raise RuntimeError(f"Could not infer dtype of {type(x).__name__}")
+        floating = floating or not isinstance(x, (numbers.Integral, np.bool_))
     if floating:
         return np.array(data, dtype=np.float64)
-    for x in leaves:
-        if isinstance(x, numbers.Integral) and not _INT64[0] <= int(x) <= _INT64[1]:
-            raise ValueError("Overflow when unpacking long long")
+    if any(not -_INT64_END <= int(x) < _INT64_END for x in leaves):
+        raise _IntOverflow
     bools = all(isinstance(x, (bool, np.bool_)) for x in leaves)
     return np.array(data, dtype=np.bool_ if bools else np.int64)
 
@@ -394,9 +392,9 @@ def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=Fal
     want = _dtype_arg(dtype)
     try:
         a, inferred = _to_host_array(data)
-    except ValueError as exc:
+    except _IntOverflow:
         # integers beyond int64 are fine as values of a floating dtype asked for (PyTorch converts them)
-        if want is None or not want.is_floating_point or "Overflow" not in str(exc):
+        if want is None or not want.is_floating_point:
             raise
         a, inferred = np.array(data, dtype=np.float64), None
     d = want or inferred or _infer_dtype(a, False)

@@ -15,7 +15,7 @@ from kiln import _dtype as dt
 from kiln._dispatch import op
 from kiln._ops._meta import wrap_dim
 from kiln._state import state
-from kiln._tensor import Tensor, _make, _numel, contiguous_strides
+from kiln._tensor import Tensor, _make, _numel, contiguous_strides, storage_span
 
 Shape = "tuple[int, ...]"
 
@@ -63,14 +63,8 @@ _INT64_END = 2**63  # PyTorch parses sizes into C++ int64s
 
 def check_storage_size(shape: tuple, dtype, stride: tuple | None = None) -> None:
     """PyTorch's error for a tensor whose bytes would not fit in an int64 (before any allocation)."""
-    if stride is None:
-        n = 1
-        for s in shape:
-            n *= s
-        end = n
-    else:
-        end = 1 + sum((n - 1) * s for n, s in zip(shape, stride)) if all(shape) else 0
-    if end * dtype.itemsize >= 2**63:
+    end = _numel(shape) if stride is None else storage_span(shape, stride)
+    if end * dtype.itemsize >= _INT64_END:
         where = f"sizes={list(shape)}" + ("" if stride is None else f" and strides={list(stride)}")
         raise RuntimeError(f"Storage size calculation overflowed with {where}")
 
@@ -352,10 +346,7 @@ def _expand_meta(input, size):
                 f"The expanded size of the tensor ({s}) must match the existing size ({cur}) at non-singleton "
                 f"dimension {i}.  Target sizes: {list(size)}.  Tensor sizes: {list(input._shape)}"
             )
-    n = 1
-    for s in shape:
-        n *= s
-    if n >= 2**63:  # a view reads no memory, but its numel() must still be an int64
+    if _numel(shape) >= _INT64_END:  # a view reads no memory, but its numel() must still be an int64
         raise RuntimeError(f"expand: the number of elements of the expanded shape {shape} overflows int64")
     return (tuple(shape), input._dtype, input._device, tuple(stride), input._offset)
 

@@ -168,7 +168,7 @@ def _device_table(cov: DeviceCoverage) -> str:
     ]
     for opdef in public_ops():
         owner = cov.owners.get(opdef.name)
-        generic = getattr(opdef.reference, "device_generic", False)
+        generic = opdef.device_generic
         source = f"``{owner}``" if owner else ("any device (generic)" if generic else "none")
         row = [
             f":func:`~kiln.{opdef.name}`" if hasattr(kiln, opdef.name) else f"``{opdef.name}``",
@@ -259,7 +259,7 @@ def render() -> str:
             cells = []
             for d in devices:
                 owner = registry.get(d, {}).get(opdef.name)
-                generic = getattr(opdef.reference, "device_generic", False)
+                generic = opdef.device_generic
                 cells.append(f"``{owner}``" if owner else ("generic" if generic else "—"))
             grad = "✓" if opdef.backward is not None else "—"
             lines.append(f"   * - ``{opdef.name}``\n     - {grad}\n     - " + "\n     - ".join(cells))

@@ -83,7 +83,7 @@ def fallback_enabled() -> bool:
 
 def is_generic(opdef) -> bool:
     """True when every device gets the op from the core, built on its device contract alone."""
-    return bool(getattr(opdef.reference, "device_generic", False))
+    return opdef.device_generic
 
 
 def kernel_source(opdef, dev_type: str) -> str | None:

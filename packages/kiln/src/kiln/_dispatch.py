@@ -39,12 +39,43 @@ from kiln._device import out_of_memory
 from kiln._state import state
 from kiln._tensor import Tensor
 
-__all__ = ["OpDef", "op", "OPS", "call", "DispatchMode", "check_kernel_outputs", "kernel_outputs_checked_always"]
+__all__ = [
+    "OpDef",
+    "op",
+    "OPS",
+    "TAGS",
+    "call",
+    "DispatchMode",
+    "check_kernel_outputs",
+    "kernel_outputs_checked_always",
+]
 
 OPS: dict[str, OpDef] = {}
 """Every defined op by name (the registry the plugin manager fills kernels for)."""
 
 _AUTOCAST_POLICIES = (None, "lower", "fp32", "promote")
+
+TAGS: dict[str, str] = {
+    "pointwise": "each output element depends only on the input elements at the same (broadcast) position",
+    "reduction": "reduces some dims of its input (the spec carries the normalised dims)",
+    "scan": "a cumulative op along one dim (cumsum, cumprod, logcumsumexp, cummax, cummin)",
+    "view": "returns a view sharing its input's storage; needs only metadata, so it runs on every device",
+    "creation": "makes a new tensor from sizes, values or another tensor's metadata",
+    "random": "draws from a random generator (results depend on the generator's state)",
+    "fused": "a fused kernel for what its decomposition computes with several ops (a device may skip it)",
+    "backward": "computes a gradient: it appears in backward formulas, not in user code",
+    "inplace": "writes into its first argument (copy_, index_put_ ...)",
+    "shape": "moves, selects or repeats elements without arithmetic (cat, flip, roll, gather ...)",
+    "linalg": "a matrix product or linear-algebra routine",
+    "nn": "a neural-network primitive (convolution, pooling, normalization, loss, activation)",
+    "nondeterministic": "its result may differ between runs on the same input (e.g. unique's order on some devices)",
+}
+"""The op tags, each with its meaning: what code generators, autocast and test kits select ops by."""
+
+# the operators whose in-place form is ``__i<name>__`` (``a += b``)
+_INPLACE_OPERATORS = frozenset(
+    ["add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or", "xor", "lshift", "rshift", "matmul"]
+)
 
 
 class OpDef:
@@ -64,16 +95,46 @@ class OpDef:
         "differentiable_outputs",
         "public",
         "grad_fn_name",
+        "tags",
+        "methods",
+        "inplace",
+        "device_generic",
+        "decompose",
         "_backward_needs",
         "_checked",
         "__weakref__",
     )
 
     def __init__(
-        self, name, signature, meta, backward, reference, autocast, num_outputs, differentiable_outputs, grad_fn_name
+        self,
+        name,
+        signature,
+        meta,
+        backward,
+        reference,
+        autocast,
+        num_outputs,
+        differentiable_outputs,
+        grad_fn_name,
+        *,
+        tags=(),
+        methods=(),
+        inplace=False,
+        device_generic=False,
+        decompose=None,
     ):
         if autocast not in _AUTOCAST_POLICIES:
             raise ValueError(f"op {name}: autocast must be one of {_AUTOCAST_POLICIES}, got {autocast!r}")
+        unknown = set(tags) - TAGS.keys()
+        if unknown:
+            raise ValueError(f"op {name}: unknown tags {sorted(unknown)}; the tags are {sorted(TAGS)}")
+        self.tags = frozenset(tags)
+        self.methods = tuple(methods)
+        self.inplace = bool(inplace)
+        # a device-generic reference needs only metadata and the device contract, so it serves every device
+        # type, and it takes tensors, not arrays
+        self.device_generic = bool(device_generic)
+        self.decompose = decompose
         self.name = name
         self.signature = signature
         self.meta = meta
@@ -107,6 +168,30 @@ class OpDef:
 
     def __repr__(self) -> str:
         return f"<kiln op {self.name}{self.signature}>"
+
+    @property
+    def inplace_saves_self(self) -> bool:
+        """Whether the in-place variant must keep a copy of ``self``'s old value for autograd: its backward
+        formula reads the op's first argument, which the in-place write destroys (read off the formula's
+        parameter names; ``exp_`` reads ``result`` and saves nothing extra, ``mul_`` reads ``input``)."""
+        needs = self._backward_needs
+        return needs is not None and self.param_names[0] in needs.arg_names
+
+    @property
+    def inplace_methods(self) -> tuple[str, ...]:
+        """The ``Tensor`` methods of the in-place variant, derived from ``methods``: ``add`` -> ``add_``,
+        ``__add__`` -> ``__iadd__`` (reflected and comparison operators have no in-place form)."""
+        if not self.inplace:
+            return ()
+        names = [f"{self.name}_"]
+        for m in self.methods:
+            if m.startswith("__"):
+                base = m.strip("_")
+                if base in _INPLACE_OPERATORS:
+                    names.append(f"__i{base}__")
+            elif m != self.name:
+                names.append(f"{m}_")
+        return tuple(names)
 
     def __call__(self, *args):
         return call(self, args)
@@ -168,14 +253,27 @@ def op(
     doc: str | None = None,
     methods: tuple[str, ...] = (),
     grad_fn_name: str | Callable[[tuple], str] | None = None,
+    tags: tuple[str, ...] = (),
+    inplace: bool = False,
+    device_generic: bool = False,
+    decompose: Callable | None = None,
 ) -> Callable[[Callable], Callable]:
     """Define an op from a signature-and-docstring function; returns the public callable.
 
-    ``methods`` names the ``Tensor`` methods (and operators) bound to the op, e.g.
-    ``("add", "__add__")``. Parameters annotated with ``Tensor`` are the op's tensor inputs; autograd
-    records edges for them. ``name`` and ``doc`` override the function's own (for op families
-    defined in a loop). ``grad_fn_name`` names the autograd node (PyTorch's name, e.g. ``"MmBackward0"``;
-    a function of the call's arguments when the name depends on the overload).
+    The op record holds every fact about the op; nothing else lists ops (see the architecture page):
+
+    * ``methods`` names the ``Tensor`` methods (and operators) bound to the op, e.g. ``("add", "__add__")``.
+      Parameters annotated with ``Tensor`` are the op's tensor inputs; autograd records edges for them.
+    * ``name`` and ``doc`` override the function's own (for op families defined in a loop).
+    * ``grad_fn_name`` names the autograd node (PyTorch's name, e.g. ``"MmBackward0"``; a function of
+      the call's arguments when the name depends on the overload).
+    * ``tags``: what kind of op it is (keys of :data:`TAGS`).
+    * ``inplace``: the op has an in-place variant (``add_``, and ``__iadd__`` for operators); whether
+      that variant saves ``self`` for autograd is derived from ``backward`` (:attr:`OpDef.inplace_saves_self`).
+    * ``device_generic``: ``reference`` needs only tensor metadata and the device contract (views,
+      copies, creation), so it serves every device type; it takes the tensors, not NumPy views.
+    * ``decompose``: the op written in other kiln ops, with the op's own signature. A device with no
+      kernel for the op runs it (before the opt-in CPU fallback); compilers lower through it.
     """
 
     def decorate(doc_fn: Callable) -> Callable:
@@ -188,7 +286,22 @@ def op(
         if not doc_fn.__doc__:
             raise ValueError(f"op {op_name!r} needs a docstring")
         diff = differentiable_outputs if differentiable_outputs is not None else tuple(range(num_outputs))
-        opdef = OpDef(op_name, sig, meta, backward, reference, autocast, num_outputs, diff, grad_fn_name)
+        opdef = OpDef(
+            op_name,
+            sig,
+            meta,
+            backward,
+            reference,
+            autocast,
+            num_outputs,
+            diff,
+            grad_fn_name,
+            tags=tags,
+            methods=methods,
+            inplace=inplace,
+            device_generic=device_generic,
+            decompose=decompose,
+        )
         OPS[op_name] = opdef
         from kiln import _plugins
 

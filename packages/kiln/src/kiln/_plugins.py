@@ -678,7 +678,9 @@ def describe_kernel_source(opdef, dev_type: str, dtype=None) -> str:
             return _plugin_label(plugin)
     if getattr(kernel, "kiln_cpu_fallback", False):
         return f"the CPU fallback (KILN_CPU_FALLBACK=1) running the cpu kernel of {describe_kernel_source(opdef, 'cpu', dtype)}"
-    if getattr(opdef.reference, "device_generic", False):
+    if getattr(kernel, "kiln_decomposition", False):
+        return f"kiln's decomposition of '{opdef.name}' into other ops, run on the {dev_type} device"
+    if opdef.device_generic:
         contract = _devices.get(dev_type)
         on = f" on the device contract of {_plugin_label(contract.plugin)}" if contract is not None else ""
         return f"kiln's device-generic kernel{on}"
@@ -713,13 +715,16 @@ def resolve_kernel(opdef, dev: Device) -> Callable:
 
 def _unregistered_kernel(opdef, dev_type: str, dtype=None) -> Callable:
     """What runs an op no plugin registered for this device type (or dtype): a device-generic kernel,
-    the opt-in CPU fallback, or PyTorch's NotImplementedError naming the op, device, plugin and way out."""
+    the op's decomposition into other ops (run on the device), the opt-in CPU fallback, or PyTorch's
+    NotImplementedError naming the op, device, plugin and way out."""
     from kiln._reference import generic_kernel
 
     contract = _devices[dev_type]
     k = generic_kernel(opdef, contract)
     if k is not None:
         return k
+    if opdef.decompose is not None:
+        return decomposed_kernel(opdef)
     if os.environ.get("KILN_CPU_FALLBACK") == "1" and dev_type != "cpu":
         return _cpu_fallback(opdef, dev_type)
     what = f"the {dev_type} device" if dtype is None else f"dtype {dtype} on the {dev_type} device"
@@ -728,6 +733,40 @@ def _unregistered_kernel(opdef, dev_type: str, dtype=None) -> Callable:
         "Install a plugin that provides it, or set the environment variable KILN_CPU_FALLBACK=1 to run it on "
         "the CPU (slower: data is copied)."
     )
+
+
+def decomposed_kernel(opdef) -> Callable:
+    """A kernel that runs ``opdef.decompose`` (the op written in other kiln ops) on the arguments' device.
+
+    It runs below autograd and the dispatch modes (the op itself is what they record), so its inner ops
+    run with gradients off and no mode active. A result that aliases an argument (a decomposition may
+    return its input unchanged) is copied: a kernel's result is always new storage.
+    """
+    from kiln._state import state
+    from kiln._tensor import Tensor
+
+    decompose = opdef.decompose
+
+    def fresh(out, args):
+        storages = [a._storage for a in args if isinstance(a, Tensor)]
+        if isinstance(out, Tensor) and any(out._storage is st for st in storages):
+            return out.clone()
+        return out
+
+    def decomposed(spec, *args):
+        saved = state.grad_enabled, state.pre_autograd_modes, state.post_autograd_modes
+        state.grad_enabled, state.pre_autograd_modes, state.post_autograd_modes = False, (), ()
+        try:
+            out = decompose(*args)
+        finally:
+            state.grad_enabled, state.pre_autograd_modes, state.post_autograd_modes = saved
+        if isinstance(out, tuple):
+            return tuple(fresh(o, args) for o in out)
+        return fresh(out, args)
+
+    decomposed.__name__ = decomposed.__qualname__ = f"decomposed_{opdef.name}"
+    decomposed.kiln_decomposition = True  # for describe_kernel_source
+    return decomposed
 
 
 def _cpu_fallback(opdef, dev_type: str) -> Callable:

@@ -77,7 +77,7 @@ def quiet(fn: Callable) -> Callable:
 def wrap_reference(opdef) -> Callable:
     """Turn a NumPy reference function into a kernel: tensors in as arrays, arrays out as tensors."""
     fn = opdef.reference
-    if getattr(fn, "takes_tensors", False):
+    if opdef.device_generic:
         return quiet(fn)
     positions = opdef.tensor_params
     if opdef.num_outputs == 1:
@@ -149,5 +149,4 @@ def kiln_register_extensions(register):
 def generic_kernel(opdef, dev) -> Callable | None:
     """The op's kernel for any device type when it needs only metadata or the device contract
     (views, creation, copies: marked ``device_generic``), else None."""
-    ref = opdef.reference
-    return quiet(ref) if getattr(ref, "device_generic", False) else None
+    return quiet(opdef.reference) if opdef.device_generic else None

@@ -18,7 +18,7 @@ from kiln._device import CPU, as_device
 from kiln._device import device as Device
 from kiln._dispatch import call_kernel, op
 from kiln._ops._meta import astype, broadcast_pair, check_inplace, is_scalar
-from kiln._ops.views import device_generic, make_view
+from kiln._ops.views import make_view
 from kiln._state import state
 from kiln._tensor import Tensor, _make, contiguous_strides, from_array, storage_span
 
@@ -56,7 +56,6 @@ def _to_copy_meta(input, dtype, device):
     return (input._shape, dtype, device)
 
 
-@device_generic
 def _to_copy_kernel(spec, input, dtype, device):
     src = host_array(input)
     if device is CPU and input._device is CPU:
@@ -68,7 +67,7 @@ def _to_copy_backward(grad, input_device, input_dtype):
     return grad.to(input_device, input_dtype)
 
 
-@op(meta=_to_copy_meta, reference=_to_copy_kernel, backward=_to_copy_backward)
+@op(meta=_to_copy_meta, reference=_to_copy_kernel, device_generic=True, backward=_to_copy_backward)
 def _to_copy(input: Tensor, dtype: dt.dtype, device: Device) -> Tensor:
     """A copy of ``input`` with the given dtype on the given device."""
 
@@ -163,7 +162,6 @@ def _copy_meta(self, src, non_blocking=False):
     return (self._shape, self._dtype, self._device)
 
 
-@device_generic
 def _copy_kernel(spec, self, src, non_blocking=False):
     """Reference ``copy_`` kernel: any source device into any destination device."""
     if self._device is CPU and src._device is CPU:
@@ -173,7 +171,7 @@ def _copy_kernel(spec, self, src, non_blocking=False):
     return self
 
 
-@op(meta=_copy_meta, reference=_copy_kernel)
+@op(meta=_copy_meta, reference=_copy_kernel, device_generic=True, tags=("inplace",))
 def _copy_from(self: Tensor, src: Tensor, non_blocking: bool = False) -> Tensor:
     """Kernel of ``copy_``: write ``src`` (broadcast, cast, from any device) into ``self``; returns ``self``.
 

@@ -20,7 +20,7 @@ from kiln._device import CPU, out_of_memory
 from kiln._dispatch import op
 from kiln._ops._meta import is_scalar, result_type, scalar_type_name
 from kiln._ops.copy import from_host, resolve_device
-from kiln._ops.views import _INT64_END, _varargs_shape, check_storage_size, device_generic
+from kiln._ops.views import _INT64_END, _varargs_shape, check_storage_size
 from kiln._tensor import Tensor, _make, contiguous_strides, from_array, storage_span
 
 __all__ = [
@@ -98,7 +98,6 @@ def _empty_meta(size, dtype, device):
     return (size, dtype, device)
 
 
-@device_generic
 def _empty_kernel(spec, size, dtype, device):
     if device is CPU:
         return from_array(np.empty(size, dtype.numpy), dtype)
@@ -109,7 +108,7 @@ def _empty_kernel(spec, size, dtype, device):
     return _make(storage, size, contiguous_strides(size), 0, dtype, device)
 
 
-@op(meta=_empty_meta, reference=_empty_kernel)
+@op(meta=_empty_meta, reference=_empty_kernel, device_generic=True, tags=("creation",))
 def _empty(size: tuple, dtype: dt.dtype, device) -> Tensor:
     """Uninitialised contiguous tensor (kernel of :func:`empty`)."""
 
@@ -118,7 +117,6 @@ def _full_meta(size, fill_value, dtype, device):
     return _empty_meta(size, dtype, device)
 
 
-@device_generic
 def _full_kernel(spec, size, fill_value, dtype, device):
     if fill_value == 0 and not (isinstance(fill_value, float) and math.copysign(1.0, fill_value) < 0):
         a = np.zeros(size, dtype.numpy)  # fresh zero pages from the OS: nothing to write (np.full writes each)
@@ -129,7 +127,7 @@ def _full_kernel(spec, size, fill_value, dtype, device):
     return from_host(a, dtype, device)
 
 
-@op(meta=_full_meta, reference=_full_kernel)
+@op(meta=_full_meta, reference=_full_kernel, device_generic=True, tags=("creation",))
 def _full(size: tuple, fill_value: float, dtype: dt.dtype, device) -> Tensor:
     """Contiguous tensor filled with one value (kernel of :func:`full`)."""
 

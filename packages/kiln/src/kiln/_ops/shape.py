@@ -23,7 +23,6 @@ from kiln._ops.views import (
     check_storage_size,
     clone,
     contiguous_format,
-    device_generic,
     make_view,
     narrow,
     permute,
@@ -488,6 +487,8 @@ def _diagonal_meta(input, offset=0, dim1=0, dim2=1):
 @op(
     meta=_diagonal_meta,
     reference=_view_kernel,
+    device_generic=True,
+    tags=("view",),
     backward=lambda grad, input_shape, offset, dim1, dim2: _diagonal_backward(grad, input_shape, offset, dim1, dim2),
     methods=("diagonal",),
 )
@@ -499,7 +500,6 @@ def _diagonal_backward_meta(grad, input_shape, offset, dim1, dim2):
     return (tuple(input_shape), grad._dtype, grad._device)
 
 
-@device_generic
 def _diagonal_backward_kernel(spec, grad, input_shape, offset, dim1, dim2):
     from kiln._ops.copy import copy_into
     from kiln._ops.creation import zeros
@@ -515,6 +515,8 @@ def _diagonal_backward_kernel(spec, grad, input_shape, offset, dim1, dim2):
 @op(
     meta=_diagonal_backward_meta,
     reference=_diagonal_backward_kernel,
+    device_generic=True,
+    tags=("backward",),
     backward=lambda grad, offset, dim1, dim2: diagonal(grad, offset, dim1, dim2),
 )
 def _diagonal_backward(grad: Tensor, input_shape: Shape, offset: int, dim1: int, dim2: int) -> Tensor:

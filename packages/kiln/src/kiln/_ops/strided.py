@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from kiln._dispatch import op
-from kiln._ops.views import _shape_arg, check_storage_size, device_generic, make_view
+from kiln._ops.views import _shape_arg, check_storage_size, make_view
 from kiln._tensor import Tensor, storage_span
 
 
@@ -50,7 +50,6 @@ def _as_strided_meta(input, size, stride, storage_offset=None):
     return (size, input._dtype, input._device, stride, offset)
 
 
-@device_generic
 def _as_strided_kernel(spec, input, *args):
     shape, _dtype, _dev, stride, offset = spec
     return make_view(input, shape, stride, offset)
@@ -61,7 +60,13 @@ def _as_strided_backward(grad, input_shape, input_stride, input_offset, size, st
     return _strided_scatter(grad, (input_shape, input_stride, input_offset), (tuple(size), tuple(stride), offset))
 
 
-@op(meta=_as_strided_meta, reference=_as_strided_kernel, backward=_as_strided_backward)
+@op(
+    meta=_as_strided_meta,
+    reference=_as_strided_kernel,
+    device_generic=True,
+    tags=("view",),
+    backward=_as_strided_backward,
+)
 def as_strided(input: Tensor, size: tuple, stride: tuple, storage_offset: int | None = None) -> Tensor:
     """A view with explicit ``size``, ``stride`` and ``storage_offset`` over ``input``'s storage."""
 

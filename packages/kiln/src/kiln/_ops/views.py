@@ -20,13 +20,6 @@ from kiln._tensor import Tensor, _make, _numel, contiguous_strides, storage_span
 Shape = "tuple[int, ...]"
 
 
-def device_generic(fn):
-    """Mark a kernel that works on any device type (it only uses metadata or the device contract)."""
-    fn.takes_tensors = True
-    fn.device_generic = True
-    return fn
-
-
 def make_view(base: Tensor, shape: tuple, stride: tuple, offset: int) -> Tensor:
     """A tensor aliasing ``base``'s storage with new geometry (shares the version counter)."""
     v = _make(base._storage, shape, stride, offset, base._dtype, base._device, base._vc)
@@ -36,7 +29,6 @@ def make_view(base: Tensor, shape: tuple, stride: tuple, offset: int) -> Tensor:
     return v
 
 
-@device_generic
 def _view_kernel(spec, input, *args):
     shape, _dtype, _dev, stride, offset = spec
     return make_view(input, shape, stride, offset)
@@ -144,7 +136,13 @@ def _view_meta(input, size):
     return (shape, input._dtype, input._device, stride, input._offset)
 
 
-@op(meta=_view_meta, reference=_view_kernel, backward=lambda grad, input_shape: grad.reshape(input_shape))
+@op(
+    meta=_view_meta,
+    reference=_view_kernel,
+    device_generic=True,
+    tags=("view",),
+    backward=lambda grad, input_shape: grad.reshape(input_shape),
+)
 def view(input: Tensor, size: Shape) -> Tensor:
     """A view of ``input`` with a new shape (one ``-1`` is inferred); never copies."""
 
@@ -245,7 +243,7 @@ def _permute_backward(grad, dims):
     return permute(grad, tuple(inv))
 
 
-@op(meta=_permute_meta, reference=_view_kernel, backward=_permute_backward)
+@op(meta=_permute_meta, reference=_view_kernel, device_generic=True, tags=("view",), backward=_permute_backward)
 def permute(input: Tensor, dims: Shape) -> Tensor:
     """A view with dimensions reordered by ``dims``."""
 
@@ -271,7 +269,13 @@ def _transpose_meta(input, dim0, dim1):
     return (tuple(shape), input._dtype, input._device, tuple(stride), input._offset)
 
 
-@op(meta=_transpose_meta, reference=_view_kernel, backward=lambda grad, dim0, dim1: transpose(grad, dim0, dim1))
+@op(
+    meta=_transpose_meta,
+    reference=_view_kernel,
+    device_generic=True,
+    tags=("view",),
+    backward=lambda grad, dim0, dim1: transpose(grad, dim0, dim1),
+)
 def transpose(input: Tensor, dim0: int, dim1: int) -> Tensor:
     """A view with ``dim0`` and ``dim1`` swapped."""
 
@@ -286,7 +290,14 @@ def _t_meta(input):
     return _transpose_meta(input, 0, -1) if input._shape else _transpose_meta(input, 0, 0)
 
 
-@op(meta=_t_meta, reference=_view_kernel, backward=lambda grad: t(grad), methods=("t",))
+@op(
+    meta=_t_meta,
+    reference=_view_kernel,
+    device_generic=True,
+    tags=("view",),
+    backward=lambda grad: t(grad),
+    methods=("t",),
+)
 def t(input: Tensor) -> Tensor:
     """Transpose of a tensor of at most 2 dims (a view)."""
 
@@ -351,7 +362,7 @@ def _expand_meta(input, size):
     return (tuple(shape), input._dtype, input._device, tuple(stride), input._offset)
 
 
-@op(meta=_expand_meta, reference=_view_kernel, backward=lambda grad: grad)
+@op(meta=_expand_meta, reference=_view_kernel, device_generic=True, tags=("view",), backward=lambda grad: grad)
 def expand(input: Tensor, size: Shape) -> Tensor:
     """A view repeating size-1 dims to ``size`` (stride 0); ``-1`` keeps a dim."""
 
@@ -393,7 +404,14 @@ def _unsqueeze_meta(input, dim):
     )
 
 
-@op(meta=_unsqueeze_meta, reference=_view_kernel, backward=lambda grad, dim: squeeze(grad, dim), methods=("unsqueeze",))
+@op(
+    meta=_unsqueeze_meta,
+    reference=_view_kernel,
+    device_generic=True,
+    tags=("view",),
+    backward=lambda grad, dim: squeeze(grad, dim),
+    methods=("unsqueeze",),
+)
 def unsqueeze(input: Tensor, dim: int) -> Tensor:
     """A view with a size-1 dim inserted at ``dim``."""
 
@@ -419,6 +437,8 @@ def _squeeze_meta(input, dim=None):
 @op(
     meta=_squeeze_meta,
     reference=_view_kernel,
+    device_generic=True,
+    tags=("view",),
     backward=lambda grad, input_shape: grad.reshape(input_shape),
     methods=("squeeze",),
     grad_fn_name=lambda args: f"SqueezeBackward{0 if args[1] is None else (1 if isinstance(args[1], int) else 2)}",
@@ -505,6 +525,8 @@ def _index_meta(input, key):
 @op(
     meta=_index_meta,
     reference=_view_kernel,
+    device_generic=True,
+    tags=("view",),
     backward=lambda grad, input_shape, key: _index_backward(grad, input_shape, key),
     grad_fn_name=_index_node_name,
 )
@@ -516,7 +538,6 @@ def _index_backward_meta(grad, shape, key):
     return (shape, grad._dtype, grad._device)
 
 
-@device_generic
 def _index_backward_kernel(spec, grad, shape, key):
     from kiln._ops.copy import copy_into
     from kiln._ops.creation import zeros
@@ -535,7 +556,13 @@ def _geometry(spec) -> tuple:
     return spec[0], spec[3], spec[4]
 
 
-@op(meta=_index_backward_meta, reference=_index_backward_kernel, backward=lambda grad, key: _index_view(grad, key))
+@op(
+    meta=_index_backward_meta,
+    reference=_index_backward_kernel,
+    device_generic=True,
+    tags=("view", "backward"),
+    backward=lambda grad, key: _index_view(grad, key),
+)
 def _index_backward(grad: Tensor, shape: Shape, key: tuple) -> Tensor:
     """Zeros of ``shape`` with ``grad`` written at ``key`` (the gradient of basic indexing)."""
 

@@ -1,0 +1,191 @@
+"""``kiln.backend``: the public SDK for backend and device plugin authors.
+
+Everything a plugin needs to implement kernels for kiln's ops is here, under stable names; a plugin
+imports nothing from ``kiln._*`` (kiln-cpu, kiln-testing and the example device plugin are held to
+that by a test). The guide "Writing a device plugin" walks through it; the architecture page explains
+the design. In short:
+
+* **The op record.** :func:`op` / :func:`ops` give the :class:`OpDef` of every op: its signature, meta
+  function, backward formula, reference kernel, tags (:data:`TAGS`), in-place variant, autocast policy
+  and decomposition. Nothing else lists ops.
+* **The kernel contract.** A kernel is called as ``kernel(spec, *args)``: ``spec`` is a :class:`Spec`
+  (``shape``, ``dtype``, ``device`` and per-family named extras such as :attr:`ReductionSpec.dims`) that
+  the op's meta function computed after validating the arguments; ``args`` are the op's arguments,
+  tensors still tensors. It returns a new tensor (a tuple for ops with several outputs) matching the
+  spec; kiln checks that on the first call per (op, device type, dtype), and on every call under
+  :func:`check_kernel_outputs`.
+* **Registration.** A plugin's ``kiln_register_kernels(register)`` hook calls
+  ``register(op_name, device_type, kernel, dtypes=None)``.
+* **Reuse.** :func:`reference_kernel` is kiln's NumPy kernel for an op (a plugin may serve the cases it
+  does not accelerate with it); :func:`host_view` and :func:`from_array` move between CPU tensors and
+  NumPy arrays without copies; :func:`compute_dtype` is the dtype a half-precision result is computed in.
+* **Decompositions.** An op with a decomposition (:func:`decomposition`) runs on any device that lacks
+  its kernel, as the composite of other ops, before the opt-in CPU fallback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from kiln._dispatch import OPS, TAGS, DispatchMode, OpDef, check_kernel_outputs, kernel_outputs_checked_always
+from kiln._dtype import ALL_DTYPES
+from kiln._ops.elementwise import _compute_np
+from kiln._ops.nn_norm import _channel_layout, _group_layout, _layer_layout
+from kiln._ops.nn_pool import _adaptive_bounds, _window_positions
+from kiln._spec import (
+    SPEC_TYPES,
+    ComputeSpec,
+    ConvSpec,
+    DimSpec,
+    FoldSpec,
+    IndexSpec,
+    NormLayout,
+    NormSpec,
+    PoolSpec,
+    ReductionSpec,
+    Spec,
+    StridedSpec,
+    WindowSpec,
+)
+from kiln._tensor import Tensor
+from kiln._tensor import from_array as _from_array
+
+__all__ = [
+    "ALL_DTYPES",
+    "ComputeSpec",
+    "ConvSpec",
+    "DimSpec",
+    "DispatchMode",
+    "FoldSpec",
+    "IndexSpec",
+    "NormLayout",
+    "NormSpec",
+    "OpDef",
+    "PoolSpec",
+    "ReductionSpec",
+    "SPEC_TYPES",
+    "Spec",
+    "StridedSpec",
+    "TAGS",
+    "WindowSpec",
+    "adaptive_pool_bounds",
+    "batch_norm_layout",
+    "check_kernel_outputs",
+    "compute_dtype",
+    "decomposition",
+    "decompositions",
+    "from_array",
+    "group_norm_layout",
+    "host_view",
+    "kernel_outputs_checked_always",
+    "layer_norm_layout",
+    "op",
+    "ops",
+    "pool_window_positions",
+    "reference_kernel",
+]
+
+
+def op(name: str) -> OpDef:
+    """The record of op ``name`` (raises ``KeyError`` naming the closest ops when there is none)."""
+    opdef = OPS.get(name)
+    if opdef is None:
+        import difflib
+
+        close = difflib.get_close_matches(name, OPS, n=3)
+        hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        raise KeyError(f"kiln has no op named {name!r}{hint}")
+    return opdef
+
+
+def ops(tag: str | None = None) -> dict[str, OpDef]:
+    """Every op by name (a new dict), or only those tagged ``tag`` (a key of :data:`TAGS`)."""
+    if tag is None:
+        return dict(OPS)
+    if tag not in TAGS:
+        raise ValueError(f"unknown op tag {tag!r}; the tags are {sorted(TAGS)}")
+    return {name: o for name, o in OPS.items() if tag in o.tags}
+
+
+def reference_kernel(name: str | OpDef) -> Callable:
+    """kiln's NumPy kernel for an op on device ``"cpu"``, with the kernel calling convention
+    (``kernel(spec, *args)``, CPU tensors in, a CPU tensor out)."""
+    from kiln._reference import wrap_reference
+
+    opdef = name if isinstance(name, OpDef) else op(name)
+    if opdef.reference is None:
+        raise ValueError(f"op {opdef.name!r} has no reference kernel")
+    return wrap_reference(opdef)
+
+
+def decomposition(name: str | OpDef) -> Callable | None:
+    """The op written in other kiln ops (same signature as the op), or None when it has none."""
+    opdef = name if isinstance(name, OpDef) else op(name)
+    return opdef.decompose
+
+
+def decompositions() -> dict[str, Callable]:
+    """Every op that has a decomposition, by name."""
+    return {name: o.decompose for name, o in OPS.items() if o.decompose is not None}
+
+
+def host_view(tensor: Tensor) -> np.ndarray:
+    """A NumPy view of a CPU tensor's elements: same memory, shape and strides, no copy.
+
+    Writing to it writes to the tensor (bypassing autograd's version counter: kernels write only
+    to tensors they created). Raises ``TypeError`` for tensors on other devices.
+    """
+    if not isinstance(tensor, Tensor):
+        raise TypeError(f"host_view() expects a kiln.Tensor, got {type(tensor).__name__}")
+    return tensor._numpy()
+
+
+def from_array(array: np.ndarray, dtype=None) -> Tensor:
+    """A new CPU tensor owning ``array`` (no copy when it is dense and already of ``dtype``'s NumPy type).
+
+    ``dtype`` defaults to the kiln dtype of the array's NumPy dtype; a dense array keeps its stride
+    order, anything else is copied to row-major first.
+    """
+    if dtype is None:
+        from kiln._dtype import from_numpy_dtype
+
+        dtype = from_numpy_dtype(np.asarray(array).dtype)
+    return _from_array(array, dtype)
+
+
+def compute_dtype(dtype) -> np.dtype:
+    """The NumPy dtype a kernel computes a ``dtype`` result in: float32 for float16 and bfloat16 (as
+    PyTorch's CPU kernels do), the dtype itself otherwise."""
+    return _compute_np(dtype)
+
+
+def adaptive_pool_bounds(size: int, output_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """PyTorch's adaptive pooling windows over a dim of ``size``: arrays of the ``output_size`` window
+    starts and (exclusive) ends, ``floor(i*size/out)`` to ``ceil((i+1)*size/out)``."""
+    return _adaptive_bounds(size, output_size)
+
+
+def pool_window_positions(
+    output_size: int, kernel_size: int, stride: int, padding: int, dilation: int, size: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The input positions of every tap of every pooling window over one dim: an int array of shape
+    ``(output_size, kernel_size)`` and a bool mask of the taps that fall inside the input."""
+    return _window_positions(output_size, kernel_size, stride, padding, dilation, size)
+
+
+def batch_norm_layout(shape: tuple) -> NormLayout:
+    """The :class:`NormLayout` of batch (and instance) norm over an input of ``shape``: statistics per
+    channel (dim 1)."""
+    return _channel_layout(tuple(shape))
+
+
+def layer_norm_layout(shape: tuple, normalized_shape: tuple) -> NormLayout:
+    """The :class:`NormLayout` of layer norm: statistics over the trailing ``normalized_shape`` dims."""
+    return _layer_layout(tuple(shape), tuple(normalized_shape))
+
+
+def group_norm_layout(shape: tuple, groups: int) -> NormLayout:
+    """The :class:`NormLayout` of group norm: statistics per sample and group of channels."""
+    return _group_layout(tuple(shape), groups)

@@ -159,6 +159,8 @@ def _sub_ref(spec, a, b, alpha=1):
 
 
 @op(
+    tags=("pointwise",),
+    inplace=True,
     meta=_add_meta,
     reference=_add_ref,
     backward=lambda grad, alpha: (grad, grad if alpha == 1 else grad * alpha),
@@ -170,6 +172,8 @@ def add(input: Tensor, other: Tensor | Number, *, alpha: Number = 1) -> Tensor:
 
 
 @op(
+    tags=("pointwise",),
+    inplace=True,
     meta=_sub_meta,
     reference=_sub_ref,
     backward=lambda grad, alpha: (grad, -grad if alpha == 1 else grad * -alpha),
@@ -207,6 +211,8 @@ def _mul_backward(grad, input, other, needs_input_grad):
 
 
 @op(
+    tags=("pointwise",),
+    inplace=True,
     meta=binary_meta("mul"),
     reference=_mul_ref,
     backward=_mul_backward,
@@ -264,6 +270,8 @@ def _div_backward(grad, input, other, rounding_mode, needs_input_grad):
 
 
 @op(
+    tags=("pointwise",),
+    inplace=True,
     meta=_div_meta,
     reference=_div_ref,
     backward=_div_backward,
@@ -346,6 +354,8 @@ def _pow_backward(grad, input, exponent, needs_input_grad):
 
 
 @op(
+    tags=("pointwise",),
+    inplace=True,
     meta=_pow_meta,
     reference=_pow_ref,
     backward=_pow_backward,
@@ -369,6 +379,8 @@ Tensor.__rpow__ = _rpow
 
 def _compare(name: str, np_fn, dunder: str, doc: str):
     @op(
+        tags=("pointwise",),
+        inplace=True,
         meta=binary_meta(name, bool_result=True),
         reference=binary_reference(np_fn),
         name=name,
@@ -403,6 +415,8 @@ def _bitwise_meta(name):
 
 
 @op(
+    tags=("pointwise",),
+    inplace=True,
     meta=_bitwise_meta("bitwise_and"),
     reference=binary_reference(np.bitwise_and),
     methods=("bitwise_and", "__and__", "__rand__"),
@@ -412,6 +426,8 @@ def bitwise_and(input: Tensor, other: Tensor | Number) -> Tensor:
 
 
 @op(
+    tags=("pointwise",),
+    inplace=True,
     meta=_bitwise_meta("bitwise_or"),
     reference=binary_reference(np.bitwise_or),
     methods=("bitwise_or", "__or__", "__ror__"),
@@ -421,6 +437,8 @@ def bitwise_or(input: Tensor, other: Tensor | Number) -> Tensor:
 
 
 @op(
+    tags=("pointwise",),
+    inplace=True,
     meta=_bitwise_meta("bitwise_xor"),
     reference=binary_reference(np.bitwise_xor),
     methods=("bitwise_xor", "__xor__", "__rxor__"),
@@ -473,6 +491,8 @@ def unary_reference(np_fn):
 
 def _unary(name, np_fn, backward, doc, *, autocast=None, int_to_float=True, allow_bool=True, methods=None):
     @op(
+        tags=("pointwise",),
+        inplace=True,
         meta=unary_meta(name, int_to_float=int_to_float, allow_bool=allow_bool),
         reference=unary_reference(np_fn),
         backward=backward,
@@ -563,6 +583,7 @@ def _threshold_backward_ref(spec, g, r):
 
 
 @op(
+    tags=("pointwise", "backward"),
     meta=_threshold_backward_meta,
     reference=_threshold_backward_ref,
     # the zero gradient for ``output`` keeps it connected, as PyTorch's formula does (higher orders stay tensors)
@@ -583,6 +604,7 @@ relu = _unary(
 
 
 @op(
+    tags=("pointwise",),
     meta=unary_meta("isnan", bool_result=True),
     reference=lambda spec, a: np.isnan(a) if a.dtype.kind in "fV" else np.zeros(a.shape, bool),
     methods=("isnan",),
@@ -592,6 +614,8 @@ def isnan(input: Tensor) -> Tensor:
 
 
 @op(
+    tags=("pointwise",),
+    inplace=True,
     meta=unary_meta("logical_not", bool_result=True),
     reference=lambda spec, a: np.logical_not(a),
     methods=("logical_not",),
@@ -606,7 +630,13 @@ def _invert_meta(input):
     return (input._shape, input._dtype, input._device)
 
 
-@op(meta=_invert_meta, reference=lambda spec, a: np.invert(a), methods=("bitwise_not",))
+@op(
+    tags=("pointwise",),
+    inplace=True,
+    meta=_invert_meta,
+    reference=lambda spec, a: np.invert(a),
+    methods=("bitwise_not",),
+)
 def bitwise_not(input: Tensor) -> Tensor:
     """Bitwise NOT of an integer tensor (logical NOT for bool)."""
 
@@ -640,7 +670,7 @@ def _where_backward(grad, condition, needs_input_grad):
     )
 
 
-@op(meta=_where_meta, reference=_where_ref, backward=_where_backward, autocast="promote")
+@op(tags=("pointwise",), meta=_where_meta, reference=_where_ref, backward=_where_backward, autocast="promote")
 def where(condition: Tensor, input: Tensor | Number, other: Tensor | Number) -> Tensor:
     """Elements of ``input`` where ``condition`` is True, else of ``other``, broadcasting all three."""
 

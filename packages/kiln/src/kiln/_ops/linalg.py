@@ -120,6 +120,7 @@ def product_grads(product, g: Tensor, a: Tensor | None, b: Tensor | None, a_colu
 
 
 @op(
+    tags=("linalg",),
     meta=_matmul_meta,
     reference=_matmul_ref,
     backward=_matmul_backward,

@@ -407,6 +407,7 @@ def _convolution_backward(
 
 
 @op(
+    tags=("nn",),
     meta=_convolution_meta,
     reference=_convolution_ref,
     backward=_convolution_backward,
@@ -630,7 +631,7 @@ def _im2col_backward(grad, input_shape, kernel_size, dilation, padding, stride):
     return col2im(grad, input_shape[-2:], kernel_size, dilation, padding, stride)
 
 
-@op(meta=_im2col_meta, reference=_im2col_ref, backward=_im2col_backward, grad_fn_name="Im2ColBackward0")
+@op(tags=("nn",), meta=_im2col_meta, reference=_im2col_ref, backward=_im2col_backward, grad_fn_name="Im2ColBackward0")
 def im2col(
     input: Tensor, kernel_size: IntOrTuple, dilation: IntOrTuple, padding: IntOrTuple, stride: IntOrTuple
 ) -> Tensor:
@@ -692,7 +693,7 @@ def _col2im_backward(grad, kernel_size, dilation, padding, stride):
     return im2col(grad, kernel_size, dilation, padding, stride)
 
 
-@op(meta=_col2im_meta, reference=_col2im_ref, backward=_col2im_backward, grad_fn_name="Col2ImBackward0")
+@op(tags=("nn",), meta=_col2im_meta, reference=_col2im_ref, backward=_col2im_backward, grad_fn_name="Col2ImBackward0")
 def col2im(
     input: Tensor,
     output_size: IntOrTuple,

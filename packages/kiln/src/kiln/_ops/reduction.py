@@ -67,6 +67,7 @@ def _sum_backward(grad, input_shape, dim, keepdim):
 
 
 @op(
+    tags=("reduction",),
     meta=_sum_meta,
     reference=_sum_ref,
     backward=_sum_backward,
@@ -107,6 +108,7 @@ def _mean_backward(grad, input_shape, dim, keepdim):
 
 
 @op(
+    tags=("reduction",),
     meta=_mean_meta,
     reference=_mean_ref,
     backward=_mean_backward,
@@ -162,12 +164,24 @@ def _all_extreme_backward(grad, input, result):
     return where(mask, grad / sum(mask), 0.0)
 
 
-@op(meta=_extreme_meta("amax"), reference=_extreme_ref(np.max), backward=_extreme_backward, methods=("amax",))
+@op(
+    tags=("reduction",),
+    meta=_extreme_meta("amax"),
+    reference=_extreme_ref(np.max),
+    backward=_extreme_backward,
+    methods=("amax",),
+)
 def amax(input: Tensor, dim: Dims = (), keepdim: bool = False) -> Tensor:
     """Maximum over ``dim`` (all dims by default); the gradient is shared evenly between ties."""
 
 
-@op(meta=_extreme_meta("amin"), reference=_extreme_ref(np.min), backward=_extreme_backward, methods=("amin",))
+@op(
+    tags=("reduction",),
+    meta=_extreme_meta("amin"),
+    reference=_extreme_ref(np.min),
+    backward=_extreme_backward,
+    methods=("amin",),
+)
 def amin(input: Tensor, dim: Dims = (), keepdim: bool = False) -> Tensor:
     """Minimum over ``dim`` (all dims by default); the gradient is shared evenly between ties."""
 
@@ -237,6 +251,7 @@ def _dim_extreme_backward(grads, input_shape, input_device, dim, keepdim, result
 
 
 @op(
+    tags=("reduction",),
     meta=_dim_extreme_meta("max"),
     reference=_dim_extreme_ref(_argmax_np),
     backward=_dim_extreme_backward,
@@ -249,6 +264,7 @@ def _max_dim(input: Tensor, dim: int, keepdim: bool = False) -> tuple[Tensor, Te
 
 
 @op(
+    tags=("reduction",),
     meta=_dim_extreme_meta("min"),
     reference=_dim_extreme_ref(_argmin_np),
     backward=_dim_extreme_backward,
@@ -307,6 +323,8 @@ def _binary_extreme_meta(name):
 
 
 @op(
+    tags=("pointwise",),
+    inplace=True,
     meta=_binary_extreme_meta("maximum"),
     reference=binary_reference(np.maximum),
     backward=_binary_extreme_backward(lt),
@@ -317,6 +335,8 @@ def maximum(input: Tensor, other: Tensor) -> Tensor:
 
 
 @op(
+    tags=("pointwise",),
+    inplace=True,
     meta=_binary_extreme_meta("minimum"),
     reference=binary_reference(np.minimum),
     backward=_binary_extreme_backward(gt),
@@ -343,6 +363,7 @@ def _extreme(name, all_op, dim_op, binary_op, tuple_type):
 
 
 @op(
+    tags=("reduction",),
     meta=_extreme_meta("max"),
     reference=_extreme_ref(np.max),
     backward=_all_extreme_backward,
@@ -353,6 +374,7 @@ def _max_all(input: Tensor, dim: Dims = (), keepdim: bool = False) -> Tensor:
 
 
 @op(
+    tags=("reduction",),
     meta=_extreme_meta("min"),
     reference=_extreme_ref(np.min),
     backward=_all_extreme_backward,
@@ -401,12 +423,12 @@ def _arg_ref(arg_np):
     return ref
 
 
-@op(meta=_arg_meta("argmax"), reference=_arg_ref(_argmax_np), methods=("argmax",))
+@op(tags=("reduction",), meta=_arg_meta("argmax"), reference=_arg_ref(_argmax_np), methods=("argmax",))
 def argmax(input: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:
     """Index of the maximum (of the flattened tensor when ``dim`` is None)."""
 
 
-@op(meta=_arg_meta("argmin"), reference=_arg_ref(_argmin_np), methods=("argmin",))
+@op(tags=("reduction",), meta=_arg_meta("argmin"), reference=_arg_ref(_argmin_np), methods=("argmin",))
 def argmin(input: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:
     """Index of the minimum (of the flattened tensor when ``dim`` is None)."""
 
@@ -423,6 +445,7 @@ def _bool_reduce_meta(input, dim=None, keepdim=False):
 
 
 @op(
+    tags=("reduction",),
     meta=_bool_reduce_meta,
     reference=lambda spec, a, dim=None, keepdim=False: np.any(a, axis=_np_axes(a, spec[3]), keepdims=keepdim),
     methods=("any",),
@@ -432,6 +455,7 @@ def any(input: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:  # no
 
 
 @op(
+    tags=("reduction",),
     meta=_bool_reduce_meta,
     reference=lambda spec, a, dim=None, keepdim=False: np.all(a, axis=_np_axes(a, spec[3]), keepdims=keepdim),
     methods=("all",),

@@ -106,6 +106,7 @@ def _prod_backward(grad, input, dim, keepdim):
 
 
 @op(
+    tags=("reduction",),
     meta=_prod_meta,
     reference=_prod_ref,
     backward=_prod_backward,
@@ -175,6 +176,7 @@ def _std_backward(grad, input, dim, correction, keepdim, result):
 
 
 @op(
+    tags=("reduction",),
     meta=_var_meta("var"),
     reference=_var_ref(False),
     backward=_var_backward,
@@ -186,6 +188,7 @@ def _var(input: Tensor, dim: Dims = None, correction: int | float | None = 1, ke
 
 
 @op(
+    tags=("reduction",),
     meta=_var_meta("std"),
     reference=_var_ref(True),
     backward=_std_backward,
@@ -291,6 +294,7 @@ def _logsumexp_backward(grad, input, dim, keepdim, result):
 
 
 @op(
+    tags=("reduction",),
     meta=_logsumexp_meta,
     reference=_logsumexp_ref,
     backward=_logsumexp_backward,
@@ -320,7 +324,14 @@ def _nansum_backward(grad, input, dim, keepdim):
     return expand_reduced(grad, input._shape, dims, keepdim) * logical_not(isnan(input))
 
 
-@op(meta=_nansum_meta, reference=_nansum_ref, backward=_nansum_backward, autocast="fp32", methods=("nansum",))
+@op(
+    tags=("reduction",),
+    meta=_nansum_meta,
+    reference=_nansum_ref,
+    backward=_nansum_backward,
+    autocast="fp32",
+    methods=("nansum",),
+)
 def nansum(input: Tensor, dim: Dims = None, keepdim: bool = False, *, dtype: dt.dtype | None = None) -> Tensor:
     """Sum treating NaN as zero."""
 
@@ -352,6 +363,7 @@ def _count_nonzero_meta(input, dim=None):
 
 
 @op(
+    tags=("reduction",),
     meta=_count_nonzero_meta,
     reference=lambda spec, a, dim=None: np.asarray(
         np.count_nonzero(a, axis=_np_axes(a, spec[3])) if a.ndim else np.count_nonzero(a), np.int64
@@ -405,12 +417,24 @@ def _cumprod_backward(grad, input, dim):
     return _sum(where(later, partial * g, 0.0), -1).transpose(d, -1)
 
 
-@op(meta=_scan_meta("cumsum"), reference=_scan_ref(np.cumsum), backward=_cumsum_backward, methods=("cumsum",))
+@op(
+    tags=("scan",),
+    meta=_scan_meta("cumsum"),
+    reference=_scan_ref(np.cumsum),
+    backward=_cumsum_backward,
+    methods=("cumsum",),
+)
 def cumsum(input: Tensor, dim: int, *, dtype: dt.dtype | None = None) -> Tensor:
     """Cumulative sum along ``dim``; integers accumulate in int64."""
 
 
-@op(meta=_scan_meta("cumprod"), reference=_scan_ref(np.cumprod), backward=_cumprod_backward, methods=("cumprod",))
+@op(
+    tags=("scan",),
+    meta=_scan_meta("cumprod"),
+    reference=_scan_ref(np.cumprod),
+    backward=_cumprod_backward,
+    methods=("cumprod",),
+)
 def cumprod(input: Tensor, dim: int, *, dtype: dt.dtype | None = None) -> Tensor:
     """Cumulative product along ``dim``; integers accumulate in int64. Exact gradients with zeros."""
 
@@ -457,7 +481,13 @@ def _median_all_ref(spec, a):
     return flat[_lower_median_index(flat, 0)[0]]
 
 
-@op(meta=_median_all_meta, reference=_median_all_ref, backward=_all_extreme_backward, grad_fn_name="MedianBackward0")
+@op(
+    tags=("reduction",),
+    meta=_median_all_meta,
+    reference=_median_all_ref,
+    backward=_all_extreme_backward,
+    grad_fn_name="MedianBackward0",
+)
 def _median_all(input: Tensor) -> Tensor:
     """Lower median of all elements (NaN if any is NaN)."""
 
@@ -487,6 +517,7 @@ def _median_dim_ref(spec, a, dim, keepdim=False):
 
 
 @op(
+    tags=("reduction",),
     meta=_median_dim_meta,
     reference=_median_dim_ref,
     backward=_dim_extreme_backward,
@@ -584,6 +615,7 @@ def _vector_norm_backward(grad, input, ord, dim, keepdim, result):
 
 
 @op(
+    tags=("reduction",),
     meta=_vector_norm_meta,
     reference=_vector_norm_ref,
     backward=_vector_norm_backward,

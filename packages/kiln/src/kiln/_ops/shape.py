@@ -126,7 +126,7 @@ def _cat_backward(grad, tensors_shape, dim):
     return out
 
 
-@op(meta=_cat_meta, reference=_cat_ref, backward=_cat_backward)
+@op(tags=("shape",), meta=_cat_meta, reference=_cat_ref, backward=_cat_backward)
 def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     """``tensors`` joined along ``dim`` (promoted to a common dtype; 1-D empty tensors are skipped)."""
 
@@ -164,7 +164,7 @@ def _stack_backward(grad, dim):
     return list(unbind(grad, wrap_dim(dim, grad.dim())))
 
 
-@op(meta=_stack_meta, reference=_stack_ref, backward=_stack_backward, grad_fn_name="StackBackward0")
+@op(tags=("shape",), meta=_stack_meta, reference=_stack_ref, backward=_stack_backward, grad_fn_name="StackBackward0")
 def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     """``tensors`` (all of one shape; promoted to a common dtype) joined along a new dim ``dim``."""
 
@@ -325,7 +325,7 @@ def _flip_ref(spec, a, dims):
     return np.array(np.flip(a, ds) if ds and a.ndim else a, order="C")
 
 
-@op(meta=_flip_meta, reference=_flip_ref, backward=lambda grad, dims: flip(grad, dims))
+@op(tags=("shape",), meta=_flip_meta, reference=_flip_ref, backward=lambda grad, dims: flip(grad, dims))
 def flip(input: Tensor, dims: Shape) -> Tensor:
     """A copy of ``input`` with the order of elements along ``dims`` reversed."""
 
@@ -379,7 +379,7 @@ def _roll_backward(grad, shifts, dims):
     return roll(grad, tuple(-s for s in _dims_arg(shifts)), dims)
 
 
-@op(meta=_roll_meta, reference=_roll_ref, backward=_roll_backward, methods=("roll",))
+@op(tags=("shape",), meta=_roll_meta, reference=_roll_ref, backward=_roll_backward, methods=("roll",))
 def roll(input: Tensor, shifts: Shape, dims: Shape | None = None) -> Tensor:
     """A copy of ``input`` with elements shifted ``shifts`` places along ``dims`` (flattened when ``dims`` is None)."""
 
@@ -425,7 +425,7 @@ def _repeat_backward(grad, input_shape, repeats):
     return g.reshape(input_shape)
 
 
-@op(meta=_repeat_meta, reference=_repeat_ref, backward=_repeat_backward)
+@op(tags=("shape",), meta=_repeat_meta, reference=_repeat_ref, backward=_repeat_backward)
 def repeat(input: Tensor, repeats: Shape) -> Tensor:
     """``input`` repeated ``repeats[i]`` times along each dim (leading dims added as needed); a copy."""
 
@@ -559,6 +559,7 @@ def _tri_ref(fn):
 
 
 @op(
+    tags=("shape",),
     meta=_tri_meta("tril"),
     reference=_tri_ref(np.tril),
     backward=lambda grad, diagonal: tril(grad, diagonal),
@@ -569,6 +570,7 @@ def tril(input: Tensor, diagonal: int = 0) -> Tensor:
 
 
 @op(
+    tags=("shape",),
     meta=_tri_meta("triu"),
     reference=_tri_ref(np.triu),
     backward=lambda grad, diagonal: triu(grad, diagonal),

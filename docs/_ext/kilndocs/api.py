@@ -1,9 +1,9 @@
 """The API reference: which names are public, and the pages that document them.
 
 The public surface of a package is the ``__all__`` of each module listed for it in
-:data:`kilndocs.packages.PACKAGES` (for a module without ``__all__``, the names it defines itself), plus
-every public attribute of :class:`kiln.Tensor`. :func:`reference_pages` turns that surface into
-reStructuredText (autosummary tables, ``automethod`` entries, ``py:data`` entries) that ``conf.py``
+:data:`kilndocs.packages.PACKAGES` or in :data:`EXTRA_MODULES` (for a module without ``__all__``, the
+names it defines itself), plus every public attribute of :class:`kiln.Tensor`. :func:`reference_pages`
+turns that surface into reStructuredText (autosummary tables, ``automethod`` entries, ``py:data`` entries) that ``conf.py``
 writes under ``docs/api/generated/`` before Sphinx reads the sources; a new public op thus shows up
 in the reference without anyone editing an index.
 
@@ -157,9 +157,24 @@ def module_public_names(modname: str) -> list[str]:
     return sorted(dict.fromkeys(names), key=str.lower)
 
 
+# Public modules documented with a package beside those :data:`kilndocs.packages.PACKAGES` lists for it
+# (distribution -> modules, after the package's own): ``kiln.backend`` is the core's SDK for plugin
+# authors, documented with the rest of the core so that every name a plugin may import has an entry.
+EXTRA_MODULES: dict[str, tuple[str, ...]] = {"kiln": ("kiln.backend",)}
+
+# Modules whose page shows their whole docstring (an overview that the names alone do not give), not only
+# its first paragraph.
+FULL_DOCSTRING = frozenset({"kiln.backend"})
+
+
+def package_modules(package: packages.Package) -> tuple[str, ...]:
+    """The public modules of ``package`` that the reference documents, in page order."""
+    return tuple(dict.fromkeys(package.modules + EXTRA_MODULES.get(package.distribution, ())))
+
+
 def documented_modules() -> list[str]:
     """Every public module of every package in this checkout, in page order."""
-    return [m for p in packages.available() for m in p.modules]
+    return [m for p in packages.available() for m in package_modules(p)]
 
 
 def importable(modname: str) -> bool:
@@ -227,14 +242,24 @@ def docstring(obj: object) -> str:
 _PLAIN_VALUES = (int, float, complex, str, bytes, bool, tuple, list, dict, set, frozenset, type(None))
 
 
-def attribute_doc(modname: str, name: str) -> str:
-    """The attribute docstring or ``#:`` comment of ``modname.name`` in its source (as autodoc reads them)."""
+def attribute_doc(modname: str, name: str, follow_imports: bool = True) -> str:
+    """The attribute docstring or ``#:`` comment of ``modname.name`` in its source (as autodoc reads them).
+
+    A constant that ``modname`` imports (``from kiln._dispatch import TAGS`` in ``kiln.backend``) is
+    documented where it is defined: unless ``follow_imports`` is false, the import is followed.
+    """
     try:
         source = inspect.getsource(importlib.import_module(modname))
     except (OSError, TypeError):
         return ""
     lines = source.splitlines()
     body = ast.parse(source).body
+    if follow_imports:
+        for node in body:
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                for alias in node.names:
+                    if (alias.asname or alias.name) == name:
+                        return attribute_doc(node.module, alias.name)
     for i, node in enumerate(body):
         if isinstance(node, ast.Assign):
             targets = node.targets
@@ -332,8 +357,13 @@ def _data_entries(module: types.ModuleType, names: list[str]) -> str:
     out = []
     for n in names:
         obj = getattr(module, n)
-        if isinstance(obj, _PLAIN_VALUES):  # a constant: autodoc shows its value and attribute docstring
-            out.append(f".. autodata:: {n}\n")
+        if isinstance(obj, _PLAIN_VALUES):
+            if attribute_doc(module.__name__, n, follow_imports=False):
+                # a constant defined here: autodoc shows its value and attribute docstring
+                out.append(f".. autodata:: {n}\n")
+            else:  # imported from the module that defines it (autodoc would not find its docstring)
+                doc = attribute_doc(module.__name__, n).replace("\n", "\n   ")
+                out.append(f".. py:data:: {n}\n   :type: {type(obj).__name__}\n\n   {doc}\n")
             continue
         cls = type(obj)
         top = cls.__module__.split(".")[0]
@@ -492,9 +522,13 @@ def module_page(modname: str, canonical: dict[int, str]) -> str:
     shared = [n for n in names if canonical.get(id(getattr(module, n)), f"{modname}.{n}") != f"{modname}.{n}"]
     own = [n for n in names if n not in shared]
     doc = inspect.getdoc(module) or ""
-    summary = doc.split("\n\n")[0].replace("\n", " ").removeprefix(f"{modname}: ")
+    summary = doc.split("\n\n")[0].replace("\n", " ").removeprefix(f"{modname}: ").removeprefix(f"``{modname}``: ")
     summary = summary[:1].upper() + summary[1:]
     out = [_underline(modname, "="), f".. module:: {modname}\n", f".. currentmodule:: {modname}\n", summary + "\n"]
+    if modname in FULL_DOCSTRING:
+        rest = "\n\n".join(doc.split("\n\n")[1:])
+        if rest:
+            out.append(rest + "\n")
     if modname == "kiln.hookspecs":
         out.append(_hookspecs_body(module, own))
     else:
@@ -552,7 +586,7 @@ def toctree_include(pages: dict[str, str]) -> str:
     out = []
     for p in packages.available():
         docs = []
-        for modname in p.modules:
+        for modname in package_modules(p):
             if modname == "kiln":
                 docs += ["kiln", "tensor"]
             elif f"{GENERATED}/{modname}.rst" in pages:

@@ -87,6 +87,7 @@ float32 = dtype("float32", 4, "f", 6, np.dtype(np.float32))
 float64 = dtype("float64", 8, "f", 7, np.dtype(np.float64))
 
 ALL_DTYPES = (bool, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64)
+"""Every dtype kiln has, in PyTorch's promotion order within each category."""
 _BY_NAME = {d.name: d for d in ALL_DTYPES}
 # The C++ type names PyTorch's messages print for each dtype (its TypeMeta names: "long int", "c10::Half").
 CPP_TYPE_NAMES = {

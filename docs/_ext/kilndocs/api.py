@@ -1,7 +1,7 @@
 """The API reference: which names are public, and the pages that document them.
 
 The public surface of a package is the ``__all__`` of each module listed for it in
-:data:`kilndocs.packages.PACKAGES` or in :data:`EXTRA_MODULES` (for a module without ``__all__``, the
+:data:`kilndocs.packages.PACKAGES` (for a module without ``__all__``, the
 names it defines itself), plus every public attribute of :class:`kiln.Tensor`. :func:`reference_pages`
 turns that surface into reStructuredText (autosummary tables, ``automethod`` entries, ``py:data`` entries) that ``conf.py``
 writes under ``docs/api/generated/`` before Sphinx reads the sources; a new public op thus shows up
@@ -157,24 +157,14 @@ def module_public_names(modname: str) -> list[str]:
     return sorted(dict.fromkeys(names), key=str.lower)
 
 
-# Public modules documented with a package beside those :data:`kilndocs.packages.PACKAGES` lists for it
-# (distribution -> modules, after the package's own): ``kiln.backend`` is the core's SDK for plugin
-# authors, documented with the rest of the core so that every name a plugin may import has an entry.
-EXTRA_MODULES: dict[str, tuple[str, ...]] = {"kiln": ("kiln.backend",)}
-
 # Modules whose page shows their whole docstring (an overview that the names alone do not give), not only
 # its first paragraph.
 FULL_DOCSTRING = frozenset({"kiln.backend"})
 
 
-def package_modules(package: packages.Package) -> tuple[str, ...]:
-    """The public modules of ``package`` that the reference documents, in page order."""
-    return tuple(dict.fromkeys(package.modules + EXTRA_MODULES.get(package.distribution, ())))
-
-
 def documented_modules() -> list[str]:
     """Every public module of every package in this checkout, in page order."""
-    return [m for p in packages.available() for m in package_modules(p)]
+    return [m for p in packages.available() for m in p.modules]
 
 
 def importable(modname: str) -> bool:
@@ -586,7 +576,7 @@ def toctree_include(pages: dict[str, str]) -> str:
     out = []
     for p in packages.available():
         docs = []
-        for modname in package_modules(p):
+        for modname in p.modules:
             if modname == "kiln":
                 docs += ["kiln", "tensor"]
             elif f"{GENERATED}/{modname}.rst" in pages:

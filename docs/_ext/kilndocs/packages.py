@@ -31,7 +31,7 @@ PACKAGES: tuple[Package, ...] = (
         "``kiln``",
         "The core: Tensor, dtypes, devices, the op dispatcher, autograd, the plugin manager, the NumPy "
         'reference backend for device ``"cpu"`` and the ``kiln`` command.',
-        ("kiln", "kiln.autograd", "kiln.random", "kiln.hookspecs", "kiln.plugins"),
+        ("kiln", "kiln.autograd", "kiln.random", "kiln.hookspecs", "kiln.plugins", "kiln.backend"),
     ),
     Package(
         "kiln-testing",

@@ -35,7 +35,7 @@ def _lib(L):
     return F if L is torch else P
 
 
-# name -> (input shape, fn(f, x)) where f is torch.nn.functional or kiln's nn_pool module
+# name -> (input shape, fn(f, x)) where f is torch.nn.functional or kiln's namespace P
 CASES = {
     # max pooling
     "max1d": ((2, 3, 9), lambda f, x: f.max_pool1d(x, 3)),

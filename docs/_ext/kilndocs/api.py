@@ -32,7 +32,18 @@ GENERATED = "api/generated"
 SECTIONS: list[tuple[str, tuple[str, ...], str]] = [
     ("Tensors", ("kiln._tensor",), "The tensor type and its shape type."),
     ("Creation", ("kiln._ops.creation",), "New tensors from data, shapes, ranges and random draws."),
-    ("Elementwise math and comparisons", ("kiln._ops.elementwise", "kiln._ops.math"), "Broadcasting elementwise ops."),
+    (
+        "Elementwise math and comparisons",
+        (
+            "kiln._ops.elementwise",
+            "kiln._ops.unary_math",
+            "kiln._ops.special",
+            "kiln._ops.binary_math",
+            "kiln._ops.clamp",
+            "kiln._ops.ternary_math",
+        ),
+        "Broadcasting elementwise ops.",
+    ),
     ("Reductions", ("kiln._ops.reduction",), "Reductions over all elements or over dimensions."),
     ("Linear algebra", ("kiln._ops.linalg",), "Matrix products."),
     (

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import kiln
-from kiln._ops.indexing import _index
+from kiln._ops.index import _index
 
 LAYOUTS = ("contiguous", "transposed", "strided")
 FLOATS = (kiln.float32, kiln.float64)

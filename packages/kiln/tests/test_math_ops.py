@@ -1,4 +1,5 @@
-"""Elementwise math ops of ``kiln._ops.math`` against PyTorch: forward values and dtypes (type promotion,
+"""Elementwise math ops of ``kiln._ops.unary_math``, ``special``, ``binary_math``, ``clamp`` and
+``ternary_math`` against PyTorch: forward values and dtypes (type promotion,
 integer and bool inputs), backward, special values (inf, NaN, -0.0, huge and tiny), gradcheck and
 gradgradcheck, in-place variants, methods, operators and aliases, and error types and messages."""
 

@@ -1,11 +1,12 @@
 """Activation functions, scaled dot-product attention, distances and ``one_hot`` of
-``kiln._ops.nn_activation`` against ``torch.nn.functional``: forward and backward on random and
+``kiln._ops.activation``, ``attention``, ``distance`` and ``one_hot`` against ``torch.nn.functional``: forward and backward on random and
 non-contiguous inputs, values exactly at the kinks, 0-d and empty inputs, half precision, gradcheck and
 gradgradcheck, in-place forms, autograd node names, and error types and messages."""
 
 from __future__ import annotations
 
 import math
+import types
 
 import kiln_testutil as U
 import numpy as np
@@ -14,7 +15,14 @@ import torch
 import torch.nn.functional as TF
 
 import kiln
-from kiln._ops import nn_activation as KF
+from kiln._ops import activation as _activation
+from kiln._ops import attention as _attention
+from kiln._ops import distance as _distance
+from kiln._ops import one_hot as _one_hot
+
+# kiln's activation, attention, distance and one_hot modules as one namespace
+_KF_MODULES = (_activation, _attention, _distance, _one_hot)
+KF = types.SimpleNamespace(**{k: v for m in _KF_MODULES for k, v in vars(m).items()})
 
 F32, F64 = kiln.float32, kiln.float64
 

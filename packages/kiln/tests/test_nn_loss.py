@@ -8,6 +8,7 @@ torch's exception types and messages for bad arguments, and its warnings."""
 
 from __future__ import annotations
 
+import types
 import warnings
 import zlib
 
@@ -20,7 +21,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kiln
-from kiln._ops import nn_loss as KF
+from kiln._ops import classification_loss as _classification_loss
+from kiln._ops import ctc_loss as _ctc_loss
+from kiln._ops import loss_reduction as _loss_reduction
+from kiln._ops import margin_loss as _margin_loss
+from kiln._ops import regression_loss as _regression_loss
+
+# kiln's loss modules as one namespace
+_KF_MODULES = (_loss_reduction, _classification_loss, _regression_loss, _margin_loss, _ctc_loss)
+KF = types.SimpleNamespace(**{k: v for m in _KF_MODULES for k, v in vars(m).items()})
+KF.__all__ = [name for m in _KF_MODULES for name in m.__all__]
 
 FLOATS = (kiln.float32, kiln.float64)
 REDUCTIONS = ("none", "mean", "sum")

@@ -9,6 +9,7 @@ check statistics, reproducibility under ``kiln.manual_seed`` and that backward r
 
 from __future__ import annotations
 
+import types
 import warnings
 import zlib
 
@@ -21,14 +22,21 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import kiln
-from kiln._ops import nn_norm as N
+from kiln._ops import dropout as _dropout
+from kiln._ops import embedding as _embedding
+from kiln._ops import normalization as _normalization
+from kiln._ops import softmax as _softmax
+
+# kiln's softmax, normalization, embedding and dropout modules as one namespace
+_N_MODULES = (_softmax, _normalization, _embedding, _dropout)
+N = types.SimpleNamespace(**{k: v for m in _N_MODULES for k, v in vars(m).items()})
 
 LAYOUTS = ("contiguous", "transposed", "strided")
 FLOATS = (kiln.float32, kiln.float64)
 
 
 def F(L):
-    """The functional namespace of a library: ``torch.nn.functional`` or kiln's nn_norm module."""
+    """The functional namespace of a library: ``torch.nn.functional`` or kiln's namespace N below."""
     return TF if L is torch else N
 
 

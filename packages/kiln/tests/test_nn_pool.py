@@ -8,6 +8,7 @@ gradgradcheck in float64; PyTorch's exception types and messages for bad argumen
 
 from __future__ import annotations
 
+import types
 import zlib
 
 import kiln_testutil as U
@@ -17,7 +18,14 @@ import torch
 import torch.nn.functional as F
 
 import kiln
-from kiln._ops import nn_pool as P
+from kiln._ops import pad as _pad
+from kiln._ops import pool as _pool
+from kiln._ops import resample as _resample
+from kiln._ops import spatial_args as _spatial_args
+
+# kiln's pooling, resampling and padding modules (and their shared argument checks) as one namespace
+_P_MODULES = (_spatial_args, _pool, _resample, _pad)
+P = types.SimpleNamespace(**{k: v for m in _P_MODULES for k, v in vars(m).items()})
 
 LAYOUTS = ("contiguous", "transposed", "strided")
 FLOATS = (kiln.float32, kiln.float64)
@@ -27,7 +35,7 @@ def _lib(L):
     return F if L is torch else P
 
 
-# name -> (input shape, fn(f, x)) where f is torch.nn.functional or kiln's nn_pool module
+# name -> (input shape, fn(f, x)) where f is torch.nn.functional or kiln's namespace P
 CASES = {
     # max pooling
     "max1d": ((2, 3, 9), lambda f, x: f.max_pool1d(x, 3)),
@@ -661,7 +669,7 @@ def test_constant_pad_nd(pad, value):
 
 
 def test_separable_backward_checks_grad_shape():
-    from kiln._ops.nn_pool import _separable_backward
+    from kiln._ops.separable import _separable_backward
 
     g = kiln.zeros(1, 1, 3, 3)
     with pytest.raises(RuntimeError, match="grad_output"):

@@ -14,7 +14,24 @@ import pytest
 
 import kiln
 from kiln._dispatch import OPS
-from kiln._ops import nn_activation, nn_conv, nn_loss, nn_norm, nn_pool
+from kiln._ops import (
+    activation,
+    attention,
+    classification_loss,
+    ctc_loss,
+    distance,
+    dropout,
+    embedding,
+    margin_loss,
+    nn_conv,
+    normalization,
+    one_hot,
+    pad,
+    pool,
+    regression_loss,
+    resample,
+    softmax,
+)
 
 ELEMENTWISE = """add sub mul div true_divide floor_divide remainder fmod pow eq ne lt le gt ge logical_and
 logical_or logical_xor logical_not abs neg sign exp exp2 expm1 log log2 log10 log1p sqrt rsqrt reciprocal
@@ -34,7 +51,24 @@ NN = """conv1d conv2d conv3d conv_transpose1d conv_transpose2d max_pool1d max_po
 adaptive_avg_pool2d adaptive_max_pool2d softmax log_softmax batch_norm layer_norm group_norm embedding
 dropout interpolate pad cross_entropy nll_loss binary_cross_entropy binary_cross_entropy_with_logits
 scaled_dot_product_attention relu gelu silu elu leaky_relu softplus hardtanh mish unfold fold"""
-NN_MODULES = (nn_activation, nn_conv, nn_loss, nn_norm, nn_pool)
+NN_MODULES = (
+    activation,
+    attention,
+    distance,
+    one_hot,
+    nn_conv,
+    classification_loss,
+    regression_loss,
+    margin_loss,
+    ctc_loss,
+    softmax,
+    normalization,
+    embedding,
+    dropout,
+    pool,
+    resample,
+    pad,
+)
 
 
 def _nn_function(name: str):

@@ -1,7 +1,7 @@
 """Conformance specs of the nn primitives: losses (merged into ``_specs.SPECS``).
 
-The fused loss ops of ``kiln._ops.nn_loss``; the composed losses (mse, l1, kl_div...) are made of ops
-that have their own specs. Class weights and ``pos_weight`` never require grad: the ops refuse that,
+The fused loss ops of ``kiln._ops.classification_loss`` and ``kiln._ops.ctc_loss``; the composed losses
+(mse, l1, kl_div...) are made of ops that have their own specs. Class weights and ``pos_weight`` never require grad: the ops refuse that,
 as PyTorch does.
 """
 

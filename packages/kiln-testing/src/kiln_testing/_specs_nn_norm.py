@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 import kiln
-from kiln._ops.nn_norm import _channel_layout, _group_layout, _layer_layout
+from kiln._ops.normalization import _channel_layout, _group_layout, _layer_layout
 from kiln_testing._specs import Case, Ctx, OpSpec, T, explicit
 
 

@@ -31,6 +31,22 @@ from kiln._dtype import (
     uint8,
 )
 from kiln._ops._meta import broadcast_shapes, can_cast
+from kiln._ops.activation import celu, celu_, hardshrink, prelu, rrelu, rrelu_, selu, selu_, threshold, threshold_
+from kiln._ops.binary_math import (
+    arctan2,
+    atan2,
+    bitwise_left_shift,
+    bitwise_right_shift,
+    copysign,
+    floor_divide,
+    fmod,
+    hypot,
+    logical_and,
+    logical_or,
+    logical_xor,
+    remainder,
+)
+from kiln._ops.clamp import clamp, clamp_max, clamp_min, clip
 from kiln._ops.copy import copy_
 from kiln._ops.creation import (
     arange,
@@ -43,6 +59,7 @@ from kiln._ops.creation import (
     full,
     full_like,
     linspace,
+    meshgrid,
     ones,
     ones_like,
     rand,
@@ -56,6 +73,10 @@ from kiln._ops.creation import (
     zeros,
     zeros_like,
 )
+from kiln._ops.decompositions import det, inverse, slogdet
+from kiln._ops.distance import cosine_similarity, pairwise_distance, pdist
+from kiln._ops.dropout import alpha_dropout, dropout, feature_alpha_dropout
+from kiln._ops.einsum import einsum
 from kiln._ops.elementwise import (
     abs,
     absolute,
@@ -98,130 +119,23 @@ from kiln._ops.elementwise import (
     true_divide,
     where,
 )
-from kiln._ops.indexing import (
-    argsort,
-    bincount,
-    bucketize,
-    gather,
-    histc,
+from kiln._ops.embedding import _embedding as embedding
+from kiln._ops.gather_scatter import gather, scatter, scatter_add, scatter_reduce, take_along_dim
+from kiln._ops.histogram import bincount, histc
+from kiln._ops.index import (
     index_add,
     index_copy,
     index_fill,
     index_put,
     index_select,
-    kthvalue,
     masked_fill,
     masked_scatter,
     masked_select,
-    meshgrid,
-    msort,
     nonzero,
     repeat_interleave,
-    scatter,
-    scatter_add,
-    scatter_reduce,
-    searchsorted,
-    sort,
     take,
-    take_along_dim,
-    topk,
-    unique,
-    unique_consecutive,
 )
 from kiln._ops.linalg import matmul, mm
-from kiln._ops.linalg_extra import (
-    addbmm,
-    addmm,
-    addmv,
-    baddbmm,
-    bmm,
-    det,
-    dot,
-    einsum,
-    ger,
-    inverse,
-    mv,
-    outer,
-    slogdet,
-    tensordot,
-    trace,
-)
-from kiln._ops.math import (
-    acos,
-    acosh,
-    addcdiv,
-    addcmul,
-    arccos,
-    arccosh,
-    arcsin,
-    arcsinh,
-    arctan,
-    arctan2,
-    arctanh,
-    asin,
-    asinh,
-    atan,
-    atan2,
-    atanh,
-    bitwise_left_shift,
-    bitwise_right_shift,
-    ceil,
-    clamp,
-    clamp_max,
-    clamp_min,
-    clip,
-    copysign,
-    cosh,
-    erf,
-    erfc,
-    erfinv,
-    exp2,
-    expm1,
-    fix,
-    floor,
-    floor_divide,
-    fmod,
-    frac,
-    hypot,
-    isfinite,
-    isinf,
-    isneginf,
-    isposinf,
-    lerp,
-    log1p,
-    log2,
-    log10,
-    logical_and,
-    logical_or,
-    logical_xor,
-    logit,
-    nan_to_num,
-    positive,
-    reciprocal,
-    remainder,
-    round,
-    rsqrt,
-    sgn,
-    sinh,
-    square,
-    tan,
-    trunc,
-)
-from kiln._ops.nn_activation import (
-    celu,
-    celu_,
-    cosine_similarity,
-    hardshrink,
-    pairwise_distance,
-    pdist,
-    prelu,
-    rrelu,
-    rrelu_,
-    selu,
-    selu_,
-    threshold,
-    threshold_,
-)
 from kiln._ops.nn_conv import (
     conv1d,
     conv2d,
@@ -231,29 +145,11 @@ from kiln._ops.nn_conv import (
     conv_transpose3d,
     convolution,
 )
-from kiln._ops.nn_norm import _embedding as embedding
-from kiln._ops.nn_norm import _tensor_log_softmax as log_softmax
-from kiln._ops.nn_norm import _tensor_softmax as softmax
-from kiln._ops.nn_norm import (
-    alpha_dropout,
-    dropout,
-    feature_alpha_dropout,
-    group_norm,
-    layer_norm,
-    rms_norm,
-)
-from kiln._ops.nn_pool import (
-    adaptive_avg_pool1d,
-    avg_pool1d,
-    constant_pad_nd,
-    max_pool1d,
-    max_pool1d_with_indices,
-    max_pool2d,
-    max_pool3d,
-    pixel_shuffle,
-    pixel_unshuffle,
-)
-from kiln._ops.nn_pool import adaptive_max_pool1d_with_indices as adaptive_max_pool1d
+from kiln._ops.normalization import group_norm, layer_norm, rms_norm
+from kiln._ops.pad import constant_pad_nd
+from kiln._ops.pool import adaptive_avg_pool1d, avg_pool1d, max_pool1d, max_pool1d_with_indices, max_pool2d, max_pool3d
+from kiln._ops.pool import adaptive_max_pool1d_with_indices as adaptive_max_pool1d
+from kiln._ops.products import addbmm, addmm, addmv, baddbmm, bmm, dot, ger, mv, outer, tensordot, trace
 from kiln._ops.reduction import (
     all,
     amax,
@@ -270,6 +166,7 @@ from kiln._ops.reduction import (
     sum,
     sum_to_size,
 )
+from kiln._ops.resample import pixel_shuffle, pixel_unshuffle
 from kiln._ops.scans import (
     count_nonzero,
     cumprod,
@@ -307,7 +204,51 @@ from kiln._ops.shape import (
     unbind,
     unflatten,
 )
+from kiln._ops.softmax import _tensor_log_softmax as log_softmax
+from kiln._ops.softmax import _tensor_softmax as softmax
+from kiln._ops.sort import argsort, bucketize, kthvalue, msort, searchsorted, sort, topk, unique, unique_consecutive
+from kiln._ops.special import erf, erfc, erfinv
 from kiln._ops.strided import as_strided
+from kiln._ops.ternary_math import addcdiv, addcmul, lerp
+from kiln._ops.unary_math import (
+    acos,
+    acosh,
+    arccos,
+    arccosh,
+    arcsin,
+    arcsinh,
+    arctan,
+    arctanh,
+    asin,
+    asinh,
+    atan,
+    atanh,
+    ceil,
+    cosh,
+    exp2,
+    expm1,
+    fix,
+    floor,
+    frac,
+    isfinite,
+    isinf,
+    isneginf,
+    isposinf,
+    log1p,
+    log2,
+    log10,
+    logit,
+    nan_to_num,
+    positive,
+    reciprocal,
+    round,
+    rsqrt,
+    sgn,
+    sinh,
+    square,
+    tan,
+    trunc,
+)
 from kiln._ops.views import (
     broadcast_to,
     clone,

@@ -1,20 +1,33 @@
 """``kiln.nn.functional``: the stateless counterparts of the layers (``torch.nn.functional``).
 
 The primitives (convolution, pooling, normalisation, losses, activations) are core ops defined in
-``kiln._ops.nn_*``; this module re-exports each core module's ``__all__``. ``linear`` and ``bilinear``
+``kiln._ops`` (``nn_conv``, ``pool``, ``resample``, ``pad``, ``softmax``, ``normalization``, ``embedding``,
+``dropout``, the ``*_loss`` modules, ``activation``, ``attention``, ``distance``, ``one_hot``); this module
+re-exports each of those modules' ``__all__``. ``linear`` and ``bilinear``
 are composed here from core matmul ops; ``relu`` (with PyTorch's ``inplace=``), ``sigmoid`` and
 ``tanh`` wrap the core's elementwise ops.
 """
 
 from __future__ import annotations
 
+from kiln._ops import activation as _activation
+from kiln._ops import attention as _attention
+from kiln._ops import classification_loss as _classification_loss
+from kiln._ops import ctc_loss as _ctc_loss
+from kiln._ops import distance as _distance
+from kiln._ops import dropout as _dropout
 from kiln._ops import elementwise as _ew
-from kiln._ops import nn_activation as _nn_activation
+from kiln._ops import embedding as _embedding
+from kiln._ops import margin_loss as _margin_loss
 from kiln._ops import nn_conv as _nn_conv
-from kiln._ops import nn_loss as _nn_loss
-from kiln._ops import nn_norm as _nn_norm
-from kiln._ops import nn_pool as _nn_pool
-from kiln._ops.linalg_extra import addmm as _addmm
+from kiln._ops import normalization as _normalization
+from kiln._ops import one_hot as _one_hot
+from kiln._ops import pad as _pad
+from kiln._ops import pool as _pool
+from kiln._ops import regression_loss as _regression_loss
+from kiln._ops import resample as _resample
+from kiln._ops import softmax as _softmax
+from kiln._ops.products import addmm as _addmm
 from kiln._tensor import Tensor
 
 __all__ = ["linear", "bilinear", "relu", "sigmoid", "tanh"]
@@ -54,7 +67,7 @@ def bilinear(input1: Tensor, input2: Tensor, weight: Tensor, bias: Tensor | None
     lead = input1.shape[:-1]
     x1 = input1.reshape(-1, input1.shape[-1])
     x2 = input2.reshape(-1, input2.shape[-1])
-    from kiln._ops.linalg_extra import einsum
+    from kiln._ops.einsum import einsum
 
     out = einsum("bi,oij,bj->bo", x1, weight, x2)
     if bias is not None:
@@ -78,7 +91,24 @@ def tanh(input: Tensor) -> Tensor:
 
 
 def _reexport_core() -> None:
-    for module in (_nn_conv, _nn_pool, _nn_norm, _nn_loss, _nn_activation):
+    for module in (
+        _nn_conv,
+        _pool,
+        _resample,
+        _pad,
+        _softmax,
+        _normalization,
+        _embedding,
+        _dropout,
+        _classification_loss,
+        _regression_loss,
+        _margin_loss,
+        _ctc_loss,
+        _activation,
+        _attention,
+        _distance,
+        _one_hot,
+    ):
         for name in module.__all__:
             globals()[name] = getattr(module, name)
             if name not in __all__:

@@ -44,6 +44,7 @@ __all__ = [
     "rand_like",
     "randn_like",
     "randint_like",
+    "meshgrid",
 ]
 
 
@@ -701,3 +702,35 @@ def make_subclass(cls: type, data: Tensor, requires_grad: bool = False) -> Tenso
 
 
 Tensor._make_subclass = staticmethod(make_subclass)
+
+
+def meshgrid(*tensors, indexing=None):
+    """Coordinate grids from 1-D tensors (``indexing="ij"``: matrix order; ``"xy"``: first two dims swapped)."""
+    if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
+        tensors = tuple(tensors[0])
+    if indexing is None:
+        import warnings
+
+        warnings.warn(
+            "kiln.meshgrid: in an upcoming release, it will be required to pass the indexing argument.",
+            UserWarning,
+            stacklevel=2,
+        )
+        indexing = "ij"
+    if indexing not in ("ij", "xy"):
+        raise RuntimeError(f'kiln.meshgrid: indexing must be one of "xy" or "ij", but received: {indexing}')
+    if not tensors:
+        raise RuntimeError("kiln.meshgrid: Expected at least one tensor")
+    for t in tensors:
+        if len(t._shape) > 1:
+            raise RuntimeError("kiln.meshgrid: Expected 0D or 1D tensor in the tensor list")
+    ts = [t.reshape(-1) for t in tensors]
+    swap = indexing == "xy" and len(ts) >= 2
+    if swap:
+        ts[0], ts[1] = ts[1], ts[0]
+    shape = tuple(t._shape[0] for t in ts)
+    n = len(ts)
+    out = [t.reshape((1,) * i + (-1,) + (1,) * (n - i - 1)).expand(shape) for i, t in enumerate(ts)]
+    if swap:
+        out[0], out[1] = out[1], out[0]
+    return tuple(out)

@@ -290,7 +290,7 @@ def _rdiv(self, other):
     """``other / self``: PyTorch computes it as ``self.reciprocal() * other`` (two roundings), and so does kiln."""
     if isinstance(other, Tensor):
         return div(other, self)
-    from kiln._ops.math import reciprocal
+    from kiln._ops.unary_math import reciprocal
 
     return mul(reciprocal(self), other)
 

@@ -592,7 +592,7 @@ def _vector_norm_ref(spec, a, ord=2, dim=None, keepdim=False, dtype=None):
 def _vector_norm_backward(grad, input, ord, dim, keepdim, result):
     """PyTorch's ``norm_backward``, case by case."""
     from kiln._ops.elementwise import abs as _abs
-    from kiln._ops.math import sgn
+    from kiln._ops.unary_math import sgn
 
     dims = _dims(dim, len(input._shape))
     g = expand_reduced(grad, input._shape, dims, keepdim)

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from kiln import _dtype as dt
-from kiln._ops.indexing import _index
+from kiln._ops.index import _index
 from kiln._ops.views import _index_view, _normalize_key
 from kiln._tensor import Tensor
 

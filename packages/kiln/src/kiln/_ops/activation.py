@@ -1,11 +1,11 @@
-"""nn primitives: activation functions, scaled dot-product attention, distances and ``one_hot``.
+"""nn primitives: activation functions (``torch.nn.functional`` names) and their in-place aliases.
 
 Each activation is one elementwise op (its own reference kernel, so a fast backend can override it)
 whose backward is written in kiln ops, so higher-order gradients work. Gradients at the kinks follow
 PyTorch's CPU kernels (e.g. ``hardtanh``/``relu6`` give 0 at both bounds, ``leaky_relu`` gives the
 slope at 0). The public names follow ``torch.nn.functional`` (``inplace=`` writes into the input
-through the core's in-place machinery). ``softsign``, ``tanhshrink``, attention and the distances are
-compositions of ops, as in PyTorch.
+through the core's in-place machinery). ``softsign`` and ``tanhshrink`` are compositions of ops, as in
+PyTorch.
 """
 
 from __future__ import annotations
@@ -17,11 +17,12 @@ import numpy as np
 
 from kiln import _dtype as dt
 from kiln._dispatch import op
-from kiln._ops._meta import broadcast_pair, common_device, result_type, scalar_type_name, wrap_dim
+from kiln._ops._meta import broadcast_pair, common_device, scalar_type_name, wrap_dim
 from kiln._ops.copy import inplace_variant
 from kiln._ops.elementwise import _arg, _compute_np, exp, sigmoid, tanh, where
 from kiln._ops.elementwise import abs as _abs
-from kiln._ops.math import _FLOAT_MAX, _TYPEMETA_NAMES, erf, erf_np
+from kiln._ops.math_args import _FLOAT_MAX
+from kiln._ops.special import erf, erf_np
 from kiln._tensor import Tensor
 
 __all__ = [
@@ -46,11 +47,6 @@ __all__ = [
     "prelu",
     "rrelu",
     "glu",
-    "scaled_dot_product_attention",
-    "cosine_similarity",
-    "pairwise_distance",
-    "pdist",
-    "one_hot",
     "elu_",
     "selu_",
     "celu_",
@@ -59,6 +55,7 @@ __all__ = [
     "threshold_",
     "rrelu_",
 ]
+
 
 _SQRT_HALF = math.sqrt(0.5)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
@@ -692,201 +689,6 @@ def glu(input: Tensor, dim: int = -1) -> Tensor:
     """Gated linear unit: ``a * sigmoid(b)`` where ``a, b`` are the halves of ``input`` along ``dim``."""
 
 
-# ---------------------------------------------------------------------------------------- attention
-
-
-def _ctype(d: dt.dtype) -> str:
-    return _TYPEMETA_NAMES[d]
-
-
-def _sdpa_check(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa):
-    for name, t, pos in (("query", query, 1), ("key", key, 2), ("value", value, 3)):
-        _need_tensor(t, "scaled_dot_product_attention", name, pos)
-    if attn_mask is not None and is_causal:
-        raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True")
-    if query.dim() < 2 or key.dim() < 2 or value.dim() < 2:
-        raise RuntimeError(
-            "Expected query, key, and value to all be  at least 2 dimensional, but got query.dim: "
-            f"{query.dim()} key.dim: {key.dim()} and value.dim: {value.dim()} instead."
-        )
-    if not (query._dtype is key._dtype is value._dtype):
-        raise RuntimeError(
-            "Expected query, key, and value to have the same dtype, but got query.dtype: "
-            f"{_ctype(query._dtype)} key.dtype: {_ctype(key._dtype)} and value.dtype: {_ctype(value._dtype)} "
-            "instead."
-        )
-    if not query._dtype.is_floating_point:
-        raise RuntimeError(f"expected scalar type Float but found {scalar_type_name(query._dtype)}")
-    if attn_mask is not None:
-        _need_tensor(attn_mask, "scaled_dot_product_attention", "attn_mask", 4)
-        md = attn_mask._dtype
-        if md is not dt.bool and md is not dt.float32 and md is not query._dtype:
-            raise RuntimeError(
-                "Expected attn_mask dtype to be bool or float or to match query dtype, but got attn_mask.dtype: "
-                f"{_ctype(md)} and  query.dtype: {_ctype(query._dtype)} instead."
-            )
-    if not 0.0 <= dropout_p <= 1.0:
-        raise RuntimeError(f"dropout probability has to be between 0 and 1, but got {dropout_p}")
-    common_device("scaled_dot_product_attention", query, key, value, attn_mask)
-    k_batch = key._shape[:-2]
-    if enable_gqa:
-        for t in (query, key, value):
-            wrap_dim(-3, t.dim())
-        hq, hk, hv = query._shape[-3], key._shape[-3], value._shape[-3]
-        if hq % hk or hq % hv:
-            raise RuntimeError("Number of heads in key and value must divide the number of heads in ")
-        k_batch = k_batch[:-1] + (hq,)
-    batch = math.prod(broadcast_pair(query._shape[:-2], k_batch))
-    if key._shape[-1] != query._shape[-1]:
-        raise RuntimeError(
-            f"Expected size for first two dimensions of batch2 tensor to be: [{batch}, {query._shape[-1]}] "
-            f"but got: [{batch}, {key._shape[-1]}]."
-        )
-    if value._shape[-2] != key._shape[-2]:
-        raise RuntimeError(
-            f"Expected size for first two dimensions of batch2 tensor to be: [{batch}, {key._shape[-2]}] "
-            f"but got: [{batch}, {value._shape[-2]}]."
-        )
-
-
-def _repeat_heads(t: Tensor, groups: int) -> Tensor:
-    """``t.repeat_interleave(groups, dim=-3)`` as a view-and-reshape."""
-    if groups == 1:
-        return t
-    s = t.shape
-    e = t.unsqueeze(-3).expand(*s[:-3], s[-3], groups, s[-2], s[-1])
-    return e.reshape(*s[:-3], s[-3] * groups, s[-2], s[-1])
-
-
-def _masked_softmax(scores: Tensor) -> Tensor:
-    """Softmax over the last dim that gives 0 (not NaN) in rows where every score is ``-inf``, as
-    PyTorch's math path does."""
-    from kiln._ops.reduction import amax
-
-    if scores.shape[-1] == 0:  # no keys: every row is empty, the result is all zeros
-        return scores * 0.0
-    m = amax(scores.detach(), -1, True)
-    m = where(m == -math.inf, 0.0, m)
-    e = exp(scores - m)
-    s = e.sum(-1, keepdim=True)
-    return e / where(s == 0, 1.0, s)
-
-
-def scaled_dot_product_attention(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    attn_mask: Tensor | None = None,
-    dropout_p: float = 0.0,
-    is_causal: bool = False,
-    scale: float | None = None,
-    enable_gqa: bool = False,
-) -> Tensor:
-    """``softmax(query @ key^T * scale + mask) @ value`` over the last two dims, batch dims broadcasting.
-
-    ``attn_mask``: bool (True = attend) or additive float, broadcastable to ``(..., L, S)``;
-    ``is_causal``: a top-left aligned lower-triangular mask; fully masked rows give zeros (PyTorch's
-    CPU math path); ``dropout_p > 0`` drops attention weights with kiln's RNG; ``enable_gqa``: key and
-    value heads (dim -3) are repeated to match the query's.
-    """
-    from kiln._ops.creation import ones, rand
-    from kiln._ops.linalg import matmul
-    from kiln._ops.shape import tril
-
-    _sdpa_check(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
-    L, S = query.shape[-2], key.shape[-2]
-    factor = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
-    if enable_gqa:
-        key = _repeat_heads(key, query.shape[-3] // key.shape[-3])
-        value = _repeat_heads(value, query.shape[-3] // value.shape[-3])
-    scores = matmul(query, key.transpose(-2, -1)) * factor
-    if is_causal:
-        attn_mask = tril(ones((L, S), dtype=dt.bool, device=query.device))
-    if attn_mask is not None:
-        broadcast_pair(scores._shape, attn_mask._shape)
-        if attn_mask._dtype is dt.bool:
-            scores = where(attn_mask, scores, -math.inf)
-        else:
-            scores = scores + attn_mask.to(scores.dtype)
-    weights = _masked_softmax(scores)
-    if dropout_p > 0.0:
-        keep = rand(weights.shape, dtype=dt.float32, device=weights.device) >= dropout_p
-        weights = where(keep, weights, 0.0) * (1.0 / (1.0 - dropout_p)) if dropout_p < 1.0 else weights * 0.0
-    return matmul(weights, value)
-
-
-# ---------------------------------------------------------------------------------------- distances
-
-
-def _same_grad_clamped(n: Tensor, eps: float) -> Tensor:
-    """``n`` with values clamped below at ``eps`` but ``n``'s own gradient (PyTorch clamps under no_grad)."""
-    d = n.detach()
-    return n + (d.clamp_min(eps) - d)
-
-
-def _float_pair(x1, x2, fname: str):
-    _need_tensor(x1, fname, "x1", 1)
-    _need_tensor(x2, fname, "x2", 2)
-    d = result_type(x1, x2)
-    return d
-
-
-def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
-    """Cosine similarity along ``dim`` of ``x1`` and ``x2`` (broadcast), each norm clamped at ``eps``."""
-    from kiln._ops.scans import vector_norm
-
-    d = _float_pair(x1, x2, "cosine_similarity")
-    if not d.is_floating_point:
-        raise RuntimeError(f"expected common dtype to be floating point, yet common dtype is {scalar_type_name(d)}")
-    shape = broadcast_pair(x1._shape, x2._shape)
-    dim = wrap_dim(dim, len(shape))
-    a = x1.to(d).expand(*shape) if x1._shape != shape or x1._dtype is not d else x1
-    b = x2.to(d).expand(*shape) if x2._shape != shape or x2._dtype is not d else x2
-    na = _same_grad_clamped(vector_norm(a, 2, dim, True), eps)
-    nb = _same_grad_clamped(vector_norm(b, 2, dim, True), eps)
-    return ((a / na) * (b / nb)).sum(dim)
-
-
-def pairwise_distance(x1: Tensor, x2: Tensor, p: float = 2.0, eps: float = 1e-6, keepdim: bool = False) -> Tensor:
-    """The ``p``-norm of ``x1 - x2 + eps`` along the last dim (inputs broadcast)."""
-    from kiln._ops.scans import vector_norm
-
-    _float_pair(x1, x2, "pairwise_distance")
-    ndim = max(x1.dim(), x2.dim())
-    return vector_norm(x1 - x2 + eps, p, ndim - 1 if ndim else -1, keepdim)
-
-
-def pdist(input: Tensor, p: float = 2.0) -> Tensor:
-    """The ``p``-norm distances between every pair of rows of a 2-D ``input`` (upper triangle, row-major)."""
-    from kiln._ops.creation import tensor
-    from kiln._ops.indexing import index_select
-    from kiln._ops.scans import vector_norm
-
-    _need_tensor(input, "pdist")
-    if input.dim() != 2:
-        raise RuntimeError(f"pdist only supports 2D tensors, got: {input.dim()}D")
-    if not input._dtype.is_floating_point:
-        raise RuntimeError("pdist only supports floating-point dtypes")
-    if p < 0:
-        raise RuntimeError("pdist only supports non-negative p values")
-    if input._dtype in (dt.float16, dt.bfloat16):
-        raise NotImplementedError(f"\"pdist\" not implemented for '{scalar_type_name(input._dtype)}'")
-    n = input.shape[0]
-    i, j = np.triu_indices(n, 1)
-    rows_i = index_select(input, 0, tensor(i.astype(np.int64), device=input.device))
-    rows_j = index_select(input, 0, tensor(j.astype(np.int64), device=input.device))
-    diff = rows_i - rows_j
-    if diff.numel() == 0:
-        return diff.sum(-1)
-    out = vector_norm(diff, p, -1)
-    if p == 0 and diff.requires_grad:
-        # PyTorch's pdist gives p = 0 a zero gradient (not none): connect ``diff`` with zeros
-        from kiln._ops.creation import full
-
-        out = out + where(full((), False, dtype=dt.bool, device=diff.device), diff, 0.0).sum(-1)
-    return out
-
-
 # ---------------------------------------------------------------------------------------- in-place aliases
 
 
@@ -923,39 +725,3 @@ def threshold_(input: Tensor, threshold: float, value: float) -> Tensor:
 def rrelu_(input: Tensor, lower: float = 1.0 / 8.0, upper: float = 1.0 / 3.0, training: bool = False) -> Tensor:
     """In-place :func:`rrelu`."""
     return rrelu(input, lower, upper, training, True)
-
-
-# ---------------------------------------------------------------------------------------- one_hot
-
-
-def _one_hot_meta(tensor, num_classes=-1):
-    _need_tensor(tensor, "one_hot", "tensor", 1)
-    if tensor._dtype is not dt.int64:
-        raise RuntimeError("one_hot is only applicable to index tensor of type LongTensor.")
-    n = tensor.numel()
-    if n == 0:
-        if num_classes <= 0:
-            raise RuntimeError("Can not infer total number of classes from empty tensor.")
-        return (tensor._shape + (num_classes,), dt.int64, tensor._device)
-    from kiln._ops.indexing import _host_np
-
-    values = _host_np(tensor)  # read on the host: no device kernel runs inside a meta function
-    lo, hi = int(values.min()), int(values.max())
-    if lo < 0:
-        raise RuntimeError("Class values must be non-negative.")
-    if num_classes == -1:
-        num_classes = hi + 1
-    elif hi >= num_classes:
-        raise RuntimeError("Class values must be smaller than num_classes.")
-    return (tensor._shape + (num_classes,), dt.int64, tensor._device)
-
-
-def _one_hot_ref(spec, a, num_classes=-1):
-    c = spec[0][-1]
-    return (np.asarray(a)[..., None] == np.arange(c, dtype=np.int64)).astype(np.int64)
-
-
-@op(meta=_one_hot_meta, reference=_one_hot_ref)
-def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
-    """An int64 tensor with a trailing dim of size ``num_classes`` (inferred as ``max + 1`` when -1)
-    holding 1 at each index of ``tensor`` and 0 elsewhere."""

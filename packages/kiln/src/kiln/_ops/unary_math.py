@@ -1,0 +1,426 @@
+"""Unary elementwise math beyond the basics: exponentials and logarithms (``exp2``, ``expm1``, ``log2``,
+``log10``, ``log1p``), ``rsqrt``, ``reciprocal``, trigonometric and hyperbolic
+functions and their inverses, ``logit``, ``square``, ``sgn``, rounding (``floor``, ``ceil``, ``trunc``,
+``round``, ``frac``), ``positive``, float classification (``isinf``...) and ``nan_to_num``.
+
+Every op follows PyTorch 2.x on CPU: integer and bool inputs of floating functions compute in the
+default float dtype; half types compute in float32 and round once (see :mod:`.elementwise`);
+``logit`` rounds every step, as PyTorch's kernel does; errors raised by meta functions carry PyTorch's
+types and wording.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from kiln import _dtype as dt
+from kiln._dispatch import op
+from kiln._ops._meta import is_scalar
+from kiln._ops.elementwise import (
+    _HALF,
+    _arg,
+    _compute_np,
+    _unary,
+    _zeros_like,
+    unary_meta,
+    where,
+)
+from kiln._ops.math_args import _FLOAT_MAX, _copy, _need_tensor, _not_implemented
+from kiln._tensor import Tensor
+
+__all__ = [
+    "exp2",
+    "expm1",
+    "log2",
+    "log10",
+    "log1p",
+    "rsqrt",
+    "reciprocal",
+    "tan",
+    "asin",
+    "acos",
+    "atan",
+    "sinh",
+    "cosh",
+    "asinh",
+    "acosh",
+    "atanh",
+    "arccos",
+    "arccosh",
+    "arcsin",
+    "arcsinh",
+    "arctan",
+    "arctanh",
+    "logit",
+    "square",
+    "sgn",
+    "floor",
+    "ceil",
+    "trunc",
+    "fix",
+    "round",
+    "frac",
+    "positive",
+    "isinf",
+    "isposinf",
+    "isneginf",
+    "isfinite",
+    "nan_to_num",
+]
+
+_LN2 = math.log(2.0)
+_LN10 = math.log(10.0)
+
+
+# ---------------------------------------------------------------------------------------- unary, floating results
+
+
+def _f64(fn):
+    """A float64 NumPy function applied to the compute array (its result rounds to the result dtype)."""
+    return lambda a: fn(a.astype(np.float64))
+
+
+def _rsqrt_np(a):
+    return np.divide(1, np.sqrt(a), dtype=a.dtype)
+
+
+def _reciprocal_np(a):
+    return np.divide(1, a, dtype=a.dtype)
+
+
+exp2 = _unary(
+    "exp2", np.exp2, lambda grad, result: grad * result * _LN2, "``2 ** input`` elementwise.", autocast="fp32"
+)
+expm1 = _unary(
+    "expm1",
+    np.expm1,
+    lambda grad, result: grad * (result + 1),
+    "``exp(input) - 1`` elementwise, accurate for small ``input``.",
+    autocast="fp32",
+)
+log2 = _unary(
+    "log2", np.log2, lambda grad, input: grad / (input * _LN2), "Base-2 logarithm elementwise.", autocast="fp32"
+)
+log10 = _unary(
+    "log10", np.log10, lambda grad, input: grad / (input * _LN10), "Base-10 logarithm elementwise.", autocast="fp32"
+)
+log1p = _unary(
+    "log1p",
+    np.log1p,
+    lambda grad, input: grad / (input + 1),
+    "``log(1 + input)`` elementwise, accurate for small ``input``.",
+    autocast="fp32",
+)
+rsqrt = _unary(
+    "rsqrt",
+    _rsqrt_np,
+    lambda grad, result: grad * -0.5 * (result * result * result),
+    "``1 / sqrt(input)`` elementwise.",
+    autocast="fp32",
+)
+reciprocal = _unary(
+    "reciprocal",
+    _reciprocal_np,
+    lambda grad, result: -grad * (result * result),
+    "``1 / input`` elementwise (integer inputs give the default float dtype).",
+    autocast="fp32",
+)
+tan = _unary("tan", np.tan, lambda grad, result: grad * (result * result + 1), "Tangent elementwise.", autocast="fp32")
+asin = _unary(
+    "asin",
+    np.arcsin,
+    lambda grad, input: grad * rsqrt(-input * input + 1),
+    "Arcsine elementwise.",
+    autocast="fp32",
+    methods=("asin", "arcsin"),
+)
+acos = _unary(
+    "acos",
+    np.arccos,
+    lambda grad, input: grad * -rsqrt(-input * input + 1),
+    "Arccosine elementwise.",
+    autocast="fp32",
+    methods=("acos", "arccos"),
+)
+atan = _unary(
+    "atan",
+    np.arctan,
+    lambda grad, input: grad / (input * input + 1),
+    "Arctangent elementwise.",
+    methods=("atan", "arctan"),
+)
+sinh = _unary("sinh", np.sinh, lambda grad, input: grad * cosh(input), "Hyperbolic sine elementwise.", autocast="fp32")
+cosh = _unary(
+    "cosh", np.cosh, lambda grad, input: grad * sinh(input), "Hyperbolic cosine elementwise.", autocast="fp32"
+)
+asinh = _unary(
+    "asinh",
+    np.arcsinh,
+    lambda grad, input: grad * rsqrt(input * input + 1),
+    "Inverse hyperbolic sine elementwise.",
+    methods=("asinh", "arcsinh"),
+)
+acosh = _unary(
+    "acosh",
+    np.arccosh,
+    lambda grad, input: grad * rsqrt(input * input - 1),
+    "Inverse hyperbolic cosine elementwise.",
+    methods=("acosh", "arccosh"),
+)
+atanh = _unary(
+    "atanh",
+    np.arctanh,
+    lambda grad, input: grad / (1 - input * input),
+    "Inverse hyperbolic tangent elementwise.",
+    methods=("atanh", "arctanh"),
+)
+arcsin, arccos, arctan, arcsinh, arccosh, arctanh = asin, acos, atan, asinh, acosh, atanh
+
+
+def _logit_ref(spec, a, eps=None):
+    d = spec[1]
+    compute = _compute_np(d)
+    if d in _HALF:  # PyTorch's logit kernel rounds every step to the half type (no float32 opmath)
+
+        def rnd(v):
+            return np.asarray(v, dtype=compute).astype(d.numpy).astype(compute)
+
+    else:
+
+        def rnd(v):
+            return np.asarray(v, dtype=compute)
+
+    x = _arg(a, compute)
+    if eps is not None and eps >= 0:
+        lo = rnd(eps)
+        hi = rnd(1 - lo)
+        x = np.where(x < lo, lo, np.where(x > hi, hi, x))
+    return np.log(rnd(np.divide(x, rnd(1 - x), dtype=compute)))
+
+
+def _logit_meta(input, eps=None):
+    spec = _LOGIT_BASE(input)
+    if eps is not None and not isinstance(eps, (int, float)):
+        raise TypeError(f"logit(): argument 'eps' must be float, not {type(eps).__name__}")
+    return spec
+
+
+def _logit_backward(grad, input, eps):
+    """PyTorch's (vectorised and double-backward) rule: outside ``[0, 1]`` the gradient is NaN, or 0
+    outside ``[eps, 1 - eps]`` when ``eps`` is given (NaN inputs included)."""
+    scale = grad / (input * (1 - input))
+    if eps is None or eps < 0:
+        return where((input >= 0) & (input <= 1), scale, math.nan)
+    return where((input >= eps) & (input <= 1 - eps), scale, 0.0)
+
+
+_LOGIT_BASE = unary_meta("logit")
+
+
+@op(meta=_logit_meta, reference=_logit_ref, backward=_logit_backward, methods=("logit",))
+def logit(input: Tensor, eps: float | None = None) -> Tensor:
+    """``log(input / (1 - input))`` elementwise; with ``eps``, ``input`` is first clamped to ``[eps, 1 - eps]``."""
+
+
+# ---------------------------------------------------------------------------------------- unary, dtype-preserving
+
+
+def _square_meta(input):
+    _need_tensor(input, "input", 1, "square")
+    return (input._shape, dt.int64 if input._dtype is dt.bool else input._dtype, input._device)
+
+
+def _square_ref(spec, a):
+    compute = _compute_np(spec[1])
+    x = _arg(a, compute)
+    return np.multiply(x, x, dtype=compute)
+
+
+@op(
+    meta=_square_meta,
+    reference=_square_ref,
+    backward=lambda grad, input: grad * 2 * input,
+    methods=("square",),
+    grad_fn_name="PowBackward0",
+)
+def square(input: Tensor) -> Tensor:
+    """``input * input`` elementwise (``input ** 2``; bool inputs give int64)."""
+
+
+def _sign_np(a):
+    if a.dtype == bool:
+        return _copy(a)
+    s = np.sign(a)
+    return np.where(np.isnan(a), 0, s) if a.dtype.kind == "f" else s
+
+
+sgn = _unary(
+    "sgn",
+    _sign_np,
+    lambda grad: _zeros_like(grad),
+    "The sign (-1, 0, 1) of each element; for real tensors the same as :func:`sign`.",
+    int_to_float=False,
+)
+
+
+def _rounding_meta(name: str):
+    def meta(input):
+        _need_tensor(input, "input", 1, name)
+        if input._dtype is dt.bool:
+            raise _not_implemented(f"{name}_vml_cpu", dt.bool)
+        return (input._shape, input._dtype, input._device)
+
+    return meta
+
+
+def _rounding_ref(np_fn):
+    def ref(spec, a):
+        if spec[1].is_floating_point:
+            return np_fn(_arg(a, _compute_np(spec[1])))
+        return _copy(a)  # integers are already whole
+
+    return ref
+
+
+def _rounding(name: str, np_fn, doc: str):
+    @op(
+        meta=_rounding_meta(name),
+        reference=_rounding_ref(np_fn),
+        backward=lambda grad: _zeros_like(grad),
+        name=name,
+        doc=doc,
+        methods=(name,),
+    )
+    def rounding(input: Tensor) -> Tensor:
+        pass
+
+    return rounding
+
+
+floor = _rounding("floor", np.floor, "The largest integer not greater than each element.")
+ceil = _rounding("ceil", np.ceil, "The smallest integer not less than each element.")
+trunc = _rounding("trunc", np.trunc, "Each element rounded toward zero (its integer part).")
+fix = trunc
+Tensor.fix = trunc
+
+
+def _round_meta(input, decimals=0):
+    _need_tensor(input, "input", 1, "round")
+    if not isinstance(decimals, int):
+        raise TypeError(f"round(): argument 'decimals' must be int, not {type(decimals).__name__}")
+    d = input._dtype
+    if d is dt.bool or (decimals != 0 and not d.is_floating_point):
+        raise _not_implemented("round_cpu" if decimals != 0 else "round_vml_cpu", d)
+    return (input._shape, d, input._device)
+
+
+def _round_ref(spec, a, decimals=0):
+    if not spec[1].is_floating_point:
+        return _copy(a)
+    compute = _compute_np(spec[1])
+    x = _arg(a, compute)
+    if decimals == 0:
+        return np.rint(x)
+    scale = compute.type(np.power(np.float64(10.0), abs(decimals)))  # rounds half to even, as nearbyint
+    if decimals > 0:
+        return np.divide(np.rint(np.multiply(x, scale, dtype=compute)), scale, dtype=compute)
+    return np.multiply(np.rint(np.divide(x, scale, dtype=compute)), scale, dtype=compute)
+
+
+@op(
+    meta=_round_meta,
+    reference=_round_ref,
+    backward=lambda grad: _zeros_like(grad),
+    methods=("round",),
+    grad_fn_name=lambda args: "RoundBackward1" if len(args) > 1 and args[1] != 0 else "RoundBackward0",
+)
+def round(input: Tensor, *, decimals: int = 0) -> Tensor:  # noqa: A001 - mirrors torch.round
+    """Each element rounded to ``decimals`` decimal places, halves to even (negative ``decimals`` round
+    to tens, hundreds...)."""
+
+
+def _frac_meta(input):
+    _need_tensor(input, "input", 1, "frac")
+    if not input._dtype.is_floating_point:
+        raise _not_implemented("frac_cpu", input._dtype)
+    return (input._shape, input._dtype, input._device)
+
+
+def _frac_ref(spec, a):
+    x = _arg(a, _compute_np(spec[1]))
+    return x - np.trunc(x)
+
+
+@op(meta=_frac_meta, reference=_frac_ref, backward=lambda grad: grad, methods=("frac",))
+def frac(input: Tensor) -> Tensor:
+    """The fractional part ``input - trunc(input)`` of each element (sign kept)."""
+
+
+def positive(input: Tensor) -> Tensor:
+    """``input`` itself (``+input``); refused for bool tensors, as in PyTorch."""
+    _need_tensor(input, "input", 1, "positive")
+    if input._dtype is dt.bool:
+        raise RuntimeError("The `+` operator, on a bool tensor is not supported.")
+    return input
+
+
+Tensor.positive = positive
+Tensor.__pos__ = positive
+
+
+# ---------------------------------------------------------------------------------------- float classification
+
+
+def _classify(name: str, fn, non_float: bool, doc: str):
+    def ref(spec, a):
+        if a.dtype.kind in "fV":
+            return fn(a)
+        return np.full(a.shape, non_float)
+
+    @op(meta=unary_meta(name, bool_result=True), reference=ref, name=name, doc=doc, methods=(name,))
+    def classify(input: Tensor) -> Tensor:
+        pass
+
+    return classify
+
+
+isinf = _classify("isinf", np.isinf, False, "True where ``input`` is ``+inf`` or ``-inf``.")
+isposinf = _classify("isposinf", lambda a: a == np.inf, False, "True where ``input`` is ``+inf``.")
+isneginf = _classify("isneginf", lambda a: a == -np.inf, False, "True where ``input`` is ``-inf``.")
+isfinite = _classify("isfinite", np.isfinite, True, "True where ``input`` is neither infinite nor NaN.")
+
+
+def _nan_to_num_meta(input, nan=0.0, posinf=None, neginf=None):
+    _need_tensor(input, "input", 1, "nan_to_num")
+    for name, v in (("nan", nan), ("posinf", posinf), ("neginf", neginf)):
+        if v is not None and not is_scalar(v):
+            raise TypeError(f"nan_to_num(): argument '{name}' must be float, not {type(v).__name__}")
+    return (input._shape, input._dtype, input._device)
+
+
+def _nan_to_num_ref(spec, a, nan=0.0, posinf=None, neginf=None):
+    d = spec[1]
+    if not d.is_floating_point:
+        return _copy(a)
+    compute = _compute_np(d)
+    x = _arg(a, compute)
+    top = _FLOAT_MAX[d]
+
+    def value(v, default):
+        return np.array(default if v is None else v, dtype=np.float64).astype(compute)
+
+    nan_v, pos_v, neg_v = value(nan, 0.0), value(posinf, top), value(neginf, -top)
+    return np.where(np.isnan(x), nan_v, np.where(x == np.inf, pos_v, np.where(x == -np.inf, neg_v, x)))
+
+
+@op(
+    meta=_nan_to_num_meta,
+    reference=_nan_to_num_ref,
+    backward=lambda grad, input: grad * isfinite(input),
+    methods=("nan_to_num",),
+)
+def nan_to_num(input: Tensor, nan: float = 0.0, posinf: float | None = None, neginf: float | None = None) -> Tensor:
+    """NaN, ``+inf`` and ``-inf`` replaced by ``nan``, ``posinf`` and ``neginf`` (by default 0 and the
+    dtype's largest and lowest finite values)."""

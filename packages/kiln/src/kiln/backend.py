@@ -32,8 +32,8 @@ import numpy as np
 from kiln._dispatch import OPS, TAGS, DispatchMode, OpDef, check_kernel_outputs, kernel_outputs_checked_always
 from kiln._dtype import ALL_DTYPES
 from kiln._ops.elementwise import _compute_np
-from kiln._ops.nn_norm import _channel_layout, _group_layout, _layer_layout
-from kiln._ops.nn_pool import _adaptive_bounds, _window_positions
+from kiln._ops.normalization import _channel_layout, _group_layout, _layer_layout
+from kiln._ops.spatial_args import _adaptive_bounds, _window_positions
 from kiln._spec import (
     SPEC_TYPES,
     ComputeSpec,

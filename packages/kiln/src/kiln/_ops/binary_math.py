@@ -69,6 +69,8 @@ def _atan2_backward(grad, input, other, needs_input_grad):
 
 
 @op(
+    tags=("pointwise",),
+    inplace=True,
     meta=_tensor_pair_meta("atan2", float_result=True),
     reference=_binary_ref(np.arctan2),
     backward=_atan2_backward,
@@ -93,6 +95,8 @@ _HYPOT_BASE = _tensor_pair_meta("hypot")
 
 
 @op(
+    tags=("pointwise",),
+    inplace=True,
     meta=_hypot_meta,
     reference=_binary_ref(np.hypot),
     backward=lambda grad, input, other, result, needs_input_grad: (
@@ -121,6 +125,8 @@ def _copysign_backward(grad, input, other, result, needs_input_grad):
 
 
 @op(
+    tags=("pointwise",),
+    inplace=True,
     meta=_copysign_meta,
     reference=_binary_ref(np.copysign),
     backward=_copysign_backward,
@@ -189,6 +195,8 @@ def _remainder_backward(grad, input, other, needs_input_grad):
 
 
 @op(
+    tags=("pointwise",),
+    inplace=True,
     meta=_modulo_meta("fmod", tensor_first=True),
     reference=_fmod_ref,
     backward=_fmod_backward,
@@ -201,6 +209,8 @@ def fmod(input: Tensor, other: Tensor | Number) -> Tensor:
 
 
 @op(
+    tags=("pointwise",),
+    inplace=True,
     meta=_modulo_meta("remainder", tensor_first=False),
     reference=_remainder_ref,
     backward=_remainder_backward,
@@ -224,10 +234,12 @@ def _floor_divide_backward(grad):
 
 
 @op(
+    tags=("pointwise",),
+    inplace=True,
     meta=lambda input, other: _div_meta(input, other, "floor"),
     reference=lambda spec, a, b: _div_ref(spec, _rounded(a, spec), _rounded(b, spec), "floor"),
     backward=_floor_divide_backward,
-    methods=("floor_divide",),
+    methods=("floor_divide", "__floordiv__"),
 )
 def floor_divide(input: Tensor | Number, other: Tensor | Number) -> Tensor:
     """``floor(input / other)`` elementwise, as Python's ``//`` (like ``div(..., rounding_mode='floor')``;
@@ -238,7 +250,6 @@ def _rfloordiv(self, other):
     return floor_divide(other, self)
 
 
-Tensor.__floordiv__ = floor_divide  # PyTorch's ``//`` is floor_divide (not differentiable)
 Tensor.__rfloordiv__ = _rfloordiv
 
 
@@ -262,6 +273,8 @@ def _logical(name: str, np_fn, doc: str):
         return base(input, other)  # (shape, bool, device, the common dtype operands are cast to)
 
     @op(
+        tags=("pointwise",),
+        inplace=True,
         meta=meta,
         reference=lambda spec, a, b: np_fn(_truth(a, spec), _truth(b, spec)),
         name=name,
@@ -310,6 +323,8 @@ def _shift_ref(left: bool):
 
 
 @op(
+    tags=("pointwise",),
+    inplace=True,
     meta=_shift_meta("bitwise_left_shift", "lshift_cpu"),
     reference=_shift_ref(True),
     methods=("bitwise_left_shift", "__lshift__"),
@@ -319,6 +334,8 @@ def bitwise_left_shift(input: Tensor | Number, other: Tensor | Number) -> Tensor
 
 
 @op(
+    tags=("pointwise",),
+    inplace=True,
     meta=_shift_meta("bitwise_right_shift", "rshift_cpu"),
     reference=_shift_ref(False),
     methods=("bitwise_right_shift", "__rshift__"),

@@ -140,6 +140,8 @@ def _clamp_node_name(args) -> str:
 
 
 @op(
+    tags=("pointwise",),
+    inplace=True,
     meta=_clamp_meta,
     reference=_clamp_ref,
     backward=_clamp_backward,
@@ -181,6 +183,8 @@ def _clamp_max_backward(grad, input, max, needs_input_grad):
 
 
 @op(
+    tags=("pointwise",),
+    inplace=True,
     meta=_one_sided_meta("clamp_min", "min"),
     reference=lambda spec, a, low: _clamp_ref(spec, a, low, None),
     backward=_clamp_min_backward,
@@ -192,6 +196,8 @@ def clamp_min(input: Tensor, min: Tensor | Number) -> Tensor:
 
 
 @op(
+    tags=("pointwise",),
+    inplace=True,
     meta=_one_sided_meta("clamp_max", "max"),
     reference=lambda spec, a, high: _clamp_ref(spec, a, None, high),
     backward=_clamp_max_backward,

@@ -178,7 +178,7 @@ def add(input: Tensor, other: Tensor | Number, *, alpha: Number = 1) -> Tensor:
     reference=_sub_ref,
     backward=lambda grad, alpha: (grad, -grad if alpha == 1 else grad * -alpha),
     autocast="promote",
-    methods=("sub", "__sub__"),
+    methods=("sub", "__sub__", "subtract"),
     grad_fn_name=lambda args: "SubBackward0" if isinstance(args[0], Tensor) else "RsubBackward1",
 )
 def sub(input: Tensor, other: Tensor | Number, *, alpha: Number = 1) -> Tensor:
@@ -217,7 +217,7 @@ def _mul_backward(grad, input, other, needs_input_grad):
     reference=_mul_ref,
     backward=_mul_backward,
     autocast="promote",
-    methods=("mul", "__mul__", "__rmul__"),
+    methods=("mul", "__mul__", "__rmul__", "multiply"),
 )
 def mul(input: Tensor, other: Tensor | Number) -> Tensor:
     """``input * other``, broadcasting (``torch.mul``)."""
@@ -276,14 +276,13 @@ def _div_backward(grad, input, other, rounding_mode, needs_input_grad):
     reference=_div_ref,
     backward=_div_backward,
     autocast="promote",
-    methods=("div", "__truediv__"),
+    methods=("div", "__truediv__", "divide", "true_divide"),
 )
 def div(input: Tensor, other: Tensor | Number, *, rounding_mode: str | None = None) -> Tensor:
     """``input / other`` (true division; ``rounding_mode`` ``'trunc'`` or ``'floor'`` rounds), broadcasting."""
 
 
 divide = true_divide = div
-Tensor.divide = Tensor.true_divide = div
 
 
 def _rdiv(self, other):

@@ -15,12 +15,12 @@ The rest is composed of ops as PyTorch composes it on the CPU (so the autograd n
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 import numpy as np
 
 from kiln import _dtype as dt
 from kiln._dispatch import op
+from kiln._spec import NormLayout
 from kiln._ops._meta import wrap_dim
 from kiln._ops.elementwise import _compute_np
 from kiln._ops.reduction import mean as _mean
@@ -41,46 +41,34 @@ _EPS = {
 # ---------------------------------------------------------------------------------------- normalization
 
 
-class _Layout(NamedTuple):
-    """How one normalization sees its input: statistics over ``red`` of the input viewed as
-    ``stats_shape``; affine parameters viewed as ``param_view`` (broadcast against the input), their
-    gradients summed over the input dims ``param_red``; ``kind``: "batch", "layer" or "group"."""
-
-    stats_shape: tuple
-    red: tuple
-    param_view: tuple
-    param_red: tuple
-    kind: str = "batch"
-
-
-def _channel_layout(shape: tuple) -> _Layout:
+def _channel_layout(shape: tuple) -> NormLayout:
     nd = len(shape)
     red = (0,) + tuple(range(2, nd))
     c = shape[1] if nd > 1 else 0
-    return _Layout(shape, red, (c,) + (1,) * (nd - 2), red, "batch")
+    return NormLayout(shape, red, (c,) + (1,) * (nd - 2), red, "batch")
 
 
-def _layer_layout(shape: tuple, normalized_shape: tuple) -> _Layout:
+def _layer_layout(shape: tuple, normalized_shape: tuple) -> NormLayout:
     nd, k = len(shape), len(normalized_shape)
     red = tuple(range(nd - k, nd))
-    return _Layout(shape, red, (1,) * (nd - k) + tuple(normalized_shape), tuple(range(nd - k)), "layer")
+    return NormLayout(shape, red, (1,) * (nd - k) + tuple(normalized_shape), tuple(range(nd - k)), "layer")
 
 
-def _group_layout(shape: tuple, groups: int) -> _Layout:
+def _group_layout(shape: tuple, groups: int) -> NormLayout:
     nd = len(shape)
     per_group = shape[1] // groups * _numel(shape[2:])
     red = (0,) + tuple(range(2, nd))
-    return _Layout((shape[0], groups, per_group), (2,), (shape[1],) + (1,) * (nd - 2), red, "group")
+    return NormLayout((shape[0], groups, per_group), (2,), (shape[1],) + (1,) * (nd - 2), red, "group")
 
 
-def _param_shape(shape: tuple, lay: _Layout) -> tuple:
+def _param_shape(shape: tuple, lay: NormLayout) -> tuple:
     """The shape of the affine parameters' gradients: the input dims that are not summed over."""
     return tuple(n for i, n in enumerate(shape) if i not in lay.param_red)
 
 
 def _norm_np(spec, x, weight, bias, mean, var, eps):
     """The shared normalization kernel: batch statistics (``mean is None``) or the given ones."""
-    lay: _Layout = spec[3]
+    lay: NormLayout = spec[3]
     compute = _compute_np(spec[1])
     if x.size == 0:
         return np.empty(spec[0], compute)
@@ -101,7 +89,7 @@ def _norm_np(spec, x, weight, bias, mean, var, eps):
     return y
 
 
-def _norm_grads(grad, input, weight, mean, var, eps, lay: _Layout, output_mask):
+def _norm_grads(grad, input, weight, mean, var, eps, lay: NormLayout, output_mask):
     """The shared normalization's gradients composed of kiln ops: (input, weight, bias), the parameters'
     in :func:`_param_shape` (None where ``output_mask`` is False, or without a weight). What
     ``_native_norm_backward`` computes; its double backward differentiates this."""
@@ -241,13 +229,13 @@ def _native_norm_backward(
     output_mask: tuple,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Gradients of batch, layer and group norm (one op for the three, told apart by ``layout``, a
-    ``_Layout``): (input, weight, bias) for output gradient ``grad``. Statistics of the input
+    ``NormLayout``): (input, weight, bias) for output gradient ``grad``. Statistics of the input
     (``mean``/``var`` None) or the given ones (batch norm in eval mode); the parameters' gradients have
     the shape of the dims not summed over. An output whose ``output_mask`` entry is False (and the weight's
     without a ``weight``) is an empty ``(0,)`` tensor. Half precision is computed and returned in float32."""
 
 
-def _norm_backward(grad, input, weight, bias, mean, var, eps, lay: _Layout, needs_input_grad):
+def _norm_backward(grad, input, weight, bias, mean, var, eps, lay: NormLayout, needs_input_grad):
     """The backward formula of the three norm ops: :func:`_native_norm_backward` for the gradients asked for,
     the parameters' reshaped to the parameters' own shapes."""
     mask = (

@@ -84,6 +84,8 @@ def _lerp_backward(grad, input, end, weight, needs_input_grad):
 
 
 @op(
+    tags=("pointwise",),
+    inplace=True,
     meta=_lerp_meta,
     reference=_lerp_ref,
     backward=_lerp_backward,
@@ -144,6 +146,8 @@ def _addcdiv_ref(spec, a, t1, t2, value=1):
 
 
 @op(
+    tags=("pointwise",),
+    inplace=True,
     meta=_addc_meta("addcmul"),
     reference=_addcmul_ref,
     backward=lambda grad, tensor1, tensor2, value, needs_input_grad: (
@@ -159,6 +163,8 @@ def addcmul(input: Tensor, tensor1: Tensor, tensor2: Tensor, *, value: Number = 
 
 
 @op(
+    tags=("pointwise",),
+    inplace=True,
     meta=_addc_meta("addcdiv"),
     reference=_addcdiv_ref,
     backward=lambda grad, tensor1, tensor2, value, needs_input_grad: (

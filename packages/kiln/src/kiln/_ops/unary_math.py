@@ -219,7 +219,14 @@ def _logit_backward(grad, input, eps):
 _LOGIT_BASE = unary_meta("logit")
 
 
-@op(meta=_logit_meta, reference=_logit_ref, backward=_logit_backward, methods=("logit",))
+@op(
+    tags=("pointwise",),
+    inplace=True,
+    meta=_logit_meta,
+    reference=_logit_ref,
+    backward=_logit_backward,
+    methods=("logit",),
+)
 def logit(input: Tensor, eps: float | None = None) -> Tensor:
     """``log(input / (1 - input))`` elementwise; with ``eps``, ``input`` is first clamped to ``[eps, 1 - eps]``."""
 
@@ -239,6 +246,8 @@ def _square_ref(spec, a):
 
 
 @op(
+    tags=("pointwise",),
+    inplace=True,
     meta=_square_meta,
     reference=_square_ref,
     backward=lambda grad, input: grad * 2 * input,
@@ -284,14 +293,16 @@ def _rounding_ref(np_fn):
     return ref
 
 
-def _rounding(name: str, np_fn, doc: str):
+def _rounding(name: str, np_fn, doc: str, aliases: tuple[str, ...] = ()):
     @op(
+        tags=("pointwise",),
+        inplace=True,
         meta=_rounding_meta(name),
         reference=_rounding_ref(np_fn),
         backward=lambda grad: _zeros_like(grad),
         name=name,
         doc=doc,
-        methods=(name,),
+        methods=(name, *aliases),
     )
     def rounding(input: Tensor) -> Tensor:
         pass
@@ -301,9 +312,8 @@ def _rounding(name: str, np_fn, doc: str):
 
 floor = _rounding("floor", np.floor, "The largest integer not greater than each element.")
 ceil = _rounding("ceil", np.ceil, "The smallest integer not less than each element.")
-trunc = _rounding("trunc", np.trunc, "Each element rounded toward zero (its integer part).")
+trunc = _rounding("trunc", np.trunc, "Each element rounded toward zero (its integer part).", aliases=("fix",))
 fix = trunc
-Tensor.fix = trunc
 
 
 def _round_meta(input, decimals=0):
@@ -330,6 +340,8 @@ def _round_ref(spec, a, decimals=0):
 
 
 @op(
+    tags=("pointwise",),
+    inplace=True,
     meta=_round_meta,
     reference=_round_ref,
     backward=lambda grad: _zeros_like(grad),
@@ -353,7 +365,14 @@ def _frac_ref(spec, a):
     return x - np.trunc(x)
 
 
-@op(meta=_frac_meta, reference=_frac_ref, backward=lambda grad: grad, methods=("frac",))
+@op(
+    tags=("pointwise",),
+    inplace=True,
+    meta=_frac_meta,
+    reference=_frac_ref,
+    backward=lambda grad: grad,
+    methods=("frac",),
+)
 def frac(input: Tensor) -> Tensor:
     """The fractional part ``input - trunc(input)`` of each element (sign kept)."""
 
@@ -379,7 +398,9 @@ def _classify(name: str, fn, non_float: bool, doc: str):
             return fn(a)
         return np.full(a.shape, non_float)
 
-    @op(meta=unary_meta(name, bool_result=True), reference=ref, name=name, doc=doc, methods=(name,))
+    @op(
+        tags=("pointwise",), meta=unary_meta(name, bool_result=True), reference=ref, name=name, doc=doc, methods=(name,)
+    )
     def classify(input: Tensor) -> Tensor:
         pass
 
@@ -416,6 +437,8 @@ def _nan_to_num_ref(spec, a, nan=0.0, posinf=None, neginf=None):
 
 
 @op(
+    tags=("pointwise",),
+    inplace=True,
     meta=_nan_to_num_meta,
     reference=_nan_to_num_ref,
     backward=lambda grad, input: grad * isfinite(input),

@@ -20,12 +20,12 @@ import numpy as np
 
 from kiln import _dtype as dt
 from kiln._dispatch import op
-from kiln._spec import NormLayout
 from kiln._ops._meta import wrap_dim
 from kiln._ops.elementwise import _compute_np
 from kiln._ops.reduction import mean as _mean
 from kiln._ops.reduction import sum as _sum
 from kiln._ops.softmax import _HALF, _check_tensor, _require_float, _shape_list, _upcast, _vjp_of_composite
+from kiln._spec import NormLayout
 from kiln._tensor import Tensor, _numel
 
 __all__ = ["batch_norm", "layer_norm", "group_norm", "instance_norm", "rms_norm", "normalize", "local_response_norm"]

@@ -339,9 +339,22 @@ class Tensor:
 
     def detach(self) -> Tensor:
         """A new tensor sharing storage with this one, outside the autograd graph."""
+        return Tensor._make_subclass(Tensor, self)
+
+    @staticmethod
+    def _make_subclass(cls: type, data: Tensor, require_grad: bool = False) -> Tensor:
+        """A ``cls`` instance sharing ``data``'s storage, geometry and version counter, outside the autograd
+        graph, with ``requires_grad=require_grad`` (PyTorch's ``Tensor._make_subclass``, which
+        ``nn.Parameter`` uses)."""
+        if not isinstance(data, Tensor):
+            raise TypeError(f"_make_subclass(): argument 'data' (position 2) must be Tensor, not {type(data).__name__}")
         # shares storage and the version counter, but is no autograd view: writes to it are not tracked
-        out = _make(self._storage, self._shape, self._stride, self._offset, self._dtype, self._device, self._vc)
-        out._np = self._np
+        out = _make(
+            data._storage, data._shape, data._stride, data._offset, data._dtype, data._device, data._vc, cls=cls
+        )
+        out._np = data._np
+        if require_grad:
+            out.requires_grad_(True)
         return out
 
     def detach_(self) -> Tensor:

@@ -11,8 +11,7 @@ import warnings
 
 import numpy as np
 
-from kiln._ops.creation import rand, randn
-from kiln._tensor import Tensor
+from kiln import Tensor, rand, randn
 from kiln.autograd.grad_mode import no_grad
 
 __all__ = [
@@ -124,7 +123,7 @@ def zeros_(tensor: Tensor) -> Tensor:
 
 
 def _host(array: np.ndarray, like: Tensor) -> Tensor:
-    from kiln._ops.creation import tensor as make
+    from kiln import tensor as make
 
     return make(array, dtype=like.dtype, device=like.device)
 

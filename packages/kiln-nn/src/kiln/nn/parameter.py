@@ -7,7 +7,7 @@ return plain tensors, as in PyTorch.
 
 from __future__ import annotations
 
-from kiln._tensor import Tensor, _make
+from kiln import Tensor
 
 __all__ = ["Parameter", "Buffer", "UninitializedParameter", "is_lazy"]
 
@@ -19,11 +19,7 @@ def _wrap(cls, data, requires_grad: bool):
         data = empty(0)
     if not isinstance(data, Tensor):
         raise TypeError(f"Parameter data must be a kiln.Tensor, got {type(data).__name__}")
-    out = _make(data._storage, data._shape, data._stride, data._offset, data._dtype, data._device, data._vc, cls=cls)
-    out._np = data._np
-    if requires_grad:
-        out.requires_grad_(True)
-    return out
+    return Tensor._make_subclass(cls, data, requires_grad)
 
 
 def _rebuild_parameter(data, requires_grad):
@@ -96,7 +92,6 @@ class Buffer(Tensor):
         return out
 
     def _unwrap(self) -> Tensor:
-        out = _make(self._storage, self._shape, self._stride, self._offset, self._dtype, self._device, self._vc)
-        out._np = self._np
+        out = Tensor._make_subclass(Tensor, self)
         out._requires_grad = self._requires_grad
         return out

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from kiln import _dtype as dt
-from kiln._ops.creation import tensor, zeros_like
+import kiln
+from kiln import tensor, zeros_like
 from kiln.autograd.grad_mode import enable_grad
 
 
@@ -45,7 +45,7 @@ def checked_defaults(checked, **defaults) -> dict:
 
 def scalar_dtype():
     """The dtype of ``step`` counters: float64 when that is the default dtype, else float32 (as PyTorch)."""
-    return dt.float64 if dt.get_default_dtype() is dt.float64 else dt.float32
+    return kiln.float64 if kiln.get_default_dtype() is kiln.float64 else kiln.float32
 
 
 def step_counter(value: float = 0.0):

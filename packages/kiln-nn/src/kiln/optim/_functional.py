@@ -15,8 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from kiln._ops.reduction import maximum
-from kiln._tensor import Tensor
+from kiln import Tensor, maximum
 
 __all__ = ["register_fused_update", "update"]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kiln._ops.creation import full_like
+from kiln import full_like
 from kiln.optim import _functional
 from kiln.optim._common import checked_defaults, group_tensors, run_closure, step_counter
 from kiln.optim.optimizer import Optimizer, _use_grad

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from kiln._ops.shape import cat
+from kiln import cat
 from kiln.autograd.grad_mode import enable_grad
 from kiln.optim.optimizer import Optimizer, _use_grad
 

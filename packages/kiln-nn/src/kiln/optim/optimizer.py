@@ -14,7 +14,7 @@ from collections.abc import Callable
 from copy import deepcopy
 from typing import Any
 
-from kiln._tensor import Tensor
+from kiln import Tensor
 from kiln.autograd.grad_mode import set_grad_enabled
 from kiln.nn.modules._hooks import RemovableHandle, add_hook, hook_args_kwargs
 from kiln.nn.modules._utils import _zero_grad

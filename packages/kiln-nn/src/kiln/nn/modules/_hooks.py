@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import warnings
 
-from kiln._tensor import Tensor
+from kiln import Tensor
 from kiln.autograd.function import Function
 
 __all__ = ["RemovableHandle", "BackwardHook", "add_hook", "hook_args_kwargs"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import collections.abc
 from itertools import repeat
 
-from kiln._ops.creation import empty
+from kiln import empty
 from kiln.nn.parameter import Parameter
 
 __all__ = [

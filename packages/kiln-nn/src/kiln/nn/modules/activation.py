@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import warnings
 
-from kiln._ops.creation import empty
-from kiln._tensor import Tensor
+from kiln import Tensor, empty
 from kiln.nn import functional as F
 from kiln.nn import init
 from kiln.nn.modules.module import Module

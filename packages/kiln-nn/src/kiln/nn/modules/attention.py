@@ -5,8 +5,7 @@ from __future__ import annotations
 import math
 
 import kiln
-from kiln._ops.creation import empty, zeros
-from kiln._tensor import Tensor
+from kiln import Tensor, empty, zeros
 from kiln.nn import functional as F
 from kiln.nn.init import constant_, xavier_normal_, xavier_uniform_
 from kiln.nn.modules.linear import Linear

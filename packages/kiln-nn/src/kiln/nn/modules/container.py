@@ -8,7 +8,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from itertools import chain, islice
 from typing import Any
 
-from kiln._tensor import Tensor
+from kiln import Tensor
 from kiln.nn.modules.module import Module, _addindent
 from kiln.nn.parameter import Parameter
 

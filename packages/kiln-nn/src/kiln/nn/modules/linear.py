@@ -5,8 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from kiln._ops.creation import empty
-from kiln._tensor import Tensor
+from kiln import Tensor, empty
 from kiln.nn import functional as F
 from kiln.nn import init
 from kiln.nn.modules._lazy import _LazyModuleMixin

@@ -7,7 +7,7 @@ module across devices and appear in ``state_dict`` when given.
 from __future__ import annotations
 
 import kiln
-from kiln._tensor import Tensor
+from kiln import Tensor
 from kiln.nn import functional as F
 from kiln.nn.modules._utils import _legacy_reduction
 from kiln.nn.modules.module import Module

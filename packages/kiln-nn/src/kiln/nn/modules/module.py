@@ -13,9 +13,9 @@ from collections import OrderedDict, namedtuple
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from kiln import _dtype as dt
-from kiln._device import device as Device
-from kiln._tensor import Tensor
+import kiln
+from kiln import Tensor
+from kiln import device as Device
 from kiln.autograd.grad_mode import no_grad
 from kiln.nn.modules._hooks import BackwardHook, RemovableHandle, add_hook, hook_args_kwargs
 from kiln.nn.modules._utils import _zero_grad
@@ -68,7 +68,7 @@ def _parse_to(*args, **kwargs):
     if kwargs:
         raise TypeError(f"to() got an unexpected keyword argument '{next(iter(kwargs))}'")
     for a in args:
-        if isinstance(a, dt.dtype):
+        if isinstance(a, kiln.dtype):
             dtype = a
         elif isinstance(a, Tensor):
             device, dtype = a.device, a.dtype

@@ -6,8 +6,7 @@ import numbers
 import warnings
 
 import kiln
-from kiln._ops.creation import ones, zeros
-from kiln._tensor import Tensor
+from kiln import Tensor, ones, zeros
 from kiln.nn import functional as F
 from kiln.nn import init
 from kiln.nn.modules._utils import _check_input_dims, _optional_parameter

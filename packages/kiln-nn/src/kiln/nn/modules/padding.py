@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kiln._tensor import Tensor
+from kiln import Tensor
 from kiln.nn import functional as F
 from kiln.nn.modules._utils import _check_input_dims, _ntuple
 from kiln.nn.modules.module import Module

@@ -5,8 +5,7 @@ from __future__ import annotations
 import math
 
 import kiln
-from kiln._ops.creation import zeros
-from kiln._tensor import Tensor
+from kiln import Tensor, zeros
 from kiln.nn import functional as F
 from kiln.nn.modules._utils import _pair, _single
 from kiln.nn.modules.module import Module

@@ -14,8 +14,7 @@ import numbers
 import warnings
 
 import kiln
-from kiln._ops.creation import empty, zeros
-from kiln._tensor import Tensor
+from kiln import Tensor, empty, zeros
 from kiln.nn import functional as F
 from kiln.nn import init
 from kiln.nn.modules.module import Module

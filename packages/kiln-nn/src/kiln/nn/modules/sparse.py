@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from kiln._ops.creation import empty
-from kiln._tensor import Tensor
+from kiln import Tensor, empty
 from kiln.autograd.grad_mode import no_grad
 from kiln.nn import functional as F
 from kiln.nn import init

@@ -7,8 +7,7 @@ import warnings
 from collections.abc import Callable
 
 import kiln
-from kiln._ops.creation import full
-from kiln._tensor import Tensor
+from kiln import Tensor, full
 from kiln.nn import functional as F
 from kiln.nn.init import xavier_uniform_
 from kiln.nn.modules.activation import GELU, ReLU

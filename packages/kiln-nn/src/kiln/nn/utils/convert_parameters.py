@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from kiln._tensor import Tensor
+from kiln import Tensor
 
 __all__ = ["parameters_to_vector", "vector_to_parameters"]
 

@@ -9,7 +9,7 @@ in the buffers ``parametrizations.<name>.0._u`` / ``_v``), with torch's defaults
 from __future__ import annotations
 
 import kiln
-from kiln._tensor import Tensor
+from kiln import Tensor
 from kiln.nn import functional as F
 from kiln.nn.modules.module import Module
 from kiln.nn.utils import parametrize

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from contextlib import contextmanager, suppress
 from copy import deepcopy
 
-from kiln._tensor import Tensor
+from kiln import Tensor
 from kiln.nn.modules.container import ModuleDict, ModuleList
 from kiln.nn.modules.module import Module
 from kiln.nn.parameter import Parameter

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from kiln._tensor import Tensor
+from kiln import Tensor
 
 __all__ = [
     "PackedSequence",

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import kiln
-from kiln._tensor import Tensor
+from kiln import Tensor
 from kiln.nn import functional as F
 from kiln.nn.modules.module import Module
 from kiln.nn.parameter import Parameter, UninitializedParameter

@@ -95,10 +95,12 @@ def test_set_and_get_num_threads(monkeypatch):
     assert kiln_cpu.get_num_threads() == 3
     x = make((300, 1000), kiln.float32)
     assert_same(x * x, reference(lambda t: t * t, x))
-    with pytest.raises(ValueError, match="positive"):
-        kiln_cpu.set_num_threads(0)
-    with pytest.raises(TypeError):
-        kiln_cpu.set_num_threads(2.0)
+    # the same RuntimeError and message as torch.set_num_threads (and kiln.set_num_threads)
+    for bad, message in ((0, "a positive integer"), (-1, "a positive integer"), (2.0, "an int, but got float")):
+        for lib in (kiln_cpu, kiln):
+            with pytest.raises(RuntimeError, match=f"^set_num_threads expects {message}$"):
+                lib.set_num_threads(bad)
+    assert kiln_cpu.get_num_threads() == 3  # a rejected count changes nothing
 
 
 def test_work_is_split_over_the_threads(monkeypatch):
@@ -257,17 +259,30 @@ def test_a_forked_child_gets_a_pool_of_its_own(monkeypatch):
 
 @pytest.mark.parametrize(
     ("env", "expected"),
-    [({"OMP_NUM_THREADS": "1"}, 1), ({"NUMBA_NUM_THREADS": "5", "OMP_NUM_THREADS": "2"}, 5), ({}, None)],
+    [
+        ({"OMP_NUM_THREADS": "1"}, 1),
+        ({"NUMBA_NUM_THREADS": "5"}, 5),
+        ({"NUMBA_NUM_THREADS": "5", "OMP_NUM_THREADS": "2"}, 2),  # OMP_NUM_THREADS first, as PyTorch
+        ({"MKL_NUM_THREADS": "3", "OMP_NUM_THREADS": "2"}, 3),  # MKL_NUM_THREADS over it, as PyTorch
+        ({"OMP_NUM_THREADS": "0", "NUMBA_NUM_THREADS": "4"}, 4),  # not a positive count: skipped
+        ({}, None),
+    ],
 )
 def test_thread_default_honours_the_environment(env, expected):
-    base = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "NUMBA_NUM_THREADS")}
-    code = "import os, kiln_cpu\nprint(kiln_cpu.get_num_threads(), len(os.sched_getaffinity(0)))"
+    names = ("MKL_NUM_THREADS", "OMP_NUM_THREADS", "NUMBA_NUM_THREADS")
+    base = {k: v for k, v in os.environ.items() if k not in names}
+    code = (
+        "import os, kiln, kiln_cpu\n"
+        "from kiln._threads import default_num_threads\n"
+        "print(kiln_cpu.get_num_threads(), kiln.get_num_threads(), default_num_threads(),"
+        " len(os.sched_getaffinity(0)))"
+    )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env={**base, **env}, timeout=120
     )
     assert done.returncode == 0, done.stderr
-    ours, cpus = map(int, done.stdout.split())
-    assert ours == (expected or cpus)
+    ours, through_core, rule, cpus = map(int, done.stdout.split())
+    assert ours == through_core == rule == (expected or cpus)  # one rule, the core's
 
 
 def test_kernels_agree_across_thread_counts(monkeypatch):

@@ -227,6 +227,30 @@ def test_fused_update_hook_point():
         optim._functional._FUSED.clear()
 
 
+def test_plugin_fused_updates_are_found_through_the_public_plugin_api(monkeypatch):
+    import kiln.plugins
+
+    seen = []
+
+    def fused_sgd(params, grads, bufs, **hyper):
+        seen.append(len(params))
+        return False  # declined: the loop runs
+
+    asked = []
+
+    def fused_update(name, device_type):
+        asked.append((name, device_type))
+        return fused_sgd
+
+    monkeypatch.setattr(kiln.plugins, "fused_update", fused_update)
+    kp, _ = make_params()
+    opt = optim.SGD(kp, lr=0.5)
+    kp[0].grad = kiln.ones(3, 4)
+    opt.step()
+    assert asked == [("sgd", "cpu")] and seen == [1]
+    assert np.allclose(to_np(kp[0]), to_np(make_params()[0][0]) - 0.5)
+
+
 @pytest.mark.parametrize("line_search_fn", [None, "strong_wolfe"])
 def test_lbfgs_matches_torch(line_search_fn):
     rng = np.random.default_rng(3)

@@ -58,3 +58,20 @@ def test_a_non_callable_update_is_a_plugin_error():
         assert _plugins.fused_update("toy", "toydev") is None
     finally:
         _plugins.unregister_plugin("fused-broken")
+
+
+def test_the_public_plugin_api_finds_the_fused_update():
+    import kiln.plugins
+
+    def toy_update(params, grads, **hyper):
+        return None
+
+    assert "fused_update" in kiln.plugins.__all__
+    assert kiln.plugins.fused_update("toy", "toydev") is None
+    kiln.plugins.register_plugin(_plugin(toy_update), name="fused-public")
+    try:
+        assert kiln.plugins.fused_update("toy", "toydev") is toy_update
+        assert kiln.plugins.fused_update("toy", "cpu") is None
+    finally:
+        kiln.plugins.unregister_plugin("fused-public")
+    assert kiln.plugins.fused_update("toy", "toydev") is None

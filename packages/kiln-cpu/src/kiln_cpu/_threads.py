@@ -1,9 +1,10 @@
 """How many threads kiln-cpu's kernels use, and the pool that runs them.
 
-The default honours ``NUMBA_NUM_THREADS``, then ``OMP_NUM_THREADS`` (as PyTorch does), then the CPUs
-this process may run on; :func:`set_num_threads` overrides it for the whole process (every calling
-thread). Kernels are serial Numba loops that release the GIL, so :func:`parallel` splits their work
-into ranges that a team of worker threads and the calling thread take in turn. Between jobs a worker
+The default is the core's one rule (``kiln._threads.default_num_threads``: ``MKL_NUM_THREADS``, else
+``OMP_NUM_THREADS`` as PyTorch, then ``NUMBA_NUM_THREADS``, then the CPUs this process may run on);
+:func:`set_num_threads` overrides it for the whole process (every calling thread). Kernels are serial
+Numba loops that release the GIL, so :func:`parallel` splits their work into ranges that a team of
+worker threads and the calling thread take in turn. Between jobs a worker
 spins for a while without the GIL (:mod:`kiln_cpu._jit_spin`) before it sleeps, so a job posted soon
 after the last one starts within microseconds instead of a thread wake-up (40 us or more on a virtual
 machine): a no-op job on two threads took 95 us on a thread pool, 12 us on the team. Importing this
@@ -17,36 +18,22 @@ import os
 import threading
 from collections.abc import Callable
 
+# the core owns the rule; to be imported from ``kiln.backend`` once that public module re-exports them
+from kiln._threads import check_num_threads, default_num_threads
+
 _requested: int | None = None
 
 
-def _env_int(name: str) -> int | None:
-    raw = os.environ.get(name, "").strip()
-    if raw.isdigit() and int(raw) > 0:
-        return int(raw)
-    return None
-
-
-def _available_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0)) or 1
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
 def set_num_threads(n: int) -> None:
-    """Use ``n`` threads in kiln-cpu's kernels (``torch.set_num_threads``)."""
+    """Use ``n`` threads in kiln-cpu's kernels (``torch.set_num_threads``: a bad count raises its
+    ``RuntimeError``, through the core's check)."""
     global _requested
-    if isinstance(n, bool) or not isinstance(n, int):
-        raise TypeError(f"set_num_threads expects an int, got {type(n).__name__}")
-    if n < 1:
-        raise ValueError("Number of threads must be positive")
-    _requested = n
+    _requested = check_num_threads(n)
 
 
 def get_num_threads() -> int:
     """The number of threads kiln-cpu's kernels use (``torch.get_num_threads``)."""
-    return _requested or _env_int("NUMBA_NUM_THREADS") or _env_int("OMP_NUM_THREADS") or _available_cpus()
+    return _requested or default_num_threads()
 
 
 _SPIN = 12000

@@ -14,10 +14,21 @@ import os
 _requested: int | None = None
 
 
-def _default() -> int:
-    """What PyTorch users expect by default: ``OMP_NUM_THREADS`` (or ``NUMBA_NUM_THREADS``), else every
-    CPU this process may run on."""
-    for name in ("OMP_NUM_THREADS", "NUMBA_NUM_THREADS"):
+_ENV_ORDER = ("MKL_NUM_THREADS", "OMP_NUM_THREADS", "NUMBA_NUM_THREADS")
+"""The environment variables :func:`default_num_threads` reads, first match wins. PyTorch's intra-op
+default (ATen's ``intraop_default_num_threads``) takes ``MKL_NUM_THREADS``, else ``OMP_NUM_THREADS``;
+PyTorch has no Numba, so ``NUMBA_NUM_THREADS`` (what Numba's own pool reads) comes last."""
+
+
+def default_num_threads() -> int:
+    """The intra-op thread count a process starts with: the one rule for the core and every backend.
+
+    As PyTorch: ``MKL_NUM_THREADS``, else ``OMP_NUM_THREADS``, then (kiln's addition) ``NUMBA_NUM_THREADS``,
+    the first that holds a positive integer (a value that is not, such as ``0`` or ``abc``, is skipped,
+    as PyTorch ignores it); else every CPU this process may run on. Read at each call, so a backend's
+    ``get_num_threads`` reports the environment it runs in until :func:`set_num_threads` is called.
+    """
+    for name in _ENV_ORDER:
         raw = os.environ.get(name, "").strip()
         if raw.isdigit() and int(raw) > 0:
             return int(raw)
@@ -27,13 +38,19 @@ def _default() -> int:
         return os.cpu_count() or 1
 
 
-def set_num_threads(int: int) -> None:
-    """Use ``int`` threads for intra-op parallelism on the CPU (every backend that has a thread pool)."""
-    n = int
+def check_num_threads(n: object) -> int:
+    """``n`` if it is a valid thread count, else the ``RuntimeError`` (type and message) that
+    ``torch.set_num_threads`` raises: every backend's ``set_num_threads`` validates through this."""
     if isinstance(n, bool) or not isinstance(n, builtins.int):
         raise RuntimeError(f"set_num_threads expects an int, but got {type(n).__name__}")
     if n <= 0:
         raise RuntimeError("set_num_threads expects a positive integer")
+    return n
+
+
+def set_num_threads(int: int) -> None:
+    """Use ``int`` threads for intra-op parallelism on the CPU (every backend that has a thread pool)."""
+    n = check_num_threads(int)
     global _requested
     _requested = n
     from kiln._plugins import threading_controls
@@ -48,7 +65,7 @@ def get_num_threads() -> int:
 
     for _, getter in threading_controls().values():
         return getter()
-    return _requested if _requested is not None else _default()
+    return _requested if _requested is not None else default_num_threads()
 
 
 def _apply_requested(setter) -> None:

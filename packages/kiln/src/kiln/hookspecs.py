@@ -25,17 +25,32 @@ def kiln_register_kernels(register):
 
 @hookspec
 def kiln_register_modes(register):
-    """Register dispatch modes (autocast, tracing, profiling): ``register(name, mode_class)``."""
+    """Register dispatch modes (autocast, tracing, profiling): ``register(name, mode_class)``.
+
+    .. note::
+       Provisional: nothing in kiln reads this registry yet. Its first reader is kiln-amp's autocast, and the
+       signature of ``register`` (and of what it registers) may change when kiln-amp lands.
+    """
 
 
 @hookspec
 def kiln_register_collectives(register):
-    """Register process-group backends (gloo, mpi, nccl, ...): ``register(name, factory)``."""
+    """Register process-group backends (gloo, mpi, nccl, ...): ``register(name, factory)``.
+
+    .. note::
+       Provisional: nothing in kiln reads this registry yet. Its first reader is kiln-distributed's process groups, and the
+       signature of ``register`` (and of what it registers) may change when kiln-distributed lands.
+    """
 
 
 @hookspec
 def kiln_register_compilers(register):
-    """Register compile and export targets: ``register(name, compiler)``."""
+    """Register compile and export targets: ``register(name, compiler)``.
+
+    .. note::
+       Provisional: nothing in kiln reads this registry yet. Its first reader is kiln-compile's ``compile`` and ``export``, and the
+       signature of ``register`` (and of what it registers) may change when kiln-compile lands.
+    """
 
 
 @hookspec

@@ -13,6 +13,7 @@ from kiln._plugins import (
     devices,
     extensions,
     fallback_counts,
+    fused_update,
     kernel_owner,
     op_coverage,
     plugins,
@@ -36,6 +37,7 @@ __all__ = [
     "devices",
     "extensions",
     "fallback_counts",
+    "fused_update",
     "hookimpl",  # noqa: F822 - provided lazily by __getattr__
     "hookspec",  # noqa: F822
     "kernel_owner",

@@ -35,9 +35,9 @@ def _fused(name: str, device_type: str) -> Callable | None:
     key = (name, device_type)
     if key in _FUSED:
         return _FUSED[key]
-    from kiln import _plugins
+    import kiln.plugins
 
-    return _plugins.fused_update(name, device_type)
+    return kiln.plugins.fused_update(name, device_type)
 
 
 def update(name: str, params: list[Tensor], *lists, **hyper) -> None:

@@ -64,11 +64,11 @@ def _check_every_kernel_call(config: pytest.Config) -> None:
     broadcast inputs) then fails with the dispatcher's message naming the kernel's plugin. The variable
     is for subprocesses the tests start; this process may have imported kiln already, so it is also
     switched on directly. :func:`pytest_unconfigure` puts both back."""
-    from kiln import _dispatch
+    import kiln.backend as kb
 
-    config.stash[_SAVED_CHECKS] = (os.environ.get("KILN_CHECK_KERNELS"), _dispatch.kernel_outputs_checked_always())
+    config.stash[_SAVED_CHECKS] = (os.environ.get("KILN_CHECK_KERNELS"), kb.kernel_outputs_checked_always())
     os.environ["KILN_CHECK_KERNELS"] = "1"
-    _dispatch.check_kernel_outputs(True)
+    kb.check_kernel_outputs(True)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -80,9 +80,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         os.environ.pop("KILN_CHECK_KERNELS", None)
     else:
         os.environ["KILN_CHECK_KERNELS"] = env
-    from kiln import _dispatch
+    import kiln.backend as kb
 
-    _dispatch.check_kernel_outputs(always)
+    kb.check_kernel_outputs(always)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -182,8 +182,8 @@ def plan(config: pytest.Config) -> Plan:
 
 def _make_plan(name: str) -> Plan:
     import kiln
-    from kiln import _plugins
-    from kiln._dispatch import OPS
+    import kiln.backend as kb
+    import kiln.plugins as _plugins
     from kiln_testing._runner import kernel_source
     from kiln_testing._specs import spec_for
 
@@ -193,7 +193,10 @@ def _make_plan(name: str) -> Plan:
         raise pytest.UsageError(f"--kiln-device={name}: {exc}") from None
     devices = _plugins.devices()
     if dev.type not in devices:
-        msg = _plugins._missing_device_message(dev.type)
+        try:
+            _plugins.device_type(dev.type)
+        except RuntimeError as exc:  # the core's message: which plugin may provide it, which failed to load
+            msg = str(exc)
         raise pytest.UsageError(f"--kiln-device={name}: {msg} Registered device types: {', '.join(sorted(devices))}.")
     contract = devices[dev.type]
     if not contract.is_available() or contract.device_count() < 1:
@@ -203,7 +206,7 @@ def _make_plan(name: str) -> Plan:
     info = next((p for p in _plugins.plugins() if p.name == contract.plugin), None)
     dtypes = tuple(d for d in _all_dtypes() if d in contract.dtypes)
     ops = {}
-    for op_name, opdef in OPS.items():
+    for op_name, opdef in kb.ops().items():
         ops[op_name] = OpInfo(
             name=op_name,
             spec=spec_for(opdef),
@@ -214,7 +217,7 @@ def _make_plan(name: str) -> Plan:
 
 
 def _all_dtypes() -> tuple:
-    from kiln._dtype import ALL_DTYPES
+    from kiln.backend import ALL_DTYPES
 
     return ALL_DTYPES
 
@@ -297,7 +300,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     missing = p.missing_ops()
     if missing:
         tr.write_line(f"ops without a kernel on '{p.device.type}' ({len(missing)}): {', '.join(missing)}")
-    from kiln import _plugins
+    import kiln.plugins as _plugins
 
     used = {op: n for (op, dev), n in _plugins.fallback_counts().items() if dev == p.device.type}
     if used:

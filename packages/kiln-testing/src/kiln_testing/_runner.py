@@ -17,9 +17,8 @@ from collections.abc import Iterator
 import numpy as np
 
 import kiln
-from kiln import _plugins
-from kiln._dispatch import OPS, DispatchMode
-from kiln._reference import wrap_reference
+import kiln.plugins as _plugins
+from kiln.backend import DispatchMode, ops, reference_kernel
 from kiln.testing import assert_close
 from kiln_testing._specs import DEVICE, Case, Ctx, OpSpec, T, resolve
 
@@ -48,7 +47,7 @@ class ReferenceMode(DispatchMode):
         if kernel is None:
             if op.reference is None:
                 return redispatch(op, args)
-            kernel = self._kernels[op.name] = wrap_reference(op)
+            kernel = self._kernels[op.name] = reference_kernel(op)
         return kernel(op.meta(*args), *args)
 
 
@@ -355,5 +354,5 @@ def run_backward(opdef, spec: OpSpec, dtype, device, device_dtypes: tuple) -> li
 
 def op_names() -> list[str]:
     """Every op in the registry, in definition order."""
-    _plugins.load()
-    return list(OPS)
+    _plugins.plugins()  # loads every plugin, so ops they define are registered too
+    return list(ops())

@@ -1,6 +1,6 @@
 """How to call each op: the argument-spec table the conformance suite generates its inputs from.
 
-Every op in ``kiln._dispatch.OPS`` is called through its public function (``opdef.public``) with the
+Every op in the registry (``kiln.backend.ops()``) is called through its public function (``opdef.public``) with the
 :class:`Case` objects its spec produces for one dtype: random, transposed, strided (a non-zero storage
 offset included), broadcast (expanded, stride 0), 0-d and empty inputs, Python scalars, a 0-d CPU
 operand, mixed dtypes, IEEE specials. A tensor argument is a :class:`T`: its values as a host array

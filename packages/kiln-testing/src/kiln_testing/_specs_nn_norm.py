@@ -11,7 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 import kiln
-from kiln._ops.normalization import _channel_layout, _group_layout, _layer_layout
+from kiln.backend import batch_norm_layout as _channel_layout
+from kiln.backend import group_norm_layout as _group_layout
+from kiln.backend import layer_norm_layout as _layer_layout
 from kiln_testing._specs import Case, Ctx, OpSpec, T, explicit
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from kiln._plugins import (
     DeviceType,
     PluginInfo,
+    device_type,
     devices,
     extensions,
     fallback_counts,
@@ -34,6 +35,7 @@ def __getattr__(name: str):
 __all__ = [
     "DeviceType",
     "PluginInfo",
+    "device_type",
     "devices",
     "extensions",
     "fallback_counts",

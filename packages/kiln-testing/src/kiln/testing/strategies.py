@@ -19,11 +19,9 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import kiln
-from kiln import _dtype
+from kiln.backend import ALL_DTYPES
 
 __all__ = ["shapes", "broadcastable_shapes", "dtypes", "strided_tensors", "host_values"]
-
-ALL_DTYPES = _dtype.ALL_DTYPES  # the core's one list, in promotion order
 
 
 def shapes(min_dims: int = 0, max_dims: int = 3, min_side: int = 0, max_side: int = 4) -> st.SearchStrategy:

@@ -15,7 +15,7 @@ import pytest
 import kiln
 import kiln_testing
 from kiln import plugins
-from kiln._dispatch import OPS
+from kiln.backend import op as op_record
 from kiln.testing import assert_close, gradcheck
 from kiln_testing._runner import FALLBACK_WARNING, ReferenceMode, _build, cpu_fallback, is_missing_error
 from kiln_testing._specs import Ctx
@@ -399,7 +399,7 @@ def _value_case(plan, op_name: str, dtype):
         args, kwargs, _ = _build(case, cpu)
         try:
             with ReferenceMode():
-                expected = OPS[op_name].public(*args, **kwargs)
+                expected = op_record(op_name).public(*args, **kwargs)
         except Exception:  # noqa: BLE001 - an error case: try the next
             continue
         return case, expected
@@ -420,7 +420,7 @@ def test_missing_ops_raise(plan, dev):
             case, _ = found
             args, kwargs, _ = _build(case, dev)
             try:
-                OPS[op_name].public(*args, **kwargs)
+                op_record(op_name).public(*args, **kwargs)
             except NotImplementedError as exc:
                 msg = str(exc)
                 for part in (f"'{op_name}'", dev.type, f"'{who}'", "KILN_CPU_FALLBACK=1"):
@@ -448,7 +448,7 @@ def test_cpu_fallback_serves_missing_ops(plan, dev):
             args, kwargs, _ = _build(case, dev)
             before = plugins.fallback_counts().get((op_name, dev.type), 0)
             try:
-                out = OPS[op_name].public(*args, **kwargs)
+                out = op_record(op_name).public(*args, **kwargs)
                 for o in out if isinstance(out, tuple) else (out,):
                     assert o.device == dev, f"result on {o.device}"
                 assert_close(
@@ -478,9 +478,9 @@ def test_unsupported_dtype_errors(plan, dev):
                 case, _ = found
                 args, kwargs, _ = _build(case, dev)
                 try:
-                    OPS[op.name].public(*args, **kwargs)
+                    op_record(op.name).public(*args, **kwargs)
                 except NotImplementedError as exc:
-                    if not is_missing_error(exc, OPS[op.name]):
+                    if not is_missing_error(exc, op_record(op.name)):
                         continue  # a kernel's own error: the op tests judge it
                     checked += 1
                     msg = str(exc)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 import kiln_testing
-from kiln._dispatch import OPS
+from kiln.backend import op as op_record
 from kiln_testing._runner import run_backward, run_forward
 
 pytestmark = pytest.mark.kiln_conformance
@@ -63,7 +63,7 @@ def test_forward(forward_cell, kiln_conformance_plan, kiln_cell):
         record("no spec")
         pytest.skip(f"kiln-testing has no argument spec for op '{op}' (add one to kiln_testing/_specs.py)")
     plan = kiln_conformance_plan
-    outcomes = run_forward(OPS[op], info.spec, dtype, plan.device, plan.dtypes)
+    outcomes = run_forward(op_record(op), info.spec, dtype, plan.device, plan.dtypes)
     record(_report(op, dtype, outcomes, "forward", record))
 
 
@@ -75,5 +75,5 @@ def test_backward(backward_cell, kiln_conformance_plan, kiln_cell):
         record("no spec")
         pytest.skip(f"kiln-testing has no argument spec for op '{op}' (add one to kiln_testing/_specs.py)")
     plan = kiln_conformance_plan
-    outcomes = run_backward(OPS[op], info.spec, dtype, plan.device, plan.dtypes)
+    outcomes = run_backward(op_record(op), info.spec, dtype, plan.device, plan.dtypes)
     record(_report(op, dtype, outcomes, "backward", record))

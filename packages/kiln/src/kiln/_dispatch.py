@@ -36,6 +36,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kiln._device import out_of_memory
+from kiln._spec import Spec
 from kiln._state import state
 from kiln._tensor import Tensor
 
@@ -439,6 +440,7 @@ def kernel_outputs_checked_always() -> bool:
 def _check_output(opdef: OpDef, spec, out, dev_type: str, dtype) -> None:
     """Raise ``RuntimeError`` naming the op, the device type and the kernel's provider unless ``out``
     matches ``spec``."""
+    _check_spec(opdef, spec)
     if opdef.num_outputs == 1:
         problems = _output_problems(spec, out, "")
     elif not isinstance(out, tuple) or len(out) != opdef.num_outputs:
@@ -459,9 +461,17 @@ def _check_output(opdef: OpDef, spec, out, dev_type: str, dtype) -> None:
         )
 
 
+def _check_spec(opdef: OpDef, spec) -> None:
+    """A meta function returns a :class:`~kiln.backend.Spec` (a tuple of them for several outputs): kernels
+    read its fields by name. Checked with the first kernel call, so a core bug cannot reach a plugin."""
+    specs = (spec,) if opdef.num_outputs == 1 else spec
+    if not isinstance(specs, tuple) or not all(isinstance(s, Spec) for s in specs):
+        raise TypeError(f"the meta function of op '{opdef.name}' returned {spec!r}, not a kiln.backend.Spec")
+
+
 def _output_problems(spec, out, where: str) -> list[str]:
-    """What is wrong with one output ``out`` given its spec ``(shape, dtype, device, ...)``."""
-    shape, dtype, device = tuple(spec[0]), spec[1], spec[2]
+    """What is wrong with one output ``out`` given its :class:`~kiln.backend.Spec`."""
+    shape, dtype, device = tuple(spec.shape), spec.dtype, spec.device
     if not isinstance(out, Tensor):
         return [f"{where}returned {_describe(out)}, expected a kiln.Tensor of shape {shape}, dtype {dtype} on {device}"]
     problems = []

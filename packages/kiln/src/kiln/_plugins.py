@@ -555,7 +555,7 @@ def _select(opdef, dev_type: str, entries: list) -> Callable:
     single = opdef.num_outputs == 1
 
     def by_dtype_kernel(spec, *args):
-        d = spec[1] if single else spec[0][1]
+        d = spec.dtype if single else spec[0].dtype
         k = by_dtype.get(d, catch_all)
         if k is None:
             k = by_dtype[d] = _unregistered_kernel(opdef, dev_type, d)
@@ -797,11 +797,11 @@ def _cpu_fallback(opdef, dev_type: str) -> Callable:
                 stacklevel=4,
             )
         if opdef.num_outputs == 1:
-            target = spec[2]
-            cpu_spec = (spec[0], spec[1], CPU, *spec[3:])
+            target = spec.device
+            cpu_spec = spec.replace(device=CPU)
         else:
-            target = spec[0][2]
-            cpu_spec = tuple((s[0], s[1], CPU, *s[3:]) for s in spec)
+            target = spec[0].device
+            cpu_spec = tuple(s.replace(device=CPU) for s in spec)
         cpu_args = tuple(to_cpu(a) for a in args)
         out = cpu_kernel(cpu_spec, *cpu_args)
         # in-place ops write through to their device-resident first argument

@@ -85,7 +85,7 @@ def wrap_reference(opdef) -> Callable:
     else:
 
         def wrap(arrays, spec):
-            return tuple(from_array(a, s[1]) for a, s in zip(arrays, spec))
+            return tuple(from_array(a, s.dtype) for a, s in zip(arrays, spec))
 
     if positions == (0, 1):  # binary ops, the hot path: no argument list to build
 
@@ -94,7 +94,7 @@ def wrap_reference(opdef) -> Callable:
             b = b._numpy() if isinstance(b, Tensor) else b
             token = _quiet_enter()
             try:
-                return wrap(fn(spec, a, b, *rest), spec if wrap is not from_array else spec[1])
+                return wrap(fn(spec, a, b, *rest), spec if wrap is not from_array else spec.dtype)
             finally:
                 _quiet_exit(token)
 
@@ -107,7 +107,7 @@ def wrap_reference(opdef) -> Callable:
                     args[i] = _to_numpy_arg(args[i])
             token = _quiet_enter()
             try:
-                return wrap(fn(spec, *args), spec if wrap is not from_array else spec[1])
+                return wrap(fn(spec, *args), spec if wrap is not from_array else spec.dtype)
             finally:
                 _quiet_exit(token)
 

@@ -96,14 +96,15 @@ ComputeSpec = _family(
 ReductionSpec = _family(
     "ReductionSpec",
     "A reduction or a statistic over some dims (sum, mean, amax, var, logsumexp, norm...).",
-    dims="The reduced dims of the input, normalised: sorted, non-negative and unique (all dims for "
-    "``dim=None``), or None for the ops that reduce a flattened input (``argmax(dim=None)``).",
+    dims="The reduced dims of the input, normalised: sorted, non-negative and unique (all dims for ``dim=None``).",
 )
 
 DimSpec = _family(
     "DimSpec",
-    "An op along one dim: scans (cumsum), stack, softmax, sort, gather/scatter and index ops.",
-    dim="The dim the op works along, normalised to be non-negative.",
+    "An op along one dim: scans (cumsum), stack, softmax, sort, gather/scatter and index ops, and the "
+    "reductions over one dim that also return indices (max/min/median with ``dim``, argmax, argmin).",
+    dim="The dim the op works along, normalised to be non-negative; None where the op works on the "
+    "flattened input (``argmax(dim=None)``, ``unique(dim=None)``).",
 )
 
 IndexSpec = _family(

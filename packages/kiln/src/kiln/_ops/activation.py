@@ -23,6 +23,7 @@ from kiln._ops.elementwise import _arg, _compute_np, exp, sigmoid, tanh, where
 from kiln._ops.elementwise import abs as _abs
 from kiln._ops.math_args import _FLOAT_MAX
 from kiln._ops.special import erf, erf_np
+from kiln._spec import Spec
 from kiln._tensor import Tensor
 
 __all__ = [
@@ -85,7 +86,7 @@ def _float_meta(kernel: str, fname: str, check=None):
             raise NotImplementedError(f"\"{kernel}\" not implemented for '{scalar_type_name(d)}'")
         if check is not None:
             check(input, *params)
-        return (input._shape, d, input._device)
+        return Spec((input._shape, d, input._device))
 
     return meta
 
@@ -94,7 +95,7 @@ def _ref(np_fn):
     """A reference kernel ``np_fn(x, *params)`` computed in float32 for half types."""
 
     def ref(spec, a, *params):
-        x = _arg(a, _compute_np(spec[1]))
+        x = _arg(a, _compute_np(spec.dtype))
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
             return np_fn(x, *params)
 
@@ -320,11 +321,11 @@ def _hardtanh_meta(input, min_val=-1.0, max_val=1.0):
         raise RuntimeError("Bool inputs not supported for hardtanh")
     if min_val > max_val:
         raise ValueError("min_val cannot be greater than max_val")
-    return (input._shape, input._dtype, input._device)
+    return Spec((input._shape, input._dtype, input._device))
 
 
 def _hardtanh_ref(spec, a, min_val=-1.0, max_val=1.0):
-    d = spec[1]
+    d = spec.dtype
     x = _arg(a, _compute_np(d))
     lo = np.asarray(_scalar_for(d, min_val)).astype(x.dtype)
     hi = np.asarray(_scalar_for(d, max_val)).astype(x.dtype)
@@ -492,11 +493,11 @@ def _threshold_meta(input, threshold, value):
     _need_tensor(input, "threshold")
     if input._dtype is dt.bool:
         raise NotImplementedError("\"threshold_cpu\" not implemented for 'Bool'")
-    return (input._shape, input._dtype, input._device)
+    return Spec((input._shape, input._dtype, input._device))
 
 
 def _threshold_ref(spec, a, threshold, value):
-    d = spec[1]
+    d = spec.dtype
     x = _arg(a, _compute_np(d))
     th = np.asarray(_scalar_for(d, threshold)).astype(x.dtype)
     val = np.asarray(_scalar_for(d, value)).astype(x.dtype)
@@ -547,7 +548,7 @@ def _prelu_meta(input, weight):
         )
     if not d.is_floating_point:
         raise NotImplementedError(f"\"prelu_cpu\" not implemented for '{scalar_type_name(d)}'")
-    return (input._shape, d, common_device("prelu", input, weight))
+    return Spec((input._shape, d, common_device("prelu", input, weight)))
 
 
 def _channel_shape(ndim: int, n: int) -> tuple:
@@ -558,7 +559,7 @@ def _channel_shape(ndim: int, n: int) -> tuple:
 
 
 def _prelu_ref(spec, a, w):
-    compute = _compute_np(spec[1])
+    compute = _compute_np(spec.dtype)
     x = _arg(a, compute)
     w = _arg(w, compute).reshape(_channel_shape(x.ndim, w.size))
     return np.where(x > 0, x, x * w)
@@ -605,11 +606,11 @@ def _rrelu_meta(input, noise, lower, upper, training):
     if training:
         _need_tensor(noise, "rrelu_with_noise", "noise", 2)
         broadcast_pair(input._shape, noise._shape)
-    return (input._shape, d, input._device)
+    return Spec((input._shape, d, input._device))
 
 
 def _rrelu_ref(spec, a, noise, lower, upper, training):
-    x = _arg(a, _compute_np(spec[1]))
+    x = _arg(a, _compute_np(spec.dtype))
     slope = _arg(noise, x.dtype) if training else (lower + upper) / 2.0
     return np.where(x > 0, x, x * slope)
 
@@ -660,11 +661,11 @@ def _glu_meta(input, dim=-1):
     if not input._dtype.is_floating_point:
         raise NotImplementedError(f"\"glu_cpu\" not implemented for '{scalar_type_name(input._dtype)}'")
     shape = input._shape[:d] + (n // 2,) + input._shape[d + 1 :]
-    return (shape, input._dtype, input._device)
+    return Spec((shape, input._dtype, input._device))
 
 
 def _glu_ref(spec, a, dim=-1):
-    x = _arg(a, _compute_np(spec[1]))
+    x = _arg(a, _compute_np(spec.dtype))
     d = dim % x.ndim
     h = x.shape[d] // 2
     first = np.take(x, np.arange(h), axis=d)

@@ -86,8 +86,8 @@ arctan2 = atan2
 
 def _hypot_meta(input, other):
     spec = _HYPOT_BASE(input, other)
-    if not spec[1].is_floating_point:
-        raise _not_implemented("hypot_cpu", spec[1])
+    if not spec.dtype.is_floating_point:
+        raise _not_implemented("hypot_cpu", spec.dtype)
     return spec
 
 
@@ -147,7 +147,7 @@ def _modulo_meta(name: str, tensor_first: bool):
         if tensor_first:
             _need_tensor(input, "input", 1, name)
         spec = base(input, other)
-        if spec[1] is dt.bool:
+        if spec.dtype is dt.bool:
             raise _not_implemented(f"{name}_cpu", dt.bool)
         return spec
 
@@ -155,12 +155,12 @@ def _modulo_meta(name: str, tensor_first: bool):
 
 
 def _check_int_divisor(spec, b) -> None:
-    if 0 not in spec[0] and np.any(np.asarray(b) == 0):
+    if 0 not in spec.shape and np.any(np.asarray(b) == 0):
         raise RuntimeError("ZeroDivisionError")
 
 
 def _fmod_ref(spec, a, b):
-    compute = _compute_np(spec[1])
+    compute = _compute_np(spec.dtype)
     a, b = _operand(a, spec), _operand(b, spec)
     if compute.kind in "iu":
         _check_int_divisor(spec, b)
@@ -168,7 +168,7 @@ def _fmod_ref(spec, a, b):
 
 
 def _remainder_ref(spec, a, b):
-    compute = _compute_np(spec[1])
+    compute = _compute_np(spec.dtype)
     a, b = _operand(a, spec), _operand(b, spec)
     if compute.kind in "iu":
         _check_int_divisor(spec, b)
@@ -257,11 +257,11 @@ Tensor.__rfloordiv__ = _rfloordiv
 
 
 def _truth(x, spec) -> np.ndarray:
-    """Nonzero elements of an operand cast to the common dtype (``spec[3]``), as PyTorch casts them."""
+    """Nonzero elements of an operand cast to the common dtype (``spec.compute_dtype``), as PyTorch casts them."""
     x = np.asarray(x)
     if x.dtype == bool:
         return x
-    return _as_float(np.asarray(_operand(x, (spec[0], spec[3])))) != 0
+    return _as_float(np.asarray(_operand(x, (spec.shape, spec.compute_dtype)))) != 0
 
 
 def _logical(name: str, np_fn, doc: str):
@@ -300,8 +300,8 @@ def _shift_meta(name: str, kernel: str):
 
     def meta(input, other):
         spec = base(input, other)
-        if spec[1].is_floating_point or spec[1] is dt.bool:
-            raise _not_implemented(kernel, spec[1])
+        if spec.dtype.is_floating_point or spec.dtype is dt.bool:
+            raise _not_implemented(kernel, spec.dtype)
         return spec
 
     return meta
@@ -309,7 +309,7 @@ def _shift_meta(name: str, kernel: str):
 
 def _shift_ref(left: bool):
     def ref(spec, a, b):
-        compute = _compute_np(spec[1])
+        compute = _compute_np(spec.dtype)
         a, b = np.asarray(_arg(a, compute)), np.asarray(_arg(b, compute))
         bits = compute.itemsize * 8
         ok = (b >= 0) & (b < bits)  # PyTorch defines out-of-range shifts instead of leaving them undefined

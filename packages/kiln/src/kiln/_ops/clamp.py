@@ -21,6 +21,7 @@ from kiln._ops.math_args import (
     _not_implemented,
     _operand,
 )
+from kiln._spec import Spec
 from kiln._tensor import Tensor
 
 __all__ = ["clamp", "clip", "clamp_min", "clamp_max"]
@@ -94,7 +95,7 @@ def _clamp_meta(input, min=None, max=None):
             for v in (min, max):
                 if v is not None:
                     _check_scalar_fits(v, dtype)
-        return (input._shape, dtype, input._device)
+        return Spec((input._shape, dtype, input._device))
     if min is None and max is None:
         _need_tensor(input, "input", 1, "clamp")
         raise RuntimeError("kiln.clamp: At least one of 'min' or 'max' must not be None")

@@ -16,6 +16,7 @@ from kiln._ops._meta import broadcast_pair, scalar_type_name
 from kiln._ops.elementwise import _compute_np
 from kiln._ops.loss_reduction import _kiln, _not_differentiable, _reduce, _reduction
 from kiln._ops.softmax import _log_softmax
+from kiln._spec import Spec
 from kiln._tensor import Tensor, _numel
 
 __all__ = ["binary_cross_entropy", "binary_cross_entropy_with_logits", "cross_entropy", "nll_loss"]
@@ -74,7 +75,7 @@ def _nll_meta(input, target, weight=None, ignore_index=-100, reduction="mean"):
         )
     _not_differentiable("nll_loss_forward", "weight", weight)
     shape = (() if nd == 1 else target._shape) if reduction == "none" else ()
-    return (shape, input._dtype, input._device)
+    return Spec((shape, input._dtype, input._device))
 
 
 def _nll_rows(x: np.ndarray, t: np.ndarray):
@@ -97,13 +98,13 @@ def _nll_pick(t: np.ndarray, n_classes: int, weight, ignore_index, compute):
 
 
 def _nll_ref(spec, input, target, weight=None, ignore_index=-100, reduction="mean"):
-    compute = _compute_np(spec[1])
+    compute = _compute_np(spec.dtype)
     x, t = _nll_rows(input.astype(compute, copy=False), target)
     safe, w = _nll_pick(t, x.shape[1], weight, ignore_index, compute)
     picked = x[np.arange(x.shape[0]), safe] if x.shape[0] else np.zeros(0, compute)
     loss = np.where(w != 0, -w * picked, np.zeros((), compute))
     if reduction == "none":
-        return loss.reshape(spec[0])
+        return loss.reshape(spec.shape)
     total = loss.sum(dtype=compute)
     if reduction == "sum":
         return np.asarray(total, compute)
@@ -133,12 +134,12 @@ def _nll_bwd_meta(grad, input, target, weight=None, ignore_index=-100, reduction
             f"Expected a tensor of dimension {len(out_shape)} and tensor.size[0] == {list(out_shape)} "
             f"but got: dimension {len(grad._shape)} and tensor.size[0] == {list(grad._shape)}"
         )
-    return (input._shape, grad._dtype, grad._device)
+    return Spec((input._shape, grad._dtype, grad._device))
 
 
 def _nll_bwd_ref(spec, grad, input, target, weight=None, ignore_index=-100, reduction="mean"):
-    compute = _compute_np(spec[1])
-    shape = spec[0]
+    compute = _compute_np(spec.dtype)
+    shape = spec.shape
     n_classes = shape[0] if len(shape) == 1 else shape[1]
     t = target.reshape(1) if len(shape) == 1 else target.reshape(-1)
     safe, w = _nll_pick(t, n_classes, weight, ignore_index, compute)
@@ -273,11 +274,11 @@ def _bce_meta(input, target, weight=None, reduction="mean"):
     if weight is not None:
         broadcast_pair(weight._shape, input._shape)
     _not_differentiable("binary_cross_entropy", "weight", weight)
-    return (input._shape if reduction == "none" else (), input._dtype, input._device)
+    return Spec((input._shape if reduction == "none" else (), input._dtype, input._device))
 
 
 def _bce_ref(spec, input, target, weight=None, reduction="mean"):
-    compute = _compute_np(spec[1])
+    compute = _compute_np(spec.dtype)
     x = input.astype(compute, copy=False)
     y = target.astype(compute, copy=False)
     if ((x < 0) | (x > 1) | np.isnan(x)).any():
@@ -362,7 +363,7 @@ def _bcel_meta(input, target, weight=None, pos_weight=None, reduction="mean"):
     _not_differentiable("binary_cross_entropy_with_logits", "weight", weight)
     _not_differentiable("binary_cross_entropy_with_logits", "pos_weight", pos_weight)
     dtype = dt.promote_types(input._dtype, target._dtype)
-    return (shape if reduction == "none" else (), dtype, input._device)
+    return Spec((shape if reduction == "none" else (), dtype, input._device))
 
 
 def _softplus_neg_np(x: np.ndarray) -> np.ndarray:
@@ -371,7 +372,7 @@ def _softplus_neg_np(x: np.ndarray) -> np.ndarray:
 
 
 def _bcel_ref(spec, input, target, weight=None, pos_weight=None, reduction="mean"):
-    compute = _compute_np(spec[1])
+    compute = _compute_np(spec.dtype)
     x = input.astype(compute, copy=False)
     y = target.astype(compute, copy=False)
     sp = _softplus_neg_np(x)

@@ -19,6 +19,7 @@ from kiln._device import device as Device
 from kiln._dispatch import call_kernel, op
 from kiln._ops._meta import astype, broadcast_pair, check_inplace, is_scalar
 from kiln._ops.views import make_view
+from kiln._spec import Spec
 from kiln._state import state
 from kiln._tensor import Tensor, _make, contiguous_strides, from_array, storage_span
 
@@ -53,7 +54,7 @@ def _host_copy(a, np_dtype) -> np.ndarray:
 
 
 def _to_copy_meta(input, dtype, device):
-    return (input._shape, dtype, device)
+    return Spec((input._shape, dtype, device))
 
 
 def _to_copy_kernel(spec, input, dtype, device):
@@ -159,7 +160,7 @@ def _copy_meta(self, src, non_blocking=False):
     shape = broadcast_pair(self._shape, src._shape)
     if shape != self._shape:
         raise RuntimeError(f"output with shape {list(self._shape)} doesn't match the broadcast shape {list(shape)}")
-    return (self._shape, self._dtype, self._device)
+    return Spec((self._shape, self._dtype, self._device))
 
 
 def _copy_kernel(spec, self, src, non_blocking=False):

@@ -21,6 +21,7 @@ from kiln._dispatch import op
 from kiln._ops._meta import is_scalar, result_type, scalar_type_name
 from kiln._ops.copy import from_host, resolve_device
 from kiln._ops.views import _INT64_END, _varargs_shape, check_storage_size
+from kiln._spec import Spec
 from kiln._tensor import Tensor, _make, contiguous_strides, from_array, storage_span
 
 __all__ = [
@@ -96,7 +97,7 @@ def _empty_meta(size, dtype, device):
     for s in size:
         if s < 0:
             raise RuntimeError(f"Trying to create tensor with negative dimension {s}: {list(size)}")
-    return (size, dtype, device)
+    return Spec((size, dtype, device))
 
 
 def _empty_kernel(spec, size, dtype, device):

@@ -11,6 +11,7 @@ from kiln._dispatch import op
 from kiln._ops._meta import scalar_type_name
 from kiln._ops.elementwise import _compute_np
 from kiln._ops.loss_reduction import _kiln, _reduce, _reduction
+from kiln._spec import Spec
 from kiln._tensor import Tensor
 
 __all__ = ["ctc_loss"]
@@ -58,7 +59,7 @@ def _ctc_check(log_probs, targets, input_lengths, target_lengths, blank):
 
 def _ctc_meta(log_probs, targets, input_lengths, target_lengths, blank=0, zero_infinity=False):
     _, n, _ = _ctc_check(log_probs, targets, input_lengths, target_lengths, blank)
-    return ((n,), log_probs._dtype, log_probs._device)
+    return Spec(((n,), log_probs._dtype, log_probs._device))
 
 
 def _ctc_labels(targets: np.ndarray, target_lengths, blank: int) -> np.ndarray:
@@ -133,7 +134,7 @@ def _ctc_ref(spec, log_probs, targets, input_lengths, target_lengths, blank=0, z
     lp = log_probs.astype(np.float64)
     ext = _ctc_labels(targets, target_lengths, blank)
     nll, _, _ = _ctc_alpha_beta(lp, ext, input_lengths, target_lengths, blank, False)
-    return nll.astype(_compute_np(spec[1]))
+    return nll.astype(_compute_np(spec.dtype))
 
 
 def _ctc_backward(grad, log_probs, targets, input_lengths, target_lengths, blank, zero_infinity):
@@ -158,7 +159,7 @@ def _ctc_bwd_meta(grad, log_probs, targets, input_lengths, target_lengths, blank
         raise NotImplementedError(f"\"ctc_loss_backward_cpu\" not implemented for '{scalar_type_name(grad._dtype)}'")
     if grad._shape != (n,):
         raise RuntimeError(f"grad of shape {list(grad._shape)} does not match the loss shape {[n]}")
-    return (log_probs._shape, log_probs._dtype, log_probs._device)
+    return Spec((log_probs._shape, log_probs._dtype, log_probs._device))
 
 
 def _ctc_bwd_ref(spec, grad, log_probs, targets, input_lengths, target_lengths, blank=0, zero_infinity=False):
@@ -178,7 +179,7 @@ def _ctc_bwd_ref(spec, grad, log_probs, targets, input_lengths, target_lengths, 
     g = np.where(live[:, :, None], g, 0.0)
     if zero_infinity:
         g = np.where(np.isinf(nll)[None, :, None], 0.0, g)
-    return (g * grad.astype(np.float64)[None, :, None]).astype(_compute_np(spec[1]))
+    return (g * grad.astype(np.float64)[None, :, None]).astype(_compute_np(spec.dtype))
 
 
 def _ctc_bwd_backward(grad):

@@ -16,6 +16,7 @@ from kiln._ops.elementwise import _compute_np
 from kiln._ops.linalg import matmul
 from kiln._ops.products import _check_tensors, _zeros_like
 from kiln._ops.reduction import _return_type
+from kiln._spec import Spec
 from kiln._tensor import Tensor
 
 __all__ = [
@@ -82,11 +83,11 @@ def _batch_prefix(a: np.ndarray, idx: int) -> str:
 
 def _inv_meta(A):
     _square_meta("inv", A)
-    return (A._shape, A._dtype, A._device)
+    return Spec((A._shape, A._dtype, A._device))
 
 
 def _inv_ref(spec, A):
-    a = A.astype(_compute_np(spec[1]), copy=False)
+    a = A.astype(_compute_np(spec.dtype), copy=False)
     flat = _flat(a)
     for i, m in enumerate(flat):
         k = _first_zero_pivot(m) if m.size else 0
@@ -110,11 +111,11 @@ def inv(A: Tensor) -> Tensor:
 
 def _det_meta(A):
     _square_meta("det", A)
-    return (A._shape[:-2], A._dtype, A._device)
+    return Spec((A._shape[:-2], A._dtype, A._device))
 
 
 def _det_ref(spec, A):
-    a = A.astype(_compute_np(spec[1]), copy=False)
+    a = A.astype(_compute_np(spec.dtype), copy=False)
     return np.asarray(np.linalg.det(a), a.dtype)
 
 
@@ -131,12 +132,12 @@ def det(A: Tensor) -> Tensor:
 
 def _slogdet_meta(A):
     _square_meta("slogdet", A)
-    s = (A._shape[:-2], A._dtype, A._device)
+    s = Spec((A._shape[:-2], A._dtype, A._device))
     return (s, s)
 
 
 def _slogdet_ref(spec, A):
-    a = A.astype(_compute_np(spec[0][1]), copy=False)
+    a = A.astype(_compute_np(spec[0].dtype), copy=False)
     sign, logabs = np.linalg.slogdet(a)
     return np.asarray(sign, a.dtype), np.asarray(logabs, a.dtype)
 
@@ -199,11 +200,11 @@ def solve(A: Tensor, B: Tensor, *, left: bool = True) -> Tensor:
 
 def _cholesky_meta(A, upper=False):
     _square_meta("cholesky", A)
-    return (A._shape, A._dtype, A._device)
+    return Spec((A._shape, A._dtype, A._device))
 
 
 def _cholesky_ref(spec, A, upper=False):
-    a = A.astype(_compute_np(spec[1]), copy=False)
+    a = A.astype(_compute_np(spec.dtype), copy=False)
     if a.size == 0:
         return np.empty(a.shape, a.dtype)
     flat = _flat(a)
@@ -283,11 +284,11 @@ def _eigh_meta(A, UPLO="L"):
     _at_least_2d("eigh", A, square=True)
     if UPLO not in ("L", "U"):
         raise RuntimeError(f"Expected UPLO argument to be 'L' or 'U', but got {UPLO}")
-    return ((A._shape[:-1], A._dtype, A._device), (A._shape, A._dtype, A._device))
+    return (Spec((A._shape[:-1], A._dtype, A._device)), Spec((A._shape, A._dtype, A._device)))
 
 
 def _eigh_ref(spec, A, UPLO="L"):
-    a = A.astype(_compute_np(spec[0][1]), copy=False)
+    a = A.astype(_compute_np(spec[0].dtype), copy=False)
     if a.size == 0:
         return np.empty(a.shape[:-1], a.dtype), np.empty(a.shape, a.dtype)
     w, v = np.linalg.eigh(a, UPLO=UPLO)
@@ -347,18 +348,22 @@ def _svd_meta(A, full_matrices=True):
     b = A._shape[:-2]
     u = (m, m) if full_matrices else (m, k)
     vh = (n, n) if full_matrices else (k, n)
-    return ((b + u, A._dtype, A._device), (b + (k,), A._dtype, A._device), (b + vh, A._dtype, A._device))
+    return (
+        Spec((b + u, A._dtype, A._device)),
+        Spec((b + (k,), A._dtype, A._device)),
+        Spec((b + vh, A._dtype, A._device)),
+    )
 
 
 def _svd_ref(spec, A, full_matrices=True):
-    a = A.astype(_compute_np(spec[0][1]), copy=False)
+    a = A.astype(_compute_np(spec[0].dtype), copy=False)
     if a.size == 0:
-        u = np.zeros(spec[0][0], a.dtype)
-        vh = np.zeros(spec[2][0], a.dtype)
+        u = np.zeros(spec[0].shape, a.dtype)
+        vh = np.zeros(spec[2].shape, a.dtype)
         for x in (u, vh):
             if x.size:
                 x[...] = np.eye(x.shape[-1], dtype=a.dtype)
-        return u, np.empty(spec[1][0], a.dtype), vh
+        return u, np.empty(spec[1].shape, a.dtype), vh
     u, s, vh = np.linalg.svd(a, full_matrices=full_matrices)
     return u.astype(a.dtype, copy=False), s.astype(a.dtype, copy=False), vh.astype(a.dtype, copy=False)
 
@@ -438,16 +443,16 @@ def _qr_meta(A, mode="reduced"):
     b = A._shape[:-2]
     q = (0,) if mode == "r" else b + ((m, m) if mode == "complete" else (m, k))
     r = b + ((m, n) if mode == "complete" else (k, n))
-    return ((q, A._dtype, A._device), (r, A._dtype, A._device))
+    return (Spec((q, A._dtype, A._device)), Spec((r, A._dtype, A._device)))
 
 
 def _qr_ref(spec, A, mode="reduced"):
-    a = A.astype(_compute_np(spec[0][1]), copy=False)
+    a = A.astype(_compute_np(spec[0].dtype), copy=False)
     if a.size == 0:
-        q = np.zeros(spec[0][0], a.dtype)
+        q = np.zeros(spec[0].shape, a.dtype)
         if q.ndim >= 2 and q.size:
             q[...] = np.eye(q.shape[-2], q.shape[-1], dtype=a.dtype)
-        return q, np.zeros(spec[1][0], a.dtype)
+        return q, np.zeros(spec[1].shape, a.dtype)
     q, r = np.linalg.qr(a, mode="complete" if mode == "complete" else "reduced")
     if mode == "r":
         q = np.empty((0,), a.dtype)

@@ -17,6 +17,7 @@ from kiln._dispatch import op
 from kiln._ops._meta import scalar_type_name
 from kiln._ops.elementwise import _compute_np
 from kiln._ops.softmax import _check_tensor
+from kiln._spec import Spec
 from kiln._tensor import Tensor, _numel
 
 __all__ = ["dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout"]
@@ -52,12 +53,12 @@ def _fused_dropout_meta(input, uniform, p):
         raise RuntimeError("_fused_dropout: uniform must be a tensor of the input's shape")
     if uniform._dtype is not dt.float64 or not input._dtype.is_floating_point:
         raise RuntimeError("_fused_dropout: a floating input and float64 uniform draws are expected")
-    spec = (input._shape, input._dtype, input._device)
+    spec = Spec((input._shape, input._dtype, input._device))
     return spec, spec
 
 
 def _fused_dropout_ref(spec, x, u, p):
-    d = spec[0][1]
+    d = spec[0].dtype
     compute = _compute_np(d)
     # the arithmetic of the composite it replaces: keep = u < 1 - p as 0/1 in x's dtype, noise = keep /
     # (1 - p) (a Python float: computed in the compute dtype, then rounded to x's), out = x * noise

@@ -12,6 +12,7 @@ import numpy as np
 from kiln._dispatch import op
 from kiln._ops._meta import scalar_type_name
 from kiln._ops.elementwise import _compute_np
+from kiln._spec import Spec
 from kiln._tensor import Tensor
 
 __all__ = ["einsum"]
@@ -89,12 +90,12 @@ def _einsum_meta(equation, operands):
         if o._dtype is not d:
             raise RuntimeError(f"expected scalar type {scalar_type_name(d)} but found {scalar_type_name(o._dtype)}")
     _, out, sizes = _parse_einsum(equation, [o._shape for o in operands])
-    return (tuple(sizes[c] for c in out), d, operands[0]._device)
+    return Spec((tuple(sizes[c] for c in out), d, operands[0]._device))
 
 
 def _einsum_ref(spec, equation, operands):
     ins, out, _ = _parse_einsum(equation, [a.shape for a in operands])
-    compute = _compute_np(spec[1])
+    compute = _compute_np(spec.dtype)
     r = np.einsum(",".join(ins) + "->" + out, *[a.astype(compute, copy=False) for a in operands])
     return np.asarray(r, compute)
 

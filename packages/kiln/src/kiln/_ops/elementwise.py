@@ -14,6 +14,7 @@ import numpy as np
 from kiln import _dtype as dt
 from kiln._dispatch import op
 from kiln._ops._meta import astype, broadcast_pair, common_device, is_scalar, result_type, scalar_type_name
+from kiln._spec import ComputeSpec, Spec
 from kiln._tensor import Tensor
 
 Number = "int | float | bool"
@@ -83,8 +84,8 @@ def binary_meta(op_name: str, *, float_result: bool = False, bool_result: bool =
         if float_result and not dtype.is_floating_point:
             dtype = dt.get_default_dtype()
         if bool_result:
-            return (shape, dt.bool, dev, dtype)  # extra field: the compute dtype
-        return (shape, dtype, dev)
+            return ComputeSpec((shape, dt.bool, dev, dtype))  # extra field: the compute dtype
+        return Spec((shape, dtype, dev))
 
     return meta
 
@@ -93,7 +94,7 @@ def binary_reference(np_fn):
     """Reference kernel ``np_fn(a, b)`` computed in the result dtype (float32 for half types)."""
 
     def ref(spec, a, b, *extra):
-        d = spec[3] if len(spec) > 3 else spec[1]
+        d = spec.compute_dtype if len(spec) > 3 else spec.dtype
         compute = _compute_np(d)
         return np_fn(_arg(a, compute, d), _arg(b, compute, d), *extra)
 
@@ -110,7 +111,7 @@ def _alpha_check(dtype: dt.dtype, alpha) -> None:
 def _add_meta(input, other, alpha=1):
     spec = _ADD_BASE(input, other)
     if alpha != 1:
-        _alpha_check(spec[1], alpha)
+        _alpha_check(spec.dtype, alpha)
     return spec
 
 
@@ -128,7 +129,7 @@ def _sub_meta(input, other, alpha=1):
             "a mask, use the `~` or `logical_not()` operator instead."
         )
     if alpha != 1:
-        _alpha_check(spec[1], alpha)
+        _alpha_check(spec.dtype, alpha)
     return spec
 
 
@@ -141,9 +142,9 @@ _SUB_BASE = binary_meta("sub")
 
 
 def _add_ref(spec, a, b, alpha=1):
-    compute = _compute_np(spec[1])
-    a, b = _arg(a, compute, spec[1]), _arg(b, compute, spec[1])
-    if spec[1] is dt.bool:
+    compute = _compute_np(spec.dtype)
+    a, b = _arg(a, compute, spec.dtype), _arg(b, compute, spec.dtype)
+    if spec.dtype is dt.bool:
         return np.logical_or(a, np.logical_and(b, bool(alpha)))
     if alpha != 1:
         b = np.multiply(b, _arg(alpha, compute), dtype=compute)
@@ -151,8 +152,8 @@ def _add_ref(spec, a, b, alpha=1):
 
 
 def _sub_ref(spec, a, b, alpha=1):
-    compute = _compute_np(spec[1])
-    a, b = _arg(a, compute, spec[1]), _arg(b, compute, spec[1])
+    compute = _compute_np(spec.dtype)
+    a, b = _arg(a, compute, spec.dtype), _arg(b, compute, spec.dtype)
     if alpha != 1:
         b = np.multiply(b, _arg(alpha, compute), dtype=compute)
     return np.subtract(a, b, dtype=compute)
@@ -196,9 +197,9 @@ Tensor.__rsub__ = _rsub
 
 
 def _mul_ref(spec, a, b):
-    if spec[1] is dt.bool:
+    if spec.dtype is dt.bool:
         return np.logical_and(a, b)
-    compute = _compute_np(spec[1])
+    compute = _compute_np(spec.dtype)
     # no half-precision rounding of a Python scalar here: PyTorch multiplies (and divides) by it in float32
     return np.multiply(_arg(a, compute), _arg(b, compute), dtype=compute)
 
@@ -232,7 +233,7 @@ def _div_meta(input, other, rounding_mode=None):
             f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '{rounding_mode}'"
         )
     spec = _DIV_TRUE(input, other) if rounding_mode is None else _DIV_ROUND(input, other)
-    if rounding_mode is not None and spec[1] is dt.bool:
+    if rounding_mode is not None and spec.dtype is dt.bool:
         raise NotImplementedError(f"\"div_{rounding_mode}_cpu\" not implemented for 'Bool'")
     return spec
 
@@ -242,7 +243,7 @@ _DIV_ROUND = binary_meta("div")
 
 
 def _div_ref(spec, a, b, rounding_mode=None):
-    out = spec[1]
+    out = spec.dtype
     compute = _compute_np(out)
     a, b = _arg(a, compute), _arg(b, compute)  # a Python scalar stays float32, as for mul
     if rounding_mode is None:
@@ -251,7 +252,7 @@ def _div_ref(spec, a, b, rounding_mode=None):
         if rounding_mode == "floor":  # Python's floor division (divmod-based), as PyTorch
             return np.floor_divide(a, b, dtype=compute)
         return np.trunc(np.true_divide(a, b, dtype=compute))
-    if 0 not in spec[0] and np.any(np.asarray(b) == 0):
+    if 0 not in spec.shape and np.any(np.asarray(b) == 0):
         raise RuntimeError("ZeroDivisionError")
     q = np.floor_divide(a, b, dtype=compute)
     if rounding_mode == "floor":
@@ -300,9 +301,9 @@ Tensor.__rtruediv__ = _rdiv
 def _pow_meta(input, exponent):
     spec = _POW_BASE(input, exponent)
     # Only a negative *scalar* exponent is refused; a tensor of exponents computes 1/x truncated (PyTorch)
-    if not spec[1].is_floating_point and is_scalar(exponent) and exponent < 0:
+    if not spec.dtype.is_floating_point and is_scalar(exponent) and exponent < 0:
         raise RuntimeError("Integers to negative integer powers are not allowed.")
-    if spec[1] is dt.bool and not isinstance(input, Tensor):
+    if spec.dtype is dt.bool and not isinstance(input, Tensor):
         raise NotImplementedError("\"pow\" not implemented for 'Bool'")
     return spec
 
@@ -317,10 +318,10 @@ def _pow_node_name(args) -> str:
 
 
 def _pow_ref(spec, a, b):
-    if spec[1] is dt.bool:  # NumPy has no boolean power: x ** y is x or not y
+    if spec.dtype is dt.bool:  # NumPy has no boolean power: x ** y is x or not y
         return np.logical_or(_arg(a, np.dtype(bool)), np.logical_not(_arg(b, np.dtype(bool))))
-    compute = _compute_np(spec[1])
-    a, b = _arg(a, compute, spec[1]), _arg(b, compute, spec[1])
+    compute = _compute_np(spec.dtype)
+    a, b = _arg(a, compute, spec.dtype), _arg(b, compute, spec.dtype)
     if compute.kind in "iu":
         neg = np.asarray(b) < 0
         if neg.any():  # NumPy refuses; PyTorch gives the truncated 1 / a ** -b
@@ -406,8 +407,8 @@ def _bitwise_meta(name):
 
     def meta(input, other):
         spec = base(input, other)
-        if spec[1].is_floating_point:
-            raise NotImplementedError(f"\"{name}_cpu\" not implemented for '{scalar_type_name(spec[1])}'")
+        if spec.dtype.is_floating_point:
+            raise NotImplementedError(f"\"{name}_cpu\" not implemented for '{scalar_type_name(spec.dtype)}'")
         return spec
 
     return meta
@@ -470,10 +471,10 @@ def unary_meta(op_name: str, *, int_to_float: bool = True, allow_bool: bool = Tr
             cls, msg = _BOOL_ERRORS.get(op_name, (NotImplementedError, f"\"{op_name}_cpu\" not implemented for 'Bool'"))
             raise cls(msg)
         if bool_result:
-            return (input._shape, dt.bool, input._device)
+            return Spec((input._shape, dt.bool, input._device))
         if int_to_float and not d.is_floating_point:
             d = dt.get_default_dtype()
-        return (input._shape, d, input._device)
+        return Spec((input._shape, d, input._device))
 
     return meta
 
@@ -482,7 +483,7 @@ def unary_reference(np_fn):
     """Reference kernel ``np_fn(a)`` computed in the result dtype (float32 for half types)."""
 
     def ref(spec, a):
-        compute = _compute_np(spec[1])
+        compute = _compute_np(spec.dtype)
         return np_fn(_arg(a, compute))
 
     return ref
@@ -564,7 +565,7 @@ def _zeros_like(t: Tensor) -> Tensor:
 
 
 def _threshold_backward_meta(grad, output):
-    return (grad._shape, grad._dtype, grad._device)
+    return Spec((grad._shape, grad._dtype, grad._device))
 
 
 _UINT_OF_SIZE = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
@@ -626,7 +627,7 @@ def logical_not(input: Tensor) -> Tensor:
 def _invert_meta(input):
     if input._dtype.is_floating_point:
         raise NotImplementedError(f"\"bitwise_not_cpu\" not implemented for '{scalar_type_name(input._dtype)}'")
-    return (input._shape, input._dtype, input._device)
+    return Spec((input._shape, input._dtype, input._device))
 
 
 @op(
@@ -653,12 +654,12 @@ def _where_meta(condition, input, other):
     _check_operand(input, "input", "where")
     _check_operand(other, "other", "where")
     shape = broadcast_pair(condition._shape, broadcast_pair(getattr(input, "_shape", ()), getattr(other, "_shape", ())))
-    return (shape, result_type(input, other), common_device("where", condition, input, other))
+    return Spec((shape, result_type(input, other), common_device("where", condition, input, other)))
 
 
 def _where_ref(spec, cond, a, b):
-    compute = _compute_np(spec[1])
-    return np.where(cond, _arg(a, compute, spec[1]), _arg(b, compute, spec[1]))
+    compute = _compute_np(spec.dtype)
+    return np.where(cond, _arg(a, compute, spec.dtype), _arg(b, compute, spec.dtype))
 
 
 def _where_backward(grad, condition, needs_input_grad):

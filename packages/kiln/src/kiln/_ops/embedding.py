@@ -19,6 +19,7 @@ from kiln._ops._meta import scalar_type_name
 from kiln._ops.elementwise import _compute_np, where
 from kiln._ops.reduction import sum as _sum
 from kiln._ops.softmax import _check_tensor, _require_float, _shape_list
+from kiln._spec import Spec
 from kiln._tensor import Tensor, _numel
 
 __all__ = ["embedding", "embedding_bag"]
@@ -37,7 +38,7 @@ def _embedding_meta(weight, indices, padding_idx=-1, scale_grad_by_freq=False, s
             "Expected tensor for argument #1 'indices' to have one of the following scalar types: Long, Int; "
             f"but got kiln.{scalar_type_name(indices._dtype)}Tensor instead (while checking arguments for embedding)"
         )
-    return (indices._shape + (weight._shape[1],), weight._dtype, weight._device)
+    return Spec((indices._shape + (weight._shape[1],), weight._dtype, weight._device))
 
 
 def _embedding_ref(spec, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
@@ -191,13 +192,13 @@ def _embedding_bag_meta(
     _require_float(weight, "embedding_bag")
     n_bags = max(offsets._shape[0] - (1 if include_last_offset else 0), 0)
     shape = (n_bags, weight._shape[1])
-    return ((shape, weight._dtype, weight._device), (shape, dt.int64, weight._device))
+    return (Spec((shape, weight._dtype, weight._device)), Spec((shape, dt.int64, weight._device)))
 
 
 def _embedding_bag_ref(
     spec, weight, indices, offsets, mode, per_sample_weights, include_last_offset, padding_idx, scale_grad_by_freq
 ):
-    compute = _compute_np(spec[0][1])
+    compute = _compute_np(spec[0].dtype)
     n, d = weight.shape
     idx = indices.astype(np.int64, copy=False)
     if ((idx < 0) | (idx >= n)).any():

@@ -16,6 +16,7 @@ from kiln._dispatch import op
 from kiln._ops._meta import broadcast_shapes, scalar_type_name, wrap_dim
 from kiln._ops.copy import inplace_variant
 from kiln._ops.elementwise import _compute_np, where
+from kiln._spec import DimSpec
 from kiln._tensor import Tensor, _numel
 
 __all__ = ["gather", "scatter", "scatter_add", "take_along_dim", "scatter_reduce"]
@@ -76,7 +77,7 @@ def _check_gather_shapes(name, input, dim, index, src=None):
 
 def _gather_meta(input, dim, index, sparse_grad=False):
     d = _check_gather_shapes("gather", input, dim, index)
-    return (index._shape, input._dtype, input._device, d)
+    return DimSpec((index._shape, input._dtype, input._device, d))
 
 
 def _nd(a: np.ndarray) -> np.ndarray:
@@ -84,13 +85,13 @@ def _nd(a: np.ndarray) -> np.ndarray:
 
 
 def _gather_ref(spec, a, dim, index, sparse_grad=False):
-    d = spec[3]
+    d = spec.dim
     a1, i1 = _nd(a), _nd(index).astype(np.int64)
     if i1.size == 0:
-        return np.empty(spec[0], a.dtype)
+        return np.empty(spec.shape, a.dtype)
     _check_bounds(i1, a1.shape[d], d)
     a1 = a1[tuple(slice(0, s) if k != d else slice(None) for k, s in enumerate(i1.shape))]
-    return np.take_along_axis(a1, i1, axis=d).reshape(spec[0])
+    return np.take_along_axis(a1, i1, axis=d).reshape(spec.shape)
 
 
 def _gather_backward(grad, input, dim, index):
@@ -110,19 +111,19 @@ def _scatter_meta(name):
                 raise RuntimeError(f"{name.removesuffix('_add')}(): Expected self.dtype to be equal to src.dtype")
         else:
             d = _check_gather_shapes(name, input, dim, index)
-        return (input._shape, input._dtype, input._device, d)
+        return DimSpec((input._shape, input._dtype, input._device, d))
 
     return meta
 
 
 def _scatter_ref(accumulate):
     def ref(spec, a, dim, index, src=None, value=None):
-        d = spec[3]
-        compute = _compute_np(spec[1])
+        d = spec.dim
+        compute = _compute_np(spec.dtype)
         out = _nd(a).astype(compute, copy=True)
         i1 = _nd(index).astype(np.int64)
         if i1.size == 0:
-            return out.reshape(spec[0])
+            return out.reshape(spec.shape)
         _check_bounds(i1, out.shape[d], d)
         if src is None:
             src = value
@@ -136,7 +137,7 @@ def _scatter_ref(accumulate):
             np.add.at(out, tuple(pos), s)
         else:
             out[tuple(pos)] = s
-        return out.reshape(spec[0])
+        return out.reshape(spec.shape)
 
     return ref
 
@@ -223,12 +224,12 @@ def _scatter_reduce_meta(input, dim, index, src, reduce, include_self=True):
 
 
 def _scatter_reduce_ref(spec, a, dim, index, src, reduce, include_self=True):
-    d = spec[3]
-    compute = _compute_np(spec[1])
+    d = spec.dim
+    compute = _compute_np(spec.dtype)
     out = _nd(a).astype(compute, copy=True)
     i1 = _nd(index).astype(np.int64)
     if i1.size == 0:
-        return out.reshape(spec[0])
+        return out.reshape(spec.shape)
     _check_bounds(i1, out.shape[d], d)
     s = _nd(src)[tuple(slice(0, n) for n in i1.shape)].astype(compute)
     pos = list(np.indices(i1.shape, sparse=True))
@@ -252,7 +253,7 @@ def _scatter_reduce_ref(spec, a, dim, index, src, reduce, include_self=True):
     if reduce == "mean":
         n = np.maximum(hit + (1 if include_self else 0), 1).astype(compute)
         out = out / n if compute.kind == "f" else np.floor_divide(out, n.astype(compute))
-    return out.reshape(spec[0])
+    return out.reshape(spec.shape)
 
 
 def _scatter_reduce_backward(grad, input, dim, index, src, reduce, include_self, result):

@@ -8,6 +8,7 @@ from kiln import _dtype as dt
 from kiln._dispatch import op
 from kiln._ops._meta import scalar_type_name
 from kiln._ops.elementwise import _compute_np
+from kiln._spec import Spec
 from kiln._tensor import Tensor
 
 __all__ = ["bincount", "histc"]
@@ -36,12 +37,12 @@ def _bincount_meta(input, weights=None, minlength=0):
         d = dt.int64
     else:
         d = weights._dtype if weights._dtype is dt.float32 else dt.float64
-    return ((length,), d, input._device)
+    return Spec(((length,), d, input._device))
 
 
 def _bincount_ref(spec, a, weights=None, minlength=0):
     w = None if weights is None else weights.astype(np.float64)
-    return np.bincount(a.astype(np.int64), w, minlength=spec[0][0])[: spec[0][0]]
+    return np.bincount(a.astype(np.int64), w, minlength=spec.shape[0])[: spec.shape[0]]
 
 
 @op(meta=_bincount_meta, reference=_bincount_ref, methods=("bincount",))
@@ -59,11 +60,11 @@ def _histc_meta(input, bins=100, min=0, max=0):
         raise RuntimeError(f"kiln.histogram(): bins must be > 0, but got {bins} for dimension 0")
     if min > max:
         raise RuntimeError("kiln.histc: max must be larger than min")
-    return ((bins,), input._dtype, input._device)
+    return Spec(((bins,), input._dtype, input._device))
 
 
 def _histc_ref(spec, a, bins=100, min=0, max=0):
-    compute = _compute_np(spec[1])
+    compute = _compute_np(spec.dtype)
     x = a.reshape(-1).astype(compute)
     lo, hi = compute.type(min), compute.type(max)
     if lo == hi and x.size:

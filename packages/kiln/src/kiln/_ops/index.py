@@ -20,6 +20,7 @@ from kiln._ops.copy import inplace_variant
 from kiln._ops.elementwise import _compute_np, where
 from kiln._ops.gather_scatter import _INDEX_DTYPES, _check_bounds, _nd, _wrap_bounds, _zeros, scatter_add
 from kiln._ops.sort import _host_np
+from kiln._spec import DimSpec, IndexSpec, Spec
 from kiln._tensor import Tensor, _numel
 
 __all__ = [
@@ -50,11 +51,11 @@ def _index_select_meta(input, dim, index):
     if not input._shape and n != 1:
         raise RuntimeError(f"index_select(): Index to scalar can have only 1 value, got {n} value(s)")
     shape = input._shape[:d] + (n,) + input._shape[d + 1 :] if input._shape else index._shape
-    return (shape, input._dtype, input._device, d)
+    return DimSpec((shape, input._dtype, input._device, d))
 
 
 def _index_select_ref(spec, a, dim, index):
-    d = spec[3]
+    d = spec.dim
     i = index.reshape(-1).astype(np.int64)
     size = a.shape[d] if a.ndim else 1
     bad = (i < 0) | (i >= size)
@@ -63,7 +64,7 @@ def _index_select_ref(spec, a, dim, index):
             raise RuntimeError(f"INDICES element is out of DATA bounds, id={int(i[bad][0])} axis_dim={size}")
         raise IndexError("index out of range in self")
     if a.ndim == 0:
-        return np.broadcast_to(a, spec[0]).copy()
+        return np.broadcast_to(a, spec.shape).copy()
     return np.take(a, i, axis=d)
 
 
@@ -115,12 +116,12 @@ def _index_add_meta(input, dim, index, source, alpha=1):
             + scalar_type_name(source._dtype)
             + ") must have the same scalar type"
         )
-    return (input._shape, input._dtype, input._device, d)
+    return DimSpec((input._shape, input._dtype, input._device, d))
 
 
 def _index_add_ref(spec, a, dim, index, source, alpha=1):
-    d = spec[3]
-    compute = _compute_np(spec[1])
+    d = spec.dim
+    compute = _compute_np(spec.dtype)
     out = _nd(a).astype(compute, copy=True)
     i = index.reshape(-1).astype(np.int64)
     _check_bounds(i, out.shape[d], d)
@@ -130,7 +131,7 @@ def _index_add_ref(spec, a, dim, index, source, alpha=1):
     pos = [slice(None)] * out.ndim
     pos[d] = i
     np.add.at(out, tuple(pos), s)
-    return out.reshape(spec[0])
+    return out.reshape(spec.shape)
 
 
 def _index_add_backward(grad, dim, index, source_shape, alpha, needs_input_grad):
@@ -152,17 +153,17 @@ def _index_fill_meta(input, dim, index, value):
         raise IndexError("index_fill_(): Expected dtype int64 for index.")
     if len(index._shape) > 1:
         raise IndexError("Index has to be a vector/scalar")
-    return (input._shape, input._dtype, input._device, d)
+    return DimSpec((input._shape, input._dtype, input._device, d))
 
 
 def _index_fill_ref(spec, a, dim, index, value):
-    d = spec[3]
+    d = spec.dim
     out = _nd(a).copy()
     i = _wrap_bounds(index.reshape(-1).astype(np.int64), out.shape[d], d, IndexError)
     pos = [slice(None)] * out.ndim
     pos[d] = i
-    out[tuple(pos)] = np.asarray(value).astype(_compute_np(spec[1])).astype(out.dtype)
-    return out.reshape(spec[0])
+    out[tuple(pos)] = np.asarray(value).astype(_compute_np(spec.dtype)).astype(out.dtype)
+    return out.reshape(spec.shape)
 
 
 def _index_fill_backward(grad, dim, index):
@@ -219,7 +220,7 @@ def _masked_fill_meta(input, mask, value):
             "masked_fill_ only supports a 0-dimensional value tensor, but got tensor with "
             f"{len(value._shape)} dimension(s)."
         )
-    return (broadcast_shapes(input._shape, mask._shape), input._dtype, input._device)
+    return Spec((broadcast_shapes(input._shape, mask._shape), input._dtype, input._device))
 
 
 def _masked_fill_ref(spec, a, mask, value):
@@ -227,7 +228,7 @@ def _masked_fill_ref(spec, a, mask, value):
     if v.dtype.kind in "iub" and a.dtype.kind in "iu":
         v = v.astype(np.int64).astype(a.dtype)  # integers wrap (-1 -> 255 for uint8), as in PyTorch
     else:
-        v = v.astype(_compute_np(spec[1])).astype(a.dtype)
+        v = v.astype(_compute_np(spec.dtype)).astype(a.dtype)
     return np.where(mask, v, a)
 
 
@@ -244,7 +245,7 @@ def masked_fill(input: Tensor, mask: Tensor, value: Tensor | float) -> Tensor:
 def _take_meta(input, index):
     if index._dtype is not dt.int64:
         raise RuntimeError(f"take(): Expected a long tensor for index, but got {scalar_type_name(index._dtype)}")
-    return (index._shape, input._dtype, input._device)
+    return Spec((index._shape, input._dtype, input._device))
 
 
 def _take_ref(spec, a, index):
@@ -253,7 +254,7 @@ def _take_ref(spec, a, index):
     bad = (i < -n) | (i >= n)
     if bad.any():
         raise IndexError(f"out of range: tried to access index {int(i[bad].flat[0])} on a tensor of {n} elements.")
-    return a.reshape(-1)[np.where(i < 0, i + n, i)].reshape(spec[0])
+    return a.reshape(-1)[np.where(i < 0, i + n, i)].reshape(spec.shape)
 
 
 def _take_backward(grad, input, index):
@@ -296,11 +297,11 @@ def _index_copy_meta(input, dim, index, source):
             f"index_copy_(): Source/destination tensor must have same slice shapes. Destination slice shape: "
             f"{list(input._shape)} at dimension {d} and source slice shape: {list(source._shape)} at dimension {d}."
         )
-    return (input._shape, input._dtype, input._device, d)
+    return DimSpec((input._shape, input._dtype, input._device, d))
 
 
 def _index_copy_ref(spec, a, dim, index, source):
-    d = spec[3]
+    d = spec.dim
     out = _nd(a).copy()
     i = index.reshape(-1).astype(np.int64)
     size = out.shape[d]
@@ -310,7 +311,7 @@ def _index_copy_ref(spec, a, dim, index, source):
     pos = [slice(None)] * out.ndim
     pos[d] = i
     out[tuple(pos)] = source.reshape(out.shape[:d] + (i.size,) + out.shape[d + 1 :])
-    return out.reshape(spec[0])
+    return out.reshape(spec.shape)
 
 
 def _index_copy_backward(grad, dim, index, source_shape):
@@ -334,11 +335,11 @@ def _count(t: Tensor) -> int:
 
 
 def _nonzero_meta(input):
-    return ((_count(input), len(input._shape)), dt.int64, input._device)
+    return Spec(((_count(input), len(input._shape)), dt.int64, input._device))
 
 
 def _nonzero_ref(spec, a):
-    return np.argwhere(a).astype(np.int64).reshape(spec[0])
+    return np.argwhere(a).astype(np.int64).reshape(spec.shape)
 
 
 @op(meta=_nonzero_meta, reference=_nonzero_ref)
@@ -360,11 +361,11 @@ def _masked_select_meta(input, mask):
     if mask._dtype is not dt.bool:
         raise RuntimeError("masked_select: expected BoolTensor for mask")
     shape = broadcast_shapes(input._shape, mask._shape)
-    return ((_count(mask.expand(shape)),), input._dtype, input._device, shape)
+    return IndexSpec(((_count(mask.expand(shape)),), input._dtype, input._device, shape))
 
 
 def _masked_select_ref(spec, a, mask):
-    shape = spec[3]
+    shape = spec.index_shape
     return np.broadcast_to(a, shape)[np.broadcast_to(mask, shape)]
 
 
@@ -523,11 +524,11 @@ def _np_key(indices: list, shape: tuple) -> tuple:
 
 
 def _index_meta(input, indices):
-    return (_check_indices(input, indices), input._dtype, input._device)
+    return Spec((_check_indices(input, indices), input._dtype, input._device))
 
 
 def _index_ref(spec, a, indices):
-    return np.asarray(a[_np_key(list(indices), a.shape)]).reshape(spec[0])
+    return np.asarray(a[_np_key(list(indices), a.shape)]).reshape(spec.shape)
 
 
 def _index_backward(grad, input_shape, indices):
@@ -555,14 +556,14 @@ def _index_put_meta(input, indices, values, accumulate=False):
             f"shape mismatch: value tensor of shape {list(values._shape)} cannot be broadcast to indexing result of "
             f"shape {list(shape)}"
         ) from None
-    return (input._shape, input._dtype, input._device, shape)
+    return IndexSpec((input._shape, input._dtype, input._device, shape))
 
 
 def _index_put_ref(spec, a, indices, values, accumulate=False):
-    compute = _compute_np(spec[1])
+    compute = _compute_np(spec.dtype)
     out = a.astype(compute, copy=True)
     key = _np_key(list(indices), a.shape)
-    v = np.broadcast_to(values.astype(compute), spec[3])
+    v = np.broadcast_to(values.astype(compute), spec.index_shape)
     if accumulate:
         np.add.at(out, key, v)
     else:
@@ -596,12 +597,12 @@ def _masked_scatter_meta(input, mask, source):
     shape = broadcast_shapes(input._shape, mask._shape)
     if _count(mask.expand(shape)) > _numel(source._shape):
         raise RuntimeError("Number of elements of source < number of ones in mask")
-    return (shape, input._dtype, input._device)
+    return Spec((shape, input._dtype, input._device))
 
 
 def _masked_scatter_ref(spec, a, mask, source):
-    out = np.broadcast_to(a, spec[0]).copy()
-    m = np.broadcast_to(mask, spec[0])
+    out = np.broadcast_to(a, spec.shape).copy()
+    m = np.broadcast_to(mask, spec.shape)
     out[m] = source.reshape(-1)[: int(m.sum())]
     return out
 

@@ -8,6 +8,7 @@ from kiln import _dtype as dt
 from kiln._dispatch import op
 from kiln._ops._meta import broadcast_pair, common_device, scalar_type_name
 from kiln._ops.elementwise import _compute_np
+from kiln._spec import Spec
 from kiln._tensor import Tensor
 
 _NP_NAMES = {dt.float32: "float", dt.float64: "double", dt.float16: "c10::Half", dt.bfloat16: "c10::BFloat16"}
@@ -34,20 +35,20 @@ def _matmul_meta(input, other):
                 f"inconsistent tensor size, expected tensor [{a[0]}] and src [{b[0]}] to have the same number of "
                 f"elements, but got {a[0]} and {b[0]} elements respectively"
             )
-        return ((), input._dtype, dev)
+        return Spec(((), input._dtype, dev))
     if len(a) >= 2 and len(b) == 1 and a[-1] != b[0]:
         rows = 1
         for s in a[:-1]:  # PyTorch folds the batch dims into the matrix rows
             rows *= s
         raise RuntimeError(f"size mismatch, got input ({rows}), mat ({rows}x{a[-1]}), vec ({b[0]})")
     if len(a) == 2 and len(b) == 1:
-        return ((a[0],), input._dtype, dev)
+        return Spec(((a[0],), input._dtype, dev))
     if len(a) <= 2 and len(b) == 2:
         k = a[-1]
         if k != b[0]:
             m = a[0] if len(a) == 2 else 1
             raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({m}x{k} and {b[0]}x{b[1]})")
-        return ((a[0], b[1]) if len(a) == 2 else (b[1],), input._dtype, dev)
+        return Spec(((a[0], b[1]) if len(a) == 2 else (b[1],), input._dtype, dev))
     # batched: broadcast the batch dims, 1-D operands take a unit matrix dim
     a2 = (1,) + a if len(a) == 1 else a
     b2 = b + (1,) if len(b) == 1 else b
@@ -58,7 +59,7 @@ def _matmul_meta(input, other):
         )
     batch = broadcast_pair(a2[:-2], b2[:-2])
     shape = batch + ((a2[-2],) if len(a) > 1 else ()) + ((b2[-1],) if len(b) > 1 else ())
-    return (shape, input._dtype, dev)
+    return Spec((shape, input._dtype, dev))
 
 
 def _batch(a2, b2) -> int:
@@ -72,7 +73,7 @@ _MATMUL_NODES = {(2, 2): "MmBackward0", (1, 1): "DotBackward0", (2, 1): "MvBackw
 
 
 def _matmul_ref(spec, a, b):
-    compute = _compute_np(spec[1])
+    compute = _compute_np(spec.dtype)
     return np.matmul(a.astype(compute, copy=False), b.astype(compute, copy=False))
 
 

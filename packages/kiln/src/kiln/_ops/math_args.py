@@ -89,15 +89,15 @@ def _as_float(a: np.ndarray) -> np.ndarray:
 def _rounded(x, spec):
     """PyTorch casts operands to the common dtype before computing: a wider operand of a half-precision
     result (a 0-d float64 tensor with a float16 one) is rounded to it first."""
-    d = spec[1]
+    d = spec.dtype
     if d in _HALF and isinstance(x, np.ndarray) and x.dtype != d.numpy:
         return x.astype(d.numpy)
     return x
 
 
 def _operand(x, spec):
-    """An operand in the compute dtype of result dtype ``spec[1]`` (see :func:`_rounded`)."""
-    return _arg(_rounded(x, spec), _compute_np(spec[1]), spec[1])
+    """An operand in the compute dtype of result dtype ``spec.dtype`` (see :func:`_rounded`)."""
+    return _arg(_rounded(x, spec), _compute_np(spec.dtype), spec.dtype)
 
 
 def _binary_ref(np_fn):

@@ -23,6 +23,7 @@ from kiln import _dtype as dt
 from kiln._dispatch import op
 from kiln._ops._meta import can_cast, common_device, scalar_type_name
 from kiln._ops.elementwise import _compute_np
+from kiln._spec import ConvSpec, FoldSpec, WindowSpec
 from kiln._tensor import Tensor
 
 # the torch.nn.functional names (kiln.nn.functional re-exports them); ``convolution`` is torch's top-level op
@@ -240,7 +241,7 @@ def _convolution_meta(input, weight, bias, stride, padding, dilation, transposed
                 f"\"{_int_kernel_name(nd, transposed, dilated)}\" not implemented for '{scalar_type_name(x_dtype)}'"
             )
     dev = common_device("convolution", input, weight, bias)
-    return ((xs[0], out_channels) + out_spatial, x_dtype, dev, (s, p, d, op_))
+    return ConvSpec(((xs[0], out_channels) + out_spatial, x_dtype, dev, s, p, d, op_))
 
 
 def _numel(shape) -> int:
@@ -330,19 +331,19 @@ def _conv_transpose_np(x, w, stride, padding, dilation, output_padding, groups, 
 
 
 def _convolution_ref(spec, x, w, b, stride, padding, dilation, transposed, output_padding, groups):
-    s, p, d, op_ = spec[3]
-    compute = _compute_np(spec[1]) if spec[1].is_floating_point else np.dtype(np.int64)
-    if not _numel(spec[0]):
-        return np.zeros(spec[0], spec[1].numpy)
+    s, p, d, op_ = spec.stride, spec.padding, spec.dilation, spec.output_padding
+    compute = _compute_np(spec.dtype) if spec.dtype.is_floating_point else np.dtype(np.int64)
+    if not _numel(spec.shape):
+        return np.zeros(spec.shape, spec.dtype.numpy)
     x = x.astype(compute, copy=False)
     w = w.astype(compute, copy=False)
     if transposed:
-        out = _conv_transpose_np(x, w, s, p, d, op_, groups, spec[0][2:])
+        out = _conv_transpose_np(x, w, s, p, d, op_, groups, spec.shape[2:])
     else:
         out = _conv_np(x, w, s, p, d, groups)
     if b is not None:
         out = out + b.astype(compute, copy=False).reshape((-1,) + (1,) * (out.ndim - 2))
-    return np.ascontiguousarray(out).astype(spec[1].numpy, copy=False)
+    return np.ascontiguousarray(out).astype(spec.dtype.numpy, copy=False)
 
 
 def _weight_grad(input, grad, weight_shape, stride, padding, dilation, groups):
@@ -613,17 +614,17 @@ def _im2col_meta(input, kernel_size, dilation, padding, stride):
         )
     _check_block_dtype(input, "im2col_out_cpu")
     shape = xs[:-3] + (xs[-3] * k[0] * k[1], blocks[0] * blocks[1])
-    return (shape, input._dtype, input._device, (k, d, p, s))
+    return WindowSpec((shape, input._dtype, input._device, k, d, p, s))
 
 
 def _im2col_ref(spec, x, kernel_size, dilation, padding, stride):
-    k, d, p, s = spec[3]
+    k, d, p, s = spec.kernel_size, spec.dilation, spec.padding, spec.stride
     batched = x.ndim == 4
     if not batched:
         x = x[None]
     win = _windows(_pad(x, p), k, s, d)  # (N, C, bh, bw, kh, kw)
     n, c = x.shape[:2]
-    out = win.transpose(0, 1, 4, 5, 2, 3).reshape(n, c * k[0] * k[1], -1 if win.size else spec[0][-1])
+    out = win.transpose(0, 1, 4, 5, 2, 3).reshape(n, c * k[0] * k[1], -1 if win.size else spec.shape[-1])
     return out if batched else out[0]
 
 
@@ -672,20 +673,20 @@ def _col2im_meta(input, output_size, kernel_size, dilation, padding, stride):
         )
     _check_block_dtype(input, "col2im_out_cpu")
     shape = xs[:-2] + (cols // (k[0] * k[1]),) + out
-    return (shape, input._dtype, input._device, (k, d, p, s, blocks, out))
+    return FoldSpec((shape, input._dtype, input._device, k, d, p, s, blocks, out))
 
 
 def _col2im_ref(spec, x, output_size, kernel_size, dilation, padding, stride):
-    k, d, p, s, blocks, out = spec[3]
+    k, d, p, s, blocks, out = spec.kernel_size, spec.dilation, spec.padding, spec.stride, spec.blocks, spec.output_size
     batched = x.ndim == 3
     if not batched:
         x = x[None]
-    compute = _compute_np(spec[1]) if spec[1] is not dt.bool else np.dtype(np.int64)
+    compute = _compute_np(spec.dtype) if spec.dtype is not dt.bool else np.dtype(np.int64)
     n = x.shape[0]
     c = x.shape[1] // (k[0] * k[1])
     cols = x.astype(compute, copy=False).reshape(n, c, k[0], k[1], blocks[0], blocks[1]).transpose(0, 1, 4, 5, 2, 3)
     r = _col2im(cols, s, d, p, out)
-    r = (r != 0) if spec[1] is dt.bool else r.astype(spec[1].numpy, copy=False)
+    r = (r != 0) if spec.dtype is dt.bool else r.astype(spec.dtype.numpy, copy=False)
     return np.ascontiguousarray(r if batched else r[0])
 
 

@@ -25,7 +25,7 @@ from kiln._ops.elementwise import _compute_np
 from kiln._ops.reduction import mean as _mean
 from kiln._ops.reduction import sum as _sum
 from kiln._ops.softmax import _HALF, _check_tensor, _require_float, _shape_list, _upcast, _vjp_of_composite
-from kiln._spec import NormLayout
+from kiln._spec import NormLayout, NormSpec, Spec
 from kiln._tensor import Tensor, _numel
 
 __all__ = ["batch_norm", "layer_norm", "group_norm", "instance_norm", "rms_norm", "normalize", "local_response_norm"]
@@ -68,10 +68,10 @@ def _param_shape(shape: tuple, lay: NormLayout) -> tuple:
 
 def _norm_np(spec, x, weight, bias, mean, var, eps):
     """The shared normalization kernel: batch statistics (``mean is None``) or the given ones."""
-    lay: NormLayout = spec[3]
-    compute = _compute_np(spec[1])
+    lay: NormLayout = spec.layout
+    compute = _compute_np(spec.dtype)
     if x.size == 0:
-        return np.empty(spec[0], compute)
+        return np.empty(spec.shape, compute)
     xs = x.astype(compute, copy=False).reshape(lay.stats_shape)
     if mean is None:
         mu = np.mean(xs, axis=lay.red, keepdims=True)
@@ -81,7 +81,7 @@ def _norm_np(spec, x, weight, bias, mean, var, eps):
         centered = xs - mean.astype(compute, copy=False).reshape(lay.param_view)
         v = var.astype(compute, copy=False).reshape(lay.param_view)
     with np.errstate(divide="ignore", invalid="ignore"):
-        y = (centered * (1 / np.sqrt(v + compute.type(eps)))).reshape(spec[0])
+        y = (centered * (1 / np.sqrt(v + compute.type(eps)))).reshape(spec.shape)
     if weight is not None:
         y = y * weight.astype(compute, copy=False).reshape(lay.param_view)
     if bias is not None:
@@ -158,21 +158,21 @@ def _norm_bwd_meta(grad, input, weight, mean, var, eps, layout, output_mask):
     pshape = _param_shape(input._shape, layout)
     dev = input._device
     return (
-        (input._shape if output_mask[0] else (0,), dtype, dev),
-        (pshape if output_mask[1] and weight is not None else (0,), dtype, dev),
-        (pshape if output_mask[2] else (0,), dtype, dev),
+        Spec((input._shape if output_mask[0] else (0,), dtype, dev)),
+        Spec((pshape if output_mask[1] and weight is not None else (0,), dtype, dev)),
+        Spec((pshape if output_mask[2] else (0,), dtype, dev)),
     )
 
 
 def _norm_bwd_ref(spec, grad, input, weight, mean, var, eps, lay, output_mask):
     """What :func:`_norm_grads` computes, in NumPy: the same operations in the same order."""
-    compute = _compute_np(spec[0][1])
+    compute = _compute_np(spec[0].dtype)
     shape = input.shape
     g = grad.astype(compute, copy=False)
     if input.size == 0:
-        gx = np.empty(spec[0][0], compute)
-        gw = np.zeros(spec[1][0], compute)
-        gb = np.zeros(spec[2][0], compute)
+        gx = np.empty(spec[0].shape, compute)
+        gw = np.zeros(spec[1].shape, compute)
+        gb = np.zeros(spec[2].shape, compute)
         return gx, gw, gb
     xs = input.astype(compute, copy=False).reshape(lay.stats_shape)
     if mean is None:
@@ -200,7 +200,7 @@ def _norm_bwd_ref(spec, grad, input, weight, mean, var, eps, lay, output_mask):
         gw = np.sum(prod, axis=lay.param_red, dtype=compute) if lay.param_red else prod
     if output_mask[2]:
         gb = np.sum(g, axis=lay.param_red, dtype=compute) if lay.param_red else np.array(g, copy=True)
-    return gx, gw.reshape(spec[1][0]), gb.reshape(spec[2][0])
+    return gx, gw.reshape(spec[1].shape), gb.reshape(spec[2].shape)
 
 
 def _norm_bwd_backward(grads, grad, input, weight, mean, var, eps, layout, output_mask, needs_input_grad):
@@ -298,7 +298,7 @@ def _batch_norm_meta(input, weight, bias, running_mean, running_var, training, e
             raise RuntimeError(f"{name} should contain {c} elements not {_numel(t._shape)}")
     _require_float(input, "batch_norm")
     _check_mixed(input, weight, bias, running_mean, running_var)
-    return (shape, input._dtype, input._device, _channel_layout(shape))
+    return NormSpec((shape, input._dtype, input._device, _channel_layout(shape)))
 
 
 def _batch_norm_ref(spec, input, weight, bias, running_mean, running_var, training, eps):
@@ -338,16 +338,16 @@ def _bn_stats_meta(input):
     if len(input._shape) < 2:
         raise RuntimeError(f"_batch_norm_stats: expected an input with a channel dim, got {len(input._shape)} dims")
     _require_float(input, "_batch_norm_stats")
-    spec = ((input._shape[1],), dt.float32 if input._dtype in _HALF else input._dtype, input._device)
+    spec = Spec(((input._shape[1],), dt.float32 if input._dtype in _HALF else input._dtype, input._device))
     return (spec, spec)
 
 
 def _bn_stats_ref(spec, input):
     """As ``_mean(x, red)`` and ``_var(x, red, 1)`` compute them (kiln's reference kernels)."""
-    compute = _compute_np(spec[0][1])
+    compute = _compute_np(spec[0].dtype)
     x = input.astype(compute, copy=False)
     red = (0,) + tuple(range(2, x.ndim))
-    c = spec[0][0]
+    c = spec[0].shape
     if x.size == 0:
         return np.full(c, np.nan, compute), np.full(c, np.nan, compute)
     n = x.size // max(c[0], 1)
@@ -482,7 +482,7 @@ def _layer_norm_meta(input, normalized_shape, weight, bias, eps):
     ns = _layer_norm_checks("layer_norm", input, normalized_shape, weight, bias, ", ")
     _require_float(input, "LayerNormKernelImpl")
     _check_mixed(input, weight, bias)
-    return (input._shape, input._dtype, input._device, _layer_layout(input._shape, ns))
+    return NormSpec((input._shape, input._dtype, input._device, _layer_layout(input._shape, ns)))
 
 
 def _layer_norm_ref(spec, input, normalized_shape, weight, bias, eps):
@@ -541,7 +541,7 @@ def _group_norm_meta(input, num_groups, weight, bias, eps):
             )
     _require_float(input, "GroupNormKernelImpl")
     _check_mixed(input, weight, bias)
-    return (shape, input._dtype, input._device, _group_layout(shape, num_groups))
+    return NormSpec((shape, input._dtype, input._device, _group_layout(shape, num_groups)))
 
 
 def _group_norm_ref(spec, input, num_groups, weight, bias, eps):

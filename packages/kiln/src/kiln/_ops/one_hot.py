@@ -7,6 +7,7 @@ import numpy as np
 from kiln import _dtype as dt
 from kiln._dispatch import op
 from kiln._ops.activation import _need_tensor
+from kiln._spec import Spec
 from kiln._tensor import Tensor
 
 __all__ = ["one_hot"]
@@ -23,7 +24,7 @@ def _one_hot_meta(tensor, num_classes=-1):
     if n == 0:
         if num_classes <= 0:
             raise RuntimeError("Can not infer total number of classes from empty tensor.")
-        return (tensor._shape + (num_classes,), dt.int64, tensor._device)
+        return Spec((tensor._shape + (num_classes,), dt.int64, tensor._device))
     from kiln._ops.sort import _host_np
 
     values = _host_np(tensor)  # read on the host: no device kernel runs inside a meta function
@@ -34,11 +35,11 @@ def _one_hot_meta(tensor, num_classes=-1):
         num_classes = hi + 1
     elif hi >= num_classes:
         raise RuntimeError("Class values must be smaller than num_classes.")
-    return (tensor._shape + (num_classes,), dt.int64, tensor._device)
+    return Spec((tensor._shape + (num_classes,), dt.int64, tensor._device))
 
 
 def _one_hot_ref(spec, a, num_classes=-1):
-    c = spec[0][-1]
+    c = spec.shape[-1]
     return (np.asarray(a)[..., None] == np.arange(c, dtype=np.int64)).astype(np.int64)
 
 

@@ -16,6 +16,7 @@ from kiln._dispatch import op
 from kiln._ops.elementwise import _compute_np
 from kiln._ops.separable import _separable
 from kiln._ops.spatial_args import _check_int_list
+from kiln._spec import Spec
 from kiln._tensor import Tensor
 
 __all__ = ["pad"]
@@ -57,12 +58,12 @@ def _constant_pad_meta(input, pad, value=0):
         if shape[axis] + min(pad[2 * j], 0) + min(pad[2 * j + 1], 0) < 0:
             raise RuntimeError("narrow(): length must be non-negative.")
         shape[axis] = new
-    return (tuple(shape), input._dtype, input._device)
+    return Spec((tuple(shape), input._dtype, input._device))
 
 
 def _constant_pad_ref(spec, a, pad, value=0):
-    compute = _compute_np(spec[1])
-    out = np.full(spec[0], value, compute) if spec[1] is not dt.bool else np.full(spec[0], bool(value))
+    compute = _compute_np(spec.dtype)
+    out = np.full(spec.shape, value, compute) if spec.dtype is not dt.bool else np.full(spec.shape, bool(value))
     n = a.ndim
     src, dst = [slice(None)] * n, [slice(None)] * n
     for j in range(len(pad) // 2):

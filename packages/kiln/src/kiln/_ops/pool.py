@@ -33,6 +33,7 @@ from kiln._ops.spatial_args import (
     _shape_list,
     _window_positions,
 )
+from kiln._spec import Spec
 from kiln._tensor import Tensor, _numel
 
 __all__ = [
@@ -69,7 +70,7 @@ def _max_pool_meta(input, kernel_size, stride, padding, dilation, ceil_mode):
     )
     _check_out_size(input._shape, nd, out)
     shape = input._shape[:-nd] + out
-    return (shape, input._dtype, input._device), (shape, dt.int64, input._device)
+    return Spec((shape, input._dtype, input._device)), Spec((shape, dt.int64, input._device))
 
 
 def _argmax_windows(x: np.ndarray, nd: int, positions: list, out_shape: tuple, window=None):
@@ -115,8 +116,8 @@ def _argmax_windows(x: np.ndarray, nd: int, positions: list, out_shape: tuple, w
 
 def _max_pool_ref(spec, a, kernel_size, stride, padding, dilation, ceil_mode):
     nd = len(kernel_size)
-    out_shape = spec[0][0][-nd:]
-    compute = _compute_np(spec[0][1])
+    out_shape = spec[0].shape[-nd:]
+    compute = _compute_np(spec[0].dtype)
     x = a.astype(compute, copy=False)
     sp = a.shape[-nd:]
     geom = list(zip(out_shape, kernel_size, stride, padding, dilation, sp))
@@ -133,14 +134,14 @@ def _max_pool_ref(spec, a, kernel_size, stride, padding, dilation, ceil_mode):
 
 
 def _argmax_scatter_meta(src, indices, plane):
-    return (src._shape[:-1] + (plane,), src._dtype, src._device)
+    return Spec((src._shape[:-1] + (plane,), src._dtype, src._device))
 
 
 def _argmax_scatter_ref(spec, g, i, plane):
-    out = np.zeros((_numel(g.shape[:-1]), plane), _compute_np(spec[1]))
+    out = np.zeros((_numel(g.shape[:-1]), plane), _compute_np(spec.dtype))
     shape = (out.shape[0], g.shape[-1])
     np.add.at(out, (np.arange(shape[0])[:, None], i.reshape(shape)), g.reshape(shape))
-    return out.reshape(spec[0])
+    return out.reshape(spec.shape)
 
 
 def _argmax_scatter_backward(grad, indices):
@@ -348,12 +349,12 @@ def _adaptive_max_meta(input, output_size):
         if v < 0:
             full = out_shape[:-1] + (1, out_shape[-1]) if nd == 1 else out_shape
             raise RuntimeError(f"Trying to create tensor with negative dimension {v}: {_shape_list(full)}")
-    return (out_shape, input._dtype, input._device), (out_shape, dt.int64, input._device)
+    return Spec((out_shape, input._dtype, input._device)), Spec((out_shape, dt.int64, input._device))
 
 
 def _adaptive_max_ref(spec, a, output_size):
     nd = len(output_size)
-    compute = _compute_np(spec[0][1])
+    compute = _compute_np(spec[0].dtype)
     x = a.astype(compute, copy=False)
     positions = []
     for n, o in zip(a.shape[-nd:], output_size):

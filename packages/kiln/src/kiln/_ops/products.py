@@ -137,7 +137,7 @@ def _add_product_meta(name: str, product_meta, names: tuple[str, str], dtype_mes
         if not (input._dtype is a._dtype is b._dtype):
             raise RuntimeError(dtype_message(input, a, b))
         spec = product_meta(a, b)
-        _expand_check(input._shape, spec[0])
+        _expand_check(input._shape, spec.shape)
         return spec
 
     return meta
@@ -162,7 +162,7 @@ def _add_product_ref(spec, base, a, b, beta=1, alpha=1):
         out = out * alpha
     if beta != 0:  # beta == 0 ignores the input's values (NaN included), as PyTorch does
         out = out + (base if beta == 1 else base * beta).astype(out.dtype, copy=False)
-    return np.broadcast_to(out, spec[0]).astype(out.dtype, copy=False)
+    return np.broadcast_to(out, spec.shape).astype(out.dtype, copy=False)
 
 
 def _add_product_grads(product, grad, a, b, a_column, b_column, beta, alpha, input_needs_grad) -> tuple:

@@ -13,6 +13,7 @@ from kiln import _dtype as dt
 from kiln._dispatch import op
 from kiln._ops._meta import reduce_dims, scalar_type_name, wrap_dim
 from kiln._ops.elementwise import _compute_np, binary_meta, binary_reference, eq, gt, lt, where
+from kiln._spec import DimSpec, ReductionSpec
 from kiln._tensor import Tensor, _numel
 
 Dims = "int | tuple[int, ...] | None"
@@ -54,12 +55,12 @@ def _sum_meta(input, dim=None, keepdim=False, dtype=None):
     dims = reduce_dims(dim, len(input._shape))
     if dtype is None:
         dtype = input._dtype if input._dtype.is_floating_point else dt.int64
-    return (_reduced_shape(input._shape, dims, keepdim), dtype, input._device, dims)
+    return ReductionSpec((_reduced_shape(input._shape, dims, keepdim), dtype, input._device, dims))
 
 
 def _sum_ref(spec, a, dim=None, keepdim=False, dtype=None):
-    compute = _compute_np(spec[1])
-    return np.sum(a, axis=_np_axes(a, spec[3]), keepdims=keepdim, dtype=compute)
+    compute = _compute_np(spec.dtype)
+    return np.sum(a, axis=_np_axes(a, spec.dims), keepdims=keepdim, dtype=compute)
 
 
 def _sum_backward(grad, input_shape, dim, keepdim):
@@ -88,15 +89,15 @@ def _mean_meta(input, dim=None, keepdim=False, dtype=None):
             f"Got: {scalar_type_name(d)}"
         )
     dims = reduce_dims(dim, len(input._shape))
-    return (_reduced_shape(input._shape, dims, keepdim), d, input._device, dims)
+    return ReductionSpec((_reduced_shape(input._shape, dims, keepdim), d, input._device, dims))
 
 
 def _mean_ref(spec, a, dim=None, keepdim=False, dtype=None):
-    compute = _compute_np(spec[1])
+    compute = _compute_np(spec.dtype)
     with np.errstate(invalid="ignore", divide="ignore"):
         if a.size == 0:
-            return np.full(spec[0], np.nan, compute)
-        return np.mean(a, axis=_np_axes(a, spec[3]), keepdims=keepdim, dtype=compute)
+            return np.full(spec.shape, np.nan, compute)
+        return np.mean(a, axis=_np_axes(a, spec.dims), keepdims=keepdim, dtype=compute)
 
 
 def _mean_backward(grad, input_shape, dim, keepdim):
@@ -135,15 +136,15 @@ def _extreme_meta(name):
         for d in dims:
             if input._shape and input._shape[d] == 0:
                 raise IndexError(f"{name}(): Expected reduction dim {d} to have non-zero size.")
-        return (_reduced_shape(input._shape, dims, keepdim), input._dtype, input._device, dims)
+        return ReductionSpec((_reduced_shape(input._shape, dims, keepdim), input._dtype, input._device, dims))
 
     return meta
 
 
 def _extreme_ref(np_fn):
     def ref(spec, a, dim=(), keepdim=False):
-        compute = _compute_np(spec[1])
-        return np_fn(a.astype(compute, copy=False), axis=_np_axes(a, spec[3]), keepdims=keepdim)
+        compute = _compute_np(spec.dtype)
+        return np_fn(a.astype(compute, copy=False), axis=_np_axes(a, spec.dims), keepdims=keepdim)
 
     return ref
 
@@ -196,14 +197,14 @@ def _dim_extreme_meta(name):
         if input._shape and input._shape[d] == 0:
             raise IndexError(f"{name}(): Expected reduction dim {d} to have non-zero size.")
         shape = _reduced_shape(input._shape, (d,), keepdim)
-        return ((shape, input._dtype, input._device, d), (shape, dt.int64, input._device, d))
+        return (DimSpec((shape, input._dtype, input._device, d)), DimSpec((shape, dt.int64, input._device, d)))
 
     return meta
 
 
 def _dim_extreme_ref(arg_fn):
     def ref(spec, a, dim, keepdim=False):
-        d = spec[0][3]
+        d = spec[0].dim
         if a.ndim == 0:
             return a.copy(), np.zeros((), np.int64)
         idx = arg_fn(a, axis=d, keepdims=True)
@@ -402,23 +403,23 @@ def _arg_meta(name):
         if dim is None:
             if _numel(input._shape) == 0:
                 raise IndexError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0.")
-            return ((1,) * len(input._shape) if keepdim else (), dt.int64, input._device, None)
+            return DimSpec(((1,) * len(input._shape) if keepdim else (), dt.int64, input._device, None))
         d = wrap_dim(dim, len(input._shape))
         if input._shape and input._shape[d] == 0:
             raise IndexError(f"{name}(): Expected reduction dim {d} to have non-zero size.")
-        return (_reduced_shape(input._shape, (d,), keepdim), dt.int64, input._device, d)
+        return DimSpec((_reduced_shape(input._shape, (d,), keepdim), dt.int64, input._device, d))
 
     return meta
 
 
 def _arg_ref(arg_np):
     def ref(spec, a, dim=None, keepdim=False):
-        if spec[3] is None:
+        if spec.dim is None:
             r = arg_np(a.reshape(-1), axis=0, keepdims=False)
-            return np.reshape(r, spec[0])
+            return np.reshape(r, spec.shape)
         if a.ndim == 0:
             return np.zeros((), np.int64)
-        return arg_np(a, axis=spec[3], keepdims=keepdim)
+        return arg_np(a, axis=spec.dim, keepdims=keepdim)
 
     return ref
 
@@ -441,13 +442,13 @@ def _bool_reduce_meta(input, dim=None, keepdim=False):
     dims = reduce_dims(dim, len(input._shape))
     # PyTorch keeps uint8 for uint8 inputs (a legacy of masks), bool otherwise
     out = dt.uint8 if input._dtype is dt.uint8 else dt.bool
-    return (_reduced_shape(input._shape, dims, keepdim), out, input._device, dims)
+    return ReductionSpec((_reduced_shape(input._shape, dims, keepdim), out, input._device, dims))
 
 
 @op(
     tags=("reduction",),
     meta=_bool_reduce_meta,
-    reference=lambda spec, a, dim=None, keepdim=False: np.any(a, axis=_np_axes(a, spec[3]), keepdims=keepdim),
+    reference=lambda spec, a, dim=None, keepdim=False: np.any(a, axis=_np_axes(a, spec.dims), keepdims=keepdim),
     methods=("any",),
 )
 def any(input: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:  # noqa: A001
@@ -457,7 +458,7 @@ def any(input: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:  # no
 @op(
     tags=("reduction",),
     meta=_bool_reduce_meta,
-    reference=lambda spec, a, dim=None, keepdim=False: np.all(a, axis=_np_axes(a, spec[3]), keepdims=keepdim),
+    reference=lambda spec, a, dim=None, keepdim=False: np.all(a, axis=_np_axes(a, spec.dims), keepdims=keepdim),
     methods=("all",),
 )
 def all(input: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:  # noqa: A001

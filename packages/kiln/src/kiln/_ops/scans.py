@@ -29,6 +29,7 @@ from kiln._ops.reduction import (
     return_types,
 )
 from kiln._ops.reduction import sum as _sum
+from kiln._spec import DimSpec, ReductionSpec, Spec
 from kiln._tensor import Tensor, _numel
 
 Dims = "int | tuple[int, ...] | None"
@@ -79,14 +80,14 @@ def _prod_meta(input, dim=None, keepdim=False, dtype=None):
         )
     dims = _dims(dim, len(input._shape))
     shape = _reduced_shape(input._shape, dims, keepdim) if dim is not None else ()
-    return (shape, dtype or _int_to_long(input._dtype), input._device, dims)
+    return ReductionSpec((shape, dtype or _int_to_long(input._dtype), input._device, dims))
 
 
 def _prod_ref(spec, a, dim=None, keepdim=False, dtype=None):
-    compute = _compute_np(spec[1])
+    compute = _compute_np(spec.dtype)
     if dim is None:
         return np.asarray(np.prod(a.astype(compute, copy=False)), compute)
-    return np.prod(a.astype(compute, copy=False), axis=_np_axes(a, spec[3]), keepdims=keepdim)
+    return np.prod(a.astype(compute, copy=False), axis=_np_axes(a, spec.dims), keepdims=keepdim)
 
 
 def _prod_backward(grad, input, dim, keepdim):
@@ -127,20 +128,20 @@ def _var_meta(name):
         if not input._dtype.is_floating_point:
             raise RuntimeError("std and var only support floating point and complex dtypes")
         dims = _dims(dim, len(input._shape))
-        return (_reduced_shape(input._shape, dims, keepdim), input._dtype, input._device, dims)
+        return ReductionSpec((_reduced_shape(input._shape, dims, keepdim), input._dtype, input._device, dims))
 
     return meta
 
 
 def _var_ref(take_sqrt):
     def ref(spec, a, dim=None, correction=1, keepdim=False):
-        compute = _compute_np(spec[1])
+        compute = _compute_np(spec.dtype)
         a = a.astype(compute, copy=False)
-        axes = _np_axes(a, spec[3])
-        n = a.size // max(_numel(spec[0]), 1) if a.size else _count(a.shape, spec[3])
+        axes = _np_axes(a, spec.dims)
+        n = a.size // max(_numel(spec.shape), 1) if a.size else _count(a.shape, spec.dims)
         with np.errstate(invalid="ignore", divide="ignore"):
             if a.size == 0:
-                r = np.full(spec[0], np.nan, compute)
+                r = np.full(spec.shape, np.nan, compute)
             else:
                 m = np.mean(a, axis=axes, keepdims=True)
                 ss = np.sum(np.square(a - m), axis=axes, keepdims=keepdim)
@@ -270,15 +271,15 @@ def _logsumexp_meta(input, dim, keepdim=False):
         raise RuntimeError(f"output with shape [] doesn't match the broadcast shape [{', '.join(['1'] * nd)}]")
     dims = _dims(dim, len(input._shape))
     out = input._dtype if input._dtype.is_floating_point else dt.get_default_dtype()
-    return (_reduced_shape(input._shape, dims, keepdim), out, input._device, dims)
+    return ReductionSpec((_reduced_shape(input._shape, dims, keepdim), out, input._device, dims))
 
 
 def _logsumexp_ref(spec, a, dim, keepdim=False):
-    compute = _compute_np(spec[1])
+    compute = _compute_np(spec.dtype)
     a = a.astype(compute, copy=False)
-    axes = _np_axes(a, spec[3])
+    axes = _np_axes(a, spec.dims)
     if a.size == 0:
-        return np.full(spec[0], -np.inf, compute)
+        return np.full(spec.shape, -np.inf, compute)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         m = np.max(a, axis=axes, keepdims=True)
         m = np.where(np.isinf(m), 0, m)
@@ -311,11 +312,13 @@ def logsumexp(input: Tensor, dim: Dims, keepdim: bool = False) -> Tensor:
 def _nansum_meta(input, dim=None, keepdim=False, dtype=None):
     _check_input(input, "nansum")
     dims = _dims(dim, len(input._shape))
-    return (_reduced_shape(input._shape, dims, keepdim), dtype or _int_to_long(input._dtype), input._device, dims)
+    return ReductionSpec(
+        (_reduced_shape(input._shape, dims, keepdim), dtype or _int_to_long(input._dtype), input._device, dims)
+    )
 
 
 def _nansum_ref(spec, a, dim=None, keepdim=False, dtype=None):
-    return np.nansum(a.astype(_compute_np(spec[1]), copy=False), axis=_np_axes(a, spec[3]), keepdims=keepdim)
+    return np.nansum(a.astype(_compute_np(spec.dtype), copy=False), axis=_np_axes(a, spec.dims), keepdims=keepdim)
 
 
 def _nansum_backward(grad, input, dim, keepdim):
@@ -359,14 +362,14 @@ Tensor.nanmean = nanmean
 def _count_nonzero_meta(input, dim=None):
     _check_input(input, "count_nonzero")
     dims = _dims(dim, len(input._shape))
-    return (_reduced_shape(input._shape, dims, False), dt.int64, input._device, dims)
+    return ReductionSpec((_reduced_shape(input._shape, dims, False), dt.int64, input._device, dims))
 
 
 @op(
     tags=("reduction",),
     meta=_count_nonzero_meta,
     reference=lambda spec, a, dim=None: np.asarray(
-        np.count_nonzero(a, axis=_np_axes(a, spec[3])) if a.ndim else np.count_nonzero(a), np.int64
+        np.count_nonzero(a, axis=_np_axes(a, spec.dims)) if a.ndim else np.count_nonzero(a), np.int64
     ),
     methods=("count_nonzero",),
 )
@@ -381,18 +384,18 @@ def _scan_meta(name):
     def meta(input, dim, dtype=None):
         _check_input(input, name)
         d = wrap_dim(dim, len(input._shape))
-        return (input._shape, dtype or _int_to_long(input._dtype), input._device, d)
+        return DimSpec((input._shape, dtype or _int_to_long(input._dtype), input._device, d))
 
     return meta
 
 
 def _scan_ref(np_fn):
     def ref(spec, a, dim, dtype=None):
-        compute = _compute_np(spec[1])
+        compute = _compute_np(spec.dtype)
         a = astype(a, compute)
         if a.ndim == 0:
             return a.copy()
-        return np_fn(a, axis=spec[3], dtype=compute)
+        return np_fn(a, axis=spec.dim, dtype=compute)
 
     return ref
 
@@ -459,7 +462,7 @@ __all__ = [
 
 def _median_all_meta(input):
     _check_input(input, "median")
-    return ((), input._dtype, input._device)
+    return Spec(((), input._dtype, input._device))
 
 
 def _lower_median_index(a: np.ndarray, axis: int) -> np.ndarray:
@@ -477,7 +480,7 @@ def _lower_median_index(a: np.ndarray, axis: int) -> np.ndarray:
 def _median_all_ref(spec, a):
     flat = a.reshape(-1)
     if flat.size == 0:
-        return np.full((), np.nan, _compute_np(spec[1]))
+        return np.full((), np.nan, _compute_np(spec.dtype))
     return flat[_lower_median_index(flat, 0)[0]]
 
 
@@ -500,15 +503,15 @@ def _median_dim_meta(input, dim, keepdim=False):
     if input._shape and input._shape[d] == 0 and _numel(_reduced_shape(input._shape, (d,), False)) != 0:
         raise IndexError(f"median(): Expected reduction dim {d} to have non-zero size.")
     shape = _reduced_shape(input._shape, (d,), keepdim)
-    return ((shape, input._dtype, input._device, d), (shape, dt.int64, input._device, d))
+    return (DimSpec((shape, input._dtype, input._device, d)), DimSpec((shape, dt.int64, input._device, d)))
 
 
 def _median_dim_ref(spec, a, dim, keepdim=False):
-    d = spec[0][3]
+    d = spec[0].dim
     if a.ndim == 0:
         return a.copy(), np.zeros((), np.int64)
     if a.size == 0:
-        return np.empty(spec[0][0], a.dtype), np.empty(spec[0][0], np.int64)
+        return np.empty(spec[0].shape, a.dtype), np.empty(spec[0].shape, np.int64)
     idx = _lower_median_index(a, d)
     values = np.take_along_axis(a, idx, axis=d)
     if not keepdim:
@@ -568,13 +571,13 @@ def _vector_norm_meta(input, ord=2, dim=None, keepdim=False, dtype=None):
                 f"linalg.vector_norm cannot compute the {ord} norm on an empty tensor because the operation does "
                 "not have an identity"
             )
-    return (_reduced_shape(input._shape, dims, keepdim), dtype or input._dtype, input._device, dims)
+    return ReductionSpec((_reduced_shape(input._shape, dims, keepdim), dtype or input._dtype, input._device, dims))
 
 
 def _vector_norm_ref(spec, a, ord=2, dim=None, keepdim=False, dtype=None):
-    compute = _compute_np(spec[1])
+    compute = _compute_np(spec.dtype)
     x = np.abs(a.astype(compute, copy=False))
-    axes = _np_axes(a, spec[3])
+    axes = _np_axes(a, spec.dims)
     with np.errstate(all="ignore"):
         if ord == float("inf"):
             return np.max(x, axis=axes, keepdims=keepdim)

@@ -27,6 +27,7 @@ from kiln._ops.spatial_args import (
     _shape_list,
     _window_positions,
 )
+from kiln._spec import PoolSpec
 from kiln._tensor import Tensor, _numel
 
 __all__ = []
@@ -326,7 +327,7 @@ def _taps(kind: str, shape: tuple, dtype: dt.dtype, params: tuple):
 def _separable_meta(input, kind, params):
     out, taps, divisor = _taps(kind, input._shape, input._dtype, params)
     nd = len(out)
-    return (input._shape[:-nd] + out, input._dtype, input._device, taps, divisor)
+    return PoolSpec((input._shape[:-nd] + out, input._dtype, input._device, taps, divisor))
 
 
 def _apply_taps(x: np.ndarray, taps: list, integer: bool) -> np.ndarray:
@@ -357,9 +358,9 @@ def _apply_taps(x: np.ndarray, taps: list, integer: bool) -> np.ndarray:
 
 
 def _separable_ref(spec, a, kind, params):
-    taps, divisor = spec[3], spec[4]
-    compute = _compute_np(spec[1])
-    if not spec[1].is_floating_point:
+    taps, divisor = spec.taps, spec.divisor
+    compute = _compute_np(spec.dtype)
+    if not spec.dtype.is_floating_point:
         s = _apply_taps(a.astype(np.int64), taps, True)
         if divisor is None:
             return s.astype(compute)
@@ -428,12 +429,12 @@ def _separable_backward_meta(grad, input_size, kind, params):
         )
     if not grad._dtype.is_floating_point:
         raise _not_implemented(kind + "_backward", grad._dtype)
-    return (input_size, grad._dtype, grad._device, taps)
+    return PoolSpec((input_size, grad._dtype, grad._device, taps))
 
 
 def _separable_backward_ref(spec, g, input_size, kind, params):
-    taps = spec[3]
-    compute = _compute_np(spec[1])
+    taps = spec.taps
+    compute = _compute_np(spec.dtype)
     x = g.astype(compute, copy=False)
     nd = len(taps)
     for i, (idx, w) in enumerate(taps):

@@ -29,6 +29,7 @@ from kiln._ops.views import (
     select,
     view,
 )
+from kiln._spec import DimSpec, Spec, StridedSpec
 from kiln._tensor import Tensor, _numel
 
 Shape = "tuple[int, ...]"
@@ -80,7 +81,7 @@ def _cat_meta(tensors, dim=0):
     dtype, device = _common_dtype_device(tensors)
     kept = [(i, t) for i, t in enumerate(tensors) if not _is_legacy_empty(t)]
     if not kept:  # PyTorch checks no dim then
-        return ((0,), dtype, device)
+        return Spec(((0,), dtype, device))
     ref = kept[0][1]
     nd = len(ref._shape)
     d = wrap_dim(dim, nd)
@@ -96,11 +97,11 @@ def _cat_meta(tensors, dim=0):
                 )
         size += t._shape[d]
     shape = ref._shape[:d] + (size,) + ref._shape[d + 1 :]
-    return (shape, dtype, device)
+    return Spec((shape, dtype, device))
 
 
 def _cat_ref(spec, tensors, dim=0):
-    shape, dtype = spec[0], spec[1]
+    shape, dtype = spec.shape, spec.dtype
     arrays = [a for a in tensors if a.shape != (0,)]
     if not arrays:
         return np.empty(shape, dtype.numpy)
@@ -153,11 +154,11 @@ def _stack_meta(tensors, dim=0):
             )
     d = wrap_dim(dim, len(shape0) + 1)
     dtype, device = _common_dtype_device(tensors)
-    return (shape0[:d] + (len(tensors),) + shape0[d:], dtype, device, d)
+    return DimSpec((shape0[:d] + (len(tensors),) + shape0[d:], dtype, device, d))
 
 
 def _stack_ref(spec, tensors, dim=0):
-    return np.stack([a.astype(spec[1].numpy, copy=False) for a in tensors], axis=spec[3])
+    return np.stack([a.astype(spec.dtype.numpy, copy=False) for a in tensors], axis=spec.dim)
 
 
 def _stack_backward(grad, dim):
@@ -317,7 +318,7 @@ def _flip_dims(nd, dims):
 
 def _flip_meta(input, dims):
     _flip_dims(input.dim(), dims)
-    return (input._shape, input._dtype, input._device)
+    return Spec((input._shape, input._dtype, input._device))
 
 
 def _flip_ref(spec, a, dims):
@@ -365,7 +366,7 @@ def _roll_args(nd, shifts, dims):
 
 def _roll_meta(input, shifts, dims=None):
     _roll_args(input.dim(), shifts, dims)
-    return (input._shape, input._dtype, input._device)
+    return Spec((input._shape, input._dtype, input._device))
 
 
 def _roll_ref(spec, a, shifts, dims=None):
@@ -398,12 +399,12 @@ def _repeat_meta(input, repeats):
         if n < 0:
             raise RuntimeError(f"Trying to create tensor with negative dimension {n}: {list(shape)}")
     check_storage_size(shape, input._dtype)
-    return (shape, input._dtype, input._device)
+    return Spec((shape, input._dtype, input._device))
 
 
 def _repeat_ref(spec, a, repeats):
-    if 0 in spec[0]:  # nothing to tile (np.tile would still size its intermediate by each repeat)
-        return np.empty(spec[0], a.dtype)
+    if 0 in spec.shape:  # nothing to tile (np.tile would still size its intermediate by each repeat)
+        return np.empty(spec.shape, a.dtype)
     repeats = _shape_arg(repeats)
     a = a.reshape((1,) * (len(repeats) - a.ndim) + a.shape)
     return np.array(np.tile(a, repeats), order="C")
@@ -481,7 +482,7 @@ def _diagonal_geometry(shape, stride, offset, diag_offset, dim1, dim2):
 
 def _diagonal_meta(input, offset=0, dim1=0, dim2=1):
     shape, stride, off = _diagonal_geometry(input._shape, input._stride, input._offset, offset, dim1, dim2)
-    return (shape, input._dtype, input._device, stride, off)
+    return StridedSpec((shape, input._dtype, input._device, stride, off))
 
 
 @op(
@@ -497,7 +498,7 @@ def diagonal(input: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Te
 
 
 def _diagonal_backward_meta(grad, input_shape, offset, dim1, dim2):
-    return (tuple(input_shape), grad._dtype, grad._device)
+    return Spec((tuple(input_shape), grad._dtype, grad._device))
 
 
 def _diagonal_backward_kernel(spec, grad, input_shape, offset, dim1, dim2):
@@ -541,7 +542,7 @@ def _tri_meta(name):
     def meta(input, diagonal=0):
         if input.dim() < 2:
             raise RuntimeError(f"{name}: input tensor must have at least 2 dimensions")
-        return (input._shape, input._dtype, input._device)
+        return Spec((input._shape, input._dtype, input._device))
 
     return meta
 

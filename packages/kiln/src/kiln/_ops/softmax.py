@@ -24,6 +24,7 @@ from kiln._dispatch import op
 from kiln._ops._meta import scalar_type_name, wrap_dim
 from kiln._ops.elementwise import _compute_np, exp
 from kiln._ops.reduction import sum as _sum
+from kiln._spec import DimSpec
 from kiln._state import state
 from kiln._tensor import Tensor
 
@@ -59,27 +60,27 @@ def _softmax_meta(name: str):
             last = nd == 0 or d == nd - 1
             kernel = f"{name}_lastdim_kernel_impl" if last else f"{name}_kernel_impl"
             raise NotImplementedError(f"\"{kernel}\" not implemented for '{scalar_type_name(input._dtype)}'")
-        return (input._shape, input._dtype, input._device, d)
+        return DimSpec((input._shape, input._dtype, input._device, d))
 
     return meta
 
 
 def _softmax_ref(log: bool):
     def ref(spec, a, dim):
-        compute = _compute_np(spec[1])
+        compute = _compute_np(spec.dtype)
         x = a.astype(compute, copy=False)
         if x.ndim == 0:
             x = x.reshape(1)
-        axis = spec[3] if a.ndim else 0
+        axis = spec.dim if a.ndim else 0
         if x.size == 0:
-            return np.empty(spec[0], compute)
+            return np.empty(spec.shape, compute)
         with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
             # subtracting the max keeps exp in range; an all -inf row gives NaN, as in PyTorch
             z = x - np.max(x, axis=axis, keepdims=True)
             e = np.exp(z)
             s = np.sum(e, axis=axis, keepdims=True)
             r = z - np.log(s) if log else e / s
-        return r.reshape(spec[0])
+        return r.reshape(spec.shape)
 
     return ref
 
@@ -157,24 +158,24 @@ def _softmax_bwd_meta(name: str):
         d = wrap_dim(dim, len(output._shape))
         dtype = dt.promote_types(grad_output._dtype, output._dtype)
         _require_float(output, name)
-        return (output._shape, dt.float32 if dtype in _HALF else dtype, output._device, d)
+        return DimSpec((output._shape, dt.float32 if dtype in _HALF else dtype, output._device, d))
 
     return meta
 
 
 def _softmax_bwd_ref(log: bool):
     def ref(spec, grad_output, output, dim):
-        compute = _compute_np(spec[1])
+        compute = _compute_np(spec.dtype)
         g = grad_output.astype(compute, copy=False)
         y = output.astype(compute, copy=False)
-        axis = spec[3]
+        axis = spec.dim
         if y.ndim == 0:
             g, y, axis = g.reshape(1), y.reshape(1), 0
         if log:
             r = g - np.exp(y) * np.sum(g, axis=axis, keepdims=True, dtype=compute)
         else:
             r = y * (g - np.sum(g * y, axis=axis, keepdims=True, dtype=compute))
-        return r.reshape(spec[0])
+        return r.reshape(spec.shape)
 
     return ref
 

@@ -11,6 +11,7 @@ from kiln._dispatch import op
 from kiln._ops._meta import wrap_dim
 from kiln._ops.gather_scatter import _zeros, scatter
 from kiln._ops.reduction import _return_type, return_types
+from kiln._spec import DimSpec, Spec
 from kiln._tensor import Tensor
 
 __all__ = ["argsort", "kthvalue", "msort", "sort", "topk", "bucketize", "searchsorted", "unique", "unique_consecutive"]
@@ -21,7 +22,10 @@ __all__ = ["argsort", "kthvalue", "msort", "sort", "topk", "bucketize", "searchs
 
 def _sort_meta(input, dim=-1, descending=False, stable=False):
     d = wrap_dim(dim, len(input._shape))
-    return ((input._shape, input._dtype, input._device, d), (input._shape, dt.int64, input._device, d))
+    return (
+        DimSpec((input._shape, input._dtype, input._device, d)),
+        DimSpec((input._shape, dt.int64, input._device, d)),
+    )
 
 
 def _argsort_np(a: np.ndarray, axis: int, descending: bool) -> np.ndarray:
@@ -38,7 +42,7 @@ def _argsort_np(a: np.ndarray, axis: int, descending: bool) -> np.ndarray:
 
 
 def _sort_ref(spec, a, dim=-1, descending=False, stable=False):
-    d = spec[0][3]
+    d = spec[0].dim
     if a.ndim == 0:
         return a.copy(), np.zeros((), np.int64)
     idx = _argsort_np(a, d, descending)
@@ -144,7 +148,7 @@ def _searchsorted_meta(sorted_sequence, input, out_int32=False, right=False, sid
             "kiln.searchsorted(): boundary and sorter must have the same size, but got boundary tensor "
             f"{list(s)}and got sorter tensor {list(sorter._shape)}"
         )
-    return (v, dt.int32 if out_int32 else dt.int64, input._device)
+    return Spec((v, dt.int32 if out_int32 else dt.int64, input._device))
 
 
 def _searchsorted_ref(spec, seq, v, out_int32=False, right=False, side=None, sorter=None):
@@ -159,7 +163,7 @@ def _searchsorted_ref(spec, seq, v, out_int32=False, right=False, side=None, sor
         return np.searchsorted(seq, v, side=side)
     s2, v2 = seq.reshape(-1, seq.shape[-1]), v.reshape(-1, v.shape[-1] if v.ndim else 1)
     out = np.stack([np.searchsorted(a, b, side=side) for a, b in zip(s2, v2)]) if s2.shape[0] else v2.astype(np.int64)
-    return out.reshape(spec[0])
+    return out.reshape(spec.shape)
 
 
 @op(meta=_searchsorted_meta, reference=_searchsorted_ref)
@@ -221,12 +225,16 @@ def _unique_meta(input, sorted=True, return_inverse=False, return_counts=False, 
     values, _, counts = _unique_np(_host_np(input), consecutive, d)
     inverse_shape = input._shape if d is None else (input._shape[d] if input._shape else 1,)
     dev = input._device
-    return (values.shape, input._dtype, dev, d), (inverse_shape, dt.int64, dev), (counts.shape, dt.int64, dev)
+    return (
+        DimSpec((values.shape, input._dtype, dev, d)),
+        Spec((inverse_shape, dt.int64, dev)),
+        Spec((counts.shape, dt.int64, dev)),
+    )
 
 
 def _unique_ref(spec, a, sorted=True, return_inverse=False, return_counts=False, consecutive=False, dim=None):
-    values, inverse, counts = _unique_np(a, consecutive, spec[0][3])
-    return values, inverse.astype(np.int64).reshape(spec[1][0]), counts.astype(np.int64)
+    values, inverse, counts = _unique_np(a, consecutive, spec[0].dim)
+    return values, inverse.astype(np.int64).reshape(spec[1].shape), counts.astype(np.int64)
 
 
 @op(meta=_unique_meta, reference=_unique_ref, num_outputs=3)

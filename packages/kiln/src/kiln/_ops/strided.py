@@ -11,6 +11,7 @@ import numpy as np
 
 from kiln._dispatch import op
 from kiln._ops.views import _shape_arg, check_storage_size, make_view
+from kiln._spec import StridedSpec
 from kiln._tensor import Tensor, storage_span
 
 
@@ -47,7 +48,7 @@ def _as_strided_meta(input, size, stride, storage_offset=None):
             f"{input._dtype.itemsize} requiring a storage size of {end * input._dtype.itemsize} are out of bounds "
             f"for storage of size {avail * input._dtype.itemsize}"
         )
-    return (size, input._dtype, input._device, stride, offset)
+    return StridedSpec((size, input._dtype, input._device, stride, offset))
 
 
 def _as_strided_kernel(spec, input, *args):

@@ -16,6 +16,7 @@ from kiln._ops.elementwise import (
     _compute_np,
 )
 from kiln._ops.math_args import _TYPEMETA_NAMES, Number, _need_number, _need_tensor, _not_implemented, _operand
+from kiln._spec import Spec
 from kiln._tensor import Tensor
 
 __all__ = ["lerp", "addcmul", "addcdiv"]
@@ -57,11 +58,11 @@ def _lerp_meta(input, end, weight):
         raise _not_implemented("lerp_kernel_tensor" if isinstance(weight, Tensor) else "lerp_kernel_scalar", d)
     if not isinstance(weight, Tensor):
         _check_scalar_fits(weight, _opmath(d))
-    return (shape, d, dev)
+    return Spec((shape, d, dev))
 
 
 def _lerp_ref(spec, a, b, weight):
-    compute = _compute_np(spec[1])
+    compute = _compute_np(spec.dtype)
     a, b = _operand(a, spec), _operand(b, spec)
     w = _operand(weight, spec) if isinstance(weight, np.ndarray) else compute.type(weight)
     diff = b - a
@@ -121,7 +122,7 @@ def _addc_meta(name: str):
         if dtype is dt.bool:
             raise _not_implemented(f"{name}_cpu_out", dt.bool)
         _check_scalar_fits(value, _opmath(dtype))
-        return (shape, dtype, common_device(name, input, tensor1, tensor2))
+        return Spec((shape, dtype, common_device(name, input, tensor1, tensor2)))
 
     return meta
 
@@ -134,13 +135,13 @@ def _value(value, compute: np.dtype):
 
 
 def _addcmul_ref(spec, a, t1, t2, value=1):
-    compute = _compute_np(spec[1])
+    compute = _compute_np(spec.dtype)
     a, t1, t2 = _operand(a, spec), _operand(t1, spec), _operand(t2, spec)
     return a + _value(value, compute) * t1 * t2
 
 
 def _addcdiv_ref(spec, a, t1, t2, value=1):
-    compute = _compute_np(spec[1])
+    compute = _compute_np(spec.dtype)
     a, t1, t2 = _operand(a, spec), _operand(t1, spec), _operand(t2, spec)
     return a + np.divide(_value(value, compute) * t1, t2, dtype=compute)
 

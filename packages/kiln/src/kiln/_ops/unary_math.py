@@ -28,6 +28,7 @@ from kiln._ops.elementwise import (
     where,
 )
 from kiln._ops.math_args import _FLOAT_MAX, _copy, _need_tensor, _not_implemented
+from kiln._spec import Spec
 from kiln._tensor import Tensor
 
 __all__ = [
@@ -180,7 +181,7 @@ arcsin, arccos, arctan, arcsinh, arccosh, arctanh = asin, acos, atan, asinh, aco
 
 
 def _logit_ref(spec, a, eps=None):
-    d = spec[1]
+    d = spec.dtype
     compute = _compute_np(d)
     if d in _HALF:  # PyTorch's logit kernel rounds every step to the half type (no float32 opmath)
 
@@ -236,11 +237,11 @@ def logit(input: Tensor, eps: float | None = None) -> Tensor:
 
 def _square_meta(input):
     _need_tensor(input, "input", 1, "square")
-    return (input._shape, dt.int64 if input._dtype is dt.bool else input._dtype, input._device)
+    return Spec((input._shape, dt.int64 if input._dtype is dt.bool else input._dtype, input._device))
 
 
 def _square_ref(spec, a):
-    compute = _compute_np(spec[1])
+    compute = _compute_np(spec.dtype)
     x = _arg(a, compute)
     return np.multiply(x, x, dtype=compute)
 
@@ -279,15 +280,15 @@ def _rounding_meta(name: str):
         _need_tensor(input, "input", 1, name)
         if input._dtype is dt.bool:
             raise _not_implemented(f"{name}_vml_cpu", dt.bool)
-        return (input._shape, input._dtype, input._device)
+        return Spec((input._shape, input._dtype, input._device))
 
     return meta
 
 
 def _rounding_ref(np_fn):
     def ref(spec, a):
-        if spec[1].is_floating_point:
-            return np_fn(_arg(a, _compute_np(spec[1])))
+        if spec.dtype.is_floating_point:
+            return np_fn(_arg(a, _compute_np(spec.dtype)))
         return _copy(a)  # integers are already whole
 
     return ref
@@ -323,13 +324,13 @@ def _round_meta(input, decimals=0):
     d = input._dtype
     if d is dt.bool or (decimals != 0 and not d.is_floating_point):
         raise _not_implemented("round_cpu" if decimals != 0 else "round_vml_cpu", d)
-    return (input._shape, d, input._device)
+    return Spec((input._shape, d, input._device))
 
 
 def _round_ref(spec, a, decimals=0):
-    if not spec[1].is_floating_point:
+    if not spec.dtype.is_floating_point:
         return _copy(a)
-    compute = _compute_np(spec[1])
+    compute = _compute_np(spec.dtype)
     x = _arg(a, compute)
     if decimals == 0:
         return np.rint(x)
@@ -357,11 +358,11 @@ def _frac_meta(input):
     _need_tensor(input, "input", 1, "frac")
     if not input._dtype.is_floating_point:
         raise _not_implemented("frac_cpu", input._dtype)
-    return (input._shape, input._dtype, input._device)
+    return Spec((input._shape, input._dtype, input._device))
 
 
 def _frac_ref(spec, a):
-    x = _arg(a, _compute_np(spec[1]))
+    x = _arg(a, _compute_np(spec.dtype))
     return x - np.trunc(x)
 
 
@@ -418,11 +419,11 @@ def _nan_to_num_meta(input, nan=0.0, posinf=None, neginf=None):
     for name, v in (("nan", nan), ("posinf", posinf), ("neginf", neginf)):
         if v is not None and not is_scalar(v):
             raise TypeError(f"nan_to_num(): argument '{name}' must be float, not {type(v).__name__}")
-    return (input._shape, input._dtype, input._device)
+    return Spec((input._shape, input._dtype, input._device))
 
 
 def _nan_to_num_ref(spec, a, nan=0.0, posinf=None, neginf=None):
-    d = spec[1]
+    d = spec.dtype
     if not d.is_floating_point:
         return _copy(a)
     compute = _compute_np(d)

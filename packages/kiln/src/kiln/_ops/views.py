@@ -14,6 +14,7 @@ import numpy as np
 from kiln import _dtype as dt
 from kiln._dispatch import op
 from kiln._ops._meta import wrap_dim
+from kiln._spec import Spec, StridedSpec
 from kiln._state import state
 from kiln._tensor import Tensor, _make, _numel, contiguous_strides, storage_span
 
@@ -133,7 +134,7 @@ def _view_meta(input, size):
             "view size is not compatible with input tensor's size and stride (at least one dimension spans across "
             "two contiguous subspaces). Use .reshape(...) instead."
         )
-    return (shape, input._dtype, input._device, stride, input._offset)
+    return StridedSpec((shape, input._dtype, input._device, stride, input._offset))
 
 
 @op(
@@ -226,12 +227,14 @@ def _permute_meta(input, dims):
         )
     if len(set(dims)) != nd:
         raise RuntimeError("permute(): duplicate dims are not allowed.")
-    return (
-        tuple(input._shape[d] for d in dims),
-        input._dtype,
-        input._device,
-        tuple(input._stride[d] for d in dims),
-        input._offset,
+    return StridedSpec(
+        (
+            tuple(input._shape[d] for d in dims),
+            input._dtype,
+            input._device,
+            tuple(input._stride[d] for d in dims),
+            input._offset,
+        )
     )
 
 
@@ -261,12 +264,12 @@ def _transpose_meta(input, dim0, dim1):
     if nd == 0:
         wrap_dim(dim0, 0)
         wrap_dim(dim1, 0)
-        return (input._shape, input._dtype, input._device, input._stride, input._offset)
+        return StridedSpec((input._shape, input._dtype, input._device, input._stride, input._offset))
     d0, d1 = wrap_dim(dim0, nd), wrap_dim(dim1, nd)
     shape, stride = list(input._shape), list(input._stride)
     shape[d0], shape[d1] = shape[d1], shape[d0]
     stride[d0], stride[d1] = stride[d1], stride[d0]
-    return (tuple(shape), input._dtype, input._device, tuple(stride), input._offset)
+    return StridedSpec((tuple(shape), input._dtype, input._device, tuple(stride), input._offset))
 
 
 @op(
@@ -359,7 +362,7 @@ def _expand_meta(input, size):
             )
     if _numel(shape) >= _INT64_END:  # a view reads no memory, but its numel() must still be an int64
         raise RuntimeError(f"expand: the number of elements of the expanded shape {shape} overflows int64")
-    return (tuple(shape), input._dtype, input._device, tuple(stride), input._offset)
+    return StridedSpec((tuple(shape), input._dtype, input._device, tuple(stride), input._offset))
 
 
 @op(meta=_expand_meta, reference=_view_kernel, device_generic=True, tags=("view",), backward=lambda grad: grad)
@@ -395,12 +398,14 @@ def _unsqueeze_meta(input, dim):
     nd = len(input._shape)
     d = wrap_dim(dim, nd + 1)
     st = input._stride[d] * input._shape[d] if d < nd else 1
-    return (
-        input._shape[:d] + (1,) + input._shape[d:],
-        input._dtype,
-        input._device,
-        input._stride[:d] + (st,) + input._stride[d:],
-        input._offset,
+    return StridedSpec(
+        (
+            input._shape[:d] + (1,) + input._shape[d:],
+            input._dtype,
+            input._device,
+            input._stride[:d] + (st,) + input._stride[d:],
+            input._offset,
+        )
     )
 
 
@@ -425,12 +430,14 @@ def _squeeze_meta(input, dim=None):
     else:
         dims = {wrap_dim(d, nd) for d in dim} if nd else set()
     keep = [i for i in range(nd) if not (i in dims and input._shape[i] == 1)]
-    return (
-        tuple(input._shape[i] for i in keep),
-        input._dtype,
-        input._device,
-        tuple(input._stride[i] for i in keep),
-        input._offset,
+    return StridedSpec(
+        (
+            tuple(input._shape[i] for i in keep),
+            input._dtype,
+            input._device,
+            tuple(input._stride[i] for i in keep),
+            input._offset,
+        )
     )
 
 
@@ -519,7 +526,7 @@ def _index_meta(input, key):
             dim += 1
     shape.extend(input._shape[dim:])
     stride.extend(input._stride[dim:])
-    return (tuple(shape), input._dtype, input._device, tuple(stride), offset)
+    return StridedSpec((tuple(shape), input._dtype, input._device, tuple(stride), offset))
 
 
 @op(
@@ -535,7 +542,7 @@ def _index_view(input: Tensor, key: tuple) -> Tensor:
 
 
 def _index_backward_meta(grad, shape, key):
-    return (shape, grad._dtype, grad._device)
+    return Spec((shape, grad._dtype, grad._device))
 
 
 def _index_backward_kernel(spec, grad, shape, key):
@@ -553,7 +560,7 @@ def call_view(t: Tensor, key: tuple) -> Tensor:
 
 
 def _geometry(spec) -> tuple:
-    return spec[0], spec[3], spec[4]
+    return spec.shape, spec.stride, spec.offset
 
 
 @op(
@@ -618,7 +625,7 @@ preserve_format = memory_format("preserve_format")
 def _clone_meta(input, memory_format=None):
     if memory_format not in (None, contiguous_format, preserve_format):
         raise RuntimeError(f"clone(): unsupported memory format {memory_format!r}")
-    return (input._shape, input._dtype, input._device)
+    return Spec((input._shape, input._dtype, input._device))
 
 
 def _clone_ref(spec, a, memory_format=None):

@@ -21,8 +21,8 @@ _HEAVY_UNARY = frozenset((EXP, LOG, SIN, COS, TANH, SIGMOID, ERF, GELU, GELU_TAN
 
 # ------------------------------------------------------------------------------- elementwise kernels
 #
-# Every loop is serial and takes a [lo, hi) range of its work: the kernels (kiln_cpu.kernels_*) split the work over
-# a thread pool (nogil). Numba's parallel=True lowering measured 2.5x slower per thread here (its
+# Every loop is serial and takes a [lo, hi) range of its work: the kernels (kiln_cpu.kernels_*) split the
+# work over a thread pool (nogil). Numba's parallel=True lowering measured 2.5x slower per thread here (its
 # gufunc body loses vectorisation) and compiles slower. Computed indices are cast to uint64 before
 # indexing: Numba wraps negative signed indices, and that per-element select blocks vectorisation.
 

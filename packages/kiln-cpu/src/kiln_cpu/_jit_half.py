@@ -11,14 +11,16 @@ from numba.extending import intrinsic, overload, register_jitable
 from kiln_cpu._jit_support import _bits_f32, _const_code, _f32_bits
 from kiln_cpu._opcodes import BF16, F16
 
-
 # ------------------------------------------------------------------------------ float16 and bfloat16
 #
 # Numba cannot compute in float16 on the CPU: half-precision storages arrive as uint16 views, each value
 # is widened to float32 exactly, the op runs in float32 (as the reference computes), and the result is
 # rounded back to nearest-even with NumPy's (float16) and ml_dtypes' (bfloat16) NaN conventions. float16
 # uses the CPU's conversion instructions where it has them (F16C, AArch64); every other step is integer or
-# exact float arithmetic written as selects, so the loops still vectorise.
+# exact float arithmetic written as selects, so the loops still vectorise. The kinds, F16 and BF16, are
+# in kiln_cpu._opcodes.
+
+
 def _hardware_half() -> bool:
     """Whether the CPU Numba compiles for converts float16 itself (x86's F16C, every AArch64): LLVM then
     turns ``fptrunc``/``fpext`` into one instruction per vector; elsewhere it would call a runtime

@@ -19,6 +19,7 @@ CAST = 13  # the value itself: with another output dtype, a conversion
 # clamp(x, low y, high z)
 WHERE, ADDCMUL, ADDCDIV, LERP, CLAMP = range(5)
 
+# reductions
 SUM, AMAX, AMIN = range(3)
 
 F16, BF16 = 1, 2  # half-precision kinds (0: the storage dtype is the compute dtype)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kiln_cpu import _jit, _jit_norm, config
+from kiln_cpu import _jit_elementwise, _jit_norm, _jit_reduce, config
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -25,21 +25,21 @@ def spy(monkeypatch):
     kernels call (kinds "binary", "unary", "reduce", "ternary"), with the half-precision kind appended for
     float16/bfloat16 loops (a ternary loop: its result's)."""
     calls: list[tuple] = []
-    for kind in ("binary", "unary", "reduce"):
-        real = getattr(_jit, kind)
+    for kind, module in (("binary", _jit_elementwise), ("unary", _jit_elementwise), ("reduce", _jit_reduce)):
+        real = getattr(module, kind)
 
         def record(code, layout, *half, _real=real, _kind=kind):
             calls.append((_kind, code, layout, *[h for h in half if h]))
             return _real(code, layout, *half)
 
-        monkeypatch.setattr(_jit, kind, record)
-    real_ternary = _jit.ternary
+        monkeypatch.setattr(module, kind, record)
+    real_ternary = _jit_elementwise.ternary
 
     def ternary(code, layout, hout=0, *rest):
         calls.append(("ternary", code, layout, *([hout] if hout else [])))
         return real_ternary(code, layout, hout, *rest)
 
-    monkeypatch.setattr(_jit, "ternary", ternary)
+    monkeypatch.setattr(_jit_elementwise, "ternary", ternary)
     return calls
 
 

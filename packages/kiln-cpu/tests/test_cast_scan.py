@@ -10,7 +10,7 @@ import pytest
 from kiln_cpu_helpers import assert_same, make, reference
 
 import kiln
-from kiln_cpu import _jit
+from kiln_cpu import _jit_elementwise, _jit_scan
 
 DTYPES = [kiln.float32, kiln.float64, kiln.float16, kiln.bfloat16, kiln.int32, kiln.int64]
 SOURCES = DTYPES + [kiln.bool]
@@ -31,8 +31,8 @@ def _layouts(dtype):
 @pytest.fixture
 def cast_spy(monkeypatch):
     calls: list[tuple] = []
-    real = _jit.cast
-    monkeypatch.setattr(_jit, "cast", lambda *a: calls.append(a) or real(*a))
+    real = _jit_elementwise.cast
+    monkeypatch.setattr(_jit_elementwise, "cast", lambda *a: calls.append(a) or real(*a))
     return calls
 
 
@@ -98,8 +98,8 @@ def test_float64_to_half_goes_to_the_reference(cast_spy):
 @pytest.fixture
 def scan_spy(monkeypatch):
     calls: list[tuple] = []
-    real = _jit.scan
-    monkeypatch.setattr(_jit, "scan", lambda *a: calls.append(a) or real(*a))
+    real = _jit_scan.scan
+    monkeypatch.setattr(_jit_scan, "scan", lambda *a: calls.append(a) or real(*a))
     return calls
 
 
@@ -153,7 +153,7 @@ def test_integer_half_conversions_match_numpy_bit_for_bit():
     its own): every float16 value widened, float32 rounding boundaries and NaN payloads narrowed."""
     from numba import njit
 
-    from kiln_cpu._jit import f16_to_f32_bits, f32_to_f16_bits
+    from kiln_cpu._jit_half import f16_to_f32_bits, f32_to_f16_bits
 
     @njit
     def widen(h, out):

@@ -9,7 +9,7 @@ from kiln_cpu_helpers import assert_same, make, reference
 
 import kiln
 from kiln._ops.elementwise import _threshold_backward
-from kiln_cpu import _jit
+from kiln_cpu import _jit_elementwise, _opcodes
 
 ARITH = [kiln.float32, kiln.float64, kiln.int32, kiln.int64]
 FLOAT = [kiln.float32, kiln.float64]
@@ -43,28 +43,28 @@ def _is_float(a, b):
 
 # name -> (function of (a, b), dtypes served by Numba, Numba op code)
 BINARY = {
-    "add": (lambda a, b: kiln.add(a, b), ARITH + HALF, _jit.ADD),
-    "add-alpha": (lambda a, b: kiln.add(a, b, alpha=0.5 if _is_float(a, b) else 3), ARITH, _jit.ADD_ALPHA),
-    "sub": (lambda a, b: kiln.sub(a, b), ARITH + HALF, _jit.SUB),
-    "sub-alpha": (lambda a, b: kiln.sub(a, b, alpha=-2.5 if _is_float(a, b) else -7), ARITH, _jit.SUB_ALPHA),
-    "mul": (lambda a, b: kiln.mul(a, b), ARITH + HALF, _jit.MUL),
-    "div": (lambda a, b: kiln.div(a, b), FLOAT + HALF, _jit.DIV),
-    "div-floor": (lambda a, b: kiln.div(a, b, rounding_mode="floor"), FLOAT + HALF, _jit.FLOOR_DIV),
-    "div-trunc": (lambda a, b: kiln.div(a, b, rounding_mode="trunc"), FLOAT + HALF, _jit.TRUNC_DIV),
-    "maximum": (lambda a, b: kiln.maximum(a, b), FLOAT + HALF, _jit.MAXIMUM),
-    "minimum": (lambda a, b: kiln.minimum(a, b), FLOAT + HALF, _jit.MINIMUM),
-    "eq": (lambda a, b: kiln.eq(a, b), FLOAT + HALF, _jit.EQ),
-    "ne": (lambda a, b: kiln.ne(a, b), FLOAT + HALF, _jit.NE),
-    "lt": (lambda a, b: kiln.lt(a, b), FLOAT + HALF, _jit.LT),
-    "le": (lambda a, b: kiln.le(a, b), FLOAT + HALF, _jit.LE),
-    "gt": (lambda a, b: kiln.gt(a, b), FLOAT + HALF, _jit.GT),
-    "ge": (lambda a, b: kiln.ge(a, b), FLOAT + HALF, _jit.GE),
+    "add": (lambda a, b: kiln.add(a, b), ARITH + HALF, _opcodes.ADD),
+    "add-alpha": (lambda a, b: kiln.add(a, b, alpha=0.5 if _is_float(a, b) else 3), ARITH, _opcodes.ADD_ALPHA),
+    "sub": (lambda a, b: kiln.sub(a, b), ARITH + HALF, _opcodes.SUB),
+    "sub-alpha": (lambda a, b: kiln.sub(a, b, alpha=-2.5 if _is_float(a, b) else -7), ARITH, _opcodes.SUB_ALPHA),
+    "mul": (lambda a, b: kiln.mul(a, b), ARITH + HALF, _opcodes.MUL),
+    "div": (lambda a, b: kiln.div(a, b), FLOAT + HALF, _opcodes.DIV),
+    "div-floor": (lambda a, b: kiln.div(a, b, rounding_mode="floor"), FLOAT + HALF, _opcodes.FLOOR_DIV),
+    "div-trunc": (lambda a, b: kiln.div(a, b, rounding_mode="trunc"), FLOAT + HALF, _opcodes.TRUNC_DIV),
+    "maximum": (lambda a, b: kiln.maximum(a, b), FLOAT + HALF, _opcodes.MAXIMUM),
+    "minimum": (lambda a, b: kiln.minimum(a, b), FLOAT + HALF, _opcodes.MINIMUM),
+    "eq": (lambda a, b: kiln.eq(a, b), FLOAT + HALF, _opcodes.EQ),
+    "ne": (lambda a, b: kiln.ne(a, b), FLOAT + HALF, _opcodes.NE),
+    "lt": (lambda a, b: kiln.lt(a, b), FLOAT + HALF, _opcodes.LT),
+    "le": (lambda a, b: kiln.le(a, b), FLOAT + HALF, _opcodes.LE),
+    "gt": (lambda a, b: kiln.gt(a, b), FLOAT + HALF, _opcodes.GT),
+    "ge": (lambda a, b: kiln.ge(a, b), FLOAT + HALF, _opcodes.GE),
 }
 
 
 def _half(dtype):
     """What the spy appends for a half-precision loop."""
-    return {kiln.float16: (_jit.F16,), kiln.bfloat16: (_jit.BF16,)}.get(dtype, ())
+    return {kiln.float16: (_opcodes.F16,), kiln.bfloat16: (_opcodes.BF16,)}.get(dtype, ())
 
 
 def _is_int_division(name, dtype):
@@ -205,20 +205,20 @@ def test_unary_matches_reference(name, dtype, layout, spy):
     assert_same(fn(x), reference(fn, x), ulps=ulps, atol=atol, layout=name != "erf")
     ran = [c for c in spy if c[0] == "unary"]
     if dtype in served and expected_layout is not None:
-        assert ran == [("unary", getattr(_jit, name.upper()), expected_layout, *_half(dtype))]
+        assert ran == [("unary", getattr(_opcodes, name.upper()), expected_layout, *_half(dtype))]
     else:
         assert ran == []
 
 
-@pytest.mark.parametrize("code", [_jit.EXP, _jit.NEG])
+@pytest.mark.parametrize("code", [_opcodes.EXP, _opcodes.NEG])
 def test_unary_flat_loop_covers_any_range(code):
     """The flat loop of a transcendental runs in blocks that prefetch the next: a range starting and
     ending inside blocks gets every element, and nothing outside it is written."""
     x = np.random.default_rng(0).standard_normal(3 * 1024 + 77).astype(np.float32)
     out = np.full_like(x, 7.0)
     lo, hi = 5, x.size - 3
-    _jit.unary(code, "flat")(x, out, lo, hi)
-    fn = kiln.exp if code == _jit.EXP else kiln.neg
+    _jit_elementwise.unary(code, "flat")(x, out, lo, hi)
+    fn = kiln.exp if code == _opcodes.EXP else kiln.neg
     expected = reference(fn, kiln.from_numpy(x[lo:hi].copy())).numpy()
     np.testing.assert_array_max_ulp(out[lo:hi], expected, maxulp=4)
     assert (out[:lo] == 7.0).all() and (out[hi:] == 7.0).all()
@@ -243,7 +243,7 @@ def test_gelu_matches_reference(approximate, dtype, layout, spy):
         atol=atol,
         layout=approximate == "tanh",
     )
-    code = _jit.GELU if approximate == "none" else _jit.GELU_TANH
+    code = _opcodes.GELU if approximate == "none" else _opcodes.GELU_TANH
     ran = [c for c in spy if c[0] == "unary"]
     assert ran == ([("unary", code, expected_layout, *_half(dtype))] if expected_layout else [])
 
@@ -255,7 +255,7 @@ def test_relu_backward_matches_reference(dtype, layout, spy):
     -0.0 give 0), in the output's layout rules."""
     grad, out, expected_layout = _layouts(dtype)[layout]
     assert_same(_threshold_backward(grad, out), reference(_threshold_backward, grad, out))
-    assert [c for c in spy if c[0] == "binary"] == [("binary", _jit.RELU_GRAD, expected_layout, *_half(dtype))]
+    assert [c for c in spy if c[0] == "binary"] == [("binary", _opcodes.RELU_GRAD, expected_layout, *_half(dtype))]
 
 
 def test_relu_backward_through_autograd(spy):
@@ -263,7 +263,7 @@ def test_relu_backward_through_autograd(spy):
     kiln.relu(x).backward(make((64, 33), kiln.float32, 1))
     expected = reference(lambda t: kiln.autograd.grad(kiln.relu(t), t, make((64, 33), kiln.float32, 1))[0], x)
     assert_same(x.grad, expected)
-    assert ("binary", _jit.RELU_GRAD, "flat") in spy
+    assert ("binary", _opcodes.RELU_GRAD, "flat") in spy
 
 
 # ----------------------------------------------------------------------------------------- dropout
@@ -272,8 +272,8 @@ def test_relu_backward_through_autograd(spy):
 @pytest.fixture
 def dropout_spy(monkeypatch):
     calls: list[tuple] = []
-    real = _jit.dropout
-    monkeypatch.setattr(_jit, "dropout", lambda *a: calls.append(a) or real(*a))
+    real = _jit_elementwise.dropout
+    monkeypatch.setattr(_jit_elementwise, "dropout", lambda *a: calls.append(a) or real(*a))
     return calls
 
 

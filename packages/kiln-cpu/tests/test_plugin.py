@@ -18,7 +18,7 @@ from kiln_cpu_helpers import assert_same, make, reference
 import kiln
 import kiln_cpu
 from kiln import _plugins
-from kiln_cpu import config, kernels
+from kiln_cpu import config, registry
 
 
 def _python(code: str, base: dict | None = None, **env) -> str:
@@ -33,7 +33,7 @@ def test_import_compiles_nothing_and_never_imports_numba():
         "import sys, kiln, kiln_cpu, kiln_cpu.plugin; a = 'numba' in sys.modules\n"
         "x = kiln.ones(3, 4); y = (x + x).exp().sum()\n"  # loads the plugins; small: the reference runs
         "from kiln._plugins import kernel_owner\n"
-        "print(a, 'numba' in sys.modules, 'kiln_cpu._jit' in sys.modules, kernel_owner('add', 'cpu', kiln.float32))"
+        "print(a, 'numba' in sys.modules, any(m.startswith('kiln_cpu._jit') for m in sys.modules), kernel_owner('add', 'cpu', kiln.float32))"
     )
     assert out == "False False False cpu"
 
@@ -48,7 +48,7 @@ def test_the_first_large_op_compiles_or_loads_from_the_cache():
 
 
 def test_kernels_are_registered_narrowed_by_dtype():
-    for name, (_kernel, dtypes) in kernels.kernels().items():
+    for name, (_kernel, dtypes) in registry.kernels().items():
         for d in dtypes:
             assert _plugins.kernel_owner(name, "cpu", d) == "cpu", (name, d)
     assert _plugins.kernel_owner("add", "cpu", kiln.int8) == _plugins.REFERENCE_PLUGIN

@@ -214,11 +214,11 @@ def test_half_precision_through_the_float32_loops(dtype, pool_spy):
 def test_small_half_precision_calls_are_not_widened(pool_spy, monkeypatch):
     """Below the loops' threshold a half-precision call goes to the reference as it is: widening it first
     would only cost time, the float32 loops handing it back too."""
-    from kiln_cpu import kernels
+    from kiln_cpu import _kernel_support
 
     widened = []
-    real = kernels._widened
-    monkeypatch.setattr(kernels, "_widened", lambda t: widened.append(t) or real(t))
+    real = _kernel_support._widened
+    monkeypatch.setattr(_kernel_support, "_widened", lambda t: widened.append(t) or real(t))
     monkeypatch.setattr(config, "min_numel", 1 << 18)
     for shape, runs in (((1, 2, 8, 8), False), ((2, 4, 16, 16), True)):
         x = make(shape, kiln.bfloat16, 1)

@@ -120,7 +120,7 @@ def test_two_reduced_dims_around_a_kept_one_are_read_in_place(name, spy):
     """A reduction over (N, H, W) of an NCHW tensor (a conv bias's gradient) reads the runs in place, one
     task per kept index (the "slabs" loop), instead of copying the tensor with the reduced dims last; sums
     add short runs element by element first, runs longer than ``_SLAB_RUN`` one by one."""
-    from kiln_cpu._jit import _SLAB_RUN
+    from kiln_cpu._jit_reduce import _SLAB_RUN
 
     for shape in ((6, 3, 5, 7), (2, 3, 1, _SLAB_RUN + 5)):
         x = make(shape, kiln.float32)
@@ -158,7 +158,7 @@ def test_stride_two_leaf_adds_as_numpy_in_any_layout(dtype):
     sum of them)."""
     from numba import njit
 
-    from kiln_cpu._jit import _pairwise_leaf
+    from kiln_cpu._jit_reduce import _pairwise_leaf
 
     @njit(cache=False)
     def leaf(a, n):

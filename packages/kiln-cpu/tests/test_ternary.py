@@ -9,7 +9,7 @@ import pytest
 from kiln_cpu_helpers import assert_same, make, reference
 
 import kiln
-from kiln_cpu import _jit
+from kiln_cpu import _opcodes
 
 FLOAT = [kiln.float32, kiln.float64]
 HALF = [kiln.float16, kiln.bfloat16]
@@ -38,13 +38,13 @@ LAYOUTS = list(_layouts(kiln.float32))
 # name -> (function of three same-dtype tensors, dtypes served, op code); where's condition is z > 0 (in
 # z's layout and shape), clamp_min's and clamp_max's bound y
 OPS = {
-    "where": (lambda x, y, z: kiln.where(z > 0, x, y), FLOAT + HALF + INTS, _jit.WHERE),
-    "addcmul": (lambda x, y, z: kiln.addcmul(x, y, z, value=0.75), FLOAT + HALF, _jit.ADDCMUL),
-    "addcdiv": (lambda x, y, z: kiln.addcdiv(x, y, z, value=-1.3), FLOAT + HALF, _jit.ADDCDIV),
-    "lerp": (lambda x, y, z: kiln.lerp(x, y, z), FLOAT + HALF, _jit.LERP),
-    "clamp": (lambda x, y, z: kiln.clamp(x, y, z), FLOAT + HALF + INTS, _jit.CLAMP),
-    "clamp_min": (lambda x, y, z: kiln.clamp_min(x, y), FLOAT + HALF + INTS, _jit.CLAMP),
-    "clamp_max": (lambda x, y, z: kiln.clamp_max(x, y), FLOAT + HALF + INTS, _jit.CLAMP),
+    "where": (lambda x, y, z: kiln.where(z > 0, x, y), FLOAT + HALF + INTS, _opcodes.WHERE),
+    "addcmul": (lambda x, y, z: kiln.addcmul(x, y, z, value=0.75), FLOAT + HALF, _opcodes.ADDCMUL),
+    "addcdiv": (lambda x, y, z: kiln.addcdiv(x, y, z, value=-1.3), FLOAT + HALF, _opcodes.ADDCDIV),
+    "lerp": (lambda x, y, z: kiln.lerp(x, y, z), FLOAT + HALF, _opcodes.LERP),
+    "clamp": (lambda x, y, z: kiln.clamp(x, y, z), FLOAT + HALF + INTS, _opcodes.CLAMP),
+    "clamp_min": (lambda x, y, z: kiln.clamp_min(x, y), FLOAT + HALF + INTS, _opcodes.CLAMP),
+    "clamp_max": (lambda x, y, z: kiln.clamp_max(x, y), FLOAT + HALF + INTS, _opcodes.CLAMP),
 }
 
 
@@ -195,7 +195,7 @@ def test_gradients_through_the_kernels(spy):
 
     for got, want in zip(grads(x, y, z), reference(grads, x, y, z)):
         assert_same(got, want)
-    assert {c[1] for c in spy if c[0] == "ternary"} >= {_jit.WHERE, _jit.LERP, _jit.ADDCMUL, _jit.CLAMP}
+    assert {c[1] for c in spy if c[0] == "ternary"} >= {_opcodes.WHERE, _opcodes.LERP, _opcodes.ADDCMUL, _opcodes.CLAMP}
 
 
 def test_gradcheck_in_float64():

@@ -23,8 +23,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from kiln_cpu._jit import _SERIAL, _u, zero_of
 from kiln_cpu._jit_gemm import NO_TRANS, TRANS, gemm, ptr
+from kiln_cpu._jit_support import _SERIAL, _u, zero_of
 
 
 @njit(**_SERIAL)

@@ -17,7 +17,7 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
-from kiln_cpu._jit import _SERIAL
+from kiln_cpu._jit_support import _SERIAL
 
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112  # CBLAS's enum values
 

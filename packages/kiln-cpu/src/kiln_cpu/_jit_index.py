@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from kiln_cpu._jit import _SERIAL, _u
+from kiln_cpu._jit_support import _SERIAL, _u
 
 READ, WRITE, ADD = 0, 1, 2
 

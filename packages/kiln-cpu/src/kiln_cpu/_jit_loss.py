@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from kiln_cpu._jit import _SERIAL, zero_of
+from kiln_cpu._jit_support import _SERIAL, zero_of
 
 # -------------------------------------------------------------------------------------------- nll loss
 

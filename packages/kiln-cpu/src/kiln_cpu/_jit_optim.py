@@ -15,7 +15,7 @@ import numpy as np
 from numba import njit
 from numba.extending import register_jitable
 
-from kiln_cpu._jit import _SERIAL, _u
+from kiln_cpu._jit_support import _SERIAL, _u
 
 
 @njit(**_SERIAL)

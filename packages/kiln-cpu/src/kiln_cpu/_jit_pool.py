@@ -24,7 +24,7 @@ import numpy as np
 from numba import njit, types
 from numba.extending import intrinsic, register_jitable
 
-from kiln_cpu._jit import _SERIAL, _u
+from kiln_cpu._jit_support import _SERIAL, _u
 
 
 @intrinsic

@@ -36,7 +36,7 @@ back to the reference: other dims (1-d, 3-d), dtypes other than float32/float64 
 transposed convolution's float32 bias on float64), empty results or inputs, fewer columns (multiply-
 adds per kernel offset) than :data:`kiln_cpu.config.min_numel`, and a BLAS whose gemm the loops cannot
 call (other than OpenBLAS: the reference's whole-batch products use it through NumPy). float16 and
-bfloat16 run these float32 loops, as the reference computes them (:func:`kiln_cpu.kernels.through_float32`:
+bfloat16 run these float32 loops, as the reference computes them (:func:`kiln_cpu._kernel_support.through_float32`:
 the operands widened, the result rounded once; non-dense half-precision operands go to the reference).
 """
 
@@ -50,7 +50,7 @@ from kiln._dispatch import OPS
 from kiln._reference import wrap_reference
 from kiln._tensor import from_array
 from kiln_cpu import _blas, _threads, config
-from kiln_cpu.kernels import _GRAIN, FLOAT, HALF, loops, parallel, through_float32
+from kiln_cpu._kernel_support import _GRAIN, FLOAT, HALF, loops, parallel, through_float32
 
 _BLOCK_BYTES = 1 << 19
 """Bytes of columns per block: with the weight and the product's packed panels a block stays in a 2 MiB

@@ -27,7 +27,7 @@ import numpy as np
 from kiln import _dtype as dt
 from kiln._tensor import Tensor, from_array
 from kiln_cpu import _threads, config
-from kiln_cpu.kernels import _GRAIN, loops, parallel, with_fallback
+from kiln_cpu._kernel_support import _GRAIN, loops, parallel, with_fallback
 
 FLOAT = (dt.float32, dt.float64)
 COPY = (dt.float32, dt.float64, dt.int32, dt.int64)

@@ -8,7 +8,7 @@ reference's product, so the results are bit for bit the reference's. Loops in Nu
 Handed back to the reference: small inputs (:data:`kiln_cpu.config.multipass_min_numel`), dtypes other than
 float32/float64 (and a weight of another dtype), non-contiguous inputs (forward; the backward reads
 only the input's shape), and out-of-range targets (the reference raises the error). float16 and bfloat16
-run the float32 loops, as the reference computes them (:func:`kiln_cpu.kernels.through_float32`).
+run the float32 loops, as the reference computes them (:func:`kiln_cpu._kernel_support.through_float32`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from kiln._dispatch import OPS
 from kiln._reference import wrap_reference
 from kiln._tensor import from_array
 from kiln_cpu import config
-from kiln_cpu.kernels import _GRAIN, FLOAT, HALF, loops, parallel, through_float32
+from kiln_cpu._kernel_support import _GRAIN, FLOAT, HALF, loops, parallel, through_float32
 
 _jit = loops("_jit_loss")
 

@@ -10,7 +10,7 @@ norm, group norm); float32 and float64, C-contiguous operands, and float16/bfloa
 in float32 as the reference computes them, and rounded once: softmax and log-softmax along the last
 dim and layer norm widen blocks of rows inside the loop (:func:`kiln_cpu._jit_norm._half_rows`); the
 other kernels, and softmax along another dim, run their float32 loops on widened operands
-(:func:`kiln_cpu.kernels.through_float32`). The norm loops follow the
+(:func:`kiln_cpu._kernel_support.through_float32`). The norm loops follow the
 reference's arithmetic step for step, bit for bit where each summed run has at most 128 elements and
 within a few ulps beyond (their leaves keep thirty-two running sums: :mod:`kiln_cpu._jit_norm`); the softmax loops
 differ from it in exp's last bit and in the order of a long row's sum.
@@ -35,7 +35,7 @@ from kiln._dispatch import OPS
 from kiln._reference import wrap_reference
 from kiln._tensor import Tensor, from_array
 from kiln_cpu import config
-from kiln_cpu.kernels import _GRAIN, FLOAT, HALF, bits, half_kind, loops, parallel, through_float32
+from kiln_cpu._kernel_support import _GRAIN, FLOAT, HALF, bits, half_kind, loops, parallel, through_float32
 
 _jit = loops("_jit_norm")
 
@@ -406,7 +406,7 @@ def _group_norm_backward(x, g, w, has_w, eps, lay, shape, need):
 def kernels() -> dict[str, tuple]:
     """The softmax-family and normalization kernels: op name -> (kernel, output dtypes served). Softmax,
     log-softmax and layer norm take half precision themselves (rows widened block by block); the others
-    through their float32 loops (:func:`kiln_cpu.kernels.through_float32`)."""
+    through their float32 loops (:func:`kiln_cpu._kernel_support.through_float32`)."""
     widened = {
         "logsumexp": (_logsumexp_kernel(), FLOAT + HALF),
         "_native_batch_norm": (_batch_norm_kernel(), FLOAT + HALF),

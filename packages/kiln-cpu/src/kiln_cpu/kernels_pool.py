@@ -16,7 +16,7 @@ or two beyond.
 Handed back to the reference: tiny calls (below :data:`kiln_cpu.config.multipass_min_numel` elements
 or :data:`kiln_cpu.config.min_numel`, whichever is smaller), empty tensors, dtypes other than float32/float64
 (or an input of another dtype). float16 and bfloat16 run the float32 loops, as the reference computes them
-(:func:`kiln_cpu.kernels.through_float32`: widened exactly, rounded once; bit for bit).
+(:func:`kiln_cpu._kernel_support.through_float32`: widened exactly, rounded once; bit for bit).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import numpy as np
 from kiln._ops.nn_pool import _adaptive_bounds, _window_positions
 from kiln._tensor import from_array
 from kiln_cpu import config
-from kiln_cpu.kernels import _GRAIN, FLOAT, HALF, loops, parallel, through_float32, with_fallback
+from kiln_cpu._kernel_support import _GRAIN, FLOAT, HALF, loops, parallel, through_float32, with_fallback
 
 _j = loops("_jit_pool")
 

@@ -19,8 +19,10 @@ from kiln import _dtype as dt
 from kiln._dispatch import OPS
 from kiln._reference import wrap_reference
 from kiln._tensor import from_array
-from kiln_cpu import config
-from kiln_cpu.kernels import _GRAIN, _kernels, bits, half_kind, numpy_order, parallel
+from kiln_cpu import _opcodes, config
+from kiln_cpu._kernel_support import _GRAIN, bits, half_kind, loops, numpy_order, parallel
+
+_kernels = loops("_jit_scan")
 
 SERVED = (dt.float32, dt.float64, dt.float16, dt.bfloat16, dt.int64)
 
@@ -43,7 +45,7 @@ def _scan_kernel(name: str, code_name: str):
         n = shape[axis]
         inner = math.prod(xs.shape[pos + 1 :])
         j = _kernels()
-        code, half = getattr(j, code_name), half_kind(d)
+        code, half = getattr(_opcodes, code_name), half_kind(d)
         flat_x, flat_out = xs.reshape(-1), dense.reshape(-1)
         if inner == 1:
             parallel(j.scan(code, "rows", half), (flat_x, flat_out, n), flat_x.size // n, max(1, _GRAIN // n))

@@ -1,6 +1,6 @@
 """kiln-cpu's ternary elementwise kernels: ``where``, ``addcmul``, ``addcdiv``, ``lerp`` and ``clamp`` (with
 ``clamp_min`` and ``clamp_max``), broadcasting and any strides, as the binary kernels
-(:mod:`kiln_cpu.kernels`): one flat loop when the tensor operands share one dense layout (Python numbers
+(:mod:`kiln_cpu.kernels_elementwise`): one flat loop when the tensor operands share one dense layout (Python numbers
 read as one-element arrays at every position), else the strided loop over the shape coalesced to 4-d,
 with broadcast dims and numbers at stride 0. The result is laid out as the reference's: NumPy's layout
 rule applied step by step as the reference computes (``addcmul``'s ``value * t1``, then ``* t2``, then
@@ -25,22 +25,24 @@ from kiln._dispatch import OPS
 from kiln._ops.elementwise import _compute_np
 from kiln._reference import wrap_reference
 from kiln._tensor import Tensor, from_array
-from kiln_cpu import config
-from kiln_cpu.kernels import (
+from kiln_cpu import _opcodes, config
+from kiln_cpu._kernel_support import (
     _GRAIN,
     _INTS,
     FLOAT,
     HALF,
     _flat,
-    _kernels,
     _run_strided,
     _scalar,
     bits,
     dense_strides,
     half_kind,
+    loops,
     numpy_order,
     parallel,
 )
+
+_kernels = loops("_jit_elementwise")
 
 
 def _own(x, nd: int, widened: bool = False) -> tuple:
@@ -146,7 +148,7 @@ def _ternary_kernel(name: str, served: tuple, prepare, steps: str | None = None)
 
 def _value(x, d, compute: np.dtype):
     """A tensor of dtype ``d`` as it is, a Python number as the reference computes with it (rounded to
-    half precision first for a half-precision ``d``: :func:`kiln_cpu.kernels._scalar`); None for a tensor
+    half precision first for a half-precision ``d``: :func:`kiln_cpu._kernel_support._scalar`); None for a tensor
     of another dtype."""
     if isinstance(x, Tensor):
         return x if x._dtype is d else None
@@ -157,7 +159,7 @@ def _prepare_where(d, compute, condition, input, other):
     x, y = _value(input, d, compute), _value(other, d, compute)
     if x is None or y is None:
         return None
-    return _kernels().WHERE, [condition, x, y], compute.type(0)
+    return _opcodes.WHERE, [condition, x, y], compute.type(0)
 
 
 def _prepare_addc(code_name: str):
@@ -165,7 +167,7 @@ def _prepare_addc(code_name: str):
         operands = [input, tensor1, tensor2]
         if any(t._dtype is not d for t in operands):
             return None
-        return getattr(_kernels(), code_name), operands, compute.type(value)  # value: not rounded to d
+        return getattr(_opcodes, code_name), operands, compute.type(value)  # value: not rounded to d
 
     return prepare
 
@@ -178,7 +180,7 @@ def _prepare_lerp(d, compute, input, end, weight):
             return None
     else:
         weight = compute.type(weight)  # the reference's weight: in the compute dtype, not rounded to d
-    return _kernels().LERP, [input, end, weight], compute.type(0)
+    return _opcodes.LERP, [input, end, weight], compute.type(0)
 
 
 def _no_bound(compute: np.dtype, high: bool):
@@ -199,7 +201,7 @@ def _prepare_clamp(d, compute, input, min=None, max=None):
         if b is None:
             return None
         bounds.append(b)
-    return _kernels().CLAMP, [input, *bounds], compute.type(0)
+    return _opcodes.CLAMP, [input, *bounds], compute.type(0)
 
 
 def kernels() -> dict[str, tuple]:

@@ -30,7 +30,7 @@ from kiln import _dtype as dt
 from kiln._state import state
 from kiln._tensor import Tensor, from_array
 from kiln_cpu import _threads, config
-from kiln_cpu.kernels import _GRAIN, loops
+from kiln_cpu._kernel_support import _GRAIN, loops
 
 __all__ = ["fused_updates", "sgd", "adam"]
 

@@ -11,7 +11,7 @@ def kiln_register_kernels(register):
     """Register kiln-cpu's Numba kernels for ``cpu``, narrowed to the output dtypes they serve (and set
     glibc's allocator thresholds for tensor-sized arrays: :mod:`kiln_cpu._malloc`)."""
     from kiln_cpu._malloc import tune
-    from kiln_cpu.kernels import kernels
+    from kiln_cpu.registry import kernels
 
     tune()
 

@@ -1,0 +1,28 @@
+"""The integer codes the kernels pass to the Numba loop factories: elementwise, ternary, scan and
+reduction op codes, and the half-precision storage kinds.
+
+Plain Python (no Numba): the kernels read these codes without importing the jitted modules. A code is a
+closure constant of the loop a factory builds, so Numba specialises the scalar function at typing time.
+"""
+
+from __future__ import annotations
+
+ADD, SUB, MUL, DIV, FLOOR_DIV, TRUNC_DIV, MAXIMUM, MINIMUM = range(8)
+EQ, NE, LT, LE, GT, GE = range(8, 14)
+ADD_ALPHA, SUB_ALPHA = 14, 15  # x + y * c, x - y * c (the product rounded first, as the reference)
+RELU_GRAD = 16  # x where y > 0, else 0: relu's backward (``_threshold_backward(grad, output)``)
+
+NEG, ABS, RELU, EXP, LOG, SQRT, SIN, COS, TANH, SIGMOID, ERF, GELU, GELU_TANH = range(13)
+CAST = 13  # the value itself: with another output dtype, a conversion
+
+# ternary op codes (their own numbering): where(c, x, y); x + value*y*z; x + value*y/z; lerp(x, y, weight z);
+# clamp(x, low y, high z)
+WHERE, ADDCMUL, ADDCDIV, LERP, CLAMP = range(5)
+
+# reductions
+SUM, AMAX, AMIN = range(3)
+
+F16, BF16 = 1, 2  # half-precision kinds (0: the storage dtype is the compute dtype)
+
+# scans
+CUMSUM, CUMPROD = range(2)

@@ -1,0 +1,286 @@
+"""The elementwise kernels: binary (arithmetic, maximum/minimum, comparisons, relu's backward), unary
+(and gelu), dtype conversion (``_to_copy``) and fused dropout, over the loops of
+:mod:`kiln_cpu._jit_elementwise`."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from kiln import _dtype as dt
+from kiln._dispatch import OPS
+from kiln._reference import wrap_reference
+from kiln._tensor import Tensor, from_array
+from kiln_cpu import _opcodes, config
+from kiln_cpu._kernel_support import (
+    _F32,
+    _GRAIN,
+    _INTS,
+    ARITH,
+    FLOAT,
+    HALF,
+    _flat,
+    _run_strided,
+    _scalar,
+    bits,
+    cast_flat,
+    half_kind,
+    loops,
+    parallel,
+)
+
+_kernels = loops("_jit_elementwise")
+
+# ------------------------------------------------------------------------------------------- binary
+
+# scalar-on-the-left forms that are the same op with the operands swapped
+_SWAPPED = {}
+
+
+def _init_swapped(j) -> None:
+    _SWAPPED.update(
+        {j.ADD: j.ADD, j.MUL: j.MUL, j.EQ: j.EQ, j.NE: j.NE, j.LT: j.GT, j.GT: j.LT, j.LE: j.GE, j.GE: j.LE}
+    )
+
+
+def _run_binary(code: int, a, b, c, shape: tuple, out_np: np.dtype, half: int) -> np.ndarray | None:
+    """``a <op> b`` over ``shape`` (``a``/``b``: tensors of the compute dtype, or of a half-precision dtype
+    computed in float32 (``half``), or scalars of the compute dtype) into a new array of ``out_np``
+    (uint16 for half-precision results); None: not taken."""
+    j = _kernels()
+    a_arr = isinstance(a, Tensor)
+    b_arr = isinstance(b, Tensor)
+    if not _SWAPPED:
+        _init_swapped(_opcodes)
+    if not a_arr and b_arr and code in _SWAPPED:
+        code, a, b, a_arr, b_arr = _SWAPPED[code], b, a, True, False
+    if a_arr and a._shape == shape:
+        x = bits(a._numpy())
+        fa = _flat(x)
+        if fa is not None and (not b_arr or (b._shape == shape and b._stride == a._stride)):
+            out = np.empty_like(x, dtype=out_np)
+            fo = _flat(out)
+            if fo is not None:
+                if b_arr:
+                    parallel(j.binary(code, "flat", half), (fa, _flat(bits(b._numpy())), fo, c), fo.size, _GRAIN)
+                else:
+                    parallel(j.binary(code, "scalar", half), (fa, b, fo, c), fo.size, _GRAIN)
+                return out
+    if half:  # the strided loop reads a scalar operand as stored: half-precision bits, if it has them
+        operands = []
+        for x in (a, b):
+            if not isinstance(x, Tensor):
+                with np.errstate(over="ignore"):
+                    stored = x.astype(HALF[half - 1].numpy)
+                if stored.astype(np.float32) != x and x == x:
+                    return None  # a float32 scalar (mul, div) that the storage dtype cannot hold
+                x = stored.view(np.uint16)
+            operands.append(x)
+        a, b = operands
+    return _run_strided(lambda: j.binary(code, "strided", half), shape, [a, b], out_np, (c,))
+
+
+def _binary_kernel(name: str, served: tuple, pick, *, compare: bool = False):
+    """A kernel for binary op ``name``: ``pick(np_dtype, a, b, rest) -> (code, a, b, c)`` chooses the op
+    code and may fold scalars; the reference runs whatever this kernel does not take."""
+    reference = wrap_reference(OPS[name])
+
+    def kernel(spec, a, b, *rest):
+        shape = spec[0]
+        d = spec[3] if compare else spec[1]
+        if d not in served or math.prod(shape) < config.min_numel:
+            return reference(spec, a, b, *rest)
+        half = half_kind(d)
+        if half and name in ("add", "sub") and rest and rest[0] != 1:  # alpha: the reference's roundings
+            return reference(spec, a, b, *rest)
+        np_dtype = _F32 if half else d.numpy
+        for x in (a, b):
+            if isinstance(x, Tensor) and x._dtype is not d:
+                return reference(spec, a, b, *rest)
+        picked = pick(np_dtype, a, b, rest)
+        if picked is None:
+            return reference(spec, a, b, *rest)
+        code, x, y, c = picked
+        rounded = None if name in ("mul", "div") else d  # PyTorch's mul and div keep a scalar in float32
+        if not isinstance(x, Tensor):
+            x = _scalar(x, np_dtype, rounded)
+        if not isinstance(y, Tensor):
+            y = _scalar(y, np_dtype, rounded)
+        out_np = spec[1].numpy
+        out = _run_binary(code, x, y, c, shape, np.dtype(np.uint16) if half and not compare else out_np, half)
+        if out is None:
+            return reference(spec, a, b, *rest)
+        return from_array(out.view(out_np), spec[1])
+
+    kernel.__name__ = f"kiln_cpu_{name}"
+    kernel.__doc__ = f"Numba kernel for {name} (kiln-cpu)."
+    return kernel
+
+
+def _zero(np_dtype):
+    return np_dtype.type(0)
+
+
+def _pick_fixed(code_name: str):
+    def pick(np_dtype, a, b, rest):
+        return getattr(_opcodes, code_name), a, b, _zero(np_dtype)
+
+    return pick
+
+
+def _pick_add_sub(plain: str, with_alpha: str):
+    def pick(np_dtype, a, b, rest):
+        alpha = rest[0] if rest else 1
+        if alpha == 1:
+            return getattr(_opcodes, plain), a, b, _zero(np_dtype)
+        if isinstance(alpha, bool) or (np_dtype.kind in "iu" and not isinstance(alpha, int)):
+            return None  # the meta refuses these; the reference raises as it does
+        c = _scalar(alpha, np_dtype)
+        if not isinstance(b, Tensor):  # the reference rounds b * alpha first: fold it the same way
+            return getattr(_opcodes, plain), a, np.multiply(_scalar(b, np_dtype), c, dtype=np_dtype), _zero(np_dtype)
+        return getattr(_opcodes, with_alpha), a, b, c
+
+    return pick
+
+
+def _pick_div(np_dtype, a, b, rest):
+    mode = rest[0] if rest else None
+    code = {None: _opcodes.DIV, "floor": _opcodes.FLOOR_DIV, "trunc": _opcodes.TRUNC_DIV}.get(mode)
+    return None if code is None else (code, a, b, _zero(np_dtype))
+
+
+# -------------------------------------------------------------------------------------------- unary
+
+
+def _unary_kernel(name: str, served: tuple, code_name, params: dict | None = None):
+    """A kernel for unary op ``name`` (Numba op ``code_name``), output dtype = input dtype; an op with
+    parameters maps each value it takes to its own code (``params``: (value, ...) -> code name)."""
+    reference = wrap_reference(OPS[name])
+
+    def kernel(spec, a, *rest):
+        d = spec[1]
+        name_of_code = code_name if not rest else (params or {}).get(rest)
+        if d not in served or name_of_code is None or math.prod(spec[0]) < config.min_numel:
+            return reference(spec, a, *rest)
+        if a._dtype is not d:
+            return reference(spec, a, *rest)
+        x = bits(a._numpy())
+        j = _kernels()
+        code, half = getattr(_opcodes, name_of_code), half_kind(d)
+        fx = _flat(x)
+        if fx is not None:
+            out = np.empty_like(x)
+            fo = _flat(out)
+            if fo is not None:
+                parallel(j.unary(code, "flat", half), (fx, fo), fo.size, _GRAIN)
+                return from_array(out.view(d.numpy), d)
+        out = _run_strided(lambda: j.unary(code, "strided", half), a._shape, [a], x.dtype)
+        return reference(spec, a, *rest) if out is None else from_array(out.view(d.numpy), d)
+
+    kernel.__name__ = f"kiln_cpu_{name}"
+    kernel.__doc__ = f"Numba kernel for {name} (kiln-cpu)."
+    return kernel
+
+
+# --------------------------------------------------------------------------------------- conversion
+
+
+def _converts(src: dt.dtype, dst: dt.dtype) -> bool:
+    """The conversions the Numba loop makes exactly as NumPy's ``astype`` does: between float32, float64
+    and the integers (and bools: dropout's masks) into floats; into float16/bfloat16 only from float32,
+    half precision or bool (one rounding; NumPy rounds float64 and integers to half directly, not through
+    float32); into integers only from integers and bools (a float out of an integer's range is undefined
+    in C, and NumPy's result is the hardware's)."""
+    if dst in HALF:
+        return src is dt.float32 or src in HALF or src is dt.bool
+    if dst in _INTS:
+        return src in _INTS or src is dt.bool
+    return dst in FLOAT and (src in FLOAT or src in HALF or src in _INTS or src is dt.bool)
+
+
+def _to_copy_kernel():
+    reference = wrap_reference(OPS["_to_copy"])
+
+    def kernel(spec, a, dtype, device):
+        if (
+            device is not a._device
+            or not _converts(a._dtype, dtype)
+            or a._dtype is dtype
+            or not a._shape
+            or math.prod(a._shape) < max(config.min_numel, 1)
+        ):
+            return reference(spec, a, dtype, device)
+        j = _kernels()
+        hin, hout = half_kind(a._dtype), half_kind(dtype)
+        store_np = np.dtype(np.uint16) if hout else dtype.numpy
+        x = bits(a._numpy())
+        fx = _flat(x) if 0 not in x.strides else None
+        if fx is not None:
+            out = np.empty_like(x, dtype=store_np)
+            cast_flat(fx, _flat(out), hin, hout)
+        else:
+            out = _run_strided(lambda: j.cast("strided", hin, hout), a._shape, [a], store_np)
+            if out is None:
+                return reference(spec, a, dtype, device)
+        return from_array(out.view(dtype.numpy), dtype)
+
+    kernel.__name__ = "kiln_cpu__to_copy"
+    kernel.__doc__ = "Numba kernel for dtype conversion on the CPU (kiln-cpu)."
+    return kernel
+
+
+# ------------------------------------------------------------------------------------------ dropout
+
+
+def _fused_dropout_kernel():
+    reference = wrap_reference(OPS["_fused_dropout"])
+
+    def kernel(spec, x, u, p):
+        d = spec[0][1]
+        n = math.prod(x._shape)
+        if d not in FLOAT + HALF or x._dtype is not d or n < max(config.min_numel, 1):
+            return reference(spec, x, u, p)
+        xs, us = bits(x._numpy()), u._numpy()
+        if not (xs.flags.c_contiguous and us.flags.c_contiguous):  # the reference's result follows layouts
+            return reference(spec, x, u, p)
+        half = half_kind(d)
+        compute = _F32 if half else d.numpy
+        out = np.empty(n, xs.dtype)
+        noise = np.empty(n, xs.dtype)
+        args = (xs.reshape(-1), us.reshape(-1), 1.0 - p, compute.type(1.0 - p), out, noise)
+        parallel(_kernels().dropout(half), args, n, _GRAIN)
+        shape = x._shape
+        return from_array(out.view(d.numpy).reshape(shape), d), from_array(noise.view(d.numpy).reshape(shape), d)
+
+    kernel.__name__ = "kiln_cpu__fused_dropout"
+    kernel.__doc__ = "Numba kernel for _fused_dropout: draws compared, scaled and applied in one pass (kiln-cpu)."
+    return kernel
+
+
+def kernels() -> dict[str, tuple]:
+    """The elementwise kernels: op name -> (kernel, output dtypes served)."""
+    table: dict[str, tuple] = {
+        "add": (_binary_kernel("add", ARITH + HALF, _pick_add_sub("ADD", "ADD_ALPHA")), ARITH + HALF),
+        "sub": (_binary_kernel("sub", ARITH + HALF, _pick_add_sub("SUB", "SUB_ALPHA")), ARITH + HALF),
+        "mul": (_binary_kernel("mul", ARITH + HALF, _pick_fixed("MUL")), ARITH + HALF),
+        "div": (_binary_kernel("div", FLOAT + HALF, _pick_div), FLOAT + HALF),
+        "maximum": (_binary_kernel("maximum", FLOAT + HALF, _pick_fixed("MAXIMUM")), FLOAT + HALF),
+        "minimum": (_binary_kernel("minimum", FLOAT + HALF, _pick_fixed("MINIMUM")), FLOAT + HALF),
+    }
+    for name in ("eq", "ne", "lt", "le", "gt", "ge"):
+        # narrowed by output dtype, which is bool: the kernel itself sends other compute dtypes back
+        table[name] = (_binary_kernel(name, FLOAT + HALF, _pick_fixed(name.upper()), compare=True), (dt.bool,))
+    for name in ("neg", "abs", "relu"):
+        table[name] = (_unary_kernel(name, ARITH + HALF, name.upper()), ARITH + HALF)
+    for name in ("exp", "log", "sqrt", "sin", "cos", "tanh", "sigmoid", "erf"):
+        table[name] = (_unary_kernel(name, FLOAT + HALF, name.upper()), FLOAT + HALF)
+    table["_threshold_backward"] = (
+        _binary_kernel("_threshold_backward", FLOAT + HALF, _pick_fixed("RELU_GRAD")),
+        FLOAT + HALF,
+    )
+    gelu = {("none",): "GELU", ("tanh",): "GELU_TANH"}
+    table["gelu"] = (_unary_kernel("gelu", FLOAT + HALF, "GELU", gelu), FLOAT + HALF)
+    table["_to_copy"] = (_to_copy_kernel(), FLOAT + HALF + _INTS)
+    table["_fused_dropout"] = (_fused_dropout_kernel(), FLOAT + HALF)
+    return table

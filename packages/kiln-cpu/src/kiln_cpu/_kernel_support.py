@@ -18,15 +18,15 @@ import sys
 
 import numpy as np
 
-from kiln import _dtype as dt
-from kiln._dispatch import OPS
-from kiln._reference import wrap_reference
-from kiln._tensor import Tensor, from_array
+import kiln
+from kiln import Tensor
+from kiln.backend import from_array, reference_kernel
+from kiln.backend import op as op_record
 from kiln_cpu import _opcodes, _threads, config
 
-FLOAT = (dt.float32, dt.float64)
-ARITH = (dt.float32, dt.float64, dt.int32, dt.int64)
-HALF = (dt.float16, dt.bfloat16)  # in the order of the Numba loops' codes _opcodes.F16, _opcodes.BF16
+FLOAT = (kiln.float32, kiln.float64)
+ARITH = (kiln.float32, kiln.float64, kiln.int32, kiln.int64)
+HALF = (kiln.float16, kiln.bfloat16)  # in the order of the Numba loops' codes _opcodes.F16, _opcodes.BF16
 _F32 = np.dtype(np.float32)
 
 
@@ -45,7 +45,7 @@ def loops(module: str):
 def with_fallback(name: str, body):
     """A kernel for op ``name`` that runs ``body(spec, *args)`` and hands the call to the reference kernel
     when ``body`` returns None (not taken)."""
-    reference = wrap_reference(OPS[name])
+    reference = reference_kernel(name)
 
     def kernel(spec, *args):
         out = body(spec, *args)
@@ -99,7 +99,7 @@ def _coalesce(shape: tuple, strides: list[tuple]) -> tuple[tuple, list[tuple]] |
     return tuple(n for n, _ in dims), [tuple(d[1][k] for d in dims) for k in range(len(strides))]
 
 
-def _scalar(x, np_dtype: np.dtype, d: dt.dtype | None = None):
+def _scalar(x, np_dtype: np.dtype, d: kiln.dtype | None = None):
     """A Python number as the reference uses it in compute dtype ``np_dtype`` (integers wrap; a float
     meeting a half-precision tensor ``d`` is rounded to that precision first)."""
     if np_dtype.kind in "iu":
@@ -110,11 +110,11 @@ def _scalar(x, np_dtype: np.dtype, d: dt.dtype | None = None):
     return np_dtype.type(x)
 
 
-def half_kind(d: dt.dtype) -> int:
+def half_kind(d: kiln.dtype) -> int:
     """The Numba loops' code for half-precision storage dtype ``d`` (``_opcodes.F16``/``BF16``), else 0."""
-    if d is dt.float16:
+    if d is kiln.float16:
         return _opcodes.F16
-    return _opcodes.BF16 if d is dt.bfloat16 else 0
+    return _opcodes.BF16 if d is kiln.bfloat16 else 0
 
 
 def bits(a: np.ndarray) -> np.ndarray:
@@ -204,7 +204,7 @@ def dense_strides(shape: tuple, order: list) -> tuple:
 
 # --------------------------------------------------------------------------------------- conversion
 
-_INTS = (dt.int32, dt.int64)
+_INTS = (kiln.int32, kiln.int64)
 
 
 def cast_flat(x: np.ndarray, out: np.ndarray, hin: int, hout: int) -> np.ndarray:
@@ -224,10 +224,10 @@ def _widened(t: Tensor) -> Tensor | None:
         return None
     out = np.empty_like(x, dtype=_F32)  # "K" order: the same layout
     cast_flat(fx, _flat(out), half_kind(t._dtype), 0)
-    return from_array(out, dt.float32)
+    return from_array(out, kiln.float32)
 
 
-def _rounded(t: Tensor, d: dt.dtype) -> Tensor:
+def _rounded(t: Tensor, d: kiln.dtype) -> Tensor:
     """The float32 result ``t`` rounded once to half precision ``d`` (nearest-even), in its layout."""
     x = t._numpy()
     fx = _flat(x)
@@ -245,8 +245,8 @@ def through_float32(name: str, kernel):
     once. The reference runs where an operand's elements do not fill one block of memory, and where no
     operand reaches :data:`kiln_cpu.config.multipass_min_numel` elements (the float32 loops would hand
     those back after the widening)."""
-    opdef = OPS[name]
-    reference = wrap_reference(opdef)
+    opdef = op_record(name)
+    reference = reference_kernel(opdef)
     multi = opdef.num_outputs > 1
 
     def wrapped(spec, *args):
@@ -264,7 +264,7 @@ def through_float32(name: str, kernel):
                 if a is None:
                     return reference(spec, *args)
             wide.append(a)
-        specs32 = [s if h is None else (s[0], dt.float32, *s[2:]) for s, h in zip(specs, halves)]
+        specs32 = [s if h is None else (s[0], kiln.float32, *s[2:]) for s, h in zip(specs, halves)]
         out = kernel(tuple(specs32) if multi else specs32[0], *wide)
         outs = out if multi else (out,)
         outs = [o if h is None else _rounded(o, h) for o, h in zip(outs, halves)]

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable
 
 # the core owns the rule; to be imported from ``kiln.backend`` once that public module re-exports them
-from kiln._threads import check_num_threads, default_num_threads
+from kiln.backend import check_num_threads, default_num_threads
 
 _requested: int | None = None
 

@@ -46,9 +46,7 @@ import math
 
 import numpy as np
 
-from kiln._dispatch import OPS
-from kiln._reference import wrap_reference
-from kiln._tensor import from_array
+from kiln.backend import from_array, reference_kernel
 from kiln_cpu import _blas, _threads, config
 from kiln_cpu._kernel_support import _GRAIN, FLOAT, HALF, loops, parallel, through_float32
 
@@ -226,11 +224,11 @@ def _direct(x, weight, s, p, d, transposed, groups, shape, dtype) -> np.ndarray:
 
 
 def _conv_kernel():
-    reference = wrap_reference(OPS["convolution"])
+    reference = reference_kernel("convolution")
 
     def kernel(spec, input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
         args = (spec, input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
-        shape, d = spec[0], spec[1]
+        shape, d = spec.shape, spec.dtype
         if (
             d not in FLOAT
             or len(shape) != 4
@@ -241,7 +239,7 @@ def _conv_kernel():
             or math.prod(input._shape) == 0
         ):
             return reference(*args)
-        s, p, dil, _ = spec[3]
+        s, p, dil = spec.stride, spec.padding, spec.dilation
         n, cx = input._shape[:2]
         wc0, wc1, kh, kw = weight._shape
         oh, ow = shape[2:]

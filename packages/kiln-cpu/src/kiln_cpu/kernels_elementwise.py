@@ -8,10 +8,9 @@ import math
 
 import numpy as np
 
-from kiln import _dtype as dt
-from kiln._dispatch import OPS
-from kiln._reference import wrap_reference
-from kiln._tensor import Tensor, from_array
+import kiln
+from kiln import Tensor
+from kiln.backend import from_array, reference_kernel
 from kiln_cpu import _opcodes, config
 from kiln_cpu._kernel_support import (
     _F32,
@@ -84,11 +83,11 @@ def _run_binary(code: int, a, b, c, shape: tuple, out_np: np.dtype, half: int) -
 def _binary_kernel(name: str, served: tuple, pick, *, compare: bool = False):
     """A kernel for binary op ``name``: ``pick(np_dtype, a, b, rest) -> (code, a, b, c)`` chooses the op
     code and may fold scalars; the reference runs whatever this kernel does not take."""
-    reference = wrap_reference(OPS[name])
+    reference = reference_kernel(name)
 
     def kernel(spec, a, b, *rest):
-        shape = spec[0]
-        d = spec[3] if compare else spec[1]
+        shape = spec.shape
+        d = spec.compute_dtype if compare else spec.dtype
         if d not in served or math.prod(shape) < config.min_numel:
             return reference(spec, a, b, *rest)
         half = half_kind(d)
@@ -107,11 +106,11 @@ def _binary_kernel(name: str, served: tuple, pick, *, compare: bool = False):
             x = _scalar(x, np_dtype, rounded)
         if not isinstance(y, Tensor):
             y = _scalar(y, np_dtype, rounded)
-        out_np = spec[1].numpy
+        out_np = spec.dtype.numpy
         out = _run_binary(code, x, y, c, shape, np.dtype(np.uint16) if half and not compare else out_np, half)
         if out is None:
             return reference(spec, a, b, *rest)
-        return from_array(out.view(out_np), spec[1])
+        return from_array(out.view(out_np), spec.dtype)
 
     kernel.__name__ = f"kiln_cpu_{name}"
     kernel.__doc__ = f"Numba kernel for {name} (kiln-cpu)."
@@ -156,12 +155,12 @@ def _pick_div(np_dtype, a, b, rest):
 def _unary_kernel(name: str, served: tuple, code_name, params: dict | None = None):
     """A kernel for unary op ``name`` (Numba op ``code_name``), output dtype = input dtype; an op with
     parameters maps each value it takes to its own code (``params``: (value, ...) -> code name)."""
-    reference = wrap_reference(OPS[name])
+    reference = reference_kernel(name)
 
     def kernel(spec, a, *rest):
-        d = spec[1]
+        d = spec.dtype
         name_of_code = code_name if not rest else (params or {}).get(rest)
-        if d not in served or name_of_code is None or math.prod(spec[0]) < config.min_numel:
+        if d not in served or name_of_code is None or math.prod(spec.shape) < config.min_numel:
             return reference(spec, a, *rest)
         if a._dtype is not d:
             return reference(spec, a, *rest)
@@ -186,21 +185,21 @@ def _unary_kernel(name: str, served: tuple, code_name, params: dict | None = Non
 # --------------------------------------------------------------------------------------- conversion
 
 
-def _converts(src: dt.dtype, dst: dt.dtype) -> bool:
+def _converts(src: kiln.dtype, dst: kiln.dtype) -> bool:
     """The conversions the Numba loop makes exactly as NumPy's ``astype`` does: between float32, float64
     and the integers (and bools: dropout's masks) into floats; into float16/bfloat16 only from float32,
     half precision or bool (one rounding; NumPy rounds float64 and integers to half directly, not through
     float32); into integers only from integers and bools (a float out of an integer's range is undefined
     in C, and NumPy's result is the hardware's)."""
     if dst in HALF:
-        return src is dt.float32 or src in HALF or src is dt.bool
+        return src is kiln.float32 or src in HALF or src is kiln.bool
     if dst in _INTS:
-        return src in _INTS or src is dt.bool
-    return dst in FLOAT and (src in FLOAT or src in HALF or src in _INTS or src is dt.bool)
+        return src in _INTS or src is kiln.bool
+    return dst in FLOAT and (src in FLOAT or src in HALF or src in _INTS or src is kiln.bool)
 
 
 def _to_copy_kernel():
-    reference = wrap_reference(OPS["_to_copy"])
+    reference = reference_kernel("_to_copy")
 
     def kernel(spec, a, dtype, device):
         if (
@@ -234,10 +233,10 @@ def _to_copy_kernel():
 
 
 def _fused_dropout_kernel():
-    reference = wrap_reference(OPS["_fused_dropout"])
+    reference = reference_kernel("_fused_dropout")
 
     def kernel(spec, x, u, p):
-        d = spec[0][1]
+        d = spec[0].dtype
         n = math.prod(x._shape)
         if d not in FLOAT + HALF or x._dtype is not d or n < max(config.min_numel, 1):
             return reference(spec, x, u, p)
@@ -270,7 +269,7 @@ def kernels() -> dict[str, tuple]:
     }
     for name in ("eq", "ne", "lt", "le", "gt", "ge"):
         # narrowed by output dtype, which is bool: the kernel itself sends other compute dtypes back
-        table[name] = (_binary_kernel(name, FLOAT + HALF, _pick_fixed(name.upper()), compare=True), (dt.bool,))
+        table[name] = (_binary_kernel(name, FLOAT + HALF, _pick_fixed(name.upper()), compare=True), (kiln.bool,))
     for name in ("neg", "abs", "relu"):
         table[name] = (_unary_kernel(name, ARITH + HALF, name.upper()), ARITH + HALF)
     for name in ("exp", "log", "sqrt", "sin", "cos", "tanh", "sigmoid", "erf"):

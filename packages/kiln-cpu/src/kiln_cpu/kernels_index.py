@@ -24,15 +24,16 @@ import math
 
 import numpy as np
 
-from kiln import _dtype as dt
-from kiln._tensor import Tensor, from_array
+import kiln
+from kiln import Tensor
+from kiln.backend import from_array
 from kiln_cpu import _threads, config
 from kiln_cpu._kernel_support import _GRAIN, loops, parallel, with_fallback
 
-FLOAT = (dt.float32, dt.float64)
-COPY = (dt.float32, dt.float64, dt.int32, dt.int64)
+FLOAT = (kiln.float32, kiln.float64)
+COPY = (kiln.float32, kiln.float64, kiln.int32, kiln.int64)
 _BITS = {4: np.dtype(np.int32), 8: np.dtype(np.int64)}
-_INDEX = (dt.int32, dt.int64)
+_INDEX = (kiln.int32, kiln.int64)
 
 _j = loops("_jit_index")
 
@@ -150,11 +151,11 @@ def _bits(a: np.ndarray, mode_copy: bool) -> np.ndarray:
 
 def _gather(spec, input, dim, index, sparse_grad=False):
     """gather: READ along ``dim``, the result laid out as the reference's int64 copy of the index."""
-    d_out = spec[1]
+    d_out = spec.dtype
     shape = index._shape
     if d_out not in COPY or input._dtype is not d_out or not shape or _small(shape):
         return None
-    d = spec[3]
+    d = spec.dim
     n = input._shape[d]
     if n == 0:
         return None
@@ -173,13 +174,13 @@ def _scatter_body(accumulate: bool):
 
     def body(spec, input, dim, index, src=None, value=None):
         """scatter (WRITE) / scatter_add (ADD) into an order-K copy of ``input``."""
-        d_out = spec[1]
+        d_out = spec.dtype
         shape = index._shape
         if d_out not in (FLOAT if accumulate else COPY) or input._dtype is not d_out or not shape:
             return None
         if _small(shape, accumulate) or _small(input._shape, accumulate):
             return None
-        d = spec[3]
+        d = spec.dim
         n = input._shape[d]
         if isinstance(src, Tensor):
             if src._dtype is not d_out:
@@ -224,31 +225,31 @@ def _line_strides(index: np.ndarray, nd: int, d: int) -> tuple[np.ndarray, tuple
 
 def _index_select(spec, input, dim, index):
     """index_select: READ along ``dim`` with a 1-D index, a C-contiguous result."""
-    d_out = spec[1]
-    if d_out not in COPY or input._dtype is not d_out or not input._shape or _small(spec[0]):
+    d_out = spec.dtype
+    if d_out not in COPY or input._dtype is not d_out or not input._shape or _small(spec.shape):
         return None
-    d = spec[3]
+    d = spec.dim
     n = input._shape[d]
     x = input._numpy()
     if x.flags.c_contiguous:  # np.take copies runs at memcpy speed: as fast as the loop
         return None
-    out = np.empty(spec[0], x.dtype)
+    out = np.empty(spec.shape, x.dtype)
     mx, mo = _mem(x), _mem(out)
-    li = _line_strides(_index_array(index), len(spec[0]), d)
+    li = _line_strides(_index_array(index), len(spec.shape), d)
     if n == 0 or mx is None or li is None:
         return None
-    ok = _run(_j().READ, spec[0], d, _bits(mx[0], True), mx[1], li[0], li[1], _bits(mo[0], True), mo[1], n, False, 0)
+    ok = _run(_j().READ, spec.shape, d, _bits(mx[0], True), mx[1], li[0], li[1], _bits(mo[0], True), mo[1], n, False, 0)
     return from_array(out, d_out) if ok else None
 
 
 def _index_add(spec, input, dim, index, source, alpha=1):
     """index_add: ADD of ``source * alpha`` along ``dim`` into an order-K copy of ``input``."""
-    d_out = spec[1]
+    d_out = spec.dtype
     if d_out not in FLOAT or input._dtype is not d_out or source._dtype is not d_out or not input._shape:
         return None
     if _small(source._shape, True) or _small(input._shape, True):
         return None
-    d = spec[3]
+    d = spec.dim
     n = input._shape[d]
     shape = source._shape
     if len(shape) != len(input._shape):
@@ -269,15 +270,15 @@ def _index_add(spec, input, dim, index, source, alpha=1):
 
 def _embedding(spec, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
     """The rows of ``weight`` at the flattened ``indices`` (READ along dim 0), C-contiguous."""
-    d_out = spec[1]
-    if d_out not in COPY or weight._dtype is not d_out or _small(spec[0]):
+    d_out = spec.dtype
+    if d_out not in COPY or weight._dtype is not d_out or _small(spec.shape):
         return None
     w = weight._numpy()
     if w.flags.c_contiguous:  # NumPy copies the rows at memcpy speed: as fast as the loop
         return None
     n, width = w.shape
     i = np.ascontiguousarray(_index_array(indices)).reshape(-1)
-    out = np.empty(spec[0], w.dtype)
+    out = np.empty(spec.shape, w.dtype)
     mw, mo = _mem(w), _mem(out)
     if n == 0 or mw is None:
         return None
@@ -301,7 +302,7 @@ def _one_index(indices, nd: int):
     k, t = tensors[0]
     if t._dtype in _INDEX:
         return (k, t) if len(t._shape) == 1 and k < nd else None
-    if t._dtype is dt.bool and t._shape and k + len(t._shape) <= nd:
+    if t._dtype is kiln.bool and t._shape and k + len(t._shape) <= nd:
         return k, t
     return None
 
@@ -325,7 +326,7 @@ def _mask_positions(mask: Tensor) -> np.ndarray:
 def _adv_operands(x: np.ndarray, k: int, t: Tensor):
     """``(x viewed with the indexed dims as one, its index as int64, wrap)``: a 1-D integer index of dim
     ``k`` (negative values count from the end), or a mask over dims ``k..`` as its True positions."""
-    if t._dtype is dt.bool:
+    if t._dtype is kiln.bool:
         m = len(t._shape)
         size = math.prod(x.shape[k : k + m])
         xv = x.view()
@@ -351,20 +352,20 @@ def _fancy_layout(shape: tuple, k: int, x: np.ndarray) -> np.ndarray:
 
 def _index(spec, input, indices):
     """``input[indices]`` for one 1-D integer index or one boolean mask after whole dims (READ)."""
-    d_out = spec[1]
+    d_out = spec.dtype
     x = input._numpy()
     one = _one_index(indices, x.ndim)
-    if one is None or d_out not in COPY or input._dtype is not d_out or _small(spec[0]):
+    if one is None or d_out not in COPY or input._dtype is not d_out or _small(spec.shape):
         return None
     k, t = one
-    if k == 0 and t._dtype is not dt.bool and x.flags.c_contiguous:
+    if k == 0 and t._dtype is not kiln.bool and x.flags.c_contiguous:
         return None  # NumPy's take of whole rows runs at memcpy speed: as fast as the loop
     ops = _adv_operands(x, k, t)
     if ops is None:
         return None
     xv, i, wrap = ops
-    out = _fancy_layout(spec[0], k, xv)
-    if out.shape != tuple(spec[0]):
+    out = _fancy_layout(spec.shape, k, xv)
+    if out.shape != tuple(spec.shape):
         return None
     mx, mo, li = _mem(xv), _mem(out), _line_strides(i, xv.ndim, k)
     n = xv.shape[k]
@@ -376,12 +377,12 @@ def _index(spec, input, indices):
 
 def _index_put(spec, input, indices, values, accumulate=False):
     """``index_put`` with one 1-D integer index or boolean mask: WRITE, or ADD with ``accumulate``."""
-    d_out = spec[1]
+    d_out = spec.dtype
     x = input._numpy()
     one = _one_index(indices, x.ndim)
     if one is None or d_out not in (FLOAT if accumulate else COPY) or input._dtype is not d_out:
         return None
-    if values._dtype is not d_out or _small(spec[3], accumulate) or _small(input._shape, accumulate):
+    if values._dtype is not d_out or _small(spec.index_shape, accumulate) or _small(input._shape, accumulate):
         return None
     k, t = one
     if _mem(x) is None:
@@ -391,7 +392,7 @@ def _index_put(spec, input, indices, values, accumulate=False):
     if ops is None:
         return None
     ov, i, wrap = ops
-    shape = tuple(spec[3])
+    shape = tuple(spec.index_shape)
     v = np.broadcast_to(values._numpy(), shape)
     mo, mv = _mem(ov), _mem(v)
     li = _line_strides(i, len(shape), k)

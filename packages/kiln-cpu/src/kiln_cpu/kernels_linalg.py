@@ -14,27 +14,26 @@ from __future__ import annotations
 
 import numpy as np
 
-from kiln import _dtype as dt
-from kiln._dispatch import OPS
-from kiln._reference import wrap_reference
-from kiln._tensor import Tensor, from_array
+import kiln
+from kiln import Tensor
+from kiln.backend import from_array, reference_kernel
 from kiln_cpu import _blas
 
-FLOAT = (dt.float32, dt.float64)
-HALF = (dt.float16, dt.bfloat16)  # products in float32 (the reference casts)
+FLOAT = (kiln.float32, kiln.float64)
+HALF = (kiln.float16, kiln.bfloat16)  # products in float32 (the reference casts)
 
 
 def _add_product_kernel(name: str):
-    reference = wrap_reference(OPS[name])
+    reference = reference_kernel(name)
 
     def kernel(spec, base, a, b, beta=1, alpha=1):
-        d = spec[1]
+        d = spec.dtype
         plain = type(alpha) in (int, float) and type(beta) in (int, float)  # NumPy scalars promote
         if d not in FLOAT or not plain or not all(isinstance(t, Tensor) and t._dtype is d for t in (base, a, b)):
             return reference(spec, base, a, b, beta, alpha)
-        with _blas.for_product(a._shape[-1], spec[0]):
+        with _blas.for_product(a._shape[-1], spec.shape):
             out = np.matmul(a._numpy(), b._numpy())
-        if out.shape != tuple(spec[0]) or not out.flags.c_contiguous or not out.flags.writeable:
+        if out.shape != tuple(spec.shape) or not out.flags.c_contiguous or not out.flags.writeable:
             return reference(spec, base, a, b, beta, alpha)
         if alpha != 1:
             np.multiply(out, alpha, out=out)
@@ -49,10 +48,10 @@ def _add_product_kernel(name: str):
 
 
 def _product_kernel(name: str):
-    reference = wrap_reference(OPS[name])
+    reference = reference_kernel(name)
 
     def kernel(spec, a, b):
-        with _blas.for_product(a._shape[-1], spec[0]):
+        with _blas.for_product(a._shape[-1], spec.shape):
             return reference(spec, a, b)
 
     kernel.__name__ = f"kiln_cpu_{name}"

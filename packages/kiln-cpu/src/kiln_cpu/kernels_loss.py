@@ -17,9 +17,7 @@ import math
 
 import numpy as np
 
-from kiln._dispatch import OPS
-from kiln._reference import wrap_reference
-from kiln._tensor import from_array
+from kiln.backend import from_array, reference_kernel
 from kiln_cpu import config
 from kiln_cpu._kernel_support import _GRAIN, FLOAT, HALF, loops, parallel, through_float32
 
@@ -27,11 +25,11 @@ _jit = loops("_jit_loss")
 
 
 def _nll_kernel():
-    reference = wrap_reference(OPS["_nll_loss"])
+    reference = reference_kernel("_nll_loss")
 
     def kernel(spec, input, target, weight=None, ignore_index=-100, reduction="mean"):
         args = (spec, input, target, weight, ignore_index, reduction)
-        d = spec[1]
+        d = spec.dtype
         shape = input._shape
         if (
             d not in FLOAT
@@ -60,7 +58,7 @@ def _nll_kernel():
             return reference(*args)
         compute = x.dtype
         if reduction == "none":
-            return from_array(loss.reshape(spec[0]), d)
+            return from_array(loss.reshape(spec.shape), d)
         total = loss.sum(dtype=compute)
         if reduction == "sum":
             return from_array(np.asarray(total, compute), d)
@@ -73,13 +71,13 @@ def _nll_kernel():
 
 
 def _nll_backward_kernel():
-    reference = wrap_reference(OPS["_nll_loss_backward"])
+    reference = reference_kernel("_nll_loss_backward")
     modes = {"none": 0, "sum": 1, "mean": 2}
 
     def kernel(spec, grad, input, target, weight=None, ignore_index=-100, reduction="mean"):
         args = (spec, grad, input, target, weight, ignore_index, reduction)
-        d = spec[1]
-        shape = spec[0]
+        d = spec.dtype
+        shape = spec.shape
         if (
             d not in FLOAT
             or grad._dtype is not d

@@ -30,10 +30,9 @@ import math
 
 import numpy as np
 
-from kiln import _dtype as dt
-from kiln._dispatch import OPS
-from kiln._reference import wrap_reference
-from kiln._tensor import Tensor, from_array
+import kiln
+from kiln import Tensor
+from kiln.backend import from_array, reference_kernel
 from kiln_cpu import config
 from kiln_cpu._kernel_support import _GRAIN, FLOAT, HALF, bits, half_kind, loops, parallel, through_float32
 
@@ -55,13 +54,13 @@ def _dense_rows(a: Tensor, d) -> np.ndarray | None:
 
 def _compute(d):
     """The dtype the loops compute result dtype ``d`` in: float32 for half precision."""
-    return dt.float32 if d in HALF else d
+    return kiln.float32 if d in HALF else d
 
 
 def _takes(src, c) -> bool:
     """Whether an operand of dtype ``src`` goes into loops computing in ``c``: its own dtype, or half
     precision into float32 (widened exactly, as the reference widens it)."""
-    return src is c or (c is dt.float32 and src in HALF)
+    return src is c or (c is kiln.float32 and src in HALF)
 
 
 def _result(out: np.ndarray, d, shape: tuple) -> Tensor:
@@ -91,15 +90,15 @@ def _flat_param(t: Tensor | None, c, empty: np.ndarray) -> np.ndarray | None:
 
 
 def _softmax_kernel(name: str):
-    reference = wrap_reference(OPS[name])
+    reference = reference_kernel(name)
     log = name == "_log_softmax"
 
     def kernel(spec, a, dim, *rest):
-        d = spec[1]
+        d = spec.dtype
         x = _dense_rows(a, d)
         if x is None or rest:
             return reference(spec, a, dim, *rest)
-        shape, axis = a._shape, spec[3]
+        shape, axis = a._shape, spec.dim
         inner = math.prod(shape[axis + 1 :])
         half = half_kind(d)
         if half and inner != 1:  # half precision along another dim than the last: the float32 slabs
@@ -122,16 +121,16 @@ def _softmax_kernel(name: str):
 
 
 def _softmax_backward_kernel(name: str):
-    reference = wrap_reference(OPS[name])
+    reference = reference_kernel(name)
     tag = "log_softmax_backward" if name.startswith("_log") else "softmax_backward"
 
     def kernel(spec, grad_output, output, dim):
-        d = spec[1]  # float32 for half-precision operands (widened by through_float32)
+        d = spec.dtype  # float32 for half-precision operands (widened by through_float32)
         y = _dense_rows(output, d)
         g = _dense_rows(grad_output, d)
         if y is None or g is None:
             return reference(spec, grad_output, output, dim)
-        shape, axis = output._shape, spec[3]
+        shape, axis = output._shape, spec.dim
         n = shape[axis]
         inner = math.prod(shape[axis + 1 :])
         out = np.empty(y.size, y.dtype)
@@ -149,18 +148,18 @@ def _softmax_backward_kernel(name: str):
 
 
 def _logsumexp_kernel():
-    reference = wrap_reference(OPS["logsumexp"])
+    reference = reference_kernel("logsumexp")
 
     def kernel(spec, a, dim, keepdim=False):
-        if tuple(spec[3]) != (len(a._shape) - 1,):
+        if tuple(spec.dims) != (len(a._shape) - 1,):
             return reference(spec, a, dim, keepdim)
-        x = _dense_rows(a, spec[1])
+        x = _dense_rows(a, spec.dtype)
         if x is None:
             return reference(spec, a, dim, keepdim)
         n = a._shape[-1]
         out = np.empty(x.size // n, x.dtype)
         parallel(_jit().norm("logsumexp-rows"), (x, out, n), out.size, max(1, _GRAIN // n))
-        return from_array(out.reshape(spec[0]), spec[1])
+        return from_array(out.reshape(spec.shape), spec.dtype)
 
     kernel.__name__ = "kiln_cpu_logsumexp"
     kernel.__doc__ = "Numba kernel for logsumexp over the last dim (kiln-cpu)."
@@ -171,16 +170,16 @@ def _logsumexp_kernel():
 
 
 def _layer_norm_kernel():
-    reference = wrap_reference(OPS["_native_layer_norm"])
+    reference = reference_kernel("_native_layer_norm")
 
     def kernel(spec, a, normalized_shape, weight, bias, eps):
-        d = spec[1]
+        d = spec.dtype
         c = _compute(d)
         x = _dense_rows(a, d)
         w, b = _affine(weight, bias, c)
         if x is None or w is None or b is None:
             return reference(spec, a, normalized_shape, weight, bias, eps)
-        lay = spec[3]
+        lay = spec.layout
         n = math.prod(a._shape[i] for i in lay.red)
         half = half_kind(d)  # half-precision rows are widened block by block inside the loop
         out = np.empty(x.size, x.dtype)
@@ -212,11 +211,11 @@ def _rstd(var: np.ndarray, eps) -> np.ndarray:
 
 
 def _batch_norm_kernel():
-    reference = wrap_reference(OPS["_native_batch_norm"])
+    reference = reference_kernel("_native_batch_norm")
 
     def kernel(spec, input, weight, bias, running_mean, running_var, training, eps):
         args = (spec, input, weight, bias, running_mean, running_var, training, eps)
-        d = spec[1]
+        d = spec.dtype
         if len(input._shape) < 2 or (training and input._shape[1] == 1):
             return reference(*args)  # one channel: NumPy sums the merged dims in another order
         x = _dense_rows(input, d)
@@ -247,10 +246,10 @@ def _batch_norm_kernel():
 
 
 def _batch_norm_stats_kernel():
-    reference = wrap_reference(OPS["_batch_norm_stats"])
+    reference = reference_kernel("_batch_norm_stats")
 
     def kernel(spec, input):
-        d = spec[0][1]  # float32 for a half-precision input (widened by through_float32)
+        d = spec[0].dtype  # float32 for a half-precision input (widened by through_float32)
         x = _dense_rows(input, d) if input._shape[1] != 1 else None
         if x is None:  # one channel: NumPy sums the merged dims in another order
             return reference(spec, input)
@@ -276,16 +275,16 @@ def _batch_norm_stats_kernel():
 
 
 def _group_norm_kernel():
-    reference = wrap_reference(OPS["_native_group_norm"])
+    reference = reference_kernel("_native_group_norm")
 
     def kernel(spec, input, num_groups, weight, bias, eps):
         args = (spec, input, num_groups, weight, bias, eps)
-        d = spec[1]
+        d = spec.dtype
         x = _dense_rows(input, d)
         w, b = _affine(weight, bias, d)
         if x is None or w is None or b is None:
             return reference(*args)
-        rows, groups, length = spec[3].stats_shape
+        rows, groups, length = spec.layout.stats_shape
         hw = math.prod(input._shape[2:])
         cg = input._shape[1] // groups
         out = np.empty(x.size, x.dtype)
@@ -303,11 +302,11 @@ def _group_norm_kernel():
 
 
 def _norm_backward_kernel():
-    reference = wrap_reference(OPS["_native_norm_backward"])
+    reference = reference_kernel("_native_norm_backward")
 
     def kernel(spec, grad, input, weight, mean, var, eps, layout, output_mask):
         args = (spec, grad, input, weight, mean, var, eps, layout, output_mask)
-        d = spec[0][1]  # float32 for half-precision operands (widened by through_float32)
+        d = spec[0].dtype  # float32 for half-precision operands (widened by through_float32)
         x = _dense_rows(input, d)
         g = _dense_rows(grad, d)
         if x is None or g is None:

@@ -25,8 +25,9 @@ import math
 
 import numpy as np
 
-from kiln._ops.nn_pool import _adaptive_bounds, _window_positions
-from kiln._tensor import from_array
+from kiln.backend import adaptive_pool_bounds as _adaptive_bounds
+from kiln.backend import from_array
+from kiln.backend import pool_window_positions as _window_positions
 from kiln_cpu import config
 from kiln_cpu._kernel_support import _GRAIN, FLOAT, HALF, loops, parallel, through_float32, with_fallback
 
@@ -94,7 +95,7 @@ def _adaptive_windows(sizes, outs) -> tuple:
 
 def _run_max(spec, input, nd: int, windows) -> tuple | None:
     """(values, indices) of a max pool over the trailing ``nd`` dims, windows from ``windows(sizes, outs)``."""
-    (vshape, d, _), (ishape, idt, _) = spec[0], spec[1]
+    (vshape, d, _), (ishape, idt, _) = spec.shape, spec.dtype
     x = _planes(input, d, vshape)
     if x is None:
         return None
@@ -114,7 +115,7 @@ def _run_max(spec, input, nd: int, windows) -> tuple | None:
 def _max_pool_2x2(spec, input) -> tuple | None:
     """(values, indices) of a 2-d max pool by 2x2 windows with stride 2 (no padding, dilation or partial
     window): the specialised loop."""
-    (vshape, d, _), (ishape, idt, _) = spec[0], spec[1]
+    (vshape, d, _), (ishape, idt, _) = spec.shape, spec.dtype
     x = _planes(input, d, vshape)
     if x is None:
         return None
@@ -129,7 +130,7 @@ def _max_pool_2x2(spec, input) -> tuple | None:
 
 def _argmax_scatter(spec, src, indices, plane):
     """The max pools' backward: per row, zeros with each gradient added at its argmax, in one pass."""
-    shape, d = spec[0], spec[1]
+    shape, d = spec.shape, spec.dtype
     if d not in FLOAT or src._dtype is not d or config.too_small(math.prod(shape), multipass=True):
         return None
     g = np.ascontiguousarray(src._numpy()).reshape(-1)
@@ -151,7 +152,7 @@ def _max_pool(spec, input, kernel_size, stride, padding, dilation, ceil_mode):
         tuple(kernel_size) == tuple(stride) == (2, 2)
         and tuple(padding) == (0, 0)
         and tuple(dilation) == (1, 1)
-        and tuple(spec[0][0][-2:]) == (input._shape[-2] // 2, input._shape[-1] // 2)
+        and tuple(spec[0].shape[-2:]) == (input._shape[-2] // 2, input._shape[-1] // 2)
     ):
         return _max_pool_2x2(spec, input)
     return _run_max(
@@ -171,7 +172,7 @@ _NO_TAPS = (np.zeros((1, 1), np.int64),)
 
 def _separable(spec, input, kind, params):
     """A ``_separable`` map: the meta function's taps applied per dim, one plane per task."""
-    shape, d, _, taps, _divisor = spec
+    shape, d, taps = spec.shape, spec.dtype, spec.taps
     x = _planes(input, d, shape)
     if x is None:
         return None
@@ -234,7 +235,7 @@ def _transposed_taps(taps, sizes, np_dtype) -> list:
 
 def _separable_backward(spec, grad, input_size, kind, params):
     """The transposed taps of a ``_separable`` map, as the reference's dense product computes them."""
-    shape, d, _, taps = spec
+    shape, d, taps = spec.shape, spec.dtype, spec.taps
     g = _planes(grad, d, shape)
     if g is None:
         return None

@@ -8,9 +8,8 @@ import math
 
 import numpy as np
 
-from kiln._dispatch import OPS
-from kiln._reference import wrap_reference
-from kiln._tensor import Tensor, from_array
+from kiln import Tensor
+from kiln.backend import from_array, reference_kernel
 from kiln_cpu import _opcodes, config
 from kiln_cpu._kernel_support import _GRAIN, FLOAT, loops, numpy_order, parallel
 
@@ -137,18 +136,18 @@ def _run_reduce(code: int, t: Tensor, dims: tuple, keepdim: bool) -> np.ndarray:
 
 
 def _reduce_kernel(name: str, code_name: str, *, mean: bool = False):
-    """A kernel for reduction ``name`` over ``spec[3]`` dims, float32/float64 input of the output dtype."""
-    reference = wrap_reference(OPS[name])
+    """A kernel for reduction ``name`` over ``spec.dims``, float32/float64 input of the output dtype."""
+    reference = reference_kernel(name)
 
     def kernel(spec, a, *rest):
-        d = spec[1]
+        d = spec.dtype
         if d not in FLOAT or a._dtype is not d or not a._shape:
             return reference(spec, a, *rest)
         n = math.prod(a._shape)
         if n < max(config.min_numel, 1):
             return reference(spec, a, *rest)
-        dims = tuple(spec[3])
-        out = _run_reduce(getattr(_opcodes, code_name), a, dims, len(spec[0]) == len(a._shape) and bool(dims))
+        dims = tuple(spec.dims)
+        out = _run_reduce(getattr(_opcodes, code_name), a, dims, len(spec.shape) == len(a._shape) and bool(dims))
         if mean:
             count = math.prod(a._shape[i] for i in dims)
             np.true_divide(out, count, out=out)

@@ -15,27 +15,25 @@ import math
 
 import numpy as np
 
-from kiln import _dtype as dt
-from kiln._dispatch import OPS
-from kiln._reference import wrap_reference
-from kiln._tensor import from_array
+import kiln
+from kiln.backend import from_array, reference_kernel
 from kiln_cpu import _opcodes, config
 from kiln_cpu._kernel_support import _GRAIN, bits, half_kind, loops, numpy_order, parallel
 
 _kernels = loops("_jit_scan")
 
-SERVED = (dt.float32, dt.float64, dt.float16, dt.bfloat16, dt.int64)
+SERVED = (kiln.float32, kiln.float64, kiln.float16, kiln.bfloat16, kiln.int64)
 
 
 def _scan_kernel(name: str, code_name: str):
-    reference = wrap_reference(OPS[name])
+    reference = reference_kernel(name)
 
     def kernel(spec, a, dim, dtype=None):
-        d = spec[1]
+        d = spec.dtype
         shape = a._shape
         if d not in SERVED or a._dtype is not d or not shape or math.prod(shape) < max(config.min_numel, 1):
             return reference(spec, a, dim, dtype)
-        axis = spec[3]
+        axis = spec.dim
         x = bits(a._numpy())
         # the result's layout: the input's dims in NumPy's order; the scan runs on both in that order
         order = numpy_order(shape, [tuple(s // x.itemsize for s in x.strides)])

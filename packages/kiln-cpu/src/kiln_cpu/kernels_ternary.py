@@ -21,10 +21,9 @@ import math
 
 import numpy as np
 
-from kiln._dispatch import OPS
-from kiln._ops.elementwise import _compute_np
-from kiln._reference import wrap_reference
-from kiln._tensor import Tensor, from_array
+from kiln import Tensor
+from kiln.backend import compute_dtype as _compute_np
+from kiln.backend import from_array, reference_kernel
 from kiln_cpu import _opcodes, config
 from kiln_cpu._kernel_support import (
     _GRAIN,
@@ -124,11 +123,11 @@ def _ternary_kernel(name: str, served: tuple, prepare, steps: str | None = None)
     ``d`` computed in NumPy dtype ``compute``; ``steps``: the op whose NumPy calls lay out the result
     (:func:`_layout`; ``name`` by default)."""
     steps = steps or name
-    reference = wrap_reference(OPS[name])
+    reference = reference_kernel(name)
 
     def kernel(spec, *args):
-        d = spec[1]
-        if d not in served or math.prod(spec[0]) < config.min_numel:
+        d = spec.dtype
+        if d not in served or math.prod(spec.shape) < config.min_numel:
             return reference(spec, *args)
         half = half_kind(d)
         prepared = prepare(d, _compute_np(d), *args)
@@ -136,7 +135,9 @@ def _ternary_kernel(name: str, served: tuple, prepare, steps: str | None = None)
             return reference(spec, *args)
         code, operands, c = prepared
         out_np = np.dtype(np.uint16) if half else d.numpy
-        out = _run_ternary(code, operands, c, spec[0], out_np, half, lambda: _layout(steps, spec[0], args, bool(half)))
+        out = _run_ternary(
+            code, operands, c, spec.shape, out_np, half, lambda: _layout(steps, spec.shape, args, bool(half))
+        )
         if out is None:
             return reference(spec, *args)
         return from_array(out.view(d.numpy), d)

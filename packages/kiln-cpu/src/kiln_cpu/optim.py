@@ -26,15 +26,15 @@ import math
 
 import numpy as np
 
-from kiln import _dtype as dt
-from kiln._state import state
-from kiln._tensor import Tensor, from_array
+import kiln
+from kiln import Tensor
+from kiln.backend import from_array
 from kiln_cpu import _threads, config
 from kiln_cpu._kernel_support import _GRAIN, loops
 
 __all__ = ["fused_updates", "sgd", "adam"]
 
-FLOAT = (dt.float32, dt.float64)
+FLOAT = (kiln.float32, kiln.float64)
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 _loops = loops("_jit_optim")
@@ -50,7 +50,7 @@ def fused_updates() -> dict:
 
 def _writable(t: Tensor) -> bool:
     """Whether an in-place write to ``t`` runs without autograd's involvement (grad mode is off)."""
-    return not (t._inference and not state.inference)
+    return not (t.is_inference() and not kiln.is_inference_mode_enabled())
 
 
 def _flat(t, d, shape, written: bool = True) -> np.ndarray | None:
@@ -84,7 +84,7 @@ def _numbers(*values) -> bool:
 def _scalar(x, d):
     """``x`` as the loop's ops use it with a tensor of dtype ``d``, or None where converting it
     overflows (the loop then raises or gives inf by its own rules)."""
-    if d is dt.float32 and math.isfinite(x) and abs(x) > _FLOAT32_MAX:
+    if d is kiln.float32 and math.isfinite(x) and abs(x) > _FLOAT32_MAX:
         return None
     return d.numpy.type(x)
 
@@ -137,7 +137,7 @@ def _count_step(step_t: Tensor) -> float:
 
 def sgd(params, grads, momentum_buffer_list, *, weight_decay, momentum, lr, dampening, nesterov, maximize):
     """Fused ``kiln.optim`` SGD update; ``False`` (nothing changed) when the call is not taken."""
-    if state.grad_enabled or not _numbers(weight_decay, momentum, lr, dampening):
+    if kiln.is_grad_enabled() or not _numbers(weight_decay, momentum, lr, dampening):
         return False
     use_momentum, l2 = momentum != 0, weight_decay != 0
     plans, scalars = [], {}
@@ -187,7 +187,11 @@ def adam(
     amsgrad, beta1, beta2, lr, weight_decay, eps, maximize, decoupled_weight_decay,
 ):  # fmt: skip
     """Fused ``kiln.optim`` Adam/AdamW update; ``False`` (nothing changed) when the call is not taken."""
-    if state.grad_enabled or not _numbers(beta1, beta2, lr, weight_decay, eps) or not _adam_bounded(beta1, beta2, lr):
+    if (
+        kiln.is_grad_enabled()
+        or not _numbers(beta1, beta2, lr, weight_decay, eps)
+        or not _adam_bounded(beta1, beta2, lr)
+    ):
         return False
     decay_on = weight_decay != 0
     decoupled, l2 = decay_on and bool(decoupled_weight_decay), decay_on and not decoupled_weight_decay

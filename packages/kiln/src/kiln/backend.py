@@ -19,6 +19,8 @@ the design. In short:
 * **Reuse.** :func:`reference_kernel` is kiln's NumPy kernel for an op (a plugin may serve the cases it
   does not accelerate with it); :func:`host_view` and :func:`from_array` move between CPU tensors and
   NumPy arrays without copies; :func:`compute_dtype` is the dtype a half-precision result is computed in.
+* **Threads.** A backend with its own thread team starts with :func:`default_num_threads` (the one rule
+  for the core and every backend) and validates ``set_num_threads`` through :func:`check_num_threads`.
 * **Decompositions.** An op with a decomposition (:func:`decomposition`) runs on any device that lacks
   its kernel, as the composite of other ops, before the opt-in CPU fallback.
 """
@@ -51,6 +53,7 @@ from kiln._spec import (
 )
 from kiln._tensor import Tensor
 from kiln._tensor import from_array as _from_array
+from kiln._threads import check_num_threads, default_num_threads
 
 __all__ = [
     "ALL_DTYPES",
@@ -73,9 +76,11 @@ __all__ = [
     "adaptive_pool_bounds",
     "batch_norm_layout",
     "check_kernel_outputs",
+    "check_num_threads",
     "compute_dtype",
     "decomposition",
     "decompositions",
+    "default_num_threads",
     "from_array",
     "group_norm_layout",
     "host_view",

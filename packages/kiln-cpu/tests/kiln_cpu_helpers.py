@@ -8,12 +8,33 @@ import types
 import numpy as np
 
 import kiln
-from kiln._ops import nn_conv, nn_loss, nn_norm
+from kiln._ops import (
+    classification_loss,
+    ctc_loss,
+    dropout,
+    embedding,
+    margin_loss,
+    nn_conv,
+    normalization,
+    regression_loss,
+    softmax,
+)
 from kiln_testing._runner import ReferenceMode
 
+_NN_MODULES = (
+    nn_conv,
+    classification_loss,
+    regression_loss,
+    margin_loss,
+    ctc_loss,
+    softmax,
+    normalization,
+    embedding,
+    dropout,
+)
 # torch.nn.functional's names for the core's nn primitives (kiln-cpu does not depend on kiln-nn, whose
 # kiln.nn.functional re-exports these same functions)
-F = types.SimpleNamespace(**{name: getattr(m, name) for m in (nn_conv, nn_loss, nn_norm) for name in m.__all__})
+F = types.SimpleNamespace(**{name: getattr(m, name) for m in _NN_MODULES for name in m.__all__})
 
 
 def reference(fn, *args, **kwargs):

@@ -228,7 +228,7 @@ def test_unary_flat_loop_covers_any_range(code):
 @pytest.mark.parametrize("dtype", FLOAT + HALF, ids=str)
 @pytest.mark.parametrize("approximate", ["none", "tanh"])
 def test_gelu_matches_reference(approximate, dtype, layout, spy):
-    from kiln._ops.nn_activation import gelu
+    from kiln._ops.activation import gelu
 
     x, expected_layout = _unary_layouts(dtype)[layout]
     fn = lambda t: gelu(t, approximate=approximate)
@@ -280,7 +280,7 @@ def dropout_spy(monkeypatch):
 @pytest.mark.parametrize("p", [0.0, 0.3, 0.5, 1.0 - 1e-7])
 @pytest.mark.parametrize("dtype", FLOAT + HALF, ids=str)
 def test_fused_dropout_matches_reference(dtype, p, dropout_spy):
-    from kiln._ops.nn_norm import _fused_dropout
+    from kiln._ops.dropout import _fused_dropout
 
     x = make((37, 29), dtype)
     u = kiln.rand(37, 29, dtype=kiln.float64)
@@ -291,7 +291,7 @@ def test_fused_dropout_matches_reference(dtype, p, dropout_spy):
 
 
 def test_fused_dropout_hands_back_other_layouts(dropout_spy):
-    from kiln._ops.nn_norm import _fused_dropout
+    from kiln._ops.dropout import _fused_dropout
 
     x = make((29, 37), kiln.float32).t()
     u = kiln.rand(37, 29, dtype=kiln.float64)
@@ -301,7 +301,7 @@ def test_fused_dropout_hands_back_other_layouts(dropout_spy):
 
 
 def test_dropout_through_autograd(dropout_spy):
-    from kiln._ops.nn_norm import _fused_dropout, dropout
+    from kiln._ops.dropout import _fused_dropout, dropout
 
     x = make((64, 33), kiln.float32).requires_grad_()
     kiln.manual_seed(5)

@@ -12,7 +12,7 @@ import pytest
 from kiln_cpu_helpers import F, assert_same, make, reference
 
 import kiln
-from kiln._ops.indexing import index_put
+from kiln._ops.index import index_put
 from kiln_cpu import _jit_index, config, kernels_index
 from kiln_testing._runner import ReferenceMode
 

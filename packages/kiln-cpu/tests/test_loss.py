@@ -9,7 +9,7 @@ import pytest
 from kiln_cpu_helpers import F, assert_same, reference
 
 import kiln
-from kiln._ops.nn_loss import _nll_loss_backward
+from kiln._ops.classification_loss import _nll_loss_backward
 from kiln_cpu import _jit_loss, config
 
 FLOAT = [kiln.float32, kiln.float64]

@@ -10,7 +10,7 @@ import pytest
 from kiln_cpu_helpers import F, assert_same, make, reference
 
 import kiln
-from kiln._ops import nn_norm as N
+from kiln._ops import normalization as N
 
 FLOAT = [kiln.float32, kiln.float64]
 

@@ -4,7 +4,7 @@ nothing. Its :func:`norm` dispatches these and the softmax-family loops (:mod:`k
 
 Each loop is serial and takes a [lo, hi) range of tasks (rows, outer slabs, channel blocks or column
 blocks) that :func:`kiln_cpu._threads.parallel` splits over the thread pool. The arithmetic is the
-reference's step for step (``kiln._ops.nn_norm``): the same products and differences rounded in the
+reference's step for step (``kiln._ops.normalization``): the same products and differences rounded in the
 same order, sums in NumPy's order: a sum over several runs or rows adds them one after another onto 0,
 as NumPy's reductions do, and a contiguous run is summed by NumPy's pairwise tree whose leaves keep
 thirty-two running sums (:func:`kiln_cpu._jit_reduce._pairwise_sum`; NumPy's eight are bound by the latency of

@@ -2,7 +2,7 @@
 log-softmax along rows or the middle dim of slabs, logsumexp, and their backward loops; the dispatcher
 is :func:`kiln_cpu._jit_norm.norm`. Importing this module compiles nothing.
 
-The arithmetic is the reference's step for step (``kiln._ops.nn_norm``), sums in NumPy's order. The
+The arithmetic is the reference's step for step (``kiln._ops.softmax``), sums in NumPy's order. The
 softmax loops differ where they call exp (float32: float32 arithmetic, within 2 ulps, and 0 where
 ``x - max`` is below -87) and where a row of 64 or more elements sums its exps over the vector lanes,
 chunk by chunk (:func:`_exp_sum`).

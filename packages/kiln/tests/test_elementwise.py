@@ -21,24 +21,24 @@ import kiln
 # name -> (fn(lib, a, b), (low, high) for a, (low, high) for b)
 BINARY_FLOAT = {
     "add": (lambda L, a, b: L.add(a, b), None, None),
-    "add_alpha": (lambda L, a, b: L.add(a, b, alpha=2.5), None, None),
+    "add alpha": (lambda L, a, b: L.add(a, b, alpha=2.5), None, None),
     "sub": (lambda L, a, b: L.sub(a, b), None, None),
-    "sub_alpha": (lambda L, a, b: a.sub(b, alpha=-1.5), None, None),
+    "sub alpha": (lambda L, a, b: a.sub(b, alpha=-1.5), None, None),
     "mul": (lambda L, a, b: L.mul(a, b), None, None),
     "div": (lambda L, a, b: L.div(a, b), None, (0.5, 3.0)),
-    "div_trunc": (lambda L, a, b: L.div(a, b, rounding_mode="trunc"), None, (0.5, 3.0)),
-    "div_floor": (lambda L, a, b: L.div(a, b, rounding_mode="floor"), None, (0.5, 3.0)),
+    "div trunc": (lambda L, a, b: L.div(a, b, rounding_mode="trunc"), None, (0.5, 3.0)),
+    "div floor": (lambda L, a, b: L.div(a, b, rounding_mode="floor"), None, (0.5, 3.0)),
     "pow": (lambda L, a, b: L.pow(a, b), (0.5, 2.0), (-2.0, 2.0)),
     "maximum": (lambda L, a, b: L.maximum(a, b), None, None),
     "minimum": (lambda L, a, b: L.minimum(a, b), None, None),
-    "max_binary": (lambda L, a, b: L.max(a, b), None, None),
-    "min_binary": (lambda L, a, b: L.min(a, b), None, None),
+    "max binary": (lambda L, a, b: L.max(a, b), None, None),
+    "min binary": (lambda L, a, b: L.min(a, b), None, None),
     "where": (lambda L, a, b: L.where(a > 0, a, b), None, None),
-    "op_add": (lambda L, a, b: a + b, None, None),
-    "op_sub": (lambda L, a, b: a - b, None, None),
-    "op_mul": (lambda L, a, b: a * b, None, None),
-    "op_truediv": (lambda L, a, b: a / b, None, (0.5, 3.0)),
-    "op_pow": (lambda L, a, b: a**b, (0.5, 2.0), (-2.0, 2.0)),
+    "add operator": (lambda L, a, b: a + b, None, None),
+    "sub operator": (lambda L, a, b: a - b, None, None),
+    "mul operator": (lambda L, a, b: a * b, None, None),
+    "div operator": (lambda L, a, b: a / b, None, (0.5, 3.0)),
+    "pow operator": (lambda L, a, b: a**b, (0.5, 2.0), (-2.0, 2.0)),
 }
 
 
@@ -255,10 +255,10 @@ def test_weak_scalar_type_promotion(case):
 
 UNARY = {
     "neg": (lambda L, x: L.neg(x), None),
-    "neg_op": (lambda L, x: -x, None),
+    "neg operator": (lambda L, x: -x, None),
     "negative": (lambda L, x: x.negative(), None),
     "abs": (lambda L, x: L.abs(x), None),
-    "abs_builtin": (lambda L, x: abs(x), None),
+    "abs builtin": (lambda L, x: abs(x), None),
     "sign": (lambda L, x: L.sign(x), None),
     "exp": (lambda L, x: L.exp(x), None),
     "log": (lambda L, x: L.log(x), (0.1, 3.0)),

@@ -958,16 +958,16 @@ _POSITIVE = {"low": 0.25, "high": 4.0}
 
 SPECS: dict[str, OpSpec] = {
     # views, creation and copies (device-generic in the core: every device gets them from its contract)
-    "view": explicit(_view, view=True),
-    "permute": explicit(_permute, view=True),
-    "transpose": explicit(_transpose, view=True),
-    "t": explicit(_t, view=True),
-    "expand": explicit(_expand, view=True),
-    "unsqueeze": explicit(_unsqueeze, view=True),
-    "squeeze": explicit(_squeeze, view=True),
-    "_index_view": explicit(_index_view, view=True),
-    "as_strided": explicit(_as_strided, view=True),
-    "diagonal": explicit(_diagonal, view=True),
+    "view": explicit(_view),
+    "permute": explicit(_permute),
+    "transpose": explicit(_transpose),
+    "t": explicit(_t),
+    "expand": explicit(_expand),
+    "unsqueeze": explicit(_unsqueeze),
+    "squeeze": explicit(_squeeze),
+    "_index_view": explicit(_index_view),
+    "as_strided": explicit(_as_strided),
+    "diagonal": explicit(_diagonal),
     "_diagonal_backward": explicit(_diagonal_backward),
     "cat": explicit(_cat),
     "stack": explicit(_stack),
@@ -988,7 +988,6 @@ SPECS: dict[str, OpSpec] = {
     # elementwise binary
     "add": binary(variants=({}, {"alpha": 2})),
     "sub": binary(variants=({}, {"alpha": 2})),
-    "mul": binary(),
     "div": binary(
         nonzero_other=True,
         variants=({}, {"rounding_mode": "trunc"}, {"rounding_mode": "floor"}),
@@ -1009,20 +1008,9 @@ SPECS: dict[str, OpSpec] = {
     "where": explicit(_where),
     "_threshold_backward": explicit(_threshold_backward),
     # elementwise unary
-    "neg": unary(),
-    "abs": unary(),
-    "sign": unary(),
     "exp": unary(low=-2.0, high=2.0),
     "log": unary(**_POSITIVE),
     "sqrt": unary(**_POSITIVE),
-    "sin": unary(),
-    "cos": unary(),
-    "tanh": unary(),
-    "sigmoid": unary(),
-    "relu": unary(),
-    "isnan": unary(),
-    "logical_not": unary(),
-    "bitwise_not": unary(),
     "exp2": unary(low=-2.0, high=2.0),
     "expm1": unary(low=-2.0, high=2.0),
     "log2": unary(**_POSITIVE),
@@ -1033,37 +1021,15 @@ SPECS: dict[str, OpSpec] = {
     "tan": unary(low=-1.2, high=1.2),
     "asin": unary(low=-0.95, high=0.95),
     "acos": unary(low=-0.95, high=0.95),
-    "atan": unary(),
-    "sinh": unary(),
-    "cosh": unary(),
-    "asinh": unary(),
     "acosh": unary(low=1.1, high=4.0),
     "atanh": unary(low=-0.95, high=0.95),
-    "erf": unary(),
-    "erfc": unary(),
     "erfinv": unary(low=-0.95, high=0.95),
     "logit": unary(low=0.05, high=0.95, variants=({}, {"eps": 1e-6})),
-    "square": unary(),
-    "sgn": unary(),
-    "floor": unary(),
-    "ceil": unary(),
-    "trunc": unary(),
     "round": unary(variants=({}, {"decimals": 1}, {"decimals": -1})),
-    "frac": unary(),
-    "isinf": unary(),
-    "isposinf": unary(),
-    "isneginf": unary(),
-    "isfinite": unary(),
     "nan_to_num": unary(variants=({}, {"nan": 1.5, "posinf": 10.0, "neginf": -10.0})),
-    "atan2": binary(tensor_only=True),
-    "hypot": binary(tensor_only=True),
-    "copysign": binary(),
     "fmod": binary(nonzero_other=True),
     "remainder": binary(nonzero_other=True),
     "floor_divide": binary(nonzero_other=True),
-    "logical_and": binary(tensor_only=True),
-    "logical_or": binary(tensor_only=True),
-    "logical_xor": binary(tensor_only=True),
     "bitwise_left_shift": binary(low=0, high=3, scalars=(1, 2)),
     "bitwise_right_shift": binary(low=0, high=7, other_low=0, other_high=2, scalars=(1, 2)),
     "clamp": explicit(_clamp),
@@ -1087,27 +1053,13 @@ SPECS: dict[str, OpSpec] = {
     "_qr": explicit(_factor("mode", ("complete", "r"))),
     # reductions
     "sum": reduction(_sum_with_dtype),
-    "mean": reduction(_dims_sum),
-    "amax": reduction(_dims_sum),
-    "amin": reduction(_dims_sum),
-    "_max_dim": reduction(_dims_required),
-    "_min_dim": reduction(_dims_required),
     "_max_all": reduction(lambda nd: [{}]),
     "_min_all": reduction(lambda nd: [{}]),
-    "argmax": reduction(_dims_optional_int),
-    "argmin": reduction(_dims_optional_int),
-    "any": reduction(_dims_sum),
-    "all": reduction(_dims_sum),
     "prod": reduction(lambda nd: _dims_optional_int(nd) + [{"dtype": kiln.float64}]),
     "_var": reduction(lambda nd: _dims_sum(nd) + [{"correction": 0}]),
     "_std": reduction(lambda nd: _dims_sum(nd) + [{"correction": 0}]),
-    "logsumexp": reduction(lambda nd: _dims_required(nd) + ([{"dim": (0, 2)}] if nd >= 3 else [])),
     "nansum": reduction(_sum_with_dtype),
     "count_nonzero": reduction(lambda nd: [{}, {"dim": 0}, {"dim": -1}]),
-    "cumsum": reduction(_scan_dims),
-    "cumprod": reduction(_scan_dims),
-    "_median_all": reduction(lambda nd: [{}]),
-    "_median_dim": reduction(_dims_required),
     "gather": explicit(_gather),
     "scatter": explicit(_scatter),
     "scatter_add": explicit(_scatter_add),
@@ -1144,27 +1096,82 @@ def _annotation(p) -> str:
     return p.annotation if isinstance(p.annotation, str) else getattr(p.annotation, "__name__", "")
 
 
+def _is_tensor(p) -> bool:
+    """A tensor parameter (``Tensor``, ``Tensor | Number``), not a sequence of tensors."""
+    ann = _annotation(p)
+    return "Tensor" in ann and "Sequence" not in ann
+
+
+def _reduction_dims(dim) -> Callable[[int], list[dict]]:
+    """The ``dim`` variants of a reduction, from how its signature declares ``dim``."""
+    ann = _annotation(dim)
+    if "Dims" in ann:  # a dim or a tuple of dims
+        if dim.default is dim.empty:
+            return lambda nd: _dims_required(nd) + ([{"dim": (0, 2)}] if nd >= 3 else [])
+        return _dims_sum
+    if "None" in ann:  # one optional dim: None reduces all
+        return _dims_optional_int
+    return _dims_required
+
+
 def infer_spec(opdef) -> OpSpec | None:
-    """A spec from the op's signature, for ops the table does not list yet (see the module docstring)."""
+    """A spec from the op's tags and signature (see the module docstring), or None.
+
+    * ``pointwise`` with one tensor input: :func:`unary`; with two (``input`` and a second tensor or
+      number): :func:`binary`, ``tensor_only`` when the second one's annotation takes no ``Number``;
+    * ``reduction`` over ``dim``/``keepdim``: :func:`reduction` with the dims the signature allows
+      (a tuple of dims, one optional dim, one required dim); without ``dim``: the full reduction only;
+    * ``scan`` with ``dim`` and ``dtype``: every dim, and an accumulation dtype;
+    * an untagged op with a familiar signature: unary ``(input, [options with defaults])``, binary
+      ``(input, other)``, reduction ``(input, dim, keepdim)``.
+    """
     params = list(opdef.signature.parameters.values())
+    tags = getattr(opdef, "tags", frozenset())
+    # a reduction may return (values, indices); other families one tensor
+    if not params or not _is_tensor(params[0]) or (opdef.num_outputs != 1 and "reduction" not in tags):
+        return None
     required = [p for p in params if p.default is p.empty]
     names = [p.name for p in params]
-    if opdef.num_outputs != 1 or not params or "Tensor" not in _annotation(params[0]):
-        return None
-    if len(required) == 1 and names[1:3] != ["dim", "keepdim"]:  # f(input, options with defaults)
-        return dataclasses.replace(unary(), inferred=True)
-    if len(required) == 2 and names[1] == "other":
-        tensor_only = "Number" not in _annotation(params[1])
-        return dataclasses.replace(binary(tensor_only=tensor_only), inferred=True)
-    if len(required) == 1 and names[1:3] == ["dim", "keepdim"]:
-        return dataclasses.replace(reduction(_dims_sum), inferred=True)
-    return None
+    by_name = {p.name: p for p in params}
+    spec = None
+    if "pointwise" in tags:
+        tensors = [p for p in required if _is_tensor(p)]
+        if len(required) == 1:
+            spec = unary()
+        elif len(required) == 2 and len(tensors) == 2 and names[1] == "other":
+            spec = binary(tensor_only="Number" not in _annotation(params[1]))
+    elif "reduction" in tags and {p.name for p in required} <= {"input", "dim"}:
+        if "dim" in by_name and "keepdim" in by_name and set(names) <= {"input", "dim", "keepdim", "dtype"}:
+            spec = reduction(_reduction_dims(by_name["dim"]))
+        elif names == ["input"]:
+            spec = reduction(lambda nd: [{}])
+    elif "scan" in tags and names[:2] == ["input", "dim"] and "dtype" in by_name and len(required) == 2:
+        spec = reduction(_scan_dims)
+    elif not tags & {"view", "creation", "random", "inplace", "shape", "linalg", "backward", "fused"}:
+        # an untagged op: from the signature alone
+        if len(required) == 1 and names[1:3] != ["dim", "keepdim"]:  # f(input, options with defaults)
+            spec = unary()
+        elif len(required) == 2 and names[1] == "other":
+            spec = binary(tensor_only="Number" not in _annotation(params[1]))
+        elif len(required) == 1 and names[1:3] == ["dim", "keepdim"]:
+            spec = reduction(_dims_sum)
+    return dataclasses.replace(spec, inferred=True) if spec is not None else None
+
+
+def _from_tags(spec: OpSpec, opdef) -> OpSpec:
+    """What the op record says about every spec: a ``view`` op's result shares its input's storage
+    (a backward op tagged ``view`` makes a new gradient tensor, so it is not checked for sharing)."""
+    tags = getattr(opdef, "tags", frozenset())
+    view = spec.view or ("view" in tags and "backward" not in tags)
+    return spec if view == spec.view else dataclasses.replace(spec, view=view)
 
 
 def spec_for(opdef) -> OpSpec | None:
-    """The op's spec: from :data:`SPECS`, else inferred from its signature, else None."""
+    """The op's spec: from :data:`SPECS`, else inferred from its tags and signature, else None."""
     spec = SPECS.get(opdef.name)
-    return spec if spec is not None else infer_spec(opdef)
+    if spec is None:
+        spec = infer_spec(opdef)
+    return None if spec is None else _from_tags(spec, opdef)
 
 
 def resolve(value: Any, device) -> Any:

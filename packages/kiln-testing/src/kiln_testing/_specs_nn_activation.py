@@ -68,8 +68,6 @@ def _one_hot(c: Ctx) -> list[Case]:
 
 SPECS: dict[str, OpSpec] = {
     "gelu": unary(variants=({}, {"approximate": "tanh"})),
-    "silu": unary(),
-    "mish": unary(),
     "elu": unary(variants=({}, {"alpha": 0.5}, {"alpha": 1.6732632423543772, "scale": 1.0507009873554805})),
     "celu": unary(variants=({}, {"alpha": 2.0})),
     "leaky_relu": unary(variants=({}, {"negative_slope": 0.2})),
@@ -77,7 +75,6 @@ SPECS: dict[str, OpSpec] = {
     "hardswish": unary(-5.0, 5.0),
     "hardsigmoid": unary(-5.0, 5.0),
     "softplus": unary(variants=({}, {"beta": 2.0, "threshold": 3.0})),
-    "log_sigmoid": unary(),
     "softshrink": unary(variants=({}, {"lambd": 1.0})),
     "hardshrink": unary(variants=({}, {"lambd": 1.0})),
     "threshold": unary(variants=({"threshold": 0.5, "value": -1.0},)),

@@ -76,9 +76,9 @@ def test_oracle_is_the_reference_not_the_cpu_plugin():
         with ReferenceMode():
             assert kiln.neg(x).tolist() == [-1.0, 2.0]
         # so the conformance run against device "cpu" catches the override, and only in float32
-        bad = run_forward(OPS["neg"], SPECS["neg"], kiln.float32, kiln.device("cpu"), ALL_DTYPES)
+        bad = run_forward(OPS["neg"], spec_for(OPS["neg"]), kiln.float32, kiln.device("cpu"), ALL_DTYPES)
         assert [o.kind for o in bad] and all(o.kind == "mismatch" for o in bad if o.label != "empty")
-        good = run_forward(OPS["neg"], SPECS["neg"], kiln.float64, kiln.device("cpu"), ALL_DTYPES)
+        good = run_forward(OPS["neg"], spec_for(OPS["neg"]), kiln.float64, kiln.device("cpu"), ALL_DTYPES)
         assert {o.kind for o in good} == {"ok"}
     finally:
         plugins.unregister_plugin("wrong-neg")

@@ -261,7 +261,7 @@ def _truth(x, spec) -> np.ndarray:
     x = np.asarray(x)
     if x.dtype == bool:
         return x
-    return _as_float(np.asarray(_operand(x, (spec.shape, spec.compute_dtype)))) != 0
+    return _as_float(np.asarray(_operand(x, spec.replace(dtype=spec.compute_dtype)))) != 0
 
 
 def _logical(name: str, np_fn, doc: str):

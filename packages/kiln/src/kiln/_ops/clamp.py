@@ -76,7 +76,7 @@ def _clamp_spec(name: str, kernel: str, input, low, high):
         raise _not_implemented("clamp_cpu" if len(tensors) == 2 else f"{kernel}_scalar_cpu", dt.bool)
     for v in scalars:
         _check_scalar_fits(v, dtype)
-    return (shape, dtype, common_device(name, input, *tensors))
+    return Spec((shape, dtype, common_device(name, input, *tensors)))
 
 
 _PLAIN_BOUNDS = (int, float, type(None))

@@ -11,7 +11,7 @@ import numpy as np
 
 from kiln._dispatch import op
 from kiln._ops.views import _shape_arg, check_storage_size, make_view
-from kiln._spec import StridedSpec
+from kiln._spec import Spec, StridedSpec
 from kiln._tensor import Tensor, storage_span
 
 
@@ -97,7 +97,7 @@ def _gather_ref(spec, g, input_geometry, view_geometry):
 
 
 @op(
-    meta=lambda grad, input_geometry, view_geometry: (tuple(input_geometry[0]), grad._dtype, grad._device),
+    meta=lambda grad, input_geometry, view_geometry: Spec((tuple(input_geometry[0]), grad._dtype, grad._device)),
     reference=_scatter_ref,
     backward=lambda grad, input_geometry, view_geometry: _strided_gather(grad, input_geometry, view_geometry),
 )
@@ -107,7 +107,7 @@ def _strided_scatter(grad: Tensor, input_geometry: tuple, view_geometry: tuple) 
 
 
 @op(
-    meta=lambda grad, input_geometry, view_geometry: (tuple(view_geometry[0]), grad._dtype, grad._device),
+    meta=lambda grad, input_geometry, view_geometry: Spec((tuple(view_geometry[0]), grad._dtype, grad._device)),
     reference=_gather_ref,
     backward=lambda grad, input_geometry, view_geometry: _strided_scatter(grad, input_geometry, view_geometry),
 )
@@ -124,7 +124,7 @@ def _zero_ref(spec, g, input_geometry, view_geometry):
 
 
 @op(
-    meta=lambda grad, input_geometry, view_geometry: (tuple(input_geometry[0]), grad._dtype, grad._device),
+    meta=lambda grad, input_geometry, view_geometry: Spec((tuple(input_geometry[0]), grad._dtype, grad._device)),
     reference=_zero_ref,
     backward=lambda grad, input_geometry, view_geometry: _strided_zero(grad, input_geometry, view_geometry),
 )

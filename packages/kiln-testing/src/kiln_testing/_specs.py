@@ -1159,10 +1159,8 @@ def infer_spec(opdef) -> OpSpec | None:
 
 
 def _from_tags(spec: OpSpec, opdef) -> OpSpec:
-    """What the op record says about every spec: a ``view`` op's result shares its input's storage
-    (a backward op tagged ``view`` makes a new gradient tensor, so it is not checked for sharing)."""
-    tags = getattr(opdef, "tags", frozenset())
-    view = spec.view or ("view" in tags and "backward" not in tags)
+    """What the op record says about every spec: a ``view`` op's result shares its input's storage."""
+    view = spec.view or "view" in opdef.tags
     return spec if view == spec.view else dataclasses.replace(spec, view=view)
 
 

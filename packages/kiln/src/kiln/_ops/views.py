@@ -567,7 +567,7 @@ def _geometry(spec) -> tuple:
     meta=_index_backward_meta,
     reference=_index_backward_kernel,
     device_generic=True,
-    tags=("view", "backward"),
+    tags=("backward",),
     backward=lambda grad, key: _index_view(grad, key),
 )
 def _index_backward(grad: Tensor, shape: Shape, key: tuple) -> Tensor:

@@ -47,6 +47,23 @@ def test_the_first_large_op_compiles_or_loads_from_the_cache():
     assert out == "True"
 
 
+def test_every_kernel_and_op_code_names_an_op_of_the_core():
+    """kiln-cpu keeps no op name the core does not define: a renamed op fails here, naming the stale entry,
+    instead of failing the plugin's registration at load."""
+    import kiln.backend as kb
+    from kiln_cpu import _opcodes, registry
+
+    tables = (
+        _opcodes.COMPARISONS,
+        _opcodes.UNARY_ARITHMETIC,
+        _opcodes.UNARY_FLOATING,
+        _opcodes.REDUCTIONS,
+        _opcodes.SCANS,
+    )
+    names = set(registry.kernels()).union(*tables)
+    assert names - set(kb.ops()) == set()
+
+
 def test_kernels_are_registered_narrowed_by_dtype():
     for name, (_kernel, dtypes) in registry.kernels().items():
         for d in dtypes:

@@ -13,11 +13,11 @@ import pytest
 from kiln_cpu_helpers import assert_same, make, reference
 
 import kiln
-from kiln._ops import pad, pool
+from kiln._ops import pad, pool, resample
 from kiln_cpu import _jit_pool, config
 from kiln_testing._runner import ReferenceMode
 
-P = types.SimpleNamespace(**vars(pool), pad=pad.pad)
+P = types.SimpleNamespace(**vars(pool), pad=pad.pad, interpolate=resample.interpolate)
 
 FLOAT = [kiln.float32, kiln.float64]
 

@@ -251,7 +251,7 @@ def through_float32(name: str, kernel):
 
     def wrapped(spec, *args):
         specs = spec if multi else (spec,)
-        halves = [s[1] if s[1] in HALF else None for s in specs]
+        halves = [s.dtype if s.dtype in HALF else None for s in specs]
         if not any(halves) and not any(isinstance(a, Tensor) and a._dtype in HALF for a in args):
             return kernel(spec, *args)
         work = max(math.prod(a._shape) for a in args if isinstance(a, Tensor))
@@ -264,7 +264,7 @@ def through_float32(name: str, kernel):
                 if a is None:
                     return reference(spec, *args)
             wide.append(a)
-        specs32 = [s if h is None else (s[0], kiln.float32, *s[2:]) for s, h in zip(specs, halves)]
+        specs32 = [s if h is None else s.replace(dtype=kiln.float32) for s, h in zip(specs, halves)]
         out = kernel(tuple(specs32) if multi else specs32[0], *wide)
         outs = out if multi else (out,)
         outs = [o if h is None else _rounded(o, h) for o, h in zip(outs, halves)]

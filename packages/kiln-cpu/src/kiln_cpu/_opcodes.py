@@ -26,3 +26,20 @@ F16, BF16 = 1, 2  # half-precision kinds (0: the storage dtype is the compute dt
 
 # scans
 CUMSUM, CUMPROD = range(2)
+
+# the ops whose kernel is one code of the loops above, by op name: the kernels look codes up here, never by
+# spelling an op's name (a kiln-cpu test checks every name is an op of the core's registry)
+COMPARISONS = {"eq": EQ, "ne": NE, "lt": LT, "le": LE, "gt": GT, "ge": GE}
+UNARY_ARITHMETIC = {"neg": NEG, "abs": ABS, "relu": RELU}  # every arithmetic dtype
+UNARY_FLOATING = {
+    "exp": EXP,
+    "log": LOG,
+    "sqrt": SQRT,
+    "sin": SIN,
+    "cos": COS,
+    "tanh": TANH,
+    "sigmoid": SIGMOID,
+    "erf": ERF,
+}
+REDUCTIONS = {"sum": SUM, "amax": AMAX, "amin": AMIN, "_max_all": AMAX, "_min_all": AMIN}  # mean: SUM, then a division
+SCANS = {"cumsum": CUMSUM, "cumprod": CUMPROD}

@@ -121,24 +121,24 @@ def _zero(np_dtype):
     return np_dtype.type(0)
 
 
-def _pick_fixed(code_name: str):
+def _pick_fixed(code: int):
     def pick(np_dtype, a, b, rest):
-        return getattr(_opcodes, code_name), a, b, _zero(np_dtype)
+        return code, a, b, _zero(np_dtype)
 
     return pick
 
 
-def _pick_add_sub(plain: str, with_alpha: str):
+def _pick_add_sub(plain: int, with_alpha: int):
     def pick(np_dtype, a, b, rest):
         alpha = rest[0] if rest else 1
         if alpha == 1:
-            return getattr(_opcodes, plain), a, b, _zero(np_dtype)
+            return plain, a, b, _zero(np_dtype)
         if isinstance(alpha, bool) or (np_dtype.kind in "iu" and not isinstance(alpha, int)):
             return None  # the meta refuses these; the reference raises as it does
         c = _scalar(alpha, np_dtype)
         if not isinstance(b, Tensor):  # the reference rounds b * alpha first: fold it the same way
-            return getattr(_opcodes, plain), a, np.multiply(_scalar(b, np_dtype), c, dtype=np_dtype), _zero(np_dtype)
-        return getattr(_opcodes, with_alpha), a, b, c
+            return plain, a, np.multiply(_scalar(b, np_dtype), c, dtype=np_dtype), _zero(np_dtype)
+        return with_alpha, a, b, c
 
     return pick
 
@@ -152,21 +152,21 @@ def _pick_div(np_dtype, a, b, rest):
 # -------------------------------------------------------------------------------------------- unary
 
 
-def _unary_kernel(name: str, served: tuple, code_name, params: dict | None = None):
-    """A kernel for unary op ``name`` (Numba op ``code_name``), output dtype = input dtype; an op with
-    parameters maps each value it takes to its own code (``params``: (value, ...) -> code name)."""
+def _unary_kernel(name: str, served: tuple, op_code: int, params: dict | None = None):
+    """A kernel for unary op ``name`` (Numba op code ``op_code``), output dtype = input dtype; an op with
+    parameters maps each value it takes to its own code (``params``: (value, ...) -> code)."""
     reference = reference_kernel(name)
 
     def kernel(spec, a, *rest):
         d = spec.dtype
-        name_of_code = code_name if not rest else (params or {}).get(rest)
-        if d not in served or name_of_code is None or math.prod(spec.shape) < config.min_numel:
+        code = op_code if not rest else (params or {}).get(rest)
+        if d not in served or code is None or math.prod(spec.shape) < config.min_numel:
             return reference(spec, a, *rest)
         if a._dtype is not d:
             return reference(spec, a, *rest)
         x = bits(a._numpy())
         j = _kernels()
-        code, half = getattr(_opcodes, name_of_code), half_kind(d)
+        half = half_kind(d)
         fx = _flat(x)
         if fx is not None:
             out = np.empty_like(x)
@@ -260,26 +260,26 @@ def _fused_dropout_kernel():
 def kernels() -> dict[str, tuple]:
     """The elementwise kernels: op name -> (kernel, output dtypes served)."""
     table: dict[str, tuple] = {
-        "add": (_binary_kernel("add", ARITH + HALF, _pick_add_sub("ADD", "ADD_ALPHA")), ARITH + HALF),
-        "sub": (_binary_kernel("sub", ARITH + HALF, _pick_add_sub("SUB", "SUB_ALPHA")), ARITH + HALF),
-        "mul": (_binary_kernel("mul", ARITH + HALF, _pick_fixed("MUL")), ARITH + HALF),
+        "add": (_binary_kernel("add", ARITH + HALF, _pick_add_sub(_opcodes.ADD, _opcodes.ADD_ALPHA)), ARITH + HALF),
+        "sub": (_binary_kernel("sub", ARITH + HALF, _pick_add_sub(_opcodes.SUB, _opcodes.SUB_ALPHA)), ARITH + HALF),
+        "mul": (_binary_kernel("mul", ARITH + HALF, _pick_fixed(_opcodes.MUL)), ARITH + HALF),
         "div": (_binary_kernel("div", FLOAT + HALF, _pick_div), FLOAT + HALF),
-        "maximum": (_binary_kernel("maximum", FLOAT + HALF, _pick_fixed("MAXIMUM")), FLOAT + HALF),
-        "minimum": (_binary_kernel("minimum", FLOAT + HALF, _pick_fixed("MINIMUM")), FLOAT + HALF),
+        "maximum": (_binary_kernel("maximum", FLOAT + HALF, _pick_fixed(_opcodes.MAXIMUM)), FLOAT + HALF),
+        "minimum": (_binary_kernel("minimum", FLOAT + HALF, _pick_fixed(_opcodes.MINIMUM)), FLOAT + HALF),
     }
-    for name in ("eq", "ne", "lt", "le", "gt", "ge"):
+    for name, code in _opcodes.COMPARISONS.items():
         # narrowed by output dtype, which is bool: the kernel itself sends other compute dtypes back
-        table[name] = (_binary_kernel(name, FLOAT + HALF, _pick_fixed(name.upper()), compare=True), (kiln.bool,))
-    for name in ("neg", "abs", "relu"):
-        table[name] = (_unary_kernel(name, ARITH + HALF, name.upper()), ARITH + HALF)
-    for name in ("exp", "log", "sqrt", "sin", "cos", "tanh", "sigmoid", "erf"):
-        table[name] = (_unary_kernel(name, FLOAT + HALF, name.upper()), FLOAT + HALF)
+        table[name] = (_binary_kernel(name, FLOAT + HALF, _pick_fixed(code), compare=True), (kiln.bool,))
+    for name, code in _opcodes.UNARY_ARITHMETIC.items():
+        table[name] = (_unary_kernel(name, ARITH + HALF, code), ARITH + HALF)
+    for name, code in _opcodes.UNARY_FLOATING.items():
+        table[name] = (_unary_kernel(name, FLOAT + HALF, code), FLOAT + HALF)
     table["_threshold_backward"] = (
-        _binary_kernel("_threshold_backward", FLOAT + HALF, _pick_fixed("RELU_GRAD")),
+        _binary_kernel("_threshold_backward", FLOAT + HALF, _pick_fixed(_opcodes.RELU_GRAD)),
         FLOAT + HALF,
     )
-    gelu = {("none",): "GELU", ("tanh",): "GELU_TANH"}
-    table["gelu"] = (_unary_kernel("gelu", FLOAT + HALF, "GELU", gelu), FLOAT + HALF)
+    gelu = {("none",): _opcodes.GELU, ("tanh",): _opcodes.GELU_TANH}
+    table["gelu"] = (_unary_kernel("gelu", FLOAT + HALF, _opcodes.GELU, gelu), FLOAT + HALF)
     table["_to_copy"] = (_to_copy_kernel(), FLOAT + HALF + _INTS)
     table["_fused_dropout"] = (_fused_dropout_kernel(), FLOAT + HALF)
     return table

@@ -95,7 +95,7 @@ def _adaptive_windows(sizes, outs) -> tuple:
 
 def _run_max(spec, input, nd: int, windows) -> tuple | None:
     """(values, indices) of a max pool over the trailing ``nd`` dims, windows from ``windows(sizes, outs)``."""
-    (vshape, d, _), (ishape, idt, _) = spec.shape, spec.dtype
+    (vshape, d), (ishape, idt) = (spec[0].shape, spec[0].dtype), (spec[1].shape, spec[1].dtype)
     x = _planes(input, d, vshape)
     if x is None:
         return None
@@ -115,7 +115,7 @@ def _run_max(spec, input, nd: int, windows) -> tuple | None:
 def _max_pool_2x2(spec, input) -> tuple | None:
     """(values, indices) of a 2-d max pool by 2x2 windows with stride 2 (no padding, dilation or partial
     window): the specialised loop."""
-    (vshape, d, _), (ishape, idt, _) = spec.shape, spec.dtype
+    (vshape, d), (ishape, idt) = (spec[0].shape, spec[0].dtype), (spec[1].shape, spec[1].dtype)
     x = _planes(input, d, vshape)
     if x is None:
         return None

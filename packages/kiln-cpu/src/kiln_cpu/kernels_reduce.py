@@ -135,7 +135,7 @@ def _run_reduce(code: int, t: Tensor, dims: tuple, keepdim: bool) -> np.ndarray:
     return out
 
 
-def _reduce_kernel(name: str, code_name: str, *, mean: bool = False):
+def _reduce_kernel(name: str, code: int, *, mean: bool = False):
     """A kernel for reduction ``name`` over ``spec.dims``, float32/float64 input of the output dtype."""
     reference = reference_kernel(name)
 
@@ -147,7 +147,7 @@ def _reduce_kernel(name: str, code_name: str, *, mean: bool = False):
         if n < max(config.min_numel, 1):
             return reference(spec, a, *rest)
         dims = tuple(spec.dims)
-        out = _run_reduce(getattr(_opcodes, code_name), a, dims, len(spec.shape) == len(a._shape) and bool(dims))
+        out = _run_reduce(code, a, dims, len(spec.shape) == len(a._shape) and bool(dims))
         if mean:
             count = math.prod(a._shape[i] for i in dims)
             np.true_divide(out, count, out=out)
@@ -161,8 +161,7 @@ def _reduce_kernel(name: str, code_name: str, *, mean: bool = False):
 def kernels() -> dict[str, tuple]:
     """The reduction kernels: op name -> (kernel, output dtypes served)."""
     table: dict[str, tuple] = {}
-    table["sum"] = (_reduce_kernel("sum", "SUM"), FLOAT)
-    table["mean"] = (_reduce_kernel("mean", "SUM", mean=True), FLOAT)
-    for name, code in (("amax", "AMAX"), ("amin", "AMIN"), ("_max_all", "AMAX"), ("_min_all", "AMIN")):
+    for name, code in _opcodes.REDUCTIONS.items():
         table[name] = (_reduce_kernel(name, code), FLOAT)
+    table["mean"] = (_reduce_kernel("mean", _opcodes.SUM, mean=True), FLOAT)
     return table

@@ -25,7 +25,7 @@ _kernels = loops("_jit_scan")
 SERVED = (kiln.float32, kiln.float64, kiln.float16, kiln.bfloat16, kiln.int64)
 
 
-def _scan_kernel(name: str, code_name: str):
+def _scan_kernel(name: str, code: int):
     reference = reference_kernel(name)
 
     def kernel(spec, a, dim, dtype=None):
@@ -43,7 +43,7 @@ def _scan_kernel(name: str, code_name: str):
         n = shape[axis]
         inner = math.prod(xs.shape[pos + 1 :])
         j = _kernels()
-        code, half = getattr(_opcodes, code_name), half_kind(d)
+        half = half_kind(d)
         flat_x, flat_out = xs.reshape(-1), dense.reshape(-1)
         if inner == 1:
             parallel(j.scan(code, "rows", half), (flat_x, flat_out, n), flat_x.size // n, max(1, _GRAIN // n))
@@ -59,7 +59,4 @@ def _scan_kernel(name: str, code_name: str):
 
 def kernels() -> dict[str, tuple]:
     """The scan kernels: op name -> (kernel, output dtypes served)."""
-    return {
-        "cumsum": (_scan_kernel("cumsum", "CUMSUM"), SERVED),
-        "cumprod": (_scan_kernel("cumprod", "CUMPROD"), SERVED),
-    }
+    return {name: (_scan_kernel(name, code), SERVED) for name, code in _opcodes.SCANS.items()}

@@ -163,12 +163,12 @@ def _prepare_where(d, compute, condition, input, other):
     return _opcodes.WHERE, [condition, x, y], compute.type(0)
 
 
-def _prepare_addc(code_name: str):
+def _prepare_addc(code: int):
     def prepare(d, compute, input, tensor1, tensor2, value=1):
         operands = [input, tensor1, tensor2]
         if any(t._dtype is not d for t in operands):
             return None
-        return getattr(_opcodes, code_name), operands, compute.type(value)  # value: not rounded to d
+        return code, operands, compute.type(value)  # value: not rounded to d
 
     return prepare
 
@@ -211,8 +211,8 @@ def kernels() -> dict[str, tuple]:
     floats = FLOAT + HALF
     return {
         "where": (_ternary_kernel("where", selected, _prepare_where), selected),
-        "addcmul": (_ternary_kernel("addcmul", floats, _prepare_addc("ADDCMUL")), floats),
-        "addcdiv": (_ternary_kernel("addcdiv", floats, _prepare_addc("ADDCDIV")), floats),
+        "addcmul": (_ternary_kernel("addcmul", floats, _prepare_addc(_opcodes.ADDCMUL)), floats),
+        "addcdiv": (_ternary_kernel("addcdiv", floats, _prepare_addc(_opcodes.ADDCDIV)), floats),
         "lerp": (_ternary_kernel("lerp", floats, _prepare_lerp), floats),
         "clamp": (_ternary_kernel("clamp", selected, _prepare_clamp), selected),
         "clamp_min": (_ternary_kernel("clamp_min", selected, _prepare_clamp, "clamp"), selected),

@@ -9,17 +9,18 @@ import kiln
 from kiln import _plugins
 from kiln._dispatch import OPS, DispatchMode, op
 from kiln.autograd import gradcheck, gradgradcheck
+from kiln.backend import Spec
 
 
 def _cube_meta(input, scale=1.0):
     if not isinstance(input, kiln.Tensor):
         raise TypeError("cube(): argument 'input' must be Tensor")
-    return (input.shape, input.dtype, input.device)
+    return Spec.make(input.shape, input.dtype, input.device)
 
 
 @op(
     meta=_cube_meta,
-    reference=lambda spec, a, scale=1.0: (a.astype(spec[1].numpy) ** 3) * scale,
+    reference=lambda spec, a, scale=1.0: (a.astype(spec.dtype.numpy) ** 3) * scale,
     backward=lambda grad, input, scale: grad * 3 * input * input * scale,
     autocast="fp32",
     methods=("cube",),
@@ -191,3 +192,13 @@ def test_import_kiln_loads_no_plugin_and_compiles_nothing():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120).stdout
     assert out.split() == ["False", "False", "False", "False"]
+
+
+def test_a_meta_function_must_return_a_typed_spec(monkeypatch):
+    """Kernels read spec fields by name: a meta function returning a plain tuple is a core bug, named
+    before any kernel runs."""
+    neg = OPS["neg"]
+    monkeypatch.setattr(neg, "meta", lambda input: (input._shape, input._dtype, input._device))
+    monkeypatch.setattr(neg, "_checked", {})  # the first call (per dtype and device) is the checked one
+    with pytest.raises(TypeError, match=r"meta function of op 'neg' returned .* not a kiln\.backend\.Spec"):
+        kiln.neg(kiln.ones(2))

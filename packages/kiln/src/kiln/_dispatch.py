@@ -399,6 +399,7 @@ def _call_and_check(opdef: OpDef, args: tuple, spec, first: tuple):
         from kiln._plugins import resolve_kernel
 
         kernel = resolve_kernel(opdef, dev)
+    _check_spec(opdef, spec)
     out = kernel(spec, *args)
     _check_output(opdef, spec, out, dev.type, first[1])
     from kiln._plugins import _lock
@@ -443,7 +444,6 @@ def kernel_outputs_checked_always() -> bool:
 def _check_output(opdef: OpDef, spec, out, dev_type: str, dtype) -> None:
     """Raise ``RuntimeError`` naming the op, the device type and the kernel's provider unless ``out``
     matches ``spec``."""
-    _check_spec(opdef, spec)
     if opdef.num_outputs == 1:
         problems = _output_problems(spec, out, "")
     elif not isinstance(out, tuple) or len(out) != opdef.num_outputs:
@@ -466,7 +466,7 @@ def _check_output(opdef: OpDef, spec, out, dev_type: str, dtype) -> None:
 
 def _check_spec(opdef: OpDef, spec) -> None:
     """A meta function returns a :class:`~kiln.backend.Spec` (a tuple of them for several outputs): kernels
-    read its fields by name. Checked with the first kernel call, so a core bug cannot reach a plugin."""
+    read its fields by name. Checked before the first kernel call, so a core bug cannot reach a plugin."""
     specs = (spec,) if opdef.num_outputs == 1 else spec
     if not isinstance(specs, tuple) or not all(isinstance(s, Spec) for s in specs):
         raise TypeError(f"the meta function of op '{opdef.name}' returned {spec!r}, not a kiln.backend.Spec")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 import kiln
+from kiln.backend import Spec, from_array, host_view, op, primitives, reference_kernel
 from kiln_example_device.device import NAME
 
 __all__ = ["KERNELS", "device_array", "new_output"]
@@ -169,10 +170,57 @@ def matmul(spec, input, other):
     return out
 
 
+# ---------------------------------------------------------------------------------------- kiln's reference kernels
+
+_CPU = kiln.device("cpu")
+
+
+def _host_alias(x):
+    """An example-device tensor as a CPU tensor over the same memory (no copy for dense views); lists and
+    tuples of tensors element-wise; anything else (a 0-d CPU tensor, a number) unchanged."""
+    if isinstance(x, kiln.Tensor):
+        if x.device.type != NAME:
+            return x
+        return from_array(device_array(x), x.dtype)
+    if isinstance(x, (list, tuple)):
+        items = [_host_alias(v) for v in x]
+        return type(x)._make(items) if hasattr(x, "_fields") else type(x)(items)
+    return x
+
+
+def _on_cpu(spec):
+    """One output's spec with device ``cpu``, for the reference kernel."""
+    if isinstance(spec, Spec):
+        return spec.replace(device=_CPU)
+    return (spec[0], spec[1], _CPU, *spec[3:])
+
+
+def _to_device(out: kiln.Tensor, spec) -> kiln.Tensor:
+    result, dst = new_output(spec)
+    dst[...] = host_view(out)
+    return result
+
+
+def reference_on_device(name: str):
+    """The kernel of op ``name`` on this device: kiln's NumPy reference kernel run on NumPy views of the
+    device memory (it is host-addressable), its result copied into a new device tensor."""
+    reference = reference_kernel(name)
+    several = op(name).num_outputs > 1
+
+    def kernel(spec, *args):
+        if several:
+            out = reference(tuple(_on_cpu(s) for s in spec), *_host_alias(args))
+            return tuple(_to_device(o, s) for o, s in zip(out, spec))
+        return _to_device(reference(_on_cpu(spec), *_host_alias(args)), spec)
+
+    kernel.__name__ = kernel.__qualname__ = f"reference_{name}"
+    return kernel
+
+
 # ---------------------------------------------------------------------------------------- the table
 
-# op name -> (kernel, dtypes it serves, or None for every dtype the device declares)
-KERNELS: dict[str, tuple] = {
+# The hand-written kernels: op name -> (kernel, dtypes it serves, or None for every dtype the device declares)
+HAND_WRITTEN: dict[str, tuple] = {
     "add": (_scaled(np.add), None),
     "sub": (_scaled(np.subtract), None),
     "mul": (_binary(np.multiply), None),
@@ -203,3 +251,13 @@ KERNELS: dict[str, tuple] = {
     "sum": (sum, None),
     "matmul": (matmul, FLOATS),
 }
+
+# The device implements exactly kiln's primitive set (kiln.backend.primitives()): the hand-written kernels
+# where they are primitives, kiln's reference kernels on device memory for the rest (for the dtypes a
+# hand-written kernel does not serve too). Every other op runs through its decomposition on the device.
+KERNELS: dict[str, tuple] = {}
+for _name in primitives():
+    if _name in HAND_WRITTEN:
+        KERNELS[_name] = HAND_WRITTEN[_name]
+    else:
+        KERNELS[_name] = (reference_on_device(_name), None)

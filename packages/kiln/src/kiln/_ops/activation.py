@@ -101,6 +101,20 @@ def _ref(np_fn):
     return ref
 
 
+def _half_in_float32(fn):
+    """A decomposition computed in float32 for half-precision inputs, as the reference kernels compute."""
+
+    def decomposed(input, *args, **kwargs):
+        d = input._dtype
+        if d in (dt.float16, dt.bfloat16):
+            return fn(input.to(dt.float32), *args, **kwargs).to(d)
+        return fn(input, *args, **kwargs)
+
+    decomposed.__name__ = decomposed.__qualname__ = fn.__name__
+    decomposed.__doc__ = fn.__doc__
+    return decomposed
+
+
 _calling_inplace = threading.local()
 
 
@@ -156,7 +170,17 @@ def _gelu_backward(grad, input, approximate):
     return (grad * (cdf + x * pdf),)
 
 
+@_half_in_float32
+def _gelu_decomposed(input, *, approximate="none"):
+    """:func:`gelu` in kiln ops."""
+    x = input
+    if approximate == "tanh":
+        return x * 0.5 * (tanh((x + x * x * x * _GELU_C) * _GELU_K) + 1.0)
+    return x * 0.5 * (erf(x * _SQRT_HALF) + 1.0)
+
+
 @op(
+    decompose=_gelu_decomposed,
     meta=_float_meta("GeluKernelImpl", "gelu", _gelu_check),
     reference=_ref(_gelu_np),
     backward=_gelu_backward,
@@ -173,7 +197,14 @@ def _silu_backward(grad, input):
     return (grad * s * (input * (1.0 - s) + 1.0),)
 
 
+@_half_in_float32
+def _silu_decomposed(input):
+    """``silu`` in kiln ops."""
+    return input / (exp(-input) + 1.0)
+
+
 @op(
+    decompose=_silu_decomposed,
     meta=_float_meta("silu_cpu", "silu"),
     reference=_ref(lambda x: x / (1.0 + np.exp(-x))),
     backward=_silu_backward,
@@ -202,7 +233,16 @@ def _mish_backward(grad, input):
     return (grad * (t + input * s * (1.0 - t * t)),)
 
 
+@_half_in_float32
+def _mish_decomposed(input):
+    """``mish`` in kiln ops."""
+    from kiln._ops.unary_math import log1p
+
+    return input * tanh(log1p(exp(input)))
+
+
 @op(
+    decompose=_mish_decomposed,
     meta=_float_meta("mish_cpu", "mish"),
     reference=_ref(lambda x: x * np.tanh(np.log1p(np.exp(x)))),
     backward=_mish_backward,
@@ -233,7 +273,16 @@ def _elu_backward(grad, input, alpha, scale, input_scale):
     return (where(input > 0, grad * scale, grad * neg),)
 
 
+@_half_in_float32
+def _elu_decomposed(input, alpha=1.0, scale=1.0, input_scale=1.0):
+    """``elu`` in kiln ops."""
+    from kiln._ops.unary_math import expm1
+
+    return where(input > 0, input * scale, expm1(input * input_scale) * (alpha * scale))
+
+
 @op(
+    decompose=_elu_decomposed,
     meta=_float_meta("elu_cpu", "elu"),
     reference=_ref(_elu_np),
     backward=_elu_backward,
@@ -268,7 +317,14 @@ def _celu_backward(grad, input, alpha):
     return (where(input > 0, grad, grad * exp(input * (1.0 / alpha))),)
 
 
+@_half_in_float32
+def _celu_decomposed(input, alpha=1.0):
+    """``celu`` in kiln ops."""
+    return _elu_decomposed(input, alpha, 1.0, 1.0 / alpha)
+
+
 @op(
+    decompose=_celu_decomposed,
     meta=_float_meta("elu_cpu", "celu", _celu_check),
     reference=_ref(lambda x, alpha=1.0: _elu_np(x, alpha, 1.0, 1.0 / alpha)),
     backward=_celu_backward,
@@ -290,7 +346,13 @@ def celu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
 # ---------------------------------------------------------------------------------------- relu family
 
 
+def _leaky_relu_decomposed(input, negative_slope=0.01):
+    """``leaky_relu`` in kiln ops."""
+    return where(input > 0, input, input * negative_slope)
+
+
 @op(
+    decompose=_leaky_relu_decomposed,
     meta=_float_meta("leaky_relu_cpu", "leaky_relu"),
     reference=_ref(lambda x, slope=0.01: np.where(x > 0, x, x * slope)),
     backward=lambda grad, input, negative_slope: (where(input > 0, grad, grad * negative_slope),),
@@ -361,7 +423,16 @@ def _hardswish_backward(grad, input):
     return (where(input <= -3.0, 0.0, mid),)
 
 
+@_half_in_float32
+def _hardswish_decomposed(input):
+    """``hardswish`` in kiln ops."""
+    from kiln._ops.clamp import clamp
+
+    return input * clamp(input + 3.0, 0.0, 6.0) / 6.0
+
+
 @op(
+    decompose=_hardswish_decomposed,
     meta=_float_meta("hardswish_cpu", "hardswish"),
     reference=_ref(lambda x: x * np.minimum(np.maximum(x + 3.0, 0.0), 6.0) / 6.0),
     backward=_hardswish_backward,
@@ -379,7 +450,16 @@ def hardswish(input: Tensor, inplace: bool = False) -> Tensor:
     return _hardswish_(input) if inplace else _hardswish(input)
 
 
+@_half_in_float32
+def _hardsigmoid_decomposed(input):
+    """``hardsigmoid`` in kiln ops."""
+    from kiln._ops.clamp import clamp
+
+    return clamp(input + 3.0, 0.0, 6.0) / 6.0
+
+
 @op(
+    decompose=_hardsigmoid_decomposed,
     meta=_float_meta("hardsigmoid_cpu", "hardsigmoid"),
     reference=_ref(lambda x: np.minimum(np.maximum(x + 3.0, 0.0), 6.0) / 6.0),
     backward=lambda grad, input: (where((input > -3.0) & (input < 3.0), grad * _ONE_SIXTH, 0.0),),
@@ -405,7 +485,17 @@ def _softplus_backward(grad, input, beta, threshold):
     return (where(z > threshold, grad, grad * sigmoid(z)),)
 
 
+@_half_in_float32
+def _softplus_decomposed(input, beta=1.0, threshold=20.0):
+    """``softplus`` in kiln ops."""
+    from kiln._ops.unary_math import log1p
+
+    z = input * beta
+    return where(z > threshold, input, log1p(exp(z)) / beta)
+
+
 @op(
+    decompose=_softplus_decomposed,
     meta=_float_meta("softplus_cpu", "softplus"),
     reference=_ref(_softplus_np),
     backward=_softplus_backward,
@@ -420,7 +510,17 @@ def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tenso
     return _softplus(input, beta, threshold)
 
 
+@_half_in_float32
+def _log_sigmoid_decomposed(input):
+    """``log_sigmoid`` in kiln ops."""
+    from kiln._ops.clamp import clamp_max
+    from kiln._ops.unary_math import log1p
+
+    return clamp_max(input, 0.0) - log1p(exp(-_abs(input)))
+
+
 @op(
+    decompose=_log_sigmoid_decomposed,
     meta=_float_meta("log_sigmoid_cpu", "log_sigmoid"),
     reference=_ref(lambda x: np.minimum(x, 0.0) - np.log1p(np.exp(-np.abs(x)))),
     backward=lambda grad, input: (grad * sigmoid(-input),),
@@ -457,7 +557,13 @@ def _softshrink_check(input, lambd):
         )
 
 
+def _softshrink_decomposed(input, lambd=0.5):
+    """``softshrink`` in kiln ops."""
+    return where(input > lambd, input - lambd, where(input < -lambd, input + lambd, input * 0.0))
+
+
 @op(
+    decompose=_softshrink_decomposed,
     meta=_float_meta("softshrink_check", "softshrink", _softshrink_check),
     reference=_ref(lambda x, lambd=0.5: np.where(x > lambd, x - lambd, np.where(x < -lambd, x + lambd, 0.0 * x))),
     backward=lambda grad, input, lambd: (where((input >= -lambd) & (input <= lambd), 0.0, grad),),
@@ -472,7 +578,13 @@ def softshrink(input: Tensor, lambd: float = 0.5) -> Tensor:
     return _softshrink(input, lambd)
 
 
+def _hardshrink_decomposed(input, lambd=0.5):
+    """``hardshrink`` in kiln ops."""
+    return where((input >= -lambd) & (input <= lambd), 0.0, input)
+
+
 @op(
+    decompose=_hardshrink_decomposed,
     meta=_float_meta("hardshrink_cpu", "hardshrink"),
     reference=_ref(lambda x, lambd=0.5: np.where((x >= -lambd) & (x <= lambd), np.zeros((), x.dtype), x)),
     backward=lambda grad, input, lambd: (where((input >= -lambd) & (input <= lambd), 0.0, grad),),

@@ -211,7 +211,21 @@ def _norm_bwd_backward(grads, grad, input, weight, mean, var, eps, layout, outpu
     return (*got, None, None)
 
 
+def _native_norm_backward_decomposed(grad, input, weight, mean, var, eps, layout, output_mask):
+    """``_native_norm_backward`` in kiln ops: the composite :func:`_norm_grads`, with an empty ``(0,)``
+    tensor for each output it does not compute (zeros for the parameters of an empty input)."""
+    from kiln._ops.creation import zeros
+
+    specs = _norm_bwd_meta(grad, input, weight, mean, var, eps, layout, output_mask)
+    if _numel(input._shape) == 0:
+        return tuple(zeros(s[0], dtype=s[1], device=s[2]) for s in specs)
+    outs = _norm_grads(grad, input, weight, mean, var, eps, layout, output_mask)
+    return tuple(zeros(s[0], dtype=s[1], device=s[2]) if o is None else o.to(s[1]) for o, s in zip(outs, specs))
+
+
 @op(
+    decompose=_native_norm_backward_decomposed,
+    tags=("fused",),
     meta=_norm_bwd_meta,
     reference=_norm_bwd_ref,
     backward=_norm_bwd_backward,

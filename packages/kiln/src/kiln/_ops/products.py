@@ -67,7 +67,13 @@ def _bmm_backward(grad, input, mat2, needs_input_grad):
     return product_grads(bmm, grad, a, b, False, False)
 
 
+def _bmm_decomposed(input, mat2):
+    """``bmm`` in kiln ops: ``matmul`` of two 3-D tensors."""
+    return matmul(input, mat2)
+
+
 @op(
+    decompose=_bmm_decomposed,
     meta=_bmm_meta,
     reference=_matmul_ref,
     backward=_bmm_backward,

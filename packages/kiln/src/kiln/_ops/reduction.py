@@ -107,7 +107,18 @@ def _mean_backward(grad, input_shape, dim, keepdim):
     return expand_reduced(grad, input_shape, dims, keepdim) / builtins.max(count, 1)
 
 
+def _mean_decomposed(input, dim=None, keepdim=False, *, dtype=None):
+    """``mean`` in kiln ops: the sum (in float32 for half precision) over the element count."""
+    d = dtype or input._dtype
+    compute = dt.float32 if d in (dt.float16, dt.bfloat16) else d
+    count = 1
+    for i in reduce_dims(dim, len(input._shape)):
+        count *= input._shape[i] if input._shape else 1
+    return (sum(input, dim, keepdim, dtype=compute) / count).to(d)
+
+
 @op(
+    decompose=_mean_decomposed,
     tags=("reduction",),
     meta=_mean_meta,
     reference=_mean_ref,

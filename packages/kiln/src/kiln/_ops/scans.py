@@ -187,7 +187,17 @@ def _var(input: Tensor, dim: Dims = None, correction: int | float | None = 1, ke
     """Variance over ``dim`` with Bessel-style ``correction``."""
 
 
+def _std_decomposed(input, dim=None, correction=1, keepdim=False):
+    """``_std`` in kiln ops: the square root of ``_var`` (computed in float32 for half precision)."""
+    from kiln._ops.elementwise import sqrt
+
+    d = input._dtype
+    x = input.to(dt.float32) if d in (dt.float16, dt.bfloat16) else input
+    return sqrt(_var(x, dim, correction, keepdim)).to(d)
+
+
 @op(
+    decompose=_std_decomposed,
     tags=("reduction",),
     meta=_var_meta("std"),
     reference=_var_ref(True),

@@ -1,4 +1,4 @@
-"""Kernels of the example device: a subset of kiln's ops, computed in device memory.
+"""Kernels of the example device: exactly kiln's primitive set (``kiln.backend.primitives()``).
 
 kiln calls a kernel as ``kernel(spec, *args)``: ``spec`` is what the op's meta function worked out —
 ``(shape, dtype, device, ...)`` of the result, with a few ops adding fields (the comparison ops their
@@ -6,8 +6,10 @@ compute dtype, reductions their normalised dims) — and ``args`` are the op's a
 still tensors. All argument checking happened in the meta function, before the kernel runs.
 
 A kernel allocates its result on the device, reads its inputs in place through their strides and
-storage offset (views are never copied first), and returns the result tensor. Ops not listed in
-:data:`KERNELS` run only through kiln's opt-in CPU fallback (``KILN_CPU_FALLBACK=1``).
+storage offset (views are never copied first), and returns the result tensor. The primitives without
+a hand-written kernel run kiln's reference kernels on NumPy views of the device memory
+(:func:`reference_on_device`). Every op not listed in :data:`KERNELS` runs through its decomposition
+into other ops, on the device.
 """
 
 from __future__ import annotations

@@ -303,7 +303,26 @@ def _logsumexp_backward(grad, input, dim, keepdim, result):
     )
 
 
+def _logsumexp_decomposed(input, dim, keepdim=False):
+    """``logsumexp`` in kiln ops: ``log(sum(exp(x - m))) + m`` with ``m`` the max (0 where it is infinite),
+    computed in float32 for half precision; ``-inf`` over empty slices."""
+    from kiln._ops.creation import full
+    from kiln._ops.elementwise import log
+    from kiln._ops.reduction import amax
+    from kiln._ops.unary_math import isinf
+
+    shape, dtype, _, dims = _logsumexp_meta(input, dim, keepdim)
+    if _numel(input._shape) == 0:
+        return full(shape, float("-inf"), dtype=dtype, device=input._device)
+    x = input.to(dt.float32 if dtype in (dt.float16, dt.bfloat16) else dtype)
+    m = amax(x, dims, True)
+    m = where(isinf(m), 0.0, m)
+    r = log(_sum(exp(x - m), dims, keepdim)) + (m if keepdim else m.reshape(shape))
+    return r.to(dtype)
+
+
 @op(
+    decompose=_logsumexp_decomposed,
     tags=("reduction",),
     meta=_logsumexp_meta,
     reference=_logsumexp_ref,
@@ -334,7 +353,15 @@ def _nansum_backward(grad, input, dim, keepdim):
     return expand_reduced(grad, input._shape, dims, keepdim) * logical_not(isnan(input))
 
 
+def _nansum_decomposed(input, dim=None, keepdim=False, *, dtype=None):
+    """``nansum`` in kiln ops: the sum with NaN replaced by zero."""
+    _, out_dtype, _, dims = _nansum_meta(input, dim, keepdim, dtype)
+    x = where(isnan(input), 0, input) if input._dtype.is_floating_point else input
+    return _sum(x, dims, keepdim, dtype=out_dtype)
+
+
 @op(
+    decompose=_nansum_decomposed,
     tags=("reduction",),
     meta=_nansum_meta,
     reference=_nansum_ref,
@@ -372,7 +399,15 @@ def _count_nonzero_meta(input, dim=None):
     return (_reduced_shape(input._shape, dims, False), dt.int64, input._device, dims)
 
 
+def _count_nonzero_decomposed(input, dim=None):
+    """``count_nonzero`` in kiln ops: the int64 sum of ``input != 0`` (NaN counts)."""
+    from kiln._ops.elementwise import ne
+
+    return _sum(ne(input, 0), _count_nonzero_meta(input, dim)[3])
+
+
 @op(
+    decompose=_count_nonzero_decomposed,
     tags=("reduction",),
     meta=_count_nonzero_meta,
     reference=lambda spec, a, dim=None: np.asarray(

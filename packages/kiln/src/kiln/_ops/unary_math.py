@@ -245,7 +245,14 @@ def _square_ref(spec, a):
     return np.multiply(x, x, dtype=compute)
 
 
+def _square_decomposed(input):
+    """``square`` in kiln ops: ``input * input`` (bool inputs as int64)."""
+    x = input.to(dt.int64) if input._dtype is dt.bool else input
+    return x * x
+
+
 @op(
+    decompose=_square_decomposed,
     tags=("pointwise",),
     inplace=True,
     meta=_square_meta,
@@ -365,7 +372,13 @@ def _frac_ref(spec, a):
     return x - np.trunc(x)
 
 
+def _frac_decomposed(input):
+    """``frac`` in kiln ops: ``input - trunc(input)``."""
+    return input - trunc(input)
+
+
 @op(
+    decompose=_frac_decomposed,
     tags=("pointwise",),
     inplace=True,
     meta=_frac_meta,
@@ -392,14 +405,20 @@ Tensor.__pos__ = positive
 # ---------------------------------------------------------------------------------------- float classification
 
 
-def _classify(name: str, fn, non_float: bool, doc: str):
+def _classify(name: str, fn, non_float: bool, doc: str, decompose=None):
     def ref(spec, a):
         if a.dtype.kind in "fV":
             return fn(a)
         return np.full(a.shape, non_float)
 
     @op(
-        tags=("pointwise",), meta=unary_meta(name, bool_result=True), reference=ref, name=name, doc=doc, methods=(name,)
+        tags=("pointwise",),
+        meta=unary_meta(name, bool_result=True),
+        reference=ref,
+        name=name,
+        doc=doc,
+        methods=(name,),
+        decompose=decompose,
     )
     def classify(input: Tensor) -> Tensor:
         pass
@@ -407,10 +426,46 @@ def _classify(name: str, fn, non_float: bool, doc: str):
     return classify
 
 
-isinf = _classify("isinf", np.isinf, False, "True where ``input`` is ``+inf`` or ``-inf``.")
-isposinf = _classify("isposinf", lambda a: a == np.inf, False, "True where ``input`` is ``+inf``.")
-isneginf = _classify("isneginf", lambda a: a == -np.inf, False, "True where ``input`` is ``-inf``.")
-isfinite = _classify("isfinite", np.isfinite, True, "True where ``input`` is neither infinite nor NaN.")
+def _isposinf_decomposed(input):
+    """``isposinf`` in kiln ops: ``input == inf`` (never true for integers)."""
+    from kiln._ops.elementwise import eq
+
+    return eq(input, math.inf)
+
+
+def _isneginf_decomposed(input):
+    """``isneginf`` in kiln ops: ``input == -inf``."""
+    from kiln._ops.elementwise import eq
+
+    return eq(input, -math.inf)
+
+
+def _isinf_decomposed(input):
+    """``isinf`` in kiln ops: ``input == inf or input == -inf``."""
+    from kiln._ops.binary_math import logical_or
+    from kiln._ops.elementwise import eq
+
+    return logical_or(eq(input, math.inf), eq(input, -math.inf))
+
+
+def _isfinite_decomposed(input):
+    """``isfinite`` in kiln ops: neither infinite nor NaN (always true for integers)."""
+    from kiln._ops.binary_math import logical_or
+    from kiln._ops.elementwise import isnan, logical_not
+
+    return logical_not(logical_or(_isinf_decomposed(input), isnan(input)))
+
+
+isinf = _classify("isinf", np.isinf, False, "True where ``input`` is ``+inf`` or ``-inf``.", _isinf_decomposed)
+isposinf = _classify(
+    "isposinf", lambda a: a == np.inf, False, "True where ``input`` is ``+inf``.", _isposinf_decomposed
+)
+isneginf = _classify(
+    "isneginf", lambda a: a == -np.inf, False, "True where ``input`` is ``-inf``.", _isneginf_decomposed
+)
+isfinite = _classify(
+    "isfinite", np.isfinite, True, "True where ``input`` is neither infinite nor NaN.", _isfinite_decomposed
+)
 
 
 def _nan_to_num_meta(input, nan=0.0, posinf=None, neginf=None):

@@ -121,27 +121,11 @@ def _unary(np_fn):
     return kernel
 
 
-def _sigmoid(a: np.ndarray) -> np.ndarray:
-    return 1 / (1 + np.exp(-a))
-
-
-def _relu(a: np.ndarray) -> np.ndarray:
-    return np.maximum(a, np.zeros((), a.dtype))  # NaN stays NaN, as in PyTorch
-
-
 def where(spec, condition, input, other):
     """``input`` where ``condition`` else ``other``, broadcasting."""
     out, dst = new_output(spec)
     compute = np.dtype(spec[1].numpy)
     dst[...] = np.where(operand(condition, np.dtype(bool)), operand(input, compute), operand(other, compute))
-    return out
-
-
-def threshold_backward(spec, grad, output):
-    """The gradient of ``relu``: ``grad`` where the result is positive, else 0."""
-    out, dst = new_output(spec)
-    g = operand(grad, np.dtype(spec[1].numpy))
-    dst[...] = np.where(operand(output, np.dtype(spec[1].numpy)) > 0, g, np.zeros((), g.dtype))
     return out
 
 
@@ -230,14 +214,12 @@ HAND_WRITTEN: dict[str, tuple] = {
     "maximum": (_binary(np.maximum), None),
     "minimum": (_binary(np.minimum), None),
     "eq": (_binary(np.equal, compute_field=3), None),
-    "ne": (_binary(np.not_equal, compute_field=3), None),
     "lt": (_binary(np.less, compute_field=3), None),
     "le": (_binary(np.less_equal, compute_field=3), None),
     "gt": (_binary(np.greater, compute_field=3), None),
     "ge": (_binary(np.greater_equal, compute_field=3), None),
     "neg": (_unary(np.negative), None),
     "abs": (_unary(np.abs), None),
-    "relu": (_unary(_relu), None),
     # transcendental functions only for floating point inputs: integer inputs (which PyTorch
     # promotes to float) are "missing" on this device and need the CPU fallback
     "exp": (_unary(np.exp), FLOATS),
@@ -246,8 +228,6 @@ HAND_WRITTEN: dict[str, tuple] = {
     "sin": (_unary(np.sin), FLOATS),
     "cos": (_unary(np.cos), FLOATS),
     "tanh": (_unary(np.tanh), FLOATS),
-    "sigmoid": (_unary(_sigmoid), FLOATS),
-    "_threshold_backward": (threshold_backward, None),
     "where": (where, None),
     "clone": (clone, None),
     "sum": (sum, None),

@@ -86,6 +86,14 @@ def _rsqrt_np(a):
     return np.divide(1, np.sqrt(a), dtype=a.dtype)
 
 
+def _rsqrt_decomposed(input):
+    """``rsqrt`` in kiln ops: ``1 / sqrt(input)``."""
+    from kiln._ops.elementwise import _in_float, sqrt
+
+    x, d = _in_float(input)
+    return reciprocal(sqrt(x)).to(d)
+
+
 def _reciprocal_np(a):
     return np.divide(1, a, dtype=a.dtype)
 
@@ -100,11 +108,34 @@ expm1 = _unary(
     "``exp(input) - 1`` elementwise, accurate for small ``input``.",
     autocast="fp32",
 )
+
+
+def _log_base_decomposed(ln_base: float):
+    def decomposed(input):
+        """``log2``/``log10`` in kiln ops: the natural logarithm over ``ln(base)``."""
+        from kiln._ops.elementwise import _in_float, log
+
+        x, d = _in_float(input)
+        return (log(x) / ln_base).to(d)
+
+    return decomposed
+
+
 log2 = _unary(
-    "log2", np.log2, lambda grad, input: grad / (input * _LN2), "Base-2 logarithm elementwise.", autocast="fp32"
+    "log2",
+    np.log2,
+    lambda grad, input: grad / (input * _LN2),
+    "Base-2 logarithm elementwise.",
+    autocast="fp32",
+    decompose=_log_base_decomposed(math.log(2.0)),
 )
 log10 = _unary(
-    "log10", np.log10, lambda grad, input: grad / (input * _LN10), "Base-10 logarithm elementwise.", autocast="fp32"
+    "log10",
+    np.log10,
+    lambda grad, input: grad / (input * _LN10),
+    "Base-10 logarithm elementwise.",
+    autocast="fp32",
+    decompose=_log_base_decomposed(math.log(10.0)),
 )
 log1p = _unary(
     "log1p",
@@ -119,6 +150,7 @@ rsqrt = _unary(
     lambda grad, result: grad * -0.5 * (result * result * result),
     "``1 / sqrt(input)`` elementwise.",
     autocast="fp32",
+    decompose=lambda input: _rsqrt_decomposed(input),
 )
 reciprocal = _unary(
     "reciprocal",
@@ -272,12 +304,20 @@ def _sign_np(a):
     return np.where(np.isnan(a), 0, s) if a.dtype.kind == "f" else s
 
 
+def _sgn_decomposed(input):
+    """``sgn`` in kiln ops: ``sign`` (the same for real tensors)."""
+    from kiln._ops.elementwise import sign
+
+    return sign(input)
+
+
 sgn = _unary(
     "sgn",
     _sign_np,
     lambda grad: _zeros_like(grad),
     "The sign (-1, 0, 1) of each element; for real tensors the same as :func:`sign`.",
     int_to_float=False,
+    decompose=lambda input: _sgn_decomposed(input),
 )
 
 

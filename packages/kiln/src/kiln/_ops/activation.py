@@ -796,7 +796,15 @@ def _glu_backward(grad, input, dim):
     return (cat([ga, ga * a * (1.0 - s)], d),)
 
 
-@op(meta=_glu_meta, reference=_glu_ref, backward=_glu_backward)
+@_half_in_float32
+def _glu_decomposed(input, dim=-1):
+    """``glu`` in kiln ops: the first half of ``input`` along ``dim`` times the sigmoid of the second."""
+    d = wrap_dim(dim, input.dim())
+    h = input._shape[d] // 2
+    return input.narrow(d, 0, h) / (exp(-input.narrow(d, h, h)) + 1.0)
+
+
+@op(decompose=_glu_decomposed, meta=_glu_meta, reference=_glu_ref, backward=_glu_backward)
 def glu(input: Tensor, dim: int = -1) -> Tensor:
     """Gated linear unit: ``a * sigmoid(b)`` where ``a, b`` are the halves of ``input`` along ``dim``."""
 

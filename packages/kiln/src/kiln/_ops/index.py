@@ -236,7 +236,23 @@ def _masked_fill_backward(grad, mask, value):
     return where(mask, 0.0, grad), None, g_value
 
 
-@op(meta=_masked_fill_meta, reference=_masked_fill_ref, backward=_masked_fill_backward, methods=("masked_fill",))
+def _masked_fill_decomposed(input, mask, value):
+    """``masked_fill`` in kiln ops: ``where(mask, value, input)`` with ``value`` converted to ``input``'s
+    dtype first (integers wrap, floats truncate toward zero, as the reference converts them)."""
+    from kiln._ops.creation import tensor
+
+    if not isinstance(value, Tensor):
+        value = tensor(value, dtype=dt.float64 if isinstance(value, float) else None)
+    return where(mask, value.to(input._dtype), input)
+
+
+@op(
+    decompose=_masked_fill_decomposed,
+    meta=_masked_fill_meta,
+    reference=_masked_fill_ref,
+    backward=_masked_fill_backward,
+    methods=("masked_fill",),
+)
 def masked_fill(input: Tensor, mask: Tensor, value: Tensor | float) -> Tensor:
     """A copy of ``input`` with ``value`` where the boolean ``mask`` (broadcast) is True."""
 

@@ -455,7 +455,20 @@ def _bool_reduce_meta(input, dim=None, keepdim=False):
     return (_reduced_shape(input._shape, dims, keepdim), out, input._device, dims)
 
 
+def _any_decomposed(input, dim=None, keepdim=False):
+    """``any`` in kiln ops: whether the count of nonzero elements is positive (uint8 for uint8 inputs)."""
+    _, out, _, dims = _bool_reduce_meta(input, dim, keepdim)
+    return gt(sum(_ne_zero(input), dims, keepdim), 0).to(out)
+
+
+def _ne_zero(input):
+    from kiln._ops.elementwise import ne
+
+    return ne(input, 0)
+
+
 @op(
+    decompose=_any_decomposed,
     tags=("reduction",),
     meta=_bool_reduce_meta,
     reference=lambda spec, a, dim=None, keepdim=False: np.any(a, axis=_np_axes(a, spec[3]), keepdims=keepdim),
@@ -465,7 +478,14 @@ def any(input: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:  # no
     """True if any element (over ``dim``) is nonzero."""
 
 
+def _all_decomposed(input, dim=None, keepdim=False):
+    """``all`` in kiln ops: whether the count of zero elements is zero (uint8 for uint8 inputs)."""
+    _, out, _, dims = _bool_reduce_meta(input, dim, keepdim)
+    return eq(sum(eq(input, 0), dims, keepdim), 0).to(out)
+
+
 @op(
+    decompose=_all_decomposed,
     tags=("reduction",),
     meta=_bool_reduce_meta,
     reference=lambda spec, a, dim=None, keepdim=False: np.all(a, axis=_np_axes(a, spec[3]), keepdims=keepdim),

@@ -164,7 +164,20 @@ def _stack_backward(grad, dim):
     return list(unbind(grad, wrap_dim(dim, grad.dim())))
 
 
-@op(tags=("shape",), meta=_stack_meta, reference=_stack_ref, backward=_stack_backward, grad_fn_name="StackBackward0")
+def _stack_decomposed(tensors, dim=0):
+    """``stack`` in kiln ops: ``cat`` of the tensors unsqueezed at ``dim``."""
+    _, dtype, _, d = _stack_meta(tensors, dim)
+    return cat([t.unsqueeze(d) for t in tensors], d).to(dtype)
+
+
+@op(
+    decompose=_stack_decomposed,
+    tags=("shape",),
+    meta=_stack_meta,
+    reference=_stack_ref,
+    backward=_stack_backward,
+    grad_fn_name="StackBackward0",
+)
 def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     """``tensors`` (all of one shape; promoted to a common dtype) joined along a new dim ``dim``."""
 
@@ -379,7 +392,29 @@ def _roll_backward(grad, shifts, dims):
     return roll(grad, tuple(-s for s in _dims_arg(shifts)), dims)
 
 
-@op(tags=("shape",), meta=_roll_meta, reference=_roll_ref, backward=_roll_backward, methods=("roll",))
+def _roll_decomposed(input, shifts, dims=None):
+    """``roll`` in kiln ops: per dim, ``cat`` of the two slices in swapped order (the flattened input when
+    ``dims`` is None)."""
+    shifts, dims = _roll_args(input.dim(), shifts, dims)
+    if dims is None:
+        return _roll_decomposed(input.reshape(-1), shifts, (0,)).reshape(input._shape)
+    x = input
+    for s, d in zip(shifts, dims):
+        n = x._shape[d]
+        k = s % n if n else 0
+        if k:
+            x = cat([x.narrow(d, n - k, k), x.narrow(d, 0, n - k)], d)
+    return x
+
+
+@op(
+    decompose=_roll_decomposed,
+    tags=("shape",),
+    meta=_roll_meta,
+    reference=_roll_ref,
+    backward=_roll_backward,
+    methods=("roll",),
+)
 def roll(input: Tensor, shifts: Shape, dims: Shape | None = None) -> Tensor:
     """A copy of ``input`` with elements shifted ``shifts`` places along ``dims`` (flattened when ``dims`` is None)."""
 
@@ -425,7 +460,24 @@ def _repeat_backward(grad, input_shape, repeats):
     return g.reshape(input_shape)
 
 
-@op(tags=("shape",), meta=_repeat_meta, reference=_repeat_ref, backward=_repeat_backward)
+def _repeat_decomposed(input, repeats):
+    """``repeat`` in kiln ops: each dim ``s`` viewed as ``(1, s)``, expanded to ``(r, s)`` and copied into
+    the result's shape."""
+    from kiln._ops.creation import empty
+
+    shape, dtype, device = _repeat_meta(input, repeats)[:3]
+    if 0 in shape:
+        return empty(shape, dtype=dtype, device=device)
+    repeats = _shape_arg(repeats)
+    padded = (1,) * (len(repeats) - input.dim()) + input._shape
+    ones, tiled = [], []
+    for r, s in zip(repeats, padded):
+        ones += [1, s]
+        tiled += [r, s]
+    return input.reshape(tuple(ones)).expand(tuple(tiled)).reshape(shape)
+
+
+@op(decompose=_repeat_decomposed, tags=("shape",), meta=_repeat_meta, reference=_repeat_ref, backward=_repeat_backward)
 def repeat(input: Tensor, repeats: Shape) -> Tensor:
     """``input`` repeated ``repeats[i]`` times along each dim (leading dims added as needed); a copy."""
 

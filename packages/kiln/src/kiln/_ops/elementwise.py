@@ -171,7 +171,13 @@ def add(input: Tensor, other: Tensor | Number, *, alpha: Number = 1) -> Tensor:
     """``input + alpha * other``, broadcasting ``input`` and ``other`` (``torch.add``)."""
 
 
+def _sub_decomposed(input, other, *, alpha=1):
+    """``sub`` in kiln ops: ``add`` with ``-alpha`` (``a + (-alpha) * b`` rounds as ``a - alpha * b``)."""
+    return add(input, other, alpha=-alpha)
+
+
 @op(
+    decompose=_sub_decomposed,
     tags=("pointwise",),
     inplace=True,
     meta=_sub_meta,

@@ -690,7 +690,14 @@ def _prelu_backward(grad, input, weight, needs_input_grad):
     return (g_in, g_w)
 
 
+def _prelu_decomposed(input, weight):
+    """``prelu`` in kiln ops: ``x`` where positive, else ``x`` times the weight of its channel (dim 1)."""
+    w = weight.reshape(_channel_shape(input.dim(), weight.numel()))
+    return where(input > 0, input, input * w)
+
+
 @op(
+    decompose=_prelu_decomposed,
     meta=_prelu_meta,
     reference=_prelu_ref,
     backward=_prelu_backward,

@@ -398,7 +398,45 @@ def _bce_backward(grad, input, target, weight, reduction, needs_input_grad):
     return gi, gt, None
 
 
+def _reduce_decomposed(loss, reduction: str):
+    """A loss's reduction in kiln ops, as :func:`_np_reduce` computes it (the mean of nothing is NaN)."""
+    from kiln._ops.reduction import mean
+    from kiln._ops.reduction import sum as _sum
+
+    if reduction == "none":
+        return loss
+    return _sum(loss) if reduction == "sum" else mean(loss)
+
+
+def _in_unit_interval(x) -> bool:
+    from kiln._ops.elementwise import isnan
+    from kiln._ops.reduction import any as _any
+
+    return not _any((x < 0) | (x > 1) | isnan(x)).item()
+
+
+def _binary_cross_entropy_decomposed(input, target, weight=None, reduction="mean"):
+    """``_binary_cross_entropy`` in kiln ops: ``(t - 1) * log(1 - x) - t * log(x)``, the logs clamped at
+    -100, weighted and reduced (inputs and targets outside [0, 1] raise, as in the reference)."""
+    from kiln._ops.clamp import clamp_min
+    from kiln._ops.elementwise import log
+    from kiln._ops.unary_math import log1p
+
+    dtype = _bce_meta(input, target, weight, reduction)[1]
+    compute = dt.float32 if dtype in (dt.float16, dt.bfloat16) else dtype
+    x, y = input.to(compute), target.to(compute)
+    if not _in_unit_interval(x):
+        raise RuntimeError("all elements of input should be between 0 and 1")
+    if not _in_unit_interval(y):
+        raise RuntimeError("all elements of target should be between 0 and 1")
+    loss = (y - 1) * clamp_min(log1p(-x), -100.0) - y * clamp_min(log(x), -100.0)
+    if weight is not None:
+        loss = loss * weight.to(compute)
+    return _reduce_decomposed(loss, reduction).to(dtype)
+
+
 @op(
+    decompose=_binary_cross_entropy_decomposed,
     meta=_bce_meta,
     reference=_bce_ref,
     backward=_bce_backward,
@@ -448,6 +486,26 @@ def _softplus_neg_np(x: np.ndarray) -> np.ndarray:
     return np.log1p(np.exp(-np.abs(x))) + np.maximum(-x, 0)
 
 
+def _binary_cross_entropy_with_logits_decomposed(input, target, weight=None, pos_weight=None, reduction="mean"):
+    """``_binary_cross_entropy_with_logits`` in kiln ops: ``(1 - t) * x + softplus(-x)`` (the latter scaled
+    by ``(pos_weight - 1) * t + 1``), weighted and reduced."""
+    from kiln._ops.clamp import clamp_min
+    from kiln._ops.elementwise import abs as _abs
+    from kiln._ops.elementwise import exp
+    from kiln._ops.unary_math import log1p
+
+    dtype = _bcel_meta(input, target, weight, pos_weight, reduction)[1]
+    compute = dt.float32 if dtype in (dt.float16, dt.bfloat16) else dtype
+    x, y = input.to(compute), target.to(compute)
+    sp = log1p(exp(-_abs(x))) + clamp_min(-x, 0)
+    if pos_weight is not None:
+        sp = sp * ((pos_weight.to(compute) - 1) * y + 1)
+    loss = (-y + 1) * x + sp
+    if weight is not None:
+        loss = loss * weight.to(compute)
+    return _reduce_decomposed(loss, reduction).to(dtype)
+
+
 def _bcel_ref(spec, input, target, weight=None, pos_weight=None, reduction="mean"):
     compute = _compute_np(spec[1])
     x = input.astype(compute, copy=False)
@@ -484,6 +542,7 @@ def _bcel_backward(grad, input, target, weight, pos_weight, reduction, needs_inp
 
 
 @op(
+    decompose=_binary_cross_entropy_with_logits_decomposed,
     meta=_bcel_meta,
     reference=_bcel_ref,
     backward=_bcel_backward,

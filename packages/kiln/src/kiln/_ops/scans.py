@@ -659,7 +659,33 @@ def _vector_norm_backward(grad, input, ord, dim, keepdim, result):
     return scaled * where(eq(norm, 0.0), 0.0, g / norm ** (ord - 1))
 
 
+def _vector_norm_decomposed(input, ord=2, dim=None, keepdim=False, *, dtype=None):
+    """``vector_norm`` in kiln ops, case by case as the reference computes it: the max or min of ``|x|`` for
+    ``ord = ±inf``, the count of nonzeros for 0, ``sum(|x|)``, ``sqrt(sum(x * x))``, else
+    ``sum(|x| ** ord) ** (1 / ord)`` (computed in float32 for half precision)."""
+    from kiln._ops.elementwise import abs as _abs
+    from kiln._ops.elementwise import ne, pow, sqrt
+    from kiln._ops.reduction import amax, amin
+
+    _, out, _, dims = _vector_norm_meta(input, ord, dim, keepdim, dtype)
+    x = _abs(input.to(dt.float32 if out in (dt.float16, dt.bfloat16) else out))
+    if ord == float("inf"):
+        r = amax(x, dims, keepdim)
+    elif ord == -float("inf"):
+        r = amin(x, dims, keepdim)
+    elif ord == 0:
+        r = _sum(ne(x, 0), dims, keepdim, dtype=x._dtype)
+    elif ord == 1:
+        r = _sum(x, dims, keepdim)
+    elif ord == 2:
+        r = sqrt(_sum(x * x, dims, keepdim))
+    else:
+        r = pow(_sum(pow(x, float(ord)), dims, keepdim), 1.0 / ord)
+    return r.to(out)
+
+
 @op(
+    decompose=_vector_norm_decomposed,
     tags=("reduction",),
     meta=_vector_norm_meta,
     reference=_vector_norm_ref,

@@ -664,7 +664,8 @@ def _vector_norm_decomposed(input, ord=2, dim=None, keepdim=False, *, dtype=None
     ``ord = ±inf``, the count of nonzeros for 0, ``sum(|x|)``, ``sqrt(sum(x * x))``, else
     ``sum(|x| ** ord) ** (1 / ord)`` (computed in float32 for half precision)."""
     from kiln._ops.elementwise import abs as _abs
-    from kiln._ops.elementwise import ne, pow, sqrt
+    from kiln._ops.elementwise import ne, sqrt
+    from kiln._ops.elementwise import pow as _pow
     from kiln._ops.reduction import amax, amin
 
     _, out, _, dims = _vector_norm_meta(input, ord, dim, keepdim, dtype)
@@ -680,7 +681,7 @@ def _vector_norm_decomposed(input, ord=2, dim=None, keepdim=False, *, dtype=None
     elif ord == 2:
         r = sqrt(_sum(x * x, dims, keepdim))
     else:
-        r = pow(_sum(pow(x, float(ord)), dims, keepdim), 1.0 / ord)
+        r = _pow(_sum(_pow(x, float(ord)), dims, keepdim), 1.0 / ord)
     return r.to(out)
 
 

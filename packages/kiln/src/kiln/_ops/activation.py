@@ -393,7 +393,27 @@ def _hardtanh_ref(spec, a, min_val=-1.0, max_val=1.0):
     return np.minimum(np.maximum(x, lo), hi)  # NaN propagates
 
 
+def _scalar_tensor(d: dt.dtype, value, device) -> Tensor:
+    """A Scalar argument as the reference kernels see it, as a 0-d tensor in the compute dtype: truncated
+    for integer dtypes, then converted (integers wrap: -1 is 255 in uint8)."""
+    from kiln._ops.creation import tensor
+
+    v = _scalar_for(d, value)
+    t = tensor(v, dtype=dt.float64 if isinstance(v, float) else dt.int64, device=device)
+    return t.to(dt.float32 if d in (dt.float16, dt.bfloat16) else d)
+
+
+def _hardtanh_decomposed(input, min_val=-1.0, max_val=1.0):
+    """``hardtanh`` in kiln ops: ``minimum(maximum(x, min_val), max_val)`` (NaN propagates)."""
+    from kiln._ops.reduction import maximum, minimum
+
+    d = input._dtype
+    lo, hi = _scalar_tensor(d, min_val, input._device), _scalar_tensor(d, max_val, input._device)
+    return minimum(maximum(input.to(lo._dtype), lo), hi).to(d)
+
+
 @op(
+    decompose=_hardtanh_decomposed,
     meta=_hardtanh_meta,
     reference=_hardtanh_ref,
     backward=lambda grad, input, min_val, max_val: (where((input > min_val) & (input < max_val), grad, 0.0),),
@@ -615,7 +635,16 @@ def _threshold_ref(spec, a, threshold, value):
     return np.where(x <= th, val, x)
 
 
+def _threshold_decomposed(input, threshold, value):
+    """``threshold`` in kiln ops: ``where(x <= threshold, value, x)``."""
+    d = input._dtype
+    th, val = _scalar_tensor(d, threshold, input._device), _scalar_tensor(d, value, input._device)
+    x = input.to(th._dtype)
+    return where(x <= th, val, x).to(d)
+
+
 @op(
+    decompose=_threshold_decomposed,
     meta=_threshold_meta,
     reference=_threshold_ref,
     backward=lambda grad, input, threshold: (where(input <= threshold, 0.0, grad),),

@@ -217,8 +217,9 @@ def _add_product_decomposed(input, a, b, *, beta=1, alpha=1):
     (half precision in float32; integer operands times a float scalar in float64, truncated at the end;
     ``beta == 0`` ignores ``input``'s values, NaN included, as PyTorch does)."""
     d = a._dtype
+    base = input
     if d in (dt.float16, dt.bfloat16):
-        input, a, b = input.to(dt.float32), a.to(dt.float32), b.to(dt.float32)
+        base, a, b = base.to(dt.float32), a.to(dt.float32), b.to(dt.float32)
 
     def scaled(t, scalar):
         if not t._dtype.is_floating_point and isinstance(scalar, float):
@@ -229,7 +230,7 @@ def _add_product_decomposed(input, a, b, *, beta=1, alpha=1):
     if alpha != 1:
         out = scaled(out, alpha)
     if beta != 0:
-        out = out + (input if beta == 1 else scaled(input, beta)).to(out._dtype)
+        out = out + (base if beta == 1 else scaled(base, beta)).to(out._dtype)
     return out.to(d)
 
 

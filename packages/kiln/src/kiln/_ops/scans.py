@@ -175,7 +175,25 @@ def _std_backward(grad, input, dim, correction, keepdim, result):
     return _var_grad(g, input, _dims(dim, len(input._shape)), correction, keepdim)
 
 
+def _var_decomposed(input, dim=None, correction=1, keepdim=False):
+    """``_var`` in kiln ops, as the reference computes it: the sum of squared deviations from the mean over
+    ``n - correction``, exactly 0 for constant slices, NaN over empty ones (float32 for half precision)."""
+    from kiln._ops.creation import full
+    from kiln._ops.reduction import amax, amin, mean
+
+    shape, dtype, _, dims = _var_meta("var")(input, dim, correction, keepdim)
+    if _numel(input._shape) == 0:
+        return full(shape, float("nan"), dtype=dtype, device=input._device)
+    x = input.to(dt.float32 if dtype in (dt.float16, dt.bfloat16) else dtype)
+    n = _count(input._shape, dims)
+    d = x - mean(x, dims, True)
+    r = _sum(d * d, dims, keepdim) / float(builtins.max(n - (correction if correction is not None else 1), 0))
+    same = eq(amax(x, dims, keepdim), amin(x, dims, keepdim))
+    return where(same & logical_not(isnan(r)), r * 0.0, r).to(dtype)
+
+
 @op(
+    decompose=_var_decomposed,
     tags=("reduction",),
     meta=_var_meta("var"),
     reference=_var_ref(False),

@@ -261,7 +261,29 @@ def _dim_extreme_backward(grads, input_shape, input_device, dim, keepdim, result
     return where(eq(positions, indices), grad, 0.0)
 
 
+def _dim_extreme_decomposed(arg_op):
+    def decomposed(input, dim, keepdim=False):
+        """``_max_dim``/``_min_dim`` in kiln ops: the ``argmax``/``argmin`` indices (the first NaN wins, as
+        in PyTorch) and the values gathered at them."""
+        from kiln._ops.creation import zeros
+        from kiln._ops.gather_scatter import gather
+
+        if not input._shape:
+            return input, zeros((), dtype=dt.int64, device=input._device)
+        d = wrap_dim(dim, len(input._shape))
+        idx = arg_op(input.to(dt.uint8) if input._dtype is dt.bool else input, d, True)
+        values = gather(input, d, idx)
+        return (values, idx) if keepdim else (values.squeeze(d), idx.squeeze(d))
+
+    return decomposed
+
+
+_max_dim_decomposed = _dim_extreme_decomposed(lambda *a: argmax(*a))
+_min_dim_decomposed = _dim_extreme_decomposed(lambda *a: argmin(*a))
+
+
 @op(
+    decompose=_max_dim_decomposed,
     tags=("reduction",),
     meta=_dim_extreme_meta("max"),
     reference=_dim_extreme_ref(_argmax_np),
@@ -275,6 +297,7 @@ def _max_dim(input: Tensor, dim: int, keepdim: bool = False) -> tuple[Tensor, Te
 
 
 @op(
+    decompose=_min_dim_decomposed,
     tags=("reduction",),
     meta=_dim_extreme_meta("min"),
     reference=_dim_extreme_ref(_argmin_np),
@@ -373,7 +396,18 @@ def _extreme(name, all_op, dim_op, binary_op, tuple_type):
     return fn
 
 
+def _max_all_decomposed(input, dim=(), keepdim=False):
+    """``_max_all`` in kiln ops: ``amax`` (the same reduction under another autograd node)."""
+    return amax(input, dim, keepdim)
+
+
+def _min_all_decomposed(input, dim=(), keepdim=False):
+    """``_min_all`` in kiln ops: ``amin``."""
+    return amin(input, dim, keepdim)
+
+
 @op(
+    decompose=_max_all_decomposed,
     tags=("reduction",),
     meta=_extreme_meta("max"),
     reference=_extreme_ref(np.max),
@@ -385,6 +419,7 @@ def _max_all(input: Tensor, dim: Dims = (), keepdim: bool = False) -> Tensor:
 
 
 @op(
+    decompose=_min_all_decomposed,
     tags=("reduction",),
     meta=_extreme_meta("min"),
     reference=_extreme_ref(np.min),

@@ -610,7 +610,28 @@ def _tri_ref(fn):
     return ref
 
 
+def _triangle_decomposed(lower: bool):
+    def decomposed(input, diagonal=0):
+        """``tril``/``triu`` in kiln ops: ``input`` where the column minus the row is on the kept side of
+        ``diagonal``, else zero."""
+        from kiln._ops.creation import arange
+        from kiln._ops.elementwise import where
+
+        rows, cols = input._shape[-2], input._shape[-1]
+        diagonal = max(-rows - 1, min(cols + 1, diagonal))  # as the reference: no overflow near int64's edges
+        offset = arange(cols, device=input._device) - arange(rows, device=input._device).reshape(rows, 1)
+        keep = offset <= diagonal if lower else offset >= diagonal
+        return where(keep, input, False if input._dtype is dt.bool else 0)
+
+    return decomposed
+
+
+_tril_decomposed = _triangle_decomposed(True)
+_triu_decomposed = _triangle_decomposed(False)
+
+
 @op(
+    decompose=_tril_decomposed,
     tags=("shape",),
     meta=_tri_meta("tril"),
     reference=_tri_ref(np.tril),
@@ -622,6 +643,7 @@ def tril(input: Tensor, diagonal: int = 0) -> Tensor:
 
 
 @op(
+    decompose=_triu_decomposed,
     tags=("shape",),
     meta=_tri_meta("triu"),
     reference=_tri_ref(np.triu),

@@ -679,7 +679,16 @@ def _invert_meta(input):
     return (input._shape, input._dtype, input._device)
 
 
+def _bitwise_not_decomposed(input):
+    """``bitwise_not`` in kiln ops: ``logical_not`` for bool, else ``-x - 1`` (two's complement; unsigned
+    integers wrap to ``max - x``)."""
+    if input._dtype is dt.bool:
+        return logical_not(input)
+    return sub(neg(input), 1)
+
+
 @op(
+    decompose=_bitwise_not_decomposed,
     tags=("pointwise",),
     inplace=True,
     meta=_invert_meta,

@@ -338,7 +338,26 @@ def _flip_ref(spec, a, dims):
     return np.array(np.flip(a, ds) if ds and a.ndim else a, order="C")
 
 
-@op(tags=("shape",), meta=_flip_meta, reference=_flip_ref, backward=lambda grad, dims: flip(grad, dims))
+def _flip_decomposed(input, dims):
+    """``flip`` in kiln ops: ``index_select`` with the positions of each flipped dim reversed."""
+    from kiln._ops.creation import arange
+    from kiln._ops.index import index_select
+
+    x = input
+    if input.dim():
+        for d in _flip_dims(input.dim(), dims):
+            n = x._shape[d]
+            x = index_select(x, d, arange(n - 1, -1, -1, device=input._device))
+    return x
+
+
+@op(
+    decompose=_flip_decomposed,
+    tags=("shape",),
+    meta=_flip_meta,
+    reference=_flip_ref,
+    backward=lambda grad, dims: flip(grad, dims),
+)
 def flip(input: Tensor, dims: Shape) -> Tensor:
     """A copy of ``input`` with the order of elements along ``dims`` reversed."""
 

@@ -278,7 +278,21 @@ def _take_backward(grad, input, index):
     return scatter_add(_zeros((n,), grad), 0, flat, grad.reshape(-1)).reshape(input._shape), None
 
 
-@op(meta=_take_meta, reference=_take_ref, backward=_take_backward, methods=("take",))
+def _take_decomposed(input, index):
+    """``take`` in kiln ops: ``index_select`` from the flattened input, negative indices counted from the
+    end (an index out of range raises, as in the reference)."""
+    from kiln._ops.reduction import any as _any
+
+    n = _numel(input._shape)
+    bad = (index < -n) | (index >= n)
+    if _any(bad).item():
+        first = int(masked_select(index, bad)[0].item())
+        raise IndexError(f"out of range: tried to access index {first} on a tensor of {n} elements.")
+    flat = where(index < 0, index + n, index).reshape(-1)
+    return index_select(input.reshape(-1), 0, flat).reshape(index._shape)
+
+
+@op(decompose=_take_decomposed, meta=_take_meta, reference=_take_ref, backward=_take_backward, methods=("take",))
 def take(input: Tensor, index: Tensor) -> Tensor:
     """``input`` as if flattened, at ``index`` (int64; negative counts from the end); shaped like ``index``."""
 

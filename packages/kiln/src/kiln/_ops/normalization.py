@@ -363,6 +363,7 @@ def _native_batch_norm_decomposed(input, weight, bias, running_mean, running_var
 
 @op(
     decompose=_native_batch_norm_decomposed,
+    tags=("fused",),
     meta=_batch_norm_meta,
     reference=_batch_norm_ref,
     backward=_batch_norm_backward,
@@ -416,7 +417,13 @@ def _batch_norm_stats_decomposed(input):
     return _mean(x, red), _var(x, red, 1)
 
 
-@op(decompose=_batch_norm_stats_decomposed, meta=_bn_stats_meta, reference=_bn_stats_ref, num_outputs=2)
+@op(
+    decompose=_batch_norm_stats_decomposed,
+    tags=("fused",),
+    meta=_bn_stats_meta,
+    reference=_bn_stats_ref,
+    num_outputs=2,
+)
 def _batch_norm_stats(input: Tensor) -> tuple[Tensor, Tensor]:
     """Per-channel (mean, unbiased variance) of an ``(N, C, *)`` input over every dim but 1, as ``mean`` and
     ``var`` compute them (half precision in float32): the batch statistics that batch norm's running
@@ -560,6 +567,7 @@ def _native_layer_norm_decomposed(input, normalized_shape, weight, bias, eps):
 
 @op(
     decompose=_native_layer_norm_decomposed,
+    tags=("fused",),
     meta=_layer_norm_meta,
     reference=_layer_norm_ref,
     backward=_layer_norm_backward,
@@ -626,6 +634,7 @@ def _native_group_norm_decomposed(input, num_groups, weight, bias, eps):
 
 @op(
     decompose=_native_group_norm_decomposed,
+    tags=("fused",),
     meta=_group_norm_meta,
     reference=_group_norm_ref,
     backward=_group_norm_backward,

@@ -264,6 +264,7 @@ def _log_softmax_decomposed(input, dim):
 
 @op(
     decompose=_softmax_decomposed,
+    tags=("fused",),
     meta=_softmax_meta("softmax"),
     reference=_softmax_ref(False),
     backward=_softmax_grad,
@@ -276,6 +277,7 @@ def _softmax(input: Tensor, dim: int) -> Tensor:
 
 @op(
     decompose=_log_softmax_decomposed,
+    tags=("fused",),
     meta=_softmax_meta("log_softmax"),
     reference=_softmax_ref(True),
     backward=_log_softmax_grad,

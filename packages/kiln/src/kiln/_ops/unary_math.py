@@ -531,7 +531,29 @@ def _nan_to_num_ref(spec, a, nan=0.0, posinf=None, neginf=None):
     return np.where(np.isnan(x), nan_v, np.where(x == np.inf, pos_v, np.where(x == -np.inf, neg_v, x)))
 
 
+def _nan_to_num_decomposed(input, nan=0.0, posinf=None, neginf=None):
+    """``nan_to_num`` in kiln ops: ``where`` NaN, ``+inf`` and ``-inf`` are, the replacements (the dtype's
+    largest finite values by default); integer tensors are unchanged."""
+    from kiln._ops.creation import tensor
+    from kiln._ops.elementwise import eq, isnan
+
+    d = input._dtype
+    if not d.is_floating_point:
+        return input
+    compute = dt.float32 if d in _HALF else d
+    x = input.to(compute)
+    top = _FLOAT_MAX[d]
+
+    def value(v, default):
+        return tensor(float(default if v is None else v), dtype=dt.float64, device=input._device).to(compute)
+
+    out = where(eq(x, -math.inf), value(neginf, -top), x)
+    out = where(eq(x, math.inf), value(posinf, top), out)
+    return where(isnan(x), value(nan, 0.0), out).to(d)
+
+
 @op(
+    decompose=_nan_to_num_decomposed,
     tags=("pointwise",),
     inplace=True,
     meta=_nan_to_num_meta,

@@ -251,7 +251,23 @@ def _logit_backward(grad, input, eps):
 _LOGIT_BASE = unary_meta("logit")
 
 
+def _logit_decomposed(input, eps=None):
+    """``logit`` in kiln ops: ``log(x / (1 - x))`` with ``x`` clamped to ``[eps, 1 - eps]`` (each step in the
+    result dtype: half precision rounds at every step, as PyTorch's kernel does)."""
+    from kiln._ops.elementwise import log
+
+    d = input._dtype if input._dtype.is_floating_point else dt.get_default_dtype()
+    x = input.to(d)
+    if eps is not None and eps >= 0:
+        step = np.dtype(d.numpy)  # the bounds as the reference rounds them
+        lo = np.asarray(eps, np.float32 if d in _HALF else step).astype(step)
+        hi = np.asarray(np.asarray(1, lo.dtype) - lo).astype(step)
+        x = where(x < float(lo), float(lo), where(x > float(hi), float(hi), x))
+    return log(x / (-x + 1))
+
+
 @op(
+    decompose=_logit_decomposed,
     tags=("pointwise",),
     inplace=True,
     meta=_logit_meta,

@@ -98,8 +98,22 @@ def _reciprocal_np(a):
     return np.divide(1, a, dtype=a.dtype)
 
 
+def _exp2_decomposed(input):
+    """``exp2`` in kiln ops: ``pow(2, x)``."""
+    from kiln._ops.elementwise import _in_float
+    from kiln._ops.elementwise import pow as _pow
+
+    x, d = _in_float(input)
+    return _pow(2.0, x).to(d)
+
+
 exp2 = _unary(
-    "exp2", np.exp2, lambda grad, result: grad * result * _LN2, "``2 ** input`` elementwise.", autocast="fp32"
+    "exp2",
+    np.exp2,
+    lambda grad, result: grad * result * _LN2,
+    "``2 ** input`` elementwise.",
+    autocast="fp32",
+    decompose=_exp2_decomposed,
 )
 expm1 = _unary(
     "expm1",

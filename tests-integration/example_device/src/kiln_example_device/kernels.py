@@ -75,7 +75,7 @@ def _binary(np_fn, *, compute_field: int = 1):
 
 
 def _scaled(np_fn):
-    """``add``/``sub``: ``input op alpha * other``."""
+    """``add``: ``input op alpha * other``."""
 
     def kernel(spec, input, other, alpha=1):
         out, dst = new_output(spec)
@@ -208,7 +208,6 @@ def reference_on_device(name: str):
 # The hand-written kernels: op name -> (kernel, dtypes it serves, or None for every dtype the device declares)
 HAND_WRITTEN: dict[str, tuple] = {
     "add": (_scaled(np.add), None),
-    "sub": (_scaled(np.subtract), None),
     "mul": (_binary(np.multiply), None),
     "div": (div, None),
     "maximum": (_binary(np.maximum), None),

@@ -164,34 +164,30 @@ def test_tensors_compute_and_backpropagate_on_example(with_example):
             assert got_row == pytest.approx(want_row, rel=1e-5)
 
 
-def test_missing_ops_need_the_opt_in_fallback(with_example):
+def test_every_op_runs_without_the_fallback(with_example):
+    """The device implements exactly kiln's primitive set: ``pow`` (a primitive) runs its registered kernel,
+    ``silu`` (decomposed) runs as other ops on the device, and the opt-in CPU fallback never runs."""
     code = """
         import json, warnings
         import kiln
+        import kiln.backend as kb
         from kiln import plugins
-        x = kiln.tensor([1.0, 2.0, 3.0], device="example")
-        try:
-            x ** 2
-        except NotImplementedError as e:
-            message = str(e)
-        else:
-            message = None
-        print(json.dumps(message))
-    """
-    message = with_example.py_json(code)
-    assert message is not None and "'pow'" in message and "KILN_CPU_FALLBACK=1" in message and "'example'" in message
-    proc = with_example.py(
-        """
-        import kiln
-        from kiln import plugins
+        from kiln_example_device.kernels import KERNELS
+        warnings.simplefilter("error")
         x = kiln.tensor([1.0, 2.0, 3.0], device="example")
         y = x ** 2
-        print(y.device, y.cpu().tolist(), plugins.fallback_counts()[("pow", "example")])
-        """,
-        env={"KILN_CPU_FALLBACK": "1"},
-    )
-    assert proc.stdout.split("\n")[0] == "example:0 [1.0, 4.0, 9.0] 1"
-    assert "'pow' is not implemented for the example device; running it on the CPU" in proc.stderr
+        z = kb.op("silu").public(x)
+        print(json.dumps({
+            "pow": [str(y.device), y.cpu().tolist()],
+            "silu_device": str(z.device),
+            "fallbacks": len(plugins.fallback_counts()),
+            "primitives": sorted(KERNELS) == kb.primitives(),
+        }))
+    """
+    r = with_example.py_json(code)
+    assert r["pow"] == ["example:0", [1.0, 4.0, 9.0]]
+    assert r["silu_device"] == "example:0"
+    assert r["fallbacks"] == 0 and r["primitives"]
 
 
 def test_two_device_plugins_work_together(with_example, dists, helpers):
@@ -300,7 +296,6 @@ def test_conformance_suite_passes_from_wheels(with_example, dists, tmp_path):
                 "no:cacheprovider",
                 f"--kiln-coverage-json={out}",
             ],
-            env={"KILN_CPU_FALLBACK": "1"},
             check=False,
             timeout=600,
         )
@@ -316,8 +311,10 @@ def test_conformance_suite_passes_from_wheels(with_example, dists, tmp_path):
         )
         for op in registered:  # every op it registers passes in every dtype its kernel serves
             cells = set(forward[op]["cells"].values())
-            assert forward[op]["source"] == "example" and "pass" in cells and cells <= {"pass", "n/a", "missing"}, op
-        assert forward["pow"]["source"] == "-" and set(forward["pow"]["cells"].values()) == {"missing"}
+            assert forward[op]["source"] == "example" and "pass" in cells and cells <= {"pass", "n/a"}, op
+        # every other op runs through its decomposition on the device, without the CPU fallback
+        assert forward["silu"]["source"] == "decomposed" and "pass" in set(forward["silu"]["cells"].values())
+        assert "missing" not in {c for row in forward.values() for c in row["cells"].values()}
         assert "float16" not in cov["dtypes"]  # the device does not declare half precision
 
 

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from kiln_example_device.kernels import KERNELS, device_array
 
 import kiln
+import kiln.backend
 from kiln.testing import assert_close, gradcheck, make_tensor
 from kiln.testing import strategies as kst
 
@@ -54,5 +55,7 @@ def test_gradients_through_the_device():
 
 def test_the_registered_ops():
     # the table the plugin registers from (kiln plugins lists the same names)
-    assert {"add", "mul", "matmul", "sum", "relu", "_threshold_backward"} <= set(KERNELS)
-    assert "pow" not in KERNELS  # served by the CPU fallback only
+    assert {"add", "mul", "matmul", "sum", "clamp", "exp"} <= set(KERNELS)
+    # exactly kiln's primitive set: every other op runs through its decomposition on the device
+    assert set(KERNELS) == set(kiln.backend.primitives())
+    assert "relu" not in KERNELS and kiln.backend.decomposition("relu") is not None

@@ -124,7 +124,8 @@ def _short(dtype) -> str:
 class OpInfo:
     """One op as the device serves it: its spec (None: no spec) and who serves it — the plugin that
     registered a kernel (for some dtypes at least), ``"generic"`` (built on the device contract by the
-    core), or None (no kernel: only the CPU fallback can run it)."""
+    core), ``"decomposed"`` (its decomposition into other ops, run on the device), or None (no kernel:
+    only the CPU fallback can run it)."""
 
     name: str
     spec: Any

@@ -87,11 +87,14 @@ def is_generic(opdef) -> bool:
 
 def kernel_source(opdef, dev_type: str) -> str | None:
     """Who serves ``opdef`` on ``dev_type``: the plugin that registered a kernel (possibly for some dtypes
-    only), ``"generic"`` (the core, from the device contract), or None."""
+    only), ``"generic"`` (the core, from the device contract), ``"decomposed"`` (the op's decomposition into
+    other ops, run on the device), or None."""
     owner = _plugins.kernel_owner(opdef.name, dev_type)
     if owner is not None:
         return owner
-    return "generic" if is_generic(opdef) else None
+    if is_generic(opdef):
+        return "generic"
+    return "decomposed" if opdef.decompose is not None else None
 
 
 def is_missing_error(exc: BaseException, opdef) -> bool:

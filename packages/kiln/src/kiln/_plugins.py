@@ -746,6 +746,10 @@ def decomposed_kernel(opdef) -> Callable:
     from kiln._tensor import Tensor
 
     decompose = opdef.decompose
+    params = list(opdef.signature.parameters.values())
+    # the op's arguments arrive as one tuple in signature order: keyword-only ones go by name
+    n_positional = sum(p.kind is not p.KEYWORD_ONLY for p in params)
+    keyword_only = tuple(p.name for p in params[n_positional:])
 
     def fresh(out, args):
         storages = [a._storage for a in args if isinstance(a, Tensor)]
@@ -757,7 +761,10 @@ def decomposed_kernel(opdef) -> Callable:
         saved = state.grad_enabled, state.pre_autograd_modes, state.post_autograd_modes
         state.grad_enabled, state.pre_autograd_modes, state.post_autograd_modes = False, (), ()
         try:
-            out = decompose(*args)
+            if keyword_only:
+                out = decompose(*args[:n_positional], **dict(zip(keyword_only, args[n_positional:])))
+            else:
+                out = decompose(*args)
         finally:
             state.grad_enabled, state.pre_autograd_modes, state.post_autograd_modes = saved
         if isinstance(out, tuple):

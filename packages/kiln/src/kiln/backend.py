@@ -23,6 +23,12 @@ the design. In short:
   for the core and every backend) and validates ``set_num_threads`` through :func:`check_num_threads`.
 * **Decompositions.** An op with a decomposition (:func:`decomposition`) runs on any device that lacks
   its kernel, as the composite of other ops, before the opt-in CPU fallback.
+* **The primitive set.** :func:`primitives` names the ops a new device must implement: every op with no
+  decomposition whose kernel does not come with the device contract (views, copies and creation are
+  ``device_generic``). A device with kernels for exactly those runs every op, each other one through
+  its decomposition on the device (ops tagged ``"fused"`` are among them: a device may skip them). The
+  list is derived from the op records, never written by hand:
+  ``python -c "import kiln.backend as kb; print(kb.primitives())"``.
 """
 
 from __future__ import annotations
@@ -89,6 +95,7 @@ __all__ = [
     "op",
     "ops",
     "pool_window_positions",
+    "primitives",
     "reference_kernel",
 ]
 
@@ -134,6 +141,13 @@ def decomposition(name: str | OpDef) -> Callable | None:
 def decompositions() -> dict[str, Callable]:
     """Every op that has a decomposition, by name."""
     return {name: o.decompose for name, o in OPS.items() if o.decompose is not None}
+
+
+def primitives() -> list[str]:
+    """The primitive set, sorted: the ops a device must implement so that every other op runs on it through
+    its decomposition (ops with no decomposition that are not ``device_generic``). Ops a plugin defines
+    count once the plugin is loaded (that plugin registers their kernels itself)."""
+    return sorted(name for name, o in OPS.items() if o.decompose is None and not o.device_generic)
 
 
 def host_view(tensor: Tensor) -> np.ndarray:

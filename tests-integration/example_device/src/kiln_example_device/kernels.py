@@ -1,4 +1,4 @@
-"""Kernels of the example device: a subset of kiln's ops, computed in device memory.
+"""Kernels of the example device: exactly kiln's primitive set (``kiln.backend.primitives()``).
 
 kiln calls a kernel as ``kernel(spec, *args)``: ``spec`` is what the op's meta function worked out —
 ``(shape, dtype, device, ...)`` of the result, with a few ops adding fields (the comparison ops their
@@ -6,8 +6,10 @@ compute dtype, reductions their normalised dims) — and ``args`` are the op's a
 still tensors. All argument checking happened in the meta function, before the kernel runs.
 
 A kernel allocates its result on the device, reads its inputs in place through their strides and
-storage offset (views are never copied first), and returns the result tensor. Ops not listed in
-:data:`KERNELS` run only through kiln's opt-in CPU fallback (``KILN_CPU_FALLBACK=1``).
+storage offset (views are never copied first), and returns the result tensor. The primitives without
+a hand-written kernel run kiln's reference kernels on NumPy views of the device memory
+(:func:`reference_on_device`). Every op not listed in :data:`KERNELS` runs through its decomposition
+into other ops, on the device.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 import kiln
+from kiln.backend import Spec, from_array, host_view, op, primitives, reference_kernel
 from kiln_example_device.device import NAME
 
 __all__ = ["KERNELS", "device_array", "new_output"]
@@ -72,7 +75,7 @@ def _binary(np_fn, *, compute_field: int = 1):
 
 
 def _scaled(np_fn):
-    """``add``/``sub``: ``input op alpha * other``."""
+    """``add``: ``input op alpha * other``."""
 
     def kernel(spec, input, other, alpha=1):
         out, dst = new_output(spec)
@@ -118,27 +121,11 @@ def _unary(np_fn):
     return kernel
 
 
-def _sigmoid(a: np.ndarray) -> np.ndarray:
-    return 1 / (1 + np.exp(-a))
-
-
-def _relu(a: np.ndarray) -> np.ndarray:
-    return np.maximum(a, np.zeros((), a.dtype))  # NaN stays NaN, as in PyTorch
-
-
 def where(spec, condition, input, other):
     """``input`` where ``condition`` else ``other``, broadcasting."""
     out, dst = new_output(spec)
     compute = np.dtype(spec[1].numpy)
     dst[...] = np.where(operand(condition, np.dtype(bool)), operand(input, compute), operand(other, compute))
-    return out
-
-
-def threshold_backward(spec, grad, output):
-    """The gradient of ``relu``: ``grad`` where the result is positive, else 0."""
-    out, dst = new_output(spec)
-    g = operand(grad, np.dtype(spec[1].numpy))
-    dst[...] = np.where(operand(output, np.dtype(spec[1].numpy)) > 0, g, np.zeros((), g.dtype))
     return out
 
 
@@ -169,25 +156,69 @@ def matmul(spec, input, other):
     return out
 
 
+# ---------------------------------------------------------------------------------------- kiln's reference kernels
+
+_CPU = kiln.device("cpu")
+
+
+def _host_alias(x):
+    """An example-device tensor as a CPU tensor over the same memory (no copy for dense views); lists and
+    tuples of tensors element-wise; anything else (a 0-d CPU tensor, a number) unchanged."""
+    if isinstance(x, kiln.Tensor):
+        if x.device.type != NAME:
+            return x
+        return from_array(device_array(x), x.dtype)
+    if isinstance(x, (list, tuple)):
+        items = [_host_alias(v) for v in x]
+        return type(x)._make(items) if hasattr(x, "_fields") else type(x)(items)
+    return x
+
+
+def _on_cpu(spec):
+    """One output's spec with device ``cpu``, for the reference kernel."""
+    if isinstance(spec, Spec):
+        return spec.replace(device=_CPU)
+    return (spec[0], spec[1], _CPU, *spec[3:])
+
+
+def _to_device(out: kiln.Tensor, spec) -> kiln.Tensor:
+    result, dst = new_output(spec)
+    dst[...] = host_view(out)
+    return result
+
+
+def reference_on_device(name: str):
+    """The kernel of op ``name`` on this device: kiln's NumPy reference kernel run on NumPy views of the
+    device memory (it is host-addressable), its result copied into a new device tensor."""
+    reference = reference_kernel(name)
+    several = op(name).num_outputs > 1
+
+    def kernel(spec, *args):
+        if several:
+            out = reference(tuple(_on_cpu(s) for s in spec), *_host_alias(args))
+            return tuple(_to_device(o, s) for o, s in zip(out, spec))
+        return _to_device(reference(_on_cpu(spec), *_host_alias(args)), spec)
+
+    kernel.__name__ = kernel.__qualname__ = f"reference_{name}"
+    return kernel
+
+
 # ---------------------------------------------------------------------------------------- the table
 
-# op name -> (kernel, dtypes it serves, or None for every dtype the device declares)
-KERNELS: dict[str, tuple] = {
+# The hand-written kernels: op name -> (kernel, dtypes it serves, or None for every dtype the device declares)
+HAND_WRITTEN: dict[str, tuple] = {
     "add": (_scaled(np.add), None),
-    "sub": (_scaled(np.subtract), None),
     "mul": (_binary(np.multiply), None),
     "div": (div, None),
     "maximum": (_binary(np.maximum), None),
     "minimum": (_binary(np.minimum), None),
     "eq": (_binary(np.equal, compute_field=3), None),
-    "ne": (_binary(np.not_equal, compute_field=3), None),
     "lt": (_binary(np.less, compute_field=3), None),
     "le": (_binary(np.less_equal, compute_field=3), None),
     "gt": (_binary(np.greater, compute_field=3), None),
     "ge": (_binary(np.greater_equal, compute_field=3), None),
     "neg": (_unary(np.negative), None),
     "abs": (_unary(np.abs), None),
-    "relu": (_unary(_relu), None),
     # transcendental functions only for floating point inputs: integer inputs (which PyTorch
     # promotes to float) are "missing" on this device and need the CPU fallback
     "exp": (_unary(np.exp), FLOATS),
@@ -196,10 +227,18 @@ KERNELS: dict[str, tuple] = {
     "sin": (_unary(np.sin), FLOATS),
     "cos": (_unary(np.cos), FLOATS),
     "tanh": (_unary(np.tanh), FLOATS),
-    "sigmoid": (_unary(_sigmoid), FLOATS),
-    "_threshold_backward": (threshold_backward, None),
     "where": (where, None),
     "clone": (clone, None),
     "sum": (sum, None),
     "matmul": (matmul, FLOATS),
 }
+
+# The device implements exactly kiln's primitive set (kiln.backend.primitives()): the hand-written kernels
+# where they are primitives, kiln's reference kernels on device memory for the rest (for the dtypes a
+# hand-written kernel does not serve too). Every other op runs through its decomposition on the device.
+KERNELS: dict[str, tuple] = {}
+for _name in primitives():
+    if _name in HAND_WRITTEN:
+        KERNELS[_name] = HAND_WRITTEN[_name]
+    else:
+        KERNELS[_name] = (reference_on_device(_name), None)

@@ -26,6 +26,10 @@ def kiln_register_devices(register):
 
 
 def kiln_register_kernels(register):
-    """Register the example device's kernels; kiln's opt-in CPU fallback serves every other op."""
+    """Register the example device's kernels: exactly kiln's primitive set (every other op runs through
+    its decomposition into those, on the device). A hand-written kernel narrowed to some dtypes is backed
+    by kiln's reference kernel for the others."""
     for op_name, (kernel, dtypes) in kernels.KERNELS.items():
         register(op_name, device.NAME, kernel, dtypes=dtypes)
+        if dtypes is not None:
+            register(op_name, device.NAME, kernels.reference_on_device(op_name))

@@ -102,6 +102,20 @@ def _ref(np_fn):
     return ref
 
 
+def _half_in_float32(fn):
+    """A decomposition computed in float32 for half-precision inputs, as the reference kernels compute."""
+
+    def decomposed(input, *args, **kwargs):
+        d = input._dtype
+        if d in (dt.float16, dt.bfloat16):
+            return fn(input.to(dt.float32), *args, **kwargs).to(d)
+        return fn(input, *args, **kwargs)
+
+    decomposed.__name__ = decomposed.__qualname__ = fn.__name__
+    decomposed.__doc__ = fn.__doc__
+    return decomposed
+
+
 _calling_inplace = threading.local()
 
 
@@ -157,7 +171,17 @@ def _gelu_backward(grad, input, approximate):
     return (grad * (cdf + x * pdf),)
 
 
+@_half_in_float32
+def _gelu_decomposed(input, *, approximate="none"):
+    """:func:`gelu` in kiln ops."""
+    x = input
+    if approximate == "tanh":
+        return x * 0.5 * (tanh((x + x * x * x * _GELU_C) * _GELU_K) + 1.0)
+    return x * 0.5 * (erf(x * _SQRT_HALF) + 1.0)
+
+
 @op(
+    decompose=_gelu_decomposed,
     meta=_float_meta("GeluKernelImpl", "gelu", _gelu_check),
     reference=_ref(_gelu_np),
     backward=_gelu_backward,
@@ -174,7 +198,14 @@ def _silu_backward(grad, input):
     return (grad * s * (input * (1.0 - s) + 1.0),)
 
 
+@_half_in_float32
+def _silu_decomposed(input):
+    """``silu`` in kiln ops."""
+    return input / (exp(-input) + 1.0)
+
+
 @op(
+    decompose=_silu_decomposed,
     meta=_float_meta("silu_cpu", "silu"),
     reference=_ref(lambda x: x / (1.0 + np.exp(-x))),
     backward=_silu_backward,
@@ -203,7 +234,16 @@ def _mish_backward(grad, input):
     return (grad * (t + input * s * (1.0 - t * t)),)
 
 
+@_half_in_float32
+def _mish_decomposed(input):
+    """``mish`` in kiln ops."""
+    from kiln._ops.unary_math import log1p
+
+    return input * tanh(log1p(exp(input)))
+
+
 @op(
+    decompose=_mish_decomposed,
     meta=_float_meta("mish_cpu", "mish"),
     reference=_ref(lambda x: x * np.tanh(np.log1p(np.exp(x)))),
     backward=_mish_backward,
@@ -234,7 +274,16 @@ def _elu_backward(grad, input, alpha, scale, input_scale):
     return (where(input > 0, grad * scale, grad * neg),)
 
 
+@_half_in_float32
+def _elu_decomposed(input, alpha=1.0, scale=1.0, input_scale=1.0):
+    """``elu`` in kiln ops."""
+    from kiln._ops.unary_math import expm1
+
+    return where(input > 0, input * scale, expm1(input * input_scale) * (alpha * scale))
+
+
 @op(
+    decompose=_elu_decomposed,
     meta=_float_meta("elu_cpu", "elu"),
     reference=_ref(_elu_np),
     backward=_elu_backward,
@@ -269,7 +318,14 @@ def _celu_backward(grad, input, alpha):
     return (where(input > 0, grad, grad * exp(input * (1.0 / alpha))),)
 
 
+@_half_in_float32
+def _celu_decomposed(input, alpha=1.0):
+    """``celu`` in kiln ops."""
+    return _elu_decomposed(input, alpha, 1.0, 1.0 / alpha)
+
+
 @op(
+    decompose=_celu_decomposed,
     meta=_float_meta("elu_cpu", "celu", _celu_check),
     reference=_ref(lambda x, alpha=1.0: _elu_np(x, alpha, 1.0, 1.0 / alpha)),
     backward=_celu_backward,
@@ -291,7 +347,13 @@ def celu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
 # ---------------------------------------------------------------------------------------- relu family
 
 
+def _leaky_relu_decomposed(input, negative_slope=0.01):
+    """``leaky_relu`` in kiln ops."""
+    return where(input > 0, input, input * negative_slope)
+
+
 @op(
+    decompose=_leaky_relu_decomposed,
     meta=_float_meta("leaky_relu_cpu", "leaky_relu"),
     reference=_ref(lambda x, slope=0.01: np.where(x > 0, x, x * slope)),
     backward=lambda grad, input, negative_slope: (where(input > 0, grad, grad * negative_slope),),
@@ -332,7 +394,27 @@ def _hardtanh_ref(spec, a, min_val=-1.0, max_val=1.0):
     return np.minimum(np.maximum(x, lo), hi)  # NaN propagates
 
 
+def _scalar_tensor(d: dt.dtype, value, device) -> Tensor:
+    """A Scalar argument as the reference kernels see it, as a 0-d tensor in the compute dtype: truncated
+    for integer dtypes, then converted (integers wrap: -1 is 255 in uint8)."""
+    from kiln._ops.creation import tensor
+
+    v = _scalar_for(d, value)
+    t = tensor(v, dtype=dt.float64 if isinstance(v, float) else dt.int64, device=device)
+    return t.to(dt.float32 if d in (dt.float16, dt.bfloat16) else d)
+
+
+def _hardtanh_decomposed(input, min_val=-1.0, max_val=1.0):
+    """``hardtanh`` in kiln ops: ``minimum(maximum(x, min_val), max_val)`` (NaN propagates)."""
+    from kiln._ops.reduction import maximum, minimum
+
+    d = input._dtype
+    lo, hi = _scalar_tensor(d, min_val, input._device), _scalar_tensor(d, max_val, input._device)
+    return minimum(maximum(input.to(lo._dtype), lo), hi).to(d)
+
+
 @op(
+    decompose=_hardtanh_decomposed,
     meta=_hardtanh_meta,
     reference=_hardtanh_ref,
     backward=lambda grad, input, min_val, max_val: (where((input > min_val) & (input < max_val), grad, 0.0),),
@@ -362,7 +444,16 @@ def _hardswish_backward(grad, input):
     return (where(input <= -3.0, 0.0, mid),)
 
 
+@_half_in_float32
+def _hardswish_decomposed(input):
+    """``hardswish`` in kiln ops."""
+    from kiln._ops.clamp import clamp
+
+    return input * clamp(input + 3.0, 0.0, 6.0) / 6.0
+
+
 @op(
+    decompose=_hardswish_decomposed,
     meta=_float_meta("hardswish_cpu", "hardswish"),
     reference=_ref(lambda x: x * np.minimum(np.maximum(x + 3.0, 0.0), 6.0) / 6.0),
     backward=_hardswish_backward,
@@ -380,7 +471,16 @@ def hardswish(input: Tensor, inplace: bool = False) -> Tensor:
     return _hardswish_(input) if inplace else _hardswish(input)
 
 
+@_half_in_float32
+def _hardsigmoid_decomposed(input):
+    """``hardsigmoid`` in kiln ops."""
+    from kiln._ops.clamp import clamp
+
+    return clamp(input + 3.0, 0.0, 6.0) / 6.0
+
+
 @op(
+    decompose=_hardsigmoid_decomposed,
     meta=_float_meta("hardsigmoid_cpu", "hardsigmoid"),
     reference=_ref(lambda x: np.minimum(np.maximum(x + 3.0, 0.0), 6.0) / 6.0),
     backward=lambda grad, input: (where((input > -3.0) & (input < 3.0), grad * _ONE_SIXTH, 0.0),),
@@ -406,7 +506,17 @@ def _softplus_backward(grad, input, beta, threshold):
     return (where(z > threshold, grad, grad * sigmoid(z)),)
 
 
+@_half_in_float32
+def _softplus_decomposed(input, beta=1.0, threshold=20.0):
+    """``softplus`` in kiln ops."""
+    from kiln._ops.unary_math import log1p
+
+    z = input * beta
+    return where(z > threshold, input, log1p(exp(z)) / beta)
+
+
 @op(
+    decompose=_softplus_decomposed,
     meta=_float_meta("softplus_cpu", "softplus"),
     reference=_ref(_softplus_np),
     backward=_softplus_backward,
@@ -421,7 +531,17 @@ def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tenso
     return _softplus(input, beta, threshold)
 
 
+@_half_in_float32
+def _log_sigmoid_decomposed(input):
+    """``log_sigmoid`` in kiln ops."""
+    from kiln._ops.clamp import clamp_max
+    from kiln._ops.unary_math import log1p
+
+    return clamp_max(input, 0.0) - log1p(exp(-_abs(input)))
+
+
 @op(
+    decompose=_log_sigmoid_decomposed,
     meta=_float_meta("log_sigmoid_cpu", "log_sigmoid"),
     reference=_ref(lambda x: np.minimum(x, 0.0) - np.log1p(np.exp(-np.abs(x)))),
     backward=lambda grad, input: (grad * sigmoid(-input),),
@@ -458,7 +578,13 @@ def _softshrink_check(input, lambd):
         )
 
 
+def _softshrink_decomposed(input, lambd=0.5):
+    """``softshrink`` in kiln ops."""
+    return where(input > lambd, input - lambd, where(input < -lambd, input + lambd, input * 0.0))
+
+
 @op(
+    decompose=_softshrink_decomposed,
     meta=_float_meta("softshrink_check", "softshrink", _softshrink_check),
     reference=_ref(lambda x, lambd=0.5: np.where(x > lambd, x - lambd, np.where(x < -lambd, x + lambd, 0.0 * x))),
     backward=lambda grad, input, lambd: (where((input >= -lambd) & (input <= lambd), 0.0, grad),),
@@ -473,7 +599,13 @@ def softshrink(input: Tensor, lambd: float = 0.5) -> Tensor:
     return _softshrink(input, lambd)
 
 
+def _hardshrink_decomposed(input, lambd=0.5):
+    """``hardshrink`` in kiln ops."""
+    return where((input >= -lambd) & (input <= lambd), 0.0, input)
+
+
 @op(
+    decompose=_hardshrink_decomposed,
     meta=_float_meta("hardshrink_cpu", "hardshrink"),
     reference=_ref(lambda x, lambd=0.5: np.where((x >= -lambd) & (x <= lambd), np.zeros((), x.dtype), x)),
     backward=lambda grad, input, lambd: (where((input >= -lambd) & (input <= lambd), 0.0, grad),),
@@ -504,7 +636,16 @@ def _threshold_ref(spec, a, threshold, value):
     return np.where(x <= th, val, x)
 
 
+def _threshold_decomposed(input, threshold, value):
+    """``threshold`` in kiln ops: ``where(x <= threshold, value, x)``."""
+    d = input._dtype
+    th, val = _scalar_tensor(d, threshold, input._device), _scalar_tensor(d, value, input._device)
+    x = input.to(th._dtype)
+    return where(x <= th, val, x).to(d)
+
+
 @op(
+    decompose=_threshold_decomposed,
     meta=_threshold_meta,
     reference=_threshold_ref,
     backward=lambda grad, input, threshold: (where(input <= threshold, 0.0, grad),),
@@ -579,7 +720,14 @@ def _prelu_backward(grad, input, weight, needs_input_grad):
     return (g_in, g_w)
 
 
+def _prelu_decomposed(input, weight):
+    """``prelu`` in kiln ops: ``x`` where positive, else ``x`` times the weight of its channel (dim 1)."""
+    w = weight.reshape(_channel_shape(input.dim(), weight.numel()))
+    return where(input > 0, input, input * w)
+
+
 @op(
+    decompose=_prelu_decomposed,
     meta=_prelu_meta,
     reference=_prelu_ref,
     backward=_prelu_backward,
@@ -685,7 +833,15 @@ def _glu_backward(grad, input, dim):
     return (cat([ga, ga * a * (1.0 - s)], d),)
 
 
-@op(meta=_glu_meta, reference=_glu_ref, backward=_glu_backward)
+@_half_in_float32
+def _glu_decomposed(input, dim=-1):
+    """``glu`` in kiln ops: the first half of ``input`` along ``dim`` times the sigmoid of the second."""
+    d = wrap_dim(dim, input.dim())
+    h = input._shape[d] // 2
+    return input.narrow(d, 0, h) / (exp(-input.narrow(d, h, h)) + 1.0)
+
+
+@op(decompose=_glu_decomposed, meta=_glu_meta, reference=_glu_ref, backward=_glu_backward)
 def glu(input: Tensor, dim: int = -1) -> Tensor:
     """Gated linear unit: ``a * sigmoid(b)`` where ``a, b`` are the halves of ``input`` along ``dim``."""
 

@@ -19,7 +19,10 @@ from kiln._ops.elementwise import (
     _div_ref,
     _zeros_like,
     binary_meta,
+    bitwise_and,
+    bitwise_or,
     div,
+    ne,
     where,
 )
 from kiln._ops.math_args import Number, _as_float, _binary_ref, _need_tensor, _not_implemented, _operand, _rounded
@@ -264,13 +267,18 @@ def _truth(x, spec) -> np.ndarray:
     return _as_float(np.asarray(_operand(x, spec.replace(dtype=spec.compute_dtype)))) != 0
 
 
-def _logical(name: str, np_fn, doc: str):
+def _logical(name: str, np_fn, doc: str, combine):
     base = binary_meta(name, bool_result=True)
 
     def meta(input, other):
         _need_tensor(input, "input", 1, name)
         _need_tensor(other, "other", 2, name)
         return base(input, other)  # (shape, bool, device, the common dtype operands are cast to)
+
+    def decomposed(input, other):
+        """The logical op in kiln ops: ``combine`` of the operands' truth (nonzero once cast to the common dtype)."""
+        common = meta(input, other)[3]
+        return combine(ne(input.to(common), 0), ne(other.to(common), 0))
 
     @op(
         tags=("pointwise",),
@@ -280,6 +288,7 @@ def _logical(name: str, np_fn, doc: str):
         name=name,
         doc=doc,
         methods=(name,),
+        decompose=decomposed,
     )
     def logical(input: Tensor, other: Tensor) -> Tensor:
         pass
@@ -287,9 +296,24 @@ def _logical(name: str, np_fn, doc: str):
     return logical
 
 
-logical_and = _logical("logical_and", np.logical_and, "Elementwise logical AND (nonzero is True) as a bool tensor.")
-logical_or = _logical("logical_or", np.logical_or, "Elementwise logical OR (nonzero is True) as a bool tensor.")
-logical_xor = _logical("logical_xor", np.logical_xor, "Elementwise logical XOR (nonzero is True) as a bool tensor.")
+logical_and = _logical(
+    "logical_and",
+    np.logical_and,
+    "Elementwise logical AND (nonzero is True) as a bool tensor.",
+    bitwise_and,
+)
+logical_or = _logical(
+    "logical_or",
+    np.logical_or,
+    "Elementwise logical OR (nonzero is True) as a bool tensor.",
+    bitwise_or,
+)
+logical_xor = _logical(
+    "logical_xor",
+    np.logical_xor,
+    "Elementwise logical XOR (nonzero is True) as a bool tensor.",
+    ne,
+)
 
 
 # ---------------------------------------------------------------------------------------- bit shifts

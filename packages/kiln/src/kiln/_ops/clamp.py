@@ -184,6 +184,7 @@ def _clamp_max_backward(grad, input, max, needs_input_grad):
 
 
 @op(
+    decompose=lambda input, min: clamp(input, min, None),
     tags=("pointwise",),
     inplace=True,
     meta=_one_sided_meta("clamp_min", "min"),
@@ -197,6 +198,7 @@ def clamp_min(input: Tensor, min: Tensor | Number) -> Tensor:
 
 
 @op(
+    decompose=lambda input, max: clamp(input, None, max),
     tags=("pointwise",),
     inplace=True,
     meta=_one_sided_meta("clamp_max", "max"),

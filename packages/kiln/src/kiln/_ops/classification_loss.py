@@ -116,7 +116,58 @@ def _nll_backward(grad, input, target, weight, ignore_index, reduction):
     return _nll_loss_backward(grad, input, target, weight, ignore_index, reduction), None, None
 
 
-@op(meta=_nll_meta, reference=_nll_ref, backward=_nll_backward, autocast="fp32", grad_fn_name="NllLossBackward0")
+def _nll_rows_picked(input, target, weight, ignore_index, compute):
+    """The decompositions' :func:`_nll_rows` and :func:`_nll_pick` in kiln ops: (input as (rows, C), safe
+    target indices as (rows, 1), per-row weights with 0 where ignored)."""
+    from kiln._ops.elementwise import where
+    from kiln._ops.index import index_select, masked_select
+    from kiln._ops.reduction import any as _any
+
+    x = input.to(compute)
+    nd = x.dim()
+    n_classes = x._shape[0] if nd == 1 else x._shape[1]
+    if nd == 1:
+        rows, t = x.reshape(1, n_classes), target.reshape(1)
+    else:
+        rows = x.permute(0, *range(2, nd), 1).reshape(-1, n_classes)
+        t = target.reshape(-1)
+    t = t.to(dt.int64)
+    keep = t != ignore_index
+    bad = keep & ((t < 0) | (t >= n_classes))
+    if _any(bad).item():
+        raise IndexError(f"Target {int(masked_select(t, bad)[0].item())} is out of bounds.")
+    safe = where(keep, t, 0)
+    w = keep.to(compute) if weight is None else where(keep, index_select(weight.to(compute), 0, safe), 0.0)
+    return rows, safe.unsqueeze(1), w
+
+
+def _nll_loss_decomposed(input, target, weight=None, ignore_index=-100, reduction="mean"):
+    """``_nll_loss`` in kiln ops: the weighted negated log-probabilities of the targets, gathered per row
+    (ignored rows count 0), then reduced (the mean divides by the total weight)."""
+    from kiln._ops.elementwise import where
+    from kiln._ops.gather_scatter import gather
+    from kiln._ops.reduction import sum as _sum
+
+    shape, dtype, _ = _nll_meta(input, target, weight, ignore_index, reduction)
+    compute = dt.float32 if dtype in (dt.float16, dt.bfloat16) else dtype
+    rows, safe, w = _nll_rows_picked(input, target, weight, ignore_index, compute)
+    picked = gather(rows, 1, safe).reshape(-1)
+    loss = where(w != 0, -w * picked, 0.0)
+    if reduction == "none":
+        return loss.reshape(shape).to(dtype)
+    if reduction == "sum":
+        return _sum(loss).to(dtype)
+    return (_sum(loss) / _sum(w)).to(dtype)
+
+
+@op(
+    decompose=_nll_loss_decomposed,
+    meta=_nll_meta,
+    reference=_nll_ref,
+    backward=_nll_backward,
+    autocast="fp32",
+    grad_fn_name="NllLossBackward0",
+)
 def _nll_loss(
     input: Tensor, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100, reduction: str = "mean"
 ) -> Tensor:
@@ -164,7 +215,34 @@ def _nll_bwd_backward(grad, target, weight, ignore_index, reduction):
     return _nll_loss(grad, target, weight, ignore_index, reduction), None, None, None
 
 
+def _nll_loss_backward_decomposed(grad, input, target, weight=None, ignore_index=-100, reduction="mean"):
+    """``_nll_loss_backward`` in kiln ops: the per-row gradient scattered into zeros at the target classes."""
+    from kiln._ops.creation import zeros
+    from kiln._ops.elementwise import where
+    from kiln._ops.gather_scatter import scatter
+    from kiln._ops.reduction import sum as _sum
+
+    shape, dtype, device = _nll_bwd_meta(grad, input, target, weight, ignore_index, reduction)
+    compute = dt.float32 if dtype in (dt.float16, dt.bfloat16) else dtype
+    rows, safe, w = _nll_rows_picked(input, target, weight, ignore_index, compute)
+    g = grad.to(compute)
+    if reduction == "none":
+        scale = -w * g.reshape(-1)
+    elif reduction == "sum":
+        scale = -w * g
+    else:
+        scale = where(w != 0, -w * (g / _sum(w)), 0.0)
+    out = scatter(zeros(rows._shape, dtype=compute, device=device), 1, safe, scale.reshape(-1, 1))
+    nd = len(shape)
+    if nd == 1:
+        return out.reshape(shape).to(dtype)
+    n_classes = shape[1]
+    moved = out.reshape((shape[0],) + shape[2:] + (n_classes,))
+    return moved.permute(0, nd - 1, *range(1, nd - 1)).contiguous().to(dtype)
+
+
 @op(
+    decompose=_nll_loss_backward_decomposed,
     meta=_nll_bwd_meta,
     reference=_nll_bwd_ref,
     backward=_nll_bwd_backward,
@@ -321,7 +399,45 @@ def _bce_backward(grad, input, target, weight, reduction, needs_input_grad):
     return gi, gt, None
 
 
+def _reduce_decomposed(loss, reduction: str):
+    """A loss's reduction in kiln ops, as :func:`_np_reduce` computes it (the mean of nothing is NaN)."""
+    from kiln._ops.reduction import mean
+    from kiln._ops.reduction import sum as _sum
+
+    if reduction == "none":
+        return loss
+    return _sum(loss) if reduction == "sum" else mean(loss)
+
+
+def _in_unit_interval(x) -> bool:
+    from kiln._ops.elementwise import isnan
+    from kiln._ops.reduction import any as _any
+
+    return not _any((x < 0) | (x > 1) | isnan(x)).item()
+
+
+def _binary_cross_entropy_decomposed(input, target, weight=None, reduction="mean"):
+    """``_binary_cross_entropy`` in kiln ops: ``(t - 1) * log(1 - x) - t * log(x)``, the logs clamped at
+    -100, weighted and reduced (inputs and targets outside [0, 1] raise, as in the reference)."""
+    from kiln._ops.clamp import clamp_min
+    from kiln._ops.elementwise import log
+    from kiln._ops.unary_math import log1p
+
+    dtype = _bce_meta(input, target, weight, reduction)[1]
+    compute = dt.float32 if dtype in (dt.float16, dt.bfloat16) else dtype
+    x, y = input.to(compute), target.to(compute)
+    if not _in_unit_interval(x):
+        raise RuntimeError("all elements of input should be between 0 and 1")
+    if not _in_unit_interval(y):
+        raise RuntimeError("all elements of target should be between 0 and 1")
+    loss = (y - 1) * clamp_min(log1p(-x), -100.0) - y * clamp_min(log(x), -100.0)
+    if weight is not None:
+        loss = loss * weight.to(compute)
+    return _reduce_decomposed(loss, reduction).to(dtype)
+
+
 @op(
+    decompose=_binary_cross_entropy_decomposed,
     meta=_bce_meta,
     reference=_bce_ref,
     backward=_bce_backward,
@@ -371,6 +487,26 @@ def _softplus_neg_np(x: np.ndarray) -> np.ndarray:
     return np.log1p(np.exp(-np.abs(x))) + np.maximum(-x, 0)
 
 
+def _binary_cross_entropy_with_logits_decomposed(input, target, weight=None, pos_weight=None, reduction="mean"):
+    """``_binary_cross_entropy_with_logits`` in kiln ops: ``(1 - t) * x + softplus(-x)`` (the latter scaled
+    by ``(pos_weight - 1) * t + 1``), weighted and reduced."""
+    from kiln._ops.clamp import clamp_min
+    from kiln._ops.elementwise import abs as _abs
+    from kiln._ops.elementwise import exp
+    from kiln._ops.unary_math import log1p
+
+    dtype = _bcel_meta(input, target, weight, pos_weight, reduction)[1]
+    compute = dt.float32 if dtype in (dt.float16, dt.bfloat16) else dtype
+    x, y = input.to(compute), target.to(compute)
+    sp = log1p(exp(-_abs(x))) + clamp_min(-x, 0)
+    if pos_weight is not None:
+        sp = sp * ((pos_weight.to(compute) - 1) * y + 1)
+    loss = (-y + 1) * x + sp
+    if weight is not None:
+        loss = loss * weight.to(compute)
+    return _reduce_decomposed(loss, reduction).to(dtype)
+
+
 def _bcel_ref(spec, input, target, weight=None, pos_weight=None, reduction="mean"):
     compute = _compute_np(spec.dtype)
     x = input.astype(compute, copy=False)
@@ -407,6 +543,7 @@ def _bcel_backward(grad, input, target, weight, pos_weight, reduction, needs_inp
 
 
 @op(
+    decompose=_binary_cross_entropy_with_logits_decomposed,
     meta=_bcel_meta,
     reference=_bcel_ref,
     backward=_bcel_backward,

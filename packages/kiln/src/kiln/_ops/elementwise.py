@@ -172,7 +172,13 @@ def add(input: Tensor, other: Tensor | Number, *, alpha: Number = 1) -> Tensor:
     """``input + alpha * other``, broadcasting ``input`` and ``other`` (``torch.add``)."""
 
 
+def _sub_decomposed(input, other, *, alpha=1):
+    """``sub`` in kiln ops: ``add`` with ``-alpha`` (``a + (-alpha) * b`` rounds as ``a - alpha * b``)."""
+    return add(input, other, alpha=-alpha)
+
+
 @op(
+    decompose=_sub_decomposed,
     tags=("pointwise",),
     inplace=True,
     meta=_sub_meta,
@@ -377,7 +383,7 @@ Tensor.__rpow__ = _rpow
 # ---------------------------------------------------------------------------------------- comparisons
 
 
-def _compare(name: str, np_fn, dunder: str, doc: str):
+def _compare(name: str, np_fn, dunder: str, doc: str, decompose=None):
     @op(
         tags=("pointwise",),
         inplace=True,
@@ -386,6 +392,7 @@ def _compare(name: str, np_fn, dunder: str, doc: str):
         name=name,
         doc=doc,
         methods=(name, dunder),
+        decompose=decompose,
     )
     def comparison(input: Tensor, other: Tensor | Number) -> Tensor:
         pass
@@ -394,7 +401,16 @@ def _compare(name: str, np_fn, dunder: str, doc: str):
 
 
 eq = _compare("eq", np.equal, "__eq__", "Elementwise ``input == other`` as a bool tensor, broadcasting.")
-ne = _compare("ne", np.not_equal, "__ne__", "Elementwise ``input != other`` as a bool tensor, broadcasting.")
+
+
+def _ne_decomposed(input, other):
+    """``ne`` in kiln ops: ``not (input == other)`` (NaN is unequal to everything, itself included)."""
+    return logical_not(eq(input, other))
+
+
+ne = _compare(
+    "ne", np.not_equal, "__ne__", "Elementwise ``input != other`` as a bool tensor, broadcasting.", _ne_decomposed
+)
 lt = _compare("lt", np.less, "__lt__", "Elementwise ``input < other`` as a bool tensor, broadcasting.")
 le = _compare("le", np.less_equal, "__le__", "Elementwise ``input <= other`` as a bool tensor, broadcasting.")
 gt = _compare("gt", np.greater, "__gt__", "Elementwise ``input > other`` as a bool tensor, broadcasting.")
@@ -489,7 +505,9 @@ def unary_reference(np_fn):
     return ref
 
 
-def _unary(name, np_fn, backward, doc, *, autocast=None, int_to_float=True, allow_bool=True, methods=None):
+def _unary(
+    name, np_fn, backward, doc, *, autocast=None, int_to_float=True, allow_bool=True, methods=None, decompose=None
+):
     @op(
         tags=("pointwise",),
         inplace=True,
@@ -500,6 +518,7 @@ def _unary(name, np_fn, backward, doc, *, autocast=None, int_to_float=True, allo
         name=name,
         doc=doc,
         methods=methods if methods is not None else (name,),
+        decompose=decompose,
     )
     def unary(input: Tensor) -> Tensor:
         pass
@@ -550,11 +569,28 @@ def _sigmoid_np(a):
         return 1.0 / (1.0 + np.exp(-a))
 
 
+def _in_float(input: Tensor) -> tuple[Tensor, dt.dtype]:
+    """``input`` in the dtype a float-valued unary op computes in (the default float dtype for integers,
+    float32 for half precision), and the op's result dtype."""
+    d = input._dtype if input._dtype.is_floating_point else dt.get_default_dtype()
+    compute = dt.float32 if d in _HALF else d
+    return (input if input._dtype is compute else input.to(compute)), d
+
+
+def _sigmoid_decomposed(input):
+    """``sigmoid`` in kiln ops: ``1 / (1 + exp(-x))``."""
+    from kiln._ops.unary_math import reciprocal
+
+    x, d = _in_float(input)
+    return reciprocal(exp(-x) + 1.0).to(d)
+
+
 sigmoid = _unary(
     "sigmoid",
     _sigmoid_np,
     lambda grad, result: grad * result * (1 - result),
     "Logistic sigmoid ``1 / (1 + exp(-input))``.",
+    decompose=_sigmoid_decomposed,
 )
 
 
@@ -582,7 +618,13 @@ def _threshold_backward_ref(spec, g, r):
     return np.bitwise_and(g.view(uint), np.negative(keep, dtype=uint)).view(g.dtype)
 
 
+def _threshold_backward_decomposed(grad, output):
+    """``_threshold_backward`` in kiln ops: ``where(output > 0, grad, 0)``."""
+    return where(output > 0, grad, False if grad._dtype is dt.bool else 0)
+
+
 @op(
+    decompose=_threshold_backward_decomposed,
     tags=("pointwise", "backward"),
     meta=_threshold_backward_meta,
     reference=_threshold_backward_ref,
@@ -593,6 +635,13 @@ def _threshold_backward(grad: Tensor, output: Tensor) -> Tensor:
     """``grad`` where ``result > 0``, else 0: the gradient of ``relu`` in one kernel."""
 
 
+def _relu_decomposed(input):
+    """``relu`` in kiln ops: ``clamp_min(input, 0)`` (NaN stays NaN)."""
+    from kiln._ops.clamp import clamp_min
+
+    return clamp_min(input, 0)
+
+
 relu = _unary(
     "relu",
     lambda a: np.maximum(a, np.zeros((), a.dtype)),
@@ -600,6 +649,7 @@ relu = _unary(
     "Rectified linear unit ``max(input, 0)`` elementwise.",
     int_to_float=False,
     allow_bool=False,
+    decompose=_relu_decomposed,
 )
 
 
@@ -630,7 +680,16 @@ def _invert_meta(input):
     return Spec((input._shape, input._dtype, input._device))
 
 
+def _bitwise_not_decomposed(input):
+    """``bitwise_not`` in kiln ops: ``logical_not`` for bool, else ``-x - 1`` (two's complement; unsigned
+    integers wrap to ``max - x``)."""
+    if input._dtype is dt.bool:
+        return logical_not(input)
+    return sub(neg(input), 1)
+
+
 @op(
+    decompose=_bitwise_not_decomposed,
     tags=("pointwise",),
     inplace=True,
     meta=_invert_meta,

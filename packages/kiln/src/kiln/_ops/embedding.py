@@ -64,7 +64,22 @@ def _embedding_backward(grad, weight_shape, indices, padding_idx, scale_grad_by_
     return index_add(zeros(n, d, dtype=grad.dtype, device=grad.device), 0, flat, g), None
 
 
-@op(meta=_embedding_meta, reference=_embedding_ref, backward=_embedding_backward, grad_fn_name="EmbeddingBackward0")
+def _embedding_decomposed(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    """``_embedding`` in kiln ops: ``index_select`` of the rows (``padding_idx`` and the rest matter only to
+    the backward)."""
+    from kiln._ops.index import index_select
+
+    shape = _embedding_meta(weight, indices, padding_idx, scale_grad_by_freq, sparse)[0]
+    return index_select(weight, 0, indices.reshape(-1)).reshape(shape)
+
+
+@op(
+    decompose=_embedding_decomposed,
+    meta=_embedding_meta,
+    reference=_embedding_ref,
+    backward=_embedding_backward,
+    grad_fn_name="EmbeddingBackward0",
+)
 def _embedding(
     weight: Tensor, indices: Tensor, padding_idx: int = -1, scale_grad_by_freq: bool = False, sparse: bool = False
 ) -> Tensor:

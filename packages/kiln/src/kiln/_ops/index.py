@@ -237,7 +237,23 @@ def _masked_fill_backward(grad, mask, value):
     return where(mask, 0.0, grad), None, g_value
 
 
-@op(meta=_masked_fill_meta, reference=_masked_fill_ref, backward=_masked_fill_backward, methods=("masked_fill",))
+def _masked_fill_decomposed(input, mask, value):
+    """``masked_fill`` in kiln ops: ``where(mask, value, input)`` with ``value`` converted to ``input``'s
+    dtype first (integers wrap, floats truncate toward zero, as the reference converts them)."""
+    from kiln._ops.creation import tensor
+
+    if not isinstance(value, Tensor):
+        value = tensor(value, dtype=dt.float64 if isinstance(value, float) else None)
+    return where(mask, value.to(input._dtype), input)
+
+
+@op(
+    decompose=_masked_fill_decomposed,
+    meta=_masked_fill_meta,
+    reference=_masked_fill_ref,
+    backward=_masked_fill_backward,
+    methods=("masked_fill",),
+)
 def masked_fill(input: Tensor, mask: Tensor, value: Tensor | float) -> Tensor:
     """A copy of ``input`` with ``value`` where the boolean ``mask`` (broadcast) is True."""
 
@@ -263,7 +279,21 @@ def _take_backward(grad, input, index):
     return scatter_add(_zeros((n,), grad), 0, flat, grad.reshape(-1)).reshape(input._shape), None
 
 
-@op(meta=_take_meta, reference=_take_ref, backward=_take_backward, methods=("take",))
+def _take_decomposed(input, index):
+    """``take`` in kiln ops: ``index_select`` from the flattened input, negative indices counted from the
+    end (an index out of range raises, as in the reference)."""
+    from kiln._ops.reduction import any as _any
+
+    n = _numel(input._shape)
+    bad = (index < -n) | (index >= n)
+    if _any(bad).item():
+        first = int(masked_select(index, bad)[0].item())
+        raise IndexError(f"out of range: tried to access index {first} on a tensor of {n} elements.")
+    flat = where(index < 0, index + n, index).reshape(-1)
+    return index_select(input.reshape(-1), 0, flat).reshape(index._shape)
+
+
+@op(decompose=_take_decomposed, meta=_take_meta, reference=_take_ref, backward=_take_backward, methods=("take",))
 def take(input: Tensor, index: Tensor) -> Tensor:
     """``input`` as if flattened, at ``index`` (int64; negative counts from the end); shaped like ``index``."""
 

@@ -211,7 +211,21 @@ def _norm_bwd_backward(grads, grad, input, weight, mean, var, eps, layout, outpu
     return (*got, None, None)
 
 
+def _native_norm_backward_decomposed(grad, input, weight, mean, var, eps, layout, output_mask):
+    """``_native_norm_backward`` in kiln ops: the composite :func:`_norm_grads`, with an empty ``(0,)``
+    tensor for each output it does not compute (zeros for the parameters of an empty input)."""
+    from kiln._ops.creation import zeros
+
+    specs = _norm_bwd_meta(grad, input, weight, mean, var, eps, layout, output_mask)
+    if _numel(input._shape) == 0:
+        return tuple(zeros(s[0], dtype=s[1], device=s[2]) for s in specs)
+    outs = _norm_grads(grad, input, weight, mean, var, eps, layout, output_mask)
+    return tuple(zeros(s[0], dtype=s[1], device=s[2]) if o is None else o.to(s[1]) for o, s in zip(outs, specs))
+
+
 @op(
+    decompose=_native_norm_backward_decomposed,
+    tags=("fused",),
     meta=_norm_bwd_meta,
     reference=_norm_bwd_ref,
     backward=_norm_bwd_backward,
@@ -314,7 +328,42 @@ def _batch_norm_backward(grad, input, weight, bias, running_mean, running_var, t
     return gx, gw, gb, None, None
 
 
+def _norm_decomposed(spec, input, weight, bias, mean, var, eps):
+    """:func:`_norm_np` in kiln ops: ``(x - mean) * (1 / sqrt(var + eps))`` over the layout's statistics
+    (the batch's, biased, when ``mean`` is None), then the affine (half precision in float32)."""
+    from kiln._ops.creation import empty
+    from kiln._ops.elementwise import sqrt
+    from kiln._ops.unary_math import reciprocal
+
+    shape, dtype, device, lay = spec[0], spec[1], spec[2], spec[3]
+    if _numel(input._shape) == 0:
+        return empty(shape, dtype=dtype, device=device)
+    compute = dt.float32 if dtype in _HALF else dtype
+    xs = input.to(compute).reshape(lay.stats_shape)
+    if mean is None:
+        centered = xs - _mean(xs, lay.red, True)
+        v = _mean(centered * centered, lay.red, True)
+    else:
+        centered = xs - mean.to(compute).reshape(lay.param_view)
+        v = var.to(compute).reshape(lay.param_view)
+    y = (centered * reciprocal(sqrt(v + eps))).reshape(shape)
+    if weight is not None:
+        y = y * weight.to(compute).reshape(lay.param_view)
+    if bias is not None:
+        y = y + bias.to(compute).reshape(lay.param_view)
+    return y.to(dtype)
+
+
+def _native_batch_norm_decomposed(input, weight, bias, running_mean, running_var, training, eps):
+    """``_native_batch_norm`` in kiln ops (:func:`_norm_decomposed`)."""
+    spec = _batch_norm_meta(input, weight, bias, running_mean, running_var, training, eps)
+    stats = (None, None) if training else (running_mean, running_var)
+    return _norm_decomposed(spec, input, weight, bias, *stats, eps)
+
+
 @op(
+    decompose=_native_batch_norm_decomposed,
+    tags=("fused",),
     meta=_batch_norm_meta,
     reference=_batch_norm_ref,
     backward=_batch_norm_backward,
@@ -358,7 +407,23 @@ def _bn_stats_ref(spec, input):
     return mean, np.where(same & ~np.isnan(var), np.zeros((), compute) * var, var)
 
 
-@op(meta=_bn_stats_meta, reference=_bn_stats_ref, num_outputs=2)
+def _batch_norm_stats_decomposed(input):
+    """``_batch_norm_stats`` in kiln ops: ``_mean`` and ``_var`` (correction 1) over every dim but 1."""
+    from kiln._ops.scans import _var
+
+    dtype = _bn_stats_meta(input)[0][1]
+    x = input.to(dtype)
+    red = (0,) + tuple(range(2, x.dim()))
+    return _mean(x, red), _var(x, red, 1)
+
+
+@op(
+    decompose=_batch_norm_stats_decomposed,
+    tags=("fused",),
+    meta=_bn_stats_meta,
+    reference=_bn_stats_ref,
+    num_outputs=2,
+)
 def _batch_norm_stats(input: Tensor) -> tuple[Tensor, Tensor]:
     """Per-channel (mean, unbiased variance) of an ``(N, C, *)`` input over every dim but 1, as ``mean`` and
     ``var`` compute them (half precision in float32): the batch statistics that batch norm's running
@@ -494,7 +559,15 @@ def _layer_norm_backward(grad, input, normalized_shape, weight, bias, eps, needs
     return _norm_backward(grad, input, weight, bias, None, None, eps, _layer_layout(input._shape, ns), needs_input_grad)
 
 
+def _native_layer_norm_decomposed(input, normalized_shape, weight, bias, eps):
+    """``_native_layer_norm`` in kiln ops (:func:`_norm_decomposed`)."""
+    spec = _layer_norm_meta(input, normalized_shape, weight, bias, eps)
+    return _norm_decomposed(spec, input, weight, bias, None, None, eps)
+
+
 @op(
+    decompose=_native_layer_norm_decomposed,
+    tags=("fused",),
     meta=_layer_norm_meta,
     reference=_layer_norm_ref,
     backward=_layer_norm_backward,
@@ -553,7 +626,15 @@ def _group_norm_backward(grad, input, num_groups, weight, bias, eps, needs_input
     return _norm_backward(grad, input, weight, bias, None, None, eps, lay, needs_input_grad)
 
 
+def _native_group_norm_decomposed(input, num_groups, weight, bias, eps):
+    """``_native_group_norm`` in kiln ops (:func:`_norm_decomposed`)."""
+    spec = _group_norm_meta(input, num_groups, weight, bias, eps)
+    return _norm_decomposed(spec, input, weight, bias, None, None, eps)
+
+
 @op(
+    decompose=_native_group_norm_decomposed,
+    tags=("fused",),
     meta=_group_norm_meta,
     reference=_group_norm_ref,
     backward=_group_norm_backward,

@@ -43,7 +43,17 @@ def _one_hot_ref(spec, a, num_classes=-1):
     return (np.asarray(a)[..., None] == np.arange(c, dtype=np.int64)).astype(np.int64)
 
 
-@op(meta=_one_hot_meta, reference=_one_hot_ref)
+def _one_hot_decomposed(tensor, num_classes=-1):
+    """``one_hot`` in kiln ops: ``tensor[..., None] == arange(num_classes)`` as int64 (the meta function
+    infers and checks the number of classes)."""
+    from kiln._ops.creation import arange
+    from kiln._ops.elementwise import eq
+
+    classes = _one_hot_meta(tensor, num_classes)[0][-1]
+    return eq(tensor.unsqueeze(-1), arange(classes, device=tensor._device)).to(dt.int64)
+
+
+@op(decompose=_one_hot_decomposed, meta=_one_hot_meta, reference=_one_hot_ref)
 def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
     """An int64 tensor with a trailing dim of size ``num_classes`` (inferred as ``max + 1`` when -1)
     holding 1 at each index of ``tensor`` and 0 elsewhere."""

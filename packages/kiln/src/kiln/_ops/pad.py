@@ -83,7 +83,37 @@ def _constant_pad_backward(grad, pad):
     return constant_pad_nd(grad, tuple(-v for v in pad), 0)
 
 
+def _constant_pad_decomposed(input, pad, value=0):
+    """``constant_pad_nd`` in kiln ops: per padded dim (last first), the kept slice (``narrow``: negative pads
+    crop) between blocks of ``value`` (``cat``); all ``value`` when a dim is cropped away, as the reference."""
+    from kiln._ops.creation import full
+    from kiln._ops.shape import cat
+
+    shape, dtype, device = _constant_pad_meta(input, pad, value)[:3]
+    pad = (pad,) if isinstance(pad, numbers.Integral) else tuple(pad)
+    compute = dt.float32 if dtype in (dt.float16, dt.bfloat16) else dtype
+    fill = full((), bool(value) if dtype is dt.bool else value, dtype=compute, device=device)
+    x = input.to(compute)
+    n = x.dim()
+    for j in range(len(pad) // 2):
+        axis = n - 1 - j
+        left, right = pad[2 * j], pad[2 * j + 1]
+        lo, hi = max(-left, 0), x._shape[axis] - max(-right, 0)
+        if hi <= lo:
+            return fill.expand(shape).contiguous().to(dtype)
+        x = x.narrow(axis, lo, hi - lo)
+        parts = [x]
+        if left > 0:
+            parts.insert(0, fill.expand(x._shape[:axis] + (left,) + x._shape[axis + 1 :]))
+        if right > 0:
+            parts.append(fill.expand(x._shape[:axis] + (right,) + x._shape[axis + 1 :]))
+        if len(parts) > 1:
+            x = cat(parts, axis)
+    return x.to(dtype)
+
+
 @op(
+    decompose=_constant_pad_decomposed,
     meta=_constant_pad_meta,
     reference=_constant_pad_ref,
     backward=_constant_pad_backward,

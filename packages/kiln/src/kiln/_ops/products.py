@@ -67,7 +67,13 @@ def _bmm_backward(grad, input, mat2, needs_input_grad):
     return product_grads(bmm, grad, a, b, False, False)
 
 
+def _bmm_decomposed(input, mat2):
+    """``bmm`` in kiln ops: ``matmul`` of two 3-D tensors."""
+    return matmul(input, mat2)
+
+
 @op(
+    decompose=_bmm_decomposed,
     meta=_bmm_meta,
     reference=_matmul_ref,
     backward=_bmm_backward,
@@ -206,7 +212,30 @@ def _baddbmm_dtype_message(input, a, b) -> str:
     return f"Input dtypes must be the same, got: input {n[0]}, batch1: {n[1]}, batch2: {n[2]}"
 
 
+def _add_product_decomposed(input, a, b, *, beta=1, alpha=1):
+    """``addmm``/``baddbmm`` in kiln ops: ``beta * input + alpha * (a @ b)`` with the reference's arithmetic
+    (half precision in float32; integer operands times a float scalar in float64, truncated at the end;
+    ``beta == 0`` ignores ``input``'s values, NaN included, as PyTorch does)."""
+    d = a._dtype
+    base = input
+    if d in (dt.float16, dt.bfloat16):
+        base, a, b = base.to(dt.float32), a.to(dt.float32), b.to(dt.float32)
+
+    def scaled(t, scalar):
+        if not t._dtype.is_floating_point and isinstance(scalar, float):
+            t = t.to(dt.float64)
+        return t * scalar
+
+    out = matmul(a, b)
+    if alpha != 1:
+        out = scaled(out, alpha)
+    if beta != 0:
+        out = out + (base if beta == 1 else scaled(base, beta)).to(out._dtype)
+    return out.to(d)
+
+
 @op(
+    decompose=_add_product_decomposed,
     meta=_add_product_meta("addmm", _mm_meta, ("mat1", "mat2"), _addmm_dtype_message),
     reference=_add_product_ref,
     backward=_addmm_backward,
@@ -224,6 +253,7 @@ def addmv(input: Tensor, mat: Tensor, vec: Tensor, *, beta=1, alpha=1) -> Tensor
 
 
 @op(
+    decompose=_add_product_decomposed,
     meta=_add_product_meta("baddbmm", _bmm_meta, ("batch1", "batch2"), _baddbmm_dtype_message),
     reference=_add_product_ref,
     backward=_baddbmm_backward,

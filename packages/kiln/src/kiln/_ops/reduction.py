@@ -108,7 +108,18 @@ def _mean_backward(grad, input_shape, dim, keepdim):
     return expand_reduced(grad, input_shape, dims, keepdim) / builtins.max(count, 1)
 
 
+def _mean_decomposed(input, dim=None, keepdim=False, *, dtype=None):
+    """``mean`` in kiln ops: the sum (in float32 for half precision) over the element count."""
+    d = dtype or input._dtype
+    compute = dt.float32 if d in (dt.float16, dt.bfloat16) else d
+    count = 1
+    for i in reduce_dims(dim, len(input._shape)):
+        count *= input._shape[i] if input._shape else 1
+    return (sum(input, dim, keepdim, dtype=compute) / count).to(d)
+
+
 @op(
+    decompose=_mean_decomposed,
     tags=("reduction",),
     meta=_mean_meta,
     reference=_mean_ref,
@@ -251,7 +262,29 @@ def _dim_extreme_backward(grads, input_shape, input_device, dim, keepdim, result
     return where(eq(positions, indices), grad, 0.0)
 
 
+def _dim_extreme_decomposed(arg_op):
+    def decomposed(input, dim, keepdim=False):
+        """``_max_dim``/``_min_dim`` in kiln ops: the ``argmax``/``argmin`` indices (the first NaN wins, as
+        in PyTorch) and the values gathered at them."""
+        from kiln._ops.creation import zeros
+        from kiln._ops.gather_scatter import gather
+
+        if not input._shape:
+            return input, zeros((), dtype=dt.int64, device=input._device)
+        d = wrap_dim(dim, len(input._shape))
+        idx = arg_op(input.to(dt.uint8) if input._dtype is dt.bool else input, d, True)
+        values = gather(input, d, idx)
+        return (values, idx) if keepdim else (values.squeeze(d), idx.squeeze(d))
+
+    return decomposed
+
+
+_max_dim_decomposed = _dim_extreme_decomposed(lambda *a: argmax(*a))
+_min_dim_decomposed = _dim_extreme_decomposed(lambda *a: argmin(*a))
+
+
 @op(
+    decompose=_max_dim_decomposed,
     tags=("reduction",),
     meta=_dim_extreme_meta("max"),
     reference=_dim_extreme_ref(_argmax_np),
@@ -265,6 +298,7 @@ def _max_dim(input: Tensor, dim: int, keepdim: bool = False) -> tuple[Tensor, Te
 
 
 @op(
+    decompose=_min_dim_decomposed,
     tags=("reduction",),
     meta=_dim_extreme_meta("min"),
     reference=_dim_extreme_ref(_argmin_np),
@@ -363,7 +397,18 @@ def _extreme(name, all_op, dim_op, binary_op, tuple_type):
     return fn
 
 
+def _max_all_decomposed(input, dim=(), keepdim=False):
+    """``_max_all`` in kiln ops: ``amax`` (the same reduction under another autograd node)."""
+    return amax(input, dim, keepdim)
+
+
+def _min_all_decomposed(input, dim=(), keepdim=False):
+    """``_min_all`` in kiln ops: ``amin``."""
+    return amin(input, dim, keepdim)
+
+
 @op(
+    decompose=_max_all_decomposed,
     tags=("reduction",),
     meta=_extreme_meta("max"),
     reference=_extreme_ref(np.max),
@@ -375,6 +420,7 @@ def _max_all(input: Tensor, dim: Dims = (), keepdim: bool = False) -> Tensor:
 
 
 @op(
+    decompose=_min_all_decomposed,
     tags=("reduction",),
     meta=_extreme_meta("min"),
     reference=_extreme_ref(np.min),
@@ -445,7 +491,20 @@ def _bool_reduce_meta(input, dim=None, keepdim=False):
     return ReductionSpec((_reduced_shape(input._shape, dims, keepdim), out, input._device, dims))
 
 
+def _any_decomposed(input, dim=None, keepdim=False):
+    """``any`` in kiln ops: whether the count of nonzero elements is positive (uint8 for uint8 inputs)."""
+    _, out, _, dims = _bool_reduce_meta(input, dim, keepdim)
+    return gt(sum(_ne_zero(input), dims, keepdim), 0).to(out)
+
+
+def _ne_zero(input):
+    from kiln._ops.elementwise import ne
+
+    return ne(input, 0)
+
+
 @op(
+    decompose=_any_decomposed,
     tags=("reduction",),
     meta=_bool_reduce_meta,
     reference=lambda spec, a, dim=None, keepdim=False: np.any(a, axis=_np_axes(a, spec.dims), keepdims=keepdim),
@@ -455,7 +514,14 @@ def any(input: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:  # no
     """True if any element (over ``dim``) is nonzero."""
 
 
+def _all_decomposed(input, dim=None, keepdim=False):
+    """``all`` in kiln ops: whether the count of zero elements is zero (uint8 for uint8 inputs)."""
+    _, out, _, dims = _bool_reduce_meta(input, dim, keepdim)
+    return eq(sum(eq(input, 0), dims, keepdim), 0).to(out)
+
+
 @op(
+    decompose=_all_decomposed,
     tags=("reduction",),
     meta=_bool_reduce_meta,
     reference=lambda spec, a, dim=None, keepdim=False: np.all(a, axis=_np_axes(a, spec.dims), keepdims=keepdim),

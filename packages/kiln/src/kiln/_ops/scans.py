@@ -176,7 +176,25 @@ def _std_backward(grad, input, dim, correction, keepdim, result):
     return _var_grad(g, input, _dims(dim, len(input._shape)), correction, keepdim)
 
 
+def _var_decomposed(input, dim=None, correction=1, keepdim=False):
+    """``_var`` in kiln ops, as the reference computes it: the sum of squared deviations from the mean over
+    ``n - correction``, exactly 0 for constant slices, NaN over empty ones (float32 for half precision)."""
+    from kiln._ops.creation import full
+    from kiln._ops.reduction import amax, amin, mean
+
+    shape, dtype, _, dims = _var_meta("var")(input, dim, correction, keepdim)
+    if _numel(input._shape) == 0:
+        return full(shape, float("nan"), dtype=dtype, device=input._device)
+    x = input.to(dt.float32 if dtype in (dt.float16, dt.bfloat16) else dtype)
+    n = _count(input._shape, dims)
+    d = x - mean(x, dims, True)
+    r = _sum(d * d, dims, keepdim) / float(builtins.max(n - (correction if correction is not None else 1), 0))
+    same = eq(amax(x, dims, keepdim), amin(x, dims, keepdim))
+    return where(same & logical_not(isnan(r)), r * 0.0, r).to(dtype)
+
+
 @op(
+    decompose=_var_decomposed,
     tags=("reduction",),
     meta=_var_meta("var"),
     reference=_var_ref(False),
@@ -188,7 +206,17 @@ def _var(input: Tensor, dim: Dims = None, correction: int | float | None = 1, ke
     """Variance over ``dim`` with Bessel-style ``correction``."""
 
 
+def _std_decomposed(input, dim=None, correction=1, keepdim=False):
+    """``_std`` in kiln ops: the square root of ``_var`` (computed in float32 for half precision)."""
+    from kiln._ops.elementwise import sqrt
+
+    d = input._dtype
+    x = input.to(dt.float32) if d in (dt.float16, dt.bfloat16) else input
+    return sqrt(_var(x, dim, correction, keepdim)).to(d)
+
+
 @op(
+    decompose=_std_decomposed,
     tags=("reduction",),
     meta=_var_meta("std"),
     reference=_var_ref(True),
@@ -294,7 +322,26 @@ def _logsumexp_backward(grad, input, dim, keepdim, result):
     )
 
 
+def _logsumexp_decomposed(input, dim, keepdim=False):
+    """``logsumexp`` in kiln ops: ``log(sum(exp(x - m))) + m`` with ``m`` the max (0 where it is infinite),
+    computed in float32 for half precision; ``-inf`` over empty slices."""
+    from kiln._ops.creation import full
+    from kiln._ops.elementwise import log
+    from kiln._ops.reduction import amax
+    from kiln._ops.unary_math import isinf
+
+    shape, dtype, _, dims = _logsumexp_meta(input, dim, keepdim)
+    if _numel(input._shape) == 0:
+        return full(shape, float("-inf"), dtype=dtype, device=input._device)
+    x = input.to(dt.float32 if dtype in (dt.float16, dt.bfloat16) else dtype)
+    m = amax(x, dims, True)
+    m = where(isinf(m), 0.0, m)
+    r = log(_sum(exp(x - m), dims, keepdim)) + (m if keepdim else m.reshape(shape))
+    return r.to(dtype)
+
+
 @op(
+    decompose=_logsumexp_decomposed,
     tags=("reduction",),
     meta=_logsumexp_meta,
     reference=_logsumexp_ref,
@@ -327,7 +374,15 @@ def _nansum_backward(grad, input, dim, keepdim):
     return expand_reduced(grad, input._shape, dims, keepdim) * logical_not(isnan(input))
 
 
+def _nansum_decomposed(input, dim=None, keepdim=False, *, dtype=None):
+    """``nansum`` in kiln ops: the sum with NaN replaced by zero."""
+    _, out_dtype, _, dims = _nansum_meta(input, dim, keepdim, dtype)
+    x = where(isnan(input), 0, input) if input._dtype.is_floating_point else input
+    return _sum(x, dims, keepdim, dtype=out_dtype)
+
+
 @op(
+    decompose=_nansum_decomposed,
     tags=("reduction",),
     meta=_nansum_meta,
     reference=_nansum_ref,
@@ -365,7 +420,15 @@ def _count_nonzero_meta(input, dim=None):
     return ReductionSpec((_reduced_shape(input._shape, dims, False), dt.int64, input._device, dims))
 
 
+def _count_nonzero_decomposed(input, dim=None):
+    """``count_nonzero`` in kiln ops: the int64 sum of ``input != 0`` (NaN counts)."""
+    from kiln._ops.elementwise import ne
+
+    return _sum(ne(input, 0), _count_nonzero_meta(input, dim)[3])
+
+
 @op(
+    decompose=_count_nonzero_decomposed,
     tags=("reduction",),
     meta=_count_nonzero_meta,
     reference=lambda spec, a, dim=None: np.asarray(
@@ -617,7 +680,34 @@ def _vector_norm_backward(grad, input, ord, dim, keepdim, result):
     return scaled * where(eq(norm, 0.0), 0.0, g / norm ** (ord - 1))
 
 
+def _vector_norm_decomposed(input, ord=2, dim=None, keepdim=False, *, dtype=None):
+    """``vector_norm`` in kiln ops, case by case as the reference computes it: the max or min of ``|x|`` for
+    ``ord = ±inf``, the count of nonzeros for 0, ``sum(|x|)``, ``sqrt(sum(x * x))``, else
+    ``sum(|x| ** ord) ** (1 / ord)`` (computed in float32 for half precision)."""
+    from kiln._ops.elementwise import abs as _abs
+    from kiln._ops.elementwise import ne, sqrt
+    from kiln._ops.elementwise import pow as _pow
+    from kiln._ops.reduction import amax, amin
+
+    _, out, _, dims = _vector_norm_meta(input, ord, dim, keepdim, dtype)
+    x = _abs(input.to(dt.float32 if out in (dt.float16, dt.bfloat16) else out))
+    if ord == float("inf"):
+        r = amax(x, dims, keepdim)
+    elif ord == -float("inf"):
+        r = amin(x, dims, keepdim)
+    elif ord == 0:
+        r = _sum(ne(x, 0), dims, keepdim, dtype=x._dtype)
+    elif ord == 1:
+        r = _sum(x, dims, keepdim)
+    elif ord == 2:
+        r = sqrt(_sum(x * x, dims, keepdim))
+    else:
+        r = _pow(_sum(_pow(x, float(ord)), dims, keepdim), 1.0 / ord)
+    return r.to(out)
+
+
 @op(
+    decompose=_vector_norm_decomposed,
     tags=("reduction",),
     meta=_vector_norm_meta,
     reference=_vector_norm_ref,

@@ -165,7 +165,20 @@ def _stack_backward(grad, dim):
     return list(unbind(grad, wrap_dim(dim, grad.dim())))
 
 
-@op(tags=("shape",), meta=_stack_meta, reference=_stack_ref, backward=_stack_backward, grad_fn_name="StackBackward0")
+def _stack_decomposed(tensors, dim=0):
+    """``stack`` in kiln ops: ``cat`` of the tensors unsqueezed at ``dim``."""
+    _, dtype, _, d = _stack_meta(tensors, dim)
+    return cat([t.unsqueeze(d) for t in tensors], d).to(dtype)
+
+
+@op(
+    decompose=_stack_decomposed,
+    tags=("shape",),
+    meta=_stack_meta,
+    reference=_stack_ref,
+    backward=_stack_backward,
+    grad_fn_name="StackBackward0",
+)
 def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     """``tensors`` (all of one shape; promoted to a common dtype) joined along a new dim ``dim``."""
 
@@ -326,7 +339,26 @@ def _flip_ref(spec, a, dims):
     return np.array(np.flip(a, ds) if ds and a.ndim else a, order="C")
 
 
-@op(tags=("shape",), meta=_flip_meta, reference=_flip_ref, backward=lambda grad, dims: flip(grad, dims))
+def _flip_decomposed(input, dims):
+    """``flip`` in kiln ops: ``index_select`` with the positions of each flipped dim reversed."""
+    from kiln._ops.creation import arange
+    from kiln._ops.index import index_select
+
+    x = input
+    if input.dim():
+        for d in _flip_dims(input.dim(), dims):
+            n = x._shape[d]
+            x = index_select(x, d, arange(n - 1, -1, -1, device=input._device))
+    return x
+
+
+@op(
+    decompose=_flip_decomposed,
+    tags=("shape",),
+    meta=_flip_meta,
+    reference=_flip_ref,
+    backward=lambda grad, dims: flip(grad, dims),
+)
 def flip(input: Tensor, dims: Shape) -> Tensor:
     """A copy of ``input`` with the order of elements along ``dims`` reversed."""
 
@@ -380,7 +412,29 @@ def _roll_backward(grad, shifts, dims):
     return roll(grad, tuple(-s for s in _dims_arg(shifts)), dims)
 
 
-@op(tags=("shape",), meta=_roll_meta, reference=_roll_ref, backward=_roll_backward, methods=("roll",))
+def _roll_decomposed(input, shifts, dims=None):
+    """``roll`` in kiln ops: per dim, ``cat`` of the two slices in swapped order (the flattened input when
+    ``dims`` is None)."""
+    shifts, dims = _roll_args(input.dim(), shifts, dims)
+    if dims is None:
+        return _roll_decomposed(input.reshape(-1), shifts, (0,)).reshape(input._shape)
+    x = input
+    for s, d in zip(shifts, dims):
+        n = x._shape[d]
+        k = s % n if n else 0
+        if k:
+            x = cat([x.narrow(d, n - k, k), x.narrow(d, 0, n - k)], d)
+    return x
+
+
+@op(
+    decompose=_roll_decomposed,
+    tags=("shape",),
+    meta=_roll_meta,
+    reference=_roll_ref,
+    backward=_roll_backward,
+    methods=("roll",),
+)
 def roll(input: Tensor, shifts: Shape, dims: Shape | None = None) -> Tensor:
     """A copy of ``input`` with elements shifted ``shifts`` places along ``dims`` (flattened when ``dims`` is None)."""
 
@@ -426,7 +480,24 @@ def _repeat_backward(grad, input_shape, repeats):
     return g.reshape(input_shape)
 
 
-@op(tags=("shape",), meta=_repeat_meta, reference=_repeat_ref, backward=_repeat_backward)
+def _repeat_decomposed(input, repeats):
+    """``repeat`` in kiln ops: each dim ``s`` viewed as ``(1, s)``, expanded to ``(r, s)`` and copied into
+    the result's shape."""
+    from kiln._ops.creation import empty
+
+    shape, dtype, device = _repeat_meta(input, repeats)[:3]
+    if 0 in shape:
+        return empty(shape, dtype=dtype, device=device)
+    repeats = _shape_arg(repeats)
+    padded = (1,) * (len(repeats) - input.dim()) + input._shape
+    ones, tiled = [], []
+    for r, s in zip(repeats, padded):
+        ones += [1, s]
+        tiled += [r, s]
+    return input.reshape(tuple(ones)).expand(tuple(tiled)).reshape(shape)
+
+
+@op(decompose=_repeat_decomposed, tags=("shape",), meta=_repeat_meta, reference=_repeat_ref, backward=_repeat_backward)
 def repeat(input: Tensor, repeats: Shape) -> Tensor:
     """``input`` repeated ``repeats[i]`` times along each dim (leading dims added as needed); a copy."""
 
@@ -559,7 +630,28 @@ def _tri_ref(fn):
     return ref
 
 
+def _triangle_decomposed(lower: bool):
+    def decomposed(input, diagonal=0):
+        """``tril``/``triu`` in kiln ops: ``input`` where the column minus the row is on the kept side of
+        ``diagonal``, else zero."""
+        from kiln._ops.creation import arange
+        from kiln._ops.elementwise import where
+
+        rows, cols = input._shape[-2], input._shape[-1]
+        diagonal = max(-rows - 1, min(cols + 1, diagonal))  # as the reference: no overflow near int64's edges
+        offset = arange(cols, device=input._device) - arange(rows, device=input._device).reshape(rows, 1)
+        keep = offset <= diagonal if lower else offset >= diagonal
+        return where(keep, input, False if input._dtype is dt.bool else 0)
+
+    return decomposed
+
+
+_tril_decomposed = _triangle_decomposed(True)
+_triu_decomposed = _triangle_decomposed(False)
+
+
 @op(
+    decompose=_tril_decomposed,
     tags=("shape",),
     meta=_tri_meta("tril"),
     reference=_tri_ref(np.tril),
@@ -571,6 +663,7 @@ def tril(input: Tensor, diagonal: int = 0) -> Tensor:
 
 
 @op(
+    decompose=_triu_decomposed,
     tags=("shape",),
     meta=_tri_meta("triu"),
     reference=_tri_ref(np.triu),

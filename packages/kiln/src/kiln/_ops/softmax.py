@@ -26,7 +26,7 @@ from kiln._ops.elementwise import _compute_np, exp
 from kiln._ops.reduction import sum as _sum
 from kiln._spec import DimSpec
 from kiln._state import state
-from kiln._tensor import Tensor
+from kiln._tensor import Tensor, _numel
 
 __all__ = ["softmax", "log_softmax", "softmin"]
 
@@ -192,7 +192,24 @@ def _log_softmax_bwd_backward(grad, grad_output, output, dim, needs_input_grad):
     )
 
 
+def _softmax_backward_data_decomposed(grad_output, output, dim):
+    """``_softmax_backward_data`` in kiln ops: the composite :func:`_softmax_backward`."""
+    return _softmax_backward(grad_output, dim, output).to(_bwd_dtype(grad_output, output))
+
+
+def _log_softmax_backward_data_decomposed(grad_output, output, dim):
+    """``_log_softmax_backward_data`` in kiln ops: the composite :func:`_log_softmax_backward`."""
+    return _log_softmax_backward(grad_output, dim, output).to(_bwd_dtype(grad_output, output))
+
+
+def _bwd_dtype(grad_output, output):
+    dtype = dt.promote_types(grad_output._dtype, output._dtype)
+    return dt.float32 if dtype in _HALF else dtype
+
+
 @op(
+    decompose=_softmax_backward_data_decomposed,
+    tags=("fused",),
     meta=_softmax_bwd_meta("_softmax_backward_data"),
     reference=_softmax_bwd_ref(False),
     backward=_softmax_bwd_backward,
@@ -204,6 +221,8 @@ def _softmax_backward_data(grad_output: Tensor, output: Tensor, dim: int) -> Ten
 
 
 @op(
+    decompose=_log_softmax_backward_data_decomposed,
+    tags=("fused",),
     meta=_softmax_bwd_meta("_log_softmax_backward_data"),
     reference=_softmax_bwd_ref(True),
     backward=_log_softmax_bwd_backward,
@@ -222,7 +241,31 @@ def _log_softmax_grad(grad, dim, result):
     return _log_softmax_backward_data(grad, result, dim)
 
 
+def _softmax_decomposed(input, dim, *, log=False):
+    """``_softmax`` in kiln ops: ``exp(x - max) / sum(exp(x - max))`` (half precision computed in float32)."""
+    from kiln._ops.elementwise import log as _log
+    from kiln._ops.reduction import amax
+
+    d = wrap_dim(dim, len(input._shape))
+    dtype = input._dtype
+    if _numel(input._shape) == 0:
+        return input.clone()
+    x = input.to(dt.float32) if dtype in _HALF else input
+    z = x - amax(x, d, True)
+    e = exp(z)
+    s = _sum(e, d, True)
+    r = z - _log(s) if log else e / s
+    return r.to(dtype)
+
+
+def _log_softmax_decomposed(input, dim):
+    """``_log_softmax`` in kiln ops: ``(x - max) - log(sum(exp(x - max)))``."""
+    return _softmax_decomposed(input, dim, log=True)
+
+
 @op(
+    decompose=_softmax_decomposed,
+    tags=("fused",),
     meta=_softmax_meta("softmax"),
     reference=_softmax_ref(False),
     backward=_softmax_grad,
@@ -234,6 +277,8 @@ def _softmax(input: Tensor, dim: int) -> Tensor:
 
 
 @op(
+    decompose=_log_softmax_decomposed,
+    tags=("fused",),
     meta=_softmax_meta("log_softmax"),
     reference=_softmax_ref(True),
     backward=_log_softmax_grad,

@@ -84,7 +84,26 @@ def _lerp_backward(grad, input, end, weight, needs_input_grad):
     )
 
 
+def _lerp_decomposed(input, end, weight):
+    """``lerp`` in kiln ops, in PyTorch's two-sided form (from ``input`` for ``|weight| < 0.5``, else from
+    ``end``), computed in float32 for half precision."""
+    from kiln._ops.elementwise import abs as _abs
+    from kiln._ops.elementwise import where
+
+    d = _lerp_meta(input, end, weight)[1]
+    c = _opmath(d)
+    a, b = input.to(c), end.to(c)
+    diff = b - a
+    if isinstance(weight, Tensor):
+        w = weight.to(c)
+        small = _abs(w) < 0.5
+        return (where(small, a, b) + where(small, w, w - 1) * diff).to(d)
+    w = float(weight)
+    return ((a + w * diff) if abs(w) < 0.5 else (b + (w - 1) * diff)).to(d)
+
+
 @op(
+    decompose=_lerp_decomposed,
     tags=("pointwise",),
     inplace=True,
     meta=_lerp_meta,
@@ -146,7 +165,17 @@ def _addcdiv_ref(spec, a, t1, t2, value=1):
     return a + np.divide(_value(value, compute) * t1, t2, dtype=compute)
 
 
+def _addcmul_decomposed(input, tensor1, tensor2, *, value=1):
+    """``addcmul`` in kiln ops: ``input + value * tensor1 * tensor2`` in the compute dtype (``value``
+    truncated for integer results)."""
+    d = _addc_meta("addcmul")(input, tensor1, tensor2, value)[1]
+    c = _opmath(d)
+    v = value if c.is_floating_point else int(value)
+    return (input.to(c) + tensor1.to(c) * v * tensor2.to(c)).to(d)
+
+
 @op(
+    decompose=_addcmul_decomposed,
     tags=("pointwise",),
     inplace=True,
     meta=_addc_meta("addcmul"),
@@ -163,7 +192,16 @@ def addcmul(input: Tensor, tensor1: Tensor, tensor2: Tensor, *, value: Number = 
     """``input + value * tensor1 * tensor2``, broadcasting all three."""
 
 
+def _addcdiv_decomposed(input, tensor1, tensor2, *, value=1):
+    """``addcdiv`` in kiln ops: ``input + value * tensor1 / tensor2`` in the compute dtype."""
+    d = _addc_meta("addcdiv")(input, tensor1, tensor2, value)[1]
+    c = _opmath(d)
+    v = value if c.is_floating_point else int(value)
+    return (input.to(c) + tensor1.to(c) * v / tensor2.to(c)).to(d)
+
+
 @op(
+    decompose=_addcdiv_decomposed,
     tags=("pointwise",),
     inplace=True,
     meta=_addc_meta("addcdiv"),

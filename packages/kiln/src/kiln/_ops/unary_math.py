@@ -87,12 +87,34 @@ def _rsqrt_np(a):
     return np.divide(1, np.sqrt(a), dtype=a.dtype)
 
 
+def _rsqrt_decomposed(input):
+    """``rsqrt`` in kiln ops: ``1 / sqrt(input)``."""
+    from kiln._ops.elementwise import _in_float, sqrt
+
+    x, d = _in_float(input)
+    return reciprocal(sqrt(x)).to(d)
+
+
 def _reciprocal_np(a):
     return np.divide(1, a, dtype=a.dtype)
 
 
+def _exp2_decomposed(input):
+    """``exp2`` in kiln ops: ``pow(2, x)``."""
+    from kiln._ops.elementwise import _in_float
+    from kiln._ops.elementwise import pow as _pow
+
+    x, d = _in_float(input)
+    return _pow(2.0, x).to(d)
+
+
 exp2 = _unary(
-    "exp2", np.exp2, lambda grad, result: grad * result * _LN2, "``2 ** input`` elementwise.", autocast="fp32"
+    "exp2",
+    np.exp2,
+    lambda grad, result: grad * result * _LN2,
+    "``2 ** input`` elementwise.",
+    autocast="fp32",
+    decompose=_exp2_decomposed,
 )
 expm1 = _unary(
     "expm1",
@@ -101,11 +123,34 @@ expm1 = _unary(
     "``exp(input) - 1`` elementwise, accurate for small ``input``.",
     autocast="fp32",
 )
+
+
+def _log_base_decomposed(ln_base: float):
+    def decomposed(input):
+        """``log2``/``log10`` in kiln ops: the natural logarithm over ``ln(base)``."""
+        from kiln._ops.elementwise import _in_float, log
+
+        x, d = _in_float(input)
+        return (log(x) / ln_base).to(d)
+
+    return decomposed
+
+
 log2 = _unary(
-    "log2", np.log2, lambda grad, input: grad / (input * _LN2), "Base-2 logarithm elementwise.", autocast="fp32"
+    "log2",
+    np.log2,
+    lambda grad, input: grad / (input * _LN2),
+    "Base-2 logarithm elementwise.",
+    autocast="fp32",
+    decompose=_log_base_decomposed(math.log(2.0)),
 )
 log10 = _unary(
-    "log10", np.log10, lambda grad, input: grad / (input * _LN10), "Base-10 logarithm elementwise.", autocast="fp32"
+    "log10",
+    np.log10,
+    lambda grad, input: grad / (input * _LN10),
+    "Base-10 logarithm elementwise.",
+    autocast="fp32",
+    decompose=_log_base_decomposed(math.log(10.0)),
 )
 log1p = _unary(
     "log1p",
@@ -120,6 +165,7 @@ rsqrt = _unary(
     lambda grad, result: grad * -0.5 * (result * result * result),
     "``1 / sqrt(input)`` elementwise.",
     autocast="fp32",
+    decompose=lambda input: _rsqrt_decomposed(input),
 )
 reciprocal = _unary(
     "reciprocal",
@@ -220,7 +266,23 @@ def _logit_backward(grad, input, eps):
 _LOGIT_BASE = unary_meta("logit")
 
 
+def _logit_decomposed(input, eps=None):
+    """``logit`` in kiln ops: ``log(x / (1 - x))`` with ``x`` clamped to ``[eps, 1 - eps]`` (each step in the
+    result dtype: half precision rounds at every step, as PyTorch's kernel does)."""
+    from kiln._ops.elementwise import log
+
+    d = input._dtype if input._dtype.is_floating_point else dt.get_default_dtype()
+    x = input.to(d)
+    if eps is not None and eps >= 0:
+        step = np.dtype(d.numpy)  # the bounds as the reference rounds them
+        lo = np.asarray(eps, np.float32 if d in _HALF else step).astype(step)
+        hi = np.asarray(np.asarray(1, lo.dtype) - lo).astype(step)
+        x = where(x < float(lo), float(lo), where(x > float(hi), float(hi), x))
+    return log(x / (-x + 1))
+
+
 @op(
+    decompose=_logit_decomposed,
     tags=("pointwise",),
     inplace=True,
     meta=_logit_meta,
@@ -246,7 +308,14 @@ def _square_ref(spec, a):
     return np.multiply(x, x, dtype=compute)
 
 
+def _square_decomposed(input):
+    """``square`` in kiln ops: ``input * input`` (bool inputs as int64)."""
+    x = input.to(dt.int64) if input._dtype is dt.bool else input
+    return x * x
+
+
 @op(
+    decompose=_square_decomposed,
     tags=("pointwise",),
     inplace=True,
     meta=_square_meta,
@@ -266,12 +335,20 @@ def _sign_np(a):
     return np.where(np.isnan(a), 0, s) if a.dtype.kind == "f" else s
 
 
+def _sgn_decomposed(input):
+    """``sgn`` in kiln ops: ``sign`` (the same for real tensors)."""
+    from kiln._ops.elementwise import sign
+
+    return sign(input)
+
+
 sgn = _unary(
     "sgn",
     _sign_np,
     lambda grad: _zeros_like(grad),
     "The sign (-1, 0, 1) of each element; for real tensors the same as :func:`sign`.",
     int_to_float=False,
+    decompose=lambda input: _sgn_decomposed(input),
 )
 
 
@@ -366,7 +443,13 @@ def _frac_ref(spec, a):
     return x - np.trunc(x)
 
 
+def _frac_decomposed(input):
+    """``frac`` in kiln ops: ``input - trunc(input)``."""
+    return input - trunc(input)
+
+
 @op(
+    decompose=_frac_decomposed,
     tags=("pointwise",),
     inplace=True,
     meta=_frac_meta,
@@ -393,14 +476,20 @@ Tensor.__pos__ = positive
 # ---------------------------------------------------------------------------------------- float classification
 
 
-def _classify(name: str, fn, non_float: bool, doc: str):
+def _classify(name: str, fn, non_float: bool, doc: str, decompose=None):
     def ref(spec, a):
         if a.dtype.kind in "fV":
             return fn(a)
         return np.full(a.shape, non_float)
 
     @op(
-        tags=("pointwise",), meta=unary_meta(name, bool_result=True), reference=ref, name=name, doc=doc, methods=(name,)
+        tags=("pointwise",),
+        meta=unary_meta(name, bool_result=True),
+        reference=ref,
+        name=name,
+        doc=doc,
+        methods=(name,),
+        decompose=decompose,
     )
     def classify(input: Tensor) -> Tensor:
         pass
@@ -408,10 +497,46 @@ def _classify(name: str, fn, non_float: bool, doc: str):
     return classify
 
 
-isinf = _classify("isinf", np.isinf, False, "True where ``input`` is ``+inf`` or ``-inf``.")
-isposinf = _classify("isposinf", lambda a: a == np.inf, False, "True where ``input`` is ``+inf``.")
-isneginf = _classify("isneginf", lambda a: a == -np.inf, False, "True where ``input`` is ``-inf``.")
-isfinite = _classify("isfinite", np.isfinite, True, "True where ``input`` is neither infinite nor NaN.")
+def _isposinf_decomposed(input):
+    """``isposinf`` in kiln ops: ``input == inf`` (never true for integers)."""
+    from kiln._ops.elementwise import eq
+
+    return eq(input, math.inf)
+
+
+def _isneginf_decomposed(input):
+    """``isneginf`` in kiln ops: ``input == -inf``."""
+    from kiln._ops.elementwise import eq
+
+    return eq(input, -math.inf)
+
+
+def _isinf_decomposed(input):
+    """``isinf`` in kiln ops: ``input == inf or input == -inf``."""
+    from kiln._ops.binary_math import logical_or
+    from kiln._ops.elementwise import eq
+
+    return logical_or(eq(input, math.inf), eq(input, -math.inf))
+
+
+def _isfinite_decomposed(input):
+    """``isfinite`` in kiln ops: neither infinite nor NaN (always true for integers)."""
+    from kiln._ops.binary_math import logical_or
+    from kiln._ops.elementwise import isnan, logical_not
+
+    return logical_not(logical_or(_isinf_decomposed(input), isnan(input)))
+
+
+isinf = _classify("isinf", np.isinf, False, "True where ``input`` is ``+inf`` or ``-inf``.", _isinf_decomposed)
+isposinf = _classify(
+    "isposinf", lambda a: a == np.inf, False, "True where ``input`` is ``+inf``.", _isposinf_decomposed
+)
+isneginf = _classify(
+    "isneginf", lambda a: a == -np.inf, False, "True where ``input`` is ``-inf``.", _isneginf_decomposed
+)
+isfinite = _classify(
+    "isfinite", np.isfinite, True, "True where ``input`` is neither infinite nor NaN.", _isfinite_decomposed
+)
 
 
 def _nan_to_num_meta(input, nan=0.0, posinf=None, neginf=None):
@@ -437,7 +562,29 @@ def _nan_to_num_ref(spec, a, nan=0.0, posinf=None, neginf=None):
     return np.where(np.isnan(x), nan_v, np.where(x == np.inf, pos_v, np.where(x == -np.inf, neg_v, x)))
 
 
+def _nan_to_num_decomposed(input, nan=0.0, posinf=None, neginf=None):
+    """``nan_to_num`` in kiln ops: ``where`` NaN, ``+inf`` and ``-inf`` are, the replacements (the dtype's
+    largest finite values by default); integer tensors are unchanged."""
+    from kiln._ops.creation import tensor
+    from kiln._ops.elementwise import eq, isnan
+
+    d = input._dtype
+    if not d.is_floating_point:
+        return input
+    compute = dt.float32 if d in _HALF else d
+    x = input.to(compute)
+    top = _FLOAT_MAX[d]
+
+    def value(v, default):
+        return tensor(float(default if v is None else v), dtype=dt.float64, device=input._device).to(compute)
+
+    out = where(eq(x, -math.inf), value(neginf, -top), x)
+    out = where(eq(x, math.inf), value(posinf, top), out)
+    return where(isnan(x), value(nan, 0.0), out).to(d)
+
+
 @op(
+    decompose=_nan_to_num_decomposed,
     tags=("pointwise",),
     inplace=True,
     meta=_nan_to_num_meta,

@@ -24,6 +24,7 @@ def _cube_meta(input, scale=1.0):
     backward=lambda grad, input, scale: grad * 3 * input * input * scale,
     autocast="fp32",
     methods=("cube",),
+    tags=("pointwise",),
 )
 def cube_op(input: kiln.Tensor, scale: float = 1.0) -> kiln.Tensor:
     """``scale * input ** 3`` (an op defined by a test, after kiln loaded its plugins)."""
@@ -202,3 +203,29 @@ def test_a_meta_function_must_return_a_typed_spec(monkeypatch):
     monkeypatch.setattr(neg, "_checked", {})  # the first call (per dtype and device) is the checked one
     with pytest.raises(TypeError, match=r"meta function of op 'neg' returned .* not a kiln\.backend\.Spec"):
         kiln.neg(kiln.ones(2))
+
+
+def test_every_op_record_carries_its_facts():
+    """Tags are what code generators, autocast and the conformance kit select ops by (``op()`` refuses an op
+    without one), and the facts derived from them hold (views need only metadata, fused ops have a decomposition,
+    in-place variants exist only for pointwise ops)."""
+    from kiln.backend import TAGS, ops
+
+    for name, opdef in ops().items():
+        assert opdef.tags <= TAGS.keys(), name
+        if "view" in opdef.tags:
+            assert opdef.device_generic, name
+        if "fused" in opdef.tags:
+            assert opdef.decompose is not None, name
+        if opdef.inplace:
+            assert "pointwise" in opdef.tags, name
+
+
+def test_an_op_without_tags_is_refused():
+    with pytest.raises(ValueError, match="give it at least one tag"):
+
+        @op(meta=lambda input: None)
+        def _untagged(input: kiln.Tensor) -> kiln.Tensor:
+            """An op with no tags (refused)."""
+
+    assert "_untagged" not in OPS

@@ -129,6 +129,8 @@ class OpDef:
     ):
         if autocast not in _AUTOCAST_POLICIES:
             raise ValueError(f"op {name}: autocast must be one of {_AUTOCAST_POLICIES}, got {autocast!r}")
+        if not tags:
+            raise ValueError(f"op {name}: give it at least one tag (kiln.backend.TAGS: {', '.join(TAGS)})")
         unknown = set(tags) - TAGS.keys()
         if unknown:
             raise ValueError(f"op {name}: unknown tags {sorted(unknown)}; the tags are {sorted(TAGS)}")
@@ -271,7 +273,7 @@ def op(
     * ``name`` and ``doc`` override the function's own (for op families defined in a loop).
     * ``grad_fn_name`` names the autograd node (PyTorch's name, e.g. ``"MmBackward0"``; a function of
       the call's arguments when the name depends on the overload).
-    * ``tags``: what kind of op it is (keys of :data:`TAGS`).
+    * ``tags``: what kind of op it is (keys of :data:`TAGS`; at least one).
     * ``inplace``: the op has an in-place variant (``add_``, and ``__iadd__`` for operators); whether
       that variant saves ``self`` for autograd is derived from ``backward`` (:attr:`OpDef.inplace_saves_self`).
     * ``device_generic``: ``reference`` needs only tensor metadata and the device contract (views,

@@ -1,9 +1,9 @@
 """Kernels of the example device: exactly kiln's primitive set (``kiln.backend.primitives()``).
 
-kiln calls a kernel as ``kernel(spec, *args)``: ``spec`` is what the op's meta function worked out —
-``(shape, dtype, device, ...)`` of the result, with a few ops adding fields (the comparison ops their
-compute dtype, reductions their normalised dims) — and ``args`` are the op's arguments, tensors
-still tensors. All argument checking happened in the meta function, before the kernel runs.
+kiln calls a kernel as ``kernel(spec, *args)``: ``spec`` is what the op's meta function worked out, a
+:class:`kiln.backend.Spec` read by name — ``spec.shape``, ``spec.dtype``, ``spec.device`` of the result,
+and the extras of the op's family (the comparison ops' ``spec.compute_dtype``, reductions'
+``spec.dims``) — and ``args`` are the op's arguments, tensors still tensors. All argument checking happened in the meta function, before the kernel runs.
 
 A kernel allocates its result on the device, reads its inputs in place through their strides and
 storage offset (views are never copied first), and returns the result tensor. The primitives without
@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 import kiln
-from kiln.backend import Spec, from_array, host_view, op, primitives, reference_kernel
+from kiln.backend import from_array, host_view, op, primitives, reference_kernel
 from kiln_example_device.device import NAME
 
 __all__ = ["KERNELS", "device_array", "new_output"]
@@ -43,7 +43,7 @@ def device_array(t: kiln.Tensor) -> np.ndarray:
 
 def new_output(spec) -> tuple[kiln.Tensor, np.ndarray]:
     """A fresh contiguous result tensor for ``spec`` on the device, and a writable view of its memory."""
-    out = kiln.empty(spec[0], dtype=spec[1], device=spec[2])
+    out = kiln.empty(spec.shape, dtype=spec.dtype, device=spec.device)
     return out, device_array(out)
 
 
@@ -61,12 +61,13 @@ def operand(x, np_dtype) -> np.ndarray:
 # ---------------------------------------------------------------------------------------- elementwise
 
 
-def _binary(np_fn, *, compute_field: int = 1):
-    """A kernel ``out = np_fn(input, other)`` computed in ``spec[compute_field]``'s dtype."""
+def _binary(np_fn, *, compute_field: str = "dtype"):
+    """A kernel ``out = np_fn(input, other)`` computed in the dtype of the spec's field ``compute_field``
+    (the result's dtype, or a comparison's ``compute_dtype``)."""
 
     def kernel(spec, input, other):
         out, dst = new_output(spec)
-        compute = np.dtype(spec[compute_field].numpy)
+        compute = np.dtype(getattr(spec, compute_field).numpy)
         dst[...] = np_fn(operand(input, compute), operand(other, compute))
         return out
 
@@ -79,7 +80,7 @@ def _scaled(np_fn):
 
     def kernel(spec, input, other, alpha=1):
         out, dst = new_output(spec)
-        compute = np.dtype(spec[1].numpy)
+        compute = np.dtype(spec.dtype.numpy)
         b = operand(other, compute)
         if alpha != 1:
             b = np.multiply(b, operand(alpha, compute))
@@ -93,12 +94,12 @@ def _scaled(np_fn):
 def div(spec, input, other, rounding_mode=None):
     """True division, or rounded with ``rounding_mode`` ``'trunc'``/``'floor'`` (PyTorch's semantics)."""
     out, dst = new_output(spec)
-    compute = np.dtype(spec[1].numpy)
+    compute = np.dtype(spec.dtype.numpy)
     a, b = operand(input, compute), operand(other, compute)
     with np.errstate(all="ignore"):
         if rounding_mode is None:
             dst[...] = np.true_divide(a, b)
-        elif spec[1].is_floating_point:
+        elif spec.dtype.is_floating_point:
             dst[...] = np.floor_divide(a, b) if rounding_mode == "floor" else np.trunc(np.true_divide(a, b))
         else:
             if dst.size and np.any(np.asarray(b) == 0):
@@ -114,7 +115,7 @@ def _unary(np_fn):
     def kernel(spec, input):
         out, dst = new_output(spec)
         with np.errstate(all="ignore"):
-            dst[...] = np_fn(operand(input, np.dtype(spec[1].numpy)))
+            dst[...] = np_fn(operand(input, np.dtype(spec.dtype.numpy)))
         return out
 
     kernel.__name__ = getattr(np_fn, "__name__", "unary")
@@ -124,7 +125,7 @@ def _unary(np_fn):
 def where(spec, condition, input, other):
     """``input`` where ``condition`` else ``other``, broadcasting."""
     out, dst = new_output(spec)
-    compute = np.dtype(spec[1].numpy)
+    compute = np.dtype(spec.dtype.numpy)
     dst[...] = np.where(operand(condition, np.dtype(bool)), operand(input, compute), operand(other, compute))
     return out
 
@@ -140,10 +141,10 @@ def clone(spec, input, memory_format=None):
 
 
 def sum(spec, input, dim=None, keepdim=False, dtype=None):  # noqa: A001 - the op's name
-    """Sum over the dims the meta function normalised (``spec[3]``), in the result dtype."""
+    """Sum over the dims the meta function normalised (``spec.dims``), in the result dtype."""
     out, dst = new_output(spec)
-    a = operand(input, np.dtype(spec[1].numpy))
-    axes = spec[3] if a.ndim else None
+    a = operand(input, np.dtype(spec.dtype.numpy))
+    axes = spec.dims if a.ndim else None
     dst[...] = np.sum(a, axis=axes, keepdims=keepdim)
     return out
 
@@ -151,7 +152,7 @@ def sum(spec, input, dim=None, keepdim=False, dtype=None):  # noqa: A001 - the o
 def matmul(spec, input, other):
     """Matrix product with NumPy's (= PyTorch's) broadcasting and 1-D promotion rules."""
     out, dst = new_output(spec)
-    compute = np.dtype(spec[1].numpy)
+    compute = np.dtype(spec.dtype.numpy)
     dst[...] = np.matmul(operand(input, compute), operand(other, compute))
     return out
 
@@ -176,9 +177,7 @@ def _host_alias(x):
 
 def _on_cpu(spec):
     """One output's spec with device ``cpu``, for the reference kernel."""
-    if isinstance(spec, Spec):
-        return spec.replace(device=_CPU)
-    return (spec[0], spec[1], _CPU, *spec[3:])
+    return spec.replace(device=_CPU)
 
 
 def _to_device(out: kiln.Tensor, spec) -> kiln.Tensor:
@@ -212,11 +211,11 @@ HAND_WRITTEN: dict[str, tuple] = {
     "div": (div, None),
     "maximum": (_binary(np.maximum), None),
     "minimum": (_binary(np.minimum), None),
-    "eq": (_binary(np.equal, compute_field=3), None),
-    "lt": (_binary(np.less, compute_field=3), None),
-    "le": (_binary(np.less_equal, compute_field=3), None),
-    "gt": (_binary(np.greater, compute_field=3), None),
-    "ge": (_binary(np.greater_equal, compute_field=3), None),
+    "eq": (_binary(np.equal, compute_field="compute_dtype"), None),
+    "lt": (_binary(np.less, compute_field="compute_dtype"), None),
+    "le": (_binary(np.less_equal, compute_field="compute_dtype"), None),
+    "gt": (_binary(np.greater, compute_field="compute_dtype"), None),
+    "ge": (_binary(np.greater_equal, compute_field="compute_dtype"), None),
     "neg": (_unary(np.negative), None),
     "abs": (_unary(np.abs), None),
     # transcendental functions only for floating point inputs: integer inputs (which PyTorch

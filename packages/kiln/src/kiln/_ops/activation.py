@@ -181,6 +181,7 @@ def _gelu_decomposed(input, *, approximate="none"):
 
 
 @op(
+    tags=("pointwise", "nn"),
     decompose=_gelu_decomposed,
     meta=_float_meta("GeluKernelImpl", "gelu", _gelu_check),
     reference=_ref(_gelu_np),
@@ -205,6 +206,7 @@ def _silu_decomposed(input):
 
 
 @op(
+    tags=("pointwise", "nn"),
     decompose=_silu_decomposed,
     meta=_float_meta("silu_cpu", "silu"),
     reference=_ref(lambda x: x / (1.0 + np.exp(-x))),
@@ -243,6 +245,7 @@ def _mish_decomposed(input):
 
 
 @op(
+    tags=("pointwise", "nn"),
     decompose=_mish_decomposed,
     meta=_float_meta("mish_cpu", "mish"),
     reference=_ref(lambda x: x * np.tanh(np.log1p(np.exp(x)))),
@@ -283,6 +286,7 @@ def _elu_decomposed(input, alpha=1.0, scale=1.0, input_scale=1.0):
 
 
 @op(
+    tags=("pointwise", "nn"),
     decompose=_elu_decomposed,
     meta=_float_meta("elu_cpu", "elu"),
     reference=_ref(_elu_np),
@@ -325,6 +329,7 @@ def _celu_decomposed(input, alpha=1.0):
 
 
 @op(
+    tags=("pointwise", "nn"),
     decompose=_celu_decomposed,
     meta=_float_meta("elu_cpu", "celu", _celu_check),
     reference=_ref(lambda x, alpha=1.0: _elu_np(x, alpha, 1.0, 1.0 / alpha)),
@@ -353,6 +358,7 @@ def _leaky_relu_decomposed(input, negative_slope=0.01):
 
 
 @op(
+    tags=("pointwise", "nn"),
     decompose=_leaky_relu_decomposed,
     meta=_float_meta("leaky_relu_cpu", "leaky_relu"),
     reference=_ref(lambda x, slope=0.01: np.where(x > 0, x, x * slope)),
@@ -414,6 +420,7 @@ def _hardtanh_decomposed(input, min_val=-1.0, max_val=1.0):
 
 
 @op(
+    tags=("pointwise", "nn"),
     decompose=_hardtanh_decomposed,
     meta=_hardtanh_meta,
     reference=_hardtanh_ref,
@@ -453,6 +460,7 @@ def _hardswish_decomposed(input):
 
 
 @op(
+    tags=("pointwise", "nn"),
     decompose=_hardswish_decomposed,
     meta=_float_meta("hardswish_cpu", "hardswish"),
     reference=_ref(lambda x: x * np.minimum(np.maximum(x + 3.0, 0.0), 6.0) / 6.0),
@@ -480,6 +488,7 @@ def _hardsigmoid_decomposed(input):
 
 
 @op(
+    tags=("pointwise", "nn"),
     decompose=_hardsigmoid_decomposed,
     meta=_float_meta("hardsigmoid_cpu", "hardsigmoid"),
     reference=_ref(lambda x: np.minimum(np.maximum(x + 3.0, 0.0), 6.0) / 6.0),
@@ -516,6 +525,7 @@ def _softplus_decomposed(input, beta=1.0, threshold=20.0):
 
 
 @op(
+    tags=("pointwise", "nn"),
     decompose=_softplus_decomposed,
     meta=_float_meta("softplus_cpu", "softplus"),
     reference=_ref(_softplus_np),
@@ -541,6 +551,7 @@ def _log_sigmoid_decomposed(input):
 
 
 @op(
+    tags=("pointwise", "nn"),
     decompose=_log_sigmoid_decomposed,
     meta=_float_meta("log_sigmoid_cpu", "log_sigmoid"),
     reference=_ref(lambda x: np.minimum(x, 0.0) - np.log1p(np.exp(-np.abs(x)))),
@@ -584,6 +595,7 @@ def _softshrink_decomposed(input, lambd=0.5):
 
 
 @op(
+    tags=("pointwise", "nn"),
     decompose=_softshrink_decomposed,
     meta=_float_meta("softshrink_check", "softshrink", _softshrink_check),
     reference=_ref(lambda x, lambd=0.5: np.where(x > lambd, x - lambd, np.where(x < -lambd, x + lambd, 0.0 * x))),
@@ -605,6 +617,7 @@ def _hardshrink_decomposed(input, lambd=0.5):
 
 
 @op(
+    tags=("pointwise", "nn"),
     decompose=_hardshrink_decomposed,
     meta=_float_meta("hardshrink_cpu", "hardshrink"),
     reference=_ref(lambda x, lambd=0.5: np.where((x >= -lambd) & (x <= lambd), np.zeros((), x.dtype), x)),
@@ -645,6 +658,7 @@ def _threshold_decomposed(input, threshold, value):
 
 
 @op(
+    tags=("pointwise", "nn"),
     decompose=_threshold_decomposed,
     meta=_threshold_meta,
     reference=_threshold_ref,
@@ -727,6 +741,7 @@ def _prelu_decomposed(input, weight):
 
 
 @op(
+    tags=("pointwise", "nn"),
     decompose=_prelu_decomposed,
     meta=_prelu_meta,
     reference=_prelu_ref,
@@ -768,7 +783,13 @@ def _rrelu_backward(grad, input, noise, lower, upper, training):
     return (where(input > 0, grad, grad * slope), None)
 
 
-@op(meta=_rrelu_meta, reference=_rrelu_ref, backward=_rrelu_backward, grad_fn_name=_node_name("RreluWithNoiseBackward"))
+@op(
+    tags=("pointwise", "nn", "random"),
+    meta=_rrelu_meta,
+    reference=_rrelu_ref,
+    backward=_rrelu_backward,
+    grad_fn_name=_node_name("RreluWithNoiseBackward"),
+)
 def rrelu_with_noise(
     input: Tensor, noise: Tensor | None, lower: float = 1.0 / 8.0, upper: float = 1.0 / 3.0, training: bool = False
 ) -> Tensor:
@@ -841,7 +862,7 @@ def _glu_decomposed(input, dim=-1):
     return input.narrow(d, 0, h) / (exp(-input.narrow(d, h, h)) + 1.0)
 
 
-@op(decompose=_glu_decomposed, meta=_glu_meta, reference=_glu_ref, backward=_glu_backward)
+@op(tags=("nn",), decompose=_glu_decomposed, meta=_glu_meta, reference=_glu_ref, backward=_glu_backward)
 def glu(input: Tensor, dim: int = -1) -> Tensor:
     """Gated linear unit: ``a * sigmoid(b)`` where ``a, b`` are the halves of ``input`` along ``dim``."""
 

@@ -161,6 +161,7 @@ def _nll_loss_decomposed(input, target, weight=None, ignore_index=-100, reductio
 
 
 @op(
+    tags=("nn",),
     decompose=_nll_loss_decomposed,
     meta=_nll_meta,
     reference=_nll_ref,
@@ -242,6 +243,7 @@ def _nll_loss_backward_decomposed(grad, input, target, weight=None, ignore_index
 
 
 @op(
+    tags=("nn", "backward"),
     decompose=_nll_loss_backward_decomposed,
     meta=_nll_bwd_meta,
     reference=_nll_bwd_ref,
@@ -437,6 +439,7 @@ def _binary_cross_entropy_decomposed(input, target, weight=None, reduction="mean
 
 
 @op(
+    tags=("nn",),
     decompose=_binary_cross_entropy_decomposed,
     meta=_bce_meta,
     reference=_bce_ref,
@@ -543,6 +546,7 @@ def _bcel_backward(grad, input, target, weight, pos_weight, reduction, needs_inp
 
 
 @op(
+    tags=("nn",),
     decompose=_binary_cross_entropy_with_logits_decomposed,
     meta=_bcel_meta,
     reference=_bcel_ref,

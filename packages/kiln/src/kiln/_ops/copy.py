@@ -68,7 +68,7 @@ def _to_copy_backward(grad, input_device, input_dtype):
     return grad.to(input_device, input_dtype)
 
 
-@op(meta=_to_copy_meta, reference=_to_copy_kernel, device_generic=True, backward=_to_copy_backward)
+@op(tags=("copy",), meta=_to_copy_meta, reference=_to_copy_kernel, device_generic=True, backward=_to_copy_backward)
 def _to_copy(input: Tensor, dtype: dt.dtype, device: Device) -> Tensor:
     """A copy of ``input`` with the given dtype on the given device."""
 

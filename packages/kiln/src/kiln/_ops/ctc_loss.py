@@ -141,7 +141,14 @@ def _ctc_backward(grad, log_probs, targets, input_lengths, target_lengths, blank
     return _ctc_loss_backward(grad, log_probs, targets, input_lengths, target_lengths, blank, zero_infinity), None
 
 
-@op(meta=_ctc_meta, reference=_ctc_ref, backward=_ctc_backward, autocast="fp32", grad_fn_name="CtcLossBackward0")
+@op(
+    tags=("nn",),
+    meta=_ctc_meta,
+    reference=_ctc_ref,
+    backward=_ctc_backward,
+    autocast="fp32",
+    grad_fn_name="CtcLossBackward0",
+)
 def _ctc_loss(
     log_probs: Tensor,
     targets: Tensor,
@@ -188,6 +195,7 @@ def _ctc_bwd_backward(grad):
 
 
 @op(
+    tags=("nn", "backward"),
     meta=_ctc_bwd_meta,
     reference=_ctc_bwd_ref,
     backward=_ctc_bwd_backward,

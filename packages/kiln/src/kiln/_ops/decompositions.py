@@ -104,7 +104,14 @@ def _inv_backward(grad, result):
     return -matmul(matmul(r, grad), r)
 
 
-@op(meta=_inv_meta, reference=_inv_ref, backward=_inv_backward, autocast="fp32", grad_fn_name="LinalgInvExBackward0")
+@op(
+    tags=("linalg",),
+    meta=_inv_meta,
+    reference=_inv_ref,
+    backward=_inv_backward,
+    autocast="fp32",
+    grad_fn_name="LinalgInvExBackward0",
+)
 def inv(A: Tensor) -> Tensor:
     """Inverse of a (batch of) square matrices; raises :class:`LinAlgError` for a singular one."""
 
@@ -125,7 +132,14 @@ def _det_backward(grad, A, result):
     return (grad * result).unsqueeze(-1).unsqueeze(-1) * inv(A).mT
 
 
-@op(meta=_det_meta, reference=_det_ref, backward=_det_backward, autocast="fp32", grad_fn_name="LinalgDetBackward0")
+@op(
+    tags=("linalg",),
+    meta=_det_meta,
+    reference=_det_ref,
+    backward=_det_backward,
+    autocast="fp32",
+    grad_fn_name="LinalgDetBackward0",
+)
 def det(A: Tensor) -> Tensor:
     """Determinant of a (batch of) square matrices."""
 
@@ -150,6 +164,7 @@ def _slogdet_backward(grads, A):
 
 
 @op(
+    tags=("linalg",),
     meta=_slogdet_meta,
     reference=_slogdet_ref,
     backward=_slogdet_backward,
@@ -247,6 +262,7 @@ def _cholesky_backward(grad, result, upper):
 
 
 @op(
+    tags=("linalg",),
     meta=_cholesky_meta,
     reference=_cholesky_ref,
     backward=_cholesky_backward,
@@ -317,6 +333,7 @@ def _eigh_backward(grads, A, UPLO):
 
 
 @op(
+    tags=("linalg",),
     meta=_eigh_meta,
     reference=_eigh_ref,
     backward=_eigh_backward,
@@ -408,6 +425,7 @@ def _svd_backward(grads, A, full_matrices):
 
 
 @op(
+    tags=("linalg",),
     meta=_svd_meta,
     reference=_svd_ref,
     backward=_svd_backward,
@@ -494,6 +512,7 @@ def _qr_backward_tall(Q, R, gQ, gR):
 
 
 @op(
+    tags=("linalg",),
     meta=_qr_meta,
     reference=_qr_ref,
     backward=_qr_backward,

@@ -73,6 +73,7 @@ def _fused_dropout_backward(grads, result):
 
 
 @op(
+    tags=("nn", "random"),
     meta=_fused_dropout_meta,
     reference=_fused_dropout_ref,
     backward=_fused_dropout_backward,

@@ -140,7 +140,14 @@ def _einsum_backward(grad, equation, operands, operands_shape):
     return grads
 
 
-@op(meta=_einsum_meta, reference=_einsum_ref, backward=_einsum_backward, autocast="lower", name="einsum")
+@op(
+    tags=("linalg",),
+    meta=_einsum_meta,
+    reference=_einsum_ref,
+    backward=_einsum_backward,
+    autocast="lower",
+    name="einsum",
+)
 def _einsum(equation: str, operands: Sequence[Tensor]) -> Tensor:
     """Einstein summation over ``operands`` (``torch.einsum``)."""
 

@@ -74,6 +74,7 @@ def _embedding_decomposed(weight, indices, padding_idx=-1, scale_grad_by_freq=Fa
 
 
 @op(
+    tags=("nn",),
     decompose=_embedding_decomposed,
     meta=_embedding_meta,
     reference=_embedding_ref,
@@ -292,6 +293,7 @@ def _embedding_bag_backward(
 
 
 @op(
+    tags=("nn",),
     meta=_embedding_bag_meta,
     reference=_embedding_bag_ref,
     backward=_embedding_bag_backward,

@@ -98,7 +98,7 @@ def _gather_backward(grad, input, dim, index):
     return scatter_add(_zeros(input._shape, grad), dim, index, grad), None
 
 
-@op(meta=_gather_meta, reference=_gather_ref, backward=_gather_backward, methods=("gather",))
+@op(tags=("index",), meta=_gather_meta, reference=_gather_ref, backward=_gather_backward, methods=("gather",))
 def gather(input: Tensor, dim: int, index: Tensor, *, sparse_grad: bool = False) -> Tensor:
     """Values of ``input`` at ``index`` along ``dim``: ``out[i][j] = input[i][index[i][j]]`` (dim 1)."""
 
@@ -152,6 +152,7 @@ def _scatter_add_backward(grad, dim, index, needs_input_grad):
 
 
 @op(
+    tags=("index",),
     meta=_scatter_meta("scatter"),
     reference=_scatter_ref(False),
     backward=_scatter_backward,
@@ -163,6 +164,7 @@ def scatter(input: Tensor, dim: int, index: Tensor, src: Tensor | float | None =
 
 
 @op(
+    tags=("index",),
     meta=_scatter_meta("scatter_add"),
     reference=_scatter_ref(True),
     backward=_scatter_add_backward,
@@ -296,6 +298,7 @@ def _scatter_reduce_backward(grad, input, dim, index, src, reduce, include_self,
 
 
 @op(
+    tags=("index",),
     meta=_scatter_reduce_meta,
     reference=_scatter_reduce_ref,
     backward=_scatter_reduce_backward,

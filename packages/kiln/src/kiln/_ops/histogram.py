@@ -45,7 +45,7 @@ def _bincount_ref(spec, a, weights=None, minlength=0):
     return np.bincount(a.astype(np.int64), w, minlength=spec.shape[0])[: spec.shape[0]]
 
 
-@op(meta=_bincount_meta, reference=_bincount_ref, methods=("bincount",))
+@op(tags=("index",), meta=_bincount_meta, reference=_bincount_ref, methods=("bincount",))
 def bincount(input: Tensor, weights: Tensor | None = None, minlength: int = 0) -> Tensor:
     """Count of each value in the non-negative 1-D integer ``input`` (or the sum of its ``weights``)."""
 
@@ -77,6 +77,6 @@ def _histc_ref(spec, a, bins=100, min=0, max=0):
     return np.bincount(pos, minlength=bins).astype(compute)
 
 
-@op(meta=_histc_meta, reference=_histc_ref, methods=("histc",))
+@op(tags=("index",), meta=_histc_meta, reference=_histc_ref, methods=("histc",))
 def histc(input: Tensor, bins: int = 100, min: float = 0, max: float = 0) -> Tensor:
     """Histogram of ``input`` in ``bins`` equal bins over ``[min, max]`` (the data's range when both are 0)."""

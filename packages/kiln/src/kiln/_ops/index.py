@@ -74,7 +74,13 @@ def _index_select_backward(grad, input_shape, dim, index):
     return index_add(_zeros(input_shape, grad), dim, index, grad), None
 
 
-@op(meta=_index_select_meta, reference=_index_select_ref, backward=_index_select_backward, methods=("index_select",))
+@op(
+    tags=("index",),
+    meta=_index_select_meta,
+    reference=_index_select_ref,
+    backward=_index_select_backward,
+    methods=("index_select",),
+)
 def index_select(input: Tensor, dim: int, index: Tensor) -> Tensor:
     """The entries of ``input`` along ``dim`` at the (1-D) ``index``."""
 
@@ -142,7 +148,13 @@ def _index_add_backward(grad, dim, index, source_shape, alpha, needs_input_grad)
     return grad, None, g
 
 
-@op(meta=_index_add_meta, reference=_index_add_ref, backward=_index_add_backward, methods=("index_add",))
+@op(
+    tags=("index",),
+    meta=_index_add_meta,
+    reference=_index_add_ref,
+    backward=_index_add_backward,
+    methods=("index_add",),
+)
 def index_add(input: Tensor, dim: int, index: Tensor, source: Tensor, *, alpha: float = 1) -> Tensor:
     """A copy of ``input`` with ``alpha * source`` added at ``index`` along ``dim`` (duplicates accumulate)."""
 
@@ -170,7 +182,13 @@ def _index_fill_backward(grad, dim, index):
     return index_fill(grad, dim, index, 0.0), None
 
 
-@op(meta=_index_fill_meta, reference=_index_fill_ref, backward=_index_fill_backward, methods=("index_fill",))
+@op(
+    tags=("index",),
+    meta=_index_fill_meta,
+    reference=_index_fill_ref,
+    backward=_index_fill_backward,
+    methods=("index_fill",),
+)
 def index_fill(input: Tensor, dim: int, index: Tensor, value: float) -> Tensor:
     """A copy of ``input`` with the entries at ``index`` along ``dim`` set to the scalar ``value``."""
 
@@ -248,6 +266,7 @@ def _masked_fill_decomposed(input, mask, value):
 
 
 @op(
+    tags=("index",),
     decompose=_masked_fill_decomposed,
     meta=_masked_fill_meta,
     reference=_masked_fill_ref,
@@ -293,7 +312,14 @@ def _take_decomposed(input, index):
     return index_select(input.reshape(-1), 0, flat).reshape(index._shape)
 
 
-@op(decompose=_take_decomposed, meta=_take_meta, reference=_take_ref, backward=_take_backward, methods=("take",))
+@op(
+    tags=("index",),
+    decompose=_take_decomposed,
+    meta=_take_meta,
+    reference=_take_ref,
+    backward=_take_backward,
+    methods=("take",),
+)
 def take(input: Tensor, index: Tensor) -> Tensor:
     """``input`` as if flattened, at ``index`` (int64; negative counts from the end); shaped like ``index``."""
 
@@ -349,7 +375,13 @@ def _index_copy_backward(grad, dim, index, source_shape):
     return index_fill(grad, dim, index, 0.0), None, g_src.reshape(source_shape)
 
 
-@op(meta=_index_copy_meta, reference=_index_copy_ref, backward=_index_copy_backward, methods=("index_copy",))
+@op(
+    tags=("index",),
+    meta=_index_copy_meta,
+    reference=_index_copy_ref,
+    backward=_index_copy_backward,
+    methods=("index_copy",),
+)
 def index_copy(input: Tensor, dim: int, index: Tensor, source: Tensor) -> Tensor:
     """A copy of ``input`` with the slices of ``source`` written at ``index`` along ``dim``."""
 
@@ -372,7 +404,7 @@ def _nonzero_ref(spec, a):
     return np.argwhere(a).astype(np.int64).reshape(spec.shape)
 
 
-@op(meta=_nonzero_meta, reference=_nonzero_ref)
+@op(tags=("index", "dynamic_shape"), meta=_nonzero_meta, reference=_nonzero_ref)
 def _nonzero(input: Tensor) -> Tensor:
     """Indices of the nonzero entries, one row per entry."""
 
@@ -407,7 +439,11 @@ def _masked_select_backward(grad, input_shape, mask):
 
 
 @op(
-    meta=_masked_select_meta, reference=_masked_select_ref, backward=_masked_select_backward, methods=("masked_select",)
+    tags=("index", "dynamic_shape"),
+    meta=_masked_select_meta,
+    reference=_masked_select_ref,
+    backward=_masked_select_backward,
+    methods=("masked_select",),
 )
 def masked_select(input: Tensor, mask: Tensor) -> Tensor:
     """The entries of ``input`` where the boolean ``mask`` (broadcast) is True, as a 1-D tensor."""
@@ -565,7 +601,7 @@ def _index_backward(grad, input_shape, indices):
     return index_put(_zeros(input_shape, grad), indices, grad, True), None
 
 
-@op(meta=_index_meta, reference=_index_ref, backward=_index_backward, grad_fn_name="IndexBackward0")
+@op(tags=("index",), meta=_index_meta, reference=_index_ref, backward=_index_backward, grad_fn_name="IndexBackward0")
 def _index(input: Tensor, indices: Sequence[Tensor]) -> Tensor:
     """``input[indices]`` for a tuple of integer/boolean index tensors (advanced indexing from dim 0)."""
 
@@ -606,7 +642,13 @@ def _index_put_backward(grad, indices, values, accumulate):
     return g_self, None, _index(grad, indices)
 
 
-@op(meta=_index_put_meta, reference=_index_put_ref, backward=_index_put_backward, methods=("index_put",))
+@op(
+    tags=("index",),
+    meta=_index_put_meta,
+    reference=_index_put_ref,
+    backward=_index_put_backward,
+    methods=("index_put",),
+)
 def index_put(input: Tensor, indices: Sequence[Tensor], values: Tensor, accumulate: bool = False) -> Tensor:
     """A copy of ``input`` with ``values`` written (or, ``accumulate``, added) at ``input[indices]``."""
 
@@ -649,6 +691,7 @@ def _masked_scatter_backward(grad, mask, source_shape):
 
 
 @op(
+    tags=("index",),
     meta=_masked_scatter_meta,
     reference=_masked_scatter_ref,
     backward=_masked_scatter_backward,

@@ -225,7 +225,7 @@ def _native_norm_backward_decomposed(grad, input, weight, mean, var, eps, layout
 
 @op(
     decompose=_native_norm_backward_decomposed,
-    tags=("fused",),
+    tags=("nn", "backward", "fused"),
     meta=_norm_bwd_meta,
     reference=_norm_bwd_ref,
     backward=_norm_bwd_backward,
@@ -363,7 +363,7 @@ def _native_batch_norm_decomposed(input, weight, bias, running_mean, running_var
 
 @op(
     decompose=_native_batch_norm_decomposed,
-    tags=("fused",),
+    tags=("nn", "fused"),
     meta=_batch_norm_meta,
     reference=_batch_norm_ref,
     backward=_batch_norm_backward,
@@ -419,7 +419,7 @@ def _batch_norm_stats_decomposed(input):
 
 @op(
     decompose=_batch_norm_stats_decomposed,
-    tags=("fused",),
+    tags=("nn", "fused"),
     meta=_bn_stats_meta,
     reference=_bn_stats_ref,
     num_outputs=2,
@@ -567,7 +567,7 @@ def _native_layer_norm_decomposed(input, normalized_shape, weight, bias, eps):
 
 @op(
     decompose=_native_layer_norm_decomposed,
-    tags=("fused",),
+    tags=("nn", "fused"),
     meta=_layer_norm_meta,
     reference=_layer_norm_ref,
     backward=_layer_norm_backward,
@@ -634,7 +634,7 @@ def _native_group_norm_decomposed(input, num_groups, weight, bias, eps):
 
 @op(
     decompose=_native_group_norm_decomposed,
-    tags=("fused",),
+    tags=("nn", "fused"),
     meta=_group_norm_meta,
     reference=_group_norm_ref,
     backward=_group_norm_backward,

@@ -53,7 +53,7 @@ def _one_hot_decomposed(tensor, num_classes=-1):
     return eq(tensor.unsqueeze(-1), arange(classes, device=tensor._device)).to(dt.int64)
 
 
-@op(decompose=_one_hot_decomposed, meta=_one_hot_meta, reference=_one_hot_ref)
+@op(tags=("index",), decompose=_one_hot_decomposed, meta=_one_hot_meta, reference=_one_hot_ref)
 def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
     """An int64 tensor with a trailing dim of size ``num_classes`` (inferred as ``max + 1`` when -1)
     holding 1 at each index of ``tensor`` and 0 elsewhere."""

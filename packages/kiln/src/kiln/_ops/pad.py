@@ -113,6 +113,7 @@ def _constant_pad_decomposed(input, pad, value=0):
 
 
 @op(
+    tags=("shape",),
     decompose=_constant_pad_decomposed,
     meta=_constant_pad_meta,
     reference=_constant_pad_ref,

@@ -150,7 +150,9 @@ def _argmax_scatter_backward(grad, indices):
     return gather(grad, -1, indices), None
 
 
-@op(meta=_argmax_scatter_meta, reference=_argmax_scatter_ref, backward=_argmax_scatter_backward)
+@op(
+    tags=("nn", "backward"), meta=_argmax_scatter_meta, reference=_argmax_scatter_ref, backward=_argmax_scatter_backward
+)
 def _argmax_scatter(src: Tensor, indices: Tensor, plane: int) -> Tensor:
     """The gradient of a max pool over planes of ``plane`` elements: zeros of shape ``src``'s leading dims
     x ``plane``, with each ``src[..., o]`` added at ``indices[..., o]`` in order of ``o`` (one op:
@@ -171,6 +173,7 @@ def _max_pool_backward(grads, input_shape, kernel_size, result):
 
 
 @op(
+    tags=("nn",),
     meta=_max_pool_meta,
     reference=_max_pool_ref,
     backward=_max_pool_backward,
@@ -370,6 +373,7 @@ def _adaptive_max_backward(grads, input_shape, output_size, result):
 
 
 @op(
+    tags=("nn",),
     meta=_adaptive_max_meta,
     reference=_adaptive_max_ref,
     backward=_adaptive_max_backward,

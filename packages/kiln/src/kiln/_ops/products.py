@@ -73,6 +73,7 @@ def _bmm_decomposed(input, mat2):
 
 
 @op(
+    tags=("linalg",),
     decompose=_bmm_decomposed,
     meta=_bmm_meta,
     reference=_matmul_ref,
@@ -235,6 +236,7 @@ def _add_product_decomposed(input, a, b, *, beta=1, alpha=1):
 
 
 @op(
+    tags=("linalg",),
     decompose=_add_product_decomposed,
     meta=_add_product_meta("addmm", _mm_meta, ("mat1", "mat2"), _addmm_dtype_message),
     reference=_add_product_ref,
@@ -253,6 +255,7 @@ def addmv(input: Tensor, mat: Tensor, vec: Tensor, *, beta=1, alpha=1) -> Tensor
 
 
 @op(
+    tags=("linalg",),
     decompose=_add_product_decomposed,
     meta=_add_product_meta("baddbmm", _bmm_meta, ("batch1", "batch2"), _baddbmm_dtype_message),
     reference=_add_product_ref,

@@ -401,6 +401,7 @@ def _grad_fn_name(args) -> str:
 
 
 @op(
+    tags=("nn",),
     meta=_separable_meta,
     reference=_separable_ref,
     backward=_separable_backward_formula,
@@ -452,6 +453,7 @@ def _separable_backward_backward(grad, kind, params):
 
 
 @op(
+    tags=("nn", "backward"),
     meta=_separable_backward_meta,
     reference=_separable_backward_ref,
     backward=_separable_backward_backward,

@@ -209,7 +209,7 @@ def _bwd_dtype(grad_output, output):
 
 @op(
     decompose=_softmax_backward_data_decomposed,
-    tags=("fused",),
+    tags=("nn", "backward", "fused"),
     meta=_softmax_bwd_meta("_softmax_backward_data"),
     reference=_softmax_bwd_ref(False),
     backward=_softmax_bwd_backward,
@@ -222,7 +222,7 @@ def _softmax_backward_data(grad_output: Tensor, output: Tensor, dim: int) -> Ten
 
 @op(
     decompose=_log_softmax_backward_data_decomposed,
-    tags=("fused",),
+    tags=("nn", "backward", "fused"),
     meta=_softmax_bwd_meta("_log_softmax_backward_data"),
     reference=_softmax_bwd_ref(True),
     backward=_log_softmax_bwd_backward,
@@ -265,7 +265,7 @@ def _log_softmax_decomposed(input, dim):
 
 @op(
     decompose=_softmax_decomposed,
-    tags=("fused",),
+    tags=("nn", "fused"),
     meta=_softmax_meta("softmax"),
     reference=_softmax_ref(False),
     backward=_softmax_grad,
@@ -278,7 +278,7 @@ def _softmax(input: Tensor, dim: int) -> Tensor:
 
 @op(
     decompose=_log_softmax_decomposed,
-    tags=("fused",),
+    tags=("nn", "fused"),
     meta=_softmax_meta("log_softmax"),
     reference=_softmax_ref(True),
     backward=_log_softmax_grad,

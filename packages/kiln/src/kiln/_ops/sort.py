@@ -57,6 +57,7 @@ def _sort_backward(grads, input_shape, dim, result):
 
 
 @op(
+    tags=("index",),
     meta=_sort_meta,
     reference=_sort_ref,
     backward=_sort_backward,
@@ -166,7 +167,7 @@ def _searchsorted_ref(spec, seq, v, out_int32=False, right=False, side=None, sor
     return out.reshape(spec.shape)
 
 
-@op(meta=_searchsorted_meta, reference=_searchsorted_ref)
+@op(tags=("index",), meta=_searchsorted_meta, reference=_searchsorted_ref)
 def searchsorted(
     sorted_sequence: Tensor,
     input: Tensor,
@@ -237,7 +238,7 @@ def _unique_ref(spec, a, sorted=True, return_inverse=False, return_counts=False,
     return values, inverse.astype(np.int64).reshape(spec[1].shape), counts.astype(np.int64)
 
 
-@op(meta=_unique_meta, reference=_unique_ref, num_outputs=3)
+@op(tags=("index", "dynamic_shape"), meta=_unique_meta, reference=_unique_ref, num_outputs=3)
 def _unique(
     input: Tensor,
     sorted: bool = True,

@@ -97,6 +97,7 @@ def _gather_ref(spec, g, input_geometry, view_geometry):
 
 
 @op(
+    tags=("backward",),
     meta=lambda grad, input_geometry, view_geometry: Spec((tuple(input_geometry[0]), grad._dtype, grad._device)),
     reference=_scatter_ref,
     backward=lambda grad, input_geometry, view_geometry: _strided_gather(grad, input_geometry, view_geometry),
@@ -107,6 +108,7 @@ def _strided_scatter(grad: Tensor, input_geometry: tuple, view_geometry: tuple) 
 
 
 @op(
+    tags=("backward",),
     meta=lambda grad, input_geometry, view_geometry: Spec((tuple(view_geometry[0]), grad._dtype, grad._device)),
     reference=_gather_ref,
     backward=lambda grad, input_geometry, view_geometry: _strided_scatter(grad, input_geometry, view_geometry),
@@ -124,6 +126,7 @@ def _zero_ref(spec, g, input_geometry, view_geometry):
 
 
 @op(
+    tags=("backward",),
     meta=lambda grad, input_geometry, view_geometry: Spec((tuple(input_geometry[0]), grad._dtype, grad._device)),
     reference=_zero_ref,
     backward=lambda grad, input_geometry, view_geometry: _strided_zero(grad, input_geometry, view_geometry),

@@ -633,7 +633,7 @@ def _clone_ref(spec, a, memory_format=None):
     return np.array(a, order="C" if memory_format is contiguous_format else "K", copy=True)
 
 
-@op(meta=_clone_meta, reference=_clone_ref, backward=lambda grad: grad, methods=("clone",))
+@op(tags=("copy",), meta=_clone_meta, reference=_clone_ref, backward=lambda grad: grad, methods=("clone",))
 def clone(input: Tensor, *, memory_format=None) -> Tensor:
     """A copy of ``input`` (same stride order unless ``memory_format=kiln.contiguous_format``), tracked by autograd."""
 

@@ -5,8 +5,8 @@
 
 The artefacts, one function each returning the file's full text:
 
-* :func:`init_py`: the op imports of ``kiln/__init__.py`` (the block between the markers), from
-  :data:`TOP_LEVEL`;
+* :func:`init_py`: the op imports of ``kiln/__init__.py`` (the block between the markers), from the
+  ``TOP_LEVEL`` each op module declares beside its ``__all__``;
 * :func:`nn_functional_py`: ``kiln/nn_functional.py``, the ``__all__`` of each of :data:`NN_MODULES`;
 * :func:`functional_py`: the core names ``kiln.nn.functional`` imports from ``kiln.nn_functional``
   (the block between the markers in kiln-nn's ``functional.py``; skipped where kiln-nn's sources are not
@@ -23,6 +23,7 @@ import ast
 import importlib
 import inspect
 import math
+import pkgutil
 import re
 import sys
 import types
@@ -55,196 +56,6 @@ NN_MODULES = (
     "one_hot",
 )
 """The op modules (``kiln._ops.<name>``) whose ``__all__`` is ``kiln.nn_functional`` (``torch.nn.functional``)."""
-
-ALL = "__all__"
-
-TOP_LEVEL: dict[str, str | tuple[str, ...]] = {
-    "_meta": ("broadcast_shapes", "can_cast"),
-    "activation": (
-        "celu",
-        "celu_",
-        "hardshrink",
-        "prelu",
-        "rrelu",
-        "rrelu_",
-        "selu",
-        "selu_",
-        "threshold",
-        "threshold_",
-    ),
-    "binary_math": ALL,
-    "clamp": ALL,
-    "copy": ("copy_",),
-    "creation": (
-        "arange",
-        "as_tensor",
-        "asarray",
-        "empty",
-        "empty_like",
-        "eye",
-        "from_numpy",
-        "full",
-        "full_like",
-        "linspace",
-        "meshgrid",
-        "ones",
-        "ones_like",
-        "rand",
-        "rand_like",
-        "randint",
-        "randint_like",
-        "randn",
-        "randn_like",
-        "randperm",
-        "tensor",
-        "zeros",
-        "zeros_like",
-    ),
-    "decompositions": ("det", "inverse", "slogdet"),
-    "distance": ALL,
-    "dropout": ("alpha_dropout", "dropout", "feature_alpha_dropout"),
-    "einsum": ALL,
-    "elementwise": (
-        "abs",
-        "absolute",
-        "add",
-        "bitwise_and",
-        "bitwise_not",
-        "bitwise_or",
-        "bitwise_xor",
-        "cos",
-        "div",
-        "divide",
-        "eq",
-        "exp",
-        "ge",
-        "greater",
-        "greater_equal",
-        "gt",
-        "isnan",
-        "le",
-        "less",
-        "less_equal",
-        "log",
-        "logical_not",
-        "lt",
-        "mul",
-        "multiply",
-        "ne",
-        "neg",
-        "negative",
-        "not_equal",
-        "pow",
-        "relu",
-        "sigmoid",
-        "sign",
-        "sin",
-        "sqrt",
-        "sub",
-        "subtract",
-        "tanh",
-        "true_divide",
-        "where",
-    ),
-    "embedding": ("_embedding as embedding",),
-    "gather_scatter": ALL,
-    "histogram": ALL,
-    "index": ALL,
-    "linalg": ("matmul", "mm"),
-    "nn_conv": (
-        "conv1d",
-        "conv2d",
-        "conv3d",
-        "conv_transpose1d",
-        "conv_transpose2d",
-        "conv_transpose3d",
-        "convolution",
-    ),
-    "normalization": ("group_norm", "layer_norm", "rms_norm"),
-    "pad": ("constant_pad_nd",),
-    "pool": (
-        "adaptive_avg_pool1d",
-        "avg_pool1d",
-        "max_pool1d",
-        "max_pool1d_with_indices",
-        "max_pool2d",
-        "max_pool3d",
-        "adaptive_max_pool1d_with_indices as adaptive_max_pool1d",
-    ),
-    "products": ("addbmm", "addmm", "addmv", "baddbmm", "bmm", "dot", "ger", "mv", "outer", "tensordot", "trace"),
-    "reduction": (
-        "all",
-        "amax",
-        "amin",
-        "any",
-        "argmax",
-        "argmin",
-        "max",
-        "maximum",
-        "mean",
-        "min",
-        "minimum",
-        "return_types",
-        "sum",
-        "sum_to_size",
-    ),
-    "resample": ("pixel_shuffle", "pixel_unshuffle"),
-    "scans": ALL,
-    "shape": (
-        "cat",
-        "chunk",
-        "concat",
-        "concatenate",
-        "diag",
-        "diagonal",
-        "flip",
-        "fliplr",
-        "flipud",
-        "moveaxis",
-        "movedim",
-        "narrow_copy",
-        "roll",
-        "split",
-        "stack",
-        "tile",
-        "tril",
-        "triu",
-        "unbind",
-        "unflatten",
-    ),
-    "softmax": ("_tensor_log_softmax as log_softmax", "_tensor_softmax as softmax"),
-    "sort": ALL,
-    "special": ("erf", "erfc", "erfinv"),
-    "strided": ("as_strided",),
-    "ternary_math": ALL,
-    "unary_math": ALL,
-    "views": (
-        "broadcast_to",
-        "clone",
-        "contiguous",
-        "contiguous_format",
-        "expand",
-        "flatten",
-        "memory_format",
-        "narrow",
-        "permute",
-        "preserve_format",
-        "ravel",
-        "reshape",
-        "select",
-        "squeeze",
-        "swapaxes",
-        "swapdims",
-        "t",
-        "transpose",
-        "unsqueeze",
-        "view",
-    ),
-}
-"""The names each op module (``kiln._ops.<name>``) gives ``kiln``'s top level, as in ``torch``: ``ALL`` (the
-module's ``__all__``) or the names, ``"x as y"`` where the top-level function differs from the
-``torch.nn.functional`` one of the same name. The one place to edit when an op joins the top level."""
-
 
 # ------------------------------------------------------------------------------------------ helpers
 
@@ -297,10 +108,16 @@ def nn_functional_names() -> list[str]:
 
 
 def top_level_entries() -> dict[str, list[str]]:
-    """:data:`TOP_LEVEL` resolved: module -> ``name`` / ``name as alias`` entries."""
+    """Each op module's ``TOP_LEVEL`` (the names it gives ``kiln``'s top level, declared next to their
+    definitions; ``"x as y"`` where the top-level function differs from the ``kiln.nn.functional`` one of
+    the same name): module -> entries, for every ``kiln._ops`` module that declares any."""
+    import kiln._ops
+
     out = {}
-    for module, names in TOP_LEVEL.items():
-        out[module] = list(_op_module(module).__all__ if names == ALL else names)
+    for info in sorted(pkgutil.iter_modules(kiln._ops.__path__), key=lambda i: i.name):
+        names = getattr(_op_module(info.name), "TOP_LEVEL", ())
+        if names:
+            out[info.name] = list(names)
     return out
 
 
@@ -308,7 +125,7 @@ def top_level_entries() -> dict[str, list[str]]:
 
 
 def init_py() -> str:
-    """``kiln/__init__.py`` with the op imports of :data:`TOP_LEVEL` between the markers."""
+    """``kiln/__init__.py`` with the op imports of every op module's ``TOP_LEVEL`` between the markers."""
     path = _PKG / "__init__.py"
     entries = top_level_entries()
     block = "".join(_imports(f"kiln._ops.{m}", entries[m]) for m in sorted(entries))

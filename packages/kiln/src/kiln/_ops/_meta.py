@@ -25,6 +25,12 @@ __all__ = [
     "is_scalar",
 ]
 
+TOP_LEVEL = (
+    "broadcast_shapes",
+    "can_cast",
+)
+"""The names ``kiln`` exports at its top level (as ``torch`` does)."""
+
 wrap_dim = _wrap_dim
 _BROADCAST: dict[tuple, tuple] = {}
 

@@ -57,6 +57,20 @@ __all__ = [
     "rrelu_",
 ]
 
+TOP_LEVEL = (
+    "celu",
+    "celu_",
+    "hardshrink",
+    "prelu",
+    "rrelu",
+    "rrelu_",
+    "selu",
+    "selu_",
+    "threshold",
+    "threshold_",
+)
+"""The names ``kiln`` exports at its top level (as ``torch`` does)."""
+
 
 _SQRT_HALF = math.sqrt(0.5)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)

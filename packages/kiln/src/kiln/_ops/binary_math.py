@@ -43,6 +43,9 @@ __all__ = [
     "bitwise_right_shift",
 ]
 
+TOP_LEVEL = __all__
+"""The names ``kiln`` exports at its top level (as ``torch`` does): every public name here."""
+
 
 # ---------------------------------------------------------------------------------------- binary, floating
 

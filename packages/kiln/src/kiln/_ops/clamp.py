@@ -26,6 +26,9 @@ from kiln._tensor import Tensor
 
 __all__ = ["clamp", "clip", "clamp_min", "clamp_max"]
 
+TOP_LEVEL = __all__
+"""The names ``kiln`` exports at its top level (as ``torch`` does): every public name here."""
+
 
 # ---------------------------------------------------------------------------------------- clamp
 

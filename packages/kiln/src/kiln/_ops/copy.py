@@ -23,6 +23,9 @@ from kiln._spec import Spec
 from kiln._state import state
 from kiln._tensor import Tensor, _make, contiguous_strides, from_array, storage_span
 
+TOP_LEVEL = ("copy_",)
+"""The names ``kiln`` exports at its top level (as ``torch`` does)."""
+
 
 def host_array(t: Tensor) -> np.ndarray:
     """A host NumPy view (CPU) or copy (other devices) of ``t``'s elements, in ``t``'s geometry."""

@@ -48,6 +48,33 @@ __all__ = [
     "meshgrid",
 ]
 
+TOP_LEVEL = (
+    "arange",
+    "as_tensor",
+    "asarray",
+    "empty",
+    "empty_like",
+    "eye",
+    "from_numpy",
+    "full",
+    "full_like",
+    "linspace",
+    "meshgrid",
+    "ones",
+    "ones_like",
+    "rand",
+    "rand_like",
+    "randint",
+    "randint_like",
+    "randn",
+    "randn_like",
+    "randperm",
+    "tensor",
+    "zeros",
+    "zeros_like",
+)
+"""The names ``kiln`` exports at its top level (as ``torch`` does)."""
+
 
 def _unsupported(out=None, layout=None, pin_memory=False, memory_format=None) -> None:
     """PyTorch keywords kiln accepts for signature compatibility but cannot honour yet: refuse, never ignore."""

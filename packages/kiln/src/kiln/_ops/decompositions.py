@@ -34,6 +34,13 @@ __all__ = [
     "inverse",
 ]
 
+TOP_LEVEL = (
+    "det",
+    "inverse",
+    "slogdet",
+)
+"""The names ``kiln`` exports at its top level (as ``torch`` does)."""
+
 
 class LinAlgError(RuntimeError):
     """Raised by ``kiln.linalg`` when a matrix is singular or not positive-definite (``torch.linalg.LinAlgError``)."""

@@ -14,6 +14,9 @@ from kiln._tensor import Tensor
 
 __all__ = ["cosine_similarity", "pairwise_distance", "pdist"]
 
+TOP_LEVEL = __all__
+"""The names ``kiln`` exports at its top level (as ``torch`` does): every public name here."""
+
 
 # ---------------------------------------------------------------------------------------- distances
 

@@ -22,6 +22,13 @@ from kiln._tensor import Tensor, _numel
 
 __all__ = ["dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout"]
 
+TOP_LEVEL = (
+    "alpha_dropout",
+    "dropout",
+    "feature_alpha_dropout",
+)
+"""The names ``kiln`` exports at its top level (as ``torch`` does)."""
+
 
 # ---------------------------------------------------------------------------------------- dropout
 

@@ -17,6 +17,9 @@ from kiln._tensor import Tensor
 
 __all__ = ["einsum"]
 
+TOP_LEVEL = __all__
+"""The names ``kiln`` exports at its top level (as ``torch`` does): every public name here."""
+
 
 # ---------------------------------------------------------------------------------------- einsum
 

@@ -17,6 +17,50 @@ from kiln._ops._meta import astype, broadcast_pair, common_device, is_scalar, re
 from kiln._spec import ComputeSpec, Spec
 from kiln._tensor import Tensor
 
+TOP_LEVEL = (
+    "abs",
+    "absolute",
+    "add",
+    "bitwise_and",
+    "bitwise_not",
+    "bitwise_or",
+    "bitwise_xor",
+    "cos",
+    "div",
+    "divide",
+    "eq",
+    "exp",
+    "ge",
+    "greater",
+    "greater_equal",
+    "gt",
+    "isnan",
+    "le",
+    "less",
+    "less_equal",
+    "log",
+    "logical_not",
+    "lt",
+    "mul",
+    "multiply",
+    "ne",
+    "neg",
+    "negative",
+    "not_equal",
+    "pow",
+    "relu",
+    "sigmoid",
+    "sign",
+    "sin",
+    "sqrt",
+    "sub",
+    "subtract",
+    "tanh",
+    "true_divide",
+    "where",
+)
+"""The names ``kiln`` exports at its top level (as ``torch`` does)."""
+
 Number = "int | float | bool"
 _HALF = (dt.float16, dt.bfloat16)
 

@@ -24,6 +24,10 @@ from kiln._tensor import Tensor, _numel
 
 __all__ = ["embedding", "embedding_bag"]
 
+TOP_LEVEL = ("_embedding as embedding",)
+"""The names ``kiln`` exports at its top level (as ``torch`` does); ``"x as y"`` where the top-level
+function differs from the ``kiln.nn.functional`` one of the same name."""
+
 
 # ---------------------------------------------------------------------------------------- embedding
 

@@ -21,6 +21,9 @@ from kiln._tensor import Tensor, _numel
 
 __all__ = ["gather", "scatter", "scatter_add", "take_along_dim", "scatter_reduce"]
 
+TOP_LEVEL = __all__
+"""The names ``kiln`` exports at its top level (as ``torch`` does): every public name here."""
+
 
 _INDEX_DTYPES = (dt.int32, dt.int64)
 

@@ -13,6 +13,9 @@ from kiln._tensor import Tensor
 
 __all__ = ["bincount", "histc"]
 
+TOP_LEVEL = __all__
+"""The names ``kiln`` exports at its top level (as ``torch`` does): every public name here."""
+
 
 def _bincount_meta(input, weights=None, minlength=0):
     if input._dtype.is_floating_point or input._dtype is dt.bool:

@@ -37,6 +37,9 @@ __all__ = [
     "masked_scatter",
 ]
 
+TOP_LEVEL = __all__
+"""The names ``kiln`` exports at its top level (as ``torch`` does): every public name here."""
+
 
 # ---------------------------------------------------------------------------------------- index_*
 

@@ -11,6 +11,12 @@ from kiln._ops.elementwise import _compute_np
 from kiln._spec import Spec
 from kiln._tensor import Tensor
 
+TOP_LEVEL = (
+    "matmul",
+    "mm",
+)
+"""The names ``kiln`` exports at its top level (as ``torch`` does)."""
+
 _NP_NAMES = {dt.float32: "float", dt.float64: "double", dt.float16: "c10::Half", dt.bfloat16: "c10::BFloat16"}
 
 

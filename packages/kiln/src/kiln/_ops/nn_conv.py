@@ -38,6 +38,17 @@ __all__ = [
     "fold",
 ]
 
+TOP_LEVEL = (
+    "conv1d",
+    "conv2d",
+    "conv3d",
+    "conv_transpose1d",
+    "conv_transpose2d",
+    "conv_transpose3d",
+    "convolution",
+)
+"""The names ``kiln`` exports at its top level (as ``torch`` does)."""
+
 IntOrTuple = "int | tuple[int, ...]"
 
 # PyTorch's names of a dtype in convolution's error messages: the legacy tensor type, the C type

@@ -30,6 +30,13 @@ from kiln._tensor import Tensor, _numel
 
 __all__ = ["batch_norm", "layer_norm", "group_norm", "instance_norm", "rms_norm", "normalize", "local_response_norm"]
 
+TOP_LEVEL = (
+    "group_norm",
+    "layer_norm",
+    "rms_norm",
+)
+"""The names ``kiln`` exports at its top level (as ``torch`` does)."""
+
 _EPS = {
     dt.float16: 0.0009765625,
     dt.bfloat16: 0.0078125,

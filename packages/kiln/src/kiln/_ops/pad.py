@@ -21,6 +21,9 @@ from kiln._tensor import Tensor
 
 __all__ = ["pad"]
 
+TOP_LEVEL = ("constant_pad_nd",)
+"""The names ``kiln`` exports at its top level (as ``torch`` does)."""
+
 
 # ---------------------------------------------------------------------------------------- padding
 

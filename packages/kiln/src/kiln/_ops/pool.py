@@ -53,6 +53,18 @@ __all__ = [
     "max_pool3d_with_indices",
 ]
 
+TOP_LEVEL = (
+    "adaptive_avg_pool1d",
+    "avg_pool1d",
+    "max_pool1d",
+    "max_pool1d_with_indices",
+    "max_pool2d",
+    "max_pool3d",
+    "adaptive_max_pool1d_with_indices as adaptive_max_pool1d",
+)
+"""The names ``kiln`` exports at its top level (as ``torch`` does); ``"x as y"`` where the top-level
+function differs from the ``kiln.nn.functional`` one of the same name."""
+
 
 # ---------------------------------------------------------------------------------------- max pooling
 

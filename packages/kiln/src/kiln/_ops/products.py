@@ -31,6 +31,21 @@ __all__ = [
     "cross",
 ]
 
+TOP_LEVEL = (
+    "addbmm",
+    "addmm",
+    "addmv",
+    "baddbmm",
+    "bmm",
+    "dot",
+    "ger",
+    "mv",
+    "outer",
+    "tensordot",
+    "trace",
+)
+"""The names ``kiln`` exports at its top level (as ``torch`` does)."""
+
 
 # ---------------------------------------------------------------------------------------- products
 

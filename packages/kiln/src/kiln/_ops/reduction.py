@@ -16,6 +16,24 @@ from kiln._ops.elementwise import _compute_np, binary_meta, binary_reference, eq
 from kiln._spec import DimSpec, ReductionSpec
 from kiln._tensor import Tensor, _numel
 
+TOP_LEVEL = (
+    "all",
+    "amax",
+    "amin",
+    "any",
+    "argmax",
+    "argmin",
+    "max",
+    "maximum",
+    "mean",
+    "min",
+    "minimum",
+    "return_types",
+    "sum",
+    "sum_to_size",
+)
+"""The names ``kiln`` exports at its top level (as ``torch`` does)."""
+
 Dims = "int | tuple[int, ...] | None"
 
 

@@ -13,6 +13,12 @@ from kiln._ops.separable import _separable
 
 __all__ = ["interpolate", "pixel_shuffle", "pixel_unshuffle"]
 
+TOP_LEVEL = (
+    "pixel_shuffle",
+    "pixel_unshuffle",
+)
+"""The names ``kiln`` exports at its top level (as ``torch`` does)."""
+
 
 # ---------------------------------------------------------------------------------------- interpolate
 

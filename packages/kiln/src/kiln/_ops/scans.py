@@ -519,6 +519,9 @@ __all__ = [
     "cumprod",
 ]
 
+TOP_LEVEL = __all__
+"""The names ``kiln`` exports at its top level (as ``torch`` does): every public name here."""
+
 
 # ---------------------------------------------------------------------------------------- median
 

@@ -32,6 +32,30 @@ from kiln._ops.views import (
 from kiln._spec import DimSpec, Spec, StridedSpec
 from kiln._tensor import Tensor, _numel
 
+TOP_LEVEL = (
+    "cat",
+    "chunk",
+    "concat",
+    "concatenate",
+    "diag",
+    "diagonal",
+    "flip",
+    "fliplr",
+    "flipud",
+    "moveaxis",
+    "movedim",
+    "narrow_copy",
+    "roll",
+    "split",
+    "stack",
+    "tile",
+    "tril",
+    "triu",
+    "unbind",
+    "unflatten",
+)
+"""The names ``kiln`` exports at its top level (as ``torch`` does)."""
+
 Shape = "tuple[int, ...]"
 
 

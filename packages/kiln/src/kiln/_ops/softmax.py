@@ -30,6 +30,13 @@ from kiln._tensor import Tensor, _numel
 
 __all__ = ["softmax", "log_softmax", "softmin"]
 
+TOP_LEVEL = (
+    "_tensor_log_softmax as log_softmax",
+    "_tensor_softmax as softmax",
+)
+"""The names ``kiln`` exports at its top level (as ``torch`` does); ``"x as y"`` where the top-level
+function differs from the ``kiln.nn.functional`` one of the same name."""
+
 
 _HALF = (dt.float16, dt.bfloat16)
 

@@ -16,6 +16,9 @@ from kiln._tensor import Tensor
 
 __all__ = ["argsort", "kthvalue", "msort", "sort", "topk", "bucketize", "searchsorted", "unique", "unique_consecutive"]
 
+TOP_LEVEL = __all__
+"""The names ``kiln`` exports at its top level (as ``torch`` does): every public name here."""
+
 
 # ---------------------------------------------------------------------------------------- sorting
 

@@ -19,6 +19,13 @@ from kiln._ops.unary_math import _f64
 
 __all__ = ["erf_np", "erfc_np", "erfinv_np", "erf", "erfc", "erfinv"]
 
+TOP_LEVEL = (
+    "erf",
+    "erfc",
+    "erfinv",
+)
+"""The names ``kiln`` exports at its top level (as ``torch`` does)."""
+
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 _HALF_SQRT_PI = math.sqrt(math.pi) / 2.0
 

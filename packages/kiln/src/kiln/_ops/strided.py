@@ -14,6 +14,9 @@ from kiln._ops.views import _shape_arg, check_storage_size, make_view
 from kiln._spec import Spec, StridedSpec
 from kiln._tensor import Tensor, storage_span
 
+TOP_LEVEL = ("as_strided",)
+"""The names ``kiln`` exports at its top level (as ``torch`` does)."""
+
 
 def _span_end(shape, stride, offset) -> int:
     return offset + storage_span(shape, stride)

@@ -21,6 +21,9 @@ from kiln._tensor import Tensor
 
 __all__ = ["lerp", "addcmul", "addcdiv"]
 
+TOP_LEVEL = __all__
+"""The names ``kiln`` exports at its top level (as ``torch`` does): every public name here."""
+
 
 # ---------------------------------------------------------------------------------------- lerp, addcmul, addcdiv
 

@@ -71,6 +71,9 @@ __all__ = [
     "nan_to_num",
 ]
 
+TOP_LEVEL = __all__
+"""The names ``kiln`` exports at its top level (as ``torch`` does): every public name here."""
+
 _LN2 = math.log(2.0)
 _LN10 = math.log(10.0)
 

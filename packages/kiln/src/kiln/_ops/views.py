@@ -18,6 +18,30 @@ from kiln._spec import Spec, StridedSpec
 from kiln._state import state
 from kiln._tensor import Tensor, _make, _numel, contiguous_strides, storage_span
 
+TOP_LEVEL = (
+    "broadcast_to",
+    "clone",
+    "contiguous",
+    "contiguous_format",
+    "expand",
+    "flatten",
+    "memory_format",
+    "narrow",
+    "permute",
+    "preserve_format",
+    "ravel",
+    "reshape",
+    "select",
+    "squeeze",
+    "swapaxes",
+    "swapdims",
+    "t",
+    "transpose",
+    "unsqueeze",
+    "view",
+)
+"""The names ``kiln`` exports at its top level (as ``torch`` does)."""
+
 Shape = "tuple[int, ...]"
 
 

@@ -31,7 +31,7 @@ EXAMPLE_DEVICE = "tests-integration/example_device"  # the out-of-tree example d
 # Its session is then "tests(backend='cpu')", in a venv of its own with only that backend installed.
 BACKENDS: dict[str, list[str]] = {
     "reference": [],  # the core alone: NumPy reference kernels for device "cpu"
-    "example": ["-e", EXAMPLE_DEVICE],  # device "example": a few kernels, the rest through the CPU fallback
+    "example": ["-e", EXAMPLE_DEVICE],  # device "example": the primitive set, the rest through decompositions
     "cpu": ["-e", "packages/kiln-cpu"],  # Numba kernels for device "cpu" over the reference ones
 }
 # The device each backend's conformance run checks (`pytest --kiln-device=...`): "cpu" unless listed.
@@ -45,9 +45,6 @@ BACKEND_ENV: dict[str, dict[str, str]] = {
 }
 # Extra environment for the conformance run only.
 CONFORMANCE_ENV: dict[str, dict[str, str]] = {
-    # the example device implements exactly kiln's primitive set: every other op runs through its
-    # decomposition on the device, so it needs no CPU fallback
-    "example": {},
     # kiln-cpu hands small tensors to the reference kernels (cheaper below ~256k elements); the suite's
     # tensors are small, so this makes every one of them go through the Numba kernels.
     "cpu": {"KILN_CPU_MIN_NUMEL": "0"},

@@ -1,4 +1,4 @@
-"""Every kiln workflow, one nox session each (DESIGN §1).
+"""Every kiln workflow, one nox session each (architecture page, "The packages").
 
     python3 -m nox                                   the whole test suite: tests, packaging, integration, lint, docs
     python3 -m nox -s demo                           the demo training job (docs/examples/train_digits.py)

@@ -5,7 +5,7 @@ times in microseconds (the minimum over timeit repeats) with the ratios kiln/PyT
 and writes a JSON record to ``benchmarks/results/overhead.json`` (atomically: temp file + rename).
 
 Small tensors make the kernel itself nearly free, so what is measured is the Python and dispatch cost
-of one eager op (DESIGN §3: "a few microseconds of Python, not tens"). Everything runs on one thread:
+of one eager op (architecture page, "Correctness and performance": "a few microseconds of Python, not tens"). Everything runs on one thread:
 BLAS/OpenMP pools are pinned to one thread before NumPy or PyTorch is imported, and
 ``torch.set_num_threads(1)``.
 """

@@ -35,7 +35,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 KILN_SRC = REPO / "packages" / "kiln"
 
-# Generous per-command limits: nothing may hang (DESIGN §8), but a cold pip cache is slow.
+# Generous per-command limits: nothing may hang (architecture page, "Errors"), but a cold pip cache is slow.
 PIP_TIMEOUT = 600
 RUN_TIMEOUT = 120
 

@@ -1,6 +1,6 @@
 """A plugin that raises on import never breaks kiln; it is reported, and the environment controls it.
 
-DESIGN §5: loading is lazy and guarded; ``KILN_DISABLE_PLUGINS``, ``KILN_PLUGINS`` and
+architecture page, "Plugins": loading is lazy and guarded; ``KILN_DISABLE_PLUGINS``, ``KILN_PLUGINS`` and
 ``KILN_STRICT_PLUGINS`` control it; ``kiln plugins`` (and ``python -m kiln plugins --json``) report it.
 """
 

@@ -1,6 +1,6 @@
 """The out-of-tree example device plugin (tests-integration/example_device), installed from wheels.
 
-DESIGN §5: third-party devices are first-class. The plugin's wheel and kiln's are installed in a fresh
+architecture page, "Plugins": third-party devices are first-class. The plugin's wheel and kiln's are installed in a fresh
 venv; kiln lists the plugin with its version and ops, tensors on "example" compute and backpropagate, a
 second device plugin works beside it, a broken one is reported and harms nothing, uninstalling or
 disabling it leaves kiln working, and the conformance suite (kiln-testing, from its wheel) passes on it.

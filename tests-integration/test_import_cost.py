@@ -1,6 +1,6 @@
 """``import kiln`` in a fresh venv is cheap: no pluggy, no numba, no ml_dtypes, no plugin imported.
 
-DESIGN §5 and §7: plugins load on first use, never at import; Numba never compiles at import. Timing is
+architecture page, "Plugins" and "Correctness and performance": plugins load on first use, never at import; Numba never compiles at import. Timing is
 printed (run with ``-s`` to see it), never asserted: machines are noisy.
 """
 

@@ -1,6 +1,6 @@
 """Feature distributions contribute ``kiln/<feature>/`` without a ``kiln/__init__.py`` of their own.
 
-DESIGN §1: the core's ``kiln/__init__.py`` extends ``__path__`` with ``pkgutil.extend_path``; wheels and
+architecture page, "The packages": the core's ``kiln/__init__.py`` extends ``__path__`` with ``pkgutil.extend_path``; wheels and
 editable installs (plain ``.pth`` path entries, hatchling's default) must both import every namespace.
 """
 

@@ -1,6 +1,6 @@
 """Plugins whose hooks raise: recorded with the error, their registrations discarded, the rest working.
 
-DESIGN §5: a plugin whose hook raises is recorded with its traceback (``kiln plugins`` shows it); what it
+architecture page, "Plugins": a plugin whose hook raises is recorded with its traceback (``kiln plugins`` shows it); what it
 registered is discarded and everything else keeps working; ``KILN_STRICT_PLUGINS=1`` fails fast instead.
 """
 

@@ -1,6 +1,6 @@
 """Out-of-tree plugins: a working one (extension + kernel override) and ones whose hooks raise.
 
-DESIGN §5: third-party plugins are ordinary distributions with an entry point in group ``kiln``; their
+architecture page, "Plugins": third-party plugins are ordinary distributions with an entry point in group ``kiln``; their
 kernels for ``"cpu"`` take precedence over the reference backend, which is loaded last. A plugin whose
 hook raises is recorded with the error and what it registered is discarded; the rest keeps working.
 """
@@ -81,7 +81,7 @@ def test_plugins_json_reports_distribution_hooks_and_coverage(with_dummy, helper
     assert "add" in ref["op_coverage"]["cpu"]
     assert set(ref["op_coverage"]["cpu"]) == set(ref["kernels"]["cpu"]) - {"neg"}
     assert set(ref["kernels"]["cpu"]) <= set(report["ops"])
-    # the reference backend is listed last (DESIGN §5: loaded last so plugins take precedence)
+    # the reference backend is listed last (architecture page, "Plugins": loaded last so plugins take precedence)
     assert report["plugins"][-1]["name"] == "kiln.reference"
 
 

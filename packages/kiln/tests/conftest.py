@@ -1,4 +1,4 @@
-"""Shared helpers for kiln's differential test suite: PyTorch (CPU) is the oracle (DESIGN §6).
+"""Shared helpers for kiln's differential test suite: PyTorch (CPU) is the oracle (architecture page, "Correctness and performance").
 
 Every test builds the *same* values in kiln and in PyTorch, runs the same code on both (most helpers
 take a function ``fn(lib, *args)`` that is called once with ``lib=torch`` and once with ``lib=kiln``,

@@ -1,4 +1,4 @@
-"""User errors raise PyTorch's exception type with PyTorch's message (DESIGN §8).
+"""User errors raise PyTorch's exception type with PyTorch's message (architecture page, "Errors").
 
 Each case runs the same mistake in torch (to get its exception and message at test time) and in kiln;
 kiln must raise the same type with a message containing torch's (``torch.`` read as ``kiln.``)."""
@@ -154,7 +154,7 @@ def test_error_type_and_message(name):
     ],
 )
 def test_documented_messages(name, expected):
-    """The messages DESIGN and users rely on, spelled out (so a change in torch cannot hide a kiln bug)."""
+    """The messages the docs and users rely on, spelled out (so a change in torch cannot hide a kiln bug)."""
     kfn, tfn = case(ERRORS[name])
     exc = U.torch_error(tfn)
     assert expected in str(exc), f"torch's wording changed: {exc}"
@@ -213,7 +213,7 @@ def fake_device():
 
 
 def test_device_mismatch_error(fake_device):
-    """Mixing devices in one op is an error (DESIGN §2, §8), never a silent copy."""
+    """Mixing devices in one op is an error (architecture page, "The core model" and "Errors"), never a silent copy."""
     a = kiln.ones(3, device=fake_device)
     b = kiln.ones(3)
     assert str(a.device) == f"{fake_device}:0"

@@ -1,4 +1,4 @@
-"""The op registry and dispatcher (DESIGN §3).
+"""The op registry and dispatcher (architecture page, "Ops and the dispatcher").
 
 An op is defined once with :func:`op`: a signature-and-docstring function (its body is never run,
 like a pluggy hookspec) plus

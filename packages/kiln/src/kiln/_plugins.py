@@ -1,4 +1,4 @@
-"""The plugin manager (DESIGN §5): lazy, guarded discovery of entry points in group ``kiln``.
+"""The plugin manager (architecture page, "Plugins"): lazy, guarded discovery of entry points in group ``kiln``.
 
 Nothing here runs at ``import kiln``. The first time kiln needs a device type, a kernel or the plugin
 list, :func:`load` discovers the entry points, imports each plugin in a guard, and calls its hooks one

@@ -294,3 +294,11 @@ def test_kiln_doctor_mentions_always_checking():
         timeout=120,
     )
     assert "KILN_CHECK_KERNELS=1: every kernel call's result is checked" in out.stdout, out.stdout + out.stderr
+
+
+def test_an_empty_view_past_its_storage_copies_to_the_host(chkdev):
+    """An empty view's offset may point past its storage's end (``zeros(0, 4)[:, 2:]``): copying it to
+    the host (the CPU fallback, ``.cpu()``) reads nothing and must not ask NumPy for a view out of range."""
+    x = kiln.zeros(0, 4, device=chkdev)[:, 2:]
+    assert x.storage_offset() == 2
+    assert tuple(x.cpu().shape) == (0, 2) and x.cpu().device.type == "cpu"

@@ -828,5 +828,7 @@ def host_copy(t) -> np.ndarray:
     """The elements of a tensor on any device as a new (strided view of a) host array."""
     dev = device_type(t._device)
     buf = dev.to_host(t._storage)
+    if 0 in t._shape:  # nothing to read; an empty view's offset may point past the end of its storage
+        return np.empty(t._shape, buf.dtype)
     isz = t._dtype.itemsize
     return np.ndarray(t._shape, buf.dtype, buf, t._offset * isz, tuple(s * isz for s in t._stride))

@@ -61,7 +61,9 @@ def test_sound_device_passes_with_a_coverage_table(sound_run):
     assert proc.returncode == 0, out[-4000:] + proc.stderr[-2000:]
     assert "kiln conformance coverage: device 'toydev' from plugin 'toy' (registered at run time)" in out
     assert table_row(out, "forward", "add") == ["toy"] + ["pass"] * 10
-    assert table_row(out, "forward", "sub") == ["-"] + ["missing"] * 10  # served only by the fallback
+    assert table_row(out, "forward", "div") == ["-"] + ["missing"] * 10  # served only by the fallback
+    # no kernel, but a decomposition into ops the device runs (add with -alpha): it runs on the device
+    assert table_row(out, "forward", "sub") == ["decomposed", "n/a"] + ["pass"] * 9
     assert table_row(out, "forward", "view") == ["generic"] + ["pass"] * 10
     assert table_row(out, "forward", "relu") == ["toy", "n/a"] + ["pass"] * 9  # bool relu: the reference refuses
     assert table_row(out, "backward", "relu") == ["toy"] + ["pass"] * 4
@@ -83,8 +85,10 @@ def test_wrong_kernel_fails_exactly_its_cells(tmp_path, toy_source):
     out = proc.stdout
     assert proc.returncode == 1
     failed = sorted(line.split("::")[-1].split(" ")[0] for line in out.splitlines() if line.startswith("FAILED"))
-    # exactly the add cell in int32 (the backward table has floating dtypes only)
-    assert failed == ["test_forward[add-int32]"], failed
+    # exactly the add cell in int32 (the backward table has floating dtypes only), and the int32 cells of the
+    # ops that run on the device through decompositions into add
+    decomposed = ["addcmul", "addmm", "baddbmm", "bitwise_not", "sub"]
+    assert failed == sorted(f"test_forward[{op}-int32]" for op in ["add", *decomposed]), failed
     assert table_row(out, "forward", "add")[5] == "FAIL"  # kernel, bool, uint8, int8, int16, int32
     assert table_row(out, "forward", "add")[6] == "pass"
     assert "add (forward, kiln.int32):" in out and "[same-shape" in out and "Mismatched elements" in out

@@ -429,7 +429,9 @@ def _kernel_registrar(info: PluginInfo, pending: list, prepend: bool = False):
         def commit():
             entries = _kernels.setdefault((op_name, device_type), [])
             entries.insert(0, (dts, kernel, info.name)) if prepend else entries.append((dts, kernel, info.name))
-            info.kernels.setdefault(device_type, []).append(op_name)
+            ops = info.kernels.setdefault(device_type, [])
+            if op_name not in ops:  # an op registered for several dtype sets is listed once
+                ops.append(op_name)
 
         pending.append(commit)
 

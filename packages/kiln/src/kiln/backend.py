@@ -1,8 +1,8 @@
 """``kiln.backend``: the public SDK for backend and device plugin authors.
 
 Everything a plugin needs to implement kernels for kiln's ops is here, under stable names; a plugin
-imports nothing from ``kiln._*`` (kiln-cpu, kiln-testing and the example device plugin are held to
-that by a test). The guide "Writing a device plugin" walks through it; the architecture page explains
+imports nothing from ``kiln._*`` (a test holds every package outside the core, the example device plugin
+included, to that). The guide "Writing a device plugin" walks through it; the architecture page explains
 the design. In short:
 
 * **The op record.** :func:`op` / :func:`ops` give the :class:`OpDef` of every op: its signature, meta

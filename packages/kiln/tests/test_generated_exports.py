@@ -1,6 +1,6 @@
 """The files ``python -m kiln._codegen`` generates from the op registry are up to date.
 
-``kiln/__init__.py``'s op imports, ``kiln/nn_functional.py``, kiln-nn's ``functional.py`` block and the
+``kiln/__init__.py``'s op imports, ``kiln/nn_functional.py`` and the
 ``Tensor`` stub ``kiln/_tensor.pyi`` are checked in; a new op, method or ``__all__`` entry makes them
 stale, and this test names the files to regenerate.
 """

@@ -8,9 +8,6 @@ The artefacts, one function each returning the file's full text:
 * :func:`init_py`: the op imports of ``kiln/__init__.py`` (the block between the markers), from the
   ``TOP_LEVEL`` each op module declares beside its ``__all__``;
 * :func:`nn_functional_py`: ``kiln/nn_functional.py``, the ``__all__`` of each of :data:`NN_MODULES`;
-* :func:`functional_py`: the core names ``kiln.nn.functional`` imports from ``kiln.nn_functional``
-  (the block between the markers in kiln-nn's ``functional.py``; skipped where kiln-nn's sources are not
-  beside the core's, as in an installed wheel);
 * :func:`tensor_pyi`: ``kiln/_tensor.pyi``, the stub that shows IDEs and type checkers every ``Tensor``
   attribute, methods bound by ops in other modules included, with the op's signature.
 
@@ -35,7 +32,6 @@ END = "# END GENERATED"
 LINE_LENGTH = 120  # ruff's line-length (pyproject.toml)
 
 _PKG = Path(__file__).resolve().parent  # packages/kiln/src/kiln
-_FUNCTIONAL = _PKG.parents[2] / "kiln-nn" / "src" / "kiln" / "nn" / "functional.py"
 
 NN_MODULES = (
     "nn_conv",
@@ -143,13 +139,6 @@ def nn_functional_py() -> str:
         f"{imports}\n"
         f"__all__ = {_str_list(nn_functional_names())}\n"
     )
-
-
-def functional_py() -> str:
-    """kiln-nn's ``functional.py`` with every name of ``kiln.nn_functional`` imported between the markers."""
-    names = nn_functional_names()
-    block = _from_import("kiln.nn_functional", names) + f"\n__all__ = {_str_list(names)}\n"
-    return _replace_block(_FUNCTIONAL.read_text(encoding="utf-8"), block, _FUNCTIONAL)
 
 
 # ------------------------------------------------------------------------------------- the Tensor stub
@@ -438,14 +427,12 @@ def tensor_pyi() -> str:
 
 
 def artefacts() -> dict[Path, Callable[[], str]]:
-    """Each generated file and the function that returns its text (kiln-nn's only beside its sources)."""
+    """Each generated file and the function that returns its text."""
     out = {
         _PKG / "__init__.py": init_py,
         _PKG / "nn_functional.py": nn_functional_py,
         _PKG / "_tensor.pyi": tensor_pyi,
     }
-    if _FUNCTIONAL.is_file():
-        out[_FUNCTIONAL] = functional_py
     return out
 
 

@@ -80,6 +80,20 @@ def make_cases(kiln, torch) -> list[dict]:
     add_case((4,))
     add_case((32, 32))
 
+    # a view: no kernel, no data; only argument parsing, stride arithmetic and the new tensor object
+    v_np = rng.standard_normal(8).astype(np.float32)
+    v_k, v_t = kiln.from_numpy(v_np.copy()), torch.from_numpy(v_np.copy())
+    np.testing.assert_array_equal(v_k.view(2, 4).numpy(), v_np.reshape(2, 4))
+    cases.append(
+        {
+            "name": "view 2x4",
+            "what": "a.view(2, 4) of 8 float32 elements; NumPy: a.reshape(2, 4)",
+            "kiln": lambda: v_k.view(2, 4),
+            "torch": lambda: v_t.view(2, 4),
+            "numpy": lambda: v_np.reshape(2, 4),
+        }
+    )
+
     # forward + backward of a tiny "layer": (x * w + b).relu().sum().backward()
     x_np = rng.standard_normal((16, 16)).astype(np.float32)
     w_np = rng.standard_normal((16, 16)).astype(np.float32)

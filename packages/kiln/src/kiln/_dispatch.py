@@ -330,14 +330,15 @@ def _bind_method(method_name: str, fn: Callable) -> None:
 
 
 def call(opdef: OpDef, args: tuple):
-    """Run an op: modes in front of autograd, then :func:`call_autograd`."""
-    if state.pre_autograd_modes:
-        return _call_with_modes(state.pre_autograd_modes, opdef, args, call_autograd)
-    return call_autograd(opdef, args)
+    """Run an op: modes in front of autograd, then meta, kernel (behind the modes after autograd) and
+    autograd recording.
 
-
-def call_autograd(opdef: OpDef, args: tuple):
-    """Meta, kernel, then autograd recording. Modes in front of autograd re-enter here."""
+    The modes in front of autograd re-enter here with their own stack level emptied (see
+    :func:`_call_with_modes`), so one function serves both: the hot path pays no second call.
+    """
+    pre = state.pre_autograd_modes
+    if pre:
+        return _call_with_modes(pre, opdef, args, call)
     spec = opdef.meta(*args)
     if state.post_autograd_modes:
         out = _call_with_modes(
@@ -407,10 +408,14 @@ def _call_and_check(opdef: OpDef, args: tuple, spec, first: tuple):
     from kiln._plugins import _lock
 
     # Under the plugin manager's lock, and only if the table still holds this kernel: a plugin registered
-    # by another thread meanwhile must not have its new kernel hidden behind this one.
+    # by another thread meanwhile must not have its new kernel hidden behind this one. A kernel narrowed
+    # by dtype (several registrations for one device type) is remembered as the one it picked for this
+    # output dtype, so that later calls skip the by-dtype layer too.
     with _lock:
         if not _check_always and opdef.kernels.get(dev.type) is kernel:
-            opdef._checked.setdefault(first[1], {})[dev.type] = kernel
+            pick = getattr(kernel, "kiln_pick", None)
+            picked = pick(first[1]) if pick is not None else None
+            opdef._checked.setdefault(first[1], {})[dev.type] = picked if picked is not None else kernel
     return out
 
 

@@ -563,7 +563,8 @@ def _select(opdef, dev_type: str, entries: list) -> Callable:
             k = by_dtype[d] = _unregistered_kernel(opdef, dev_type, d)
         return k(spec, *args)
 
-    # which kernel serves an output dtype, for describe_kernel_source
+    # which kernel serves an output dtype, for describe_kernel_source and the dispatcher's cache of
+    # checked kernels (which then calls the picked kernel directly)
     by_dtype_kernel.kiln_pick = lambda d: by_dtype.get(d, catch_all)
     return by_dtype_kernel
 

@@ -6,14 +6,22 @@ fields by name, so no kernel re-validates or re-derives what the meta function a
 
 The base fields are ``shape``, ``dtype`` and ``device``. Op families add named extras through the
 subclasses below (a reduction's normalised ``dims``, a comparison's ``compute_dtype``, a pooling
-window's ``taps``...). A spec is a tuple underneath (``spec[0]`` is its shape): building one costs
-what building a tuple costs, which matters on the eager hot path (see the architecture page).
+window's ``taps``...). A spec is a tuple underneath (``spec[0]`` is its shape), cheap to build and to
+read, which matters on the eager hot path (see the architecture page).
 """
 
 from __future__ import annotations
 
 from operator import itemgetter
 from typing import Any, ClassVar, NamedTuple
+
+try:  # CPython's C accessor of a tuple field, the one collections.namedtuple uses: cheaper than a property
+    from _collections import _tuplegetter as _field
+except ImportError:  # pragma: no cover - other Pythons
+
+    def _field(index: int, doc: str) -> property:
+        return property(itemgetter(index), doc=doc)
+
 
 __all__ = [
     "Spec",
@@ -43,9 +51,9 @@ class Spec(tuple):
     fields: ClassVar[tuple[str, ...]] = ("shape", "dtype", "device")
     """The field names, in tuple order."""
 
-    shape = property(itemgetter(0), doc="The output's shape, a tuple of ints.")
-    dtype = property(itemgetter(1), doc="The output's dtype (a :class:`kiln.dtype`).")
-    device = property(itemgetter(2), doc="The output's device (a :class:`kiln.device`).")
+    shape = _field(0, "The output's shape, a tuple of ints.")
+    dtype = _field(1, "The output's dtype (a :class:`kiln.dtype`).")
+    device = _field(2, "The output's device (a :class:`kiln.device`).")
 
     @classmethod
     def make(cls, shape: tuple, dtype: Any, device: Any, **extras: Any) -> Spec:
@@ -80,7 +88,7 @@ def _family(name: str, doc: str, **extras: str) -> type[Spec]:
     """A :class:`Spec` subclass with the named extras (each documented) after the base fields."""
     namespace: dict[str, Any] = {"__slots__": (), "__doc__": doc, "fields": Spec.fields + tuple(extras)}
     for i, (field, field_doc) in enumerate(extras.items(), start=3):
-        namespace[field] = property(itemgetter(i), doc=field_doc)
+        namespace[field] = _field(i, field_doc)
     cls = type(name, (Spec,), namespace)
     cls.__module__ = __name__
     return cls

@@ -186,9 +186,10 @@ _SUB_BASE = binary_meta("sub")
 
 
 def _add_ref(spec, a, b, alpha=1):
-    compute = _compute_np(spec.dtype)
-    a, b = _arg(a, compute, spec.dtype), _arg(b, compute, spec.dtype)
-    if spec.dtype is dt.bool:
+    d = spec.dtype
+    compute = _compute_np(d)
+    a, b = _arg(a, compute, d), _arg(b, compute, d)
+    if d is dt.bool:
         return np.logical_or(a, np.logical_and(b, bool(alpha)))
     if alpha != 1:
         b = np.multiply(b, _arg(alpha, compute), dtype=compute)
@@ -196,8 +197,9 @@ def _add_ref(spec, a, b, alpha=1):
 
 
 def _sub_ref(spec, a, b, alpha=1):
-    compute = _compute_np(spec.dtype)
-    a, b = _arg(a, compute, spec.dtype), _arg(b, compute, spec.dtype)
+    d = spec.dtype
+    compute = _compute_np(d)
+    a, b = _arg(a, compute, d), _arg(b, compute, d)
     if alpha != 1:
         b = np.multiply(b, _arg(alpha, compute), dtype=compute)
     return np.subtract(a, b, dtype=compute)

@@ -60,6 +60,12 @@ def _view_kernel(spec, input, *args):
 
 
 def _shape_arg(size) -> tuple[int, ...]:
+    if size.__class__ is tuple:  # the common case, checked without building a new tuple
+        for s in size:
+            if s.__class__ is not int or not -_INT64_END <= s < _INT64_END:
+                break
+        else:
+            return size
     if isinstance(size, (int, numbers.Integral)) and not isinstance(size, bool):
         size = (size,)
     try:

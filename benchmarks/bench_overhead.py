@@ -57,15 +57,21 @@ def per_call_seconds(fn: Callable[[], object], *, repeat: int, min_time: float) 
 
 
 def make_cases(kiln, torch) -> list[dict]:
-    """Each case: a name, what it measures, and one zero-argument callable per library (same data)."""
+    """Each case: a name, what it measures, and one zero-argument callable per library (same data).
+
+    With ``torch=None`` the cases have no PyTorch callable (``count_instructions.py`` measures kiln alone).
+    """
     rng = np.random.default_rng(0)
     cases = []
+
+    def from_numpy_torch(a):
+        return None if torch is None else torch.from_numpy(a.copy())
 
     def add_case(shape):
         a_np = rng.standard_normal(shape).astype(np.float32)
         b_np = rng.standard_normal(shape).astype(np.float32)
         a_k, b_k = kiln.from_numpy(a_np.copy()), kiln.from_numpy(b_np.copy())
-        a_t, b_t = torch.from_numpy(a_np.copy()), torch.from_numpy(b_np.copy())
+        a_t, b_t = from_numpy_torch(a_np), from_numpy_torch(b_np)
         np.testing.assert_allclose((a_k + b_k).numpy(), a_np + b_np, rtol=1e-6)
         cases.append(
             {
@@ -82,7 +88,7 @@ def make_cases(kiln, torch) -> list[dict]:
 
     # a view: no kernel, no data; only argument parsing, stride arithmetic and the new tensor object
     v_np = rng.standard_normal(8).astype(np.float32)
-    v_k, v_t = kiln.from_numpy(v_np.copy()), torch.from_numpy(v_np.copy())
+    v_k, v_t = kiln.from_numpy(v_np.copy()), from_numpy_torch(v_np)
     np.testing.assert_array_equal(v_k.view(2, 4).numpy(), v_np.reshape(2, 4))
     cases.append(
         {
@@ -100,8 +106,9 @@ def make_cases(kiln, torch) -> list[dict]:
     bias_np = rng.standard_normal(16).astype(np.float32)
     x_k = kiln.from_numpy(x_np.copy()).requires_grad_()
     w_k, bias_k = kiln.from_numpy(w_np.copy()), kiln.from_numpy(bias_np.copy())
-    x_t = torch.from_numpy(x_np.copy()).requires_grad_()
-    w_t, bias_t = torch.from_numpy(w_np.copy()), torch.from_numpy(bias_np.copy())
+    x_t = from_numpy_torch(x_np)
+    x_t = x_t if x_t is None else x_t.requires_grad_()
+    w_t, bias_t = from_numpy_torch(w_np), from_numpy_torch(bias_np)
 
     def fwd_bwd_kiln():
         x_k.grad = None
@@ -118,9 +125,10 @@ def make_cases(kiln, torch) -> list[dict]:
         return (y > 0) * w_np
 
     fwd_bwd_kiln()
-    fwd_bwd_torch()
     np.testing.assert_allclose(x_k.grad.numpy(), fwd_bwd_numpy(), rtol=1e-6)
-    np.testing.assert_allclose(x_t.grad.numpy(), fwd_bwd_numpy(), rtol=1e-6)
+    if torch is not None:
+        fwd_bwd_torch()
+        np.testing.assert_allclose(x_t.grad.numpy(), fwd_bwd_numpy(), rtol=1e-6)
     cases.append(
         {
             "name": "fwd+bwd 16x16",
@@ -134,7 +142,7 @@ def make_cases(kiln, torch) -> list[dict]:
     m1_np = rng.standard_normal((64, 64)).astype(np.float32)
     m2_np = rng.standard_normal((64, 64)).astype(np.float32)
     m1_k, m2_k = kiln.from_numpy(m1_np.copy()), kiln.from_numpy(m2_np.copy())
-    m1_t, m2_t = torch.from_numpy(m1_np.copy()), torch.from_numpy(m2_np.copy())
+    m1_t, m2_t = from_numpy_torch(m1_np), from_numpy_torch(m2_np)
     np.testing.assert_allclose((m1_k @ m2_k).numpy(), m1_np @ m2_np, rtol=1e-4, atol=1e-4)
     cases.append(
         {
@@ -165,6 +173,7 @@ def import_seconds(module: str, *, repeat: int) -> float:
 
 
 def machine_info(torch) -> dict:
+    """Where a record was measured (``torch`` may be None: a kiln-only record)."""
     import kiln
 
     return {
@@ -175,9 +184,9 @@ def machine_info(torch) -> dict:
         "python": platform.python_version(),
         "python_implementation": platform.python_implementation(),
         "numpy": np.__version__,
-        "torch": torch.__version__,
+        "torch": None if torch is None else torch.__version__,
         "kiln": kiln.__version__,
-        "torch_threads": torch.get_num_threads(),
+        "torch_threads": None if torch is None else torch.get_num_threads(),
         "thread_env": {v: os.environ.get(v) for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")},
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }

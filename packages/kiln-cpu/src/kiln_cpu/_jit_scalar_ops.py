@@ -25,6 +25,7 @@ from kiln_cpu._opcodes import (
     CAST,
     CLAMP,
     COS,
+    CUBE,
     DIV,
     EQ,
     ERF,
@@ -34,6 +35,7 @@ from kiln_cpu._opcodes import (
     GELU,
     GELU_TANH,
     GT,
+    INV_SQUARE,
     LE,
     LERP,
     LOG,
@@ -43,11 +45,14 @@ from kiln_cpu._opcodes import (
     MUL,
     NE,
     NEG,
+    RECIPROCAL,
     RELU,
     RELU_GRAD,
+    RSQRT,
     SIGMOID,
     SIN,
     SQRT,
+    SQUARE,
     SUB,
     SUB_ALPHA,
     TANH,
@@ -136,6 +141,7 @@ def _unop_impl(code, x):  # loop, which kept it scalar (2.5x slower)
         return None
     f32 = x == types.float32
     zero = np.dtype(str(x)).type(0)
+    one = np.dtype(str(x)).type(1)
     if k == CAST:
         return lambda code, x: x
     if k == NEG:
@@ -146,6 +152,16 @@ def _unop_impl(code, x):  # loop, which kept it scalar (2.5x slower)
         return lambda code, x: x if (x != x or x > zero) else zero
     if k == SQRT:
         return lambda code, x: np.sqrt(x)
+    if k == SQUARE:  # pow's exponents 2, 3, -0.5, -1, -2: the expressions of its reference, in its order
+        return lambda code, x: x * x
+    if k == CUBE:
+        return lambda code, x: x * x * x
+    if k == RECIPROCAL:
+        return lambda code, x: one / x
+    if k == RSQRT:
+        return lambda code, x: one / np.sqrt(x)
+    if k == INV_SQUARE:
+        return lambda code, x: one / (x * x)
     if k == EXP:
         return (lambda code, x: exp_f32(x)) if f32 else (lambda code, x: math.exp(x))
     if k == LOG:

@@ -14,6 +14,8 @@ RELU_GRAD = 16  # x where y > 0, else 0: relu's backward (``_threshold_backward(
 
 NEG, ABS, RELU, EXP, LOG, SQRT, SIN, COS, TANH, SIGMOID, ERF, GELU, GELU_TANH = range(13)
 CAST = 13  # the value itself: with another output dtype, a conversion
+# x ** e for the exponents PyTorch computes without the general pow: x*x, x*x*x, 1/x, 1/sqrt(x), 1/(x*x)
+SQUARE, CUBE, RECIPROCAL, RSQRT, INV_SQUARE = range(14, 19)
 
 # ternary op codes (their own numbering): where(c, x, y); x + value*y*z; x + value*y/z; lerp(x, y, weight z);
 # clamp(x, low y, high z)
@@ -41,5 +43,7 @@ UNARY_FLOATING = {
     "sigmoid": SIGMOID,
     "erf": ERF,
 }
+# pow with a Python-number exponent: the exponents with a loop of their own, by value (others: the reference)
+POW_EXPONENTS = {2: SQUARE, 3: CUBE, 0.5: SQRT, -0.5: RSQRT, -1: RECIPROCAL, -2: INV_SQUARE}
 REDUCTIONS = {"sum": SUM, "amax": AMAX, "amin": AMIN, "_max_all": AMAX, "_min_all": AMIN}  # mean: SUM, then a division
 SCANS = {"cumsum": CUMSUM, "cumprod": CUMPROD}

@@ -152,7 +152,7 @@ def _pick_div(np_dtype, a, b, rest):
 # -------------------------------------------------------------------------------------------- unary
 
 
-def _unary_kernel(name: str, served: tuple, op_code: int, params: dict | None = None):
+def _unary_kernel(name: str, served: tuple, op_code: int | None, params: dict | None = None):
     """A kernel for unary op ``name`` (Numba op code ``op_code``), output dtype = input dtype; an op with
     parameters maps each value it takes to its own code (``params``: (value, ...) -> code)."""
     reference = reference_kernel(name)
@@ -179,6 +179,23 @@ def _unary_kernel(name: str, served: tuple, op_code: int, params: dict | None = 
 
     kernel.__name__ = f"kiln_cpu_{name}"
     kernel.__doc__ = f"Numba kernel for {name} (kiln-cpu)."
+    return kernel
+
+
+def _pow_kernel():
+    """pow of a float32 or float64 tensor to a Python number: 2, 3, 0.5, -0.5, -1 and -2 run Numba loops of
+    multiplications, a division or a square root (PyTorch's special cases; not for float16 and bfloat16,
+    where PyTorch runs the general pow); the rest runs the reference."""
+    special = _unary_kernel("pow", FLOAT, None, {(e,): code for e, code in _opcodes.POW_EXPONENTS.items()})
+    reference = reference_kernel("pow")
+
+    def kernel(spec, a, b):
+        if b.__class__ in (int, float) and isinstance(a, Tensor):  # not bools, NumPy scalars or tensors
+            return special(spec, a, b)
+        return reference(spec, a, b)
+
+    kernel.__name__ = "kiln_cpu_pow"
+    kernel.__doc__ = _pow_kernel.__doc__
     return kernel
 
 
@@ -280,6 +297,7 @@ def kernels() -> dict[str, tuple]:
     )
     gelu = {("none",): _opcodes.GELU, ("tanh",): _opcodes.GELU_TANH}
     table["gelu"] = (_unary_kernel("gelu", FLOAT + HALF, _opcodes.GELU, gelu), FLOAT + HALF)
+    table["pow"] = (_pow_kernel(), FLOAT)
     table["_to_copy"] = (_to_copy_kernel(), FLOAT + HALF + _INTS)
     table["_fused_dropout"] = (_fused_dropout_kernel(), FLOAT + HALF)
     return table

@@ -369,10 +369,28 @@ def _pow_node_name(args) -> str:
     return "PowBackward1" if isinstance(args[1], Tensor) else "PowBackward0"
 
 
+# A float32 or float64 tensor to one of these Python-number powers is computed as PyTorch computes it:
+# with multiplications, a division or a square root, not the general pow, which is tens of times slower
+# (and differs at infinities and -0.0: pow(-inf, 0.5) is inf, sqrt(-inf) NaN). For float16 and bfloat16
+# kiln keeps the general pow. kiln-cpu's loops compute these expressions in this order.
+_POW_SPECIAL: dict[float, object] = {
+    2: np.square,
+    3: lambda x: x * x * x,
+    0.5: np.sqrt,
+    -0.5: lambda x: np.reciprocal(np.sqrt(x)),
+    -1: np.reciprocal,
+    -2: lambda x: np.reciprocal(x * x),
+}
+_POW_SPECIAL_DTYPES = (dt.float32, dt.float64)
+
+
 def _pow_ref(spec, a, b):
     if spec.dtype is dt.bool:  # NumPy has no boolean power: x ** y is x or not y
         return np.logical_or(_arg(a, np.dtype(bool)), np.logical_not(_arg(b, np.dtype(bool))))
     compute = _compute_np(spec.dtype)
+    special = _POW_SPECIAL.get(b) if b.__class__ in (int, float) and spec.dtype in _POW_SPECIAL_DTYPES else None
+    if special is not None:
+        return special(_arg(a, compute))
     a, b = _arg(a, compute, spec.dtype), _arg(b, compute, spec.dtype)
     if compute.kind in "iu":
         neg = np.asarray(b) < 0

@@ -16,6 +16,11 @@ Checks (warnings, so ``-W`` makes them errors):
   by a ``testcode``/``testsetup`` block of the same page that names the file (excerpts of package
   sources are run by their package's tests);
 * every package in ``packages/`` needs a guide (:func:`kilndocs.packages.problems`).
+
+The one-page-per-name API stubs that autosummary writes stay out of the site's navigation
+(:func:`keep_stubs_out_of_navigation`): the theme renders the whole navigation tree into every page, and
+with the ~730 stubs in it that took most of the HTML build (each page's tree rebuilt and re-parsed).
+The package and module pages list every name in their tables, which link to the stubs.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from pathlib import Path
 
 from docutils import nodes
 from docutils.parsers.rst import directives
+from sphinx import addnodes
 from sphinx.application import Sphinx
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
@@ -205,6 +211,37 @@ def check_packages(app: Sphinx) -> None:
         logger.warning("docs do not cover every package: %s", problem)
 
 
+def keep_stubs_out_of_navigation(app: Sphinx, doctree: nodes.document) -> None:
+    """Drop the hidden toctree of every autosummary table (before the toctree collector sees it) and
+    remember its pages, which :func:`mark_stubs_orphan` then marks as orphans (no page's toctree includes
+    them; the tables' links reach them)."""
+    from sphinx.ext.autosummary import autosummary_toc
+
+    stubs = _stub_set(app.env)
+    for node in list(doctree.findall(autosummary_toc)):
+        for toc in node.findall(addnodes.toctree):
+            stubs.update(toc["includefiles"])
+        node.parent.remove(node)
+
+
+def _stub_set(env) -> set:
+    if not hasattr(env, "kiln_api_stubs"):
+        env.kiln_api_stubs = set()
+    return env.kiln_api_stubs
+
+
+def mark_stubs_orphan(app: Sphinx, env) -> None:
+    """After every page is read: the stub pages are orphans, so Sphinx does not warn that no toctree
+    includes them."""
+    for docname in _stub_set(env):
+        env.metadata.setdefault(docname, {})["orphan"] = True
+
+
+def merge_stubs(app: Sphinx, env, docnames, other) -> None:
+    """Parallel reads: the stub pages found by each reader."""
+    _stub_set(env).update(_stub_set(other))
+
+
 def setup(app: Sphinx) -> dict:
     app.add_directive("kiln-op-coverage", OpCoverage)
     app.add_directive("kiln-op-list", OpList)
@@ -214,4 +251,8 @@ def setup(app: Sphinx) -> dict:
     app.add_directive("kiln-not-yet", NotYet)
     app.connect("doctree-read", check_examples)
     app.connect("builder-inited", check_packages)
+    # before the toctree collector (priority 500) records the autosummary toctrees
+    app.connect("doctree-read", keep_stubs_out_of_navigation, priority=400)
+    app.connect("env-updated", mark_stubs_orphan)
+    app.connect("env-merge-info", merge_stubs)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

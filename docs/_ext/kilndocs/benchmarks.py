@@ -15,7 +15,7 @@ from kilndocs import ROOT
 
 RESULTS = ROOT / "benchmarks" / "results"
 
-UNITS = {"us": "µs per call", "ms": "ms", "s": "s"}
+UNITS = {"us": "µs per call", "ms": "ms", "s": "s", "instructions": "instructions per call"}
 LIB_TITLES = {"kiln": "kiln", "torch": "PyTorch", "numpy": "NumPy"}
 MACHINE_FIELDS = [
     ("date", "measured (UTC)"),
@@ -62,7 +62,9 @@ def escape(text: object) -> str:
 def _fmt(value: object, digits: int = 2) -> str:
     if isinstance(value, bool) or value is None:
         return "—" if value is None else str(value)
-    if isinstance(value, (int, float)):
+    if isinstance(value, int):  # counts (instructions per call)
+        return f"{value:,}"
+    if isinstance(value, float):
         return f"{value:.{digits}f}"
     return escape(value)
 

@@ -117,6 +117,9 @@ def test_break_out_of_loop_then_gc():
 
 SCRIPT = """
 import os, signal, sys, time
+# Ctrl-C as in a terminal, even when this test runs under a parent that ignores SIGINT (a background
+# job of a shell without job control), which Python would otherwise inherit
+signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path.insert(0, {tests!r})
 from kiln_data_helpers import Squares
 from kiln.data import DataLoader

@@ -185,31 +185,28 @@ _ADD_BASE = binary_meta("add")
 _SUB_BASE = binary_meta("sub")
 
 
-def _add_ref(spec, a, b, alpha=1):
-    d = spec.dtype
-    compute = _compute_np(d)
-    a, b = _arg(a, compute, d), _arg(b, compute, d)
-    if d is dt.bool:
-        return np.logical_or(a, np.logical_and(b, bool(alpha)))
-    if alpha != 1:
-        b = np.multiply(b, _arg(alpha, compute), dtype=compute)
-    return np.add(a, b, dtype=compute)
+def _alpha_ref(np_fn):
+    """The reference of ``add``/``sub``: ``np_fn(a, alpha * b)`` in the compute dtype, the product rounded
+    first; a bool ``add`` is ``a or (b and alpha)`` (the meta refuses bool ``sub``)."""
 
+    def ref(spec, a, b, alpha=1):
+        d = spec.dtype
+        compute = _compute_np(d)
+        a, b = _arg(a, compute, d), _arg(b, compute, d)
+        if d is dt.bool:
+            return np.logical_or(a, np.logical_and(b, bool(alpha)))
+        if alpha != 1:
+            b = np.multiply(b, _arg(alpha, compute), dtype=compute)
+        return np_fn(a, b, dtype=compute)
 
-def _sub_ref(spec, a, b, alpha=1):
-    d = spec.dtype
-    compute = _compute_np(d)
-    a, b = _arg(a, compute, d), _arg(b, compute, d)
-    if alpha != 1:
-        b = np.multiply(b, _arg(alpha, compute), dtype=compute)
-    return np.subtract(a, b, dtype=compute)
+    return ref
 
 
 @op(
     tags=("pointwise",),
     inplace=True,
     meta=_add_meta,
-    reference=_add_ref,
+    reference=_alpha_ref(np.add),
     backward=lambda grad, alpha: (grad, grad if alpha == 1 else grad * alpha),
     autocast="promote",
     methods=("add", "__add__", "__radd__"),
@@ -228,7 +225,7 @@ def _sub_decomposed(input, other, *, alpha=1):
     tags=("pointwise",),
     inplace=True,
     meta=_sub_meta,
-    reference=_sub_ref,
+    reference=_alpha_ref(np.subtract),
     backward=lambda grad, alpha: (grad, -grad if alpha == 1 else grad * -alpha),
     autocast="promote",
     methods=("sub", "__sub__", "subtract"),
@@ -381,14 +378,13 @@ _POW_SPECIAL: dict[float, object] = {
     -1: np.reciprocal,
     -2: lambda x: np.reciprocal(x * x),
 }
-_POW_SPECIAL_DTYPES = (dt.float32, dt.float64)
 
 
 def _pow_ref(spec, a, b):
     if spec.dtype is dt.bool:  # NumPy has no boolean power: x ** y is x or not y
         return np.logical_or(_arg(a, np.dtype(bool)), np.logical_not(_arg(b, np.dtype(bool))))
     compute = _compute_np(spec.dtype)
-    special = _POW_SPECIAL.get(b) if b.__class__ in (int, float) and spec.dtype in _POW_SPECIAL_DTYPES else None
+    special = _POW_SPECIAL.get(b) if b.__class__ in (int, float) and spec.dtype in (dt.float32, dt.float64) else None
     if special is not None:
         return special(_arg(a, compute))
     a, b = _arg(a, compute, spec.dtype), _arg(b, compute, spec.dtype)

@@ -13,6 +13,22 @@ __version__ = "0.1.0"
 
 from kiln import _ops as _ops
 from kiln import autograd, linalg, random
+from kiln._autocast import (
+    autocast,
+    autocast_decrement_nesting,
+    autocast_increment_nesting,
+    clear_autocast_cache,
+    get_autocast_cpu_dtype,
+    get_autocast_dtype,
+    get_autocast_gpu_dtype,
+    is_autocast_available,
+    is_autocast_cache_enabled,
+    is_autocast_cpu_enabled,
+    is_autocast_enabled,
+    set_autocast_cache_enabled,
+    set_autocast_dtype,
+    set_autocast_enabled,
+)
 from kiln._device import device
 from kiln._dtype import (
     bfloat16,

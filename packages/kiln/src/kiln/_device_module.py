@@ -61,6 +61,20 @@ class DeviceModule:
 
         default_generator(self.name).manual_seed(seed)
 
+    @property
+    def amp(self):
+        """This device type's mixed-precision names (``kiln.cpu.amp.autocast``, ``kiln.cuda.amp.GradScaler``,
+        ``custom_fwd`` / ``custom_bwd``), as PyTorch spells them; they come with kiln-amp."""
+        try:
+            from kiln.amp import device_amp
+        except ModuleNotFoundError as exc:
+            if exc.name not in ("kiln.amp", "kiln"):
+                raise
+            raise ModuleNotFoundError(
+                f"kiln.{self.name}.amp needs the kiln-amp package: pip install kiln-amp"
+            ) from None
+        return device_amp(self.name)
+
     def __repr__(self) -> str:
         return f"<kiln device module '{self.name}'>"
 

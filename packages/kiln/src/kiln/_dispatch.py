@@ -10,7 +10,7 @@ like a pluggy hookspec) plus
   :mod:`kiln.autograd.graph` for its calling convention);
 * ``reference``: the NumPy kernel for device ``"cpu"``, called as ``reference(spec, *args)`` with CPU
   tensors replaced by NumPy views; it returns arrays, which are wrapped as tensors of the spec's dtype;
-* ``autocast``: the policy kiln-amp reads (``"lower"``, ``"fp32"``, ``"promote"`` or ``None``).
+* ``autocast``: the policy kiln-amp reads (a key of :data:`AUTOCAST_POLICIES`, or ``None``).
 
 Calling an op: ``meta`` → kernel looked up in ``op.kernels[device_type]`` (a plain dict, filled by
 :mod:`kiln._plugins` on first use of a device type) → output check → autograd recording. Dispatch
@@ -29,6 +29,7 @@ through :func:`check_kernel_outputs`) every call is checked.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 import types
@@ -41,7 +42,11 @@ from kiln._state import state
 from kiln._tensor import Tensor
 
 __all__ = [
+    "AUTOCAST_POLICIES",
+    "Composite",
+    "COMPOSITES",
     "OpDef",
+    "composite",
     "op",
     "OPS",
     "TAGS",
@@ -54,7 +59,20 @@ __all__ = [
 OPS: dict[str, OpDef] = {}
 """Every defined op by name (the registry the plugin manager fills kernels for)."""
 
-_AUTOCAST_POLICIES = (None, "lower", "fp32", "promote")
+AUTOCAST_POLICIES: dict[str, str] = {
+    "lower": "runs in the autocast dtype (matrix products, convolutions)",
+    "fp32": "runs in float32 (losses, linear algebra, ops that lose accuracy in 16 bits)",
+    "fp32_float16": "runs in float32 when the autocast dtype is float16, whose range is narrow (exp, log, pow, "
+    "softmax, sums, norms); as given under bfloat16, whose range is float32's",
+    "banned_float16": "an error when the autocast dtype is float16 (an unsafe op with a safe alternative); "
+    "float32 otherwise",
+    "promote": "runs in the widest floating dtype among its floating inputs (cat, stack, addcmul)",
+}
+"""The autocast policies an op record (or a :func:`composite`) may carry, each with its meaning. Only
+floating tensors other than float64 on the autocast region's device type are cast; in-place ops are never
+cast (kiln-amp's autocast applies them)."""
+
+_AUTOCAST_POLICIES = (None, *AUTOCAST_POLICIES)
 
 TAGS: dict[str, str] = {
     "pointwise": "each output element depends only on the input elements at the same (broadcast) position",
@@ -521,6 +539,13 @@ class DispatchMode:
         """Handle one op call; call ``redispatch(op, args)`` to continue down the stack."""
         return redispatch(op, args)
 
+    def dispatch_composite(
+        self, composite: Composite, args: tuple, kwargs: dict, redispatch: Callable[[Composite, tuple, dict], Any]
+    ):
+        """Handle one call of a :func:`composite` (pre-autograd modes only); call ``redispatch(composite, args,
+        kwargs)`` to continue. The composite's own ops then run without this mode."""
+        return redispatch(composite, args, kwargs)
+
     def __enter__(self):
         attr = _mode_attr(self.level)
         setattr(state, attr, getattr(state, attr) + (self,))
@@ -557,3 +582,72 @@ def _call_with_modes(stack: tuple, opdef: OpDef, args: tuple, final: Callable):
         return mode.dispatch(opdef, args, redispatch)
     finally:
         setattr(state, attr, saved)
+
+
+# ---------------------------------------------------------------------------------------- composites
+
+
+class Composite:
+    """A public function written in kiln ops (a loss, a layer's functional form) that carries an autocast
+    policy of its own, as the PyTorch op of that name does: ``mse_loss`` runs in float32 under autocast
+    although the ops it is made of would not. Made by :func:`composite`; listed in :data:`COMPOSITES`."""
+
+    __slots__ = ("name", "fn", "autocast")
+
+    def __init__(self, name: str, fn: Callable, autocast: str):
+        if autocast not in AUTOCAST_POLICIES:
+            raise ValueError(f"composite {name}: autocast must be one of {tuple(AUTOCAST_POLICIES)}, got {autocast!r}")
+        self.name, self.fn, self.autocast = name, fn, autocast
+
+    def __repr__(self) -> str:
+        return f"<kiln composite {self.name} autocast={self.autocast!r}>"
+
+
+COMPOSITES: dict[str, Composite] = {}
+"""Every :class:`Composite` by its public name (``"mse_loss"``, ``"linear"`` ...)."""
+
+
+def composite(*, autocast: str, name: str | None = None) -> Callable[[Callable], Callable]:
+    """Give a function written in kiln ops an autocast policy (a key of :data:`AUTOCAST_POLICIES`).
+
+    Under a pre-autograd mode (kiln-amp's autocast) the call goes through the modes'
+    :meth:`DispatchMode.dispatch_composite`, which may cast the arguments; the function's own ops then run
+    without that mode, as PyTorch runs a composite op below its autocast key. Outside every mode the
+    cost is one truth test.
+    """
+
+    def decorate(fn: Callable) -> Callable:
+        record = Composite(name or fn.__name__, fn, autocast)
+        if record.name in COMPOSITES:
+            raise ValueError(f"composite {record.name!r} is already defined")
+        COMPOSITES[record.name] = record
+
+        @functools.wraps(fn)
+        def run(*args, **kwargs):
+            pre = state.pre_autograd_modes
+            if pre:
+                return _composite_with_modes(pre, record, args, kwargs)
+            return fn(*args, **kwargs)
+
+        run.composite = record
+        return run
+
+    return decorate
+
+
+def _composite_with_modes(stack: tuple, record: Composite, args: tuple, kwargs: dict):
+    """:func:`_call_with_modes` for composites: each mode runs with its own stack level emptied."""
+    mode = stack[-1]
+    rest = stack[:-1]
+
+    def redispatch(r, a, k):
+        if rest:
+            return _composite_with_modes(rest, r, a, k)
+        return r.fn(*a, **k)
+
+    saved = state.pre_autograd_modes
+    state.pre_autograd_modes = rest
+    try:
+        return mode.dispatch_composite(record, args, kwargs, redispatch)
+    finally:
+        state.pre_autograd_modes = saved

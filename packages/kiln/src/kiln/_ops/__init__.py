@@ -3,6 +3,7 @@
 
 from kiln._ops import (
     activation,
+    amp,
     attention,
     binary_math,
     clamp,

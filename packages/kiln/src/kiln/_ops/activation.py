@@ -539,6 +539,7 @@ def _softplus_decomposed(input, beta=1.0, threshold=20.0):
 
 
 @op(
+    autocast="fp32_float16",
     tags=("pointwise", "nn"),
     decompose=_softplus_decomposed,
     meta=_float_meta("softplus_cpu", "softplus"),
@@ -755,6 +756,7 @@ def _prelu_decomposed(input, weight):
 
 
 @op(
+    autocast="lower",
     tags=("pointwise", "nn"),
     decompose=_prelu_decomposed,
     meta=_prelu_meta,

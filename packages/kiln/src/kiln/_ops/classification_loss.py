@@ -439,12 +439,12 @@ def _binary_cross_entropy_decomposed(input, target, weight=None, reduction="mean
 
 
 @op(
+    autocast="banned_float16",
     tags=("nn",),
     decompose=_binary_cross_entropy_decomposed,
     meta=_bce_meta,
     reference=_bce_ref,
     backward=_bce_backward,
-    autocast="fp32",
     grad_fn_name="BinaryCrossEntropyBackward0",
 )
 def _binary_cross_entropy(

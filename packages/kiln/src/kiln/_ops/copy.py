@@ -332,6 +332,12 @@ def inplace_variant(fn, name: str, doc: str, needs_self: bool):
     differentiable = fn.op._backward_needs is not None
 
     def method(self, *args, **kwargs):
+        if state.pre_autograd_modes:  # autocast casts out-of-place ops only, as in PyTorch
+            saved, state.pre_autograd_modes = state.pre_autograd_modes, ()
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                state.pre_autograd_modes = saved
         _check_no_overlap(self)
         if (
             differentiable

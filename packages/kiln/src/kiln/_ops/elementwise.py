@@ -208,7 +208,6 @@ def _alpha_ref(np_fn):
     meta=_add_meta,
     reference=_alpha_ref(np.add),
     backward=lambda grad, alpha: (grad, grad if alpha == 1 else grad * alpha),
-    autocast="promote",
     methods=("add", "__add__", "__radd__"),
 )
 def add(input: Tensor, other: Tensor | Number, *, alpha: Number = 1) -> Tensor:
@@ -227,7 +226,6 @@ def _sub_decomposed(input, other, *, alpha=1):
     meta=_sub_meta,
     reference=_alpha_ref(np.subtract),
     backward=lambda grad, alpha: (grad, -grad if alpha == 1 else grad * -alpha),
-    autocast="promote",
     methods=("sub", "__sub__", "subtract"),
     grad_fn_name=lambda args: "SubBackward0" if isinstance(args[0], Tensor) else "RsubBackward1",
 )
@@ -266,7 +264,6 @@ def _mul_backward(grad, input, other, needs_input_grad):
     meta=binary_meta("mul"),
     reference=_mul_ref,
     backward=_mul_backward,
-    autocast="promote",
     methods=("mul", "__mul__", "__rmul__", "multiply"),
 )
 def mul(input: Tensor, other: Tensor | Number) -> Tensor:
@@ -325,7 +322,6 @@ def _div_backward(grad, input, other, rounding_mode, needs_input_grad):
     meta=_div_meta,
     reference=_div_ref,
     backward=_div_backward,
-    autocast="promote",
     methods=("div", "__truediv__", "divide", "true_divide"),
 )
 def div(input: Tensor, other: Tensor | Number, *, rounding_mode: str | None = None) -> Tensor:
@@ -425,7 +421,7 @@ def _pow_backward(grad, input, exponent, needs_input_grad):
     meta=_pow_meta,
     reference=_pow_ref,
     backward=_pow_backward,
-    autocast="fp32",
+    autocast="fp32_float16",
     methods=("pow", "__pow__"),
     grad_fn_name=_pow_node_name,
 )
@@ -616,11 +612,11 @@ def _sign_np(a):
 
 
 sign = _unary("sign", _sign_np, lambda grad: grad * 0, "The sign (-1, 0, 1) of each element.", int_to_float=False)
-exp = _unary("exp", np.exp, lambda grad, result: grad * result, "``e ** input`` elementwise.", autocast="fp32")
-log = _unary("log", np.log, lambda grad, input: grad / input, "Natural logarithm elementwise.", autocast="fp32")
-sqrt = _unary("sqrt", np.sqrt, lambda grad, result: grad / (result * 2), "Square root elementwise.", autocast="fp32")
-sin = _unary("sin", np.sin, lambda grad, input: grad * cos(input), "Sine elementwise.", autocast="fp32")
-cos = _unary("cos", np.cos, lambda grad, input: -grad * sin(input), "Cosine elementwise.", autocast="fp32")
+exp = _unary("exp", np.exp, lambda grad, result: grad * result, "``e ** input`` elementwise.", autocast="fp32_float16")
+log = _unary("log", np.log, lambda grad, input: grad / input, "Natural logarithm elementwise.", autocast="fp32_float16")
+sqrt = _unary("sqrt", np.sqrt, lambda grad, result: grad / (result * 2), "Square root elementwise.")
+sin = _unary("sin", np.sin, lambda grad, input: grad * cos(input), "Sine elementwise.")
+cos = _unary("cos", np.cos, lambda grad, input: -grad * sin(input), "Cosine elementwise.")
 tanh = _unary("tanh", np.tanh, lambda grad, result: grad * (1 - result * result), "Hyperbolic tangent elementwise.")
 
 

@@ -167,6 +167,7 @@ def scatter(input: Tensor, dim: int, index: Tensor, src: Tensor | float | None =
 
 
 @op(
+    autocast="promote",
     tags=("index",),
     meta=_scatter_meta("scatter_add"),
     reference=_scatter_ref(True),

@@ -379,6 +379,7 @@ def _index_copy_backward(grad, dim, index, source_shape):
 
 
 @op(
+    autocast="promote",
     tags=("index",),
     meta=_index_copy_meta,
     reference=_index_copy_ref,
@@ -646,6 +647,7 @@ def _index_put_backward(grad, indices, values, accumulate):
 
 
 @op(
+    autocast="promote",
     tags=("index",),
     meta=_index_put_meta,
     reference=_index_put_ref,

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from kiln import _dtype as dt
+from kiln._dispatch import composite
 from kiln._ops._meta import scalar_type_name
 from kiln._ops.classification_loss import _softplus_neg
 from kiln._ops.loss_reduction import _kiln, _legacy_reduction, _not_differentiable, _reduce, _reduction
@@ -25,6 +26,7 @@ __all__ = [
 # ---------------------------------------------------------------------------------------- margin / embedding losses
 
 
+@composite(autocast="fp32")
 def margin_ranking_loss(input1, input2, target, margin=0, size_average=None, reduce=None, reduction="mean"):
     """``max(0, -target * (input1 - input2) + margin)``: ranks ``input1`` above ``input2`` where ``target`` is 1."""
     k = _kiln()
@@ -37,6 +39,7 @@ def margin_ranking_loss(input1, input2, target, margin=0, size_average=None, red
     return _reduce(k.clamp_min(-target * (input1 - input2) + margin, 0), reduction)
 
 
+@composite(autocast="fp32")
 def hinge_embedding_loss(input, target, margin=1.0, size_average=None, reduce=None, reduction="mean"):
     """``input`` where ``target`` is 1, ``max(0, margin - input)`` where it is -1."""
     k = _kiln()
@@ -47,6 +50,7 @@ def hinge_embedding_loss(input, target, margin=1.0, size_average=None, reduce=No
     return _reduce(margin_part + self_part, reduction)
 
 
+@composite(autocast="fp32")
 def soft_margin_loss(input, target, size_average=None, reduce=None, reduction="mean"):
     """Two-class logistic loss ``log(1 + exp(-target * input))``."""
     reduction = _reduction(reduction, size_average, reduce)
@@ -57,6 +61,7 @@ def soft_margin_loss(input, target, size_average=None, reduce=None, reduction="m
     return _reduce(_softplus_neg(input * target.detach()), reduction)
 
 
+@composite(autocast="fp32")
 def cosine_embedding_loss(input1, input2, target, margin=0, size_average=None, reduce=None, reduction="mean"):
     """``1 - cos(x1, x2)`` where ``target`` is 1, ``max(0, cos(x1, x2) - margin)`` where it is -1."""
     k = _kiln()
@@ -89,6 +94,7 @@ def _pairwise_distance(k, x1: Tensor, x2: Tensor, p: float, eps: float) -> Tenso
     return k.linalg.vector_norm(x1 - x2 + eps, p, dim)
 
 
+@composite(autocast="fp32")
 def triplet_margin_loss(
     anchor,
     positive,
@@ -133,6 +139,7 @@ def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, r
     return _reduce(loss, reduction)
 
 
+@composite(autocast="fp32")
 def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, size_average=None, reduce=None, reduction="mean"):
     """Multi-class hinge loss ``sum_j max(0, margin - x[y] + x[j])**p / C`` over the classes ``j != y``."""
     k = _kiln()

@@ -374,7 +374,6 @@ def _native_batch_norm_decomposed(input, weight, bias, running_mean, running_var
     meta=_batch_norm_meta,
     reference=_batch_norm_ref,
     backward=_batch_norm_backward,
-    autocast="fp32",
     grad_fn_name="NativeBatchNormBackward0",
 )
 def _native_batch_norm(
@@ -578,7 +577,7 @@ def _native_layer_norm_decomposed(input, normalized_shape, weight, bias, eps):
     meta=_layer_norm_meta,
     reference=_layer_norm_ref,
     backward=_layer_norm_backward,
-    autocast="fp32",
+    autocast="fp32_float16",
     grad_fn_name="NativeLayerNormBackward0",
 )
 def _native_layer_norm(
@@ -645,7 +644,7 @@ def _native_group_norm_decomposed(input, num_groups, weight, bias, eps):
     meta=_group_norm_meta,
     reference=_group_norm_ref,
     backward=_group_norm_backward,
-    autocast="fp32",
+    autocast="fp32_float16",
     grad_fn_name="NativeGroupNormBackward0",
 )
 def _native_group_norm(

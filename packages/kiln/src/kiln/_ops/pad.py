@@ -12,7 +12,7 @@ import numbers
 import numpy as np
 
 from kiln import _dtype as dt
-from kiln._dispatch import op
+from kiln._dispatch import composite, op
 from kiln._ops.elementwise import _compute_np
 from kiln._ops.separable import _separable
 from kiln._ops.spatial_args import _check_int_list
@@ -143,4 +143,12 @@ def pad(input, pad, mode="constant", value=None):
     kinds = {"reflect": "reflection_pad", "replicate": "replication_pad", "circular": "circular_pad"}
     if mode not in kinds:
         raise NotImplementedError(f"Unrecognised padding mode {mode}")
-    return _separable(input, kinds[mode], (pad,))
+    if mode == "circular":
+        return _separable(input, kinds[mode], (pad,))
+    return _reflection_or_replication_pad(input, kinds[mode], pad)
+
+
+@composite(autocast="fp32", name="reflection_and_replication_pad")
+def _reflection_or_replication_pad(input, kind: str, pad: tuple) -> Tensor:
+    """``pad`` in mode ``'reflect'`` or ``'replicate'``: float32 under autocast, as PyTorch's kernels."""
+    return _separable(input, kind, (pad,))

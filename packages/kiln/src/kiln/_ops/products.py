@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from kiln import _dtype as dt
-from kiln._dispatch import op
+from kiln._dispatch import composite, op
 from kiln._ops._meta import scalar_type_name
 from kiln._ops.linalg import _matmul_meta, _matmul_ref, column_major, matmul, product_grads
 from kiln._tensor import Tensor
@@ -101,6 +101,7 @@ def bmm(input: Tensor, mat2: Tensor) -> Tensor:
     """Batched product of two 3-D tensors (no broadcasting)."""
 
 
+@composite(autocast="promote")
 def mv(input: Tensor, vec: Tensor) -> Tensor:
     """Matrix-vector product."""
     _check_tensors("mv", input=input, vec=vec)
@@ -109,6 +110,7 @@ def mv(input: Tensor, vec: Tensor) -> Tensor:
     return matmul(input, vec)
 
 
+@composite(autocast="promote")
 def dot(input: Tensor, tensor: Tensor) -> Tensor:
     """Inner product of two 1-D tensors."""
     _check_tensors("dot", input=input, tensor=tensor)
@@ -283,11 +285,13 @@ def baddbmm(input: Tensor, batch1: Tensor, batch2: Tensor, *, beta: float = 1, a
     """``beta * input + alpha * bmm(batch1, batch2)`` in one op (``input`` broadcasts to the product)."""
 
 
+@composite(autocast="lower")
 def addbmm(input: Tensor, batch1: Tensor, batch2: Tensor, *, beta=1, alpha=1) -> Tensor:
     """``beta * input + alpha * sum_b(batch1[b] @ batch2[b])``."""
     return _scaled_sum(input, bmm(batch1, batch2).sum(0), beta, alpha)
 
 
+@composite(autocast="fp32")
 def trace(input: Tensor) -> Tensor:
     """Sum of the main diagonal of a 2-D tensor (integers sum to int64)."""
     _check_tensors("trace", input=input)

@@ -90,7 +90,7 @@ def _sum_backward(grad, input_shape, dim, keepdim):
     meta=_sum_meta,
     reference=_sum_ref,
     backward=_sum_backward,
-    autocast="fp32",
+    autocast="fp32_float16",
     methods=("sum",),
     grad_fn_name=lambda args: "SumBackward" + _reduction_node_name(args),
 )
@@ -142,7 +142,6 @@ def _mean_decomposed(input, dim=None, keepdim=False, *, dtype=None):
     meta=_mean_meta,
     reference=_mean_ref,
     backward=_mean_backward,
-    autocast="fp32",
     methods=("mean",),
     grad_fn_name=lambda args: "MeanBackward" + _reduction_node_name(args),
 )

@@ -9,6 +9,7 @@ import math
 import warnings
 
 from kiln import _dtype as dt
+from kiln._dispatch import composite
 from kiln._ops._meta import broadcast_pair, scalar_type_name
 from kiln._ops.loss_reduction import _kiln, _legacy_reduction, _reduce, _reduction, _warn_size
 from kiln._tensor import Tensor
@@ -42,6 +43,7 @@ def _weighted(loss: Tensor, input: Tensor, weight, reduction: str, mean_over_wei
     return _reduce(loss, reduction)
 
 
+@composite(autocast="fp32")
 def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
     """Mean squared error ``(input - target) ** 2``; ``weight`` (input's shape) makes ``mean`` a weighted mean."""
     _warn_size(input, target)
@@ -55,6 +57,7 @@ def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", we
     return _reduce((x - y) ** 2, reduction)
 
 
+@composite(autocast="fp32")
 def l1_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
     """Mean absolute error ``|input - target|``; ``weight`` (input's shape) makes ``mean`` a weighted mean."""
     k = _kiln()
@@ -72,6 +75,7 @@ def _smooth_l1(k, d: Tensor, beta: float) -> Tensor:
     return k.where(a < beta, (d * d) * (0.5 / beta), a - 0.5 * beta)
 
 
+@composite(autocast="fp32")
 def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
     """Smooth L1: ``0.5 * d**2 / beta`` where ``|d| < beta``, else ``|d| - 0.5 * beta`` (``d = input - target``)."""
     k = _kiln()
@@ -88,6 +92,7 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mea
     return _reduce(_smooth_l1(k, x - y, beta), reduction)
 
 
+@composite(autocast="fp32")
 def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
     """Huber loss: ``0.5 * d**2`` where ``|d| < delta``, else ``delta * (|d| - 0.5 * delta)``."""
     k = _kiln()
@@ -103,6 +108,7 @@ def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
     return _reduce(loss, red)
 
 
+@composite(autocast="fp32")
 def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_target=False):
     """KL divergence ``target * (log(target) - input)`` for log-probabilities ``input``; ``batchmean`` divides by N."""
     k = _kiln()
@@ -131,6 +137,7 @@ def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_
     return out
 
 
+@composite(autocast="fp32")
 def poisson_nll_loss(
     input, target, log_input=True, full=False, size_average=None, eps=1e-8, reduce=None, reduction="mean"
 ):

@@ -107,11 +107,11 @@ def _prod_backward(grad, input, dim, keepdim):
 
 
 @op(
+    autocast="fp32",
     tags=("reduction",),
     meta=_prod_meta,
     reference=_prod_ref,
     backward=_prod_backward,
-    autocast="fp32",
     methods=("prod",),
     grad_fn_name=lambda args: "ProdBackward" + ("0" if len(args) < 2 or args[1] is None else "1"),
 )
@@ -199,7 +199,6 @@ def _var_decomposed(input, dim=None, correction=1, keepdim=False):
     meta=_var_meta("var"),
     reference=_var_ref(False),
     backward=_var_backward,
-    autocast="fp32",
     grad_fn_name="VarBackward0",
 )
 def _var(input: Tensor, dim: Dims = None, correction: int | float | None = 1, keepdim: bool = False) -> Tensor:
@@ -221,7 +220,6 @@ def _std_decomposed(input, dim=None, correction=1, keepdim=False):
     meta=_var_meta("std"),
     reference=_var_ref(True),
     backward=_std_backward,
-    autocast="fp32",
     grad_fn_name="StdBackward0",
 )
 def _std(input: Tensor, dim: Dims = None, correction: int | float | None = 1, keepdim: bool = False) -> Tensor:
@@ -346,7 +344,7 @@ def _logsumexp_decomposed(input, dim, keepdim=False):
     meta=_logsumexp_meta,
     reference=_logsumexp_ref,
     backward=_logsumexp_backward,
-    autocast="fp32",
+    autocast="fp32_float16",
     methods=("logsumexp",),
 )
 def logsumexp(input: Tensor, dim: Dims, keepdim: bool = False) -> Tensor:
@@ -387,7 +385,6 @@ def _nansum_decomposed(input, dim=None, keepdim=False, *, dtype=None):
     meta=_nansum_meta,
     reference=_nansum_ref,
     backward=_nansum_backward,
-    autocast="fp32",
     methods=("nansum",),
 )
 def nansum(input: Tensor, dim: Dims = None, keepdim: bool = False, *, dtype: dt.dtype | None = None) -> Tensor:
@@ -484,6 +481,7 @@ def _cumprod_backward(grad, input, dim):
 
 
 @op(
+    autocast="fp32_float16",
     tags=("scan",),
     meta=_scan_meta("cumsum"),
     reference=_scan_ref(np.cumsum),
@@ -495,6 +493,7 @@ def cumsum(input: Tensor, dim: int, *, dtype: dt.dtype | None = None) -> Tensor:
 
 
 @op(
+    autocast="fp32_float16",
     tags=("scan",),
     meta=_scan_meta("cumprod"),
     reference=_scan_ref(np.cumprod),
@@ -715,7 +714,7 @@ def _vector_norm_decomposed(input, ord=2, dim=None, keepdim=False, *, dtype=None
     meta=_vector_norm_meta,
     reference=_vector_norm_ref,
     backward=_vector_norm_backward,
-    autocast="fp32",
+    autocast="fp32_float16",
     grad_fn_name="LinalgVectorNormBackward0",
 )
 def vector_norm(

@@ -151,7 +151,7 @@ def _cat_backward(grad, tensors_shape, dim):
     return out
 
 
-@op(tags=("shape",), meta=_cat_meta, reference=_cat_ref, backward=_cat_backward)
+@op(autocast="promote", tags=("shape",), meta=_cat_meta, reference=_cat_ref, backward=_cat_backward)
 def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     """``tensors`` joined along ``dim`` (promoted to a common dtype; 1-D empty tensors are skipped)."""
 
@@ -196,6 +196,7 @@ def _stack_decomposed(tensors, dim=0):
 
 
 @op(
+    autocast="promote",
     decompose=_stack_decomposed,
     tags=("shape",),
     meta=_stack_meta,

@@ -276,7 +276,7 @@ def _log_softmax_decomposed(input, dim):
     meta=_softmax_meta("softmax"),
     reference=_softmax_ref(False),
     backward=_softmax_grad,
-    autocast="fp32",
+    autocast="fp32_float16",
     grad_fn_name="SoftmaxBackward0",
 )
 def _softmax(input: Tensor, dim: int) -> Tensor:
@@ -289,7 +289,7 @@ def _softmax(input: Tensor, dim: int) -> Tensor:
     meta=_softmax_meta("log_softmax"),
     reference=_softmax_ref(True),
     backward=_log_softmax_grad,
-    autocast="fp32",
+    autocast="fp32_float16",
     grad_fn_name="LogSoftmaxBackward0",
 )
 def _log_softmax(input: Tensor, dim: int) -> Tensor:

@@ -226,5 +226,5 @@ erfinv = _unary(
     _f64(erfinv_np),
     lambda grad, result: grad * _HALF_SQRT_PI * exp(result * result),
     "The inverse error function elementwise (``±inf`` at ``±1``, NaN outside ``[-1, 1]``).",
-    autocast="fp32",
+    autocast="fp32_float16",
 )

@@ -116,7 +116,6 @@ exp2 = _unary(
     np.exp2,
     lambda grad, result: grad * result * _LN2,
     "``2 ** input`` elementwise.",
-    autocast="fp32",
     decompose=_exp2_decomposed,
 )
 expm1 = _unary(
@@ -124,7 +123,7 @@ expm1 = _unary(
     np.expm1,
     lambda grad, result: grad * (result + 1),
     "``exp(input) - 1`` elementwise, accurate for small ``input``.",
-    autocast="fp32",
+    autocast="fp32_float16",
 )
 
 
@@ -144,7 +143,7 @@ log2 = _unary(
     np.log2,
     lambda grad, input: grad / (input * _LN2),
     "Base-2 logarithm elementwise.",
-    autocast="fp32",
+    autocast="fp32_float16",
     decompose=_log_base_decomposed(math.log(2.0)),
 )
 log10 = _unary(
@@ -152,7 +151,7 @@ log10 = _unary(
     np.log10,
     lambda grad, input: grad / (input * _LN10),
     "Base-10 logarithm elementwise.",
-    autocast="fp32",
+    autocast="fp32_float16",
     decompose=_log_base_decomposed(math.log(10.0)),
 )
 log1p = _unary(
@@ -160,14 +159,14 @@ log1p = _unary(
     np.log1p,
     lambda grad, input: grad / (input + 1),
     "``log(1 + input)`` elementwise, accurate for small ``input``.",
-    autocast="fp32",
+    autocast="fp32_float16",
 )
 rsqrt = _unary(
     "rsqrt",
     _rsqrt_np,
     lambda grad, result: grad * -0.5 * (result * result * result),
     "``1 / sqrt(input)`` elementwise.",
-    autocast="fp32",
+    autocast="fp32_float16",
     decompose=lambda input: _rsqrt_decomposed(input),
 )
 reciprocal = _unary(
@@ -175,15 +174,17 @@ reciprocal = _unary(
     _reciprocal_np,
     lambda grad, result: -grad * (result * result),
     "``1 / input`` elementwise (integer inputs give the default float dtype).",
-    autocast="fp32",
+    autocast="fp32_float16",
 )
-tan = _unary("tan", np.tan, lambda grad, result: grad * (result * result + 1), "Tangent elementwise.", autocast="fp32")
+tan = _unary(
+    "tan", np.tan, lambda grad, result: grad * (result * result + 1), "Tangent elementwise.", autocast="fp32_float16"
+)
 asin = _unary(
     "asin",
     np.arcsin,
     lambda grad, input: grad * rsqrt(-input * input + 1),
     "Arcsine elementwise.",
-    autocast="fp32",
+    autocast="fp32_float16",
     methods=("asin", "arcsin"),
 )
 acos = _unary(
@@ -191,7 +192,7 @@ acos = _unary(
     np.arccos,
     lambda grad, input: grad * -rsqrt(-input * input + 1),
     "Arccosine elementwise.",
-    autocast="fp32",
+    autocast="fp32_float16",
     methods=("acos", "arccos"),
 )
 atan = _unary(
@@ -201,9 +202,11 @@ atan = _unary(
     "Arctangent elementwise.",
     methods=("atan", "arctan"),
 )
-sinh = _unary("sinh", np.sinh, lambda grad, input: grad * cosh(input), "Hyperbolic sine elementwise.", autocast="fp32")
+sinh = _unary(
+    "sinh", np.sinh, lambda grad, input: grad * cosh(input), "Hyperbolic sine elementwise.", autocast="fp32_float16"
+)
 cosh = _unary(
-    "cosh", np.cosh, lambda grad, input: grad * sinh(input), "Hyperbolic cosine elementwise.", autocast="fp32"
+    "cosh", np.cosh, lambda grad, input: grad * sinh(input), "Hyperbolic cosine elementwise.", autocast="fp32_float16"
 )
 asinh = _unary(
     "asinh",

@@ -59,7 +59,7 @@ TORCH = "torch==2.13.0"
 # safetensors: interop tests only; Pillow: kiln-data's ImageFolder (its "images" extra)
 TEST_DEPS = ["pytest>=8", "hypothesis>=6.100", TORCH, "safetensors>=0.4,<1", "Pillow>=10"]
 # The demo job (docs/examples/train_digits.py) and what runs it (integration test, benchmarks).
-DEMO_DEPS = ["-e", "packages/kiln-nn", "-e", "packages/kiln-data", "tqdm", "matplotlib"]
+DEMO_DEPS = ["-e", "packages/kiln-nn", "-e", "packages/kiln-data", "-e", "packages/kiln-amp", "tqdm", "matplotlib"]
 RUFF = "ruff==0.17.6"  # pinned: new ruff releases add rules and change formatting
 DOCS_DEPS = ["sphinx>=8,<10", "furo"]  # a new Sphinx major can add warnings, and -W makes them errors
 LINT_PATHS = ["packages", "tests-integration", "benchmarks", "docs", "noxfile.py"]

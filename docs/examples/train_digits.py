@@ -4,10 +4,11 @@ This is the demo job (``nox -s demo``) and reads like its PyTorch twin: ``import
 code has ``import torch``, ``kiln.nn`` for ``torch.nn``, ``kiln.data`` for ``torch.utils.data``. The
 data set is embedded in kiln-data (no download). The script trains with Adam, shows a progress bar per
 epoch, keeps the best checkpoint (safetensors), reloads it into a fresh model to check it, and writes
-a PNG with the training curves and the test images the model gets wrong.
+a PNG with the training curves and the test images the model gets wrong. ``--amp`` trains in mixed
+precision with kiln-amp, as PyTorch code does with ``torch.autocast`` and ``torch.amp.GradScaler``.
 
     python docs/examples/train_digits.py [--epochs N] [--batch-size B] [--device D] [--workers W]
-                                         [--out DIR] [--resume CHECKPOINT] [--seed S]
+                                         [--out DIR] [--resume CHECKPOINT] [--seed S] [--amp]
 """
 
 from __future__ import annotations
@@ -87,6 +88,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", default="runs/digits", help="output directory (default runs/digits)")
     p.add_argument("--resume", metavar="CHECKPOINT", help="continue from a last.safetensors of an earlier run")
     p.add_argument("--seed", type=int, default=0, help="seed for initialisation and shuffling (default 0)")
+    p.add_argument(
+        "--amp",
+        action="store_true",
+        help="mixed precision: autocast (bfloat16 on cpu, float16 elsewhere; needs kiln-amp)",
+    )
     args = p.parse_args(argv)
     for name in ("epochs", "batch_size", "workers"):
         if getattr(args, name) < (0 if name == "workers" else 1):
@@ -95,6 +101,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         kiln.empty(0, device=args.device)
     except (RuntimeError, ValueError) as e:
         p.error(f"--device {args.device}: {e}")
+    if args.amp:
+        try:  # kiln.autocast is always there; it says which package to install when kiln-amp is not
+            kiln.autocast(kiln.device(args.device).type)
+        except (ModuleNotFoundError, RuntimeError) as e:
+            p.error(f"--amp: {e}")
     if args.resume and not os.path.isfile(args.resume):
         p.error(f"--resume {args.resume}: no such file")
     return args
@@ -116,6 +127,14 @@ def main(argv: list[str] | None = None) -> int:
     model = make_model().to(device)
     optimizer = kiln.optim.Adam(model.parameters(), lr=args.lr)  # kiln.optim is torch.optim
     loss_fn = nn.CrossEntropyLoss()
+    # Mixed precision as in PyTorch: autocast around the forward pass and the loss; a GradScaler keeps
+    # float16 gradients from underflowing (bfloat16 has float32's range and needs none: enabled=False
+    # makes every scaler call a pass-through).
+    autocast = kiln.autocast(device.type, enabled=args.amp)
+    if args.amp:
+        scaler = kiln.amp.GradScaler(device.type, enabled=autocast.fast_dtype is kiln.float16)
+    else:
+        scaler = None
     history, best_acc, start = {"loss": [], "accuracy": []}, -1.0, 1
     if args.resume:
         # kiln.load never unpickles: a checkpoint is safetensors plus a JSON description of the nesting.
@@ -125,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
             sys.exit(f"error: --resume {args.resume}: not a training checkpoint (use a last.safetensors)")
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
+        if scaler is not None and ckpt.get("scaler"):
+            scaler.load_state_dict(ckpt["scaler"])
         kiln.set_rng_state(ckpt["rng"]["global"])  # so a resumed run continues exactly as an unbroken one
         shuffle.set_state(ckpt["rng"]["shuffle"])
         history, best_acc, start = ckpt["history"], ckpt["best_accuracy"], ckpt["epoch"] + 1
@@ -134,7 +155,10 @@ def main(argv: list[str] | None = None) -> int:
     png_path = os.path.join(args.out, "digits.png")
     n_params = sum(p.numel() for p in model.parameters())
     print(f"kiln {kiln.__version__} on {device}: digits {len(train_set)} train / {len(test_set)} test images")
-    print(f"CNN with {n_params:,} parameters, Adam lr {args.lr}, batch {args.batch_size}, seed {args.seed}")
+    precision = f"autocast {autocast.fast_dtype}" if args.amp else "float32"
+    print(
+        f"CNN with {n_params:,} parameters, Adam lr {args.lr}, batch {args.batch_size}, seed {args.seed}, {precision}"
+    )
     if args.resume:
         print(f"resumed from {args.resume} after epoch {start - 1} (best accuracy so far {best_acc:.2%})")
 
@@ -146,10 +170,16 @@ def main(argv: list[str] | None = None) -> int:
         bar = tqdm(train_loader, desc=f"epoch {epoch}/{args.epochs}", unit="batch", leave=False, disable=None)
         for images, labels in bar:
             images, labels = images.to(device), labels.to(device)
-            loss = loss_fn(model(images), labels)
+            with autocast:
+                loss = loss_fn(model(images), labels)
             optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
+            if scaler is None:
+                loss.backward()
+                optimizer.step()
+            else:
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)  # skipped when a gradient overflowed
+                scaler.update()
             total += loss.item() * labels.shape[0]
             seen += labels.shape[0]
             bar.set_postfix(loss=f"{total / seen:.4f}")
@@ -163,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
         # Everything needed to resume, in one file: int dict keys, lists and floats are fine in kiln.save.
         rng = {"global": kiln.get_rng_state(), "shuffle": shuffle.get_state()}
         state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch, "rng": rng}
+        if scaler is not None:
+            state["scaler"] = scaler.state_dict()
         kiln.save({**state, "history": history, "best_accuracy": best_acc}, last_path)
         print(f"epoch {epoch:2d}/{args.epochs}  train loss {total / seen:.4f}  test accuracy {accuracy:.2%}{note}")
     train_seconds = time.perf_counter() - t0

@@ -11,6 +11,7 @@ from __future__ import annotations
 def kernels() -> dict[str, tuple]:
     """Every kernel kiln-cpu provides: op name -> (kernel, output dtypes served)."""
     from kiln_cpu import (
+        kernels_amp,
         kernels_conv,
         kernels_elementwise,
         kernels_index,
@@ -26,6 +27,6 @@ def kernels() -> dict[str, tuple]:
     table = kernels_elementwise.kernels()
     table.update(kernels_reduce.kernels())
     modules = (kernels_nn, kernels_linalg, kernels_loss, kernels_conv, kernels_index, kernels_pool, kernels_scan)
-    for module in (*modules, kernels_ternary):
+    for module in (*modules, kernels_ternary, kernels_amp):
         table.update(module.kernels())
     return table

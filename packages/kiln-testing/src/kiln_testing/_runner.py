@@ -259,6 +259,8 @@ def run_forward(opdef, spec: OpSpec, dtype, device, device_dtypes: tuple) -> lis
             if case.inplace is not None:
                 assert actual is d_args[case.inplace], "an in-place op must return the tensor it wrote into"
                 _compare(d_args[case.inplace], r_args[case.inplace], device, what="written tensor", **tol)
+                for i in case.also_written:
+                    _compare(d_args[i], r_args[i], device, what=f"argument {i} after the call", **tol)
             else:
                 _compare(actual, expected, device, what="result", values=case.values, **tol)
                 if spec.view:

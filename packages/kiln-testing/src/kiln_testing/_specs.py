@@ -87,7 +87,8 @@ class Case:
 
     ``values``: compare values (False for uninitialised results: only shape, dtype and device);
     ``grad``: also used by the autograd checks; ``inplace``: index of the argument the op writes
-    into and returns (compared after the call instead of the result).
+    into and returns (compared after the call instead of the result); ``also_written``: indices of
+    further arguments it writes into (compared after the call too).
     """
 
     label: str
@@ -96,6 +97,7 @@ class Case:
     values: bool = True
     grad: bool = True
     inplace: int | None = None
+    also_written: tuple[int, ...] = ()
 
     def tensors(self) -> list[T]:
         """Every tensor argument, those inside lists and tuples (``cat``'s) included."""
@@ -956,7 +958,48 @@ def _factor(option: str, values: tuple):
 
 _POSITIVE = {"low": 0.25, "high": 4.0}
 
+
+def _one_float32(c: Ctx, value: float) -> T:
+    return c.t((), dtype=kiln.float32, low=value, high=value, grad=False)
+
+
+def _amp_unscale(c: Ctx) -> list[Case]:
+    def case(label, grad):
+        return Case(
+            label, (grad, _one_float32(c, 0.0), _one_float32(c, 0.25)), inplace=0, also_written=(1,), grad=False
+        )
+
+    g = c.t
+    cases = [
+        case("contiguous", g((3, 4), grad=False)),
+        case("transposed", g((3, 4), layout="transposed", grad=False)),
+        case("strided", g((2, 3, 4), layout="strided", grad=False)),
+        case("0-d", g((), grad=False)),
+        case("empty", g((0, 3), grad=False)),
+    ]
+    if c.dtype.is_floating_point:
+        cases.append(case("inf-and-nan", c.specials()))
+    return cases
+
+
+def _amp_update_scale(c: Ctx) -> list[Case]:
+    def case(label, tracker, found, interval):
+        scale = _one_float32(c, 1024.0)
+        args = (scale, c.t((), dtype=kiln.int32, low=tracker, high=tracker, grad=False), _one_float32(c, found))
+        return Case(label, (*args, 2.0, 0.5, interval), inplace=0, also_written=(1,), grad=False)
+
+    return [
+        case("found-inf", 3, 1.0, 5),
+        case("counts-a-good-step", 3, 0.0, 5),
+        case("grows-at-the-interval", 4, 0.0, 5),
+        case("interval-1", 0, 0.0, 1),
+    ]
+
+
 SPECS: dict[str, OpSpec] = {
+    # gradient scaling (kiln-amp's GradScaler): in place, on the device
+    "_amp_non_finite_check_and_unscale_": explicit(_amp_unscale),
+    "_amp_update_scale_": explicit(_amp_update_scale),
     # views, creation and copies (device-generic in the core: every device gets them from its contract)
     "view": explicit(_view),
     "permute": explicit(_permute),

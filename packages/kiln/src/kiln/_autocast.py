@@ -44,7 +44,8 @@ class _State(threading.local):
         self.dtype: dict[str, dt.dtype] = {}
         self.nesting = 0
         self.cache_enabled = True
-        self.mode = None  # this thread's autocast mode (kiln-amp's), while it is on the dispatch stack
+        self.mode = None  # this thread's autocast mode (kiln-amp's), made on first use
+        self.pushed = False  # whether it is on the dispatch stack
 
 
 _state = _State()
@@ -64,16 +65,18 @@ def _mode_class():
 
 
 def _sync_mode() -> None:
-    """Keep this thread's autocast mode on the dispatch stack exactly while a region is open or a device
-    type has autocast switched on."""
-    wanted = _state.nesting > 0 or any(_state.enabled.values())
-    if wanted and _state.mode is None:
-        mode = _mode_class()()
-        mode.__enter__()
-        _state.mode = mode
-    elif not wanted and _state.mode is not None:
-        mode, _state.mode = _state.mode, None
-        mode.__exit__(None, None, None)
+    """Keep this thread's autocast mode on the dispatch stack exactly while autocast is on for some device
+    type. The mode (and its weight-cast cache) lives as long as the thread: an ``enabled=False`` region
+    inside an enabled one takes the mode off the stack without losing the cache."""
+    wanted = any(_state.enabled.values())
+    if wanted and not _state.pushed:
+        if _state.mode is None:
+            _state.mode = _mode_class()()
+        _state.mode.__enter__()
+        _state.pushed = True
+    elif not wanted and _state.pushed:
+        _state.pushed = False
+        _state.mode.__exit__(None, None, None)
 
 
 def is_autocast_available(device_type: str) -> bool:

@@ -7,7 +7,10 @@ the design. In short:
 
 * **The op record.** :func:`op` / :func:`ops` give the :class:`OpDef` of every op: its signature, meta
   function, backward formula, reference kernel, tags (:data:`TAGS`), in-place variant, autocast policy
-  and decomposition. Nothing else lists ops.
+  and decomposition. Nothing else lists ops. Autocast's policies and their meanings are
+  :data:`AUTOCAST_POLICIES`; the few functions written in ops that carry a policy of their own, as
+  PyTorch's ops of those names do, are :func:`composites` (a feature package marks its own with
+  :func:`composite`, as kiln-nn's ``linear``).
 * **The kernel contract.** A kernel is called as ``kernel(spec, *args)``: ``spec`` is a :class:`Spec`
   (``shape``, ``dtype``, ``device`` and per-family named extras such as :attr:`ReductionSpec.dims`) that
   the op's meta function computed after validating the arguments; ``args`` are the op's arguments,
@@ -37,7 +40,18 @@ from collections.abc import Callable
 
 import numpy as np
 
-from kiln._dispatch import OPS, TAGS, DispatchMode, OpDef, check_kernel_outputs, kernel_outputs_checked_always
+from kiln._dispatch import (
+    AUTOCAST_POLICIES,
+    COMPOSITES,
+    OPS,
+    TAGS,
+    Composite,
+    DispatchMode,
+    OpDef,
+    check_kernel_outputs,
+    composite,
+    kernel_outputs_checked_always,
+)
 from kiln._dtype import ALL_DTYPES
 from kiln._ops.elementwise import _compute_np
 from kiln._ops.normalization import _channel_layout, _group_layout, _layer_layout
@@ -63,6 +77,8 @@ from kiln._threads import check_num_threads, default_num_threads
 
 __all__ = [
     "ALL_DTYPES",
+    "AUTOCAST_POLICIES",
+    "Composite",
     "ComputeSpec",
     "ConvSpec",
     "DimSpec",
@@ -83,6 +99,8 @@ __all__ = [
     "batch_norm_layout",
     "check_kernel_outputs",
     "check_num_threads",
+    "composite",
+    "composites",
     "compute_dtype",
     "decomposition",
     "decompositions",
@@ -110,6 +128,12 @@ def op(name: str) -> OpDef:
         hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
         raise KeyError(f"kiln has no op named {name!r}{hint}")
     return opdef
+
+
+def composites() -> dict[str, Composite]:
+    """Every function written in kiln ops that carries an autocast policy of its own (``mse_loss``,
+    ``trace``...), by name: with the op records' policies, all that autocast reads."""
+    return dict(COMPOSITES)
 
 
 def ops(tag: str | None = None) -> dict[str, OpDef]:

@@ -2,7 +2,7 @@
 
 The primitives (convolution, pooling, normalisation, losses, activations) are core ops; the core's
 public module :mod:`kiln.nn_functional` holds them and this module re-exports every name of it. ``linear`` and ``bilinear``
-are composed here from core matmul ops; ``relu`` (with PyTorch's ``inplace=``), ``sigmoid`` and
+are composed here from core matmul ops (each with PyTorch's autocast policy for it, a composite); ``relu`` (with PyTorch's ``inplace=``), ``sigmoid`` and
 ``tanh`` wrap the core's elementwise ops.
 """
 
@@ -11,11 +11,13 @@ from __future__ import annotations
 import kiln
 from kiln import Tensor, addmm, einsum
 from kiln import nn_functional as _core
+from kiln.backend import composite
 from kiln.nn_functional import *  # noqa: F403 - every name of the core's literal __all__ (IDEs resolve it)
 
 __all__ = [*_core.__all__, "linear", "bilinear", "relu", "sigmoid", "tanh"]
 
 
+@composite(autocast="lower")
 def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``input @ weight.T + bias`` over the last dimension of ``input`` (``torch.nn.functional.linear``).
 
@@ -35,6 +37,7 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     return out.reshape(*lead, weight.shape[0])
 
 
+@composite(autocast="promote")
 def bilinear(input1: Tensor, input2: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``y[..., o] = Σ_ij input1[..., i] weight[o, i, j] input2[..., j] + bias[o]`` (``torch.nn.functional.bilinear``)."""
     if input1.shape[:-1] != input2.shape[:-1]:

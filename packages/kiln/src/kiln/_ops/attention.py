@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 from kiln import _dtype as dt
+from kiln._dispatch import composite
 from kiln._ops._meta import broadcast_pair, common_device, scalar_type_name, wrap_dim
 from kiln._ops.activation import _need_tensor
 from kiln._ops.elementwise import exp, where
@@ -96,6 +97,7 @@ def _masked_softmax(scores: Tensor) -> Tensor:
     return e / where(s == 0, 1.0, s)
 
 
+@composite(autocast="lower")
 def scaled_dot_product_attention(
     query: Tensor,
     key: Tensor,

@@ -1,10 +1,21 @@
-"""Calls made the same way in kiln and in PyTorch (``lib`` is either module), one per op category of
-autocast: matrix products and convolutions, losses, reductions and range-sensitive math, activations,
-promotion, shape and index ops. Shared by the policy tests."""
+"""Autocast against PyTorch's: the same calls under ``kiln.autocast("cpu")`` and ``torch.autocast("cpu")``
+give the same output dtype and, within bfloat16's precision, the same values, for every op category.
+
+PyTorch keeps two policy lists, one for its CPU and one for its CUDA kernels; kiln keeps one policy per op
+on the op record and keys the range-sensitive part to the dtype instead of the device (see
+``kiln.backend.AUTOCAST_POLICIES``): exp, log, softmax, sums and norms run in float32 under float16 (as
+PyTorch's CUDA list has them) and as given under bfloat16 (as its CPU list has them). The CPU oracle
+therefore checks every op under bfloat16; the float16 rules are checked against the policy table itself.
+"""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
+import torch
+
+import kiln
+import kiln.backend as kb
 
 _RNG = np.random.default_rng(0)
 _DATA: dict[tuple, np.ndarray] = {}
@@ -142,3 +153,70 @@ CASES.update(
         "interpolate": lambda L, t: _f(L).interpolate(t(1, 1, 4, 4), scale_factor=2),
     }
 )
+
+
+# PyTorch's CPU autocast leaves these alone and then rejects the mixed dtypes; kiln promotes them as
+# PyTorch's CUDA autocast does (its "promote" list), so the same code runs on every device.
+PROMOTED_WHERE_TORCH_CPU_RAISES = {"index_put", "scatter_add"}
+
+
+def _name(dtype) -> str:
+    return str(dtype).rsplit(".", 1)[-1]
+
+
+def _run(lib, label: str, input_dtype: str, autocast_dtype: str = "bfloat16"):
+    with lib.autocast("cpu", dtype=getattr(lib, autocast_dtype)):
+        return CASES[label](lib, Maker(lib, getattr(lib, input_dtype)))
+
+
+@pytest.mark.parametrize("input_dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("label", sorted(CASES))
+def test_dtype_and_values_match_pytorch(label, input_dtype):
+    ours = _run(kiln, label, input_dtype)
+    if label in PROMOTED_WHERE_TORCH_CPU_RAISES and input_dtype == "bfloat16":
+        with pytest.raises(RuntimeError):
+            _run(torch, label, input_dtype)
+        assert ours.dtype is kiln.float32
+        return
+    theirs = _run(torch, label, input_dtype)
+    assert _name(ours.dtype) == _name(theirs.dtype), f"{label}: kiln {ours.dtype}, PyTorch {theirs.dtype}"
+    a = ours.float().detach().numpy()
+    b = theirs.float().detach().numpy()
+    half = theirs.dtype in (torch.bfloat16, torch.float16) or input_dtype != "float32"
+    tol = 4e-2 if half else 1e-5
+    np.testing.assert_allclose(a, b, rtol=tol, atol=tol, err_msg=label)
+
+
+def test_outside_a_region_nothing_is_cast():
+    for label in ("mm", "exp", "mse_loss", "cat"):
+        out = CASES[label](kiln, Maker(kiln, kiln.float32))
+        assert out.dtype is kiln.float32, label
+
+
+@pytest.mark.parametrize("label", ["exp", "log", "sum", "softmax", "log_softmax", "layer_norm", "vector_norm", "pow"])
+def test_range_sensitive_ops_run_in_float32_under_float16_only(label):
+    with kiln.autocast("cpu", dtype=kiln.float16):
+        assert CASES[label](kiln, Maker(kiln, kiln.float16)).dtype is kiln.float32
+    with kiln.autocast("cpu", dtype=kiln.bfloat16):
+        assert CASES[label](kiln, Maker(kiln, kiln.bfloat16)).dtype is kiln.bfloat16
+
+
+def test_every_policy_in_the_record_is_known_and_the_table_covers_each():
+    policies = {o.autocast for o in kb.ops().values()} | {c.autocast for c in kb.composites().values()}
+    assert policies - {None} == set(kb.AUTOCAST_POLICIES)
+
+
+def test_binary_cross_entropy_is_unsafe_under_float16_and_float32_under_bfloat16():
+    p = kiln.full((3,), 0.25)
+    y = kiln.full((3,), 1.0)
+    with kiln.autocast("cpu", dtype=kiln.float16):
+        with pytest.raises(RuntimeError, match="binary_cross_entropy_with_logits"):
+            kiln.nn.functional.binary_cross_entropy(p, y)
+        with pytest.raises(RuntimeError, match="unsafe to autocast"):
+            kiln.nn.BCELoss()(p, y)
+        # the logits form is the safe one
+        assert kiln.nn.functional.binary_cross_entropy_with_logits(p, y).dtype is kiln.float32
+    with kiln.autocast("cpu"):
+        out = kiln.nn.functional.binary_cross_entropy(p.bfloat16(), y)
+    assert out.dtype is kiln.float32
+    assert abs(out.item() - float(-np.log(0.25))) < 1e-6

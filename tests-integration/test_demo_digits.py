@@ -2,8 +2,10 @@
 
 The script runs in subprocesses with the running interpreter, so this environment needs what the demo
 needs: kiln, kiln-nn, kiln-data, tqdm and matplotlib (the nox ``integration`` session installs them).
-One-epoch runs only: the accuracy target of the full run (97 % in under a minute) is the demo's own job,
-checked by running ``nox -s demo``; here the script's flags, files, checkpoint reload and resume are.
+Mostly one-epoch runs: the accuracy target of the full run (97 % in under a minute) is the demo's own
+job, checked by running ``nox -s demo``; here the script's flags, files, checkpoint reload and resume are.
+The one full run pair is mixed precision's promise: ``--amp`` (bfloat16 autocast on cpu) reaches the
+float32 run's accuracy within one point.
 """
 
 from __future__ import annotations
@@ -59,6 +61,21 @@ def test_train_reload_resume(tmp_path):
     assert list(epoch_lines(resumed)) == [2]
     straight = ok(run("--epochs", "2", "--workers", "2", "--out", str(tmp_path / "straight"), cwd=tmp_path))
     assert epoch_lines(straight)[2].split("*")[0] == epoch_lines(resumed)[2].split("*")[0]
+
+
+def best_accuracy(stdout: str) -> float:
+    return float(re.search(r"best checkpoint reloaded: test accuracy ([\d.]+)%", stdout).group(1))
+
+
+def test_amp_reaches_the_float32_accuracy(tmp_path):
+    full = ok(run("--out", str(tmp_path / "fp32"), cwd=tmp_path))
+    amp = ok(run("--amp", "--out", str(tmp_path / "amp"), cwd=tmp_path))
+    assert "float32" in full.splitlines()[1] and "autocast kiln.bfloat16" in amp.splitlines()[1]
+    assert best_accuracy(amp) >= best_accuracy(full) - 1.0, (full, amp)
+    # the checkpoint of an --amp run resumes with --amp
+    last = str(tmp_path / "amp" / "last.safetensors")
+    resumed = ok(run("--amp", "--epochs", "11", "--out", str(tmp_path / "amp"), "--resume", last, cwd=tmp_path))
+    assert list(epoch_lines(resumed)) == [11]
 
 
 @pytest.mark.parametrize(

@@ -65,7 +65,12 @@ PACKAGES: tuple[Package, ...] = (
         "Datasets, ``DataLoader``, samplers and transforms.",
         ("kiln.data", "kiln.data.datasets", "kiln.data.transforms"),
     ),
-    Package("kiln-amp", "``kiln.amp``", "Mixed precision: ``autocast`` and ``GradScaler``."),
+    Package(
+        "kiln-amp",
+        "``kiln.amp``",
+        "Mixed precision: ``autocast`` (every device, the policy read from the op record) and ``GradScaler``.",
+        ("kiln.amp",),
+    ),
     Package(
         "kiln-distributed",
         "``kiln.distributed``",

@@ -1,5 +1,6 @@
-"""The modes, collectives and compilers hooks are marked provisional, in their docstrings (the API
-reference renders them) and in the architecture page's plugin section, until their first reader lands."""
+"""The collectives and compilers hooks are marked provisional, in their docstrings (the API reference
+renders them) and in the architecture page's plugin section, until their first reader lands. The modes
+hook is settled: kiln-amp's autocast is its reader."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import pytest
 from kiln import hookspecs
 
 PROVISIONAL = {
-    "kiln_register_modes": "kiln-amp",
     "kiln_register_collectives": "kiln-distributed",
     "kiln_register_compilers": "kiln-compile",
 }
@@ -25,7 +25,12 @@ def test_the_hook_docstring_says_provisional(hook, package):
 
 
 def test_the_settled_hooks_are_not_marked():
-    for name in ("kiln_register_devices", "kiln_register_kernels", "kiln_register_fused_updates"):
+    for name in (
+        "kiln_register_devices",
+        "kiln_register_kernels",
+        "kiln_register_fused_updates",
+        "kiln_register_modes",
+    ):
         assert "rovisional" not in inspect.getdoc(getattr(hookspecs, name))
 
 

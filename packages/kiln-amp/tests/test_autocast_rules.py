@@ -297,3 +297,43 @@ def test_the_per_device_spellings():
         assert kiln.cpu.amp.GradScaler().is_enabled()
         assert callable(kiln.cuda.amp.custom_fwd) and callable(kiln.cuda.amp.custom_bwd)
     assert kiln.cpu.amp is kiln.cpu.amp  # one namespace per device type
+
+
+class _HostArray:
+    """Storage of the test device below: a NumPy array (the device contract needs no more)."""
+
+    def __init__(self, array):
+        self.array = array
+
+    def __len__(self):
+        return self.array.size
+
+
+class _ThirdPartyDevice:
+    """A device plugin with no kernels and no word about autocast: its ops run through the CPU fallback."""
+
+    def kiln_register_devices(self, register):
+        register(
+            "ampdev",
+            empty=lambda n, dtype, index=None: _HostArray(np.zeros(n, dtype.numpy)),
+            to_host=lambda s: s.array.copy(),
+            from_host=lambda a, index=None: _HostArray(np.ascontiguousarray(a).reshape(-1).copy()),
+            write=lambda s, start, a: s.array.__setitem__(slice(start, start + a.size), a.reshape(-1)),
+        )
+
+
+def test_a_third_party_device_gets_the_same_policy():
+    from kiln_testing._runner import FALLBACK_WARNING, cpu_fallback
+
+    kiln.plugins.register_plugin(_ThirdPartyDevice(), name="ampdev-plugin")
+    try:
+        a, b = kiln.rand(3, 4, device="ampdev"), kiln.rand(4, 5, device="ampdev")
+        with cpu_fallback(True), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", FALLBACK_WARNING, UserWarning)
+            with kiln.autocast("ampdev"):  # float16: the default lower dtype off the cpu
+                out = a @ b
+                assert out.device.type == "ampdev" and out.dtype is kiln.float16
+                assert kiln.exp(out).dtype is kiln.float32  # "fp32_float16"
+                assert (a.cpu() @ b.cpu()).dtype is kiln.float32  # cpu tensors are another device type
+    finally:
+        kiln.plugins.unregister_plugin("ampdev-plugin")

@@ -51,14 +51,15 @@ class GradScaler:
     """Scale the loss so float16 gradients do not underflow; skip the steps whose gradients overflowed.
 
     ``device`` is the device type of the gradients (``"cuda"`` by default, as in PyTorch: where CUDA is
-    not available the scaler warns and disables itself). Typical use::
+    not available the scaler warns and disables itself). In a training step, ``scaler.scale(loss)
+    .backward()`` replaces ``loss.backward()``, ``scaler.step(optimizer)`` replaces ``optimizer.step()``
+    (it unscales the gradients and skips the step when one is inf or NaN), and ``scaler.update()``
+    follows it (it backs the scale off after a skipped step and grows it after ``growth_interval``
+    good ones):
 
-        scaler = kiln.amp.GradScaler("cuda")
-        with kiln.autocast("cuda"):
-            loss = loss_fn(model(x), y)
-        scaler.scale(loss).backward()
-        scaler.step(optimizer)  # unscales, then steps unless a gradient is inf or NaN
-        scaler.update()  # backs the scale off after a skip, grows it after growth_interval good steps
+    >>> scaler = kiln.amp.GradScaler("cpu", init_scale=1024.0)
+    >>> scaler.scale(kiln.ones(2)).tolist(), scaler.get_scale()
+    ([1024.0, 1024.0], 1024.0)
     """
 
     def __init__(

@@ -310,7 +310,8 @@ class _HostArray:
 
 
 class _ThirdPartyDevice:
-    """A device plugin with no kernels and no word about autocast: its ops run through the CPU fallback."""
+    """A device plugin with no kernels, whose only word about autocast is its default dtype (bfloat16): its
+    ops run through the CPU fallback."""
 
     def kiln_register_devices(self, register):
         register(
@@ -319,6 +320,7 @@ class _ThirdPartyDevice:
             to_host=lambda s: s.array.copy(),
             from_host=lambda a, index=None: _HostArray(np.ascontiguousarray(a).reshape(-1).copy()),
             write=lambda s, start, a: s.array.__setitem__(slice(start, start + a.size), a.reshape(-1)),
+            autocast_dtype=kiln.bfloat16,
         )
 
 
@@ -330,10 +332,14 @@ def test_a_third_party_device_gets_the_same_policy():
         a, b = kiln.rand(3, 4, device="ampdev"), kiln.rand(4, 5, device="ampdev")
         with cpu_fallback(True), warnings.catch_warnings():
             warnings.filterwarnings("ignore", FALLBACK_WARNING, UserWarning)
-            with kiln.autocast("ampdev"):  # float16: the default lower dtype off the cpu
+            assert kiln.get_autocast_dtype("ampdev") is kiln.bfloat16  # the plugin's choice
+            with kiln.autocast("ampdev"):
                 out = a @ b
-                assert out.device.type == "ampdev" and out.dtype is kiln.float16
-                assert kiln.exp(out).dtype is kiln.float32  # "fp32_float16"
+                assert out.device.type == "ampdev" and out.dtype is kiln.bfloat16
+                assert kiln.exp(out).dtype is kiln.bfloat16  # "fp32_float16", under bfloat16
                 assert (a.cpu() @ b.cpu()).dtype is kiln.float32  # cpu tensors are another device type
+            with kiln.autocast("ampdev", dtype=kiln.float16):
+                out = a @ b
+                assert out.dtype is kiln.float16 and kiln.exp(out).dtype is kiln.float32
     finally:
         kiln.plugins.unregister_plugin("ampdev-plugin")

@@ -52,7 +52,15 @@ _state = _State()
 
 
 def _default_dtype(device_type: str) -> dt.dtype:
-    return dt.bfloat16 if device_type == "cpu" else dt.float16
+    """bfloat16 on cpu; elsewhere the device type's ``autocast_dtype`` (its plugin's choice), else float16."""
+    if device_type == "cpu":
+        return dt.bfloat16
+    from kiln import _plugins
+
+    _plugins.load()
+    contract = _plugins._devices.get(device_type)
+    chosen = getattr(contract, "autocast_dtype", None)
+    return chosen if chosen is not None else dt.float16
 
 
 def _mode_class():
@@ -106,8 +114,9 @@ def set_autocast_enabled(device_type, enabled: bool | None = None) -> None:
 
 
 def get_autocast_dtype(device_type: str) -> dt.dtype:
-    """The dtype autocast casts to on ``device_type`` in this thread (bfloat16 on cpu, float16 elsewhere,
-    unless set)."""
+    """The dtype autocast casts to on ``device_type`` in this thread: the one set with
+    :func:`set_autocast_dtype`, else the device type's default (bfloat16 on cpu, float16 on cuda, a plugin
+    device's ``autocast_dtype``, else float16)."""
     d = _state.dtype.get(device_type)
     return d if d is not None else _default_dtype(device_type)
 

@@ -75,8 +75,9 @@ class DeviceType:
     ``empty(numel, dtype, index)`` allocates storage; ``to_host(storage)`` copies a whole storage to a
     1-D NumPy array; ``from_host(array, index)`` makes new storage from a 1-D NumPy array;
     ``write(storage, start, array)`` copies a 1-D NumPy array into storage at element ``start``.
-    Storage objects support ``len()``, in elements. ``dtypes`` lists the dtypes the device holds.
-    The rest have defaults suited to a single always-available device.
+    Storage objects support ``len()``, in elements. ``dtypes`` lists the dtypes the device holds;
+    ``autocast_dtype`` is the dtype ``kiln.autocast`` casts to on it by default (None: float16, as on
+    cuda). The rest have defaults suited to a single always-available device.
     """
 
     name: str
@@ -91,6 +92,7 @@ class DeviceType:
     is_available: Callable = lambda: True
     data_ptr: Callable = id
     dtypes: tuple = dt.ALL_DTYPES
+    autocast_dtype: dt.dtype | None = None
 
 
 _lock = threading.RLock()

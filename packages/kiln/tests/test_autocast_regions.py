@@ -91,3 +91,36 @@ def test_op_policies_are_the_known_ones():
     assert kb.op("exp").autocast == "fp32_float16"
     assert kb.op("_binary_cross_entropy").autocast == "banned_float16"
     assert kb.op("cat").autocast == "promote"
+
+
+def test_gradient_scaling_ops_reject_bad_arguments():
+    unscale, update = kb.op("_amp_non_finite_check_and_unscale_"), kb.op("_amp_update_scale_")
+    flag, inv = kiln.zeros(()), kiln.ones(())
+    with pytest.raises(RuntimeError, match="floating point"):
+        unscale(kiln.ones(3, dtype=kiln.int64), flag, inv)
+    with pytest.raises(RuntimeError, match="found_inf must be a 1-element tensor"):
+        unscale(kiln.ones(3), kiln.zeros(2), inv)
+    with pytest.raises(RuntimeError, match="inv_scale must be a float tensor"):
+        unscale(kiln.ones(3), flag, kiln.ones((), dtype=kiln.float64))
+    with pytest.raises(TypeError, match="found_inf must be a Tensor"):
+        unscale(kiln.ones(3), 0.0, inv)
+    scale, tracker = kiln.ones(()), kiln.zeros((), dtype=kiln.int32)
+    with pytest.raises(RuntimeError, match="growth_tracker must be a 1-element int32 tensor"):
+        update(scale, kiln.zeros(()), flag, 2.0, 0.5, 10)
+    with pytest.raises(RuntimeError, match="growth_interval must be a positive int"):
+        update(scale, tracker, flag, 2.0, 0.5, 0)
+    with pytest.raises(RuntimeError, match="current_scale must be a float tensor"):
+        update(kiln.ones((), dtype=kiln.float16), tracker, flag, 2.0, 0.5, 10)
+    assert scale.item() == 1.0 and tracker.item() == 0  # nothing written by a rejected call
+
+
+def test_a_region_used_as_a_decorator_may_recurse():
+    pytest.importorskip("kiln.amp")
+    region = kiln.autocast("cpu")
+
+    @region
+    def depth(n):
+        assert kiln.is_autocast_enabled("cpu")
+        return 0 if n == 0 else 1 + depth(n - 1)
+
+    assert depth(3) == 3 and not kiln.is_autocast_enabled("cpu")

@@ -14,6 +14,7 @@ import os
 import re
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -68,8 +69,12 @@ def best_accuracy(stdout: str) -> float:
 
 
 def test_amp_reaches_the_float32_accuracy(tmp_path):
-    full = ok(run("--out", str(tmp_path / "fp32"), cwd=tmp_path))
-    amp = ok(run("--amp", "--out", str(tmp_path / "amp"), cwd=tmp_path))
+    with ThreadPoolExecutor(2) as pool:  # the two full runs side by side, one per core
+        runs = [
+            pool.submit(run, *flags, "--out", str(tmp_path / out), cwd=tmp_path)
+            for flags, out in (((), "fp32"), (("--amp",), "amp"))
+        ]
+        full, amp = (ok(r.result()) for r in runs)
     assert "float32" in full.splitlines()[1] and "autocast kiln.bfloat16" in amp.splitlines()[1]
     assert best_accuracy(amp) >= best_accuracy(full) - 1.0, (full, amp)
     # the checkpoint of an --amp run resumes with --amp

@@ -31,7 +31,15 @@ PACKAGES: tuple[Package, ...] = (
         "``kiln``",
         "The core: Tensor, dtypes, devices, the op dispatcher, autograd, the plugin manager, the NumPy "
         'reference backend for device ``"cpu"`` and the ``kiln`` command.',
-        ("kiln", "kiln.autograd", "kiln.random", "kiln.hookspecs", "kiln.plugins", "kiln.backend"),
+        (
+            "kiln",
+            "kiln.autograd",
+            "kiln.autograd.functional",
+            "kiln.random",
+            "kiln.hookspecs",
+            "kiln.plugins",
+            "kiln.backend",
+        ),
     ),
     Package(
         "kiln-testing",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kiln._tensor import Tensor
+from kiln.autograd import functional as functional  # kiln.autograd.functional after `import kiln`, as in torch
 from kiln.autograd.anomaly_mode import (
     detect_anomaly,
     is_anomaly_check_nan_enabled,

@@ -181,3 +181,15 @@ def test_distributed_sampler_errors():
         DistributedSampler(range(4), num_replicas=2, rank=2)
     with pytest.raises(RuntimeError, match="Requires distributed package to be available"):
         DistributedSampler(range(4))
+
+
+def test_random_sampler_with_replacement_draws_lazily():
+    # an endless loader's sampler: 10**10 indices must not be drawn up front (80 GB of int64)
+    sampler = RandomSampler(range(7), replacement=True, num_samples=10**10, generator=kiln.Generator().manual_seed(3))
+    assert len(sampler) == 10**10
+    it = iter(sampler)
+    first = [next(it) for _ in range(100)]
+    assert all(0 <= i < 7 for i in first) and len(set(first)) == 7
+    # the same generator seed gives the same stream, whatever the total asked for
+    again = RandomSampler(range(7), replacement=True, num_samples=100, generator=kiln.Generator().manual_seed(3))
+    assert list(again) == first

@@ -44,6 +44,9 @@ class SequentialSampler(Sampler):
         return len(self.data_source)
 
 
+_REPLACEMENT_CHUNK = 32  # indices RandomSampler(replacement=True) draws at a time
+
+
 class RandomSampler(Sampler):
     """Random indices: a fresh permutation per epoch, or ``num_samples`` draws with ``replacement=True``.
 
@@ -72,8 +75,13 @@ class RandomSampler(Sampler):
         if generator is None:
             generator = kiln.Generator().manual_seed(draw_seed())
         if self.replacement:
+            # in chunks, as PyTorch draws: an endless loader's num_samples (10**10) must not be drawn up front
             rng = numpy_stream(generator)
-            yield from rng.integers(0, n, size=self.num_samples, dtype=np.int64).tolist()
+            left = self.num_samples
+            while left > 0:
+                chunk = min(left, _REPLACEMENT_CHUNK)
+                yield from rng.integers(0, n, size=chunk, dtype=np.int64).tolist()
+                left -= chunk
             return
         for _ in range(self.num_samples // n):
             yield from randperm(n, generator).tolist()

@@ -3,6 +3,7 @@ same state errors, and a checkpoint with the scaler's state that resumes exactly
 
 from __future__ import annotations
 
+import itertools
 import pickle
 import warnings
 
@@ -50,7 +51,7 @@ def test_scale_sequence_matches_pytorch_on_injected_infs():
     for (_, _, a), (_, _, b) in zip(ours, theirs):
         np.testing.assert_allclose(a, b, rtol=1e-6)
     scales = [s for s, _, _ in ours]
-    assert min(scales) < 2.0**10 and any(b > a for a, b in zip(scales, scales[1:]))  # backed off, grew again
+    assert min(scales) < 2.0**10 and any(b > a for a, b in itertools.pairwise(scales))  # backed off, grew again
     # a skipped step leaves the weights alone
     for i in sorted(inf_at):
         before = W0 if i == 0 else ours[i - 1][2]
@@ -63,7 +64,12 @@ def test_defaults_and_the_update_rule_on_the_edges():
     assert scaler.get_growth_interval() == 2000 and scaler.is_enabled()
     update = kiln.backend.op("_amp_update_scale_")
     # (scale, tracker, found_inf, interval): growth that overflows float32 keeps the scale, resets the tracker
-    for scale, tracker, found, interval in ((2.0**127, 0, 0.0, 1), (1.0, 2, 0.0, 3), (1.0, 2, 3.0, 3), (8.0, 0, 0.0, 5)):
+    for scale, tracker, found, interval in (
+        (2.0**127, 0, 0.0, 1),
+        (1.0, 2, 0.0, 3),
+        (1.0, 2, 3.0, 3),
+        (8.0, 0, 0.0, 5),
+    ):
         results = []
         for lib, fn in ((kiln, update), (torch, torch._amp_update_scale_)):
             s = lib.full((), scale, dtype=lib.float32)
@@ -76,7 +82,7 @@ def test_defaults_and_the_update_rule_on_the_edges():
 def test_state_errors_match_pytorch():
     for lib in (kiln, torch):
         model, opt, scaler = _setup(lib)
-        with pytest.raises(AssertionError, match="did not use scaler.scale"):
+        with pytest.raises(AssertionError, match=r"did not use scaler\.scale"):
             scaler.step(opt)
         scaler.scale(model(lib.ones(1, 3)).sum()).backward()
         scaler.unscale_(opt)
@@ -95,9 +101,9 @@ def test_state_errors_match_pytorch():
 
 
 def test_factors_and_gradients_are_checked():
-    with pytest.raises(AssertionError, match="growth factor must be > 1.0"):
+    with pytest.raises(AssertionError, match=r"growth factor must be > 1\.0"):
         GradScaler("cpu", growth_factor=1.0)
-    with pytest.raises(AssertionError, match="backoff factor must be < 1.0"):
+    with pytest.raises(AssertionError, match=r"backoff factor must be < 1\.0"):
         GradScaler("cpu", backoff_factor=1.0)
     w = kiln.zeros(3, dtype=kiln.float16, requires_grad=True)
     w.grad = kiln.ones(3).half()

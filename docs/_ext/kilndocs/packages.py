@@ -35,6 +35,7 @@ PACKAGES: tuple[Package, ...] = (
             "kiln",
             "kiln.autograd",
             "kiln.autograd.functional",
+            "kiln.utils.checkpoint",
             "kiln.random",
             "kiln.hookspecs",
             "kiln.plugins",

@@ -153,6 +153,18 @@ from kiln._ops.index import (
     repeat_interleave,
     take,
 )
+from kiln._ops.legacy import (
+    BFloat16Tensor,
+    BoolTensor,
+    ByteTensor,
+    CharTensor,
+    DoubleTensor,
+    FloatTensor,
+    HalfTensor,
+    IntTensor,
+    LongTensor,
+    ShortTensor,
+)
 from kiln._ops.linalg import matmul, mm
 from kiln._ops.nn_conv import conv1d, conv2d, conv3d, conv_transpose1d, conv_transpose2d, conv_transpose3d, convolution
 from kiln._ops.normalization import group_norm, layer_norm, rms_norm
@@ -167,6 +179,7 @@ from kiln._ops.reduction import (
     any,
     argmax,
     argmin,
+    equal,
     max,
     maximum,
     mean,
@@ -177,6 +190,7 @@ from kiln._ops.reduction import (
     sum_to_size,
 )
 from kiln._ops.resample import pixel_shuffle, pixel_unshuffle
+from kiln._ops.sampling import multinomial
 from kiln._ops.scans import (
     count_nonzero,
     cumprod,

@@ -525,11 +525,31 @@ class Tensor:
             device = f"cuda:{device}"
         return self.to(device, non_blocking=non_blocking)
 
-    def type(self, dtype=None):
-        """The type name (``'kiln.FloatTensor'``) or a converted tensor when ``dtype`` is given."""
+    def type(self, dtype=None, non_blocking: bool = False, **kwargs):
+        """The type name (``'kiln.FloatTensor'``) or, when ``dtype`` is given, this tensor converted to it:
+        a dtype, a legacy type (``kiln.LongTensor``) or its name (``'kiln.LongTensor'``; ``'torch.LongTensor'``
+        too, so PyTorch code runs unchanged). ``self`` when it already has that type."""
+        from kiln._ops.legacy import LEGACY_TYPES, _TensorType
+
+        if kwargs:
+            raise TypeError(f"type() got an unexpected keyword argument '{next(iter(kwargs))}'")
         if dtype is None:
             return f"kiln.{_LEGACY_TYPE_NAMES[self._dtype]}"
-        return self.to(dtype)
+        if isinstance(dtype, str):
+            prefix, _, name = dtype.rpartition(".")
+            if prefix not in ("kiln", "torch") or name not in LEGACY_TYPES:
+                raise ValueError(f"invalid type: '{dtype}'")
+            dtype = LEGACY_TYPES[name]
+        if isinstance(dtype, _TensorType):
+            dtype = dtype.dtype
+        return self.to(dtype, non_blocking=non_blocking)
+
+    def __format__(self, format_spec: str) -> str:
+        """``format(t, spec)``: a 0-d tensor formats its Python number (``f"{loss:.2f}"``); other tensors
+        accept only the empty spec (their ``str``), as PyTorch's."""
+        if not self._shape:
+            return self.item().__format__(format_spec)
+        return object.__format__(self, format_spec)
 
     def new_tensor(self, data, dtype=None, device=None, requires_grad=False) -> Tensor:
         """A new tensor from ``data`` with this tensor's dtype and device by default."""

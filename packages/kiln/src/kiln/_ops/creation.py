@@ -173,11 +173,32 @@ def _creation_args(size, dtype, device, default=None, negative: str | None = Non
     return shape, d, resolve_device(device)
 
 
+def _size_keyword(name: str, sizes: tuple, size) -> tuple:
+    """The positional sizes of a ``*size`` creation function, or its ``size=`` keyword (a sequence of ints)
+    when given, as PyTorch's ``zeros(size=(2, 3))``."""
+    if size is None:
+        return sizes
+    if sizes:
+        raise TypeError(f"{name}() got multiple values for argument 'size'")
+    if not isinstance(size, (tuple, list)):
+        raise TypeError(f"{name}(): argument 'size' must be tuple of ints, not {type(size).__name__}")
+    return (tuple(size),)
+
+
 def empty(
-    *size, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False, memory_format=None
+    *sizes,
+    size=None,
+    dtype=None,
+    device=None,
+    requires_grad=False,
+    out=None,
+    layout=None,
+    pin_memory=False,
+    memory_format=None,
 ) -> Tensor:
     """An uninitialised tensor of shape ``size``."""
     _unsupported(out=out, layout=layout, pin_memory=pin_memory, memory_format=memory_format)
+    size = _size_keyword("empty", sizes, size)
     shape, d, dev = _creation_args(size, dtype, device)
     return _finish(_empty(shape, d, dev), requires_grad)
 
@@ -196,16 +217,22 @@ def full(
     return _finish(_full(shape, fill_value, d, dev), requires_grad)
 
 
-def zeros(*size, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False) -> Tensor:
+def zeros(
+    *sizes, size=None, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False
+) -> Tensor:
     """A tensor of zeros of shape ``size``."""
     _unsupported(out=out, layout=layout, pin_memory=pin_memory)
+    size = _size_keyword("zeros", sizes, size)
     shape, d, dev = _creation_args(size, dtype, device, negative="zeros: Dimension size must be non-negative.")
     return _finish(_full(shape, 0, d, dev), requires_grad)
 
 
-def ones(*size, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False) -> Tensor:
+def ones(
+    *sizes, size=None, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False
+) -> Tensor:
     """A tensor of ones of shape ``size``."""
     _unsupported(out=out, layout=layout, pin_memory=pin_memory)
+    size = _size_keyword("ones", sizes, size)
     shape, d, dev = _creation_args(size, dtype, device)
     return _finish(_full(shape, 1, d, dev), requires_grad)
 
@@ -588,10 +615,19 @@ def _generator(generator, dev):
 
 @_allocating
 def rand(
-    *size, generator=None, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False
+    *sizes,
+    size=None,
+    generator=None,
+    dtype=None,
+    device=None,
+    requires_grad=False,
+    out=None,
+    layout=None,
+    pin_memory=False,
 ) -> Tensor:
     """Uniform random values in ``[0, 1)`` of shape ``size``."""
     _unsupported(out=out, layout=layout, pin_memory=pin_memory)
+    size = _size_keyword("rand", sizes, size)
     shape, d, dev = _creation_args(size, dtype, device)
     if not d.is_floating_point:
         raise NotImplementedError(f"\"check_uniform_bounds\" not implemented for '{scalar_type_name(d)}'")
@@ -602,10 +638,19 @@ def rand(
 
 @_allocating
 def randn(
-    *size, generator=None, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False
+    *sizes,
+    size=None,
+    generator=None,
+    dtype=None,
+    device=None,
+    requires_grad=False,
+    out=None,
+    layout=None,
+    pin_memory=False,
 ) -> Tensor:
     """Standard normal random values of shape ``size``."""
     _unsupported(out=out, layout=layout, pin_memory=pin_memory)
+    size = _size_keyword("randn", sizes, size)
     shape, d, dev = _creation_args(size, dtype, device)
     if not d.is_floating_point:
         raise NotImplementedError(f"\"normal_kernel_cpu\" not implemented for '{scalar_type_name(d)}'")
@@ -617,6 +662,8 @@ def randn(
 @_allocating
 def randint(
     *args,
+    low=None,
+    high=None,
     size=None,
     generator=None,
     dtype=None,
@@ -633,6 +680,12 @@ def randint(
         if not args:
             raise TypeError("randint() missing required argument 'size'")
         size = args.pop()
+    if low is not None or high is not None:  # randint(low=0, high=5, size=...), randint(high=5, size=...)
+        if high is None:
+            raise TypeError("randint() missing required argument 'high'")
+        if (low is not None and args) or len(args) > 1:
+            raise TypeError("randint() got multiple values for argument 'low'")
+        args = [low if low is not None else (args[0] if args else 0), high]
     if len(args) == 1:
         low, high = 0, args[0]
     elif len(args) == 2:

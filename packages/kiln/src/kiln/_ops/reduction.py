@@ -23,6 +23,7 @@ TOP_LEVEL = (
     "any",
     "argmax",
     "argmin",
+    "equal",
     "max",
     "maximum",
     "mean",
@@ -568,3 +569,21 @@ def sum_to_size(input: Tensor, *size) -> Tensor:
 
 
 Tensor.sum_to_size = sum_to_size
+
+
+# ---------------------------------------------------------------------------------------- equal
+
+
+def equal(input: Tensor, other: Tensor) -> bool:
+    """``True`` if ``input`` and ``other`` have the same size and elements (a Python bool, as
+    ``torch.equal``): the elements are compared as ``eq`` compares them, after type promotion, so
+    ``equal(tensor([1, 2]), tensor([1.0, 2.0]))`` is ``True`` and NaN never equals NaN."""
+    for pos, (name, x) in enumerate((("input", input), ("other", other)), 1):
+        if not isinstance(x, Tensor):
+            raise TypeError(f"equal(): argument '{name}' (position {pos}) must be Tensor, not {type(x).__name__}")
+    if input._shape != other._shape:
+        return False
+    return builtins.bool(all(eq(input.detach(), other.detach())).item())
+
+
+Tensor.equal = equal

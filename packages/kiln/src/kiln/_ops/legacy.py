@@ -1,0 +1,180 @@
+"""PyTorch's legacy tensor types: ``kiln.FloatTensor``, ``kiln.LongTensor``, ... (``torch.FloatTensor``).
+
+Each is a class whose call builds a CPU tensor of its dtype, as PyTorch's legacy constructors do:
+``FloatTensor(data)`` (a list, tuple or NumPy array), ``FloatTensor(2, 3)`` or ``FloatTensor(kiln.Size(...))``
+(uninitialised), ``FloatTensor(tensor)`` (an alias of a tensor of the same dtype) and ``FloatTensor()``
+(empty, one-dimensional). ``isinstance(t, kiln.FloatTensor)`` is true for float32 tensors on the CPU;
+the classes are not subclasses of :class:`kiln.Tensor`, and the tensors they build are plain ``Tensor``\\ s.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from kiln import _dtype as dt
+from kiln._tensor import Size, Tensor
+
+__all__ = [
+    "FloatTensor",
+    "DoubleTensor",
+    "HalfTensor",
+    "BFloat16Tensor",
+    "LongTensor",
+    "IntTensor",
+    "ShortTensor",
+    "CharTensor",
+    "ByteTensor",
+    "BoolTensor",
+]
+
+TOP_LEVEL = tuple(__all__)
+"""The names ``kiln`` exports at its top level (as ``torch`` does)."""
+
+_NAMES = {
+    dt.float32: "FloatTensor",
+    dt.float64: "DoubleTensor",
+    dt.float16: "HalfTensor",
+    dt.bfloat16: "BFloat16Tensor",
+    dt.int64: "LongTensor",
+    dt.int32: "IntTensor",
+    dt.int16: "ShortTensor",
+    dt.int8: "CharTensor",
+    dt.uint8: "ByteTensor",
+    dt.bool: "BoolTensor",
+}
+
+# the C++ names PyTorch's TensorOptions print for each dtype
+_CPP_NAMES = {
+    dt.float32: "float",
+    dt.float64: "double",
+    dt.float16: "c10::Half",
+    dt.bfloat16: "c10::BFloat16",
+    dt.int64: "long int",
+    dt.int32: "int",
+    dt.int16: "short int",
+    dt.int8: "signed char",
+    dt.uint8: "unsigned char",
+    dt.bool: "bool",
+}
+
+
+def _options(d: dt.dtype, device) -> str:
+    return (
+        f"TensorOptions(dtype={_CPP_NAMES.get(d, d.name)}, device={device}, layout=Strided, "
+        "requires_grad=false (default), pinned_memory=false (default), memory_format=(nullopt))"
+    )
+
+
+def _type_name(x) -> str:
+    t = type(x)
+    if t.__module__.split(".")[0] == "kiln":
+        return f"kiln.{t.__name__}"
+    return t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+def _invalid(args, kwargs) -> TypeError:
+    got = ", ".join([_type_name(a) for a in args] + [f"{k}={_type_name(v)}" for k, v in kwargs.items()])
+    return TypeError(
+        f"new() received an invalid combination of arguments - got ({got}), but expected one of:\n"
+        " * (*, kiln.device device = None)\n"
+        " * (Tensor other)\n"
+        " * (tuple of ints size, *, kiln.device device = None)\n"
+        " * (object data, *, kiln.device device = None)"
+    )
+
+
+def _legacy_new(d: dt.dtype, args: tuple, kwargs: dict) -> Tensor:
+    from kiln._ops.copy import resolve_device
+    from kiln._ops.creation import empty, tensor
+
+    bad = {k: v for k, v in kwargs.items() if k not in ("device", "size")}
+    if bad or ("size" in kwargs and args):
+        raise _invalid(args, kwargs)
+    device = kwargs.get("device")
+    if device is not None:
+        dev = resolve_device(device)
+        if dev.type != "cpu":
+            raise RuntimeError(f"legacy constructor expects device type: cpu but device type: {dev.type} was passed")
+    if "size" in kwargs:
+        size = kwargs["size"]
+        if not isinstance(size, (tuple, list)) or not all(_is_int(s) for s in size):
+            raise _invalid(args, kwargs)
+        return empty(tuple(size), dtype=d)
+    if not args:
+        return empty(0, dtype=d)
+    first = args[0]
+    if _is_int(first) or isinstance(first, Size):
+        if isinstance(first, Size):
+            if len(args) > 1:
+                raise _invalid(args, kwargs)
+            args = tuple(first)
+        for pos, a in enumerate(args, 1):
+            if not _is_int(a):
+                raise TypeError(
+                    f"new(): argument 'size' failed to unpack the object at pos {pos} with error "
+                    f'"type must be tuple of ints,but got {_type_name(a)}"'
+                )
+        return empty(tuple(int(a) for a in args), dtype=d)
+    if len(args) > 1:
+        raise _invalid(args, kwargs)
+    if isinstance(first, Tensor):
+        if device is not None:
+            raise RuntimeError(
+                "Legacy tensor constructor of the form kiln.Tensor(tensor, device=device) is not supported.  "
+                "Use kiln.tensor(...) or kiln.as_tensor(...) instead."
+            )
+        if first._dtype is not d or first._device.type != "cpu":
+            raise TypeError(f"expected {_options(d, 'cpu')} (got {_options(first._dtype, first._device)})")
+        return first.view_as(first)  # an alias sharing storage (and autograd history), as PyTorch's
+    if isinstance(first, str):
+        raise TypeError(f"new(): invalid data type '{_type_name(first)}'")
+    if isinstance(first, (list, tuple, np.ndarray)):
+        return tensor(first, dtype=d)
+    raise TypeError(f"new(): data must be a sequence (got {_type_name(first)})")
+
+
+class _TensorType(type):
+    """The metaclass of the legacy tensor types (``torch.tensortype``): instance checks by dtype and device."""
+
+    def __instancecheck__(cls, obj) -> bool:
+        return isinstance(obj, Tensor) and obj._dtype is cls.dtype and obj._device.type == "cpu"
+
+    def __call__(cls, *args, **kwargs) -> Tensor:
+        return _legacy_new(cls.dtype, args, kwargs)
+
+    def __repr__(cls) -> str:
+        return f"<class 'kiln.{cls.__name__}'>"
+
+
+def _legacy_type(d: dt.dtype) -> type:
+    name = _NAMES[d]
+    doc = (
+        f"Legacy constructor of {d.name} CPU tensors (``torch.{name}``): ``{name}(data)``, ``{name}(*sizes)``\n"
+        f"(uninitialised), ``{name}(tensor)`` (an alias of a {d.name} tensor) or ``{name}()``; "
+        f"``isinstance(t, kiln.{name})`` is true for {d.name} tensors on the CPU."
+    )
+    cls = _TensorType(
+        name, (), {"__doc__": doc, "__module__": "kiln", "dtype": d, "is_cuda": False, "is_sparse": False}
+    )
+    return cls
+
+
+FloatTensor = _legacy_type(dt.float32)
+DoubleTensor = _legacy_type(dt.float64)
+HalfTensor = _legacy_type(dt.float16)
+BFloat16Tensor = _legacy_type(dt.bfloat16)
+LongTensor = _legacy_type(dt.int64)
+IntTensor = _legacy_type(dt.int32)
+ShortTensor = _legacy_type(dt.int16)
+CharTensor = _legacy_type(dt.int8)
+ByteTensor = _legacy_type(dt.uint8)
+BoolTensor = _legacy_type(dt.bool)
+
+LEGACY_TYPES = {cls.__name__: cls for cls in (globals()[n] for n in __all__)}
+"""Name (``'FloatTensor'``) -> legacy tensor type."""

@@ -16,22 +16,6 @@ import numpy as np
 from kiln import _dtype as dt
 from kiln._tensor import Size, Tensor
 
-__all__ = [
-    "FloatTensor",
-    "DoubleTensor",
-    "HalfTensor",
-    "BFloat16Tensor",
-    "LongTensor",
-    "IntTensor",
-    "ShortTensor",
-    "CharTensor",
-    "ByteTensor",
-    "BoolTensor",
-]
-
-TOP_LEVEL = tuple(__all__)
-"""The names ``kiln`` exports at its top level (as ``torch`` does)."""
-
 _NAMES = {
     dt.float32: "FloatTensor",
     dt.float64: "DoubleTensor",
@@ -44,25 +28,17 @@ _NAMES = {
     dt.uint8: "ByteTensor",
     dt.bool: "BoolTensor",
 }
+"""Each legacy type's dtype and name."""
 
-# the C++ names PyTorch's TensorOptions print for each dtype
-_CPP_NAMES = {
-    dt.float32: "float",
-    dt.float64: "double",
-    dt.float16: "c10::Half",
-    dt.bfloat16: "c10::BFloat16",
-    dt.int64: "long int",
-    dt.int32: "int",
-    dt.int16: "short int",
-    dt.int8: "signed char",
-    dt.uint8: "unsigned char",
-    dt.bool: "bool",
-}
+__all__ = list(_NAMES.values())
+
+TOP_LEVEL = tuple(__all__)
+"""The names ``kiln`` exports at its top level (as ``torch`` does)."""
 
 
 def _options(d: dt.dtype, device) -> str:
     return (
-        f"TensorOptions(dtype={_CPP_NAMES.get(d, d.name)}, device={device}, layout=Strided, "
+        f"TensorOptions(dtype={dt.CPP_TYPE_NAMES.get(d, d.name)}, device={device}, layout=Strided, "
         "requires_grad=false (default), pinned_memory=false (default), memory_format=(nullopt))"
     )
 

@@ -33,6 +33,7 @@ from kiln.autograd.grad_mode import enable_grad, is_grad_enabled, set_grad_enabl
 __all__ = ["vjp", "jvp", "jacobian", "hessian", "hvp", "vhp"]
 
 _STRATEGIES = ("forward-mode", "reverse-mode")
+_INPUT_IS = "the input to the user-provided function is"  # for the message when v is omitted
 
 
 # kiln.autograd is first imported while kiln._ops is still loading (the dispatcher reads autograd.graph
@@ -147,6 +148,21 @@ def _check_v(v: tuple[Tensor, ...], refs: tuple[Tensor, ...], refs_were_tuple: b
             raise RuntimeError(f"{prefix}v has invalid size: should be {ref.size()} but got {vi.size()}.")
 
 
+def _vectors(
+    v: Any, fn: str, refs: tuple[Tensor, ...], refs_were_tuple: bool, create_graph: bool, subject: str
+) -> tuple[Tensor, ...] | None:
+    """``v`` as a checked tuple paired with ``refs`` (fresh, see :func:`_fresh`), or None when it is omitted,
+    which PyTorch allows only when ``refs`` is one one-element tensor (``subject``: what ``refs`` are)."""
+    if v is None:
+        if len(refs) != 1 or refs[0].numel() != 1:
+            raise RuntimeError(f"The vector v can only be None if {subject} a single Tensor with a single element.")
+        return None
+    _, vs = _tupled(v, "v", fn)
+    vs = _fresh(vs, create_graph, need_graph=False)
+    _check_v(vs, refs, refs_were_tuple)
+    return vs
+
+
 def _strict_check(tensors: tuple[Tensor | None, ...], kind: str, strict: bool) -> None:
     """Under ``strict``, every tensor of ``tensors`` must exist and require grad; ``kind`` words the error."""
     if not strict:
@@ -254,17 +270,7 @@ def vjp(
         ins = _fresh(ins, create_graph, need_graph=True)
         outputs_were_tuple, outs = _tupled(func(*ins), "outputs of the user-provided function", "vjp")
         _strict_check(outs, "outputs", strict)
-        if v is not None:
-            _, vs = _tupled(v, "v", "vjp")
-            vs = _fresh(vs, create_graph, need_graph=False)
-            _check_v(vs, outs, outputs_were_tuple)
-        else:
-            if len(outs) != 1 or outs[0].numel() != 1:
-                raise RuntimeError(
-                    "The vector v can only be None if the user-provided function returns a single Tensor with a "
-                    "single element."
-                )
-            vs = None
+        vs = _vectors(v, "vjp", outs, outputs_were_tuple, create_graph, "the user-provided function returns")
     with set_grad_enabled(True if create_graph else is_grad_enabled()):
         grads = _grad(outs, ins, vs, create_graph=create_graph)
         products = _zeros_for_missing(grads, ins, strict, create_graph, "back")
@@ -297,17 +303,7 @@ def jvp(
     with enable_grad():
         inputs_were_tuple, ins = _tupled(inputs, "inputs", "jvp")
         ins = _fresh(ins, create_graph, need_graph=True)
-        if v is not None:
-            _, vs = _tupled(v, "v", "jvp")
-            vs = _fresh(vs, create_graph, need_graph=False)
-            _check_v(vs, ins, inputs_were_tuple)
-        else:
-            if len(ins) != 1 or ins[0].numel() != 1:
-                raise RuntimeError(
-                    "The vector v can only be None if the input to the user-provided function is a single Tensor "
-                    "with a single element."
-                )
-            vs = None
+        vs = _vectors(v, "jvp", ins, inputs_were_tuple, create_graph, _INPUT_IS)
         outputs_were_tuple, outs = _tupled(func(*ins), "outputs of the user-provided function", "jvp")
         _strict_check(outs, "outputs", strict)
         # The backward pass is linear in its grad_outputs, so their value never reaches the result: zeros
@@ -483,17 +479,7 @@ def _hessian_product_setup(
     and the gradient, made with a graph."""
     inputs_were_tuple, ins = _tupled(inputs, "inputs", fn)
     ins = _fresh(ins, create_graph, need_graph=True)
-    if v is not None:
-        _, vs = _tupled(v, "v", fn)
-        vs = _fresh(vs, create_graph, need_graph=False)
-        _check_v(vs, ins, inputs_were_tuple)
-    else:
-        if len(ins) != 1 or ins[0].numel() != 1:
-            raise RuntimeError(
-                "The vector v can only be None if the input to the user-provided function is a single Tensor with "
-                "a single element."
-            )
-        vs = None
+    vs = _vectors(v, fn, ins, inputs_were_tuple, create_graph, _INPUT_IS)
     out = _single_element_function(fn, func, func(*ins), strict)
     jac = _grad((out,), ins, create_graph=True)
     _strict_check(jac, "jacobian", strict)

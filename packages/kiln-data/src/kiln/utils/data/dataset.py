@@ -1,23 +1,4 @@
 """``torch.utils.data.dataset``: the dataset classes and ``random_split``, from :mod:`kiln.data`."""
 
-from kiln.data.dataset import (
-    ChainDataset,
-    ConcatDataset,
-    Dataset,
-    IterableDataset,
-    StackDataset,
-    Subset,
-    TensorDataset,
-    random_split,
-)
-
-__all__ = [
-    "Dataset",
-    "IterableDataset",
-    "TensorDataset",
-    "Subset",
-    "ConcatDataset",
-    "ChainDataset",
-    "StackDataset",
-    "random_split",
-]
+from kiln.data.dataset import *  # noqa: F403
+from kiln.data.dataset import __all__  # noqa: F401

@@ -1,0 +1,398 @@
+"""The PyTorch API surface and kiln's coverage of it, namespace by namespace, with PyTorch as the oracle.
+
+For each namespace of :data:`NAMESPACES` (``torch``, ``torch.Tensor``, ``torch.nn``, ...), every public
+name PyTorch has is looked up in kiln's counterpart (``kiln``, ``kiln.Tensor``, ``kiln.nn``, ...) and
+classified:
+
+* ``ok``: kiln has it, and its signature matches PyTorch's where both can be read: the same parameter
+  names in the same order, the same kinds (positional-only, keyword-only, ``*args``) and the same
+  defaults; kiln may add parameters of its own after PyTorch's, with defaults;
+* ``differs``: kiln has it with another signature (the difference is shown);
+* ``left out``: kiln leaves it out on purpose, for the reason :data:`LEFT_OUT` gives; this list is the one
+  place where left-out names and their reasons are kept;
+* ``missing``: neither.
+
+PyTorch's signature comes from ``inspect.signature`` or, for its C++ builtins, from the first lines of
+the docstring (``add(input, other, *, alpha=1, out=None) -> Tensor``; every overload it lists counts).
+
+``tests-integration/test_api_surface.py`` runs :func:`survey` and fails on a missing name; the docs page
+``api-coverage`` renders it (:func:`render`). Both need PyTorch installed (a test and docs dependency,
+never a runtime one).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib
+import inspect
+import re
+import types
+from typing import Any
+
+# (PyTorch namespace, kiln namespace); "X.Tensor" means the attributes of the Tensor class
+NAMESPACES: tuple[tuple[str, str], ...] = (
+    ("torch", "kiln"),
+    ("torch.Tensor", "kiln.Tensor"),
+    ("torch.nn", "kiln.nn"),
+    ("torch.nn.functional", "kiln.nn.functional"),
+    ("torch.nn.init", "kiln.nn.init"),
+    ("torch.nn.utils", "kiln.nn.utils"),
+    ("torch.optim", "kiln.optim"),
+    ("torch.optim.lr_scheduler", "kiln.optim.lr_scheduler"),
+    ("torch.utils.data", "kiln.utils.data"),
+    ("torch.autograd", "kiln.autograd"),
+    ("torch.linalg", "kiln.linalg"),
+    ("torch.fft", "kiln.fft"),
+    ("torch.special", "kiln.special"),
+    ("torch.distributions", "kiln.distributions"),
+)
+
+_COMPLEX = "kiln has no complex dtypes yet (the transforms and views that make or take complex tensors wait for them)"
+_QUANT = "quantized tensors and dtypes are not part of kiln (no quantization backend)"
+_JIT = "TorchScript's C++ IR, compiler and runtime types: kiln compiles through kiln-compile, not TorchScript"
+_LIB = (
+    "an entry point into one vendor library's kernels (cuDNN, MIOpen, oneDNN, FBGEMM) or an internal ATen "
+    "op PyTorch exports by accident; kiln's public op runs its own kernels"
+)
+_SYM = "symbolic shapes belong to PyTorch's tracing compiler (torch.compile); kiln-compile traces concrete shapes"
+_SPARSE = "sparse layouts other than COO (CSR, CSC, BSR, BSC) are not built; COO covers graph-network use"
+_DTYPES = (
+    "dtypes kiln does not have (float8, sub-byte, unsigned 16-64-bit, complex): kiln's dtypes are the ten of the design"
+)
+_STORAGE = "kiln has no user-visible typed storage objects: a tensor's storage is its device's buffer"
+_NAMED = "named tensors (a prototype feature of PyTorch) are not part of kiln"
+_DATAPIPES = "torchdata's DataPipes were removed from PyTorch's roadmap; kiln.data keeps the Dataset/DataLoader API"
+_DISTRIBUTED = "kiln-distributed provides it (kiln.distributed)"
+_ACCEL = "needs a real accelerator device and streams (kiln-cuda's kiln.cuda provides streams and events)"
+_VMAP = "vmap needs batching rules on the op record, which kiln does not have (a Python loop would not be vmap)"
+
+# (regular expression on "namespace:name", reason); the first match wins
+LEFT_OUT: tuple[tuple[str, str], ...] = (
+    (r"torch\.fft:(i?r?h?fft[2n]?|i?fft[2n]?|i?h?fft[2n]?)$", _COMPLEX),
+    (
+        r"torch(\.Tensor)?:(complex.*|c(float|double|half)|chalf|view_as_(real|complex)(_copy)?|polar|angle|"
+        r"conj(_physical_?)?|resolve_(conj|neg)|is_conj|is_neg|real|imag|isreal_?|adjoint|mH|H|istft|stft)$",
+        _COMPLEX,
+    ),
+    (r"torch\.linalg:(eig|eigvals)$", _COMPLEX),
+    (
+        r"torch(\.Tensor)?:(q_.*|quantize_.*|dequantize|.*quant.*|qint.*|quint.*|int_repr|qscheme|"
+        r"fake_quantize_.*|fbgemm_.*|choose_qparams.*|empty_quantized|is_quantized)$",
+        _QUANT,
+    ),
+    (r"torch\.Tensor:(is_quantized|q_per_channel_.*|q_scale|q_zero_point)$", _QUANT),
+    (
+        r"torch:([A-Z]\w*(Type|Iterator|Property|Function|Builder|Context|Stats|Config|Logger|Schema|Guard|State)|"
+        r"Script\w*|Graph\w*|Node|Value|Block|Use|Code|Argument|ArgumentSpec|CompleteArgumentSpec|AliasDb|"
+        r"CompilationUnit|ConcreteModuleType.*|DeepCopyMemoTable|ErrorReport|ExecutionPlan|FileCheck|Gradient|"
+        r"IODescriptor|JITException|LiteScriptModule|LockingLogger|NoopLogger|OperatorInfo|PyTorchFile\w+|"
+        r"StaticModule|ThroughputBenchmark|TracingState|CallStack|Capsule|Future|Type|AggregationType|AVG|SUM|"
+        r"import_ir_module.*|parse_ir|parse_schema|parse_type_comment|merge_type_from_type_comment|"
+        r"unify_type_list|wait|fork|DispatchKey\w*|DisableTorchFunction\w*|ExcludeDispatchKeyGuard|Tag|"
+        r"BufferDict|ModuleDict|ParameterDict|BenchmarkConfig|BenchmarkExecutionStats|FatalError)$",
+        _JIT,
+    ),
+    (
+        r"torch(\.Tensor)?:(cudnn_.*|miopen_.*|mkldnn_.*|native_.*|.*_backward.*|batch_norm_(elemt|stats|"
+        r"gather_stats.*|update_stats|backward_.*)|fused_.*|_?grid_sampler.*|affine_grid_generator|"
+        r"embedding_renorm_|norm_except_dim|frobenius_norm|nuclear_norm|rnn_(tanh|relu)(_cell)?|lstm(_cell)?|"
+        r"gru(_cell)?|quantized_.*|saddmm|smm|dsmm|hsmm|hspmm|sspaddmm|conv_tbc|to_mkldnn|is_mkldnn|"
+        r"feature_dropout_?|hash_tensor|nonzero_static|slice_inverse|sym_constrain_range.*|"
+        r"resize_as_sparse_|sparse_resize_.*|record_stream|module_load|dim_order|is_set_to|set_)$",
+        _LIB,
+    ),
+    (r"torch:(sym_.*|Sym(Int|Float|Bool))$", _SYM),
+    (
+        r"torch(\.Tensor)?:(sparse_(csr|csc|bsr|bsc|compressed)_tensor|(c?col|c?row|crow|ccol)_indices(_copy)?|"
+        r"to_sparse_(csr|csc|bsr|bsc)|is_sparse_csr|sparse_mask)$",
+        _SPARSE,
+    ),
+    (
+        r"torch:(float8_.*|float4_.*|u?int[1-7]|uint(16|32|64)|bits\w*|complex(32|64|128)|chalf|cfloat|cdouble)$",
+        _DTYPES,
+    ),
+    (r"torch(\.Tensor)?:(\w*Storage|storage|storage_type|is_storage|from_file|untyped_storage)$", _STORAGE),
+    (r"torch\.Tensor:(names|rename_?|refine_names|align_to|align_as|unflatten_names|has_names)$", _NAMED),
+    (
+        r"torch\.utils\.data:(\w*DataPipe|DataChunk|functional_datapipe|guaranteed_datapipes_determinism|"
+        r"non_deterministic|runtime_validation.*|argument_validation|_DatasetKind)$",
+        _DATAPIPES,
+    ),
+    (r"torch\.nn:(SyncBatchNorm)$", _DISTRIBUTED),
+    (r"torch:(vmap)$", _VMAP),
+    (r"torch(\.Tensor)?:(Stream|Event|StreamObjType|AcceleratorError|OutOfMemoryError|is_pinned|pin_memory)$", _ACCEL),
+)
+
+_NOT_API = (str, dict)  # docs fragments PyTorch keeps as module attributes (reproducibility_notes, ...)
+_FOREIGN = ("typing", "collections.abc", "builtins", "abc", "enum", "functools", "warnings", "math")
+
+
+@dataclasses.dataclass
+class Row:
+    """One PyTorch name and what kiln has for it."""
+
+    name: str
+    status: str  # "ok", "differs", "left out", "missing"
+    detail: str = ""
+
+
+def _resolve(path: str) -> Any:
+    """The module or the Tensor class a namespace path names."""
+    if path.endswith(".Tensor"):
+        return importlib.import_module(path[: -len(".Tensor")]).Tensor
+    return importlib.import_module(path)
+
+
+def torch_names(ns: str) -> dict[str, Any]:
+    """PyTorch's public names in namespace ``ns`` (``__all__`` where it has one, else ``dir``), without
+    submodules, typing re-exports and documentation fragments."""
+    obj = _resolve(ns)
+    names = getattr(obj, "__all__", None) if not isinstance(obj, type) else None
+    names = list(names) if names else [n for n in dir(obj) if not n.startswith("_")]
+    out = {}
+    for n in names:
+        if n.startswith("_"):
+            continue
+        try:
+            v = getattr(obj, n)
+        except AttributeError:
+            continue
+        if isinstance(v, types.ModuleType) or (isinstance(v, _NOT_API) and not isinstance(obj, type)):
+            continue
+        if getattr(v, "__module__", None) in _FOREIGN or n in ("TYPE_CHECKING", "annotations"):
+            continue
+        out[n] = v
+    return out
+
+
+def left_out(ns: str, name: str) -> str | None:
+    """The reason kiln leaves ``ns``'s ``name`` out, or None."""
+    key = f"{ns}:{name}"
+    for pattern, reason in LEFT_OUT:
+        if re.match(pattern, key):
+            return reason
+    return None
+
+
+# ------------------------------------------------------------------------------------- signatures
+
+Param = tuple[str, str, str]  # (name, kind, default as source text or "" for none)
+_KINDS = {
+    inspect.Parameter.POSITIONAL_ONLY: "positional-only",
+    inspect.Parameter.POSITIONAL_OR_KEYWORD: "positional",
+    inspect.Parameter.VAR_POSITIONAL: "*args",
+    inspect.Parameter.KEYWORD_ONLY: "keyword-only",
+    inspect.Parameter.VAR_KEYWORD: "**kwargs",
+}
+
+
+def _params(sig: inspect.Signature, method: bool) -> list[Param]:
+    ps = list(sig.parameters.values())
+    if method and ps and ps[0].name in ("self", "cls"):
+        ps = ps[1:]
+    out = []
+    for p in ps:
+        default = "" if p.default is inspect.Parameter.empty else _literal(p.default)
+        out.append((p.name, _KINDS[p.kind], default))
+    return out
+
+
+def _literal(value: Any) -> str:
+    if isinstance(value, (bool, int, float, str, type(None))):
+        return repr(value)
+    name = getattr(value, "__name__", None) or str(value)
+    return re.sub(r"^(torch|kiln)\.", "", str(name))
+
+
+def _doc_signatures(obj: Any, name: str, method: bool) -> list[list[Param]]:
+    """The overloads a PyTorch builtin's docstring lists in its first lines."""
+    doc = inspect.getdoc(obj) or ""
+    sigs = []
+    for line in doc.splitlines()[:8]:
+        line = line.strip()
+        m = re.match(rf"^(?:Tensor\.)?{re.escape(name)}\((.*)\)(\s*->.*)?$", line)
+        if not m:
+            continue
+        args = re.sub(r":\s*[^,=)]+(?=[,=)]|$)", "", m.group(1))  # drop annotations
+        try:
+            fn = ast.parse(f"def f({args}): pass").body[0]
+        except SyntaxError:
+            continue
+        a = fn.args
+        out: list[Param] = []
+        pos = a.posonlyargs + a.args
+        defaults = [None] * (len(pos) - len(a.defaults)) + list(a.defaults)
+        for i, (arg, d) in enumerate(zip(pos, defaults, strict=True)):
+            kind = "positional-only" if i < len(a.posonlyargs) else "positional"
+            out.append((arg.arg, kind, "" if d is None else ast.unparse(d)))
+        if a.vararg:
+            out.append((a.vararg.arg, "*args", ""))
+        for arg, d in zip(a.kwonlyargs, a.kw_defaults, strict=True):
+            out.append((arg.arg, "keyword-only", "" if d is None else ast.unparse(d)))
+        if a.kwarg:
+            out.append((a.kwarg.arg, "**kwargs", ""))
+        if method and out and out[0][0] == "self":
+            out = out[1:]
+        sigs.append(out)
+    return sigs
+
+
+def signatures(obj: Any, name: str, method: bool) -> list[list[Param]]:
+    """What can be read of ``obj``'s signature: one parameter list per overload (none: unreadable)."""
+    target = obj.__init__ if isinstance(obj, type) else obj
+    if isinstance(obj, type) and target is object.__init__:
+        return []
+    if isinstance(obj, property):
+        return []
+    try:
+        return [_params(inspect.signature(target), method or isinstance(obj, type))]
+    except (TypeError, ValueError):
+        return _doc_signatures(obj, name, method)
+
+
+def _norm_default(text: str) -> str:
+    return {"True": "True", "False": "False", "None": "None"}.get(text, text.replace("torch.", "").replace("kiln.", ""))
+
+
+def compare(theirs: list[Param], ours: list[Param]) -> str:
+    """'' when ``ours`` serves every call ``theirs`` accepts (see the module docstring), else why not."""
+    ours_by_name = {p[0]: p for p in ours}
+    var_kw = any(p[1] == "**kwargs" for p in ours)
+    for i, (name, kind, default) in enumerate(theirs):
+        if kind in ("*args", "**kwargs"):
+            if not any(p[1] == kind for p in ours):
+                return f"no {kind.replace('args', name) if kind == '*args' else '**' + name}"
+            continue
+        mine = ours_by_name.get(name)
+        if mine is None:
+            if var_kw and kind == "keyword-only":
+                continue
+            return f"no parameter {name!r}"
+        if kind == "positional" and (i >= len(ours) or ours[i][0] != name):
+            return f"parameter {name!r} is not at position {i}"
+        if kind != mine[1] and not (kind == "positional-only" and mine[1] == "positional"):
+            return f"{name!r} is {mine[1]}, PyTorch's is {kind}"
+        if default and not mine[2]:
+            return f"{name!r} has no default (PyTorch's: {default})"
+        if not default and mine[2] and kind != "keyword-only":
+            continue  # kiln's extra default is harmless
+        if default and mine[2] and not _same_default(default, mine[2]):
+            return f"{name!r} defaults to {mine[2]} (PyTorch's: {default})"
+    names = {p[0] for p in theirs}
+    for name, kind, default in ours:
+        if name not in names and kind in ("positional", "positional-only", "keyword-only") and not default:
+            return f"extra required parameter {name!r}"
+    return ""
+
+
+def _same_default(a: str, b: str) -> bool:
+    if _norm_default(a) == _norm_default(b):
+        return True
+    return _is_number(a) and _is_number(b) and float(a) == float(b)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+# ------------------------------------------------------------------------------------------ survey
+
+
+def survey_namespace(ns: str, kns: str) -> list[Row]:
+    """The rows of one namespace, sorted by name."""
+    try:
+        ours = _resolve(kns)
+    except ImportError as exc:
+        ours, why = None, f"{kns} does not import: {exc}"
+    rows = []
+    method = ns.endswith(".Tensor")
+    for name, theirs in sorted(torch_names(ns).items(), key=lambda kv: kv[0].lower()):
+        reason = left_out(ns, name)
+        mine = getattr(ours, name, None) if ours is not None else None
+        if mine is None:
+            if reason:
+                rows.append(Row(name, "left out", reason))
+            else:
+                rows.append(Row(name, "missing", why if ours is None else ""))
+            continue
+        t_sigs = signatures(theirs, name, method)
+        k_sigs = signatures(mine, name, method)
+        if not t_sigs or not k_sigs:
+            rows.append(Row(name, "ok"))
+            continue
+        diffs = [compare(t, k_sigs[0]) for t in t_sigs]
+        rows.append(Row(name, "ok") if "" in diffs else Row(name, "differs", diffs[0]))
+    return rows
+
+
+def survey() -> dict[str, list[Row]]:
+    """Every namespace's rows, in :data:`NAMESPACES` order."""
+    return {ns: survey_namespace(ns, kns) for ns, kns in NAMESPACES}
+
+
+def counts(rows: list[Row]) -> dict[str, int]:
+    """How many rows have each status."""
+    out = dict.fromkeys(("ok", "differs", "left out", "missing"), 0)
+    for r in rows:
+        out[r.status] += 1
+    return out
+
+
+# ------------------------------------------------------------------------------------------ render
+
+
+def render() -> str:
+    """The reStructuredText of the coverage page: a summary table, then each namespace's names that are
+    not simply ``ok``, then the left-out reasons."""
+    data = survey()
+    lines = [
+        ".. list-table:: Coverage per namespace",
+        "   :header-rows: 1",
+        "",
+        "   * - PyTorch namespace",
+        "     - kiln",
+        "     - names",
+        "     - ok",
+        "     - signature differs",
+        "     - left out",
+        "     - missing",
+    ]
+    kiln_of = dict(NAMESPACES)
+    for ns, rows in data.items():
+        c = counts(rows)
+        lines += [
+            f"   * - ``{ns}``",
+            f"     - ``{kiln_of[ns]}``",
+            f"     - {len(rows)}",
+            f"     - {c['ok']}",
+            f"     - {c['differs']}",
+            f"     - {c['left out']}",
+            f"     - {c['missing']}",
+        ]
+    lines.append("")
+    for ns, rows in data.items():
+        rest = [r for r in rows if r.status != "ok"]
+        if not rest:
+            continue
+        title = f"``{ns}``"
+        lines += [title, "-" * len(title), ""]
+        for status in ("missing", "differs", "left out"):
+            group = [r for r in rest if r.status == status]
+            if not group:
+                continue
+            lines.append(f"**{status}** ({len(group)}):")
+            lines.append("")
+            for r in group:
+                detail = f": {r.detail}" if r.detail and status != "left out" else ""
+                lines.append(f"- ``{r.name}``{detail}")
+            lines.append("")
+    lines += ["Reasons for leaving names out", "-----------------------------", ""]
+    for reason in dict.fromkeys(reason for _, reason in LEFT_OUT):
+        lines.append(f"- {reason}.")
+    lines.append("")
+    return "\n".join(lines)

@@ -1,0 +1,177 @@
+"""``kiln.jit``: TorchScript's names, so model code written for ``torch.jit`` runs eagerly in kiln.
+
+The decorators and queries that model code calls at definition or run time work as they do in eager
+PyTorch: :func:`ignore`, :func:`unused`, :func:`export`, :func:`interface`, :func:`script_if_tracing`
+return what they decorate; :func:`is_scripting` and :func:`is_tracing` are False; :func:`annotate`
+returns its value; :func:`fork` runs the function and :func:`wait` returns its result, as eager
+PyTorch does. Compiling (:func:`script`, :func:`trace`, ``save``/``load`` of a compiled program) is the
+job of kiln-compile: these names call ``kiln.compile``'s functions of the same name when that package is
+installed and otherwise raise ``ModuleNotFoundError`` naming it.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from collections.abc import Callable
+from typing import Any
+
+__all__ = [
+    "Attribute",
+    "Final",
+    "Future",
+    "annotate",
+    "export",
+    "fork",
+    "freeze",
+    "ignore",
+    "interface",
+    "is_scripting",
+    "is_tracing",
+    "isinstance",
+    "load",
+    "optimize_for_inference",
+    "save",
+    "script",
+    "script_if_tracing",
+    "trace",
+    "trace_module",
+    "unused",
+    "wait",
+]
+
+Final = typing.Final
+"""``typing.Final``: marks a module attribute as a constant, as TorchScript reads it."""
+
+_builtin_isinstance = isinstance
+
+
+def is_scripting() -> bool:
+    """False: kiln code always runs eagerly (model code uses this to skip eager-only branches)."""
+    return False
+
+
+def is_tracing() -> bool:
+    """False: no kiln tracer is recording (kiln-compile's tracer sets its own state)."""
+    return False
+
+
+def ignore(drop: Any = False, **kwargs: Any) -> Any:
+    """Leave a function to Python (``@kiln.jit.ignore`` or ``@kiln.jit.ignore(drop=True)``): eagerly it is
+    the function itself."""
+    if callable(drop):
+        return drop
+    return lambda fn: fn
+
+
+def unused(fn: Callable) -> Callable:
+    """Mark a function the compiler should replace with an exception: eagerly, the function itself."""
+    return fn
+
+
+def export(fn: Callable) -> Callable:
+    """Mark a method as a compilation entry point: eagerly, the method itself."""
+    return fn
+
+
+def interface(obj: Any) -> Any:
+    """Declare a TorchScript interface type: eagerly, the class itself."""
+    return obj
+
+
+def script_if_tracing(fn: Callable) -> Callable:
+    """Compile ``fn`` only when called under a tracer: eagerly, the function itself."""
+    return fn
+
+
+def annotate(the_type: Any, the_value: Any) -> Any:
+    """Give the compiler ``the_value``'s type: eagerly, ``the_value``."""
+    return the_value
+
+
+def Attribute(value: Any, type: Any) -> Any:
+    """Declare a module attribute's type for the compiler: eagerly, ``value``."""
+    return value
+
+
+def isinstance(obj: Any, target_type: Any) -> bool:  # noqa: A001 (PyTorch's name)
+    """``isinstance`` that understands parameterised container types (``list[int]``,
+    ``dict[str, Tensor]``, ``Optional[Tensor]``, ``tuple[int, int]``), checking the elements."""
+    origin = typing.get_origin(target_type)
+    if origin is None:
+        if target_type in (list, dict, tuple):
+            raise RuntimeError(
+                f"Attempted to use {target_type.__name__} without a contained type. Please add a contained type, "
+                f"e.g. {target_type.__name__}[int]"
+            )
+        return target_type is Any or _builtin_isinstance(obj, target_type)
+    args = typing.get_args(target_type)
+    if origin is typing.Union or origin is types.UnionType:
+        return any(isinstance(obj, a) if a is not type(None) else obj is None for a in args)
+    if not _builtin_isinstance(obj, origin):
+        return False
+    if origin is list:
+        return all(isinstance(x, args[0]) for x in obj)
+    if origin is dict:
+        return all(isinstance(k, args[0]) and isinstance(v, args[1]) for k, v in obj.items())
+    if origin is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            return all(isinstance(x, args[0]) for x in obj)
+        return len(obj) == len(args) and all(isinstance(x, a) for x, a in zip(obj, args, strict=True))
+    return True
+
+
+class Future:
+    """The result of :func:`fork`: eager PyTorch runs the forked function at once, and so does kiln."""
+
+    def __init__(self, value: Any):
+        self._value = value
+
+    def wait(self) -> Any:
+        """The forked function's result."""
+        return self._value
+
+    def done(self) -> bool:
+        """True: the work ran when it was forked."""
+        return True
+
+    def value(self) -> Any:
+        """The forked function's result."""
+        return self._value
+
+
+def fork(func: Callable, *args: Any, **kwargs: Any) -> Future:
+    """Run ``func(*args, **kwargs)`` and return a :class:`Future` holding its result."""
+    return Future(func(*args, **kwargs))
+
+
+def wait(future: Future) -> Any:
+    """The result of a :func:`fork`."""
+    return future.wait()
+
+
+def _compiler(name: str) -> Callable:
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            import kiln.compile as compiler
+        except ModuleNotFoundError as exc:
+            if exc.name not in ("kiln.compile", "kiln"):
+                raise
+            raise ModuleNotFoundError(
+                f"kiln.jit.{name} compiles the program, which needs the kiln-compile package: pip install kiln-compile",
+                name="kiln.compile",
+            ) from None
+        return getattr(compiler, name)(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = f"``kiln.compile.{name}`` (from the kiln-compile package), under TorchScript's name."
+    return call
+
+
+script = _compiler("script")
+trace = _compiler("trace")
+trace_module = _compiler("trace_module")
+freeze = _compiler("freeze")
+optimize_for_inference = _compiler("optimize_for_inference")
+save = _compiler("save")
+load = _compiler("load")

@@ -1,40 +1,42 @@
-"""``kiln.save`` / ``kiln.load``: tensors and containers of tensors in the safetensors format.
+"""``kiln.save`` / ``kiln.load``: safetensors for tensors, PyTorch's ``torch.save`` format for anything else.
 
-File layout (https://huggingface.co/docs/safetensors): an 8-byte little-endian header length ``N``,
-``N`` bytes of JSON header (padded with spaces to a multiple of 8) mapping each tensor name to
-``{"dtype", "shape", "data_offsets"}`` plus an optional ``"__metadata__"`` string->string map, then
-the tensors' bytes, contiguous and little-endian, back to back.
+**safetensors** (https://huggingface.co/docs/safetensors), what :func:`save` writes for a tensor or
+containers of tensors: an 8-byte little-endian header length ``N``, ``N`` bytes of JSON header (padded
+with spaces to a multiple of 8) mapping each tensor name to ``{"dtype", "shape", "data_offsets"}``
+plus an optional ``"__metadata__"`` string->string map, then the tensors' bytes, contiguous and
+little-endian, back to back. kiln stores the structure of the saved object (nested dicts with str or
+int keys, lists, tuples, None, bool/int/float/str leaves, and where each tensor sits) as JSON under the
+metadata key ``"kiln.structure"``. A flat dict of tensors is stored under its own keys, so any
+safetensors reader (``safetensors.torch.load_file``) sees exactly those names; a file without
+``"kiln.structure"`` (written by another tool) loads as a dict of its tensors in file order. Nothing in
+such a file is ever executed. A tensor object that appears several times in the saved object is stored
+once and comes back as one tensor; distinct tensors that are views of one storage are stored
+separately, each as its own contiguous copy.
 
-kiln stores the structure of the saved object (nested dicts with str or int keys, lists, tuples, None,
-bool/int/float/str leaves, and where each tensor sits) as JSON under the metadata key
-``"kiln.structure"``. A flat dict of tensors is stored under its own keys, so any safetensors reader
-(``safetensors.torch.load_file``) sees exactly those names; a file without ``"kiln.structure"``
-(written by another tool) loads as a dict of its tensors in file order.
+**PyTorch's format**, for every other object or with ``save(..., format="torch")``: the zip archive
+``torch.save`` writes (``data.pkl``, a protocol-2 pickle whose tensors refer to storages by persistent
+id, and one record per storage), written by :mod:`kiln._pickle_save` so that ``torch.load`` reads it.
+:func:`load` reads that archive and torch's legacy pickle format (:mod:`kiln._pickle_read`) without
+torch, mapping torch's names to kiln's (:mod:`kiln._pickle_load`); with ``weights_only=True`` (the
+default) through a restricted unpickler that accepts only an allow-list of globals
+(:mod:`kiln._weights_only`), which :func:`add_safe_globals` and :func:`safe_globals` extend, as
+PyTorch's ``torch.serialization`` functions of the same names do.
 
-Nothing in a file is ever executed (there is no pickle), so ``weights_only`` has nothing to turn off.
-A tensor object that appears several times in the saved object is stored once and comes back as one
-tensor; distinct tensors that are views of one storage are stored separately, each as its own
-contiguous copy, and come back as independent tensors (storage sharing between them is not kept).
-Loaded tensors are fresh, writable copies that own their memory: each tensor's bytes are read from the
-file straight into its own array, so loading needs about one file's worth of memory, not two.
-
-Every malformed file raises ``ValueError``: the header's fields are type- and range-checked, sizes are
-checked against the file's length before anything is allocated, and the nesting of the structure JSON
-is bounded. A PyTorch ``torch.save`` file (zip or legacy pickle) is recognised and named as such.
+Every malformed file raises ``ValueError``: safetensors header fields are type- and range-checked,
+sizes are checked against the file's length before anything is allocated, and the nesting of the
+structure JSON is bounded; PyTorch files get the same checks for their records, storages and pickles.
 """
 
 from __future__ import annotations
 
 import builtins
-import contextlib
 import io
 import json
 import math
 import os
+import pickle
 import re
 import reprlib
-import secrets
-import stat
 import sys
 from collections.abc import Callable
 from typing import Any, BinaryIO
@@ -46,12 +48,7 @@ from kiln._device import CPU, as_device
 from kiln._device import device as _device
 from kiln._tensor import Tensor
 
-try:  # advisory locks mark a temp file as being written; absent on Windows
-    import fcntl
-except ImportError:  # pragma: no cover - not POSIX
-    fcntl = None  # type: ignore[assignment]
-
-__all__ = ["load", "save"]
+__all__ = ["load", "save", "add_safe_globals", "clear_safe_globals", "get_safe_globals", "safe_globals"]
 
 STRUCTURE_KEY = "kiln.structure"
 FORMAT_VERSION = 1
@@ -81,6 +78,79 @@ _short_repr = reprlib.Repr()
 _short_repr.maxstring = _short_repr.maxother = _short_repr.maxlong = 80
 _short_repr.maxlist = _short_repr.maxdict = 8
 _short = _short_repr.repr
+
+
+# ------------------------------------------------------------------------------------------ safe globals
+
+_SafeGlobal = Callable | tuple[Callable, str]
+_safe_globals: set[Any] = set()
+
+
+def _check_safe_global(g: Any) -> None:
+    if isinstance(g, tuple):
+        if len(g) != 2:
+            raise ValueError(
+                f"Expected tuple of length 2 (global, str of callable full path), but got tuple of length: {len(g)}"
+            )
+        if type(g[1]) is not str:
+            raise TypeError(f"Expected second item in tuple to be str of callable full path, but got: {type(g[1])}")
+
+
+def add_safe_globals(safe_globals: list[_SafeGlobal]) -> None:
+    """Allow these globals in :func:`load` with ``weights_only=True`` (``torch.serialization.add_safe_globals``).
+
+    Each item is a class or function, allowed under its ``module.qualname``, or a pair
+    ``(obj, "module.name")`` for an object that a file names differently (an alias, or a name that
+    moved). Only allow what you trust: ``weights_only=True`` calls an allowed function with whatever
+    arguments the file gives it, and builds allowed classes from the file's state. The modules
+    ``sys``, ``os``, ``posix`` and ``nt`` stay blocked. The list is global to the process.
+    """
+    items = list(safe_globals)
+    for g in items:
+        _check_safe_global(g)
+    _safe_globals.update(items)
+
+
+def get_safe_globals() -> list[_SafeGlobal]:
+    """The globals :func:`add_safe_globals` allowed (``torch.serialization.get_safe_globals``)."""
+    return list(_safe_globals)
+
+
+def clear_safe_globals() -> None:
+    """Forget every global :func:`add_safe_globals` allowed (``torch.serialization.clear_safe_globals``)."""
+    _safe_globals.clear()
+
+
+class safe_globals:  # noqa: N801 - torch.serialization.safe_globals is a lowercase class too
+    """A context manager allowing ``safe_globals`` in :func:`load` inside its block (``torch.serialization.safe_globals``).
+
+    >>> import collections, kiln
+    >>> with kiln.serialization.safe_globals([collections.namedtuple]):
+    ...     collections.namedtuple in kiln.serialization.get_safe_globals()
+    True
+
+    The globals are added on entry and removed on exit, even those that were allowed before the block.
+    """
+
+    def __init__(self, safe_globals: list[_SafeGlobal]) -> None:
+        self.safe_globals = list(safe_globals)
+
+    def __enter__(self) -> None:
+        add_safe_globals(self.safe_globals)
+
+    def __exit__(self, *exc: Any) -> None:
+        _safe_globals.difference_update(self.safe_globals)
+
+
+def _user_globals() -> dict[str, Any]:
+    """``{"module.name": object}`` for the globals :func:`add_safe_globals` allowed."""
+    out = {}
+    for g in list(_safe_globals):
+        if isinstance(g, tuple):
+            out[g[1]] = g[0]
+        else:
+            out[f"{getattr(g, '__module__', None)}.{getattr(g, '__qualname__', None)}"] = g
+    return out
 
 
 # ------------------------------------------------------------------------------------------ saving
@@ -187,117 +257,25 @@ def _write(fh: BinaryIO, header: bytes, order: list[tuple[str, Tensor]]) -> None
             fh.write(memoryview(_le_bytes(t)).cast("B"))
 
 
-def _temp_pattern(name: str) -> re.Pattern[str]:
-    """Names of the temp files ``save`` writes for target ``name``: ``.<name>.<pid>.<16 hex>.tmp``."""
-    return re.compile(rf"\.{re.escape(name)}\.([0-9]{{1,10}})\.[0-9a-f]{{16}}\.tmp")
+_FORMATS = (None, "safetensors", "torch")
 
 
-def _pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists (a zombie counts as alive until its parent reaps it)."""
-    try:
-        os.kill(pid, 0)  # signal 0: only checks that the process exists and may be signalled
-    except ProcessLookupError:
-        return False
-    except OSError:  # PermissionError: it exists but belongs to another user; anything else: be safe
-        return True
-    return True
+def save(obj: Any, f: str | os.PathLike | BinaryIO, *, format: str | None = None) -> None:
+    """Save ``obj`` to ``f``: tensors and containers of them as safetensors, anything else as ``torch.save`` does.
 
+    ``format=None`` (the default) writes a tensor, a state dict, or nested dicts (str or int keys),
+    lists and tuples of tensors, None, bool, int, float and str in the safetensors format, which
+    :func:`load` reads without running any code and ``safetensors.torch.load_file`` reads too (a flat
+    dict of tensors, under its own keys). Any other object (a whole ``kiln.nn.Module``, NumPy arrays,
+    your own classes, sets, tuple keys, a reference cycle) is written in PyTorch's ``torch.save`` zip
+    archive, which ``torch.load`` reads back with torch tensors. ``format="torch"`` writes that archive
+    for any object (so that ``torch.load`` can read a kiln state dict); ``format="safetensors"``
+    refuses, with a ``TypeError``, what safetensors cannot hold.
 
-def _remove_if_unlocked(path: str) -> None:
-    """Delete a temp file unless a writer still holds its lock (written elsewhere: another PID namespace)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
-    except OSError:  # gone already, or not ours to read: leave it
-        return
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return  # a live writer holds it
-        except OSError:
-            pass  # the filesystem has no locks: the dead PID is all there is to go by
-        # Gone already, or not ours to delete (another user's file in a sticky directory such as /tmp).
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-    finally:
-        os.close(fd)
-
-
-def _remove_stale_temps(directory: str, name: str) -> None:
-    """Remove temp files of target ``name`` left by writers that died (killed mid-save, power loss).
-
-    A temp file is stale when the PID in its name is no process any more and no one holds its lock.
-    A live writer's file (another process, or another thread of this one) is never touched. Best
-    effort: an ``OSError`` while listing the directory, or while opening, locking or deleting one
-    candidate (say another user's stale file in a shared sticky directory), leaves that file where it
-    is and moves on; it never fails the save.
-    """
-    if os.name != "posix" or fcntl is None:  # os.kill(pid, 0) is not a liveness probe on Windows
-        return
-    pattern = _temp_pattern(name)
-    me = os.getpid()
-    try:
-        entries = os.listdir(directory)
-    except OSError:
-        return
-    for entry in entries:
-        m = pattern.fullmatch(entry)
-        if m is None:
-            continue
-        pid = builtins.int(m.group(1))
-        if pid == me or not 0 < pid < 2**31:
-            continue
-        with contextlib.suppress(OSError):  # this candidate stays; the others and the save go on
-            if not _pid_alive(pid):
-                _remove_if_unlocked(os.path.join(directory, entry))
-
-
-def _existing_mode(path: str) -> int | None:
-    """The permission bits of the regular file at ``path`` (symlinks already resolved); None if there is none.
-
-    Only ``rwx`` for user, group and others: setuid/setgid are not carried over (writing to a file
-    clears them too), and the sticky bit means nothing on a regular file.
-    """
-    if os.name != "posix":  # a mode there is only the read-only flag
-        return None
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return None
-    return stat.S_IMODE(st.st_mode) & 0o777 if stat.S_ISREG(st.st_mode) else None
-
-
-def _create_temp(directory: str, name: str) -> tuple[int, str]:
-    """Create and lock ``.<name>.<pid>.<random>.tmp`` next to the target, with mode ``0o666 & ~umask``."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
-    for _ in range(100):
-        tmp = os.path.join(directory, f".{name}.{os.getpid()}.{secrets.token_hex(8)}.tmp")
-        try:
-            fd = os.open(tmp, flags, 0o666)  # 0o666 & ~umask, as open(path, "wb") would give a new file
-        except FileExistsError:
-            continue
-        if fcntl is not None:
-            with contextlib.suppress(OSError):  # no locks on this filesystem: the PID alone marks it live
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return fd, tmp
-    raise FileExistsError(f"kiln.save: could not create a temp file next to {os.path.join(directory, name)!r}")
-
-
-def _fsync_directory(directory: str) -> None:
-    try:  # make the rename itself durable; not every platform can open a directory
-        dfd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(dfd)
-    except OSError:
-        pass
-    finally:
-        os.close(dfd)
-
-
-def save(obj: Any, f: str | os.PathLike | BinaryIO) -> None:
-    """Save a tensor, a state dict, or nested dicts/lists/tuples of tensors to ``f`` (safetensors format).
+    In the torch archive, tensors are pickled as PyTorch pickles them (storages by reference, shared
+    storages saved once, so views stay views), kiln's dtypes, ``Size``, devices and kiln-nn's
+    ``Parameter`` under torch's names, and everything else with Python's pickle (pickling fails
+    before the file is touched). Tensors on any device are saved with their device as the location.
 
     ``f`` is a path or a writable binary file object (written directly, from its current position).
     A path is written atomically: into a temp file ``.<name>.<pid>.<random>.tmp`` in the target's
@@ -311,40 +289,44 @@ def save(obj: Any, f: str | os.PathLike | BinaryIO) -> None:
     new file's mode is ``0o666 & ~umask``. A symlink is followed: the file it points to is replaced,
     keeps its mode, and the link stays a link.
 
-    Leaves besides tensors may be None, bool, int, float or str; dict keys must be str or int, and
-    containers may nest up to 100 levels. Tensors on any device are saved from a contiguous CPU copy
-    of their values; ``requires_grad`` and the device are recorded and restored by :func:`load`. A flat
-    dict of tensors is readable by ``safetensors.torch.load_file`` under its own keys.
+    In the safetensors format containers may nest up to 100 levels; ``requires_grad`` and the device
+    are recorded and restored by :func:`load`.
     """
-    enc = _Encoder()
-    structure = enc.encode(obj, "")  # raises for unsupported objects before any file is touched
-    meta = {STRUCTURE_KEY: json.dumps({"version": FORMAT_VERSION, "root": structure}, ensure_ascii=False)}
-    header, order = _header(enc.tensors, meta)
+    if format not in _FORMATS:
+        raise ValueError(f"kiln.save: format must be None, 'safetensors' or 'torch', got {format!r}")
+    write = None
+    if format != "torch":
+        enc = _Encoder()
+        try:
+            structure = enc.encode(obj, "")  # raises for unsupported objects before any file is touched
+        except (TypeError, ValueError):
+            if format == "safetensors":
+                raise
+        else:
+            meta = {STRUCTURE_KEY: json.dumps({"version": FORMAT_VERSION, "root": structure}, ensure_ascii=False)}
+            header, order = _header(enc.tensors, meta)
+
+            def write(fh: BinaryIO, name: str) -> None:
+                _write(fh, header, order)
+
+    if write is None:
+        from kiln import _pickle_save
+
+        pkl, storages = _pickle_save.pickle_object(obj)  # pickling errors come before the file is touched
+
+        def write(fh: BinaryIO, name: str) -> None:
+            _pickle_save.write_archive(fh, name, pkl, storages)
+
     if hasattr(f, "write"):
-        _write(f, header, order)
+        write(f, "archive")
         return
-    # Through a symlink, the file it points to is the one to replace (renaming over the link itself
-    # would turn it into a regular file); the temp file must sit next to that file to rename onto it.
-    path = os.path.realpath(os.fsdecode(os.fspath(f)))
-    directory, name = os.path.split(path)
-    _remove_stale_temps(directory, name)
-    mode = _existing_mode(path)
-    fd, tmp = _create_temp(directory, name)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            # The temp file takes the target's mode before any data is in it, so a 0o600 checkpoint
-            # is never readable by others, not even while its replacement is being written.
-            if mode is not None and stat.S_IMODE(os.fstat(fd).st_mode) != mode:
-                os.fchmod(fd, mode)
-            _write(fh, header, order)
-            fh.flush()
-            os.fsync(fh.fileno())  # the data reaches the disk before the name points at it
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    _fsync_directory(directory)
+    from kiln._atomic_write import atomic_write
+
+    def write_named(fh: BinaryIO, path: str) -> None:
+        stem = os.path.splitext(os.path.basename(path))[0]
+        write(fh, stem if re.fullmatch(r"[A-Za-z0-9_.-]{1,100}", stem) else "archive")
+
+    atomic_write(f, write_named)
 
 
 # ------------------------------------------------------------------------------------------ loading
@@ -366,22 +348,43 @@ def _read_exact(fh: BinaryIO, n: int, what: str) -> bytes:
     return b"".join(chunks)
 
 
-def _pytorch_file(kind: str, name: str | None) -> ValueError:
-    what = f"{name!r}" if name is not None else "the file"
-    return ValueError(
-        f"kiln.load: {what} is a PyTorch file written by torch.save ({kind}), which kiln.load cannot read yet: "
-        "kiln reads safetensors files. Convert it with torch and the safetensors package, e.g. "
-        "safetensors.torch.save_file(torch.load(path), out) for a flat dict of tensors, then kiln.load(out)."
-    )
-
-
 def _pytorch_kind(head: bytes) -> str | None:
     """What PyTorch format the first 8 bytes of a file look like, if any."""
     if head.startswith(b"PK\x03\x04"):  # torch.save's default since 1.6: a zip archive
-        return "a zip archive, its format for .pt/.pth files"
+        return "zip"
     if head[:1] == b"\x80" and 2 <= head[1] <= 5:  # PROTO opcode: _use_new_zipfile_serialization=False
-        return "a pickle, its legacy format"
+        return "legacy"
     return None
+
+
+def _load_torch(
+    fh: BinaryIO,
+    consumed: bytes,
+    start: int | None,
+    size: int | None,
+    kind: str,
+    map_location: _Location,
+    weights_only: bool,
+    options: dict,
+    mmap_path: Any,
+) -> Any:
+    """A ``torch.save`` file, from its start (``consumed``: the bytes already read from a stream)."""
+    from kiln import _pickle_read
+
+    if start is not None:
+        fh.seek(start)
+    else:  # a stream: hold it in memory (the zip directory is at its end; sizes are checked against it)
+        data = consumed + fh.read()
+        fh, size = io.BytesIO(data), len(data)
+    if kind == "zip":
+        return _pickle_read.load_zip(fh, size, map_location, _place, weights_only, options, mmap_path)
+    if mmap_path is not None:
+        raise RuntimeError(
+            f"mmap can only be used with files saved with `torch.save({mmap_path}, "
+            "_use_new_zipfile_serialization=True), please torch.save your checkpoint with this option in order "
+            "to use mmap."
+        )
+    return _pickle_read.load_legacy(fh, size, map_location, _place, weights_only, options)
 
 
 class _DuplicateKey(ValueError):
@@ -520,6 +523,22 @@ def _read_tensor(fh: BinaryIO, name: str, info: dict) -> Tensor:
     return from_numpy(a.reshape(info["shape"]))
 
 
+def _map_tensor(mm: np.ndarray, base: int, info: dict) -> Tensor:
+    """A tensor over its bytes in a private memory map of the file (bools and byte order fixed in place)."""
+    from kiln._ops.creation import from_numpy
+
+    d = _FROM_ST[info["dtype"]]
+    b, e = info["data_offsets"]
+    a = mm[base + b : base + e].view(np.ndarray)
+    if d is dt.bool:
+        a = np.not_equal(a, 0, out=a.view(np.bool_))
+    elif d.itemsize > 1:
+        if sys.byteorder == "big":
+            a.view(f"u{d.itemsize}").byteswap(inplace=True)
+        a = a.view(d.numpy)
+    return from_numpy(a.reshape(info["shape"]))
+
+
 _Location = str | _device | dict | Callable | None
 
 
@@ -616,30 +635,79 @@ def _decode(
     raise _corrupt(f"bad kiln.structure node {_short(node)}")
 
 
-def load(f: str | os.PathLike | BinaryIO, map_location: _Location = None, weights_only: bool = True) -> Any:
-    """Load an object saved by :func:`save`, or any safetensors file (then a dict of its tensors).
+def load(
+    f: str | os.PathLike | BinaryIO,
+    map_location: _Location = None,
+    pickle_module: Any = None,
+    *,
+    weights_only: bool | None = None,
+    mmap: bool | None = None,
+    **pickle_load_args: Any,
+) -> Any:
+    """Load what :func:`save` or ``torch.save`` wrote, or any safetensors file (then a dict of its tensors).
 
-    Never executes code from the file. The header is validated (JSON shape and the type and range of
-    every field, known dtypes, shapes, offsets that match each tensor's size, lie inside the file and
-    neither overlap nor leave gaps, duplicate keys, bounded nesting, truncated files) before anything is
-    allocated, and every problem raises a ``ValueError`` that says what is wrong. A PyTorch file
-    (``torch.save``'s zip or legacy pickle format) raises a ``ValueError`` saying how to convert it.
+    The format is recognised from the file's first bytes: safetensors, PyTorch's zip archive (the
+    ``torch.save`` default since 1.6) or its legacy pickle format (``_use_new_zipfile_serialization=False``);
+    torch need not be installed. Tensors come back as kiln tensors with their dtypes, shapes, strides and
+    storage offsets; tensors that shared a storage in a PyTorch file share one after loading.
+
+    ``weights_only`` (None means True, unless a ``pickle_module`` is given, as in ``torch.load``)
+    follows PyTorch's security model for PyTorch files: only an allow-list is unpickled (tensors,
+    storages and parameters, dicts, ``OrderedDict``, lists, tuples, sets, ``Counter``, None, bools,
+    ints, floats, complex, str, bytes, dtypes, ``Size``, devices), plus what :func:`add_safe_globals`
+    or :func:`safe_globals` add (NumPy arrays, for one, need ``numpy._core.multiarray._reconstruct``,
+    ``numpy.ndarray``, ``numpy.dtype`` and the array's dtype class, as in PyTorch). Any other global
+    raises ``pickle.UnpicklingError`` naming it and saying how to allow it; nothing from the file runs.
+    ``weights_only=False`` unpickles anything with ``pickle_module.Unpickler`` (Python's pickle by
+    default), torch's names mapped to kiln's: only for files you trust, since that runs code from the
+    file. Safetensors files never contain code, so ``weights_only`` changes nothing for them.
+
+    Every malformed file raises a ``ValueError`` that says what is wrong (for PyTorch files also a
+    ``pickle.UnpicklingError``): safetensors headers are validated field by field, and a PyTorch file's
+    sizes (records, storages, tensor extents, lengths in the pickle) are checked against the file
+    before anything is allocated. A PyTorch file with something kiln lacks (complex or float8 dtypes,
+    sparse or quantized tensors, TorchScript archives, compressed records) raises a ``ValueError``
+    saying so.
+
     ``map_location`` places tensors as in ``torch.load``: None (the device each tensor was saved
     from; ``"cpu"`` for files from other tools), a device string or :class:`kiln.device` (every tensor
     there), a dict mapping saved device strings to targets (others stay), or a callable
-    ``fn(tensor, location)`` given each CPU tensor and its saved device string, returning the tensor
-    to use or None for the default placement. Loaded tensors are independent, writable copies that own
-    their memory, read from the file straight into place (peak memory about the size of the tensors).
-    A file object is read from its current position to its end. ``weights_only`` is accepted for
-    ``torch.load`` compatibility; kiln files never contain code, so both values behave the same.
+    ``fn(tensor, location)`` returning the tensor to use or None for the default placement; it is
+    given each safetensors tensor, or each storage of a PyTorch file as a one-dimensional CPU tensor
+    (then it must return a tensor of that dtype and shape). Loaded tensors own their memory, read from
+    the file straight into place. ``mmap=True`` (a path only; not the legacy format) maps the file
+    instead, privately: tensor bytes are read when first touched and writes never reach the file.
+
+    A file object is read from its current position to its end. ``pickle_load_args`` go to
+    ``pickle_module.Unpickler`` (``encoding``, for Python 2 strings, defaults to ``"utf-8"`` and is the
+    only one ``weights_only=True`` accepts).
     """
+    if weights_only is None:
+        weights_only = pickle_module is None
     if not isinstance(weights_only, builtins.bool):
         raise TypeError(f"kiln.load: weights_only must be a bool, got {type(weights_only).__name__}")
+    if weights_only and pickle_module is not None:
+        raise RuntimeError("Can not safely load weights when explicit pickle_module is specified")
+    if mmap is None:
+        mmap = False
+    if not isinstance(mmap, builtins.bool):
+        raise TypeError(f"kiln.load: mmap must be a bool, got {type(mmap).__name__}")
+    if weights_only and set(pickle_load_args) - {"encoding"}:
+        raise TypeError(
+            f"kiln.load: {', '.join(sorted(set(pickle_load_args) - {'encoding'}))} only works with weights_only=False"
+        )
+    options = {
+        "pickle_module": pickle_module if pickle_module is not None else pickle,
+        "load_args": {"encoding": "utf-8", **pickle_load_args},
+        "encoding": pickle_load_args.get("encoding", "utf-8"),
+    }
     if hasattr(f, "read"):
-        return _load_from(f, map_location, None)
+        if mmap:
+            raise ValueError("f must be a file path in order to use the mmap argument")
+        return _load_from(f, map_location, None, weights_only, options, None)
     path = os.fspath(f)
     with open(path, "rb") as fh:
-        return _load_from(fh, map_location, os.fsdecode(path))
+        return _load_from(fh, map_location, os.fsdecode(path), weights_only, options, path if mmap else None)
 
 
 def _remaining(fh: BinaryIO) -> int | None:
@@ -657,8 +725,11 @@ def _remaining(fh: BinaryIO) -> int | None:
     return end - pos
 
 
-def _load_from(fh: BinaryIO, map_location: _Location, name: str | None) -> Any:
+def _load_from(
+    fh: BinaryIO, map_location: _Location, name: str | None, weights_only: bool, options: dict, mmap_path: Any
+) -> Any:
     size = _remaining(fh)
+    start = None if size is None else fh.tell()
     head = fh.read(8)
     if len(head) < 8:
         raise _corrupt(f"file is truncated (header length: expected 8 bytes, got {len(head)})")
@@ -666,7 +737,16 @@ def _load_from(fh: BinaryIO, map_location: _Location, name: str | None) -> Any:
     torch_kind = _pytorch_kind(head)
     too_long = n > _MAX_HEADER or (size is not None and n > size - 8)
     if torch_kind is not None and too_long:
-        raise _pytorch_file(torch_kind, name)
+        return _load_torch(fh, head, start, size, torch_kind, map_location, weights_only, options, mmap_path)
+    if too_long and start is not None and size >= 512:
+        fh.seek(start + 257)
+        if fh.read(5) == b"ustar":  # a tar archive: torch.save's format before PyTorch 0.4
+            from kiln._weights_only import Unsupported
+
+            raise Unsupported(
+                f"{name or 'the file'} is in torch.save's tar format (PyTorch < 0.4), which kiln cannot read"
+            )
+        fh.seek(start + 8)
     if n > _MAX_HEADER:
         raise _corrupt(f"header length {n} is larger than the {_MAX_HEADER}-byte limit")
     if size is not None and n > size - 8:
@@ -677,7 +757,7 @@ def _load_from(fh: BinaryIO, map_location: _Location, name: str | None) -> Any:
         raw = bytearray(n)  # n is no more than the file holds
         _fill(fh, memoryview(raw), "header")
     if torch_kind is not None and not raw.startswith(b"{"):  # a safetensors header is a JSON object
-        raise _pytorch_file(torch_kind, name)
+        return _load_torch(fh, head + raw, start, size, torch_kind, map_location, weights_only, options, mmap_path)
     metadata, entries = _parse_header(raw)
     del raw
     if size is None:  # a stream of unknown length: hold the rest in memory to learn how much there is
@@ -686,7 +766,12 @@ def _load_from(fh: BinaryIO, map_location: _Location, name: str | None) -> Any:
     else:
         data_len = size - 8 - n
     names = _check_layout(entries, data_len)  # every size is checked against the file before allocating
-    tensors = {name: _read_tensor(fh, name, entries[name]) for name in names}
+    if mmap_path is not None:
+        mm = np.memmap(mmap_path, dtype=np.uint8, mode="c")  # private: writes never reach the file
+        base = start + 8 + n
+        tensors = {name: _map_tensor(mm, base, entries[name]) for name in names}
+    else:
+        tensors = {name: _read_tensor(fh, name, entries[name]) for name in names}
     spec = metadata.get(STRUCTURE_KEY)
     if spec is None:
         placed: dict[str, Tensor] = {}

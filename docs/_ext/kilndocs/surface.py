@@ -189,8 +189,8 @@ _KINDS = {
 
 def _params(sig: inspect.Signature, method: bool) -> list[Param]:
     ps = list(sig.parameters.values())
-    if method and ps and ps[0].name in ("self", "cls"):
-        ps = ps[1:]
+    if method and ps and ps[0].kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+        ps = ps[1:]  # self (kiln binds ops as methods: their first parameter, ``input``, is the tensor)
     out = []
     for p in ps:
         default = "" if p.default is inspect.Parameter.empty else _literal(p.default)
@@ -238,8 +238,35 @@ def _doc_signatures(obj: Any, name: str, method: bool) -> list[list[Param]]:
     return sigs
 
 
+def _schema_signatures(name: str, method: bool) -> list[list[Param]]:
+    """The overloads of ATen operator ``name`` (``torch.ops.aten``), as the Python binding names them:
+    the first argument, ``self``, is ``input`` in a function and the tensor itself in a method."""
+    import torch
+
+    try:
+        packet = getattr(torch.ops.aten, name)
+        overloads = [getattr(packet, ov)._schema for ov in packet.overloads()]
+    except (AttributeError, RuntimeError):
+        return []
+    sigs = []
+    for schema in overloads:
+        args = list(schema.arguments)
+        if not args or args[0].name != "self":
+            continue  # an overload on Python numbers (``a``, ``b``), not the tensor op
+        if method:
+            args = args[1:]
+        out: list[Param] = []
+        for a in args:
+            pname = "input" if a.name == "self" else a.name
+            default = _literal(a.default_value) if a.has_default_value() else ""
+            out.append((pname, "keyword-only" if a.kwarg_only else "positional", default))
+        sigs.append(out)
+    return sigs
+
+
 def signatures(obj: Any, name: str, method: bool) -> list[list[Param]]:
-    """What can be read of ``obj``'s signature: one parameter list per overload (none: unreadable)."""
+    """What can be read of ``obj``'s signature: one parameter list per overload (none: unreadable). For
+    PyTorch's C++ builtins, the overloads its docstring lists and those of its ATen operator."""
     target = obj.__init__ if isinstance(obj, type) else obj
     if isinstance(obj, type) and target is object.__init__:
         return []
@@ -248,7 +275,7 @@ def signatures(obj: Any, name: str, method: bool) -> list[list[Param]]:
     try:
         return [_params(inspect.signature(target), method or isinstance(obj, type))]
     except (TypeError, ValueError):
-        return _doc_signatures(obj, name, method)
+        return _doc_signatures(obj, name, method) + _schema_signatures(name, method)
 
 
 def _norm_default(text: str) -> str:
@@ -269,6 +296,8 @@ def compare(theirs: list[Param], ours: list[Param]) -> str:
             if var_kw and kind == "keyword-only":
                 continue
             return f"no parameter {name!r}"
+        if mine[1] == "*args" and kind == "positional" and all(p[1] != "positional" for p in theirs[i + 1 :]):
+            continue  # ``flip(*dims)`` for ``flip(dims)``: both forms are accepted, as PyTorch's parser does
         if kind == "positional" and (i >= len(ours) or ours[i][0] != name):
             return f"parameter {name!r} is not at position {i}"
         if kind != mine[1] and not (kind == "positional-only" and mine[1] == "positional"):
@@ -287,17 +316,41 @@ def compare(theirs: list[Param], ours: list[Param]) -> str:
 
 
 def _same_default(a: str, b: str) -> bool:
+    """Whether two defaults (as source text) are the same value: ``[]`` and ``()``, ``1.0 / 8`` and
+    ``0.125`` are."""
     if _norm_default(a) == _norm_default(b):
         return True
-    return _is_number(a) and _is_number(b) and float(a) == float(b)
+    va, vb = _value(a), _value(b)
+    return va is not _UNKNOWN and va == vb
 
 
-def _is_number(text: str) -> bool:
+_UNKNOWN = object()
+
+
+def _value(text: str) -> Any:
+    """The value of a literal or of arithmetic on literals, lists as tuples; :data:`_UNKNOWN` otherwise."""
     try:
-        float(text)
-    except ValueError:
-        return False
-    return True
+        tree = ast.parse(text, mode="eval").body
+    except SyntaxError:
+        return _UNKNOWN
+
+    def ev(node):
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, (ast.List, ast.Tuple)):
+            return tuple(ev(e) for e in node.elts)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -ev(node.operand)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Div, ast.Mult, ast.Add, ast.Sub)):
+            a, b = ev(node.left), ev(node.right)
+            return {ast.Div: a / b, ast.Mult: a * b, ast.Add: a + b, ast.Sub: a - b}[type(node.op)]
+        raise ValueError(text)
+
+    try:
+        v = ev(tree)
+    except (ValueError, TypeError, ZeroDivisionError):
+        return _UNKNOWN
+    return float(v) if isinstance(v, int) and not isinstance(v, bool) else v
 
 
 # ------------------------------------------------------------------------------------------ survey

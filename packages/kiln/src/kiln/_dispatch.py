@@ -100,6 +100,13 @@ _INPLACE_OPERATORS = frozenset(
 )
 
 
+class SparseArgument(NotImplementedError):
+    """Raised when code reads a dense attribute (``_shape``, ``_storage``...) of a sparse COO tensor, which has
+    none (``kiln._sparse``). :func:`call` catches it from an op's meta function and runs the op's sparse
+    implementation, or raises PyTorch's ``NotImplementedError`` naming the op; elsewhere it says which
+    attribute was missing."""
+
+
 class OpDef:
     """One op: signature, meta function, autograd formula, autocast policy and per-device kernels."""
 
@@ -229,7 +236,8 @@ def _make_public(opdef: OpDef, doc_fn: Callable) -> Callable:
     per op would dominate ``import kiln``); each op gets its own globals, defaults and names.
     """
     params = list(opdef.signature.parameters.values())
-    key = tuple((p.name, p.kind, p.default is not p.empty) for p in params)
+    takes_out = _takes_out(opdef)
+    key = (tuple((p.name, p.kind, p.default is not p.empty) for p in params), takes_out)
     code = _CODE_BY_LAYOUT.get(key)
     if code is None:
         texts = []
@@ -240,15 +248,23 @@ def _make_public(opdef: OpDef, doc_fn: Callable) -> Callable:
                 seen_kwonly = True
             texts.append(p.name + ("=None" if p.default is not p.empty else ""))  # real defaults set below
         names = [p.name for p in params]
-        src = f"def op({', '.join(texts)}):\n    return _call(_op, ({', '.join(names)}{',' if len(names) == 1 else ''}))\n"
+        args = f"({', '.join(names)}{',' if len(names) == 1 else ''})"
+        if takes_out:
+            texts += ([] if seen_kwonly else ["*"]) + ["out=None"]
+            body = f"    if out is None:\n        return _call(_op, {args})\n    return _call_out(_op, {args}, out)\n"
+        else:
+            body = f"    return _call(_op, {args})\n"
+        src = f"def op({', '.join(texts)}):\n{body}"
         namespace: dict[str, Any] = {}
         exec(compile(src, "<kiln op>", "exec"), namespace)  # noqa: S102 - generated from a signature
         code = _CODE_BY_LAYOUT[key] = namespace["op"].__code__
     positional_defaults = tuple(p.default for p in params if p.default is not p.empty and p.kind is not p.KEYWORD_ONLY)
     keyword_defaults = {p.name: p.default for p in params if p.default is not p.empty and p.kind is p.KEYWORD_ONLY}
+    if takes_out:
+        keyword_defaults["out"] = None
     fn = types.FunctionType(
         code.replace(co_name=opdef.name, co_qualname=opdef.name, co_filename=f"<kiln op {opdef.name}>"),
-        {"_call": call, "_op": opdef, "__builtins__": __builtins__},
+        {"_call": call, "_call_out": call_out, "_op": opdef, "__builtins__": __builtins__},
         opdef.name,
         positional_defaults or None,
     )
@@ -257,12 +273,124 @@ def _make_public(opdef: OpDef, doc_fn: Callable) -> Callable:
     fn.__module__ = doc_fn.__module__
     fn.__qualname__ = opdef.name
     fn.__signature__ = opdef.signature
+    if takes_out:
+        out_param = inspect.Parameter("out", inspect.Parameter.KEYWORD_ONLY, default=None)
+        fn.__signature__ = opdef.signature.replace(parameters=[*params, out_param])
     fn.__wrapped__ = doc_fn
     fn.op = opdef
     return fn
 
 
 _CODE_BY_LAYOUT: dict[tuple, types.CodeType] = {}
+
+# ops without PyTorch's ``out=`` keyword: views and in-place ops write nowhere else, backward pieces are
+# internal, and random ops draw into their own result
+_NO_OUT_TAGS = frozenset({"view", "inplace", "backward"})
+
+
+def _takes_out(opdef: OpDef) -> bool:
+    """Whether the op's public function takes ``out=`` (every op that computes new tensors, as in PyTorch)."""
+    return "out" not in opdef.signature.parameters and not (_NO_OUT_TAGS & set(opdef.tags))
+
+
+def call_out(opdef: OpDef, args: tuple, out: Any) -> Any:
+    """``op(..., out=t)``: compute the result, then write it into ``out`` (:func:`write_out`)."""
+    check_out_args(opdef.name, args)
+    return write_out(opdef.name, call(opdef, args), out)
+
+
+def check_out_args(name: str, args: tuple) -> None:
+    """PyTorch's rule for ``out=``: no autograd through it, so no argument may require grad (in grad mode)."""
+    from kiln.autograd.grad_mode import is_grad_enabled
+
+    if is_grad_enabled() and any(_requires_grad(a) for a in args):
+        raise RuntimeError(
+            f"{name}(): functions with out=... arguments don't support automatic differentiation, but one of the "
+            "arguments requires grad."
+        )
+
+
+def write_out(name: str, result: Any, out: Any) -> Any:
+    """Write ``result`` (a tensor or a tuple of them) into ``out`` (a tensor, or a tuple of one per
+    output) as PyTorch does: the result's dtype must cast to ``out``'s, the devices must match, and an
+    ``out`` of another shape is resized (with PyTorch's deprecation warning unless it was empty).
+    Returns ``out``. Functions written in Python that take ``out=`` call this (after
+    :func:`check_out_args`); ops get it from :func:`call_out`."""
+    from kiln._ops._meta import can_cast, scalar_type_name
+    from kiln.autograd.grad_mode import is_grad_enabled, no_grad
+
+    results = result if isinstance(result, tuple) else (result,)
+    outs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+    if (
+        (len(results) == 1) == isinstance(out, (tuple, list))
+        or len(outs) != len(results)
+        or not all(isinstance(o, Tensor) for o in outs)
+    ):
+        want = "Tensor" if len(results) == 1 else f"tuple of {len(results)} Tensors"
+        got = type(out).__name__ if not isinstance(out, (tuple, list)) else f"{type(out).__name__} of {len(outs)}"
+        raise TypeError(f"{name}(): argument 'out' must be {want}, not {got}")
+    for r, o in zip(results, outs, strict=True):
+        if o._device != r._device:
+            raise RuntimeError(f"Expected out tensor to have device {r._device}, but got {o._device} instead")
+        if not can_cast(r._dtype, o._dtype):
+            raise RuntimeError(
+                f"result type {scalar_type_name(r._dtype)} can't be cast to the desired output type "
+                f"{scalar_type_name(o._dtype)}"
+            )
+        if o.requires_grad and is_grad_enabled():
+            raise RuntimeError(
+                f"{name}(): functions with out=... arguments don't support automatic differentiation, but one "
+                "of the arguments requires grad."
+            )
+    for r, o in zip(results, outs, strict=True):
+        with no_grad():
+            if tuple(o._shape) != tuple(r._shape):
+                if o.numel():
+                    import warnings
+
+                    warnings.warn(
+                        f"An output with one or more elements was resized since it had shape {list(o._shape)}, "
+                        f"which does not match the required output shape {list(r._shape)}. This behavior is "
+                        "deprecated, and in a future PyTorch release outputs will not be resized unless they have "
+                        "zero elements. You can explicitly reuse an out tensor t by resizing it, inplace, to zero "
+                        "elements with t.resize_(0).",
+                        UserWarning,
+                        stacklevel=3,
+                    )
+                o.data = r.to(o._dtype) if r._dtype != o._dtype else r.clone()
+            else:
+                o.copy_(r)
+    if isinstance(result, tuple) and hasattr(result, "_fields"):  # max(dim=...) -> return_types.max(out...)
+        return type(result)(*outs)
+    return out
+
+
+def with_out(fn: Callable) -> Callable:
+    """Give a public function written in Python (not an op) PyTorch's ``out=`` keyword, with the same
+    rules as ops have it (:func:`call_out`)."""
+    sig = inspect.signature(fn)
+    name = fn.__name__
+
+    @functools.wraps(fn)
+    def run(*args, out=None, **kwargs):
+        if out is None:
+            return fn(*args, **kwargs)
+        check_out_args(name, args + tuple(kwargs.values()))
+        return write_out(name, fn(*args, **kwargs), out)
+
+    params = list(sig.parameters.values())
+    at = next((i for i, p in enumerate(params) if p.kind is p.VAR_KEYWORD), len(params))
+    params.insert(at, inspect.Parameter("out", inspect.Parameter.KEYWORD_ONLY, default=None))
+    run.__signature__ = sig.replace(parameters=params)
+    return run
+
+
+def _requires_grad(a: Any) -> bool:
+    if isinstance(a, Tensor):
+        return a.requires_grad
+    if isinstance(a, (tuple, list)):
+        return any(_requires_grad(x) for x in a)
+    return False
 
 
 def op(
@@ -357,7 +485,14 @@ def call(opdef: OpDef, args: tuple):
     pre = state.pre_autograd_modes
     if pre:
         return _call_with_modes(pre, opdef, args, call)
-    spec = opdef.meta(*args)
+    try:  # free unless raised (Python 3.11's zero-cost exceptions)
+        spec = opdef.meta(*args)
+    except SparseArgument:
+        # a sparse COO tensor among the arguments: its dense attributes raise this (kiln/_sparse.py), so no
+        # dense kernel ever sees it; the sparse implementation of the op runs, or a NotImplementedError
+        from kiln._sparse_ops import dispatch_sparse
+
+        return dispatch_sparse(opdef, args)
     if state.post_autograd_modes:
         out = _call_with_modes(
             state.post_autograd_modes,

@@ -12,11 +12,14 @@ import numpy as np
 
 from kiln import _dtype as dt
 from kiln._device import CPU, device
+from kiln._memory_format import check_memory_format, contiguous_format, preserve_format
 from kiln._state import state
 
 __all__ = ["Tensor"]
 
 _CONTIGUOUS_STRIDES: dict[tuple[int, ...], tuple[int, ...]] = {}
+# Called with every new subclass of Tensor (kiln.multiprocessing registers its pickling reducer).
+SUBCLASS_HOOKS: list = []
 
 
 def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -122,6 +125,11 @@ class Tensor:
 
         return _legacy_tensor_new(cls, *args, **kwargs)
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        for hook in SUBCLASS_HOOKS:
+            hook(cls)
+
     # ------------------------------------------------------------------ metadata
     @property
     def shape(self) -> Size:
@@ -177,6 +185,22 @@ class Tensor:
         """True when the tensor lives on the CPU."""
         return self._device is CPU
 
+    # PyTorch's other device-type tests (``t.is_mps``, ``t.is_xpu``, ...): a plugin may register any of
+    # these device types, so each compares the tensor's device type.
+    is_xpu = property(lambda self: self._device.type == "xpu", doc="True when the tensor lives on an ``xpu`` device.")
+    is_mps = property(lambda self: self._device.type == "mps", doc="True when the tensor lives on an ``mps`` device.")
+    is_ipu = property(lambda self: self._device.type == "ipu", doc="True when the tensor lives on an ``ipu`` device.")
+    is_xla = property(lambda self: self._device.type == "xla", doc="True when the tensor lives on an ``xla`` device.")
+    is_mtia = property(
+        lambda self: self._device.type == "mtia", doc="True when the tensor lives on an ``mtia`` device."
+    )
+    is_maia = property(lambda self: self._device.type == "maia", doc="True when the tensor lives on a ``maia`` device.")
+    is_meta = property(lambda self: self._device.type == "meta", doc="True when the tensor lives on a ``meta`` device.")
+    is_vulkan = property(lambda self: False, doc="False: kiln has no Vulkan device.")
+    is_mkldnn = property(lambda self: False, doc="False: kiln has no oneDNN (MKL-DNN) layout.")
+    is_quantized = property(lambda self: False, doc="False: kiln has no quantized dtypes.")
+    is_nested = property(lambda self: False, doc="False: kiln has no nested (jagged) tensors.")
+
     @property
     def is_leaf(self) -> bool:
         """True for tensors not produced by a recorded operation (``grad_fn is None``)."""
@@ -208,8 +232,9 @@ class Tensor:
         """Offset of the first element in the storage, in elements."""
         return self._offset
 
-    def is_contiguous(self, memory_format=None) -> bool:
+    def is_contiguous(self, memory_format=contiguous_format) -> bool:
         """True when the elements are laid out row-major without gaps."""
+        check_memory_format("is_contiguous", memory_format)
         if 0 in self._shape:
             return True
         expected = 1
@@ -230,6 +255,23 @@ class Tensor:
         from kiln._plugins import device_type
 
         return device_type(self._device).data_ptr(self._storage) + self._offset * self._dtype.itemsize
+
+    def share_memory_(self) -> Tensor:
+        """Move the storage to shared memory, in place, with every tensor viewing it; returns ``self``.
+
+        A no-op when it is shared already. CPU tensors only (``RuntimeError`` otherwise). Shared tensors
+        cross processes of :mod:`kiln.multiprocessing` without a copy.
+        """
+        from kiln._shared_memory import share_memory_
+
+        share_memory_(self)
+        return self
+
+    def is_shared(self) -> bool:
+        """True when the storage lives in shared memory (see :meth:`share_memory_`)."""
+        from kiln._shared_memory import is_shared
+
+        return is_shared(self)
 
     @property
     def _version(self) -> int:
@@ -585,7 +627,8 @@ class Tensor:
 
 
 def _conversion(name: str, target: dt.dtype):
-    def convert(self) -> Tensor:
+    def convert(self, memory_format=preserve_format) -> Tensor:
+        check_memory_format(name, memory_format)
         return self.to(target)
 
     convert.__name__ = convert.__qualname__ = name

@@ -362,6 +362,8 @@ def inplace_variant(fn, name: str, doc: str, needs_self: bool):
 
     method.__name__ = method.__qualname__ = name
     method.__doc__ = doc
+    sig = fn.__signature__  # the op's, less ``out=`` (an in-place op writes into self)
+    method.__signature__ = sig.replace(parameters=[p for p in sig.parameters.values() if p.name != "out"])
     return method
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from kiln import _dtype as dt
-from kiln._dispatch import op
+from kiln._dispatch import op, with_out
 from kiln._ops._meta import wrap_dim
 from kiln._ops.gather_scatter import _zeros, scatter
 from kiln._ops.reduction import _return_type, return_types
@@ -77,6 +77,7 @@ return_types.topk = _return_type("topk")
 return_types.kthvalue = _return_type("kthvalue")
 
 
+@with_out
 def sort(input, dim=-1, descending=False, stable=False):
     """``(values, indices)`` of ``input`` sorted along ``dim`` (ties keep their order; NaN sorts last)."""
     return return_types.sort(*_sort(input, dim, descending, stable))
@@ -87,6 +88,7 @@ def argsort(input, dim=-1, descending=False, stable=False):
     return _sort(input, dim, descending, stable)[1]
 
 
+@with_out
 def msort(input):
     """``input`` sorted along its first dimension."""
     return _sort(input, 0)[0]
@@ -98,6 +100,7 @@ def _check_k(input, k, dim, name):
     return d, size
 
 
+@with_out
 def topk(input, k, dim=-1, largest=True, sorted=True):
     """The ``k`` largest (or smallest) entries along ``dim`` and their indices, as ``(values, indices)``."""
     d, size = _check_k(input, k, dim, "topk")
@@ -111,6 +114,7 @@ def topk(input, k, dim=-1, largest=True, sorted=True):
     return return_types.topk(values, indices)
 
 
+@with_out
 def kthvalue(input, k, dim=-1, keepdim=False):
     """The ``k``-th smallest entry along ``dim`` and its index, as ``(values, indices)``."""
     d, size = _check_k(input, k, dim, "kthvalue")

@@ -13,6 +13,7 @@ import numpy as np
 
 from kiln import _dtype as dt
 from kiln._dispatch import op
+from kiln._memory_format import check_memory_format, contiguous_format, preserve_format
 from kiln._ops._meta import wrap_dim
 from kiln._spec import Spec, StridedSpec
 from kiln._state import state
@@ -638,33 +639,18 @@ Tensor.narrow = narrow
 # ---------------------------------------------------------------------------------------- copies
 
 
-class memory_format:  # noqa: N801 - PyTorch's name
-    """A memory layout request: ``kiln.contiguous_format`` (row-major) or ``kiln.preserve_format``."""
-
-    def __init__(self, name: str):
-        self.name = name
-
-    def __repr__(self) -> str:
-        return f"kiln.{self.name}"
-
-
-contiguous_format = memory_format("contiguous_format")
-preserve_format = memory_format("preserve_format")
-
-
-def _clone_meta(input, memory_format=None):
-    if memory_format not in (None, contiguous_format, preserve_format):
-        raise RuntimeError(f"clone(): unsupported memory format {memory_format!r}")
+def _clone_meta(input, memory_format=preserve_format):
+    check_memory_format("clone", memory_format)
     return Spec((input._shape, input._dtype, input._device))
 
 
-def _clone_ref(spec, a, memory_format=None):
+def _clone_ref(spec, a, memory_format=preserve_format):
     # preserve_format (the default) keeps the input's stride order, as PyTorch does
     return np.array(a, order="C" if memory_format is contiguous_format else "K", copy=True)
 
 
 @op(tags=("copy",), meta=_clone_meta, reference=_clone_ref, backward=lambda grad: grad, methods=("clone",))
-def clone(input: Tensor, *, memory_format=None) -> Tensor:
+def clone(input: Tensor, *, memory_format=preserve_format) -> Tensor:
     """A copy of ``input`` (same stride order unless ``memory_format=kiln.contiguous_format``), tracked by autograd."""
 
 

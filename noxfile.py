@@ -57,11 +57,13 @@ BACKEND_PACKAGES = {"packages/kiln-cpu", "packages/kiln-cuda"}
 # build kept on disk, where a looser range could pull a multi-gigabyte CUDA build.
 TORCH = "torch==2.13.0"
 # safetensors: interop tests only; Pillow: kiln-data's ImageFolder (its "images" extra)
-TEST_DEPS = ["pytest>=8", "hypothesis>=6.100", TORCH, "safetensors>=0.4,<1", "Pillow>=10"]
+# kiln.utils.tensorboard imports tensorboard (the core's "tensorboard" extra): tests, docs and packaging install it
+TENSORBOARD = "tensorboard>=2.14"
+TEST_DEPS = ["pytest>=8", "hypothesis>=6.100", TORCH, "safetensors>=0.4,<1", "Pillow>=10", TENSORBOARD]
 # The demo job (docs/examples/train_digits.py) and what runs it (integration test, benchmarks).
 DEMO_DEPS = ["-e", "packages/kiln-nn", "-e", "packages/kiln-data", "-e", "packages/kiln-amp", "tqdm", "matplotlib"]
 RUFF = "ruff==0.17.6"  # pinned: new ruff releases add rules and change formatting
-DOCS_DEPS = ["sphinx>=8,<10", "furo"]  # a new Sphinx major can add warnings, and -W makes them errors
+DOCS_DEPS = ["sphinx>=8,<10", "furo", TENSORBOARD]  # a new Sphinx major can add warnings, and -W makes them errors
 LINT_PATHS = ["packages", "tests-integration", "benchmarks", "docs", "noxfile.py"]
 
 nox.options.sessions = ["tests", "packaging", "integration", "lint", "docs"]
@@ -173,7 +175,7 @@ def packaging(session: nox.Session) -> None:
     wheels = sorted(str(w) for w in wheels_dir.glob("*.whl"))
     if len(wheels) != len(projects):
         session.error(f"expected {len(projects)} wheels, built {len(wheels)}: {wheels}")
-    session.install(*wheels)  # their dependencies (from the index or pip's cache)
+    session.install(*wheels, TENSORBOARD)  # their dependencies (from the index or pip's cache)
     # the reused venv may hold an older build of the same version: replace it, whatever pip thinks
     session.install("--force-reinstall", "--no-deps", *wheels)
     modules = _packages_in_wheels([Path(w) for w in wheels])

@@ -36,6 +36,7 @@ PACKAGES: tuple[Package, ...] = (
             "kiln.autograd",
             "kiln.autograd.functional",
             "kiln.utils.checkpoint",
+            "kiln.utils.tensorboard",
             "kiln.random",
             "kiln.hookspecs",
             "kiln.plugins",

@@ -5,6 +5,8 @@ Like :mod:`kiln` itself, this package is extensible: other distributions contrib
 
 - :mod:`kiln.utils.checkpoint` (the core): activation checkpointing, ``checkpoint`` and
   ``checkpoint_sequential``.
+- :mod:`kiln.utils.tensorboard` (the core; needs the ``tensorboard`` package, the core's ``tensorboard``
+  extra): ``SummaryWriter``, event files for TensorBoard.
 - :mod:`kiln.utils.data` (the ``kiln-data`` distribution): the ``torch.utils.data`` path to
   :mod:`kiln.data` (``DataLoader``, ``Dataset``, samplers), the same objects.
 
@@ -19,7 +21,7 @@ import pkgutil as _pkgutil
 __path__ = _pkgutil.extend_path(__path__, __name__)
 
 # submodule -> the distribution that provides it, for a clear error when it is not installed
-_PROVIDERS = {"checkpoint": "kiln", "data": "kiln-data"}
+_PROVIDERS = {"checkpoint": "kiln", "tensorboard": "kiln", "data": "kiln-data"}
 
 
 def __getattr__(name: str):

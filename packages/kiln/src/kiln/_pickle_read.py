@@ -154,11 +154,21 @@ class _Archive:
     """A ``torch.save`` zip archive: its records (stored members under one top-level folder)."""
 
     def __init__(self, fh: BinaryIO, size: int) -> None:
-        self.fh, self.size = fh, size
+        self.fh = fh
+        self.begin = fh.tell()  # the archive's bytes: [begin, end) of fh
+        self.end = self.begin + size
         try:
             zf = zipfile.ZipFile(fh)
             infos = zf.infolist()
-        except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError, ValueError, struct.error) as e:
+        except (
+            zipfile.BadZipFile,
+            zipfile.LargeZipFile,
+            NotImplementedError,
+            EOFError,
+            OSError,
+            ValueError,
+            struct.error,
+        ) as e:
             raise Malformed(f"not a readable zip archive ({_short(str(e))})") from None
         if not infos:
             raise Malformed("the zip archive is empty")
@@ -193,6 +203,8 @@ class _Archive:
             )
         if info.compress_size != info.file_size:
             raise Malformed(f"record {_short(rel)} is stored but its sizes differ")
+        if not self.begin <= info.header_offset <= self.end - 30:
+            raise Malformed(f"record {_short(rel)} has its header outside the file")
         self.fh.seek(info.header_offset)
         head = self.fh.read(30)
         if len(head) != 30 or head[:4] != b"PK\x03\x04":
@@ -202,7 +214,7 @@ class _Archive:
         if local != info.orig_filename.encode("utf-8" if info.flag_bits & 0x800 else "cp437", "replace"):
             raise Malformed(f"record {_short(rel)}: its local header names {_short(local)}")
         start = info.header_offset + 30 + n_name + n_extra
-        if start + info.file_size > self.size:
+        if start + info.file_size > self.end:
             raise Malformed(f"record {_short(rel)} runs past the end of the file")
         return start, info.file_size
 

@@ -203,6 +203,8 @@ class Unpickler:
                     raise Malformed("the pickle ends before its STOP opcode")
                 op = dispatch.get(key[0])
                 if op is None:
+                    if key[0] not in _KNOWN_OPCODES:
+                        raise Malformed(f"the pickle has an unknown opcode {key[0]}")
                     raise refused(f"Unsupported operand {key[0]}")
                 if op is _stop:
                     if len(self.stack) != 1 or self.metastack:
@@ -627,6 +629,9 @@ _DISPATCH: dict[int, Callable[[Unpickler], None]] = {
         pickle.MEMOIZE: _memoize,
     }.items()
 }
+
+
+_KNOWN_OPCODES = {op[0] for name in pickle.__all__ if isinstance(op := getattr(pickle, name), bytes) and len(op) == 1}
 
 
 def load(data: bytes | io.BufferedIOBase, **kwargs: Any) -> Any:

@@ -38,6 +38,7 @@ PACKAGES: tuple[Package, ...] = (
             "kiln.utils.checkpoint",
             "kiln.utils.tensorboard",
             "kiln.random",
+            "kiln.sparse",
             "kiln.serialization",
             "kiln.hookspecs",
             "kiln.plugins",

@@ -297,6 +297,7 @@ from kiln._ops.views import (
 )
 
 # END GENERATED
+from kiln._sparse import layout, sparse_coo, sparse_coo_tensor, spmm, strided
 from kiln._tensor import Size, Tensor
 from kiln._threads import get_num_threads, set_num_threads
 from kiln.autograd import enable_grad, inference_mode, no_grad, set_grad_enabled

@@ -329,6 +329,17 @@ def test_kiln_objects_map_to_torch_objects():
     assert type(back["p"]) is kiln.nn.Parameter and back["dtype"] is kiln.bfloat16 and back["size"] == (2, 3)
 
 
+def test_tensor_attributes_written_by_kiln_reach_torch():
+    t = kiln.arange(3.0)
+    t.note = "hello"
+    p = kiln.nn.Parameter(kiln.ones(2))
+    p.tag = 7
+    ref = _tload(_kiln_bytes({"t": t, "p": p}, format="torch"))
+    assert ref["t"].note == "hello" and type(ref["p"]) is torch.nn.Parameter and ref["p"].tag == 7
+    back = _kload(_kiln_bytes({"t": t, "p": p}, format="torch"))
+    assert back["t"].note == "hello" and back["p"].tag == 7 and type(back["p"]) is kiln.nn.Parameter
+
+
 def test_the_archive_has_torchs_layout(tmp_path):
     p = tmp_path / "ckpt.pt"
     kiln.save({"a": kiln.ones(3), "b": kiln.zeros(2, dtype=kiln.int64)}, p, format="torch")
@@ -530,3 +541,61 @@ def test_a_whole_kiln_module_round_trips():
     np.testing.assert_array_equal(U.kiln_to_np(back(x)), U.kiln_to_np(net(x)))
     with pytest.raises(pickle.UnpicklingError, match=r"Unsupported global: GLOBAL kiln\.nn"):
         _kload(_kiln_bytes(net))
+
+
+# ------------------------------------------------------------------------------ other devices
+
+
+class _ToyStorage:
+    """Device memory of an in-process device whose storage is not a NumPy array."""
+
+    def __init__(self, data: bytes, np_dtype):
+        self.buf, self.np_dtype = bytearray(data), np.dtype(np_dtype)
+
+    def __len__(self):
+        return len(self.buf) // self.np_dtype.itemsize
+
+
+class _ToyPlugin:
+    def kiln_register_devices(self, register):
+        def write(storage, start, array):
+            data = np.ascontiguousarray(array, dtype=storage.np_dtype).tobytes()
+            storage.buf[start * storage.np_dtype.itemsize : start * storage.np_dtype.itemsize + len(data)] = data
+
+        register(
+            "toydev",
+            empty=lambda numel, dtype, index=None: _ToyStorage(bytes(numel * dtype.itemsize), dtype.numpy),
+            to_host=lambda s: np.frombuffer(bytes(s.buf), dtype=s.np_dtype).copy(),
+            from_host=lambda a, index=None: _ToyStorage(np.ascontiguousarray(a).tobytes(), a.dtype),
+            write=write,
+            device_count=lambda: 2,
+        )
+
+
+@pytest.fixture
+def toydev():
+    from kiln import _plugins
+
+    _plugins.register_plugin(_ToyPlugin(), name="toy-serialization")
+    yield kiln.device("toydev:1")
+    _plugins.unregister_plugin("toy-serialization")
+
+
+def test_tensors_on_other_devices_keep_their_device_and_views(toydev):
+    base = kiln.arange(12.0).reshape(3, 4).to(toydev)
+    blob = _kiln_bytes({"base": base, "t": base.t()}, format="torch")
+    assert b"toydev:1" in zipfile.ZipFile(io.BytesIO(blob)).read("archive/data.pkl")
+    back = _kload(blob)
+    assert back["t"].device == toydev and back["t"].stride() == (1, 4)
+    assert back["t"].untyped_storage() is back["base"].untyped_storage()
+    assert back["t"].cpu().tolist() == base.cpu().t().tolist()
+    assert _kload(blob, map_location="cpu")["t"].device.type == "cpu"
+
+
+@pytest.mark.parametrize("legacy", LEGACY, ids=LEGACY_IDS)
+def test_torch_files_placed_on_another_device(toydev, legacy):
+    t = torch.arange(10.0)
+    blob = _torch_bytes({"a": t, "b": t[2:8:2]}, legacy)
+    out = _kload(blob, map_location={"cpu": "toydev:1"})
+    assert out["b"].device == toydev and out["b"].cpu().tolist() == [2.0, 4.0, 6.0]
+    assert out["a"].untyped_storage() is out["b"].untyped_storage()

@@ -144,6 +144,15 @@ def test_parameters_and_requires_grad(legacy):
     assert out["nonleaf"].requires_grad and out["nonleaf"].is_leaf  # as torch.load gives it
 
 
+@pytest.mark.parametrize("legacy", LEGACY, ids=LEGACY_IDS)
+@pytest.mark.parametrize("protocol", [1, 2, 3, 4, 5])
+def test_every_pickle_protocol_loads(protocol, legacy):
+    t = torch.arange(6.0)
+    out = _kload(_torch_bytes({"w": t, "v": t[1::2], "n": [1, "a", b"b"]}, legacy, pickle_protocol=protocol))
+    _same(out["v"], t[1::2])
+    assert out["w"].untyped_storage() is out["v"].untyped_storage() and out["n"] == [1, "a", b"b"]
+
+
 def test_tensor_attributes_and_subclass_state_load():
     t = torch.arange(3.0)
     t.note = "hello"
@@ -388,6 +397,23 @@ def test_unpicklable_objects_fail_before_the_file_is_touched(tmp_path):
     with pytest.raises((pickle.PicklingError, AttributeError, TypeError)):
         kiln.save({"f": lambda: 1}, p)
     assert p.read_bytes() == b"old" and os.listdir(tmp_path) == ["x.pt"]
+
+
+def test_a_failed_torch_format_write_leaves_the_old_file(tmp_path, monkeypatch):
+    from kiln import _pickle_save
+
+    p = tmp_path / "ckpt.pt"
+    kiln.save({"w": kiln.ones(2)}, p, format="torch")
+    before = p.read_bytes()
+
+    def failing(fh, name, pkl, storages):
+        fh.write(b"PK\x03\x04 half an archive")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(_pickle_save, "write_archive", failing)
+    with pytest.raises(OSError, match="disk full"):
+        kiln.save({"w": kiln.zeros(3)}, p, format="torch")
+    assert p.read_bytes() == before and os.listdir(tmp_path) == ["ckpt.pt"]
 
 
 # ------------------------------------------------------------------------------ weights_only

@@ -354,6 +354,8 @@ def _pytorch_kind(head: bytes) -> str | None:
         return "zip"
     if head[:1] == b"\x80" and 2 <= head[1] <= 5:  # PROTO opcode: _use_new_zipfile_serialization=False
         return "legacy"
+    if head == b"L1195470":  # the same with pickle_protocol=0 or 1: the magic number as a text LONG
+        return "legacy"
     return None
 
 
@@ -654,9 +656,10 @@ def load(
     ``weights_only`` (None means True, unless a ``pickle_module`` is given, as in ``torch.load``)
     follows PyTorch's security model for PyTorch files: only an allow-list is unpickled (tensors,
     storages and parameters, dicts, ``OrderedDict``, lists, tuples, sets, ``Counter``, None, bools,
-    ints, floats, complex, str, bytes, dtypes, ``Size``, devices), plus what :func:`add_safe_globals`
-    or :func:`safe_globals` add (NumPy arrays, for one, need ``numpy._core.multiarray._reconstruct``,
-    ``numpy.ndarray``, ``numpy.dtype`` and the array's dtype class, as in PyTorch). Any other global
+    ints, floats, complex, str, bytes, dtypes, ``Size``, devices), plus what
+    :func:`kiln.serialization.add_safe_globals` or :class:`kiln.serialization.safe_globals` add
+    (NumPy arrays, for one, need ``numpy._core.multiarray._reconstruct``, ``numpy.ndarray``,
+    ``numpy.dtype`` and the array's dtype class, as in PyTorch). Any other global
     raises ``pickle.UnpicklingError`` naming it and saying how to allow it; nothing from the file runs.
     ``weights_only=False`` unpickles anything with ``pickle_module.Unpickler`` (Python's pickle by
     default), torch's names mapped to kiln's: only for files you trust, since that runs code from the

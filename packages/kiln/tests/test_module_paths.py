@@ -9,6 +9,7 @@ import importlib
 import subprocess
 import sys
 import typing
+import warnings
 
 import numpy as np
 import pytest
@@ -315,3 +316,124 @@ def test_import_kiln_does_not_import_the_new_modules():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# ----------------------------------------------------------------------------- smaller top-level names
+
+
+def test_build_flags_and_interop_threads():
+    assert kiln.has_lapack is True and kiln.has_mkl is False and kiln.has_spectral is False
+    assert kiln.get_num_interop_threads() >= 1
+    kiln.set_num_interop_threads(2)
+    assert kiln.get_num_interop_threads() == 2
+    kiln.set_num_interop_threads(1)
+    for lib in (torch, kiln):
+        with pytest.raises(RuntimeError, match="set_num_interop_threads expects a positive integer"):
+            lib.set_num_interop_threads(0)
+    kiln.init_num_threads()
+    assert kiln.set_flush_denormal(True) is False  # not supported: says so, changes nothing
+    assert kiln.is_vulkan_available() is torch.is_vulkan_available() is False
+
+
+def test_default_generator_is_what_manual_seed_seeds():
+    kiln.manual_seed(11)
+    assert kiln.default_generator.initial_seed() == 11
+    state = kiln.default_generator.get_state()
+    a = kiln.rand(2).tolist()
+    kiln.default_generator.set_state(state)
+    assert kiln.rand(2).tolist() == a
+    assert kiln.thread_safe_generator() is kiln.default_generator
+
+
+def test_get_device_module():
+    assert kiln.get_device_module("cuda") is kiln.cuda
+    assert kiln.get_device_module(kiln.device("cpu")) is kiln.cpu
+    assert kiln.get_device_module("cuda:1") is kiln.cuda
+    assert kiln.get_device_module() is kiln.cpu  # no accelerator here
+    with pytest.raises(RuntimeError, match="does not have a corresponding module"):
+        kiln.get_device_module("nosuchdevice")
+
+
+def test_set_default_tensor_type_matches_torch():
+    try:
+        for lib in (torch, kiln):
+            with pytest.warns(UserWarning, match="deprecated"):
+                lib.set_default_tensor_type(lib.DoubleTensor)
+        assert kiln.get_default_dtype() == kiln.float64 and kiln.ones(1).dtype == kiln.float64
+        for lib in (torch, kiln):
+            with warnings.catch_warnings():  # PyTorch warns once per process
+                warnings.simplefilter("ignore")
+                with pytest.raises(TypeError, match="only floating-point types"):
+                    lib.set_default_tensor_type("torch.IntTensor")
+    finally:
+        torch.set_default_dtype(torch.float32)
+        kiln.set_default_dtype(kiln.float32)
+
+
+def test_anomaly_switches():
+    assert kiln.is_anomaly_enabled() is False
+    kiln.set_anomaly_enabled(True, check_nan=False)
+    try:
+        assert kiln.is_anomaly_enabled() and not kiln.is_anomaly_check_nan_enabled()
+    finally:
+        kiln.set_anomaly_enabled(False)
+    assert kiln.is_complex(kiln.ones(1)) is False and kiln.is_distributed(kiln.ones(1)) is False
+
+
+@pytest.mark.parametrize(
+    "data, kwargs",
+    [
+        (b"", {}),
+        (b"abcd", {"offset": 4}),
+        (b"abcd", {"offset": -1}),
+        (b"abcde", {}),
+        (b"abcd", {"count": 2}),
+        (b"abcd", {"count": 0}),
+        (b"abcdef", {"count": 2, "offset": 2}),
+        (b"abcdef", {"count": 3, "offset": 2}),
+    ],
+)
+def test_frombuffer_matches_torch(data, kwargs):
+    outs = {}
+    for lib in (torch, kiln):
+        try:
+            outs[lib] = lib.frombuffer(bytearray(data), dtype=lib.int16, **kwargs).tolist()
+        except ValueError as e:
+            outs[lib] = str(e)
+    assert outs[kiln] == outs[torch]
+
+
+def test_frombuffer_shares_memory():
+    buf = bytearray(8)
+    t = kiln.frombuffer(buf, dtype=kiln.int32)
+    t[1] = 7
+    assert int.from_bytes(buf[4:], "little") == 7
+    buf[0] = 3
+    assert t[0].item() == 3
+
+
+def test_empty_permuted_layout_matches_torch():
+    for perm in ((0, 1, 2), (2, 0, 1), (1, 2, 0)):
+        k = kiln.empty_permuted((2, 3, 4), perm)
+        t = torch.empty_permuted((2, 3, 4), perm)
+        assert tuple(k.shape) == tuple(t.shape) and k.stride() == t.stride()
+
+
+def test_tensor_autograd_extras_match_torch():
+    seen = []
+    for lib in (torch, kiln):
+        x = lib.ones(2, requires_grad=True)
+        h = x.register_post_accumulate_grad_hook(lambda t: seen.append(t.grad.tolist()))
+        (x * 3).sum().backward()
+        h.remove()
+        (x * 3).sum().backward()
+        with pytest.raises(RuntimeError, match="non-leaf"):
+            (x * 2).register_post_accumulate_grad_hook(lambda t: None)
+        assert x.output_nr == 0 and lib.ones(2, 2).max(0)[1].output_nr == 0
+        assert x.const_data_ptr() == x.data_ptr()
+    assert seen == [[3.0, 3.0], [3.0, 3.0]]  # once each, before removal
+
+
+def test_other_device_moves_need_their_device():
+    with pytest.raises(RuntimeError, match="Device type 'xpu' is not registered"):
+        kiln.ones(1).xpu()

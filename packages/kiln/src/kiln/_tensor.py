@@ -373,6 +373,22 @@ class Tensor:
 
         return _register_tensor_hook(self, hook)
 
+    def register_post_accumulate_grad_hook(self, hook):
+        """Register ``hook(tensor)``, run after a gradient has been accumulated into this leaf's ``.grad``
+        (optimizers that step inside backward use it). Returns a handle whose ``remove()`` unregisters it."""
+        from kiln.autograd.graph import register_post_accumulate_grad_hook
+
+        return register_post_accumulate_grad_hook(self, hook)
+
+    @property
+    def output_nr(self) -> int:
+        """Which output of its ``grad_fn`` this tensor is (0 for leaves and single-output ops)."""
+        return self._output_nr if self.grad_fn is not None else 0
+
+    def const_data_ptr(self) -> int:
+        """The address of the first element, for reading (:meth:`data_ptr`)."""
+        return self.data_ptr()
+
     def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None) -> None:
         """Compute the gradient of this tensor w.r.t. graph leaves (see :func:`kiln.autograd.backward`)."""
         from kiln.autograd import backward
@@ -559,13 +575,28 @@ class Tensor:
         """This tensor on the CPU (``self`` when it already is)."""
         return self if self._device is CPU else self.to(CPU)
 
+    def _to_type(self, type_name: str, device, non_blocking: bool) -> Tensor:
+        if device is None:
+            device = type_name
+        elif isinstance(device, int):
+            device = f"{type_name}:{device}"
+        return self.to(device, non_blocking=non_blocking)
+
+    def xpu(self, device=None, non_blocking: bool = False) -> Tensor:
+        """This tensor on an ``xpu`` device (a plugin must register that device type)."""
+        return self._to_type("xpu", device, non_blocking)
+
+    def mtia(self, device=None, non_blocking: bool = False) -> Tensor:
+        """This tensor on an ``mtia`` device (a plugin must register that device type)."""
+        return self._to_type("mtia", device, non_blocking)
+
+    def ipu(self, device=None, non_blocking: bool = False) -> Tensor:
+        """This tensor on an ``ipu`` device (a plugin must register that device type)."""
+        return self._to_type("ipu", device, non_blocking)
+
     def cuda(self, device=None, non_blocking: bool = False) -> Tensor:
         """This tensor on a ``cuda`` device."""
-        if device is None:
-            device = "cuda"
-        elif isinstance(device, int):
-            device = f"cuda:{device}"
-        return self.to(device, non_blocking=non_blocking)
+        return self._to_type("cuda", device, non_blocking)
 
     def type(self, dtype=None, non_blocking: bool = False, **kwargs):
         """The type name (``'kiln.FloatTensor'``) or, when ``dtype`` is given, this tensor converted to it:

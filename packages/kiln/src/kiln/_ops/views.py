@@ -13,7 +13,7 @@ import numpy as np
 
 from kiln import _dtype as dt
 from kiln._dispatch import op
-from kiln._memory_format import check_memory_format, contiguous_format, memory_format, preserve_format  # noqa: F401 (TOP_LEVEL)
+from kiln._memory_format import check_memory_format, contiguous_format, preserve_format
 from kiln._ops._meta import wrap_dim
 from kiln._spec import Spec, StridedSpec
 from kiln._state import state
@@ -23,13 +23,10 @@ TOP_LEVEL = (
     "broadcast_to",
     "clone",
     "contiguous",
-    "contiguous_format",
     "expand",
     "flatten",
-    "memory_format",
     "narrow",
     "permute",
-    "preserve_format",
     "ravel",
     "reshape",
     "select",

@@ -135,12 +135,13 @@ class Node:
 class AccumulateGrad(Node):
     """The node of a leaf tensor that requires grad: adds incoming gradients into ``variable.grad``."""
 
-    __slots__ = ("variable",)
+    __slots__ = ("variable", "post_accumulate_hooks")
 
     def __init__(self, variable: Tensor):
         super().__init__(())
         self.variable = variable
         self._seq = float("inf")  # run as soon as ready, like PyTorch
+        self.post_accumulate_hooks: list | None = None  # Tensor.register_post_accumulate_grad_hook
 
     def name(self) -> str:
         return "kiln::autograd::AccumulateGrad"
@@ -774,6 +775,24 @@ def _accumulate_into_leaf(
 
         with no_grad():
             t.grad.add_(g)
+    acc = t._accumulator
+    if acc is not None and acc.post_accumulate_hooks:
+        for hook in list(acc.post_accumulate_hooks):
+            hook(t)
+
+
+def register_post_accumulate_grad_hook(t: Tensor, hook: Callable) -> RemovableHandle:
+    """``Tensor.register_post_accumulate_grad_hook``: ``hook(t)`` runs after a gradient is accumulated
+    into the leaf ``t``'s ``.grad``."""
+    if not t._requires_grad:
+        raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+    if t.grad_fn is not None:
+        raise RuntimeError("post accumulate grad hooks cannot be registered on non-leaf tensors")
+    acc = _edge(t)[0]
+    if acc.post_accumulate_hooks is None:
+        acc.post_accumulate_hooks = []
+    acc.post_accumulate_hooks.append(hook)
+    return RemovableHandle(acc.post_accumulate_hooks, hook)
 
 
 def run_backward(

@@ -76,11 +76,11 @@ def _from_import(module: str, names: list[str]) -> str:
 
 def _imports(module: str, entries: list[str]) -> str:
     """Import statements for ``entries`` (``name`` or ``name as alias``) in isort's order: plain names in
-    one statement, then each aliased name in its own."""
+    one statement, each aliased name in its own, the statements ordered by their first imported name."""
     plain = sorted((e for e in entries if " as " not in e), key=_natural)
-    aliased = sorted((e for e in entries if " as " in e), key=_natural)
-    out = _from_import(module, plain) if plain else ""
-    return out + "".join(_from_import(module, [e]) for e in aliased)
+    statements = [([e], e) for e in entries if " as " in e] + ([(plain, plain[0])] if plain else [])
+    statements.sort(key=lambda st: _natural(st[1]))
+    return "".join(_from_import(module, names) for names, _ in statements)
 
 
 def _replace_block(text: str, block: str, path: Path) -> str:

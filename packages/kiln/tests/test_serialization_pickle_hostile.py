@@ -206,6 +206,25 @@ def _bad_calls():
     yield "v2 wrong arity", call("torch._utils", "_rebuild_tensor_v2", 1)
     yield "v2 storage not a tensor", call("torch._utils", "_rebuild_tensor_v2", 1, 0, (1,), (1,), False, {})
     yield "parameter of a str", call("torch._utils", "_rebuild_parameter", "x", True, {})
+    yield "torch.Tensor(10**12)", call("torch", "Tensor", 10**12)
+    yield "torch.FloatTensor(10**6, 10**6)", call("torch", "FloatTensor", 10**6, 10**6)
+    yield (
+        "NEWOBJ torch.Tensor(10**12)",
+        b"\x80\x02" + _g("torch", "Tensor") + _frag((10**12,)) + P.NEWOBJ + P.STOP,
+    )
+    yield (
+        "from_type_v2 calling torch.Tensor",
+        b"\x80\x02"
+        + _g("torch._tensor", "_rebuild_from_type_v2")
+        + P.MARK
+        + _g("torch", "Tensor")
+        + _g("torch", "Tensor")
+        + _frag((10**12,))
+        + _frag({})
+        + P.TUPLE
+        + P.REDUCE
+        + P.STOP,
+    )
     yield "from_type_v2 of a dict", call("torch._tensor", "_rebuild_from_type_v2", 1, OrderedDict, (), {})
     yield "sparse tensor", call("torch._utils", "_rebuild_sparse_tensor", 1, 2)
     yield "quantized tensor", call("torch._utils", "_rebuild_qtensor", 1, 2)
@@ -285,7 +304,7 @@ def test_bad_arguments_to_allowed_calls_are_malformed_files():
             continue
         failures.append((label, "loaded"))
     assert failures == []
-    assert len(cases) == 71
+    assert len(cases) == 75
 
 
 def test_the_allowed_forms_of_those_calls_load():

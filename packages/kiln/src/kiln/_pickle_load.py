@@ -248,8 +248,8 @@ def set_obj_state(obj: Tensor, state: Any) -> Tensor:
 
 
 def _rebuild_from_type_v2(func: Any, new_type: Any, args: Any, state: Any) -> Tensor:
-    if not callable(func) or type(args) is not tuple:
-        raise Malformed("_rebuild_from_type_v2 needs a rebuild function and its argument tuple")
+    if not any(func is f for f in _TENSOR_REBUILDS) or type(args) is not tuple:
+        raise Malformed(f"_rebuild_from_type_v2 needs a tensor rebuild function and its arguments, got {_short(func)}")
     if not (isinstance(new_type, type) and issubclass(new_type, Tensor)):
         raise Malformed(f"_rebuild_from_type_v2 rebuilds tensors, not {_short(new_type)}")
     ret = _checked_tensor(func(*args), "_rebuild_from_type_v2's result")
@@ -299,6 +299,17 @@ def _codecs_encode(obj: Any, encoding: str = "utf-8") -> bytes:
     return obj.encode("latin1")
 
 
+_TENSOR_REBUILDS = (
+    _rebuild_tensor,
+    _rebuild_tensor_v2,
+    _rebuild_tensor_v3,
+    _rebuild_parameter,
+    _rebuild_parameter_with_state,
+    _rebuild_device_tensor_from_cpu_tensor,
+    _rebuild_device_tensor_from_numpy,
+)
+
+
 @functools.lru_cache(maxsize=1)
 def _torch_table() -> dict[str, Any]:
     table: dict[str, Any] = {}
@@ -313,15 +324,7 @@ def _torch_table() -> dict[str, Any]:
         table[f"torch.{d.name}"] = d
     for name in _UNSUPPORTED_DTYPES:
         table[f"torch.{name}"] = _unsupported_dtype(name)
-    for fn in (
-        _rebuild_tensor,
-        _rebuild_tensor_v2,
-        _rebuild_tensor_v3,
-        _rebuild_parameter,
-        _rebuild_parameter_with_state,
-        _rebuild_device_tensor_from_cpu_tensor,
-        _rebuild_device_tensor_from_numpy,
-    ):
+    for fn in _TENSOR_REBUILDS:
         table[f"torch._utils.{fn.__name__}"] = fn
     for fn_name, what in (
         ("_rebuild_qtensor", "quantized tensors"),

@@ -30,6 +30,8 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+from kiln._tensor import Tensor
+
 _short_repr = reprlib.Repr()
 _short_repr.maxstring = _short_repr.maxother = 80
 _short = _short_repr.repr
@@ -442,7 +444,14 @@ def _reduce(u: Unpickler) -> None:
         raise Malformed(f"REDUCE calls {_short(func)}, which is not callable")
     if type(args) is not tuple:
         raise Malformed(f"REDUCE arguments of {_name(func)} must be a tuple, got {type(args).__name__}")
+    _no_tensor_arguments(u, func, args, None)
     u.stack[-1] = _call(func, args, {})
+
+
+def _no_tensor_arguments(u: Unpickler, cls: Any, args: tuple, kwargs: dict | None) -> None:
+    """``kiln.Tensor(10**12)`` would allocate what the file asks for: tensors load from storages only."""
+    if isinstance(cls, type) and issubclass(cls, Tensor) and cls is not u._parameter and (args or kwargs):
+        raise Malformed(f"the pickle calls {_name(cls)} with arguments; tensors are rebuilt from their storages")
 
 
 def _call(func: Callable, args: tuple, kwargs: dict) -> Any:
@@ -464,6 +473,7 @@ def _newobj(u: Unpickler, kwargs: dict | None = None) -> None:
     if cls is not None and cls is u._parameter:
         u.stack.append(_call(cls, args, kwargs or {}))
     elif isinstance(cls, type) and u._is_allowed(cls):
+        _no_tensor_arguments(u, cls, args, kwargs)
         u.stack.append(_call(cls.__new__, (cls, *args), kwargs or {}))
     else:
         raise refused(

@@ -4,7 +4,7 @@ The decorators and queries that model code calls at definition or run time work 
 PyTorch: :func:`ignore`, :func:`unused`, :func:`export`, :func:`interface`, :func:`script_if_tracing`
 return what they decorate; :func:`is_scripting` and :func:`is_tracing` are False; :func:`annotate`
 returns its value; :func:`fork` runs the function and :func:`wait` returns its result, as eager
-PyTorch does. Compiling (:func:`script`, :func:`trace`, ``save``/``load`` of a compiled program) is the
+PyTorch does; ``Final`` is ``typing.Final``. Compiling (:func:`script`, :func:`trace`, ``save``/``load`` of a compiled program) is the
 job of kiln-compile: these names call ``kiln.compile``'s functions of the same name when that package is
 installed and otherwise raise ``ModuleNotFoundError`` naming it.
 """
@@ -18,7 +18,6 @@ from typing import Any
 
 __all__ = [
     "Attribute",
-    "Final",
     "Future",
     "annotate",
     "export",
@@ -40,8 +39,7 @@ __all__ = [
     "wait",
 ]
 
-Final = typing.Final
-"""``typing.Final``: marks a module attribute as a constant, as TorchScript reads it."""
+Final = typing.Final  # ``kiln.jit.Final[int]`` marks a constant attribute (typing's own object, so not in __all__)
 
 _builtin_isinstance = isinstance
 

@@ -19,6 +19,10 @@ loader's receiving socket end would keep that loader's in-flight batches allocat
 Names still carry the loader's prefix (``memfd:`` names show in ``/proc/<pid>/fd``), and a shutdown
 sweeps ``/dev/shm`` for that prefix (see :func:`unlink_leftovers`): that only matters for a worker
 killed between ``shm_open`` and its ``shm_unlink``, where there is no ``memfd_create``.
+
+The files and mappings themselves are the core's shared memory (:mod:`kiln.multiprocessing.reductions`):
+a batch's tensors are shared (``is_shared()``), as PyTorch's are, and sent on through
+:mod:`kiln.multiprocessing` they keep sharing memory.
 """
 
 from __future__ import annotations
@@ -27,21 +31,18 @@ import contextlib
 import mmap
 import os
 import socket
-import sys
 import threading
 import weakref
 from collections.abc import Callable, Iterator
+from multiprocessing.reduction import ForkingPickler
 
 import numpy as np
 
 import kiln
-
-try:  # POSIX shared memory without multiprocessing's resource tracker (nothing here needs it)
-    import _posixshmem
-except ImportError:  # pragma: no cover - Windows: batches are pickled instead
-    _posixshmem = None
+from kiln.multiprocessing import reductions
 
 __all__ = [
+    "BatchPickler",
     "available",
     "channel",
     "close_received",
@@ -58,14 +59,11 @@ MIN_BYTES = 1024  # batches with fewer array bytes than this are cheaper to pick
 _SEQ_BYTES = 8  # each descriptor travels with the worker's sequence number of its batch
 _RECV_WAIT_S = 10.0  # a descriptor is sent before its queue message, so it is normally there at once
 _memfd_create = getattr(os, "memfd_create", None)  # Linux; module-level so tests can take the fallback
-# From Python 3.13 a mapping need not keep a duplicate of its descriptor: batches kept alive by the
-# thousand then do not run the main process out of descriptors.
-_NO_DUP = {"trackfd": False} if sys.version_info >= (3, 13) else {}
 
 
 def available() -> bool:
     """Whether batches can travel through shared memory on this platform (descriptors over Unix sockets)."""
-    return hasattr(socket, "send_fds") and (_memfd_create is not None or _posixshmem is not None)
+    return reductions.shared_memory_available()
 
 
 # What a forked child must not keep (see _close_inherited). Every socket end of every channel this
@@ -141,6 +139,20 @@ class _Ref:
         return (_Ref, (self.i, self.kind))
 
 
+class BatchPickler(ForkingPickler):
+    """multiprocessing's pickler without kiln.multiprocessing's tensor reducers, for the payloads.
+
+    What :func:`encode` leaves in a payload (a batch under :data:`MIN_BYTES`, tensors that require
+    grad) goes by value, as designed, rather than each tensor through a shared-memory segment of its
+    own and the worker's resource sharer (which dies with the worker, losing the batch).
+    """
+
+    def __init__(self, *args) -> None:
+        super().__init__(*args)
+        for cls in [c for c in self.dispatch_table if isinstance(c, type) and issubclass(c, kiln.Tensor)]:
+            del self.dispatch_table[cls]
+
+
 def _strip(obj, arrays: list):
     if isinstance(obj, kiln.Tensor):
         if obj.device.type == "cpu" and obj.grad_fn is None and not obj.requires_grad:
@@ -196,9 +208,8 @@ def encode(obj, name: str, worker_id: int, seq: int) -> tuple[tuple, int | None]
         metas.append((offset, a.shape, a.dtype))
         offset += (a.nbytes + _ALIGN - 1) // _ALIGN * _ALIGN
     size = max(offset, 1)
-    fd = _anonymous(name)
+    fd = reductions.shared_memory_fd(name, size, memfd=_memfd_create is not None)
     try:
-        os.ftruncate(fd, size)
         with mmap.mmap(fd, size) as mm:
             for a, (off, shape, dtype) in zip(arrays, metas):
                 np.ndarray(shape, dtype, buffer=mm, offset=off)[...] = a
@@ -206,16 +217,6 @@ def encode(obj, name: str, worker_id: int, seq: int) -> tuple[tuple, int | None]
         os.close(fd)
         raise
     return ("fd", worker_id, seq, size, structure, metas), fd
-
-
-def _anonymous(name: str) -> int:
-    """A descriptor of a new, empty shared-memory file that no name refers to (``name`` is for display)."""
-    if _memfd_create is not None:
-        return _memfd_create(name, os.MFD_CLOEXEC)
-    # No memfd_create: a POSIX segment whose name lives only between these two calls.
-    fd = _posixshmem.shm_open("/" + name, os.O_CREAT | os.O_EXCL | os.O_RDWR, mode=0o600)
-    _posixshmem.shm_unlink("/" + name)
-    return fd
 
 
 def send_fd(sock: socket.socket, seq: int, fd: int, alive: Callable[[], bool], poll_s: float = 1.0) -> bool:
@@ -286,20 +287,10 @@ def decode(payload, fd: int | None = None):
     if payload[0] == "obj":
         return payload[1]
     _, _, _, size, structure, metas = payload
-    try:
-        mm = mmap.mmap(fd, size, **_NO_DUP)
-    finally:
-        close_received(fd)
+    _received.discard(fd)  # map_shared_memory closes it
+    mm = reductions.map_shared_memory(fd, size)
     arrays = [np.ndarray(shape, dtype, buffer=mm, offset=off) for off, shape, dtype in metas]
     return _fill(structure, arrays)
-
-
-def unlink(name: str) -> None:
-    """Remove a segment name (if it is still there)."""
-    if _posixshmem is None:
-        return
-    with contextlib.suppress(FileNotFoundError):
-        _posixshmem.shm_unlink("/" + name)
 
 
 def unlink_leftovers(prefix: str) -> list[str]:
@@ -309,5 +300,5 @@ def unlink_leftovers(prefix: str) -> list[str]:
     except OSError:
         return []
     for n in names:
-        unlink(n)
+        reductions.unlink_shared_memory(n)
     return names

@@ -16,7 +16,6 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass
-from multiprocessing.reduction import ForkingPickler
 
 import kiln
 from kiln.data import _shm
@@ -250,14 +249,14 @@ def _pack(data, name: str, worker_id: int, idx: int, seq: int) -> tuple[bytes, i
             payload = ("obj", data)
         else:
             payload, fd = _shm.encode(data, name, worker_id, seq)
-        return bytes(ForkingPickler.dumps(payload)), fd
+        return bytes(_shm.BatchPickler.dumps(payload)), fd
     except Exception:  # noqa: BLE001 - carried to the main process
         if fd is not None:
             os.close(fd)
         wrapped = ExceptionWrapper(
             sys.exc_info(), where=f"in DataLoader worker process {worker_id} while sending batch {idx}"
         )
-        return bytes(ForkingPickler.dumps(("obj", wrapped))), None
+        return bytes(_shm.BatchPickler.dumps(("obj", wrapped))), None
 
 
 def worker_loop(
@@ -353,7 +352,7 @@ def worker_loop(
                     wrapped = ExceptionWrapper(
                         sys.exc_info(), where=f"in DataLoader worker process {worker_id} while sending batch {idx}"
                     )
-                    blob = bytes(ForkingPickler.dumps(("obj", wrapped)))
+                    blob = bytes(_shm.BatchPickler.dumps(("obj", wrapped)))
                 finally:
                     os.close(fd)
                 if not sent:

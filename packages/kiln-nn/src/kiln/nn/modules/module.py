@@ -502,6 +502,11 @@ class Module:
 
         return self._apply(convert)
 
+    def share_memory(self) -> Module:
+        """Move every parameter, gradient and buffer to shared memory in place (``Tensor.share_memory_``),
+        so processes of :mod:`kiln.multiprocessing` update the same tensors (Hogwild training)."""
+        return self._apply(lambda t: t.share_memory_())
+
     def cpu(self) -> Module:
         """Move every parameter and buffer to the CPU."""
         return self._apply(lambda t: t.cpu())

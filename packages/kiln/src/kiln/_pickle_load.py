@@ -29,15 +29,12 @@ from kiln import _dtype as dt
 from kiln._device import CPU
 from kiln._device import device as _device
 from kiln._tensor import Size, Tensor, _make
-from kiln._weights_only import Malformed, Refusal, Unsupported, _short
-
-_MAX_DIMS = 64
-_MAX_NBYTES = 2**62
-
+from kiln._weights_only import Malformed, Refusal, Unsupported
+from kiln.serialization import _MAX_DIMS, _MAX_NBYTES, _short
 
 # ------------------------------------------------------------------------------ torch names -> kiln
 
-_STORAGE_DTYPES = {
+STORAGE_DTYPES = {  # torch's storage classes, torch.<prefix>Storage, of kiln's dtypes
     "Double": dt.float64,
     "Float": dt.float32,
     "Half": dt.float16,
@@ -313,7 +310,7 @@ _TENSOR_REBUILDS = (
 @functools.lru_cache(maxsize=1)
 def _torch_table() -> dict[str, Any]:
     table: dict[str, Any] = {}
-    for prefix, d in _STORAGE_DTYPES.items():
+    for prefix, d in STORAGE_DTYPES.items():
         st = StorageType(f"{prefix}Storage", d)
         table[f"torch.{prefix}Storage"] = table[f"torch.cuda.{prefix}Storage"] = st
     for prefix, name in _UNSUPPORTED_STORAGES.items():
@@ -386,7 +383,7 @@ def full_find_class(module: str, name: str) -> Any:
         return table[full]
     if module == "torch" or module.startswith("torch."):
         if "Storage" in name:  # as PyTorch: any storage class by its name
-            return StorageType(name, _STORAGE_DTYPES.get(name.removesuffix("Storage")))
+            return StorageType(name, STORAGE_DTYPES.get(name.removesuffix("Storage")))
         raise Unsupported(f"the file refers to {full}, which has no kiln counterpart")
     return None
 

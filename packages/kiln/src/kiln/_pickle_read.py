@@ -28,7 +28,8 @@ from kiln._pickle_load import (
     full_find_class,
 )
 from kiln._tensor import Tensor, _make
-from kiln._weights_only import Malformed, Unpickler, Unsupported, _short
+from kiln._weights_only import Malformed, Unpickler, Unsupported
+from kiln.serialization import _fill, _short
 
 LEGACY_MAGIC = 0x1950A86A20F9469CFC6C  # the first pickle of a legacy file
 LEGACY_PROTOCOL = 1001
@@ -97,21 +98,6 @@ def _ascii(v: Any, what: str) -> str:
 
 def _empty(dtype: dt.dtype, numel: int) -> np.ndarray:
     return np.empty(numel, np.uint8 if dtype is dt.bool else dtype.numpy).view(dtype.numpy)
-
-
-def _readinto(fh: BinaryIO, out: memoryview, what: str) -> None:
-    got = 0
-    readinto = getattr(fh, "readinto", None)
-    while got < len(out):
-        if readinto is not None:
-            k = readinto(out[got:]) or 0
-        else:
-            chunk = fh.read(min(len(out) - got, 1 << 24))
-            k = len(chunk)
-            out[got : got + k] = chunk
-        if not k:
-            raise Malformed(f"{what} is truncated (expected {len(out)} bytes, got {got})")
-        got += k
 
 
 # ------------------------------------------------------------------------------------- unpickling
@@ -281,7 +267,7 @@ def load_zip(
         else:
             host = _empty(dtype, numel)
             fh.seek(start)
-            _readinto(fh, memoryview(host.view(np.uint8)), f"record {_short(rel)}")
+            _fill(fh, memoryview(host.view(np.uint8)), f"record {_short(rel)}", Malformed)
             arc.check_crc(rel, host.view(np.uint8))
         ld.fix(host, dtype)
         ld.storages[key] = out = ld.placed(_make(host, (numel,), (1,), 0, dtype, CPU), location)
@@ -363,7 +349,7 @@ def load_legacy(fh: BinaryIO, size: int, map_location: Any, place: Callable, wei
         count = fh.read(8)
         if len(count) != 8 or struct.unpack(order + "q", count)[0] != host.shape[0]:
             raise Malformed(f"storage {_short(key)}: its element count does not match the object's")
-        _readinto(fh, memoryview(host.view(np.uint8)), f"storage {_short(key)}")
+        _fill(fh, memoryview(host.view(np.uint8)), f"storage {_short(key)}", Malformed)
         placed = ld.storages[key]
         ld.fix(host, placed._dtype)
         if placed._storage is not host:  # map_location put it elsewhere before its bytes were read, as in PyTorch

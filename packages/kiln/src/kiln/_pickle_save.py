@@ -31,6 +31,7 @@ import numpy as np
 from kiln import _dtype as dt
 from kiln._device import CPU
 from kiln._device import device as _device
+from kiln._pickle_load import STORAGE_DTYPES
 from kiln._tensor import Size, Tensor, contiguous_strides
 
 ALIGNMENT = 64
@@ -56,19 +57,7 @@ _REBUILD_FROM_TYPE = _Global("torch._tensor", "_rebuild_from_type_v2")
 _TORCH_TENSOR = _Global("torch", "Tensor")
 _TORCH_SIZE = _Global("torch", "Size")
 _TORCH_DEVICE = _Global("torch", "device")
-_STORAGE_TYPES = {
-    dt.float64: "DoubleStorage",
-    dt.float32: "FloatStorage",
-    dt.float16: "HalfStorage",
-    dt.bfloat16: "BFloat16Storage",
-    dt.int64: "LongStorage",
-    dt.int32: "IntStorage",
-    dt.int16: "ShortStorage",
-    dt.int8: "CharStorage",
-    dt.uint8: "ByteStorage",
-    dt.bool: "BoolStorage",
-}
-_STORAGE_GLOBALS = {d: _Global("torch", name) for d, name in _STORAGE_TYPES.items()}
+_STORAGE_GLOBALS = {d: _Global("torch", f"{prefix}Storage") for prefix, d in STORAGE_DTYPES.items()}
 
 
 class _StorageRef:

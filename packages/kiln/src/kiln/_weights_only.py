@@ -24,17 +24,13 @@ import _compat_pickle
 import codecs
 import io
 import pickle
-import reprlib
 import struct
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from typing import Any
 
 from kiln._tensor import Tensor
-
-_short_repr = reprlib.Repr()
-_short_repr.maxstring = _short_repr.maxother = 80
-_short = _short_repr.repr
+from kiln.serialization import _read_exact, _short
 
 BLOCKED_MODULES = ("sys", "os", "posix", "nt")
 
@@ -145,14 +141,7 @@ class Unpickler:
             raise Malformed("a negative length in the pickle")
         if self._end is not None and n > self._end - self._file.tell():
             raise Malformed(f"the pickle is truncated (an item of {n} bytes runs past the end)")
-        chunks, left = [], n
-        while left:  # in chunks: a stream of unknown length never makes this allocate more than it holds
-            b = self._file.read(min(left, 1 << 24))
-            if not b:
-                raise Malformed(f"the pickle is truncated (expected {n} bytes, got {n - left})")
-            chunks.append(b)
-            left -= len(b)
-        return b"".join(chunks) if len(chunks) != 1 else chunks[0]
+        return _read_exact(self._file, n, "an item in the pickle", Malformed)
 
     def _readline(self) -> bytes:
         line = self._file.readline(1 << 20)

@@ -336,13 +336,13 @@ def _corrupt(msg: str) -> ValueError:
     return ValueError(f"kiln.load: invalid safetensors file: {msg}")
 
 
-def _read_exact(fh: BinaryIO, n: int, what: str) -> bytes:
+def _read_exact(fh: BinaryIO, n: int, what: str, corrupt: Callable[[str], Exception] = _corrupt) -> bytes:
     # Reads in chunks, so a length field that lies about the file costs no more memory than the file.
     chunks, left = [], n
     while left:
         b = fh.read(min(left, 1 << 24))
         if not b:
-            raise _corrupt(f"file is truncated ({what}: expected {n} bytes, got {n - left})")
+            raise corrupt(f"file is truncated ({what}: expected {n} bytes, got {n - left})")
         chunks.append(b)
         left -= len(b)
     return b"".join(chunks)
@@ -487,7 +487,7 @@ def _check_layout(entries: dict[str, dict], data_len: int) -> list[str]:
     return names
 
 
-def _fill(fh: BinaryIO, out: memoryview, what: str) -> None:
+def _fill(fh: BinaryIO, out: memoryview, what: str, corrupt: Callable[[str], Exception] = _corrupt) -> None:
     """Read exactly ``len(out)`` bytes from ``fh`` into ``out`` (no intermediate copy where ``readinto`` exists)."""
     readinto = getattr(fh, "readinto", None)
     got = 0
@@ -499,7 +499,7 @@ def _fill(fh: BinaryIO, out: memoryview, what: str) -> None:
             k = len(chunk)
             out[got : got + k] = chunk
         if not k:  # the file shrank after its size was checked
-            raise _corrupt(f"file is truncated ({what}: expected {len(out)} bytes, got {got})")
+            raise corrupt(f"file is truncated ({what}: expected {len(out)} bytes, got {got})")
         got += k
 
 

@@ -247,8 +247,9 @@ def test_map_location_forms():
     out = _kload(blob, map_location=spy)
     assert seen == [((4,), kiln.float32, "cuda:1")]  # once per storage, as torch calls it
     assert out["a"].untyped_storage() is out["b"].untyped_storage()
-    with pytest.raises(RuntimeError, match="cuda"):  # the saved device is not installed: as torch, an error
-        _kload(blob)
+    if not kiln.cuda.is_available():  # the saved device is not installed: as in torch, an error
+        with pytest.raises(RuntimeError, match="cuda"):
+            _kload(blob)
     with pytest.raises(TypeError, match="map_location must give each storage back"):
         _kload(blob, map_location=lambda s, loc: s[:2])
 

@@ -24,11 +24,6 @@ LONGER = {
         "builders every elementwise module imports; pow's special exponents took it past the limit, and pow "
         "and the comparisons are the next to move to modules of their own"
     ),
-    "packages/kiln/src/kiln/_ops/creation.py": (
-        "the creation functions share one argument parser (sizes, dtype, device, size=, generator); the size= "
-        "keyword took it past the limit, and the random ones (rand, randn, randint, randperm) are the next to "
-        "move to a module of their own"
-    ),
     "packages/kiln/src/kiln/_ops/activation.py": (
         "one topic, torch.nn.functional's elementwise activations, each with its meta function, reference "
         "kernel, backward formula and decomposition side by side"

@@ -31,7 +31,7 @@ GENERATED = "api/generated"
 # name from a module not listed here lands in "Other", so nothing public is ever left out.
 SECTIONS: list[tuple[str, tuple[str, ...], str]] = [
     ("Tensors", ("kiln._tensor",), "The tensor type and its shape type."),
-    ("Creation", ("kiln._ops.creation",), "New tensors from data, shapes, ranges and random draws."),
+    ("Creation", ("kiln._ops.creation", "kiln._ops.random_ops"), "New tensors from data, shapes, ranges and random draws."),
     (
         "Elementwise math and comparisons",
         (

@@ -31,7 +31,7 @@ DEFERRED_UPWARD = {
     "kiln._reference": "registering the reference kernels imports the ops that define them",
     "kiln._device_module": "kiln.<device>.manual_seed seeds that device's generator in kiln.random",
     "kiln._ops.copy": "in-place variants move autograd history (autograd.graph, autograd.inplace)",
-    "kiln._ops.creation": "random creation functions draw from kiln.random's generators",
+    "kiln._ops.random_ops": "random tensors are drawn from kiln.random's generators",
     "kiln._ops.embedding": "composite backward pieces run under no_grad",
     "kiln._ops.normalization": "composite backward pieces run under no_grad",
     "kiln._ops.softmax": "composite backward pieces run under no_grad and through autograd.grad",

@@ -9,18 +9,65 @@ The rules are PyTorch's printing rules with its default print options:
 * beyond 1000 elements only the first and last 3 entries of each dimension are shown, the gap
   written as ``...`` (inside a row the gap is one more element, `` ...``, so it reads ``2,  ...,``);
 * rows wrap at 80 columns, and so do the ``dtype=``/``grad_fn=`` suffixes.
+
+:func:`set_printoptions` changes these numbers (``torch.set_printoptions``), for every thread.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 from kiln import _dtype as dt
 
-PRECISION = 4
-THRESHOLD = 1000
-EDGEITEMS = 3
-LINEWIDTH = 80
+__all__ = ["set_printoptions"]
+
+
+class _PrintOptions:
+    """The options :func:`set_printoptions` sets: PyTorch's, with its defaults."""
+
+    def __init__(self) -> None:
+        self.precision = 4
+        self.threshold: float = 1000
+        self.edgeitems = 3
+        self.linewidth = 80
+        self.sci_mode: bool | None = None
+
+
+OPTIONS = _PrintOptions()
+
+_PROFILES = {  # precision, threshold, edgeitems, linewidth
+    "default": (4, 1000, 3, 80),
+    "short": (2, 1000, 2, 80),
+    "full": (4, math.inf, 3, 80),
+}
+
+
+def set_printoptions(
+    precision: int | None = None,
+    threshold: float | None = None,
+    edgeitems: int | None = None,
+    linewidth: int | None = None,
+    profile: str | None = None,
+    sci_mode: bool | None = None,
+) -> None:
+    """Set how tensors print: ``precision`` (digits after the point, default 4), ``threshold`` (elements
+    beyond which a tensor is summarised, 1000), ``edgeitems`` (entries shown at each end of a summarised dim,
+    3), ``linewidth`` (columns per line, 80); ``profile`` sets all four at once (``"default"``, ``"short"``:
+    precision 2 and 2 edge items, ``"full"``: never summarise) before the others apply; ``sci_mode`` forces
+    scientific notation on (True) or off (False), or leaves it to the values (None)."""
+    if profile in _PROFILES:
+        OPTIONS.precision, OPTIONS.threshold, OPTIONS.edgeitems, OPTIONS.linewidth = _PROFILES[profile]
+    if precision is not None:
+        OPTIONS.precision = precision
+    if threshold is not None:
+        OPTIONS.threshold = threshold
+    if edgeitems is not None:
+        OPTIONS.edgeitems = edgeitems
+    if linewidth is not None:
+        OPTIONS.linewidth = linewidth
+    OPTIONS.sci_mode = sci_mode
 
 
 class _Formatter:
@@ -31,23 +78,30 @@ class _Formatter:
         self.floating = kind == "float"
         self.int_mode = True
         self.sci_mode = False
+        self.precision = OPTIONS.precision
         self.width = 1
         if not self.floating:
             self.width = max([1] + [len(self._plain(v)) for v in values.tolist()])
             return
+        self.precision = OPTIONS.precision
         vals = values[np.isfinite(values) & (values != 0)].astype(np.float64)
         if vals.size == 0:
+            if OPTIONS.sci_mode is not None:
+                self.sci_mode = OPTIONS.sci_mode
             return
         mag = np.abs(vals)
         lo, hi = mag.min(), mag.max()
         self.int_mode = bool(np.all(vals == np.ceil(vals)))
         self.sci_mode = bool(hi / lo > 1000.0 or hi > 1.0e8 or lo < 1.0e-4)
+        if OPTIONS.sci_mode is not None:
+            self.sci_mode = OPTIONS.sci_mode
+        p = self.precision
         if self.sci_mode:
-            widths = [len(f"{v:.{PRECISION}e}") for v in vals.tolist()]
+            widths = [len(f"{v:.{p}e}") for v in vals.tolist()]
         elif self.int_mode:
             widths = [len(f"{v:.0f}") + 1 for v in vals.tolist()]
         else:
-            widths = [len(f"{v:.{PRECISION}f}") for v in vals.tolist()]
+            widths = [len(f"{v:.{p}f}") for v in vals.tolist()]
         self.width = max(widths)
 
     @staticmethod
@@ -59,11 +113,11 @@ class _Formatter:
         if not self.floating:
             s = self._plain(v)
         elif self.sci_mode:
-            s = f"{v:.{PRECISION}e}"
+            s = f"{v:.{self.precision}e}"
         elif self.int_mode:
             s = f"{v:.0f}" + ("." if np.isfinite(v) else "")
         else:
-            s = f"{v:.{PRECISION}f}"
+            s = f"{v:.{self.precision}f}"
         return s.rjust(self.width)
 
 
@@ -71,9 +125,10 @@ def _summarized(a: np.ndarray) -> np.ndarray:
     """The elements that a summarised print shows: the edge entries of every dimension."""
     if a.ndim == 0:
         return a.reshape(-1)
+    edge = OPTIONS.edgeitems
     rows = range(a.shape[0])
-    if a.shape[0] > 2 * EDGEITEMS:
-        rows = [*range(EDGEITEMS), *range(a.shape[0] - EDGEITEMS, a.shape[0])]
+    if a.shape[0] > 2 * edge:
+        rows = [*range(edge), *range(a.shape[0] - edge, a.shape[0])]
     if a.ndim == 1:
         return a[list(rows)]
     return np.concatenate([_summarized(a[i]) for i in rows])
@@ -83,19 +138,20 @@ def _fmt(a: np.ndarray, f: _Formatter, indent: int, summarize: bool) -> str:
     """The bracketed text of ``a``, whose first bracket sits at column ``indent``."""
     if a.ndim == 0:
         return f.format(a.item())
-    cut = summarize and a.shape[0] > 2 * EDGEITEMS
+    edge = OPTIONS.edgeitems
+    cut = summarize and a.shape[0] > 2 * edge
     if a.ndim == 1:
         if cut:
-            items = [f.format(v) for v in a[:EDGEITEMS].tolist()] + [" ..."]
-            items += [f.format(v) for v in a[-EDGEITEMS:].tolist()]
+            items = [f.format(v) for v in a[:edge].tolist()] + [" ..."]
+            items += [f.format(v) for v in a[a.shape[0] - edge :].tolist()]
         else:
             items = [f.format(v) for v in a.tolist()]
-        per_line = max(1, (LINEWIDTH - indent) // (f.width + 2))
+        per_line = max(1, (OPTIONS.linewidth - indent) // (f.width + 2))
         lines = [", ".join(items[i : i + per_line]) for i in range(0, len(items), per_line)]
         return "[" + (",\n" + " " * (indent + 1)).join(lines) + "]"
     if cut:
-        body = [_fmt(a[i], f, indent + 1, summarize) for i in range(EDGEITEMS)] + ["..."]
-        body += [_fmt(a[i], f, indent + 1, summarize) for i in range(a.shape[0] - EDGEITEMS, a.shape[0])]
+        body = [_fmt(a[i], f, indent + 1, summarize) for i in range(edge)] + ["..."]
+        body += [_fmt(a[i], f, indent + 1, summarize) for i in range(a.shape[0] - edge, a.shape[0])]
     else:
         body = [_fmt(a[i], f, indent + 1, summarize) for i in range(a.shape[0])]
     return "[" + ("," + "\n" * (a.ndim - 1) + " " * (indent + 1)).join(body) + "]"
@@ -111,7 +167,7 @@ def _add_suffixes(text: str, suffixes: list[str], indent: int) -> str:
     line_len = len(text) - text.rfind("\n") + 1
     for s in suffixes:
         n = len(s.replace("=kiln.", "=torch."))
-        if line_len + n + 2 > LINEWIDTH:
+        if line_len + n + 2 > OPTIONS.linewidth:
             out.append(",\n" + " " * indent + s)
             line_len = indent + n
         else:
@@ -141,7 +197,7 @@ def format_tensor(t) -> str:
         if t._dtype is not default:
             suffixes.append(f"dtype={t._dtype!r}")
     else:
-        summarize = a.size > THRESHOLD
+        summarize = a.size > OPTIONS.threshold
         f = _Formatter(_summarized(a) if summarize else a.reshape(-1), kind)
         body = _fmt(a, f, len(prefix), summarize)
         # PyTorch hides the dtypes it infers from data

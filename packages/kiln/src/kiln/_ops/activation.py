@@ -823,7 +823,7 @@ def rrelu(
     noise = None
     if training:
         _rrelu_meta(input, input, lower, upper, True)  # dtype and bounds errors before drawing
-        from kiln._ops.creation import rand
+        from kiln._ops.random_ops import rand
 
         d = input._dtype if input._dtype is dt.float64 else dt.float32
         noise = (rand(input._shape, dtype=d, device=input._device) * (upper - lower) + lower).to(input._dtype)

@@ -11,6 +11,8 @@ by autograd as usual), written into ``self``'s storage, the shared version count
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from kiln import _dtype as dt
@@ -111,8 +113,21 @@ def tensor_to(self: Tensor, *args, **kwargs) -> Tensor:
     return _to_copy(self, dtype, dev)
 
 
+class _DefaultDevice(threading.local):
+    """The device factory functions use when given none (``kiln.set_default_device``), per thread as in
+    PyTorch; None means the CPU."""
+
+    device: Device | None = None
+
+
+_DEFAULT_DEVICE = _DefaultDevice()
+
+
 def resolve_device(device) -> Device:
-    """A user's device argument, checked against the registered device types, index filled in."""
+    """A user's device argument, checked against the registered device types, index filled in; None is the
+    default device (:func:`kiln.set_default_device`)."""
+    if device is None:
+        return _DEFAULT_DEVICE.device or CPU
     d = as_device(device)
     if d is CPU:
         return d

@@ -1,9 +1,8 @@
 """Tensor creation: ``tensor``, ``from_numpy``, ``zeros``/``ones``/``empty``/``full`` (+ ``_like``),
-``arange``, ``linspace``, ``eye``, ``rand``/``randn``/``randint`` (+ ``_like``).
+``arange``, ``linspace``, ``eye``. Random tensors (``rand``, ``randn`` ...) are in :mod:`kiln._ops.random_ops`.
 
 ``empty`` and ``full`` are ops with device-generic kernels built on the device contract, so every
-device type can create tensors; a device may register faster ones. Random tensors are drawn on the
-host from a :class:`kiln.Generator` and copied to their device.
+device type can create tensors; a device may register faster ones.
 """
 
 from __future__ import annotations
@@ -39,12 +38,6 @@ __all__ = [
     "arange",
     "linspace",
     "eye",
-    "rand",
-    "randn",
-    "randint",
-    "rand_like",
-    "randn_like",
-    "randint_like",
     "meshgrid",
 ]
 
@@ -62,13 +55,6 @@ TOP_LEVEL = (
     "meshgrid",
     "ones",
     "ones_like",
-    "rand",
-    "rand_like",
-    "randint",
-    "randint_like",
-    "randn",
-    "randn_like",
-    "randperm",
     "tensor",
     "zeros",
     "zeros_like",
@@ -602,154 +588,6 @@ def eye(n: int, m: int | None = None, *, dtype=None, device=None, requires_grad=
     d = _dtype_arg(dtype) or dt.get_default_dtype()
     check_storage_size((n, n if m is None else m), d)
     return _finish(from_host(np.eye(n, m, dtype=d.numpy), d, resolve_device(device)), requires_grad)
-
-
-# ---------------------------------------------------------------------------------------- random
-
-
-def _generator(generator, dev):
-    from kiln.random import default_generator
-
-    return generator if generator is not None else default_generator(dev)
-
-
-@_allocating
-def rand(
-    *sizes,
-    size=None,
-    generator=None,
-    dtype=None,
-    device=None,
-    requires_grad=False,
-    out=None,
-    layout=None,
-    pin_memory=False,
-) -> Tensor:
-    """Uniform random values in ``[0, 1)`` of shape ``size``."""
-    _unsupported(out=out, layout=layout, pin_memory=pin_memory)
-    size = _size_keyword("rand", sizes, size)
-    shape, d, dev = _creation_args(size, dtype, device)
-    if not d.is_floating_point:
-        raise NotImplementedError(f"\"check_uniform_bounds\" not implemented for '{scalar_type_name(d)}'")
-    rng = _generator(generator, dev)._rng
-    values = rng.random(shape, dtype=np.float64 if d is dt.float64 else np.float32)
-    return _finish(from_host(values, d, dev), requires_grad)
-
-
-@_allocating
-def randn(
-    *sizes,
-    size=None,
-    generator=None,
-    dtype=None,
-    device=None,
-    requires_grad=False,
-    out=None,
-    layout=None,
-    pin_memory=False,
-) -> Tensor:
-    """Standard normal random values of shape ``size``."""
-    _unsupported(out=out, layout=layout, pin_memory=pin_memory)
-    size = _size_keyword("randn", sizes, size)
-    shape, d, dev = _creation_args(size, dtype, device)
-    if not d.is_floating_point:
-        raise NotImplementedError(f"\"normal_kernel_cpu\" not implemented for '{scalar_type_name(d)}'")
-    rng = _generator(generator, dev)._rng
-    values = rng.standard_normal(shape, dtype=np.float64 if d is dt.float64 else np.float32)
-    return _finish(from_host(values, d, dev), requires_grad)
-
-
-@_allocating
-def randint(
-    *args,
-    low=None,
-    high=None,
-    size=None,
-    generator=None,
-    dtype=None,
-    device=None,
-    requires_grad=False,
-    out=None,
-    layout=None,
-    pin_memory=False,
-) -> Tensor:
-    """Random integers in ``[low, high)``: ``randint(high, size)`` or ``randint(low, high, size)``."""
-    _unsupported(out=out, layout=layout, pin_memory=pin_memory)
-    args = list(args)
-    if size is None:
-        if not args:
-            raise TypeError("randint() missing required argument 'size'")
-        size = args.pop()
-    if low is not None or high is not None:  # randint(low=0, high=5, size=...), randint(high=5, size=...)
-        if high is None:
-            raise TypeError("randint() missing required argument 'high'")
-        if (low is not None and args) or len(args) > 1:
-            raise TypeError("randint() got multiple values for argument 'low'")
-        args = [low if low is not None else (args[0] if args else 0), high]
-    if len(args) == 1:
-        low, high = 0, args[0]
-    elif len(args) == 2:
-        low, high = args
-    else:
-        raise TypeError("randint() expects (high, size) or (low, high, size)")
-    low, high = int(_scalar_value(low)), int(_scalar_value(high))
-    if low >= high:
-        raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")
-    shape, d, dev = _creation_args((size,), dtype, device, dt.int64)
-    rng = _generator(generator, dev)._rng
-    values = rng.integers(low, high, size=shape, dtype=np.int64)
-    return _finish(from_host(values, d, dev), requires_grad)
-
-
-@_allocating
-def randperm(
-    n: int, *, generator=None, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False
-) -> Tensor:
-    """A random permutation of the integers from 0 to ``n - 1`` (int64 unless ``dtype`` says otherwise),
-    drawn from ``generator`` (the device's default generator when None)."""
-    _unsupported(out=out, layout=layout, pin_memory=pin_memory)
-    n = int(_scalar_value(n))
-    if n < 0:
-        raise RuntimeError(f"Trying to create tensor with negative dimension {n}: [{n}]")
-    _, d, dev = _creation_args(((n,),), dtype, device, dt.int64)
-    if d is dt.bool:
-        raise NotImplementedError("\"randperm\" not implemented for 'Bool'")
-    if not d.is_floating_point and n > 0 and n - 1 > np.iinfo(d.numpy).max:
-        raise RuntimeError(f"value cannot be converted to type {np.dtype(d.numpy).name}_t without overflow")
-    values = _generator(generator, dev)._rng.permutation(n)
-    return _finish(from_host(values.astype(d.numpy), d, dev), requires_grad)
-
-
-def rand_like(input: Tensor, *, dtype=None, device=None, requires_grad=False, memory_format=None) -> Tensor:
-    """Uniform random values with ``input``'s shape, dtype and device."""
-    _unsupported(memory_format=memory_format)
-    shape, d, dev = _like(input, dtype, device)
-    return rand(shape, dtype=d, device=dev, requires_grad=requires_grad)
-
-
-def randn_like(input: Tensor, *, dtype=None, device=None, requires_grad=False, memory_format=None) -> Tensor:
-    """Standard normal values with ``input``'s shape, dtype and device."""
-    _unsupported(memory_format=memory_format)
-    shape, d, dev = _like(input, dtype, device)
-    return randn(shape, dtype=d, device=dev, requires_grad=requires_grad)
-
-
-def randint_like(
-    input: Tensor,
-    low: int = 0,
-    high: int | None = None,
-    *,
-    dtype=None,
-    device=None,
-    requires_grad=False,
-    memory_format=None,
-) -> Tensor:
-    """Random integers in ``[low, high)`` with ``input``'s shape, dtype and device."""
-    _unsupported(memory_format=memory_format)
-    if high is None:
-        low, high = 0, low
-    shape, d, dev = _like(input, dtype, device)
-    return randint(low, high, shape, dtype=d, device=dev, requires_grad=requires_grad)
 
 
 # ---------------------------------------------------------------------------------------- legacy

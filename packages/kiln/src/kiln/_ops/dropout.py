@@ -41,7 +41,7 @@ def _check_p(p) -> None:
 def _noise(input: Tensor, p: float, feature: bool) -> Tensor:
     """A 0/1 keep mask (probability ``1 - p``) of the input's dtype, drawn from kiln's default generator
     of its device: elementwise, or one value per (sample, channel) for feature dropout."""
-    from kiln._ops.creation import rand
+    from kiln._ops.random_ops import rand
 
     shape = input._shape
     if feature:
@@ -106,7 +106,7 @@ def _dropout_impl(input, p, train, inplace, feature, alpha):
     if not (alpha or feature or inplace):
         if not input._dtype.is_floating_point:
             _noise(input, p, feature)  # raises PyTorch's error
-        from kiln._ops.creation import rand
+        from kiln._ops.random_ops import rand
 
         return _fused_dropout(input, rand(input._shape, dtype=dt.float64, device=input.device), p)[0]
     noise = _noise(input, p, feature)

@@ -32,7 +32,8 @@ def multinomial(input: Tensor, num_samples: int, replacement: bool = False, *, g
     order. The result has shape ``(num_samples,)`` or ``(rows, num_samples)``.
     """
     from kiln._ops.copy import from_host
-    from kiln._ops.creation import _generator, _unsupported
+    from kiln._ops.creation import _unsupported
+    from kiln._ops.random_ops import _generator
 
     _unsupported(out=out)
     if not isinstance(input, Tensor):

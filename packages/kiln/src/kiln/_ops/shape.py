@@ -682,6 +682,7 @@ _triu_decomposed = _triangle_decomposed(False)
     reference=_tri_ref(np.tril),
     backward=lambda grad, diagonal: tril(grad, diagonal),
     methods=("tril",),
+    inplace=True,
 )
 def tril(input: Tensor, diagonal: int = 0) -> Tensor:
     """A copy of ``input`` with elements above the diagonal ``diagonal`` of the last two dims zeroed."""
@@ -694,6 +695,7 @@ def tril(input: Tensor, diagonal: int = 0) -> Tensor:
     reference=_tri_ref(np.triu),
     backward=lambda grad, diagonal: triu(grad, diagonal),
     methods=("triu",),
+    inplace=True,
 )
 def triu(input: Tensor, diagonal: int = 0) -> Tensor:
     """A copy of ``input`` with elements below the diagonal ``diagonal`` of the last two dims zeroed."""

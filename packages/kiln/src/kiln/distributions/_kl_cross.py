@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 import kiln
+from kiln.distributions._kl_registry import _inf_where, _infinite_like, _x_log_x, register_kl
 from kiln.distributions.bernoulli import Bernoulli
 from kiln.distributions.beta import Beta
 from kiln.distributions.binomial import Binomial
@@ -14,7 +15,6 @@ from kiln.distributions.continuous_bernoulli import ContinuousBernoulli
 from kiln.distributions.exponential import Exponential
 from kiln.distributions.gamma import Gamma
 from kiln.distributions.gumbel import Gumbel
-from kiln.distributions.kl import _inf_where, _infinite_like, _x_log_x, register_kl
 from kiln.distributions.laplace import Laplace
 from kiln.distributions.normal import Normal
 from kiln.distributions.pareto import Pareto

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import kiln
 from kiln._tensor import Tensor
 from kiln.distributions import constraints
-from kiln.distributions.transforms import Transform, _clipped_sigmoid, _Elementwise
+from kiln.distributions._transform_base import Transform, _clipped_sigmoid, _Elementwise
 from kiln.distributions.utils import _finfo, _sum_rightmost, lazy_property, tril_matrix_to_vec, vec_to_tril_matrix
 from kiln.nn_functional import logsigmoid, pad, softplus
 

@@ -1,9 +1,8 @@
-"""Draws from the gamma, Poisson and binomial distributions, and the reparameterised gradient of a
-gamma draw.
+"""Gamma draws and their reparameterised gradient.
 
 The draws are made on the host by NumPy from the state of a kiln generator (the default generator of
-the parameters' device), as :func:`kiln.multinomial` draws, so :func:`kiln.manual_seed` makes them
-reproducible on every backend.
+the parameters' device), as :func:`kiln.poisson` and :func:`kiln.multinomial` draw, so
+:func:`kiln.manual_seed` makes them reproducible on every backend.
 
 A gamma draw ``x ~ Gamma(alpha, 1)`` has no reparameterisation through a fixed noise, so its gradient is
 the *implicit* one (Figurnov et al., 2018): with ``F`` the CDF, ``F(x; alpha) = u`` held fixed gives
@@ -128,10 +127,9 @@ def standard_gamma_grad(x: np.ndarray, alpha: np.ndarray) -> np.ndarray:
 def standard_gamma_host(alpha: Tensor) -> Tensor:
     """One ``Gamma(alpha, 1)`` draw per element of ``alpha``, in ``alpha``'s dtype and device, at least the
     dtype's smallest normal number."""
-    from kiln.distributions.utils import _finfo
 
     values = _rng(alpha.device).standard_gamma(_host(alpha))
-    values = np.maximum(values, float(_finfo(alpha.dtype).tiny))
+    values = np.maximum(values, kiln.finfo(alpha.dtype).tiny)
     return kiln.tensor(values, dtype=alpha.dtype, device=alpha.device)
 
 
@@ -154,16 +152,3 @@ class _StandardGamma(Function):
 def standard_gamma(alpha: Tensor) -> Tensor:
     """``Gamma(alpha, 1)`` draws, differentiable in ``alpha`` (implicit reparameterisation)."""
     return _StandardGamma.apply(alpha)
-
-
-def poisson_host(rate: Tensor) -> Tensor:
-    """One Poisson draw per element of ``rate`` (in ``rate``'s dtype and device)."""
-    values = _rng(rate.device).poisson(_host(rate))
-    return kiln.tensor(values, dtype=rate.dtype, device=rate.device)
-
-
-def binomial_host(count: Tensor, probs: Tensor) -> Tensor:
-    """One binomial draw per element of the broadcast ``count`` (integer-valued) and ``probs``."""
-    n, p = np.broadcast_arrays(_host(count), _host(probs))
-    values = _rng(probs.device).binomial(n.astype(np.int64), np.clip(p, 0.0, 1.0))
-    return kiln.tensor(values, dtype=probs.dtype, device=probs.device)

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import kiln
 from kiln._tensor import Size, Tensor
 from kiln.distributions import constraints
-from kiln.distributions.utils import _finfo, _sum_rightmost, broadcast_all, lazy_property
+from kiln.distributions.utils import _sum_rightmost, broadcast_all, lazy_property
 from kiln.nn_functional import softplus
 
 
@@ -439,8 +439,8 @@ class PowerTransform(Transform):
 
 
 def _clipped_sigmoid(x: Tensor) -> Tensor:
-    info = _finfo(x.dtype)
-    return kiln.sigmoid(x).clamp(min=float(info.tiny), max=1.0 - float(info.eps))
+    info = kiln.finfo(x.dtype)
+    return kiln.sigmoid(x).clamp(min=info.tiny, max=1.0 - info.eps)
 
 
 class SigmoidTransform(_Elementwise):
@@ -455,8 +455,8 @@ class SigmoidTransform(_Elementwise):
         return _clipped_sigmoid(x)
 
     def _inverse(self, y):
-        info = _finfo(y.dtype)
-        y = y.clamp(min=float(info.tiny), max=1.0 - float(info.eps))
+        info = kiln.finfo(y.dtype)
+        y = y.clamp(min=info.tiny, max=1.0 - info.eps)
         return y.log() - (-y).log1p()
 
     def log_abs_det_jacobian(self, x, y):

@@ -10,7 +10,7 @@ import kiln
 from kiln._tensor import Tensor
 from kiln.distributions import constraints
 from kiln.distributions._transform_base import Transform, _clipped_sigmoid, _Elementwise
-from kiln.distributions.utils import _finfo, _sum_rightmost, lazy_property, tril_matrix_to_vec, vec_to_tril_matrix
+from kiln.distributions.utils import _sum_rightmost, lazy_property, tril_matrix_to_vec, vec_to_tril_matrix
 from kiln.nn_functional import logsigmoid, pad, softplus
 
 
@@ -63,7 +63,7 @@ class StickBreakingTransform(_Elementwise):
     def _inverse(self, y):
         head = y[..., :-1]
         offset = y.shape[-1] - y.new_ones(head.shape[-1]).cumsum(-1)
-        rest = (1 - head.cumsum(-1)).clamp(min=float(_finfo(y.dtype).tiny))
+        rest = (1 - head.cumsum(-1)).clamp(min=kiln.finfo(y.dtype).tiny)
         return head.log() - rest.log() + offset.log()
 
     def log_abs_det_jacobian(self, x, y):
@@ -120,7 +120,7 @@ class CorrCholeskyTransform(Transform):
     bijective = True
 
     def _call(self, x):
-        eps = float(_finfo(x.dtype).eps)
+        eps = kiln.finfo(x.dtype).eps
         r = vec_to_tril_matrix(x.tanh().clamp(min=-1 + eps, max=1 - eps), diag=-1)
         left = (1 - r**2).sqrt().cumprod(-1)
         r = r + kiln.eye(r.shape[-1], dtype=r.dtype, device=r.device)

@@ -92,8 +92,7 @@ class Bernoulli(ExponentialFamily):
     def sample(self, sample_shape: Sequence[int] = Size()) -> Tensor:
         shape = self._extended_shape(sample_shape)
         with kiln.no_grad():
-            p = self.probs.expand(shape)
-            return (kiln.rand(shape, dtype=p.dtype, device=p.device) < p).to(p.dtype)
+            return kiln.bernoulli(self.probs.expand(shape))
 
     def log_prob(self, value: Tensor) -> Tensor:
         if self._validate_args:

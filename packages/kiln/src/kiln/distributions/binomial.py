@@ -7,7 +7,6 @@ from collections.abc import Sequence
 import kiln
 from kiln._tensor import Size, Tensor
 from kiln.distributions import constraints
-from kiln.distributions._gamma import binomial_host
 from kiln.distributions.bernoulli import _one_of
 from kiln.distributions.distribution import Distribution
 from kiln.distributions.utils import broadcast_all, lazy_property, logits_to_probs, probs_to_logits
@@ -105,7 +104,7 @@ class Binomial(Distribution):
     def sample(self, sample_shape: Sequence[int] = Size()) -> Tensor:
         shape = self._extended_shape(sample_shape)
         with kiln.no_grad():
-            return binomial_host(self.total_count.expand(shape), self.probs.expand(shape))
+            return kiln.binomial(self.total_count.expand(shape), self.probs.expand(shape))
 
     def log_prob(self, value: Tensor) -> Tensor:
         if self._validate_args:

@@ -10,7 +10,7 @@ from kiln._tensor import Size, Tensor
 from kiln.distributions import constraints
 from kiln.distributions.bernoulli import _one_of
 from kiln.distributions.distribution import Distribution
-from kiln.distributions.utils import _finfo, lazy_property, logits_to_probs, probs_to_logits
+from kiln.distributions.utils import lazy_property, logits_to_probs, probs_to_logits
 
 __all__ = ["Categorical"]
 
@@ -106,7 +106,7 @@ class Categorical(Distribution):
         return self.logits.expand(shape).gather(-1, index).squeeze(-1)
 
     def entropy(self) -> Tensor:
-        logits = self.logits.clamp(min=float(_finfo(self.logits.dtype).min))
+        logits = self.logits.clamp(min=kiln.finfo(self.logits.dtype).min)
         return -(logits * self.probs).sum(-1)
 
     def enumerate_support(self, expand: bool = True) -> Tensor:

@@ -54,8 +54,8 @@ class Cauchy(Distribution):
         return kiln.full(self._extended_shape(), math.inf, dtype=self.loc.dtype, device=self.loc.device)
 
     def rsample(self, sample_shape: Sequence[int] = Size()) -> Tensor:
-        u = kiln.rand(self._extended_shape(sample_shape), dtype=self.loc.dtype, device=self.loc.device)
-        return self.loc + kiln.tan(math.pi * (u - 0.5)) * self.scale
+        eps = self.loc.new_empty(self._extended_shape(sample_shape)).cauchy_()
+        return self.loc + eps * self.scale
 
     def log_prob(self, value: Tensor) -> Tensor:
         if self._validate_args:

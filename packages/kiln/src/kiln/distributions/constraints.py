@@ -370,9 +370,8 @@ class _CorrCholesky(Constraint):
     event_dim = 2
 
     def check(self, value):
-        from kiln.distributions.utils import _finfo
 
-        tol = float(_finfo(value.dtype).eps) * value.shape[-1] * 10
+        tol = kiln.finfo(value.dtype).eps * value.shape[-1] * 10
         norms = kiln.linalg.vector_norm(value.detach(), dim=-1)
         unit = ((norms - 1.0).abs() <= tol).all(-1)
         return _LowerCholesky().check(value) & unit

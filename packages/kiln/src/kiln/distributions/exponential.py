@@ -14,11 +14,6 @@ from kiln.distributions.utils import broadcast_all
 __all__ = ["Exponential"]
 
 
-def _standard_exponential(shape, dtype, device) -> Tensor:
-    """Exp(1) draws: ``-log(1 - U)`` for ``U`` uniform on ``[0, 1)``."""
-    return -(-kiln.rand(tuple(shape), dtype=dtype, device=device)).log1p()
-
-
 class Exponential(ExponentialFamily):
     """The exponential distribution with rate ``rate`` (mean ``1 / rate``).
 
@@ -61,7 +56,7 @@ class Exponential(ExponentialFamily):
 
     def rsample(self, sample_shape: Sequence[int] = Size()) -> Tensor:
         shape = self._extended_shape(sample_shape)
-        return _standard_exponential(shape, self.rate.dtype, self.rate.device) / self.rate
+        return self.rate.new_empty(shape).exponential_() / self.rate
 
     def log_prob(self, value: Tensor) -> Tensor:
         if self._validate_args:

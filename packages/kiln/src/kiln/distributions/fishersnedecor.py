@@ -11,7 +11,7 @@ from kiln._tensor import Size, Tensor
 from kiln.distributions import constraints
 from kiln.distributions.distribution import Distribution
 from kiln.distributions.gamma import Gamma
-from kiln.distributions.utils import _finfo, broadcast_all
+from kiln.distributions.utils import broadcast_all
 
 __all__ = ["FisherSnedecor"]
 
@@ -66,7 +66,7 @@ class FisherSnedecor(Distribution):
         shape = self._extended_shape(sample_shape)
         x1 = self._gamma1.rsample(sample_shape).view(shape)
         x2 = self._gamma2.rsample(sample_shape).view(shape)
-        tiny = float(_finfo(x2.dtype).tiny)
+        tiny = kiln.finfo(x2.dtype).tiny
         y = x1 / x2.clamp(min=tiny)
         y.detach().clamp_(min=tiny)  # not recorded by autograd
         return y

@@ -10,7 +10,7 @@ from kiln._tensor import Size, Tensor
 from kiln.distributions import constraints
 from kiln.distributions._gamma import standard_gamma
 from kiln.distributions.exp_family import ExponentialFamily
-from kiln.distributions.utils import _finfo, _xlogy, broadcast_all
+from kiln.distributions.utils import _xlogy, broadcast_all
 
 __all__ = ["Gamma"]
 
@@ -59,7 +59,7 @@ class Gamma(ExponentialFamily):
     def rsample(self, sample_shape: Sequence[int] = Size()) -> Tensor:
         shape = self._extended_shape(sample_shape)
         value = standard_gamma(self.concentration.expand(shape)) / self.rate.expand(shape)
-        value.detach().clamp_(min=float(_finfo(value.dtype).tiny))  # not recorded by autograd
+        value.detach().clamp_(min=kiln.finfo(value.dtype).tiny)  # not recorded by autograd
         return value
 
     def log_prob(self, value: Tensor) -> Tensor:

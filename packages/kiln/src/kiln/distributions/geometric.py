@@ -10,7 +10,7 @@ from kiln._tensor import Size, Tensor
 from kiln.distributions import constraints
 from kiln.distributions.bernoulli import _one_of
 from kiln.distributions.distribution import Distribution
-from kiln.distributions.utils import _finfo, broadcast_all, lazy_property, logits_to_probs, probs_to_logits
+from kiln.distributions.utils import broadcast_all, lazy_property, logits_to_probs, probs_to_logits
 from kiln.nn_functional import binary_cross_entropy_with_logits
 
 __all__ = ["Geometric"]
@@ -86,8 +86,7 @@ class Geometric(Distribution):
     def sample(self, sample_shape: Sequence[int] = Size()) -> Tensor:
         shape = self._extended_shape(sample_shape)
         with kiln.no_grad():
-            tiny = float(_finfo(self.probs.dtype).tiny)
-            u = kiln.rand(shape, dtype=self.probs.dtype, device=self.probs.device).clamp(min=tiny)
+            u = self.probs.new_empty(shape).uniform_(kiln.finfo(self.probs.dtype).tiny, 1)
             return (u.log() / (-self.probs).log1p()).floor()
 
     def log_prob(self, value: Tensor) -> Tensor:

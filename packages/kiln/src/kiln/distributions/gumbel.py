@@ -12,7 +12,7 @@ from kiln.distributions import constraints
 from kiln.distributions.transformed_distribution import TransformedDistribution
 from kiln.distributions.transforms import AffineTransform, ExpTransform
 from kiln.distributions.uniform import Uniform
-from kiln.distributions.utils import _finfo, broadcast_all, euler_constant
+from kiln.distributions.utils import broadcast_all, euler_constant
 
 __all__ = ["Gumbel"]
 
@@ -30,8 +30,8 @@ class Gumbel(TransformedDistribution):
 
     def __init__(self, loc: Tensor | float, scale: Tensor | float, validate_args: bool | None = None) -> None:
         self.loc, self.scale = broadcast_all(loc, scale)
-        info = _finfo(self.loc.dtype)
-        tiny, top = float(info.tiny), 1 - float(info.eps)
+        info = kiln.finfo(self.loc.dtype)
+        tiny, top = info.tiny, 1 - info.eps
         if isinstance(loc, numbers.Number) and isinstance(scale, numbers.Number):
             base = Uniform(tiny, top, validate_args=validate_args)
         else:

@@ -9,7 +9,7 @@ import kiln
 from kiln._tensor import Size, Tensor
 from kiln.distributions import constraints
 from kiln.distributions.distribution import Distribution
-from kiln.distributions.utils import _finfo, broadcast_all
+from kiln.distributions.utils import broadcast_all
 
 __all__ = ["Laplace"]
 
@@ -56,9 +56,8 @@ class Laplace(Distribution):
         return (2**0.5) * self.scale
 
     def rsample(self, sample_shape: Sequence[int] = Size()) -> Tensor:
-        eps = float(_finfo(self.loc.dtype).eps)
-        u = kiln.rand(self._extended_shape(sample_shape), dtype=self.loc.dtype, device=self.loc.device)
-        u = u * (2 - eps) + (eps - 1)  # uniform on [eps - 1, 1)
+        eps = kiln.finfo(self.loc.dtype).eps
+        u = self.loc.new_empty(self._extended_shape(sample_shape)).uniform_(eps - 1, 1)
         return self.loc - self.scale * u.sign() * (-u.abs()).log1p()
 
     def log_prob(self, value: Tensor) -> Tensor:

@@ -11,7 +11,7 @@ from kiln._tensor import Size, Tensor
 from kiln.distributions import constraints
 from kiln.distributions.beta import Beta
 from kiln.distributions.distribution import Distribution
-from kiln.distributions.utils import _finfo, broadcast_all
+from kiln.distributions.utils import broadcast_all
 
 __all__ = ["LKJCholesky"]
 
@@ -59,7 +59,7 @@ class LKJCholesky(Distribution):
             u = kiln.randn(self._extended_shape(sample_shape), dtype=y.dtype, device=y.device).tril(-1)
             norm = u.norm(dim=-1, keepdim=True)
             w = y.sqrt() * (u / kiln.where(norm == 0, 1.0, norm))  # row 0 stays zero
-            tiny = float(_finfo(w.dtype).tiny)
+            tiny = kiln.finfo(w.dtype).tiny
             diag = (1 - (w**2).sum(-1)).clamp(min=tiny).sqrt()
             return w + diag.unsqueeze(-1) * kiln.eye(self.dim, dtype=w.dtype, device=w.device)
 

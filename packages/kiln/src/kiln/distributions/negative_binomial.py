@@ -7,7 +7,6 @@ from collections.abc import Sequence
 import kiln
 from kiln._tensor import Size, Tensor
 from kiln.distributions import constraints
-from kiln.distributions._gamma import poisson_host
 from kiln.distributions.bernoulli import _one_of
 from kiln.distributions.distribution import Distribution
 from kiln.distributions.gamma import Gamma
@@ -94,7 +93,7 @@ class NegativeBinomial(Distribution):
 
     def sample(self, sample_shape: Sequence[int] = Size()) -> Tensor:
         with kiln.no_grad():
-            return poisson_host(self._gamma.sample(sample_shape=sample_shape))
+            return kiln.poisson(self._gamma.sample(sample_shape=sample_shape))
 
     def log_prob(self, value: Tensor) -> Tensor:
         if self._validate_args:

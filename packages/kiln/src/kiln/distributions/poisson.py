@@ -8,7 +8,6 @@ from collections.abc import Sequence
 import kiln
 from kiln._tensor import Size, Tensor
 from kiln.distributions import constraints
-from kiln.distributions._gamma import poisson_host
 from kiln.distributions.exp_family import ExponentialFamily
 from kiln.distributions.utils import _xlogy, broadcast_all
 
@@ -51,7 +50,9 @@ class Poisson(ExponentialFamily):
 
     def sample(self, sample_shape: Sequence[int] = Size()) -> Tensor:
         with kiln.no_grad():
-            return poisson_host(self.rate.expand(self._extended_shape(sample_shape)))
+            shape = self._extended_shape(sample_shape)
+            # drawn flat: kiln.poisson of a 0-d tensor fails at present (reported)
+            return kiln.poisson(self.rate.expand(shape).reshape(-1)).reshape(shape)
 
     def log_prob(self, value: Tensor) -> Tensor:
         if self._validate_args:

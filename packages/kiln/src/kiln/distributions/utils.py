@@ -9,9 +9,6 @@ import numbers
 from collections.abc import Callable
 from typing import Any
 
-import ml_dtypes
-import numpy as np
-
 import kiln
 from kiln._ops._meta import broadcast_pair
 from kiln._tensor import Size, Tensor
@@ -30,11 +27,6 @@ euler_constant = 0.57721566490153286060
 """The Euler–Mascheroni constant."""
 
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
-
-
-def _finfo(dtype) -> Any:
-    """``ml_dtypes.finfo`` of a kiln floating dtype (``eps``, ``tiny``, ``min``, ``max``)."""
-    return ml_dtypes.finfo(dtype.numpy)
 
 
 def broadcast_all(*values: Tensor | numbers.Number) -> tuple[Tensor, ...]:
@@ -77,7 +69,7 @@ def logits_to_probs(logits: Tensor, is_binary: bool = False) -> Tensor:
 
 def clamp_probs(probs: Tensor) -> Tensor:
     """``probs`` clamped into ``[eps, 1 - eps]``, ``eps`` the machine epsilon of its dtype."""
-    eps = float(_finfo(probs.dtype).eps)
+    eps = kiln.finfo(probs.dtype).eps
     return probs.clamp(min=eps, max=1 - eps)
 
 
@@ -129,7 +121,7 @@ def vec_to_tril_matrix(vec: Tensor, diag: int = 0) -> Tensor:
     m = vec.shape[-1]
     b = 1 + 2 * diag
     n = (-b + math.sqrt(b * b + 8 * m + 4 * abs(diag) * (diag + 1))) / 2
-    if round(n) - n > float(np.finfo(vec.dtype.numpy).eps if vec.dtype.is_floating_point else 0):
+    if round(n) - n > (kiln.finfo(vec.dtype).eps if vec.dtype.is_floating_point else 0):
         raise ValueError(
             f"The size of last dimension is {m} which cannot be expressed as "
             "the lower triangular part of a square D x D matrix."

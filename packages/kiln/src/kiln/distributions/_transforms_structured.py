@@ -14,10 +14,6 @@ from kiln.distributions.utils import _sum_rightmost, lazy_property, tril_matrix_
 from kiln.nn_functional import logsigmoid, pad, softplus
 
 
-def _diag_embed(v: Tensor) -> Tensor:
-    return v.unsqueeze(-1) * kiln.eye(v.shape[-1], dtype=v.dtype, device=v.device)
-
-
 class SoftmaxTransform(_Elementwise):
     """From unconstrained vectors to the simplex: ``exp`` then normalise over the last dimension. Not
     bijective (the inverse is ``log``), but nearly coordinate-wise, which suits optimisation."""
@@ -89,10 +85,10 @@ class LowerCholeskyTransform(_Elementwise):
     codomain = constraints.lower_cholesky
 
     def _call(self, x):
-        return x.tril(-1) + _diag_embed(x.diagonal(dim1=-2, dim2=-1).exp())
+        return x.tril(-1) + kiln.diag_embed(x.diagonal(dim1=-2, dim2=-1).exp())
 
     def _inverse(self, y):
-        return y.tril(-1) + _diag_embed(y.diagonal(dim1=-2, dim2=-1).log())
+        return y.tril(-1) + kiln.diag_embed(y.diagonal(dim1=-2, dim2=-1).log())
 
 
 class PositiveDefiniteTransform(_Elementwise):

@@ -100,10 +100,8 @@ class Categorical(Distribution):
     def log_prob(self, value: Tensor) -> Tensor:
         if self._validate_args:
             self._validate_sample(value)
-        index = value.long().unsqueeze(-1)
-        shape = kiln.broadcast_shapes(tuple(index.shape), tuple(self.logits.shape))
-        index = index.expand(shape)[..., :1]
-        return self.logits.expand(shape).gather(-1, index).squeeze(-1)
+        index, log_pmf = kiln.broadcast_tensors(value.long().unsqueeze(-1), self.logits)
+        return log_pmf.gather(-1, index[..., :1]).squeeze(-1)
 
     def entropy(self) -> Tensor:
         logits = self.logits.clamp(min=kiln.finfo(self.logits.dtype).min)

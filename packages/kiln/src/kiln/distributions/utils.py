@@ -10,7 +10,6 @@ from collections.abc import Callable
 from typing import Any
 
 import kiln
-from kiln._ops._meta import broadcast_pair
 from kiln._tensor import Size, Tensor
 
 __all__ = [
@@ -42,10 +41,7 @@ def broadcast_all(*values: Tensor | numbers.Number) -> tuple[Tensor, ...]:
         d = kiln.get_default_dtype()
         return tuple(kiln.tensor(v, dtype=d) for v in values)
     tensors = [v if isinstance(v, Tensor) else kiln.tensor(v, dtype=first.dtype, device=first.device) for v in values]
-    shape: tuple = ()
-    for t in tensors:
-        shape = broadcast_pair(shape, tuple(t.shape))
-    return tuple(t if tuple(t.shape) == shape else t.expand(shape) for t in tensors)
+    return tuple(kiln.broadcast_tensors(*tensors))
 
 
 def _standard_normal(shape, dtype, device) -> Tensor:

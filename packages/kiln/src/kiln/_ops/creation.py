@@ -128,15 +128,27 @@ def _empty(size: tuple, dtype: dt.dtype, device) -> Tensor:
     """Uninitialised contiguous tensor (kernel of :func:`empty`)."""
 
 
+def _check_fits(value, dtype: dt.dtype) -> None:
+    """PyTorch's check of a fill value for an integer dtype: it must fit, a negative one in an unsigned dtype
+    by its magnitude (``-1`` fills uint8 with 255, ``-256`` overflows)."""
+    if dtype.is_floating_point or dtype is dt.bool or isinstance(value, (bool, np.bool_)):
+        return
+    info = np.iinfo(dtype.numpy)
+    v = -value if info.min == 0 and value < 0 else value
+    if not (math.isfinite(v) and info.min <= v <= info.max):
+        raise RuntimeError(f"value cannot be converted to type {np.dtype(dtype.numpy).name}_t without overflow")
+
+
 def _full_meta(size, fill_value, dtype, device):
+    _check_fits(fill_value, dtype)
     return _empty_meta(size, dtype, device)
 
 
 def _full_kernel(spec, size, fill_value, dtype, device):
     if fill_value == 0 and not (isinstance(fill_value, float) and math.copysign(1.0, fill_value) < 0):
         a = np.zeros(size, dtype.numpy)  # fresh zero pages from the OS: nothing to write (np.full writes each)
-    else:
-        a = np.full(size, fill_value, dtype.numpy)
+    else:  # cast as PyTorch casts (a negative value wraps in an unsigned dtype)
+        a = np.full(size, np.asarray(fill_value).astype(dtype.numpy), dtype.numpy)
     if device is CPU:
         return from_array(a, dtype)
     return from_host(a, dtype, device)

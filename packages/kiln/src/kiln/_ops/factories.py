@@ -202,7 +202,7 @@ def _triangle_indices(name: str, row, col, offset, dtype, device, layout, lower:
     if col < 0:
         raise RuntimeError(f"col must be non-negative, got{col}")
     d = _dtype_arg(dtype) or dt.int64
-    if d.is_floating_point or d is dt.bool:
+    if d not in (dt.int32, dt.int64):
         raise NotImplementedError(f"\"{name}\" not implemented for '{scalar_type_name(d)}'")
     pick = np.tril_indices if lower else np.triu_indices
     rows, cols = pick(int(row), int(offset), int(col)) if row and col else ((), ())

@@ -302,6 +302,8 @@ def normal(
     written there."""
     if out is not None:
         check_out_args("normal", (mean, std))
+        if isinstance(out, Tensor) and not out._dtype.is_floating_point:  # the draws are made in out's dtype
+            raise NotImplementedError(f"\"normal_kernel_cpu\" not implemented for '{scalar_type_name(out._dtype)}'")
     if size is not None:
         _unsupported(layout=layout, pin_memory=pin_memory)
         mean, std = _number(mean), _number(std)
@@ -422,7 +424,7 @@ def _poisson_kernel(spec, input, generator=None):
         raise RuntimeError("invalid Poisson rate, expected rate to be non-negative")
     rng = _rng(generator, spec.device)
     big = rates > 1e15  # beyond what NumPy samples; PyTorch's sampler overflows to int64's minimum there
-    values = rng.poisson(np.where(big, 0.0, rates)).astype(np.float64)
+    values = np.asarray(rng.poisson(np.where(big, 0.0, rates)), dtype=np.float64)
     values[big] = -(2.0**63)
     return from_host(values, spec.dtype, spec.device)
 
@@ -460,7 +462,7 @@ def _binomial_kernel(spec, count, prob, generator=None):
     bad = np.isnan(n) | np.isnan(p)
     trials = np.where(bad | ~np.isfinite(n), 0.0, np.clip(np.floor(n), 0.0, 2.0**62)).astype(np.int64)
     values = _rng(generator, spec.device).binomial(trials, np.where(bad, 0.0, np.clip(p, 0.0, 1.0)))
-    values = np.where(bad, np.nan, values.astype(np.float64))
+    values = np.where(bad, np.nan, np.asarray(values, dtype=np.float64))
     return from_host(values, spec.dtype, spec.device)
 
 

@@ -9,6 +9,7 @@ import numbers
 
 import numpy as np
 
+from kiln import _dtype as dt
 from kiln._device import CPU
 from kiln._tensor import Tensor
 
@@ -26,8 +27,19 @@ def _need_tensor(name: str, arg: str, value, position: int = 1) -> None:
 def fill(input: Tensor, value) -> Tensor:
     """A copy of ``input`` with every element set to ``value`` (a number or a 0-d tensor, whose gradient is
     the sum of the result's)."""
+    from kiln._ops.creation import ones
+    from kiln._ops.elementwise import where
+
     _need_tensor("fill", "input", input)
-    return input.clone().fill_(value)
+    if not isinstance(value, Tensor):
+        return input.clone().fill_(value)
+    if value.dim() != 0:
+        raise RuntimeError(
+            f"fill_ only supports 0-dimension value tensor but got tensor with {value.dim()} dimensions."
+        )
+    # every element from value: input's gradient is zeros, value's the sum (where's formulas)
+    everywhere = ones(input._shape, dtype=dt.bool, device=input._device)
+    return where(everywhere, value.to(input._dtype), input)
 
 
 def fill_(input: Tensor, value) -> Tensor:

@@ -676,3 +676,91 @@ def test_mixture_same_family():
     s = U.kiln_to_np(kd.sample((20000,)))
     assert abs(s.mean() - kd.mean.item()) < 5 * math.sqrt(kd.variance.item() / 20000)
     assert abs(s.var() - kd.variance.item()) < 0.05 * kd.variance.item()
+
+
+# ---------------------------------------------------------------------------------------- Wishart
+
+
+def _spd(r, batch, n):
+    a = r.normal(size=batch + (n, n))
+    return a @ np.swapaxes(a, -1, -2) + n * np.eye(n)
+
+
+# PyTorch 2.13 warns of singular samples on every Wishart draw (it tests the support check the wrong way round)
+@pytest.mark.filterwarnings("ignore:Singular sample detected:UserWarning")
+@pytest.mark.parametrize("by", ["covariance_matrix", "precision_matrix", "scale_tril"])
+def test_wishart(by):
+    r = np.random.default_rng(17)
+    m = _spd(r, (2,), 3)
+    if by == "scale_tril":
+        m = np.linalg.cholesky(m)
+    t = [torch.tensor(a, requires_grad=True) for a in (np.array([4.5, 7.0]), m)]
+    k = [U.to_kiln(a.detach(), requires_grad=True) for a in t]
+    td, kd = TD.Wishart(t[0], **{by: t[1]}), KD.Wishart(k[0], **{by: k[1]})
+    assert tuple(kd.batch_shape) == tuple(td.batch_shape) and tuple(kd.event_shape) == tuple(td.event_shape)
+    torch.manual_seed(17)
+    x = td.sample((4,))
+    for what, kv, tv in [
+        ("log_prob", kd.log_prob(U.to_kiln(x)), td.log_prob(x)),
+        ("entropy", kd.entropy(), td.entropy()),
+    ]:
+        close(kv, tv, what, rtol=1e-9, atol=1e-9)
+        tg = torch.autograd.grad(tv.sum(), t, retain_graph=True)
+        kg = kiln.autograd.grad(kv.sum(), k, retain_graph=True)
+        close(kg[0], tg[0], what + " df grad", rtol=1e-8, atol=1e-9)
+        # the lower triangle only: PyTorch's cholesky_solve passes a gradient to the upper triangle of
+        # scale_tril, which it never reads; kiln's is zero there
+        mask = np.tril(np.ones((3, 3))) if by == "scale_tril" else np.ones((3, 3))
+        np.testing.assert_allclose(U.kiln_to_np(kg[1]) * mask, U.torch_to_np(tg[1]) * mask, rtol=1e-8, atol=1e-9)
+    for prop in ("mean", "mode", "variance", "covariance_matrix", "precision_matrix", "scale_tril"):
+        close(getattr(kd, prop), getattr(td, prop), prop, rtol=1e-9, atol=1e-10)
+    kiln.manual_seed(17)
+    s = kd.rsample((5,))
+    assert tuple(s.shape) == (5, 2, 3, 3) and bool(kd.support.check(s).all())
+    assert all(np.isfinite(U.kiln_to_np(g)).all() for g in kiln.autograd.grad(s.sum(), k))
+    ke, te = kd.expand((3, 2)), td.expand((3, 2))
+    assert tuple(ke.batch_shape) == tuple(te.batch_shape) and tuple(ke.sample().shape) == tuple(te.sample().shape)
+    close(ke.log_prob(U.to_kiln(x[:, None])), te.log_prob(x[:, None]), "expanded log_prob", rtol=1e-9, atol=1e-9)
+
+
+def test_wishart_statistics_and_errors():
+    cov = np.array([[2.0, 0.5], [0.5, 1.0]])
+    kd = KD.Wishart(kiln.tensor(5.0, dtype=kiln.float64), covariance_matrix=kiln.tensor(cov))
+    kiln.manual_seed(18)
+    s = U.kiln_to_np(kd.sample((20000,)))
+    mean, var = U.kiln_to_np(kd.mean), U.kiln_to_np(kd.variance)
+    assert (np.abs(s.mean(0) - mean) < 5 * np.sqrt(var / 20000)).all()
+    np.testing.assert_allclose(s.var(0), var, rtol=0.08)
+    pairs = [
+        (lambda M, L: M.Wishart(L.tensor(1.0), covariance_matrix=L.eye(2))),
+        (lambda M, L: M.Wishart(L.tensor(3.0))),
+        (lambda M, L: M.Wishart(L.tensor(3.0), covariance_matrix=L.ones(2))),
+        (lambda M, L: M.Wishart(L.tensor(3.0), covariance_matrix=L.tensor([[1.0, 2.0], [2.0, 1.0]]))),
+        (lambda M, L: M.Wishart(L.tensor(3.0), covariance_matrix=L.eye(2)).log_prob(L.ones(2, 2))),
+    ]
+    for f in pairs:
+        U.assert_same_error(lambda f=f: f(KD, kiln), lambda f=f: f(TD, torch), exact=True)
+    with pytest.warns(UserWarning, match="Low df values detected"):
+        KD.Wishart(kiln.tensor(1.5), covariance_matrix=kiln.eye(2))
+
+    class FirstDrawSingular(KD.Wishart):
+        """The first Bartlett draw of sample 1 is singular; later draws are not."""
+
+        draws = 0
+
+        def _bartlett_sampling(self, sample_shape):
+            out = super()._bartlett_sampling(sample_shape)
+            FirstDrawSingular.draws += 1
+            if FirstDrawSingular.draws == 1:
+                out = kiln.where(kiln.arange(3).reshape(3, 1, 1) == 1, kiln.zeros(2, 2), out)
+            return out
+
+    d = FirstDrawSingular(kiln.tensor(4.0), covariance_matrix=kiln.eye(2))
+    kiln.manual_seed(19)
+    with pytest.warns(UserWarning, match="Singular sample detected"):
+        s = d.rsample((3,))
+    assert FirstDrawSingular.draws == 2 and bool(d.support.check(s).all())
+    FirstDrawSingular.draws = 0
+    with pytest.warns(UserWarning, match="Singular sample detected"):
+        s = d.rsample((3,), max_try_correction=0)  # no retry: the singular draw is returned
+    assert not bool(d.support.check(s)[1])

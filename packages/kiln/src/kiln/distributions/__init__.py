@@ -80,6 +80,7 @@ from kiln.distributions.transforms import (
 )
 from kiln.distributions.uniform import Uniform
 from kiln.distributions.weibull import Weibull
+from kiln.distributions.wishart import Wishart
 
 __all__ = [
     "Bernoulli",
@@ -123,6 +124,7 @@ __all__ = [
     "TransformedDistribution",
     "Uniform",
     "Weibull",
+    "Wishart",
     "biject_to",
     "kl_divergence",
     "register_kl",

@@ -50,9 +50,7 @@ class Poisson(ExponentialFamily):
 
     def sample(self, sample_shape: Sequence[int] = Size()) -> Tensor:
         with kiln.no_grad():
-            shape = self._extended_shape(sample_shape)
-            # drawn flat: kiln.poisson of a 0-d tensor fails at present (reported)
-            return kiln.poisson(self.rate.expand(shape).reshape(-1)).reshape(shape)
+            return kiln.poisson(self.rate.expand(self._extended_shape(sample_shape)))
 
     def log_prob(self, value: Tensor) -> Tensor:
         if self._validate_args:

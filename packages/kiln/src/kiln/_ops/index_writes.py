@@ -66,9 +66,8 @@ def put_(self: Tensor, index: Tensor, source: Tensor, accumulate: bool = False) 
     (negative indices count from the end); ``accumulate=True`` adds instead, summing repeated indices."""
 
     flat = _put_checks(self, index, source)
-    if _numel(flat._shape):
-        target = self if self._shape else self.unsqueeze(0)  # a 0-d tensor is written through a 1-element view
-        target.index_put_(unravel_index(flat, target._shape), source.reshape(-1), accumulate)
+    target = self if self._shape else self.unsqueeze(0)  # a 0-d tensor is written through a 1-element view
+    target.index_put_(unravel_index(flat, target._shape), source.reshape(-1), accumulate)
     return self
 
 
@@ -82,12 +81,16 @@ def put(input: Tensor, index: Tensor, source: Tensor, accumulate: bool = False) 
 # ---------------------------------------------------------------------------------------- index_reduce
 
 _INDEX_REDUCES = ("prod", "mean", "amax", "amin")
+_beta_warned = False
 
 
 def _index_reduce_checks(self: Tensor, dim, index, source, reduce) -> int:
     from kiln._ops.gather_scatter import _INDEX_DTYPES
 
-    warnings.warn("index_reduce() is in beta and the API may change at any time.", UserWarning, stacklevel=3)
+    global _beta_warned
+    if not _beta_warned:  # once per process, as PyTorch's
+        _beta_warned = True
+        warnings.warn("index_reduce() is in beta and the API may change at any time.", UserWarning, stacklevel=3)
     for name, v, pos in (("index", index, 2), ("source", source, 3)):
         if not isinstance(v, Tensor):
             raise TypeError(
@@ -105,17 +108,17 @@ def _index_reduce_checks(self: Tensor, dim, index, source, reduce) -> int:
             f"index_reduce_(): Index is supposed to be a vector, but got dim: {index.dim()} with type: "
             f"{scalar_type_name(index._dtype)} and size: {list(index._shape)}"
         )
+    n = _numel(index._shape)
+    ssize = source._shape[d] if d < source.dim() else 1
+    if n != ssize:
+        raise RuntimeError(
+            f"index_reduce_(): Number of indices ({n}) should be equal to source.size(dim): ({ssize}), for dim: {d}"
+        )
     same_rank = source.dim() == self.dim()
     if not same_rank or any(i != d and source._shape[i] != s for i, s in enumerate(self._shape)):
         raise RuntimeError(
             "source tensor shape must match self tensor shape, excluding the specified dimension. Got self.shape = "
             f"{list(self._shape)} source.shape = {list(source._shape)}"
-        )
-    n = _numel(index._shape)
-    ssize = source._shape[d] if source._shape else 1
-    if n != ssize:
-        raise RuntimeError(
-            f"index_reduce_(): Number of indices ({n}) should be equal to source.size(dim): ({ssize}), for dim: {d}"
         )
     if source._dtype is not self._dtype:
         raise RuntimeError(
@@ -169,6 +172,7 @@ def fill_diagonal_(self: Tensor, fill_value, wrap: bool = False) -> Tensor:
     equal, or ``(i, i)`` of a matrix; ``wrap=True`` restarts a tall matrix's diagonal every ``cols + 1`` rows,
     as NumPy's ``fill_diagonal``."""
     from kiln._ops.copy import from_host
+    from kiln._ops.creation import _check_fits
     from kiln._state import state
 
     nd = self.dim()
@@ -190,6 +194,7 @@ def fill_diagonal_(self: Tensor, fill_value, wrap: bool = False) -> Tensor:
         fill_value = fill_value.item()
     if not isinstance(fill_value, (numbers.Number, np.bool_)):
         raise TypeError(f"fill_diagonal_(): argument 'fill_value' must be Number, not {type(fill_value).__name__}")
+    _check_fits(fill_value, self._dtype)
     value = from_host(np.asarray(fill_value), self._dtype, self._device)  # cast (wrapping) as fill_ casts
     return self.index_put_(coords, value)
 

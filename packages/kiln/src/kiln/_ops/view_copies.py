@@ -18,12 +18,12 @@ from kiln._ops.views import (
     contiguous_format,
     expand,
     permute,
+    reshape,
     select,
     squeeze,
     t,
     transpose,
     unsqueeze,
-    view,
 )
 from kiln._ops.views_more import _unfold_view
 from kiln._tensor import Tensor
@@ -62,12 +62,12 @@ def _need_tensor(name: str, input) -> None:
 
 
 def view_copy(input: Tensor, size) -> Tensor:
-    """:func:`kiln.Tensor.view` as a copy: ``size`` (one ``-1`` inferred), or a dtype of the same size to
-    reinterpret the bytes as."""
+    """:func:`kiln.Tensor.view` as a copy: ``size`` (one ``-1`` inferred; any input layout, as the copy needs no
+    view), or a dtype of the same size to reinterpret the bytes as."""
     _need_tensor("view_copy", input)
     if isinstance(size, dt.dtype):
         return _copy(input.view(size))
-    return _copy(view(input, size))
+    return _copy(reshape(input, size))  # PyTorch's copies what view would show, whatever the input's strides
 
 
 def permute_copy(input: Tensor, dims) -> Tensor:

@@ -163,7 +163,7 @@ def resize_(self: Tensor, *sizes, memory_format=None) -> Tensor:
         raise RuntimeError("cannot resize variables that require grad")
     if memory_format not in (None, contiguous_format):
         if memory_format is preserve_format:
-            raise RuntimeError("preserve memory format is unsupported by resize_")
+            raise RuntimeError("Unsupported memory formatPreserve")
         raise NotImplementedError(f"kiln's resize_ supports only the contiguous memory format, not {memory_format!r}")
     for s in shape:
         if s < 0:

@@ -33,6 +33,9 @@ class DeviceModule(types.ModuleType):
             f"{name!r}, answered by its plugin's contract (``torch.{name}``'s names).",
         )
         self.__path__: list[str] = []  # a package: kiln.<type>.amp is its submodule
+        # a spec as if imported, so importlib.util.find_spec("kiln.<type>") works however it was created
+        self.__spec__ = importlib.machinery.ModuleSpec(self.__name__, _FINDER, is_package=True)
+        self.__loader__ = _FINDER
         self.__all__ = sorted(n for n in _PUBLIC if n != "amp")
         self._type = name
 
@@ -264,7 +267,10 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return None
 
 
+_FINDER = _Finder()
+
+
 def install_finder() -> None:
     """Put :class:`_Finder` on ``sys.meta_path`` once (``import kiln`` does)."""
-    if not any(isinstance(f, _Finder) for f in sys.meta_path):
-        sys.meta_path.append(_Finder())
+    if _FINDER not in sys.meta_path:
+        sys.meta_path.append(_FINDER)

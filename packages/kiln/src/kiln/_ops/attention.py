@@ -115,8 +115,9 @@ def scaled_dot_product_attention(
     CPU math path); ``dropout_p > 0`` drops attention weights with kiln's RNG; ``enable_gqa``: key and
     value heads (dim -3) are repeated to match the query's.
     """
-    from kiln._ops.creation import ones, rand
+    from kiln._ops.creation import ones
     from kiln._ops.linalg import matmul
+    from kiln._ops.random_ops import rand
     from kiln._ops.shape import tril
 
     _sdpa_check(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)

@@ -293,6 +293,20 @@ def test_default_device_errors():
     assert kiln.get_default_device() == kiln.device("cpu")
 
 
+def test_samplers_draw_on_a_device(boxdev):
+    kiln.manual_seed(3)
+    x = kiln.zeros(4, device=boxdev).normal_(2.0, 0.5)
+    kiln.manual_seed(3)
+    assert x.device == boxdev and x.tolist() == kiln.zeros(4).normal_(2.0, 0.5).tolist()  # the same stream
+    assert kiln.zeros(3, device=boxdev).uniform_(1.0, 2.0).device == boxdev
+    assert kiln.zeros(3, device=boxdev, dtype=kiln.int64).random_(5).device == boxdev
+    mean, half, four = (kiln.full((3,), v, device=boxdev) for v in (0.0, 0.5, 4.0))
+    for t in (kiln.normal(mean, 1.0), kiln.bernoulli(half), kiln.poisson(four)):
+        assert t.device == boxdev and t.shape == (3,)
+    assert kiln.binomial(four, half).device == boxdev
+    assert kiln.arange(6.0, device=boxdev).unfold(0, 2, 2).tolist() == [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]
+
+
 def test_new_and_empty_strided_on_a_device(boxdev):
     x = kiln.ones(3, device=boxdev)
     assert x.new(2, 3).device == boxdev and x.new([1, 2]).tolist() == [1.0, 2.0]

@@ -1130,6 +1130,7 @@ SPECS: dict[str, OpSpec] = {
 # built with this module's helpers); merged here so that SPECS is the one table.
 for _area in ("conv", "pool", "norm", "loss", "activation"):
     SPECS.update(importlib.import_module(f"kiln_testing._specs_nn_{_area}").SPECS)
+SPECS.update(importlib.import_module("kiln_testing._specs_random").SPECS)  # samplers, unfold (_specs_random.py)
 
 INTERNAL_ONLY: frozenset[str] = frozenset()
 """Ops that no spec can call on their own (none today): listed here, they are reported, never failed."""

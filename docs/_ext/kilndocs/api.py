@@ -31,7 +31,11 @@ GENERATED = "api/generated"
 # name from a module not listed here lands in "Other", so nothing public is ever left out.
 SECTIONS: list[tuple[str, tuple[str, ...], str]] = [
     ("Tensors", ("kiln._tensor",), "The tensor type and its shape type."),
-    ("Creation", ("kiln._ops.creation", "kiln._ops.random_ops"), "New tensors from data, shapes, ranges and random draws."),
+    (
+        "Creation",
+        ("kiln._ops.creation", "kiln._ops.random_ops", "kiln._ops.factories", "kiln._ops.windows"),
+        "New tensors from data, shapes, ranges and random draws.",
+    ),
     (
         "Elementwise math and comparisons",
         (
@@ -48,7 +52,17 @@ SECTIONS: list[tuple[str, tuple[str, ...], str]] = [
     ("Linear algebra", ("kiln._ops.linalg",), "Matrix products."),
     (
         "Shapes and views",
-        ("kiln._ops.views", "kiln._ops.strided", "kiln._ops.copy"),
+        (
+            "kiln._ops.views",
+            "kiln._ops.strided",
+            "kiln._ops.copy",
+            "kiln._ops.views_more",
+            "kiln._ops.joining",
+            "kiln._ops.splitting",
+            "kiln._ops.scatter_views",
+            "kiln._ops.view_copies",
+            "kiln._ops.index_writes",
+        ),
         "Views share their input's storage; ``clone`` and ``contiguous`` copy.",
     ),
     ("Types and promotion", ("kiln._dtype", "kiln._ops._meta"), "dtypes, the default dtype, type promotion."),

@@ -301,3 +301,17 @@ def test_signatures_match_torch_where_introspectable():
     assert list(inspect.signature(kiln.index_put_).parameters) == ["input", "indices", "values", "accumulate"]
     assert list(inspect.signature(kiln.Tensor.map_).parameters) == ["self", "tensor", "callable"]
     assert list(inspect.signature(kiln.Tensor.apply_).parameters) == ["self", "callable"]
+
+
+def test_module_load_matches_torch():
+    for assign in (False, True):
+        kp, tp = kiln.zeros(3, requires_grad=True), torch.zeros(3, requires_grad=True)
+        kv, tv = kiln.tensor([1.0, 2.0, 3.0]), torch.tensor([1.0, 2.0, 3.0])
+        with kiln.no_grad():
+            k = kp.module_load(kv, assign=assign)
+        with torch.no_grad():
+            t = tp.module_load(tv, assign=assign)
+        U.assert_close(k, t)
+        U.assert_close(kp, tp)
+        assert k is not kp and k is not kv and not k.requires_grad
+    assert list(inspect.signature(kiln.Tensor.module_load).parameters) == ["self", "other", "assign"]

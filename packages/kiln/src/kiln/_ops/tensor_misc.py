@@ -1,6 +1,7 @@
 """Small tensor utilities PyTorch also has at its top level: ``fill``/``fill_``, ``zero_``, ``detach``/
-``detach_``, ``index_put_``; and the ``Tensor`` methods ``type_as``, ``apply_`` and ``map_`` (which run a
-Python function on every element of a CPU tensor, as PyTorch's do: slow, for tests and small data).
+``detach_``, ``index_put_``; and the ``Tensor`` methods ``type_as``, ``module_load``, ``apply_`` and ``map_``
+(the last two run a Python function on every element of a CPU tensor, as PyTorch's do: slow, for tests
+and small data).
 """
 
 from __future__ import annotations
@@ -121,6 +122,16 @@ def _map_(self: Tensor, tensor: Tensor, callable) -> Tensor:
     return _apply_each(self, "map_", callable, (tensor.expand(self._shape),))
 
 
+def _module_load(self: Tensor, other: Tensor, assign: bool = False) -> Tensor:
+    """What ``other`` (a state-dict value) becomes when loaded into this parameter or buffer: a new tensor,
+    never ``self`` or ``other`` (``other`` detached with ``assign``, else this tensor after copying ``other``
+    into it, detached)."""
+    if assign:
+        return other.detach()
+    return self.copy_(other).detach()
+
+
 Tensor.type_as = _type_as
+Tensor.module_load = _module_load
 Tensor.apply_ = _apply_
 Tensor.map_ = _map_

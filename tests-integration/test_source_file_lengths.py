@@ -19,11 +19,6 @@ LONGER = {
     "packages/kiln/src/kiln/_plugins.py": (
         "the plugin manager: discovery, guarded loading and the kernel tables share one registry and one lock"
     ),
-    "packages/kiln/src/kiln/_ops/elementwise.py": (
-        "the basic elementwise ops (arithmetic, pow, comparisons, where) with the shared meta and reference "
-        "builders every elementwise module imports; pow's special exponents took it past the limit, and pow "
-        "and the comparisons are the next to move to modules of their own"
-    ),
     "packages/kiln/src/kiln/_ops/activation.py": (
         "one topic, torch.nn.functional's elementwise activations, each with its meta function, reference "
         "kernel, backward formula and decomposition side by side"

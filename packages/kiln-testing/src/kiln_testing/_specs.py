@@ -1131,6 +1131,8 @@ SPECS: dict[str, OpSpec] = {
 for _area in ("conv", "pool", "norm", "loss", "activation"):
     SPECS.update(importlib.import_module(f"kiln_testing._specs_nn_{_area}").SPECS)
 SPECS.update(importlib.import_module("kiln_testing._specs_random").SPECS)  # samplers, unfold (_specs_random.py)
+SPECS.update(importlib.import_module("kiln_testing._specs_special").SPECS)  # kiln.special (_specs_special.py)
+SPECS.update(importlib.import_module("kiln_testing._specs_math").SPECS)  # math and linalg ops (_specs_math.py)
 
 INTERNAL_ONLY: frozenset[str] = frozenset()
 """Ops that no spec can call on their own (none today): listed here, they are reported, never failed."""

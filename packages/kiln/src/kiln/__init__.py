@@ -155,7 +155,16 @@ from kiln._ops.creation import (
 from kiln._ops.cumulative import cummax, cummin, logcumsumexp, renorm
 from kiln._ops.decompositions import det, inverse, slogdet
 from kiln._ops.distance import cosine_similarity, pairwise_distance, pdist
-from kiln._ops.dropout import alpha_dropout, dropout, feature_alpha_dropout
+from kiln._ops.dropout import (
+    alpha_dropout,
+    alpha_dropout_,
+    dropout,
+    dropout_,
+    feature_alpha_dropout,
+    feature_alpha_dropout_,
+    feature_dropout,
+    feature_dropout_,
+)
 from kiln._ops.einsum import einsum
 from kiln._ops.elementwise import (
     abs,
@@ -199,10 +208,8 @@ from kiln._ops.factories import (
     tril_indices,
     triu_indices,
 )
-from kiln._ops.gamma import digamma, lgamma, mvlgamma, polygamma
 from kiln._ops.gather_scatter import gather, scatter, scatter_add, scatter_reduce, take_along_dim
 from kiln._ops.histogram import bincount, histc, histogram, histogramdd
-from kiln._ops.igamma import igamma, igammac
 from kiln._ops.index import (
     index_add,
     index_copy,
@@ -301,9 +308,10 @@ from kiln._ops.linalg import matmul, mm
 from kiln._ops.lu import legacy_lu as lu
 from kiln._ops.lu import legacy_lu_solve as lu_solve
 from kiln._ops.lu import lu_unpack
+from kiln._ops.matrix_functions import legacy_matrix_power as matrix_power
 from kiln._ops.matrix_functions import legacy_qr as qr
 from kiln._ops.matrix_functions import legacy_svd as svd
-from kiln._ops.matrix_functions import logdet, matrix_exp, matrix_power, pinverse
+from kiln._ops.matrix_functions import logdet, matrix_exp, pinverse
 from kiln._ops.nn_conv import conv1d, conv2d, conv3d, conv_transpose1d, conv_transpose2d, conv_transpose3d, convolution
 from kiln._ops.normalization import group_norm, layer_norm, rms_norm
 from kiln._ops.pad import constant_pad_nd

@@ -12,6 +12,7 @@ import numpy as np
 
 from kiln import _dtype as dt
 from kiln._dispatch import op
+from kiln._ops.comparison import ne
 from kiln._ops.elementwise import (
     _arg,
     _compute_np,
@@ -22,7 +23,6 @@ from kiln._ops.elementwise import (
     bitwise_and,
     bitwise_or,
     div,
-    ne,
     where,
 )
 from kiln._ops.math_args import Number, _as_float, _binary_ref, _need_tensor, _not_implemented, _operand, _rounded

@@ -24,8 +24,13 @@ __all__ = ["dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "f
 
 TOP_LEVEL = (
     "alpha_dropout",
+    "alpha_dropout_",
     "dropout",
+    "dropout_",
     "feature_alpha_dropout",
+    "feature_alpha_dropout_",
+    "feature_dropout",
+    "feature_dropout_",
 )
 """The names ``kiln`` exports at its top level (as ``torch`` does)."""
 
@@ -204,3 +209,37 @@ def dropout3d(input, p=0.5, training=True, inplace=False):
     if nd not in (4, 5):
         _deprecated_rank(3, nd)
     return _batched_feature_dropout(input, p, training, inplace, nd == 5)
+
+
+# ---------------------------------------------------------------------------------------- torch's low-level names
+
+
+def _low_level(feature: bool, alpha: bool, inplace: bool):
+    """``torch.dropout``-style functions ``(input, p, train)`` (``p`` outside ``[0, 1]`` is a RuntimeError)."""
+
+    def fn(input: Tensor, p: float, train: bool) -> Tensor:
+        if not 0.0 <= p <= 1.0:
+            raise RuntimeError(f"dropout probability has to be between 0 and 1, but got {p}")
+        if p == 1 and train and not alpha:
+            return input.mul_(0) if inplace else input * 0
+        out = _dropout_impl(input, p, train, inplace, feature, alpha)
+        return out if inplace or out is not input else input.clone()
+
+    return fn
+
+
+dropout_ = _low_level(False, False, True)
+dropout_.__doc__ = "In-place :func:`dropout` with PyTorch's low-level signature ``(input, p, train)``."
+alpha_dropout_ = _low_level(False, True, True)
+alpha_dropout_.__doc__ = "In-place :func:`alpha_dropout` with the signature ``(input, p, train)``."
+feature_alpha_dropout_ = _low_level(True, True, True)
+feature_alpha_dropout_.__doc__ = "In-place :func:`feature_alpha_dropout` with the signature ``(input, p, train)``."
+feature_dropout = _low_level(True, False, False)
+feature_dropout.__doc__ = (
+    "Dropout of whole channels (one draw per sample and channel) with the signature ``(input, p, train)``."
+)
+feature_dropout_ = _low_level(True, False, True)
+feature_dropout_.__doc__ = "In-place :func:`feature_dropout`."
+for _name in ("dropout_", "alpha_dropout_", "feature_alpha_dropout_", "feature_dropout", "feature_dropout_"):
+    globals()[_name].__name__ = globals()[_name].__qualname__ = _name
+del _name

@@ -1,4 +1,4 @@
-"""Elementwise ops: arithmetic with broadcasting, unary math, comparisons, ``where``.
+"""Elementwise ops: arithmetic with broadcasting, unary math, ``where`` (the comparisons are in :mod:`.comparison`).
 
 Families share one meta and one reference builder each, so a new op is one ``op(...)`` definition.
 Half-precision inputs (float16, bfloat16) are computed in float32 and rounded once, as PyTorch's CPU
@@ -28,25 +28,14 @@ TOP_LEVEL = (
     "cos",
     "div",
     "divide",
-    "eq",
     "exp",
-    "ge",
-    "greater",
-    "greater_equal",
-    "gt",
     "isnan",
-    "le",
-    "less",
-    "less_equal",
     "log",
     "logical_not",
-    "lt",
     "mul",
     "multiply",
-    "ne",
     "neg",
     "negative",
-    "not_equal",
     "pow",
     "relu",
     "sigmoid",
@@ -434,44 +423,6 @@ def _rpow(self, other):
 
 
 Tensor.__rpow__ = _rpow
-
-
-# ---------------------------------------------------------------------------------------- comparisons
-
-
-def _compare(name: str, np_fn, dunder: str, doc: str, decompose=None):
-    @op(
-        tags=("pointwise",),
-        inplace=True,
-        meta=binary_meta(name, bool_result=True),
-        reference=binary_reference(np_fn),
-        name=name,
-        doc=doc,
-        methods=(name, dunder),
-        decompose=decompose,
-    )
-    def comparison(input: Tensor, other: Tensor | Number) -> Tensor:
-        pass
-
-    return comparison
-
-
-eq = _compare("eq", np.equal, "__eq__", "Elementwise ``input == other`` as a bool tensor, broadcasting.")
-
-
-def _ne_decomposed(input, other):
-    """``ne`` in kiln ops: ``not (input == other)`` (NaN is unequal to everything, itself included)."""
-    return logical_not(eq(input, other))
-
-
-ne = _compare(
-    "ne", np.not_equal, "__ne__", "Elementwise ``input != other`` as a bool tensor, broadcasting.", _ne_decomposed
-)
-lt = _compare("lt", np.less, "__lt__", "Elementwise ``input < other`` as a bool tensor, broadcasting.")
-le = _compare("le", np.less_equal, "__le__", "Elementwise ``input <= other`` as a bool tensor, broadcasting.")
-gt = _compare("gt", np.greater, "__gt__", "Elementwise ``input > other`` as a bool tensor, broadcasting.")
-ge = _compare("ge", np.greater_equal, "__ge__", "Elementwise ``input >= other`` as a bool tensor, broadcasting.")
-greater, greater_equal, less, less_equal, not_equal = gt, ge, lt, le, ne
 
 
 def _bitwise_meta(name):

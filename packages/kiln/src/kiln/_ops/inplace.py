@@ -24,3 +24,83 @@ def install_inplace_methods() -> None:
         method = inplace_variant(opdef.public, f"{opdef.name}_", doc, opdef.inplace_saves_self)
         for name in opdef.inplace_methods:
             setattr(Tensor, name, method)
+
+
+# ---------------------------------------------------------------------------------------- top-level forms
+
+TOP_LEVEL = (
+    "abs_",
+    "acos_",
+    "acosh_",
+    "addmv_",
+    "arccos_",
+    "arccosh_",
+    "arcsin_",
+    "arcsinh_",
+    "arctan_",
+    "arctanh_",
+    "asin_",
+    "asinh_",
+    "atan_",
+    "atanh_",
+    "ceil_",
+    "clamp_",
+    "clamp_max_",
+    "clamp_min_",
+    "clip_",
+    "cos_",
+    "cosh_",
+    "deg2rad_",
+    "exp2_",
+    "exp_",
+    "expm1_",
+    "fix_",
+    "floor_",
+    "frac_",
+    "gcd_",
+    "lcm_",
+    "ldexp_",
+    "log10_",
+    "log1p_",
+    "log2_",
+    "log_",
+    "logit_",
+    "nan_to_num_",
+    "neg_",
+    "negative_",
+    "rad2deg_",
+    "reciprocal_",
+    "relu_",
+    "round_",
+    "rsqrt_",
+    "sigmoid_",
+    "sin_",
+    "sinh_",
+    "sqrt_",
+    "square_",
+    "tan_",
+    "tanh_",
+    "trunc_",
+)
+"""The in-place functions ``kiln`` exports at its top level, as ``torch`` does (``kiln.exp_(t)`` is
+``t.exp_()``): each is made from the ``Tensor`` method of that name, with the out-of-place function's
+signature."""
+
+
+def _top_level_inplace(name: str):
+    """``kiln.<name>``: calls ``Tensor.<name>`` (looked up per call: the methods derived from op records are
+    bound after this module is imported), with the signature of ``Tensor.<name without _>``."""
+    import inspect
+
+    def fn(*args, **kwargs):
+        return getattr(Tensor, name)(*args, **kwargs)
+
+    base = name[:-1]
+    fn.__name__ = fn.__qualname__ = name
+    fn.__signature__ = inspect.signature(getattr(Tensor, base))
+    fn.__doc__ = f"In-place version of :func:`kiln.{base}`: writes the result into ``input`` and returns it."
+    return fn
+
+
+for _name in TOP_LEVEL:
+    globals()[_name] = _top_level_inplace(_name)

@@ -46,8 +46,8 @@ def _one_hot_ref(spec, a, num_classes=-1):
 def _one_hot_decomposed(tensor, num_classes=-1):
     """``one_hot`` in kiln ops: ``tensor[..., None] == arange(num_classes)`` as int64 (the meta function
     infers and checks the number of classes)."""
+    from kiln._ops.comparison import eq
     from kiln._ops.creation import arange
-    from kiln._ops.elementwise import eq
 
     classes = _one_hot_meta(tensor, num_classes)[0][-1]
     return eq(tensor.unsqueeze(-1), arange(classes, device=tensor._device)).to(dt.int64)

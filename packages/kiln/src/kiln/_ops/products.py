@@ -142,8 +142,8 @@ def _scaled_sum(base, prod, beta, alpha):
     _expand_check(tuple(base.shape), tgt)
     base = base.expand(tgt)
     out = prod if alpha == 1 else prod * alpha
-    if beta == 0:  # PyTorch ignores base's values (NaN included) but still broadcasts it
-        return out + _zeros_like(base)
+    if beta == 0:  # PyTorch ignores base's values (NaN included) but still broadcasts it, and its gradient is 0
+        return out + base.nan_to_num() * 0
     return out + (base if beta == 1 else base * beta)
 
 
@@ -361,6 +361,15 @@ def cross(input: Tensor, other: Tensor, *, dim: int = -1) -> Tensor:
     _check_tensors("linalg_cross", input=input, other=other)
     if input.dim() != other.dim():
         raise RuntimeError("linalg.cross: inputs must have the same number of dimensions.")
+    if input.dtype is not other.dtype:
+        raise RuntimeError(
+            f"expected scalar type {scalar_type_name(input.dtype)} but found {scalar_type_name(other.dtype)}"
+        )
+    if input.dtype is dt.bool:
+        raise NotImplementedError("\"cross\" not implemented for 'Bool'")
+    from kiln._ops._meta import wrap_dim
+
+    wrap_dim(dim, input.dim())  # PyTorch's IndexError for a dim out of range
     if input.shape[dim] != 3 or other.shape[dim] != 3:
         raise RuntimeError(
             f"linalg.cross: inputs dimension {dim} must have length 3. Got {input.shape[dim]} and {other.shape[dim]}"

@@ -10,9 +10,10 @@ from collections import namedtuple
 import numpy as np
 
 from kiln import _dtype as dt
-from kiln._dispatch import op
+from kiln._dispatch import check_out_args, op, write_out
 from kiln._ops._meta import reduce_dims, scalar_type_name, wrap_dim
-from kiln._ops.elementwise import _compute_np, binary_meta, binary_reference, eq, gt, lt, where
+from kiln._ops.comparison import eq, gt, lt
+from kiln._ops.elementwise import _compute_np, binary_meta, binary_reference, where
 from kiln._spec import DimSpec, ReductionSpec
 from kiln._tensor import Tensor, _numel
 
@@ -400,7 +401,7 @@ def minimum(input: Tensor, other: Tensor) -> Tensor:
 
 
 def _extreme(name, all_op, dim_op, binary_op, tuple_type):
-    def fn(input, dim=None, keepdim=False, *, other=None, out=None):
+    def compute(input, dim, keepdim, other):
         if other is not None:
             return binary_op(input, other)
         if isinstance(dim, Tensor):
@@ -410,6 +411,12 @@ def _extreme(name, all_op, dim_op, binary_op, tuple_type):
                 raise TypeError(f"{name}() received an invalid combination of arguments - got keepdim without dim")
             return all_op(input)
         return tuple_type(*dim_op(input, dim, keepdim))
+
+    def fn(input, dim=None, keepdim=False, *, other=None, out=None):
+        if out is None:
+            return compute(input, dim, keepdim, other)
+        check_out_args(name, (input, dim, other))
+        return write_out(name, compute(input, dim, keepdim, other), out)
 
     fn.__name__ = fn.__qualname__ = name
     return fn
@@ -516,7 +523,7 @@ def _any_decomposed(input, dim=None, keepdim=False):
 
 
 def _ne_zero(input):
-    from kiln._ops.elementwise import ne
+    from kiln._ops.comparison import ne
 
     return ne(input, 0)
 

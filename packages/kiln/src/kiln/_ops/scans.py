@@ -17,7 +17,8 @@ import numpy as np
 from kiln import _dtype as dt
 from kiln._dispatch import op
 from kiln._ops._meta import astype, reduce_dims, wrap_dim
-from kiln._ops.elementwise import _compute_np, eq, exp, ge, isnan, logical_not, where
+from kiln._ops.comparison import eq, ge
+from kiln._ops.elementwise import _compute_np, exp, isnan, logical_not, where
 from kiln._ops.reduction import (
     _all_extreme_backward,
     _check_input,
@@ -419,7 +420,7 @@ def _count_nonzero_meta(input, dim=None):
 
 def _count_nonzero_decomposed(input, dim=None):
     """``count_nonzero`` in kiln ops: the int64 sum of ``input != 0`` (NaN counts)."""
-    from kiln._ops.elementwise import ne
+    from kiln._ops.comparison import ne
 
     return _sum(ne(input, 0), _count_nonzero_meta(input, dim)[3])
 
@@ -686,9 +687,10 @@ def _vector_norm_decomposed(input, ord=2, dim=None, keepdim=False, *, dtype=None
     """``vector_norm`` in kiln ops, case by case as the reference computes it: the max or min of ``|x|`` for
     ``ord = ±inf``, the count of nonzeros for 0, ``sum(|x|)``, ``sqrt(sum(x * x))``, else
     ``sum(|x| ** ord) ** (1 / ord)`` (computed in float32 for half precision)."""
+    from kiln._ops.comparison import ne
     from kiln._ops.elementwise import abs as _abs
-    from kiln._ops.elementwise import ne, sqrt
     from kiln._ops.elementwise import pow as _pow
+    from kiln._ops.elementwise import sqrt
     from kiln._ops.reduction import amax, amin
 
     _, out, _, dims = _vector_norm_meta(input, ord, dim, keepdim, dtype)

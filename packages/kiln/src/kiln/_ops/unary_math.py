@@ -505,14 +505,14 @@ def _classify(name: str, fn, non_float: bool, doc: str, decompose=None):
 
 def _isposinf_decomposed(input):
     """``isposinf`` in kiln ops: ``input == inf`` (never true for integers)."""
-    from kiln._ops.elementwise import eq
+    from kiln._ops.comparison import eq
 
     return eq(input, math.inf)
 
 
 def _isneginf_decomposed(input):
     """``isneginf`` in kiln ops: ``input == -inf``."""
-    from kiln._ops.elementwise import eq
+    from kiln._ops.comparison import eq
 
     return eq(input, -math.inf)
 
@@ -520,7 +520,7 @@ def _isneginf_decomposed(input):
 def _isinf_decomposed(input):
     """``isinf`` in kiln ops: ``input == inf or input == -inf``."""
     from kiln._ops.binary_math import logical_or
-    from kiln._ops.elementwise import eq
+    from kiln._ops.comparison import eq
 
     return logical_or(eq(input, math.inf), eq(input, -math.inf))
 
@@ -571,8 +571,9 @@ def _nan_to_num_ref(spec, a, nan=0.0, posinf=None, neginf=None):
 def _nan_to_num_decomposed(input, nan=0.0, posinf=None, neginf=None):
     """``nan_to_num`` in kiln ops: ``where`` NaN, ``+inf`` and ``-inf`` are, the replacements (the dtype's
     largest finite values by default); integer tensors are unchanged."""
+    from kiln._ops.comparison import eq
     from kiln._ops.creation import tensor
-    from kiln._ops.elementwise import eq, isnan
+    from kiln._ops.elementwise import isnan
 
     d = input._dtype
     if not d.is_floating_point:

@@ -104,3 +104,30 @@ def test_signatures_show_out_but_views_and_inplace_ops_do_not():
     assert "out" not in inspect.signature(kiln.Tensor.add_).parameters
     assert "other" in inspect.signature(kiln.Tensor.add_).parameters
     assert "out" not in inspect.signature(kiln.transpose).parameters
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda L, o: L.zeros(2, 3, out=o),
+        lambda L, o: L.ones((4,), out=o),
+        lambda L, o: L.full((2,), 7.0, out=o),
+        lambda L, o: L.arange(5, out=o),
+        lambda L, o: L.linspace(0, 1, 4, out=o),
+        lambda L, o: L.eye(3, out=o),
+        lambda L, o: L.logspace(0, 2, 3, out=o),
+    ],
+)
+def test_creation_functions_honour_out(call):
+    for_torch, for_kiln = torch.empty(0), kiln.empty(0)
+    assert call(torch, for_torch) is for_torch and call(kiln, for_kiln) is for_kiln
+    np.testing.assert_allclose(for_kiln.numpy(), for_torch.numpy(), rtol=1e-6)
+
+
+def test_creation_layouts():
+    assert kiln.zeros(2, layout=kiln.strided).layout is kiln.strided
+    with pytest.raises(NotImplementedError, match=r"layout=kiln\.sparse_coo"):
+        kiln.zeros(2, layout=kiln.sparse_coo)
+    o = kiln.empty(0, dtype=kiln.int64)
+    kiln.randperm(5, out=o)
+    assert sorted(o.tolist()) == [0, 1, 2, 3, 4]

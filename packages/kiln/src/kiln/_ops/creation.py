@@ -62,16 +62,33 @@ TOP_LEVEL = (
 """The names ``kiln`` exports at its top level (as ``torch`` does)."""
 
 
-def _unsupported(out=None, layout=None, pin_memory=False, memory_format=None) -> None:
-    """PyTorch keywords kiln accepts for signature compatibility but cannot honour yet: refuse, never ignore."""
-    for name, value, default in (("out", out, None), ("layout", layout, None), ("pin_memory", pin_memory, False)):
-        if value is not default and not (isinstance(value, bool) and value == default):
-            raise NotImplementedError(f"kiln does not support {name}= for tensor creation yet (got {value!r})")
+def _unsupported(layout=None, pin_memory=False, memory_format=None) -> None:
+    """PyTorch keywords kiln accepts for signature compatibility but cannot honour yet: refuse, never ignore.
+    (``out=`` is honoured, by :func:`_takes_out`.)"""
+    if layout is not None and getattr(layout, "name", None) != "strided":
+        raise NotImplementedError(f"kiln does not support layout={layout!r} for tensor creation yet")
+    if pin_memory is not False and not (isinstance(pin_memory, bool) and pin_memory is False):
+        raise NotImplementedError(f"kiln does not support pin_memory={pin_memory!r} for tensor creation yet")
     if memory_format is not None and getattr(memory_format, "name", None) not in (
         "preserve_format",
         "contiguous_format",
     ):
         raise NotImplementedError(f"kiln does not support memory_format={memory_format!r} for tensor creation yet")
+
+
+def _takes_out(fn):
+    """A creation function's ``out=``: the new tensor written into ``out`` (PyTorch's rules,
+    :func:`kiln._dispatch.write_out`)."""
+    import functools
+
+    from kiln._dispatch import write_out
+
+    @functools.wraps(fn)
+    def create(*args, out=None, **kwargs):
+        result = fn(*args, **kwargs)
+        return result if out is None else write_out(fn.__name__, result, out)
+
+    return create
 
 
 def _allocating(fn):
@@ -183,6 +200,7 @@ def _size_keyword(name: str, sizes: tuple, size) -> tuple:
     return (tuple(size),)
 
 
+@_takes_out
 def empty(
     *sizes,
     size=None,
@@ -195,17 +213,18 @@ def empty(
     memory_format=None,
 ) -> Tensor:
     """An uninitialised tensor of shape ``size``."""
-    _unsupported(out=out, layout=layout, pin_memory=pin_memory, memory_format=memory_format)
+    _unsupported(layout=layout, pin_memory=pin_memory, memory_format=memory_format)
     size = _size_keyword("empty", sizes, size)
     shape, d, dev = _creation_args(size, dtype, device)
     return _finish(_empty(shape, d, dev), requires_grad)
 
 
+@_takes_out
 def full(
     size, fill_value, *, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False
 ) -> Tensor:
     """A tensor of shape ``size`` filled with ``fill_value`` (dtype inferred from it by default)."""
-    _unsupported(out=out, layout=layout, pin_memory=pin_memory)
+    _unsupported(layout=layout, pin_memory=pin_memory)
     if isinstance(fill_value, Tensor):
         fill_value = fill_value.item()
     if not is_scalar(fill_value):
@@ -215,21 +234,23 @@ def full(
     return _finish(_full(shape, fill_value, d, dev), requires_grad)
 
 
+@_takes_out
 def zeros(
     *sizes, size=None, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False
 ) -> Tensor:
     """A tensor of zeros of shape ``size``."""
-    _unsupported(out=out, layout=layout, pin_memory=pin_memory)
+    _unsupported(layout=layout, pin_memory=pin_memory)
     size = _size_keyword("zeros", sizes, size)
     shape, d, dev = _creation_args(size, dtype, device, negative="zeros: Dimension size must be non-negative.")
     return _finish(_full(shape, 0, d, dev), requires_grad)
 
 
+@_takes_out
 def ones(
     *sizes, size=None, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False
 ) -> Tensor:
     """A tensor of ones of shape ``size``."""
-    _unsupported(out=out, layout=layout, pin_memory=pin_memory)
+    _unsupported(layout=layout, pin_memory=pin_memory)
     size = _size_keyword("ones", sizes, size)
     shape, d, dev = _creation_args(size, dtype, device)
     return _finish(_full(shape, 1, d, dev), requires_grad)
@@ -530,6 +551,7 @@ def _range_number(x) -> str:
     return f"{x:g}" if isinstance(x, float) else str(x)
 
 
+@_takes_out
 @_allocating
 def arange(
     start=0, end=None, step=1, *, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False
@@ -539,7 +561,7 @@ def arange(
     As in PyTorch, values are ``start + i * step`` computed in the dtype's accumulate type: int64 for
     integer dtypes (start and step truncated first), float32 for float16/bfloat16, double otherwise.
     """
-    _unsupported(out=out, layout=layout, pin_memory=pin_memory)
+    _unsupported(layout=layout, pin_memory=pin_memory)
     start, end, step = _scalar_value(start), _scalar_value(end), _scalar_value(step)
     if end is None:
         start, end = 0, start
@@ -568,10 +590,11 @@ def arange(
     return _finish(from_host(values, d, resolve_device(device)), requires_grad)
 
 
+@_takes_out
 @_allocating
 def linspace(start, end, steps: int, *, dtype=None, device=None, requires_grad=False, out=None, layout=None) -> Tensor:
     """``steps`` evenly spaced values from ``start`` to ``end`` inclusive."""
-    _unsupported(out=out, layout=layout)
+    _unsupported(layout=layout)
     start, end = _scalar_value(start), _scalar_value(end)
     if not isinstance(steps, numbers.Integral) or steps < 0:
         raise RuntimeError("number of steps must be non-negative")
@@ -589,10 +612,11 @@ def linspace(start, end, steps: int, *, dtype=None, device=None, requires_grad=F
     return _finish(from_host(values, d, resolve_device(device)), requires_grad)
 
 
+@_takes_out
 @_allocating
 def eye(n: int, m: int | None = None, *, dtype=None, device=None, requires_grad=False, out=None, layout=None) -> Tensor:
     """A 2-D tensor with ones on the diagonal."""
-    _unsupported(out=out, layout=layout)
+    _unsupported(layout=layout)
     if n < 0:
         raise RuntimeError(f"n must be greater or equal to 0, got {n}")
     if m is not None and m < 0:

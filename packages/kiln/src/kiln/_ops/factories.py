@@ -25,6 +25,7 @@ from kiln._ops.creation import (
     _finish,
     _range_number,
     _scalar_value,
+    _takes_out,
     _unsupported,
     linspace,
 )
@@ -66,6 +67,7 @@ def set_default_device(device) -> None:
 # ---------------------------------------------------------------------------------------- ranges
 
 
+@_takes_out
 @_allocating
 def logspace(
     start,
@@ -80,7 +82,7 @@ def logspace(
     requires_grad: bool = False,
 ) -> Tensor:
     """``steps`` values from ``base ** start`` to ``base ** end`` inclusive, evenly spaced in the exponent."""
-    _unsupported(out=out, layout=layout)
+    _unsupported(layout=layout)
     d = _dtype_arg(dtype) or dt.get_default_dtype()
     if d is dt.bool:
         raise NotImplementedError(f"\"logspace_cpu\" not implemented for '{scalar_type_name(d)}'")
@@ -94,6 +96,7 @@ def logspace(
     return _finish(from_host(values, d, resolve_device(device)), requires_grad)
 
 
+@_takes_out
 @_allocating
 def range(  # noqa: A001 - PyTorch's name; the module uses no builtin range
     start=0,
@@ -110,7 +113,7 @@ def range(  # noqa: A001 - PyTorch's name; the module uses no builtin range
     says otherwise. Deprecated, as in PyTorch (it warns): use :func:`kiln.arange`, which excludes ``end``."""
     if end is None:
         raise TypeError('range() missing 1 required positional arguments: "end"')
-    _unsupported(out=out, layout=layout)
+    _unsupported(layout=layout)
     warnings.warn(
         "kiln.range is deprecated and will be removed in a future release because its behavior is inconsistent "
         "with Python's range builtin. Instead, use kiln.arange, which produces values in [start, end).",

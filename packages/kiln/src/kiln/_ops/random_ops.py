@@ -32,6 +32,7 @@ from kiln._ops.creation import (
     _like,
     _scalar_value,
     _size_keyword,
+    _takes_out,
     _unsupported,
     zeros_like,
 )
@@ -65,6 +66,7 @@ def _generator(generator, dev):
     return generator if generator is not None else default_generator(dev)
 
 
+@_takes_out
 @_allocating
 def rand(
     *sizes,
@@ -78,7 +80,7 @@ def rand(
     pin_memory=False,
 ) -> Tensor:
     """Uniform random values in ``[0, 1)`` of shape ``size``."""
-    _unsupported(out=out, layout=layout, pin_memory=pin_memory)
+    _unsupported(layout=layout, pin_memory=pin_memory)
     size = _size_keyword("rand", sizes, size)
     shape, d, dev = _creation_args(size, dtype, device)
     if not d.is_floating_point:
@@ -88,6 +90,7 @@ def rand(
     return _finish(from_host(values, d, dev), requires_grad)
 
 
+@_takes_out
 @_allocating
 def randn(
     *sizes,
@@ -101,7 +104,7 @@ def randn(
     pin_memory=False,
 ) -> Tensor:
     """Standard normal random values of shape ``size``."""
-    _unsupported(out=out, layout=layout, pin_memory=pin_memory)
+    _unsupported(layout=layout, pin_memory=pin_memory)
     size = _size_keyword("randn", sizes, size)
     shape, d, dev = _creation_args(size, dtype, device)
     if not d.is_floating_point:
@@ -111,6 +114,7 @@ def randn(
     return _finish(from_host(values, d, dev), requires_grad)
 
 
+@_takes_out
 @_allocating
 def randint(
     *args,
@@ -126,7 +130,7 @@ def randint(
     pin_memory=False,
 ) -> Tensor:
     """Random integers in ``[low, high)``: ``randint(high, size)`` or ``randint(low, high, size)``."""
-    _unsupported(out=out, layout=layout, pin_memory=pin_memory)
+    _unsupported(layout=layout, pin_memory=pin_memory)
     args = list(args)
     if size is None:
         if not args:
@@ -153,13 +157,14 @@ def randint(
     return _finish(from_host(values, d, dev), requires_grad)
 
 
+@_takes_out
 @_allocating
 def randperm(
     n: int, *, generator=None, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False
 ) -> Tensor:
     """A random permutation of the integers from 0 to ``n - 1`` (int64 unless ``dtype`` says otherwise),
     drawn from ``generator`` (the device's default generator when None)."""
-    _unsupported(out=out, layout=layout, pin_memory=pin_memory)
+    _unsupported(layout=layout, pin_memory=pin_memory)
     n = int(_scalar_value(n))
     if n < 0:
         raise RuntimeError(f"Trying to create tensor with negative dimension {n}: [{n}]")

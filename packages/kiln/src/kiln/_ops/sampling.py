@@ -12,6 +12,7 @@ import numbers
 import numpy as np
 
 from kiln import _dtype as dt
+from kiln._dispatch import with_out
 from kiln._ops._meta import scalar_type_name
 from kiln._tensor import Tensor
 
@@ -23,7 +24,8 @@ TOP_LEVEL = __all__
 _MAX_CATEGORIES = 2**24
 
 
-def multinomial(input: Tensor, num_samples: int, replacement: bool = False, *, generator=None, out=None) -> Tensor:
+@with_out
+def multinomial(input: Tensor, num_samples: int, replacement: bool = False, *, generator=None) -> Tensor:
     """``num_samples`` category indices (int64) drawn from each row of ``input``, a 1-D or 2-D tensor of
     non-negative weights (not necessarily summing to one), as ``torch.multinomial``.
 
@@ -32,10 +34,8 @@ def multinomial(input: Tensor, num_samples: int, replacement: bool = False, *, g
     order. The result has shape ``(num_samples,)`` or ``(rows, num_samples)``.
     """
     from kiln._ops.copy import from_host
-    from kiln._ops.creation import _unsupported
     from kiln._ops.random_ops import _generator
 
-    _unsupported(out=out)
     if not isinstance(input, Tensor):
         raise TypeError(f"multinomial(): argument 'input' (position 1) must be Tensor, not {type(input).__name__}")
     if isinstance(num_samples, bool) or not isinstance(num_samples, numbers.Integral):

@@ -1,19 +1,10 @@
-"""Linear algebra the Gaussian distributions share: triangular solves, Mahalanobis distances, the scale
-factor of a precision matrix."""
+"""Linear algebra the Gaussian distributions share: Mahalanobis distances, the scale factor of a
+precision matrix."""
 
 from __future__ import annotations
 
 import kiln
 from kiln._tensor import Tensor
-
-
-def solve_lower(lower: Tensor, rhs: Tensor) -> Tensor:
-    """``X`` with ``lower @ X == rhs`` for lower-triangular ``lower`` (only its lower triangle is read, so
-    the gradient reaches only that triangle) and a (batch of) matrix ``rhs``; batch dimensions broadcast.
-    Both are expanded to one batch shape first, so ``rhs`` is never read as a batch of vectors."""
-    batch = kiln.broadcast_shapes(tuple(lower.shape[:-2]), tuple(rhs.shape[:-2]))
-    lower = lower.expand(batch + tuple(lower.shape[-2:]))
-    return kiln.linalg.solve(lower.tril(), rhs.expand(batch + tuple(rhs.shape[-2:])))
 
 
 def batch_mv(mat: Tensor, vec: Tensor) -> Tensor:
@@ -28,11 +19,11 @@ def batch_mahalanobis(lower: Tensor, x: Tensor) -> Tensor:
     n = x.shape[-1]
     outer = x.dim() - 1 - (lower.dim() - 2)
     if outer <= 0:
-        return solve_lower(lower, x.unsqueeze(-1)).squeeze(-1).pow(2).sum(-1)
+        return kiln.linalg.solve_triangular(lower, x.unsqueeze(-1), upper=False).squeeze(-1).pow(2).sum(-1)
     sample, batch = tuple(x.shape[:outer]), tuple(x.shape[outer:-1])
     k = len(batch)
     cols = x.reshape((-1,) + batch + (n,)).permute(tuple(range(1, k + 2)) + (0,))  # batch, n, samples
-    m = solve_lower(lower, cols).pow(2).sum(-2)  # batch, samples
+    m = kiln.linalg.solve_triangular(lower, cols, upper=False).pow(2).sum(-2)  # batch, samples
     return m.permute((k,) + tuple(range(k))).reshape(sample + batch)
 
 
@@ -43,4 +34,4 @@ def precision_to_scale_tril(precision: Tensor) -> Tensor:
     lf = kiln.linalg.cholesky(precision.flip((-2, -1)))
     l_inv = lf.flip((-2, -1)).mT
     eye = kiln.eye(precision.shape[-1], dtype=precision.dtype, device=precision.device)
-    return solve_lower(l_inv, eye)
+    return kiln.linalg.solve_triangular(l_inv, eye, upper=False)

@@ -411,13 +411,13 @@ class _PositiveSemidefinite(_Symmetric):
 
 
 class _PositiveDefinite(_Symmetric):
-    """Symmetric matrices whose eigenvalues are all ``> 0``."""
+    """Symmetric matrices with a Cholesky factorisation (all eigenvalues ``> 0``)."""
 
     def check(self, value):
         sym = super().check(value)
         if not bool(sym.all()):
             return sym
-        return (kiln.linalg.eigvalsh(value) > 0).all(-1)
+        return kiln.linalg.cholesky_ex(value).info == 0
 
 
 class _Cat(Constraint):

@@ -19,7 +19,7 @@ from kiln.distributions._kl_registry import (
     kl_divergence,
     register_kl,
 )
-from kiln.distributions._linalg import batch_mahalanobis, solve_lower
+from kiln.distributions._linalg import batch_mahalanobis
 from kiln.distributions.bernoulli import Bernoulli
 from kiln.distributions.beta import Beta
 from kiln.distributions.binomial import Binomial
@@ -172,10 +172,14 @@ def _check_event_shapes(p, q, what: str) -> None:
         raise ValueError(f"KL-divergence between two {what} with{' ' * 26}different event shapes cannot be computed")
 
 
+def _solve_lower(lower: Tensor, rhs: Tensor) -> Tensor:
+    return kiln.linalg.solve_triangular(lower, rhs, upper=False)
+
+
 def _woodbury_factor(q) -> Tensor:
     """``A = C^-1 W^T D^-1`` for ``q``'s capacitance factor ``C``, so ``Sigma_q^-1 = D^-1 - A^T A``."""
     wt_dinv = q._unbroadcasted_cov_factor.mT / q._unbroadcasted_cov_diag.unsqueeze(-2)
-    return solve_lower(q._capacitance_tril, wt_dinv)
+    return _solve_lower(q._capacitance_tril, wt_dinv)
 
 
 def _lowrank_q_terms(p, q) -> tuple[Tensor, Tensor]:
@@ -219,8 +223,8 @@ def _kl_lowrank_multivariatenormal(p, q):
     log_det_p = _lowrank_logdet(p._unbroadcasted_cov_factor, p._unbroadcasted_cov_diag, p._capacitance_tril)
     maha = batch_mahalanobis(ql, q.loc - p.loc)
     pd_sqrt = p._unbroadcasted_cov_diag.sqrt()
-    trace = _trace_xxt(solve_lower(ql, p._unbroadcasted_cov_factor)) + _trace_xxt(
-        solve_lower(ql, pd_sqrt.unsqueeze(-1) * kiln.eye(pd_sqrt.shape[-1], dtype=ql.dtype, device=ql.device))
+    trace = _trace_xxt(_solve_lower(ql, p._unbroadcasted_cov_factor)) + _trace_xxt(
+        _solve_lower(ql, pd_sqrt.unsqueeze(-1) * kiln.eye(pd_sqrt.shape[-1], dtype=ql.dtype, device=ql.device))
     )
     return 0.5 * (2 * _half_log_det(ql) - log_det_p + trace + maha - p.event_shape[0])
 
@@ -230,7 +234,7 @@ def _kl_multivariatenormal_multivariatenormal(p, q):
     _check_event_shapes(p, q, "Multivariate Normals")
     pl, ql = p._unbroadcasted_scale_tril, q._unbroadcasted_scale_tril
     n = p.event_shape[0]
-    trace = _trace_xxt(solve_lower(ql, pl))
+    trace = _trace_xxt(_solve_lower(ql, pl))
     return _half_log_det(ql) - _half_log_det(pl) + 0.5 * (trace + batch_mahalanobis(ql, q.loc - p.loc) - n)
 
 

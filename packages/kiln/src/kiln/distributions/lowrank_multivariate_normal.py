@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import kiln
 from kiln._tensor import Size, Tensor
 from kiln.distributions import constraints
-from kiln.distributions._linalg import batch_mahalanobis, batch_mv, solve_lower
+from kiln.distributions._linalg import batch_mahalanobis, batch_mv
 from kiln.distributions.distribution import Distribution
 from kiln.distributions.utils import _standard_normal, lazy_property
 
@@ -132,7 +132,7 @@ class LowRankMultivariateNormal(Distribution):
         """The precision matrix (by the Woodbury identity)."""
         d = self._unbroadcasted_cov_diag
         wt_dinv = self._unbroadcasted_cov_factor.mT / d.unsqueeze(-2)
-        a = solve_lower(self._capacitance_tril, wt_dinv)
+        a = kiln.linalg.solve_triangular(self._capacitance_tril, wt_dinv, upper=False)
         eye = kiln.eye(d.shape[-1], dtype=d.dtype, device=d.device)
         return (d.reciprocal().unsqueeze(-1) * eye - a.mT @ a).expand(self._matrix_shape())
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import kiln
 from kiln._tensor import Size, Tensor
 from kiln.distributions import constraints
-from kiln.distributions._linalg import batch_mahalanobis, batch_mv, precision_to_scale_tril, solve_lower
+from kiln.distributions._linalg import batch_mahalanobis, batch_mv, precision_to_scale_tril
 from kiln.distributions.distribution import Distribution
 from kiln.distributions.utils import _standard_normal, lazy_property
 
@@ -101,10 +101,7 @@ class MultivariateNormal(Distribution):
     @lazy_property
     def precision_matrix(self) -> Tensor:
         """The precision matrix (the inverse of the covariance)."""
-        lower = self._unbroadcasted_scale_tril
-        eye = kiln.eye(lower.shape[-1], dtype=lower.dtype, device=lower.device)
-        inv = solve_lower(lower, eye)
-        return kiln.matmul(inv.mT, inv).expand(self._matrix_shape())
+        return kiln.cholesky_inverse(self._unbroadcasted_scale_tril).expand(self._matrix_shape())
 
     @property
     def mean(self) -> Tensor:

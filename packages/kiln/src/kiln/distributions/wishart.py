@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import kiln
 from kiln._tensor import Size, Tensor
 from kiln.distributions import constraints
-from kiln.distributions._linalg import precision_to_scale_tril, solve_lower
+from kiln.distributions._linalg import precision_to_scale_tril
 from kiln.distributions.chi2 import Chi2
 from kiln.distributions.exp_family import ExponentialFamily
 from kiln.distributions.utils import lazy_property, vec_to_tril_matrix
@@ -137,12 +137,9 @@ class Wishart(ExponentialFamily):
     @lazy_property
     def precision_matrix(self) -> Tensor:
         """The inverse of the scale matrix."""
-        inv = self._scale_tril_inverse()
-        return (inv.mT @ inv).expand(self._matrix_shape())
-
-    def _scale_tril_inverse(self) -> Tensor:
         lower = self._unbroadcasted_scale_tril
-        return solve_lower(lower, kiln.eye(lower.shape[-1], dtype=lower.dtype, device=lower.device))
+        eye = kiln.eye(lower.shape[-1], dtype=lower.dtype, device=lower.device)
+        return kiln.cholesky_solve(eye, lower).expand(self._matrix_shape())
 
     def _df_matrix(self) -> Tensor:
         return self.df.view(tuple(self._batch_shape) + (1, 1))
@@ -204,8 +201,7 @@ class Wishart(ExponentialFamily):
             self._validate_sample(value)
         nu, p = self.df, self._event_shape[-1]
         half_log_det = self._unbroadcasted_scale_tril.diagonal(dim1=-2, dim2=-1).log().sum(-1)
-        inv = self._scale_tril_inverse()
-        trace = ((inv @ value) * inv).sum((-2, -1))  # trace(Sigma^-1 X) = trace(L^-1 X L^-T)
+        trace = kiln.cholesky_solve(value, self._unbroadcasted_scale_tril).diagonal(dim1=-2, dim2=-1).sum(-1)
         return (
             -nu * (p * _LOG_2 / 2 + half_log_det)
             - kiln.mvlgamma(nu / 2, p=p)

@@ -12,9 +12,28 @@ import kiln
 from kiln import Tensor, addmm, einsum
 from kiln import nn_functional as _core
 from kiln.backend import composite
+from kiln.nn import _attention, _fractional, _functional_misc, _grid, _pooling
+from kiln.nn._attention import *  # noqa: F403
+from kiln.nn._fractional import *  # noqa: F403
+from kiln.nn._functional_misc import *  # noqa: F403
+from kiln.nn._grid import *  # noqa: F403
+from kiln.nn._linear_cross_entropy import *  # noqa: F403
+from kiln.nn._pooling import *  # noqa: F403
 from kiln.nn_functional import *  # noqa: F403 - every name of the core's literal __all__ (IDEs resolve it)
 
-__all__ = [*_core.__all__, "linear", "bilinear", "relu", "sigmoid", "tanh"]
+__all__ = [
+    *_core.__all__,
+    "linear",
+    "bilinear",
+    "relu",
+    "sigmoid",
+    "tanh",
+    *_pooling.__all__,
+    *_fractional.__all__,
+    *_grid.__all__,
+    *_functional_misc.__all__,
+    *_attention.__all__,
+]
 
 
 @composite(autocast="lower")

@@ -6,7 +6,9 @@ random ones take an optional ``generator=`` (a :class:`kiln.Generator`) for repr
 
 from __future__ import annotations
 
+import functools
 import math
+import threading
 import warnings
 
 import numpy as np
@@ -30,7 +32,33 @@ __all__ = [
     "kaiming_normal_",
     "orthogonal_",
     "sparse_",
+    "uniform",
+    "normal",
+    "constant",
+    "eye",
+    "dirac",
+    "xavier_uniform",
+    "xavier_normal",
+    "kaiming_uniform",
+    "kaiming_normal",
+    "orthogonal",
+    "sparse",
 ]
+
+
+_SKIP = threading.local()  # set by kiln.nn.utils.skip_init while it builds a module
+
+
+def _skippable(fn):
+    """``fn`` leaves its tensor untouched (no values, no draws) while ``skip_init`` builds a module."""
+
+    @functools.wraps(fn)
+    def init(tensor, *args, **kwargs):
+        if getattr(_SKIP, "active", False):
+            return tensor
+        return fn(tensor, *args, **kwargs)
+
+    return init
 
 
 def calculate_gain(nonlinearity: str, param: float | None = None) -> float:
@@ -69,18 +97,21 @@ def _fill(tensor: Tensor, values: Tensor) -> Tensor:
     return tensor
 
 
+@_skippable
 def uniform_(tensor: Tensor, a: float = 0.0, b: float = 1.0, generator=None) -> Tensor:
     """Fill with draws from ``U(a, b)``."""
     u = rand(*tensor.shape, generator=_gen(tensor, generator), dtype=tensor.dtype, device=tensor.device)
     return _fill(tensor, u * (b - a) + a)
 
 
+@_skippable
 def normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, generator=None) -> Tensor:
     """Fill with draws from ``N(mean, std²)``."""
     n = randn(*tensor.shape, generator=_gen(tensor, generator), dtype=tensor.dtype, device=tensor.device)
     return _fill(tensor, n * std + mean)
 
 
+@_skippable
 def trunc_normal_(
     tensor: Tensor, mean: float = 0.0, std: float = 1.0, a: float = -2.0, b: float = 2.0, generator=None
 ) -> Tensor:
@@ -105,6 +136,7 @@ def trunc_normal_(
     return _fill(tensor, v)
 
 
+@_skippable
 def constant_(tensor: Tensor, val: float) -> Tensor:
     """Fill with ``val``."""
     with no_grad():
@@ -128,6 +160,7 @@ def _host(array: np.ndarray, like: Tensor) -> Tensor:
     return make(array, dtype=like.dtype, device=like.device)
 
 
+@_skippable
 def eye_(tensor: Tensor) -> Tensor:
     """Fill a 2-D tensor with the identity matrix (ones on the diagonal)."""
     if tensor.ndim != 2:
@@ -135,6 +168,7 @@ def eye_(tensor: Tensor) -> Tensor:
     return _fill(tensor, _host(np.eye(*tensor.shape), tensor))
 
 
+@_skippable
 def dirac_(tensor: Tensor, groups: int = 1) -> Tensor:
     """Fill a 3-, 4- or 5-D convolution weight with the Dirac delta (identity convolution), per group."""
     dims = tensor.ndim
@@ -174,6 +208,7 @@ def _calculate_correct_fan(tensor: Tensor, mode: str) -> int:
     return fan_in if mode == "fan_in" else fan_out
 
 
+@_skippable
 def xavier_uniform_(tensor: Tensor, gain: float = 1.0, generator=None) -> Tensor:
     """Glorot uniform: ``U(-a, a)`` with ``a = gain·√(6 / (fan_in + fan_out))``."""
     fan_in, fan_out = _calculate_fan_in_and_fan_out(tensor)
@@ -182,6 +217,7 @@ def xavier_uniform_(tensor: Tensor, gain: float = 1.0, generator=None) -> Tensor
     return uniform_(tensor, -a, a, generator)
 
 
+@_skippable
 def xavier_normal_(tensor: Tensor, gain: float = 1.0, generator=None) -> Tensor:
     """Glorot normal: ``N(0, std²)`` with ``std = gain·√(2 / (fan_in + fan_out))``."""
     fan_in, fan_out = _calculate_fan_in_and_fan_out(tensor)
@@ -195,6 +231,7 @@ def _kaiming_std(tensor, a, mode, nonlinearity):
     return gain / math.sqrt(fan)
 
 
+@_skippable
 def kaiming_uniform_(
     tensor: Tensor, a: float = 0, mode: str = "fan_in", nonlinearity: str = "leaky_relu", generator=None
 ) -> Tensor:
@@ -206,6 +243,7 @@ def kaiming_uniform_(
     return uniform_(tensor, -bound, bound, generator)
 
 
+@_skippable
 def kaiming_normal_(
     tensor: Tensor, a: float = 0, mode: str = "fan_in", nonlinearity: str = "leaky_relu", generator=None
 ) -> Tensor:
@@ -216,6 +254,7 @@ def kaiming_normal_(
     return normal_(tensor, 0.0, _kaiming_std(tensor, a, mode, nonlinearity), generator)
 
 
+@_skippable
 def orthogonal_(tensor: Tensor, gain: float = 1, generator=None) -> Tensor:
     """Fill with a (semi-)orthogonal matrix (QR of a Gaussian draw, sign-corrected), scaled by ``gain``."""
     if tensor.ndimension() < 2:
@@ -235,6 +274,7 @@ def orthogonal_(tensor: Tensor, gain: float = 1, generator=None) -> Tensor:
     return _fill(tensor, _host((q * gain).reshape(tuple(tensor.shape)), tensor))
 
 
+@_skippable
 def sparse_(tensor: Tensor, sparsity: float, std: float = 0.01, generator=None) -> Tensor:
     """Fill a 2-D tensor from ``N(0, std²)`` with a fraction ``sparsity`` of each column set to zero."""
     if tensor.ndimension() != 2:
@@ -246,3 +286,32 @@ def sparse_(tensor: Tensor, sparsity: float, std: float = 0.01, generator=None) 
     for col_idx in range(cols):
         a[g._rng.permutation(rows)[:num_zeros], col_idx] = 0
     return _fill(tensor, _host(a, tensor))
+
+
+# ---------------------------------------------------------------------------------------- deprecated aliases
+
+
+def _deprecated_alias(fn):
+    """``fn`` under its old name without the trailing ``_``: warns ``FutureWarning``, then calls ``fn``."""
+    old, new = fn.__name__[:-1], fn.__name__
+
+    def alias(*args, **kwargs):
+        warnings.warn(f"`nn.init.{old}` is now deprecated in favor of `nn.init.{new}`.", FutureWarning, stacklevel=2)
+        return fn(*args, **kwargs)
+
+    alias.__name__ = alias.__qualname__ = old
+    alias.__doc__ = f"Deprecated alias of :func:`{new}` (``torch.nn.init.{old}``): warns, then calls it."
+    return alias
+
+
+uniform = _deprecated_alias(uniform_)
+normal = _deprecated_alias(normal_)
+constant = _deprecated_alias(constant_)
+eye = _deprecated_alias(eye_)
+dirac = _deprecated_alias(dirac_)
+xavier_uniform = _deprecated_alias(xavier_uniform_)
+xavier_normal = _deprecated_alias(xavier_normal_)
+kaiming_uniform = _deprecated_alias(kaiming_uniform_)
+kaiming_normal = _deprecated_alias(kaiming_normal_)
+orthogonal = _deprecated_alias(orthogonal_)
+sparse = _deprecated_alias(sparse_)

@@ -1,4 +1,4 @@
-"""``Parameter`` and ``Buffer``: tensors that a :class:`kiln.nn.Module` registers when assigned.
+"""``Parameter`` and ``Buffer`` (and their uninitialised forms for lazy modules): tensors that a :class:`kiln.nn.Module` registers when assigned.
 
 A ``Parameter`` is a :class:`kiln.Tensor` subclass sharing storage (and the version counter) with the
 tensor it wraps, so ``isinstance(p, kiln.Tensor)`` holds and every op accepts it. Ops on a parameter
@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from kiln import Tensor
 
-__all__ = ["Parameter", "Buffer", "UninitializedParameter", "is_lazy"]
+__all__ = [
+    "Parameter",
+    "Buffer",
+    "UninitializedTensorMixin",
+    "UninitializedParameter",
+    "UninitializedBuffer",
+    "is_lazy",
+]
 
 
 def _wrap(cls, data, requires_grad: bool):
@@ -53,29 +60,79 @@ class Parameter(Tensor):
         return _rebuild_parameter, (self.detach(), self.requires_grad)
 
 
-class UninitializedParameter(Parameter):
-    """A parameter whose shape is not known yet (lazy modules); :meth:`materialize` gives it one."""
+_UNINITIALIZED_SHAPE = (
+    "Can't access the shape of an uninitialized parameter or buffer. This error usually happens in "
+    "`load_state_dict` when trying to load an uninitialized parameter into an initialized one. Call `forward` to "
+    "initialize the parameters before accessing their attributes."
+)
+
+
+class UninitializedTensorMixin:
+    """What uninitialised parameters and buffers share (``torch.nn.parameter.UninitializedTensorMixin``): no
+    shape until :meth:`materialize` gives them one and turns them into ``cls_to_become``."""
+
+    cls_to_become: type = Tensor
 
     def materialize(self, shape, device=None, dtype=None) -> None:
-        """Allocate storage of ``shape`` and become a plain :class:`Parameter`."""
-        from kiln import empty, get_default_dtype
+        """Allocate storage of ``shape`` (on ``device``, of ``dtype``: by default those given at construction)
+        and become a plain ``cls_to_become``."""
+        from kiln import empty
 
-        data = empty(*shape, device=device or self.device, dtype=dtype or get_default_dtype())
+        data = empty(*shape, device=device or self.device, dtype=dtype or self.dtype)
         self.data = data
-        self.__class__ = Parameter
+        self.__class__ = self.cls_to_become
+
+    @property
+    def shape(self):
+        """Unknown until materialised: raises PyTorch's ``RuntimeError``."""
+        raise RuntimeError(_UNINITIALIZED_SHAPE)
 
     def __repr__(self) -> str:
-        return "<UninitializedParameter>"
+        return f"<{type(self).__name__}>"
+
+
+def _uninitialized(cls, requires_grad: bool, device, dtype):
+    from kiln import empty
+
+    return Tensor._make_subclass(cls, empty(0, device=device, dtype=dtype), requires_grad)
+
+
+class UninitializedParameter(UninitializedTensorMixin, Parameter):
+    """A parameter whose shape is not known yet (lazy modules); :meth:`materialize` gives it one and makes it
+    a plain :class:`Parameter` (``torch.nn.UninitializedParameter``)."""
+
+    cls_to_become = Parameter
+
+    def __new__(cls, requires_grad: bool = True, device=None, dtype=None):
+        return _uninitialized(cls, requires_grad, device, dtype)
 
     def __deepcopy__(self, memo):
-        out = UninitializedParameter(None, self.requires_grad)
+        out = type(self)(self.requires_grad, self.device, self.dtype)
+        memo[id(self)] = out
+        return out
+
+    def __reduce_ex__(self, protocol):
+        return type(self), (self.requires_grad, self.device, self.dtype)
+
+
+class UninitializedBuffer(UninitializedTensorMixin, Tensor):
+    """A buffer whose shape is not known yet (lazy modules, e.g. ``LazyBatchNorm1d``'s running statistics);
+    :meth:`materialize` gives it one and makes it a plain tensor (``torch.nn.UninitializedBuffer``)."""
+
+    def __new__(cls, requires_grad: bool = False, device=None, dtype=None, persistent: bool = True):
+        out = _uninitialized(cls, requires_grad, device, dtype)
+        out.persistent = persistent
+        return out
+
+    def __deepcopy__(self, memo):
+        out = type(self)(self.requires_grad, self.device, self.dtype, getattr(self, "persistent", True))
         memo[id(self)] = out
         return out
 
 
 def is_lazy(param) -> bool:
-    """True when ``param`` is an :class:`UninitializedParameter`."""
-    return isinstance(param, UninitializedParameter)
+    """True when ``param`` is an uninitialised parameter or buffer (``torch.nn.parameter.is_lazy``)."""
+    return isinstance(param, UninitializedTensorMixin)
 
 
 class Buffer(Tensor):

@@ -1,21 +1,18 @@
-"""What the lazy layers (``LazyLinear``, ``LazyConv*``) share: parameters materialised by the first call."""
+"""What kiln's lazy layers (``LazyLinear``, ``LazyConv*``, the lazy norms) share beyond :class:`LazyModuleMixin`."""
 
 from __future__ import annotations
 
-from kiln.nn.parameter import UninitializedParameter
+from kiln.nn.modules.lazy import LazyModuleMixin
 
 __all__ = ["_LazyModuleMixin"]
 
 
-class _LazyModuleMixin:
-    """Parameters stay :class:`~kiln.nn.UninitializedParameter` until the first call (or a ``load_state_dict``);
-    that call runs ``initialize_parameters(input)``, then the module becomes ``cls_to_become``.
+class _LazyModuleMixin(LazyModuleMixin):
+    """The layer's ``reset_parameters`` waits for the parameters; ``_in_attr`` names the inferred size
+    (``in_features``, ``in_channels``, ``num_features``), 0 until then. The layer's ``__init__`` calls
+    ``Module.__init__`` itself, then :meth:`_register_lazy_hooks`; it may keep ``self._factory`` (device, dtype)
+    for ``initialize_parameters``, dropped once the module is initialised."""
 
-    ``_in_attr`` names the inferred size (``in_features``, ``in_channels``), 0 until then. The subclass
-    registers ``_infer_parameters`` as ``self._lazy_hook`` and keeps ``self._factory`` (device, dtype).
-    """
-
-    cls_to_become = None
     _in_attr = ""
 
     def reset_parameters(self) -> None:
@@ -23,16 +20,6 @@ class _LazyModuleMixin:
         if not self.has_uninitialized_params() and getattr(self, self._in_attr) != 0:
             super().reset_parameters()
 
-    def has_uninitialized_params(self) -> bool:
-        """True until the parameters are materialised."""
-        return any(isinstance(p, UninitializedParameter) for p in self._parameters.values())
-
-    @staticmethod
-    def _infer_parameters(module, args: tuple) -> None:
-        module.initialize_parameters(*args)
-        if module.has_uninitialized_params():
-            raise RuntimeError(f"module {module._get_name()} has not been fully initialized")
-        module._lazy_hook.remove()
-        del module._lazy_hook
-        del module._factory
-        module.__class__ = module.cls_to_become
+    def _infer_parameters(self, module, args, kwargs=None) -> None:
+        super()._infer_parameters(module, args, kwargs)
+        module.__dict__.pop("_factory", None)

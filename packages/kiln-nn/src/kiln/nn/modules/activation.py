@@ -7,10 +7,12 @@ import warnings
 from kiln import Tensor, empty
 from kiln.nn import functional as F
 from kiln.nn import init
+from kiln.nn.modules.attention import MultiheadAttention
 from kiln.nn.modules.module import Module
 from kiln.nn.parameter import Parameter
 
-__all__ = [
+__all__ = [  # MultiheadAttention lives in kiln.nn.modules.attention; PyTorch's path names it here
+    "MultiheadAttention",
     "Threshold",
     "ReLU",
     "RReLU",

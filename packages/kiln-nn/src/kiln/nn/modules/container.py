@@ -12,7 +12,7 @@ from kiln import Tensor
 from kiln.nn.modules.module import Module, _addindent
 from kiln.nn.parameter import Parameter
 
-__all__ = ["Sequential", "ModuleList", "ModuleDict", "ParameterList", "ParameterDict"]
+__all__ = ["Container", "Sequential", "ModuleList", "ModuleDict", "ParameterList", "ParameterDict"]
 
 
 def _abs_index(idx, size: int) -> int:
@@ -20,6 +20,24 @@ def _abs_index(idx, size: int) -> int:
     if not (-size <= idx < size):
         raise IndexError(f"index {idx} is out of range")
     return idx + size if idx < 0 else idx
+
+
+class Container(Module):
+    """Deprecated (``torch.nn.Container``): a module holding the modules given as keywords; subclass
+    :class:`Module` instead. Warns ``FutureWarning``."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        import warnings
+
+        warnings.warn(
+            "`nn.Container` is deprecated. All of its functionality is now implemented in `nn.Module`. Subclass "
+            "that instead.",
+            FutureWarning,
+            stacklevel=2,
+        )
+        super().__init__()
+        for key, value in kwargs.items():
+            self.add_module(key, value)
 
 
 class Sequential(Module):

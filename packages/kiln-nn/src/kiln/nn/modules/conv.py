@@ -333,8 +333,7 @@ class _LazyConvMixin(_LazyModuleMixin):
         self.out_channels = out_channels
         if bias:
             self.bias = UninitializedParameter()
-        self._factory = {"device": device, "dtype": dtype}
-        self._lazy_hook = self.register_forward_pre_hook(_LazyModuleMixin._infer_parameters)
+        self._factory = {"device": device, "dtype": dtype}  # the hook: LazyModuleMixin.__init__ registered it
 
     def _get_in_channels(self, input: Tensor) -> int:
         nd = self._nd

@@ -87,10 +87,7 @@ class Unfold(Module):
 
 
 class ChannelShuffle(Module):
-    """Interleave the channels of ``groups`` groups: ``(N, g*c, *)`` -> ``(N, c*g, *)`` (``torch.nn.ChannelShuffle``).
-
-    Composed from ``reshape``/``transpose`` because the core has no ``channel_shuffle`` op.
-    """
+    """Interleave the channels of ``groups`` groups: ``(N, g*c, *)`` -> ``(N, c*g, *)`` (``torch.nn.ChannelShuffle``)."""
 
     __constants__ = ["groups"]
 
@@ -100,17 +97,7 @@ class ChannelShuffle(Module):
 
     def forward(self, input: Tensor) -> Tensor:
         """The shuffled input."""
-        if input.dim() <= 2:
-            raise RuntimeError(
-                f"channel_shuffle expects input with > 2 dims, but got input with sizes {list(input.shape)}"
-            )
-        g = self.groups
-        if g <= 0:
-            raise RuntimeError(f"Number of groups to divide channels in must be positive. Value of groups:{g}")
-        n, c, *rest = input.shape
-        if c % g != 0:
-            raise RuntimeError(f"Number of channels must be divisible by groups. Got {c} channels and {g} groups.")
-        return input.reshape(n, g, c // g, *rest).transpose(1, 2).reshape(n, c, *rest)
+        return F.channel_shuffle(input, self.groups)
 
     def extra_repr(self) -> str:
         """``groups=...``."""

@@ -101,6 +101,11 @@ class Bilinear(Module):
         )
 
 
+class NonDynamicallyQuantizableLinear(Linear):
+    """A :class:`Linear` under the name PyTorch gives ``MultiheadAttention.out_proj`` (so reprs match;
+    ``torch.nn.modules.linear.NonDynamicallyQuantizableLinear``)."""
+
+
 class LazyLinear(_LazyModuleMixin, Linear):
     """A :class:`Linear` whose ``in_features`` is inferred from the first input (``torch.nn.LazyLinear``).
 
@@ -121,7 +126,7 @@ class LazyLinear(_LazyModuleMixin, Linear):
             self.bias = UninitializedParameter()
         else:
             self.register_parameter("bias", None)
-        self._lazy_hook = self.register_forward_pre_hook(_LazyModuleMixin._infer_parameters)
+        self._register_lazy_hooks()
 
     def initialize_parameters(self, input: Tensor) -> None:
         """Materialise ``weight`` as ``(out_features, input.shape[-1])`` and ``bias``, then initialise them."""

@@ -6,7 +6,6 @@ module across devices and appear in ``state_dict`` when given.
 
 from __future__ import annotations
 
-import kiln
 from kiln import Tensor
 from kiln.nn import functional as F
 from kiln.nn.modules._utils import _legacy_reduction
@@ -26,6 +25,7 @@ __all__ = [
     "HuberLoss",
     "SoftMarginLoss",
     "CrossEntropyLoss",
+    "LinearCrossEntropyLoss",
     "MultiLabelSoftMarginLoss",
     "CosineEmbeddingLoss",
     "MarginRankingLoss",
@@ -322,40 +322,12 @@ class MultiMarginLoss(_WeightedLoss):
 
 
 class MultiLabelMarginLoss(_Loss):
-    """Multi-class multi-label hinge loss (``torch.nn.MultiLabelMarginLoss``).
-
-    ``target`` holds class indices per sample, ended by the first ``-1``; composed from kiln ops because the
-    core has no ``multilabel_margin_loss``.
-    """
+    """Multi-class multi-label hinge loss (``torch.nn.MultiLabelMarginLoss``); ``target`` holds class indices
+    per sample, ended by the first ``-1`` (:func:`kiln.nn.functional.multilabel_margin_loss`)."""
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:
         """The reduced loss: ``Σ_j Σ_{i∉y} max(0, 1 - (x[y_j] - x[i])) / C`` per sample."""
-        import numpy as np
-
-        unbatched = input.dim() <= 1
-        x = input.reshape(1, -1) if unbatched else input
-        y = target.reshape(1, -1) if unbatched else target
-        if x.dim() != 2 or tuple(y.shape) != tuple(x.shape):
-            raise RuntimeError(f"inconsistent target size: {list(target.shape)} for input of size: {list(input.shape)}")
-        n, c = x.shape
-        yn = np.asarray(y.detach().numpy()).astype(np.int64)
-        valid = np.cumprod(yn >= 0, axis=1).astype(bool)  # targets up to the first -1
-        if np.any((yn >= c) & valid):
-            raise RuntimeError("multilabel_margin_loss: target index out of range")
-        is_target = np.zeros((n, c), dtype=bool)
-        rows = np.nonzero(valid)
-        is_target[rows[0], yn[rows]] = True
-        xt = x.gather(1, kiln.tensor(np.where(valid, yn, 0)))  # (n, k): scores of the targets
-        margins = (1 - xt.unsqueeze(2) + x.unsqueeze(1)).clamp_min(0)  # (n, k, c)
-        mask = valid[:, :, None] & ~is_target[:, None, :]
-        loss = (margins * kiln.tensor(mask.astype(np.float32), dtype=x.dtype)).sum((1, 2)) / c
-        if unbatched:
-            loss = loss.reshape(())
-        if self.reduction == "mean":
-            return loss.mean()
-        if self.reduction == "sum":
-            return loss.sum()
-        return loss
+        return F.multilabel_margin_loss(input, target, reduction=self.reduction)
 
 
 class NLLLoss2d(NLLLoss):
@@ -431,25 +403,82 @@ class TripletMarginWithDistanceLoss(_Loss):
         self.swap = swap
 
     def forward(self, anchor: Tensor, positive: Tensor, negative: Tensor) -> Tensor:
-        """The reduced loss."""
-        if self.reduction not in ("mean", "sum", "none"):
-            raise ValueError(f"{self.reduction} is not a valid value for reduction")
-        a_dim, p_dim, n_dim = anchor.ndim, positive.ndim, negative.ndim
-        if not (a_dim == p_dim and p_dim == n_dim):
-            raise RuntimeError(
-                "The anchor, positive, and negative tensors are expected to have the same number of dimensions, "
-                f"but got: anchor {a_dim}D, positive {p_dim}D, and negative {n_dim}D inputs"
-            )
-        dist_pos = self.distance_function(anchor, positive)
-        dist_neg = self.distance_function(anchor, negative)
-        if self.swap:
-            dist_neg = kiln.minimum(dist_neg, self.distance_function(positive, negative))
-        loss = (self.margin + dist_pos - dist_neg).clamp_min(0)
-        if self.reduction == "sum":
-            return loss.sum()
-        if self.reduction == "mean":
-            return loss.mean()
-        return loss
+        """The reduced loss (:func:`kiln.nn.functional.triplet_margin_with_distance_loss`)."""
+        return F.triplet_margin_with_distance_loss(
+            anchor,
+            positive,
+            negative,
+            distance_function=self.distance_function,
+            margin=self.margin,
+            swap=self.swap,
+            reduction=self.reduction,
+        )
+
+
+class LinearCrossEntropyLoss(_WeightedLoss):
+    """Cross entropy of a linear projection of the input, ``in_features`` to ``num_classes`` (times
+    ``out_features`` for a K-dimensional loss) (``torch.nn.LinearCrossEntropyLoss``); the projection is the
+    submodule ``linear`` (its weight stored flat, ``(num_classes * prod(out_features), in_features)``).
+    See :func:`kiln.nn.functional.linear_cross_entropy` for ``options``."""
+
+    __constants__ = ["num_classes", "out_features", "reduction", "ignore_index", "label_smoothing"]
+
+    def __init__(
+        self,
+        in_features: int,
+        num_classes: int,
+        *,
+        out_features: tuple[int, ...] = (),
+        bias: bool = False,
+        device=None,
+        dtype=None,
+        reduction: str = "mean",
+        weight: Tensor | None = None,
+        ignore_index: int | None = None,
+        label_smoothing: float = 0.0,
+        options=None,
+    ) -> None:
+        if weight is not None and tuple(weight.shape) != (num_classes,):
+            raise RuntimeError(f"expected weight shape to be {(num_classes,)}, got {tuple(weight.shape)}")
+        if label_smoothing < 0 or label_smoothing > 1.0:
+            raise RuntimeError(f"expected label_smoothing to be in range [0, 1], got {label_smoothing}")
+        super().__init__(weight=weight, size_average=None, reduce=None, reduction=reduction)
+        import math
+
+        from kiln.nn.modules.linear import Linear
+
+        self.num_classes = num_classes
+        self.out_features = out_features
+        self.ignore_index = ignore_index
+        self.label_smoothing = label_smoothing
+        self.linear = Linear(
+            in_features, math.prod(out_features, start=num_classes), bias=bias, device=device, dtype=dtype
+        )
+        self.options = options
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        """The reduced loss of ``input``'s logits against ``target``."""
+        shape = (self.num_classes, *self.out_features)
+        bias = self.linear.bias.reshape(shape) if self.linear.bias is not None else None
+        return F.linear_cross_entropy(
+            input,
+            self.linear.weight.reshape(*shape, self.linear.in_features),
+            target,
+            linear_bias=bias,
+            weight=self.weight,
+            reduction=self.reduction,
+            ignore_index=self.ignore_index,
+            label_smoothing=self.label_smoothing,
+            options=self.options,
+        )
+
+    def extra_repr(self) -> str:
+        """``in_features=..., num_classes=..., out_features=..., bias=..., reduction=..., ...``."""
+        return (
+            f"in_features={self.linear.in_features}, num_classes={self.num_classes}, "
+            f"out_features={self.out_features}, bias={self.linear.bias is not None}, reduction={self.reduction}, "
+            f"ignore_index={self.ignore_index}, label_smoothing={self.label_smoothing}, options={self.options}"
+        )
 
 
 class CTCLoss(_Loss):

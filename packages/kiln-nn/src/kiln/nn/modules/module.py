@@ -19,7 +19,7 @@ from kiln import device as Device
 from kiln.autograd.grad_mode import no_grad
 from kiln.nn.modules._hooks import BackwardHook, RemovableHandle, add_hook, hook_args_kwargs
 from kiln.nn.modules._utils import _zero_grad
-from kiln.nn.parameter import Buffer, Parameter, UninitializedParameter
+from kiln.nn.parameter import Buffer, Parameter, is_lazy
 
 __all__ = ["Module"]
 
@@ -469,7 +469,7 @@ class Module:
             for module in self.children():
                 module._apply(fn)
         for key, param in self._parameters.items():
-            if param is None or isinstance(param, UninitializedParameter):
+            if param is None or is_lazy(param):
                 continue
             with no_grad():
                 new = fn(param)
@@ -482,7 +482,7 @@ class Module:
                     param.grad = g
             self._parameters[key] = param
         for key, buf in self._buffers.items():
-            if buf is not None:
+            if buf is not None and not is_lazy(buf):
                 self._buffers[key] = fn(buf)
         return self
 
@@ -714,7 +714,9 @@ class Module:
                     f"checkpoint but received {type(input_param)}"
                 )
                 continue
-            if isinstance(param, UninitializedParameter):
+            if is_lazy(param):
+                if is_lazy(input_param):  # an uninitialised entry (a lazy module's state dict) loads nothing
+                    continue
                 with no_grad():
                     param.materialize(input_param.shape, device=param.device, dtype=input_param.dtype)
                     param.copy_(input_param)

@@ -1,4 +1,7 @@
-"""Normalisation layers: ``BatchNorm1d/2d/3d``, ``InstanceNorm1d/2d/3d``, ``LayerNorm``, ``GroupNorm``, ``RMSNorm``."""
+"""Normalisation layers: ``BatchNorm1d/2d/3d``, ``InstanceNorm1d/2d/3d`` and their lazy forms, ``LayerNorm``,
+``GroupNorm``, ``RMSNorm``, ``LocalResponseNorm``, ``CrossMapLRN2d``.
+
+:mod:`kiln.nn.modules.batchnorm` and :mod:`kiln.nn.modules.instancenorm` name them under PyTorch's paths."""
 
 from __future__ import annotations
 
@@ -9,8 +12,10 @@ import kiln
 from kiln import Tensor, ones, zeros
 from kiln.nn import functional as F
 from kiln.nn import init
+from kiln.nn.modules._lazy import _LazyModuleMixin
 from kiln.nn.modules._utils import _check_input_dims, _optional_parameter
 from kiln.nn.modules.module import Module
+from kiln.nn.parameter import UninitializedBuffer, UninitializedParameter
 
 __all__ = [
     "BatchNorm1d",
@@ -19,10 +24,17 @@ __all__ = [
     "InstanceNorm1d",
     "InstanceNorm2d",
     "InstanceNorm3d",
+    "LazyBatchNorm1d",
+    "LazyBatchNorm2d",
+    "LazyBatchNorm3d",
+    "LazyInstanceNorm1d",
+    "LazyInstanceNorm2d",
+    "LazyInstanceNorm3d",
     "LayerNorm",
     "GroupNorm",
     "RMSNorm",
     "LocalResponseNorm",
+    "CrossMapLRN2d",
 ]
 
 
@@ -236,6 +248,95 @@ class InstanceNorm3d(_InstanceNorm):
     _no_batch_dim = 4
 
 
+class _LazyNormBase(_LazyModuleMixin, _NormBase):
+    """``num_features`` (0 until then), ``weight``/``bias`` and the running statistics come from the first
+    input's dim 1; the module then becomes ``cls_to_become``."""
+
+    _in_attr = "num_features"
+
+    def __init__(
+        self,
+        eps: float = 1e-5,
+        momentum: float | None = 0.1,
+        affine: bool = True,
+        track_running_stats: bool = True,
+        device=None,
+        dtype=None,
+        *,
+        bias: bool = True,
+    ) -> None:
+        factory = {"device": device, "dtype": dtype}
+        super().__init__(0, eps, momentum, False, False, device, dtype, bias=bias)
+        self.affine = affine
+        self.track_running_stats = track_running_stats
+        if affine:
+            self.weight = UninitializedParameter(**factory)
+            if bias:
+                self.bias = UninitializedParameter(**factory)
+        if track_running_stats:
+            self.running_mean = UninitializedBuffer(**factory)
+            self.running_var = UninitializedBuffer(**factory)
+            self.num_batches_tracked = kiln.tensor(0, dtype=kiln.int64, device=device)
+
+    def initialize_parameters(self, input: Tensor) -> None:
+        """Materialise the parameters and statistics for ``input.shape[1]`` features, then reset them."""
+        if not self.has_uninitialized_params():
+            return
+        self.num_features = input.shape[1]
+        from kiln.autograd.grad_mode import no_grad
+
+        with no_grad():
+            for t in (self.weight, self.bias, self.running_mean, self.running_var):
+                if t is not None:
+                    t.materialize((self.num_features,))
+            self.reset_parameters()
+
+
+class LazyBatchNorm1d(_LazyNormBase, _BatchNorm):
+    """A :class:`BatchNorm1d` whose ``num_features`` is inferred from the first input (``torch.nn.LazyBatchNorm1d``)."""
+
+    cls_to_become = BatchNorm1d
+    _input_dims = (2, 3)
+
+
+class LazyBatchNorm2d(_LazyNormBase, _BatchNorm):
+    """A :class:`BatchNorm2d` whose ``num_features`` is inferred from the first input (``torch.nn.LazyBatchNorm2d``)."""
+
+    cls_to_become = BatchNorm2d
+    _input_dims = (4,)
+
+
+class LazyBatchNorm3d(_LazyNormBase, _BatchNorm):
+    """A :class:`BatchNorm3d` whose ``num_features`` is inferred from the first input (``torch.nn.LazyBatchNorm3d``)."""
+
+    cls_to_become = BatchNorm3d
+    _input_dims = (5,)
+
+
+class LazyInstanceNorm1d(_LazyNormBase, _InstanceNorm):
+    """An :class:`InstanceNorm1d` whose ``num_features`` is inferred from the first input's dim 1, as PyTorch
+    reads it (``torch.nn.LazyInstanceNorm1d``)."""
+
+    cls_to_become = InstanceNorm1d
+    _no_batch_dim = 2
+
+
+class LazyInstanceNorm2d(_LazyNormBase, _InstanceNorm):
+    """An :class:`InstanceNorm2d` whose ``num_features`` is inferred from the first input's dim 1
+    (``torch.nn.LazyInstanceNorm2d``)."""
+
+    cls_to_become = InstanceNorm2d
+    _no_batch_dim = 3
+
+
+class LazyInstanceNorm3d(_LazyNormBase, _InstanceNorm):
+    """An :class:`InstanceNorm3d` whose ``num_features`` is inferred from the first input's dim 1
+    (``torch.nn.LazyInstanceNorm3d``)."""
+
+    cls_to_become = InstanceNorm3d
+    _no_batch_dim = 4
+
+
 class LayerNorm(Module):
     """Normalise over the trailing ``normalized_shape`` dims (``torch.nn.LayerNorm``)."""
 
@@ -359,6 +460,53 @@ class LocalResponseNorm(Module):
     def forward(self, input: Tensor) -> Tensor:
         """The normalised input."""
         return F.local_response_norm(input, self.size, self.alpha, self.beta, self.k)
+
+    def extra_repr(self) -> str:
+        """``size, alpha=..., beta=..., k=...``."""
+        return f"{self.size}, alpha={self.alpha}, beta={self.beta}, k={self.k}"
+
+
+class CrossMapLRN2d(Module):
+    """Local response normalisation across the channels of ``(N, C, H, W)`` input, Lua Torch's
+    ``SpatialCrossMapLRN`` (``torch.nn.CrossMapLRN2d``): ``x / (k + alpha/size * S)^beta`` with ``S`` the sum of
+    squares over a window of channels.
+
+    The window is PyTorch's, which runs a sum along the channels: channel ``c`` sums channels
+    ``c - (size-1)//2 .. c + (size-1)//2``, except that channel 0, once added, is never dropped again. The
+    gradient is the derivative of that forward (PyTorch's hand-written backward is not, for the channels
+    whose window the quirk changes; its own ``gradcheck`` fails there). Use :class:`LocalResponseNorm`
+    for the standard definition.
+    """
+
+    def __init__(self, size: int, alpha: float = 1e-4, beta: float = 0.75, k: float = 1) -> None:
+        super().__init__()
+        self.size = size
+        self.alpha = alpha
+        self.beta = beta
+        self.k = k
+
+    def _window(self, channels: int):
+        """(channels, channels) 0/1 matrix: which channels' squares each channel's scale sums."""
+        import numpy as np
+
+        pre_pad = int((self.size - 1) / 2 + 1)
+        window = np.zeros((channels, channels))
+        window[0, : min(pre_pad, channels)] = 1
+        for c in range(1, channels):
+            window[c] = window[c - 1]
+            if c < channels - pre_pad + 1:
+                window[c, c + pre_pad - 1] += 1
+            if c > pre_pad:
+                window[c, c - pre_pad] -= 1
+        return window
+
+    def forward(self, input: Tensor) -> Tensor:
+        """The normalised input."""
+        if input.dim() != 4:
+            raise ValueError(f"CrossMapLRN2d: Expected input to be 4D, got {input.dim()}D instead.")
+        window = kiln.tensor(self._window(input.shape[1]), dtype=input.dtype, device=input.device)
+        sums = kiln.einsum("dc,nchw->ndhw", window, input * input)
+        return input * (sums * (self.alpha / self.size) + self.k).pow(-self.beta)
 
     def extra_repr(self) -> str:
         """``size, alpha=..., beta=..., k=...``."""

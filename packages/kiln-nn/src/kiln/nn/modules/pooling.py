@@ -1,13 +1,11 @@
-"""Pooling layers: ``MaxPool1d/2d/3d``, ``AvgPool1d/2d``, ``AdaptiveAvgPool1d/2d``, ``AdaptiveMaxPool1d/2d``."""
+"""Pooling layers: ``MaxPool1d/2d/3d``, ``AvgPool1d/2d/3d``, ``AdaptiveAvgPool1d/2d/3d``,
+``AdaptiveMaxPool1d/2d/3d``, ``LPPool1d/2d/3d``, ``MaxUnpool1d/2d/3d``, ``FractionalMaxPool2d/3d``."""
 
 from __future__ import annotations
 
-import math
-
-import kiln
-from kiln import Tensor, zeros
+from kiln import Tensor
 from kiln.nn import functional as F
-from kiln.nn.modules._utils import _pair, _single
+from kiln.nn.modules._utils import _pair, _single, _triple
 from kiln.nn.modules.module import Module
 
 __all__ = [
@@ -16,14 +14,21 @@ __all__ = [
     "MaxPool3d",
     "AvgPool1d",
     "AvgPool2d",
+    "AvgPool3d",
     "AdaptiveAvgPool1d",
     "AdaptiveAvgPool2d",
+    "AdaptiveAvgPool3d",
     "AdaptiveMaxPool1d",
     "AdaptiveMaxPool2d",
+    "AdaptiveMaxPool3d",
     "LPPool1d",
     "LPPool2d",
+    "LPPool3d",
     "MaxUnpool1d",
     "MaxUnpool2d",
+    "MaxUnpool3d",
+    "FractionalMaxPool2d",
+    "FractionalMaxPool3d",
 ]
 
 
@@ -108,10 +113,11 @@ class AvgPool1d(_AvgPoolNd):
         return F.avg_pool1d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode, self.count_include_pad)
 
 
-class AvgPool2d(_AvgPoolNd):
-    """2-d average pooling over ``(N, C, H, W)`` or ``(C, H, W)`` (``torch.nn.AvgPool2d``)."""
+class _AvgPoolWithDivisor(_AvgPoolNd):
+    """2-d and 3-d average pooling: ``divisor_override`` beside 1-d's arguments."""
 
     __constants__ = ["kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override"]
+    _fn = None
 
     def __init__(
         self,
@@ -132,7 +138,7 @@ class AvgPool2d(_AvgPoolNd):
 
     def forward(self, input: Tensor) -> Tensor:
         """The window means of ``input`` (divided by ``divisor_override`` when set)."""
-        return F.avg_pool2d(
+        return type(self)._fn(
             input,
             self.kernel_size,
             self.stride,
@@ -141,6 +147,18 @@ class AvgPool2d(_AvgPoolNd):
             self.count_include_pad,
             self.divisor_override,
         )
+
+
+class AvgPool2d(_AvgPoolWithDivisor):
+    """2-d average pooling over ``(N, C, H, W)`` or ``(C, H, W)`` (``torch.nn.AvgPool2d``)."""
+
+    _fn = staticmethod(F.avg_pool2d)
+
+
+class AvgPool3d(_AvgPoolWithDivisor):
+    """3-d average pooling over ``(N, C, D, H, W)`` or ``(C, D, H, W)`` (``torch.nn.AvgPool3d``)."""
+
+    _fn = staticmethod(F.avg_pool3d)
 
 
 class _AdaptivePoolNd(Module):
@@ -171,6 +189,14 @@ class AdaptiveAvgPool2d(_AdaptivePoolNd):
         return F.adaptive_avg_pool2d(input, self.output_size)
 
 
+class AdaptiveAvgPool3d(_AdaptivePoolNd):
+    """Average pooling of ``(N, C, D, H, W)`` to ``output_size`` (``torch.nn.AdaptiveAvgPool3d``)."""
+
+    def forward(self, input: Tensor) -> Tensor:
+        """The adaptively pooled input."""
+        return F.adaptive_avg_pool3d(input, self.output_size)
+
+
 class _AdaptiveMaxPoolNd(_AdaptivePoolNd):
     __constants__ = ["output_size", "return_indices"]
 
@@ -195,11 +221,19 @@ class AdaptiveMaxPool2d(_AdaptiveMaxPoolNd):
         return F.adaptive_max_pool2d(input, self.output_size, self.return_indices)
 
 
+class AdaptiveMaxPool3d(_AdaptiveMaxPoolNd):
+    """Max pooling of ``(N, C, D, H, W)`` to ``output_size`` (``torch.nn.AdaptiveMaxPool3d``)."""
+
+    def forward(self, input: Tensor):
+        """The adaptively pooled input (and indices when ``return_indices``)."""
+        return F.adaptive_max_pool3d(input, self.output_size, self.return_indices)
+
+
 class _LPPoolNd(Module):
-    """Power-average pooling ``(Σ x^p)^(1/p)`` over windows, composed from average pooling as torch does."""
+    """Power-average pooling ``(Σ x^p)^(1/p)`` over windows (``F.lp_pool1d/2d/3d``)."""
 
     __constants__ = ["norm_type", "kernel_size", "stride", "ceil_mode"]
-    _nd = 0
+    _fn = None
 
     def __init__(self, norm_type: float, kernel_size, stride=None, ceil_mode: bool = False) -> None:
         super().__init__()
@@ -217,42 +251,36 @@ class _LPPoolNd(Module):
 
     def forward(self, input: Tensor) -> Tensor:
         """The p-norm of every window."""
-        p = float(self.norm_type)
-        one = self._nd == 1
-        max_pool, avg_pool = (F.max_pool1d, F.avg_pool1d) if one else (F.max_pool2d, F.avg_pool2d)
-        if p == math.inf:
-            return max_pool(input.abs(), self.kernel_size, self.stride, 0, 1, self.ceil_mode)
-        if p == -math.inf:
-            return -max_pool(-input.abs(), self.kernel_size, self.stride, 0, 1, self.ceil_mode)
-        stride = self.stride if self.stride is not None else self.kernel_size
-        out = avg_pool(input.pow(p), self.kernel_size, stride, 0, self.ceil_mode)
-        window = _single(self.kernel_size)[0] if one else math.prod(_pair(self.kernel_size))
-        return (kiln.sign(out) * F.relu(out.abs())).mul(window).pow(1.0 / p)
+        return type(self)._fn(input, float(self.norm_type), self.kernel_size, self.stride, self.ceil_mode)
 
 
 class LPPool1d(_LPPoolNd):
     """1-d power-average pooling (``torch.nn.LPPool1d``)."""
 
-    _nd = 1
+    _fn = staticmethod(F.lp_pool1d)
 
 
 class LPPool2d(_LPPoolNd):
     """2-d power-average pooling (``torch.nn.LPPool2d``)."""
 
-    _nd = 2
+    _fn = staticmethod(F.lp_pool2d)
+
+
+class LPPool3d(_LPPoolNd):
+    """3-d power-average pooling (``torch.nn.LPPool3d``)."""
+
+    _fn = staticmethod(F.lp_pool3d)
 
 
 class _MaxUnpoolNd(Module):
-    """Place pooled values back at their argmax ``indices`` in a zero tensor (the inverse of max pooling).
+    """Place pooled values back at their argmax ``indices`` in a zero tensor (the inverse of max pooling)."""
 
-    Composed from ``scatter`` because the core has no ``max_unpool`` op.
-    """
-
-    _nd = 0
+    _tuple = None
+    _fn = None
 
     def __init__(self, kernel_size, stride=None, padding=0) -> None:
         super().__init__()
-        tup = _single if self._nd == 1 else _pair
+        tup = type(self)._tuple
         self.kernel_size = tup(kernel_size)
         self.stride = tup(stride if stride is not None else kernel_size)
         self.padding = tup(padding)
@@ -261,49 +289,79 @@ class _MaxUnpoolNd(Module):
         """``kernel_size=..., stride=..., padding=...``."""
         return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
 
-    def _output_size(self, input: Tensor, output_size) -> list[int]:
-        nd = self._nd
-        default = [
-            (input.shape[-nd + d] - 1) * self.stride[d] + self.kernel_size[d] - 2 * self.padding[d] for d in range(nd)
-        ]
-        if output_size is None:
-            return default
-        output_size = list(output_size)
-        if len(output_size) == nd + 2:
-            output_size = output_size[2:]
-        if len(output_size) != nd:
-            raise ValueError(
-                f"output_size should be a sequence containing {nd} or {nd + 2} elements, but it has a length of "
-                f"'{len(output_size)}'"
-            )
-        for d in range(nd):
-            lo, hi = default[d] - self.stride[d], default[d] + self.stride[d]
-            if not (lo < output_size[d] < hi):
-                raise ValueError(f'invalid output_size "{output_size}" (dim {d} must be between {lo} and {hi})')
-        return output_size
-
     def forward(self, input: Tensor, indices: Tensor, output_size=None) -> Tensor:
-        """A zero tensor of the unpooled size holding ``input`` at ``indices`` (per channel, flattened)."""
-        nd = self._nd
-        if tuple(indices.shape) != tuple(input.shape):
-            raise RuntimeError(
-                f"Expected shape of indices to be same as that of the input tensor ({list(input.shape)}) but got "
-                f"indices tensor with shape: {list(indices.shape)}"
-            )
-        size = self._output_size(input, output_size)
-        lead = tuple(input.shape[:-nd])
-        flat_in = input.reshape(*lead, -1)
-        out = zeros((*lead, math.prod(size)), dtype=input.dtype, device=input.device)
-        return out.scatter(-1, indices.reshape(*lead, -1), flat_in).reshape(*lead, *size)
+        """A zero tensor of the unpooled size holding ``input`` at ``indices`` (flat in each plane)."""
+        return type(self)._fn(input, indices, self.kernel_size, self.stride, self.padding, output_size)
 
 
 class MaxUnpool1d(_MaxUnpoolNd):
     """Partial inverse of :class:`MaxPool1d` (``torch.nn.MaxUnpool1d``)."""
 
-    _nd = 1
+    _tuple = staticmethod(_single)
+    _fn = staticmethod(F.max_unpool1d)
 
 
 class MaxUnpool2d(_MaxUnpoolNd):
     """Partial inverse of :class:`MaxPool2d` (``torch.nn.MaxUnpool2d``)."""
 
-    _nd = 2
+    _tuple = staticmethod(_pair)
+    _fn = staticmethod(F.max_unpool2d)
+
+
+class MaxUnpool3d(_MaxUnpoolNd):
+    """Partial inverse of :class:`MaxPool3d` (``torch.nn.MaxUnpool3d``)."""
+
+    _tuple = staticmethod(_triple)
+    _fn = staticmethod(F.max_unpool3d)
+
+
+class _FractionalMaxPoolNd(Module):
+    """Fractional max pooling: ``output_size`` or ``output_ratio`` (in (0, 1)), optional fixed
+    ``_random_samples`` (a buffer, ``None`` unless given)."""
+
+    __constants__ = ["kernel_size", "return_indices", "output_size", "output_ratio"]
+    _tuple = None
+    _fn = None
+
+    def __init__(
+        self, kernel_size, output_size=None, output_ratio=None, return_indices: bool = False, _random_samples=None
+    ) -> None:
+        super().__init__()
+        name = type(self).__name__
+        tup = type(self)._tuple
+        self.kernel_size = tup(kernel_size)
+        self.return_indices = return_indices
+        self.register_buffer("_random_samples", _random_samples)
+        self.output_size = tup(output_size) if output_size is not None else None
+        self.output_ratio = tup(output_ratio) if output_ratio is not None else None
+        if output_size is None and output_ratio is None:
+            raise ValueError(f"{name} requires specifying either an output size, or a pooling ratio")
+        if output_size is not None and output_ratio is not None:
+            raise ValueError("only one of output_size and output_ratio may be specified")
+        if self.output_ratio is not None and not all(0 < r < 1 for r in self.output_ratio):
+            raise ValueError(f"output_ratio must be between 0 and 1 (got {output_ratio})")
+
+    def forward(self, input: Tensor):
+        """The pooled input (and the argmax indices when ``return_indices``)."""
+        return type(self)._fn(
+            input,
+            self.kernel_size,
+            self.output_size,
+            self.output_ratio,
+            self.return_indices,
+            _random_samples=self._random_samples,
+        )
+
+
+class FractionalMaxPool2d(_FractionalMaxPoolNd):
+    """2-d fractional max pooling over ``(N, C, H, W)`` or ``(C, H, W)`` (``torch.nn.FractionalMaxPool2d``)."""
+
+    _tuple = staticmethod(_pair)
+    _fn = staticmethod(F.fractional_max_pool2d)
+
+
+class FractionalMaxPool3d(_FractionalMaxPoolNd):
+    """3-d fractional max pooling over ``(N, C, D, H, W)`` or ``(C, D, H, W)`` (``torch.nn.FractionalMaxPool3d``)."""
+
+    _tuple = staticmethod(_triple)
+    _fn = staticmethod(F.fractional_max_pool3d)

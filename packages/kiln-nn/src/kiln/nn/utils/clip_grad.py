@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from kiln import Tensor
 from kiln.autograd.grad_mode import no_grad
 
-__all__ = ["clip_grad_norm_", "clip_grad_norm", "clip_grad_value_", "get_total_norm"]
+__all__ = ["clip_grad_norm_", "clip_grad_norm", "clip_grad_value_", "clip_grads_with_norm_", "get_total_norm"]
 
 
 def _as_list(tensors) -> list[Tensor]:
@@ -56,13 +56,24 @@ def clip_grad_norm_(
 
         return tensor(0.0)
     total_norm = get_total_norm(grads, norm_type, error_if_nonfinite, foreach)
+    clip_grads_with_norm_(parameters, max_norm, total_norm, foreach)
+    return total_norm
+
+
+def clip_grads_with_norm_(
+    parameters: Iterable[Tensor] | Tensor, max_norm: float, total_norm: Tensor, foreach: bool | None = None
+) -> None:
+    """Scale the gradients of ``parameters`` in place by ``min(max_norm / (total_norm + 1e-6), 1)``, the second
+    half of :func:`clip_grad_norm_` for a ``total_norm`` computed elsewhere (:func:`get_total_norm`)."""
+    grads = [p.grad for p in _as_list(parameters) if p.grad is not None]
+    if not grads:
+        return
     with no_grad():
         # min() keeps a NaN coefficient (a non-finite norm scales the gradients to NaN, as in PyTorch)
-        clip_coef = float(max_norm) / (total_norm.item() + 1e-6)
+        clip_coef = float(max_norm) / (float(total_norm) + 1e-6)
         clip_coef_clamped = min(clip_coef, 1.0)
         for g in grads:
             g.mul_(clip_coef_clamped)
-    return total_norm
 
 
 def clip_grad_norm(parameters, max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = False, foreach=None):

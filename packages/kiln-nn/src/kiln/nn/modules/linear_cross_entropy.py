@@ -1,23 +1,53 @@
 """The chunked ``linear_cross_entropy`` (PyTorch's path ``torch.nn.modules.linear_cross_entropy``, whose
 names are private there too): the loss of ``cross_entropy(input @ weight.T + bias, target)`` computed
-chunk by chunk of the batch, each chunk under :func:`kiln.utils.checkpoint.checkpoint` so that its logits are
-recomputed in the backward pass rather than kept (the peak holds one chunk's logits)."""
+chunk by chunk of the batch by a custom autograd function that keeps only its inputs and recomputes the
+chunk's logits in the backward pass, so at most one chunk's logits exist at a time. Its backward is not
+itself differentiable (as PyTorch's chunked path)."""
 
 from __future__ import annotations
 
 import kiln
 from kiln import Tensor
+from kiln.autograd import Function, once_differentiable
 
 __all__: list[str] = []
 
 
-def _chunk_loss(x: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor, class_weight, ignore_index: int,
-                reduction: str, acc) -> Tensor:  # fmt: skip
+def _chunk_loss(x, weight, bias, target, class_weight, ignore_index: int, reduction: str, acc) -> Tensor:
     from kiln.nn import functional as F
 
     logits = F.linear(x.to(acc), weight.to(acc), None if bias is None else bias.to(acc))
     cw = None if class_weight is None else class_weight.to(acc)
     return F.cross_entropy(logits, target, weight=cw, ignore_index=ignore_index, reduction=reduction)
+
+
+class _ChunkLoss(Function):
+    """One chunk's loss (``"sum"`` or ``"none"``), recomputed in ``backward``."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, target, class_weight, ignore_index, reduction, acc):
+        ctx.save_for_backward(x, weight, bias, target, class_weight)
+        ctx.options = (ignore_index, reduction, acc)
+        return _chunk_loss(x, weight, bias, target, class_weight, ignore_index, reduction, acc)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        x, weight, bias, target, class_weight = ctx.saved_tensors
+        wanted = [(i, t) for i, t in enumerate((x, weight, bias)) if t is not None and ctx.needs_input_grad[i]]
+        if not wanted:
+            return (None,) * 8
+        leaves = [t.detach().requires_grad_() for _, t in wanted]
+        inputs = [x, weight, bias]
+        for (i, _), leaf in zip(wanted, leaves):
+            inputs[i] = leaf
+        with kiln.enable_grad():
+            loss = _chunk_loss(*inputs, target, class_weight, *ctx.options)
+        grads = kiln.autograd.grad(loss, leaves, grad)
+        out = [None] * 8
+        for (i, _), g in zip(wanted, grads):
+            out[i] = g
+        return tuple(out)
 
 
 def _linear_cross_entropy_chunked(
@@ -26,16 +56,14 @@ def _linear_cross_entropy_chunked(
 ) -> Tensor:  # fmt: skip
     """``(N, in)`` input, int64 ``(N,)`` target: the loss with ``reduction`` ("none", "sum", "mean"), in
     ``input``'s dtype, computed ``chunk`` rows at a time in dtype ``acc``."""
-    from kiln.utils.checkpoint import checkpoint
-
     n = input.shape[0]
     per_chunk = "none" if reduction == "none" else "sum"
-    parts = []
-    for start in range(0, n, chunk):
-        x, t = input[start : start + chunk], target[start : start + chunk]
-        parts.append(
-            checkpoint(_chunk_loss, x, weight, bias, t, class_weight, ignore_index, per_chunk, acc, use_reentrant=False)
+    parts = [
+        _ChunkLoss.apply(
+            input[s : s + chunk], weight, bias, target[s : s + chunk], class_weight, ignore_index, per_chunk, acc
         )
+        for s in range(0, n, chunk)
+    ]
     if reduction == "none":
         out = kiln.cat(parts) if parts else input.new_zeros(0)
         return out.to(input.dtype)

@@ -36,7 +36,7 @@ class LinearCrossEntropyOptions:
     * ``acc_policy`` (``"accurate"``, ``"balanced"``, ``"compact"``, ``"auto"``) and ``allow_retain_graph``
       are accepted and validated as in PyTorch; kiln computes every chunk in ``acc_dtype`` whatever the
       policy (PyTorch's policies trade precision for memory in its fused kernel), and its recomputing
-      backward allows ``retain_graph`` always.
+      backward allows ``retain_graph=True`` whatever ``allow_retain_graph`` says.
     """
 
     allow_retain_graph: bool = False

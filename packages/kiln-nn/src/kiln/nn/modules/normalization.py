@@ -473,9 +473,9 @@ class CrossMapLRN2d(Module):
 
     The window is PyTorch's, which runs a sum along the channels: channel ``c`` sums channels
     ``c - (size-1)//2 .. c + (size-1)//2``, except that channel 0, once added, is never dropped again. The
-    gradient is the derivative of that forward (PyTorch's hand-written backward is not, for the channels
-    whose window the quirk changes; its own ``gradcheck`` fails there). Use :class:`LocalResponseNorm`
-    for the standard definition.
+    gradient is the derivative of that forward; PyTorch's hand-written backward is not (its own
+    ``gradcheck`` fails), so gradients differ from PyTorch's. Use :class:`LocalResponseNorm` for the
+    standard definition.
     """
 
     def __init__(self, size: int, alpha: float = 1e-4, beta: float = 0.75, k: float = 1) -> None:

@@ -39,6 +39,7 @@ PACKAGES: tuple[Package, ...] = (
             "kiln.func",
             "kiln.jit",
             "kiln.fft",
+            "kiln.special",
             "kiln.accelerator",
             "kiln.backends",
             "kiln.backends.cpu",

@@ -1,8 +1,12 @@
-"""The error function family: ``erf``, ``erfc``, ``erfinv`` and their NumPy implementations.
+"""The error function family and the normal distribution: ``erf``, ``erfc``, ``erfinv``, ``erfcx``,
+``ndtr``, ``ndtri``, ``log_ndtr``, and their NumPy implementations.
 
 NumPy has no ``erf``: ``erf``/``erfc`` use the rational approximations of the Cephes library in float64
 (within 3 and 10 ulp of C's), and ``erfinv`` refines an initial approximation with Halley/Newton steps
-on them (within a few ulp of PyTorch's).
+on them (within a few ulp of PyTorch's). ``erfcx(x) = exp(x²) erfc(x)`` is ``erfc``'s rational function
+without its ``exp(-x²)`` factor from 1 on (an asymptotic series from 50 on), ``ndtri`` Cephes' rational
+approximations in ``y - 1/2`` and in ``sqrt(-2 log y)``; ``ndtr`` and ``log_ndtr`` are written with
+``erf``, ``erfc`` and ``erfcx`` as PyTorch writes them.
 """
 
 from __future__ import annotations
@@ -11,20 +15,43 @@ import math
 
 import numpy as np
 
+from kiln import _dtype as dt
+from kiln._dispatch import op, with_out
+from kiln._ops._meta import is_scalar
 from kiln._ops.elementwise import (
+    _compute_np,
+    _in_float,
     _unary,
     exp,
+    log,
+    unary_meta,
+    where,
 )
-from kiln._ops.unary_math import _f64
+from kiln._ops.math_args import _not_implemented
+from kiln._ops.unary_math import _f64, log1p
+from kiln._tensor import Tensor
 
-__all__ = ["erf_np", "erfc_np", "erfinv_np", "erf", "erfc", "erfinv"]
+__all__ = [
+    "erf_np",
+    "erfc_np",
+    "erfinv_np",
+    "erfcx_np",
+    "ndtri_np",
+    "erf",
+    "erfc",
+    "erfinv",
+    "erfcx",
+    "ndtr",
+    "ndtri",
+    "log_ndtr",
+]
 
 TOP_LEVEL = (
     "erf",
     "erfc",
     "erfinv",
 )
-"""The names ``kiln`` exports at its top level (as ``torch`` does)."""
+"""The names ``kiln`` exports at its top level (as ``torch`` does; the others live in :mod:`kiln.special`)."""
 
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 _HALF_SQRT_PI = math.sqrt(math.pi) / 2.0
@@ -228,3 +255,315 @@ erfinv = _unary(
     "The inverse error function elementwise (``±inf`` at ``±1``, NaN outside ``[-1, 1]``).",
     autocast="fp32_float16",
 )
+
+
+# ---------------------------------------------------------------------------------------- shared helpers
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    """A coefficient table written as whitespace-separated numbers (leading coefficient first)."""
+    return tuple(float(v) for v in text.split())
+
+
+def _f64_operand(x, spec) -> np.ndarray:
+    """An operand converted to the result dtype first (PyTorch converts every operand to the common dtype:
+    a Python float meeting a float32 tensor is rounded to float32), then to float64 for the computation."""
+    d = spec.dtype.numpy
+    if isinstance(x, np.ndarray):
+        return (x if x.dtype == d else x.astype(d)).astype(np.float64)
+    return np.asarray(np.asarray(x, dtype=d), dtype=np.float64)
+
+
+def _unary_meta(name: str, half: bool, public: str):
+    """``unary_meta`` (integer and bool inputs give the default float dtype; messages name the function
+    ``public``), refusing float16 and bfloat16 with PyTorch's message when its CPU kernel (``<name>_cpu``)
+    has no half-precision version (``half=False``)."""
+    base = unary_meta(public)
+
+    def meta(input):
+        spec = base(input)
+        if not half and spec.dtype in (dt.float16, dt.bfloat16):
+            raise _not_implemented(f"{name}_cpu", spec.dtype)
+        return spec
+
+    return meta
+
+
+def float_unary(
+    name: str,
+    np_fn,
+    backward,
+    doc: str,
+    *,
+    half: bool = True,
+    inplace: bool = False,
+    methods: tuple[str, ...] = (),
+    decompose=None,
+    grad_fn_name: str | None = None,
+    special: bool = True,
+    with_compute: bool = False,
+):
+    """A unary op computed in float64 by ``np_fn`` and rounded to the result dtype (see :func:`_unary_meta`;
+    ``special``: PyTorch has it in ``torch.special`` only, and its messages say ``special_<name>``). ``with_compute``: ``np_fn``
+    also takes the NumPy dtype PyTorch computes in (float32 for float32 and the half types), for the steps
+    whose rounding or overflow in that precision shows in PyTorch's results."""
+
+    def reference(spec, a):
+        x = _f64_operand(a, spec)
+        return np_fn(x, _compute_np(spec.dtype)) if with_compute else np_fn(x)
+
+    @op(
+        tags=("pointwise",),
+        inplace=inplace,
+        meta=_unary_meta(name, half, f"special_{name}" if special else name),
+        reference=reference,
+        backward=backward,
+        name=name,
+        doc=doc,
+        methods=methods,
+        decompose=decompose,
+        grad_fn_name=grad_fn_name,
+    )
+    def unary(input: Tensor) -> Tensor:
+        pass
+
+    return unary
+
+
+def _exp_square(x: np.ndarray) -> np.ndarray:
+    """``exp(x*x)`` without the rounding error of ``x*x`` (see :func:`_exp_neg_square`)."""
+    m = np.round(x * 128.0) / 128.0
+    f = x - m
+    return np.exp(m * m) * np.exp(2.0 * m * f + f * f)
+
+
+# ---------------------------------------------------------------------------------------- erfcx, ndtri
+
+
+def _erfcx_positive(x: np.ndarray) -> np.ndarray:
+    """``exp(x²) erfc(x)`` for ``x >= 0`` (1-d): ``erfc``'s rational functions without their ``exp(-x²)``
+    from 1 on, six terms of the asymptotic series from 50 on."""
+    out = np.empty_like(x)
+    low = x < 1.0
+    out[low] = _exp_square(x[low]) * erfc_np(x[low])
+    mid = (x >= 1.0) & (x < 8.0)
+    out[mid] = _poly(x[mid], _ERFC_P) / _poly(x[mid], _ERFC_Q)
+    high = (x >= 8.0) & (x < 50.0)
+    out[high] = _poly(x[high], _ERFC_R) / _poly(x[high], _ERFC_S)
+    tail = x >= 50.0  # 1/(x√π) Σ (-1)^n (2n-1)!! / (2x²)^n
+    xt = x[tail]
+    z = 0.5 / (xt * xt)
+    out[tail] = _poly(z, (10395.0, -945.0, 105.0, -15.0, 3.0, -1.0, 1.0)) / (xt * math.sqrt(math.pi))
+    return out
+
+
+def erfcx_np(a, compute: np.dtype = np.dtype(np.float64)) -> np.ndarray:
+    """The scaled complementary error function ``exp(x²) erfc(x)`` of a float64 array: ``2 exp(x²) -
+    erfcx(-x)`` below 0, ``inf`` below -26.7, where ``exp(x²)`` overflows (``compute``: for float32 the
+    ``x²`` of that formula is rounded to float32, as PyTorch's kernel rounds it)."""
+    x = np.asarray(a, dtype=np.float64)
+    flat = x.reshape(-1)
+    out = np.full_like(flat, np.nan)
+    pos = flat >= 0.0
+    out[pos] = _erfcx_positive(flat[pos])
+    out[flat < -26.7] = np.inf
+    neg = (flat < 0.0) & (flat >= -26.7)
+    xn = flat[neg]
+    if compute == np.float64:
+        out[neg] = 2.0 * _exp_square(xn) - _erfcx_positive(-xn)
+    else:
+        square = np.square(xn.astype(compute)).astype(np.float64)
+        with np.errstate(over="ignore"):
+            out[neg] = 2.0 * np.exp(square) - _erfcx_positive(-xn)
+    return out.reshape(x.shape)
+
+
+# Cephes ndtri: x = y + y³ P0(y²) / Q0(y²) (times sqrt(2π)) for |y - 1/2| <= 1/2 - exp(-2); in the tails
+# x = t - log(t)/t - P(1/t) / (t Q(1/t)) with t = sqrt(-2 log y) (P1/Q1 below t = 8, P2/Q2 above)
+_NDTRI_P0 = (
+    -5.99633501014107895267e1,
+    9.80010754185999661536e1,
+    -5.66762857469070293439e1,
+    1.39312609387279679503e1,
+    -1.23916583867381258016e0,
+)
+_NDTRI_Q0 = (
+    1.0,
+    1.95448858338141759834e0,
+    4.67627912898881538453e0,
+    8.63602421390890590575e1,
+    -2.25462687854119370527e2,
+    2.00260212380060660359e2,
+    -8.20372256168333339912e1,
+    1.59056225126211695515e1,
+    -1.18331621121330003142e0,
+)
+_NDTRI_P1 = (
+    4.05544892305962419923e0,
+    3.15251094599893866154e1,
+    5.71628192246421288162e1,
+    4.40805073893200834700e1,
+    1.46849561928858024014e1,
+    2.18663306850790267539e0,
+    -1.40256079171354495875e-1,
+    -3.50424626827848203418e-2,
+    -8.57456785154685413611e-4,
+)
+_NDTRI_Q1 = (
+    1.0,
+    1.57799883256466749731e1,
+    4.53907635128879210584e1,
+    4.13172038254672030440e1,
+    1.50425385692907503408e1,
+    2.50464946208309415979e0,
+    -1.42182922854787788574e-1,
+    -3.80806407691578277194e-2,
+    -9.33259480895457427372e-4,
+)
+_NDTRI_P2 = (
+    3.23774891776946035970e0,
+    6.91522889068984211695e0,
+    3.93881025292474443415e0,
+    1.33303460815807542389e0,
+    2.01485389549179081538e-1,
+    1.23716634817820021358e-2,
+    3.01581553508235416007e-4,
+    2.65806974686737550832e-6,
+    6.23974539184983293730e-9,
+)
+_NDTRI_Q2 = (
+    1.0,
+    6.02427039364742014255e0,
+    3.67983563856160859403e0,
+    1.37702099489081330271e0,
+    2.16236993594496635890e-1,
+    1.34204006088543189037e-2,
+    3.28014464682127739104e-4,
+    2.89247864745380683936e-6,
+    6.79019408009981274425e-9,
+)
+_EXP_M2 = math.exp(-2.0)
+_SQRT_2PI = math.sqrt(2.0 * math.pi)
+
+
+def ndtri_np(a) -> np.ndarray:
+    """The quantile function of the standard normal distribution of a float64 array (``-inf`` at 0,
+    ``inf`` at 1, NaN outside ``[0, 1]``)."""
+    y0 = np.asarray(a, dtype=np.float64)
+    flat = y0.reshape(-1)
+    out = np.full_like(flat, np.nan)
+    out[flat == 0.0] = -np.inf
+    out[flat == 1.0] = np.inf
+    inside = (flat > 0.0) & (flat < 1.0)
+    upper = inside & (flat > 1.0 - _EXP_M2)
+    y = np.where(upper, 1.0 - flat, flat)
+    centre = inside & (y > _EXP_M2)
+    yc = y[centre] - 0.5
+    y2 = yc * yc
+    out[centre] = (yc + yc * (y2 * _poly(y2, _NDTRI_P0) / _poly(y2, _NDTRI_Q0))) * _SQRT_2PI
+    tails = inside & ~centre
+    t = np.sqrt(-2.0 * np.log(y[tails]))
+    z = 1.0 / t
+    near = t < 8.0
+    correction = np.where(
+        near,
+        z * _poly(z, _NDTRI_P1) / _poly(z, _NDTRI_Q1),
+        z * _poly(z, _NDTRI_P2) / _poly(z, _NDTRI_Q2),
+    )
+    value = t - np.log(t) / t - correction
+    out[tails] = np.where(upper[tails], value, -value)
+    return out.reshape(y0.shape)
+
+
+_SQRT1_2 = math.sqrt(0.5)
+
+erfcx = float_unary(
+    "erfcx",
+    erfcx_np,
+    lambda grad, input, result: grad * (2.0 * input * result - _TWO_OVER_SQRT_PI),
+    "The scaled complementary error function ``exp(input²) erfc(input)`` elementwise, accurate where "
+    "``erfc`` underflows.",
+    half=False,
+    grad_fn_name="SpecialErfcxBackward0",
+    with_compute=True,
+)
+ndtri = float_unary(
+    "ndtri",
+    ndtri_np,
+    lambda grad, result: grad * _SQRT_2PI * exp(result * result * 0.5),
+    "The inverse of the standard normal distribution function (its quantile function) elementwise.",
+    half=False,
+    grad_fn_name="SpecialNdtriBackward0",
+)
+
+
+@with_out
+def ndtr(input: Tensor) -> Tensor:
+    """The standard normal distribution function ``(1 + erf(input / sqrt(2))) / 2`` elementwise, formed as
+    PyTorch forms it (so it loses its relative accuracy far in the lower tail: use :func:`log_ndtr` there)."""
+    if not isinstance(input, Tensor):
+        raise TypeError(f"special_ndtr(): argument 'input' (position 1) must be Tensor, not {type(input).__name__}")
+    x = input if input._dtype.is_floating_point else input.to(dt.get_default_dtype())
+    return (erf(x * _SQRT1_2) + 1.0) * 0.5
+
+
+def _log_ndtr_np(x: np.ndarray) -> np.ndarray:
+    t = x * _SQRT1_2
+    out = np.empty_like(x)
+    low = x < -1.0
+    tl = t[low]
+    out[low] = np.log(erfcx_np(-tl) * 0.5) - tl * tl
+    out[~low] = np.log1p(erfc_np(t[~low]) * -0.5)
+    return out
+
+
+def _log_ndtr_decomposed(input):
+    """``log_ndtr`` in kiln ops: ``log(erfcx(-t) / 2) - t²`` below -1, else ``log1p(-erfc(t) / 2)``, with
+    ``t = input / sqrt(2)`` (PyTorch's formula)."""
+    x, d = _in_float(input)
+    t = x * _SQRT1_2
+    low = log(erfcx(-t) * 0.5) - t * t
+    return where(x < -1.0, low, log1p(erfc(t) * -0.5)).to(d)
+
+
+log_ndtr = float_unary(
+    "log_ndtr",
+    _log_ndtr_np,
+    lambda grad, input, result: grad / _SQRT_2PI * exp(-(result + input * input * 0.5)),
+    "The logarithm of the standard normal distribution function elementwise, accurate in both tails.",
+    half=False,
+    decompose=_log_ndtr_decomposed,
+    grad_fn_name="SpecialLogNdtrBackward0",
+)
+
+
+def _pair_type_error(name: str, a, b, params: tuple[str, str] = ("input", "other"), first: str = "self") -> TypeError:
+    """PyTorch's error for a binary special function called without a tensor (or with a non-number): it
+    lists the overloads, ``first`` naming the number of the scalar-first one."""
+
+    def kind(v) -> str:
+        return "Tensor" if isinstance(v, Tensor) else type(v).__name__
+
+    p, q = params
+    return TypeError(
+        f"{name}() received an invalid combination of arguments - got ({kind(a)}, {kind(b)}), but expected one "
+        f"of:\n * (Tensor {p}, Tensor {q}, *, Tensor out = None)\n * (Number {first}, Tensor {q}, *, Tensor out = "
+        f"None)\n * (Tensor {p}, Number {q}, *, Tensor out = None)\n"
+    )
+
+
+def _check_pair(name: str, a, b, params: tuple[str, str] = ("input", "other"), first: str = "self") -> None:
+    """Tensor/Tensor, Number/Tensor or Tensor/Number, as PyTorch's overloads of a binary special function."""
+    a_tensor, b_tensor = isinstance(a, Tensor), isinstance(b, Tensor)
+    if not ((a_tensor or is_scalar(a)) and (b_tensor or is_scalar(b)) and (a_tensor or b_tensor)):
+        raise _pair_type_error(name, a, b, params, first)
+
+
+def _backward_name(stem: str):
+    """PyTorch's autograd node names of a binary function's overloads: 0 for two tensors, 1 with a number
+    first, 2 with a number second."""
+    return lambda args: (
+        f"{stem}1"
+        if not isinstance(args[0], Tensor)
+        else (f"{stem}2" if not isinstance(args[1], Tensor) else f"{stem}0")
+    )

@@ -761,3 +761,70 @@ def test_wishart_statistics_and_errors():
     with pytest.warns(UserWarning, match="Singular sample detected"):
         s = d.rsample((3,), max_try_correction=0)  # no retry: the singular draw is returned
     assert not bool(d.support.check(s)[1])
+
+
+# ---------------------------------------------------------------------------------------- VonMises
+
+
+def test_von_mises():
+    r = np.random.default_rng(20)
+    t = [torch.tensor(a, requires_grad=True) for a in (r.normal(size=(2, 3)) * 3, np.array([1e-3, 0.7, 40.0]))]
+    k = [U.to_kiln(a.detach(), requires_grad=True) for a in t]
+    td, kd = TD.VonMises(*t), KD.VonMises(*k)
+    assert tuple(kd.batch_shape) == tuple(td.batch_shape) and not kd.has_rsample
+    x = torch.tensor(r.uniform(-10, 10, size=(4, 2, 3)))
+    # PyTorch's Bessel functions are polynomial approximations (relative error near 1e-7); kiln's are
+    # Cephes' Chebyshev series, exact to double precision
+    for what, kv, tv in [
+        ("log_prob", kd.log_prob(U.to_kiln(x)), td.log_prob(x)),
+        ("variance", kd.variance, td.variance),
+    ]:
+        close(kv, tv, what, rtol=1e-6, atol=1e-6)
+        tg = torch.autograd.grad(tv.sum(), t, retain_graph=True, allow_unused=True)
+        kg = kiln.autograd.grad(kv.sum(), k, retain_graph=True, allow_unused=True)
+        for a, b in zip(kg, tg):
+            if b is None:
+                assert a is None or not np.any(U.kiln_to_np(a))
+            else:
+                close(a, b, what + " grad", rtol=1e-5, atol=1e-6)
+    close(kd.mean, td.mean, "mean")
+    close(kd.mode, td.mode, "mode")
+    with pytest.raises(NotImplementedError):
+        kd.entropy()
+    kiln.manual_seed(20)
+    s = kd.sample((3000,))
+    assert tuple(s.shape) == (3000, 2, 3) and s.dtype is kiln.float64 and not s.requires_grad
+    s = U.kiln_to_np(s)
+    assert (s >= -math.pi).all() and (s < math.pi).all()
+    # the circular mean and variance of the draws
+    loc, var = U.kiln_to_np(kd.loc), U.kiln_to_np(kd.variance)
+    resultant = np.exp(1j * (s - loc)).mean(0)
+    assert np.all(np.abs(1 - np.abs(resultant) - var) < 0.05)
+    assert np.all(np.abs(np.angle(resultant)[:, 1:]) < 0.1)  # the concentrated ones point at loc
+    ke, te = kd.expand((4, 2, 3)), td.expand((4, 2, 3))
+    assert type(ke) is KD.VonMises and tuple(ke.batch_shape) == tuple(te.batch_shape)
+    close(ke.log_prob(U.to_kiln(x)), te.log_prob(x), "expanded", rtol=1e-6, atol=1e-6)
+    assert KD.VonMises(kiln.tensor([0.0]), kiln.tensor([1e-4]), validate_args=True).sample((5,)).dtype is kiln.float32
+    U.assert_same_error(
+        lambda: KD.VonMises(kiln.tensor([0.0]), kiln.tensor([-1.0])),
+        lambda: TD.VonMises(torch.tensor([0.0]), torch.tensor([-1.0])),
+        exact=True,
+    )
+
+
+def test_log_prob_gradients_where_a_coefficient_of_a_log_is_zero():
+    """``xlogy(a - 1, x)`` at ``a = 1`` still depends on ``a``: its gradient there is ``log(x)``."""
+    cases = [
+        (KD.Gamma, TD.Gamma, ([1.0, 2.0], [1.5, 1.5]), [0.5, 2.0]),
+        (KD.Dirichlet, TD.Dirichlet, ([[1.0, 2.0, 1.0]],), [[0.2, 0.5, 0.3]]),
+        (KD.Beta, TD.Beta, ([1.0, 3.0], [1.0, 1.0]), [0.3, 0.6]),
+        (KD.Poisson, TD.Poisson, ([1.5, 2.0],), [0.0, 3.0]),
+    ]
+    for kcls, tcls, args, value in cases:
+        t = [torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in args]
+        k = [U.to_kiln(a.detach(), requires_grad=True) for a in t]
+        tv = tcls(*t).log_prob(torch.tensor(value, dtype=torch.float64))
+        kv = kcls(*k).log_prob(kiln.tensor(value, dtype=kiln.float64))
+        close(kv, tv, kcls.__name__)
+        for a, b in zip(kiln.autograd.grad(kv.sum(), k), torch.autograd.grad(tv.sum(), t)):
+            close(a, b, kcls.__name__ + " grad")

@@ -79,6 +79,7 @@ from kiln.distributions.transforms import (
     identity_transform,
 )
 from kiln.distributions.uniform import Uniform
+from kiln.distributions.von_mises import VonMises
 from kiln.distributions.weibull import Weibull
 from kiln.distributions.wishart import Wishart
 
@@ -123,6 +124,7 @@ __all__ = [
     "StudentT",
     "TransformedDistribution",
     "Uniform",
+    "VonMises",
     "Weibull",
     "Wishart",
     "biject_to",

@@ -132,6 +132,7 @@ def vec_to_tril_matrix(vec: Tensor, diag: int = 0) -> Tensor:
 
 
 def _xlogy(x: Tensor, y: Tensor) -> Tensor:
-    """``x * log(y)``, 0 where ``x == 0`` (and no NaN gradient there)."""
-    zero = x == 0
-    return kiln.where(zero, 0.0, x * kiln.where(zero, 1.0, y).log())
+    """``x * log(y)``, 0 where both are 0; the gradient in ``x`` is ``log(y)`` everywhere (at ``x == 0``
+    too, as PyTorch's ``xlogy``), and no NaN comes from ``0 * log(0)``."""
+    both_zero = (x == 0) & (y == 0)
+    return x * kiln.where(both_zero, 1.0, y).log()

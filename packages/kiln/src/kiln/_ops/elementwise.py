@@ -359,9 +359,9 @@ _POW_SPECIAL: dict[float, object] = {
     2: np.square,
     3: lambda x: x * x * x,
     0.5: np.sqrt,
-    -0.5: lambda x: np.reciprocal(np.sqrt(x)),
-    -1: np.reciprocal,
-    -2: lambda x: np.reciprocal(x * x),
+    -0.5: lambda x: np.divide(1, np.sqrt(x)),  # divide, not reciprocal: the same IEEE quotient, SIMD loops
+    -1: lambda x: np.divide(1, x),
+    -2: lambda x: np.divide(1, x * x),
 }
 
 

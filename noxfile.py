@@ -223,7 +223,8 @@ def integration(session: nox.Session) -> None:
     if not (ROOT / "tests-integration").is_dir():
         session.skip("tests-integration/ does not exist yet")
     # The suite builds wheels with the running interpreter (`pip wheel --no-build-isolation`): hatchling.
-    _install_kiln(session, "pytest>=8", "hatchling", *DEMO_DEPS)  # DEMO_DEPS: test_demo_digits.py runs the demo
+    # DEMO_DEPS: test_demo_digits.py runs the demo; TORCH: test_api_surface.py compares kiln's names with PyTorch's
+    _install_kiln(session, "pytest>=8", "hatchling", TORCH, *DEMO_DEPS)
     # tests-integration/example_device is a plugin project (its own tests run in "tests(backend='example')").
     session.run(
         "pytest",
@@ -250,7 +251,7 @@ def docs(session: nox.Session) -> None:
     """The Sphinx site (docs/ -> docs/_build/html), warnings as errors; then every example, as a doctest."""
     _prepare(session)
     # every package of packages/: the API reference documents them all, and their examples run
-    _install_kiln(session, *_every_package(), *DOCS_DEPS)
+    _install_kiln(session, *_every_package(), *DOCS_DEPS, TORCH)  # TORCH: the API coverage page (PyTorch's names)
     # -E: read every page each time. An incremental build re-reads only changed pages and so would not
     # repeat the warnings of unchanged ones; -W would then let a broken page pass on the second run.
     session.run("sphinx-build", "-E", "-W", "--keep-going", "-b", "html", "docs", "docs/_build/html", *session.posargs)

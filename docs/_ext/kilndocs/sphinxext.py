@@ -4,6 +4,7 @@ Directives (each renders reStructuredText computed while the page is read, so it
 
 ``.. kiln-op-coverage::``  op x backend x dtype tables, probed from the live registry (:mod:`kilndocs.ops`)
 ``.. kiln-op-list::``      the public ops as one paragraph of links
+``.. kiln-api-coverage::`` kiln's coverage of PyTorch's namespaces, with PyTorch as the oracle (:mod:`kilndocs.surface`)
 ``.. kiln-benchmarks::``   the latest ``benchmarks/results/*.json`` records (:mod:`kilndocs.benchmarks`)
 ``.. kiln-packages::``     the distributions of the design, each marked available or planned
 ``.. kiln-not-yet::``      which of the PyTorch names in its content kiln still lacks
@@ -37,7 +38,7 @@ from sphinx.application import Sphinx
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
-from kilndocs import DOCS, ROOT, benchmarks, ops, packages
+from kilndocs import DOCS, ROOT, benchmarks, ops, packages, surface
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +65,13 @@ class OpCoverage(_GeneratedRst):
 
     def rst(self) -> str:
         return ops.render()
+
+
+class ApiCoverage(_GeneratedRst):
+    """``.. kiln-api-coverage::``"""
+
+    def rst(self) -> str:
+        return surface.render()
 
 
 class OpList(_GeneratedRst):
@@ -245,6 +253,7 @@ def merge_stubs(app: Sphinx, env, docnames, other) -> None:
 def setup(app: Sphinx) -> dict:
     app.add_directive("kiln-op-coverage", OpCoverage)
     app.add_directive("kiln-op-list", OpList)
+    app.add_directive("kiln-api-coverage", ApiCoverage)
     app.add_directive("kiln-benchmarks", Benchmarks)
     app.add_directive("kiln-packages", Packages)
     app.add_directive("kiln-command", KilnCommand)

@@ -6,7 +6,9 @@ classified:
 
 * ``ok``: kiln has it, and its signature matches PyTorch's where both can be read: the same parameter
   names in the same order, the same kinds (positional-only, keyword-only, ``*args``) and the same
-  defaults; kiln may add parameters of its own after PyTorch's, with defaults;
+  defaults; kiln may add parameters of its own after PyTorch's, with defaults, and may accept by
+  position a parameter one of PyTorch's overloads takes by keyword only (one kiln signature serves
+  ``std(input, dim, unbiased, keepdim)`` and ``std(input, dim, *, correction, keepdim)``);
 * ``differs``: kiln has it with another signature (the difference is shown);
 * ``left out``: kiln leaves it out on purpose, for the reason :data:`LEFT_OUT` gives; this list is the one
   place where left-out names and their reasons are kept;
@@ -66,6 +68,16 @@ _DATAPIPES = "torchdata's DataPipes were removed from PyTorch's roadmap; kiln.da
 _DISTRIBUTED = "kiln-distributed provides it (kiln.distributed)"
 _ACCEL = "needs a real accelerator device and streams (kiln-cuda's kiln.cuda provides streams and events)"
 _VMAP = "vmap needs batching rules on the op record, which kiln does not have (a Python loop would not be vmap)"
+_ATEN_NN = (
+    "the ATen-level form of a torch.nn.functional function (integer reduction codes, cuDNN switches as "
+    "arguments), which PyTorch exports by accident of its bindings; kiln.nn.functional has the Python API"
+)
+_COMPILE = "kiln-compile provides compilation and control-flow export (torch.compile, torch.cond)"
+_HOUSEHOLDER = (
+    "LAPACK's raw Householder QR pieces are not exposed; kiln.linalg.qr and kiln.linalg.householder_product "
+    "cover their uses"
+)
+_LOBPCG = "LOBPCG, an iterative eigensolver for large sparse problems, is not built"
 
 # (regular expression on "namespace:name", reason); the first match wins
 LEFT_OUT: tuple[tuple[str, str], ...] = (
@@ -109,7 +121,7 @@ LEFT_OUT: tuple[tuple[str, str], ...] = (
         _SPARSE,
     ),
     (
-        r"torch:(float8_.*|float4_.*|u?int[1-7]|uint(16|32|64)|bits\w*|complex(32|64|128)|chalf|cfloat|cdouble)$",
+        r"torch:(float8_.*|float4_.*|u?int[1-7]|uint(16|32|64)|bits?\w*|complex(32|64|128)|chalf|cfloat|cdouble)$",
         _DTYPES,
     ),
     (r"torch(\.Tensor)?:(\w*Storage|storage|storage_type|is_storage|from_file|untyped_storage)$", _STORAGE),
@@ -121,9 +133,42 @@ LEFT_OUT: tuple[tuple[str, str], ...] = (
     ),
     (r"torch\.nn:(SyncBatchNorm)$", _DISTRIBUTED),
     (r"torch:(vmap)$", _VMAP),
+    (
+        r"torch:(batch_norm|bilinear|binary_cross_entropy_with_logits|channel_shuffle|cosine_embedding_loss|"
+        r"ctc_loss|embedding_bag|hinge_embedding_loss|instance_norm|kl_div|margin_ranking_loss|poisson_nll_loss|"
+        r"triplet_margin_loss)$",
+        _ATEN_NN,
+    ),
+    (r"torch:(compile|cond)$", _COMPILE),
+    (r"torch(\.Tensor)?:(geqrf|orgqr|ormqr)$", _HOUSEHOLDER),
+    (r"torch:(lobpcg)$", _LOBPCG),
+    (
+        r"torch:(indices_copy|values_copy)$",
+        "functionalization's copies of sparse accessors; PyTorch itself cannot run them on a sparse tensor",
+    ),
     (r"torch(\.Tensor)?:(Stream|Event|StreamObjType|AcceleratorError|OutOfMemoryError|is_pinned|pin_memory)$", _ACCEL),
 )
 
+_ABSENT = object()
+# "namespace:name" -> why kiln's signature differs from what the survey reads for PyTorch, where the
+# difference is deliberate or PyTorch's own spellings disagree; the rows stay "differs" on the page
+SIGNATURE_NOTES: dict[str, str] = {
+    "torch:nan_to_num_": "PyTorch's Tensor method documents nan=0.0 and its ATen schema nan=None; kiln takes 0.0",
+    "torch:randint_like": (
+        "PyTorch's two overloads, (input, high) and (input, low, high), are one kiln signature with low first: "
+        "randint_like(x, 10) draws from [0, 10) in both"
+    ),
+    "torch:rrelu": (
+        "kiln.rrelu is nn.functional.rrelu (inplace at position 4) with generator as a keyword; PyTorch's "
+        "top-level ATen form has generator at position 4"
+    ),
+    "torch:searchsorted": (
+        "PyTorch documents the second parameter as values, but its binding names it input "
+        "(searchsorted(s, values=v) fails there); kiln follows the binding"
+    ),
+    "torch:tril_indices": "device=None means kiln's default device (PyTorch documents device='cpu')",
+    "torch:triu_indices": "device=None means kiln's default device (PyTorch documents device='cpu')",
+}
 _NOT_API = (str, dict)  # docs fragments PyTorch keeps as module attributes (reproducibility_notes, ...)
 _FOREIGN = ("typing", "collections.abc", "builtins", "abc", "enum", "functools", "warnings", "math")
 
@@ -210,8 +255,8 @@ def _doc_signatures(obj: Any, name: str, method: bool) -> list[list[Param]]:
     doc = inspect.getdoc(obj) or ""
     sigs = []
     for line in doc.splitlines()[:8]:
-        line = line.strip()
-        m = re.match(rf"^(?:Tensor\.)?{re.escape(name)}\((.*)\)(\s*->.*)?$", line)
+        line = line.strip().split(" -> ")[0]  # the return annotation may hold parentheses: (Tensor, Tensor[])
+        m = re.match(rf"^(?:Tensor\.|torch\.)?(?:linalg\.|special\.|fft\.)?{re.escape(name)}\((.*)\)(\s*->.*)?$", line)
         if not m:
             continue
         args = re.sub(r":\s*[^,=)]+(?=[,=)]|$)", "", m.group(1))  # drop annotations
@@ -224,7 +269,8 @@ def _doc_signatures(obj: Any, name: str, method: bool) -> list[list[Param]]:
         pos = a.posonlyargs + a.args
         defaults = [None] * (len(pos) - len(a.defaults)) + list(a.defaults)
         for i, (arg, d) in enumerate(zip(pos, defaults, strict=True)):
-            kind = "positional-only" if i < len(a.posonlyargs) else "positional"
+            unnamed = arg.arg in ("int", "float", "bool", "str")  # ``set_num_interop_threads(int)``
+            kind = "positional-only" if i < len(a.posonlyargs) or unnamed else "positional"
             out.append((arg.arg, kind, "" if d is None else ast.unparse(d)))
         if a.vararg:
             out.append((a.vararg.arg, "*args", ""))
@@ -238,13 +284,19 @@ def _doc_signatures(obj: Any, name: str, method: bool) -> list[list[Param]]:
     return sigs
 
 
-def _schema_signatures(name: str, method: bool) -> list[list[Param]]:
+# namespace -> the prefix of its functions' ATen operator names (torch.linalg.det is aten::linalg_det)
+_ATEN_PREFIX = {"torch.linalg": "linalg_", "torch.special": "special_", "torch.fft": "fft_"}
+
+
+def _schema_signatures(name: str, method: bool, ns: str = "torch") -> list[list[Param]]:
     """The overloads of ATen operator ``name`` (``torch.ops.aten``), as the Python binding names them:
     the first argument, ``self``, is ``input`` in a function and the tensor itself in a method."""
     import torch
 
+    if ns not in ("torch", "torch.Tensor") and ns not in _ATEN_PREFIX:
+        return []  # other namespaces are Python functions: their schemas would be another op's
     try:
-        packet = getattr(torch.ops.aten, name)
+        packet = getattr(torch.ops.aten, _ATEN_PREFIX.get(ns, "") + name)
         overloads = [getattr(packet, ov)._schema for ov in packet.overloads()]
     except (AttributeError, RuntimeError):
         return []
@@ -264,7 +316,7 @@ def _schema_signatures(name: str, method: bool) -> list[list[Param]]:
     return sigs
 
 
-def signatures(obj: Any, name: str, method: bool) -> list[list[Param]]:
+def signatures(obj: Any, name: str, method: bool, ns: str = "torch") -> list[list[Param]]:
     """What can be read of ``obj``'s signature: one parameter list per overload (none: unreadable). For
     PyTorch's C++ builtins, the overloads its docstring lists and those of its ATen operator."""
     target = obj.__init__ if isinstance(obj, type) else obj
@@ -275,18 +327,28 @@ def signatures(obj: Any, name: str, method: bool) -> list[list[Param]]:
     try:
         return [_params(inspect.signature(target), method or isinstance(obj, type))]
     except (TypeError, ValueError):
-        return _doc_signatures(obj, name, method) + _schema_signatures(name, method)
+        return _doc_signatures(obj, name, method) + _schema_signatures(name, method, ns)
+
+
+_DTYPE_ALIASES = {"long": "int64", "int": "int32", "float": "float32", "double": "float64", "half": "float16"}
 
 
 def _norm_default(text: str) -> str:
-    return {"True": "True", "False": "False", "None": "None"}.get(text, text.replace("torch.", "").replace("kiln.", ""))
+    text = text.replace("torch.", "").replace("kiln.", "")
+    return _DTYPE_ALIASES.get(text, text)
 
 
 def compare(theirs: list[Param], ours: list[Param]) -> str:
-    """'' when ``ours`` serves every call ``theirs`` accepts (see the module docstring), else why not."""
+    """'' when ``ours`` serves every call ``theirs`` accepts (see the module docstring), else why not.
+    A PyTorch signature of only ``(*args, **kwargs)`` says nothing to compare; a positional-only
+    parameter is matched by position, since no call can name it."""
+    if theirs and all(p[1] in ("*args", "**kwargs") for p in theirs):
+        return ""
     ours_by_name = {p[0]: p for p in ours}
     var_kw = any(p[1] == "**kwargs" for p in ours)
     for i, (name, kind, default) in enumerate(theirs):
+        if kind == "positional-only" and i < len(ours) and ours[i][1] in ("positional", "positional-only"):
+            continue
         if kind in ("*args", "**kwargs"):
             if not any(p[1] == kind for p in ours):
                 return f"no {kind.replace('args', name) if kind == '*args' else '**' + name}"
@@ -300,7 +362,10 @@ def compare(theirs: list[Param], ours: list[Param]) -> str:
             continue  # ``flip(*dims)`` for ``flip(dims)``: both forms are accepted, as PyTorch's parser does
         if kind == "positional" and (i >= len(ours) or ours[i][0] != name):
             return f"parameter {name!r} is not at position {i}"
-        if kind != mine[1] and not (kind == "positional-only" and mine[1] == "positional"):
+        if kind != mine[1] and not (
+            (kind == "positional-only" and mine[1] == "positional")
+            or (kind == "keyword-only" and mine[1] == "positional")  # one kiln signature for several overloads
+        ):
             return f"{name!r} is {mine[1]}, PyTorch's is {kind}"
         if default and not mine[2]:
             return f"{name!r} has no default (PyTorch's: {default})"
@@ -309,7 +374,10 @@ def compare(theirs: list[Param], ours: list[Param]) -> str:
         if default and mine[2] and not _same_default(default, mine[2]):
             return f"{name!r} defaults to {mine[2]} (PyTorch's: {default})"
     names = {p[0] for p in theirs}
-    for name, kind, default in ours:
+    by_position = {i for i, p in enumerate(theirs) if p[1] == "positional-only"}
+    for j, (name, kind, default) in enumerate(ours):
+        if j in by_position:
+            continue
         if name not in names and kind in ("positional", "positional-only", "keyword-only") and not default:
             return f"extra required parameter {name!r}"
     return ""
@@ -320,6 +388,13 @@ def _same_default(a: str, b: str) -> bool:
     ``0.125`` are."""
     if _norm_default(a) == _norm_default(b):
         return True
+    if {a, b} <= {"None", "[]", "()"}:  # PyTorch's schemas spell "not given" for a list as [], Python as None
+        return True
+    # PyTorch's own signatures spell these defaults both ways (``layout=None`` and ``layout=torch.strided``)
+    if {_norm_default(a), _norm_default(b)} in ({"None", "strided"}, {"None", "preserve_format"}):
+        return True
+    if a.startswith("[") and _value(a) != _UNKNOWN and len(set(_value(a))) == 1:  # padding=[0, 0] is padding=0
+        return _value(b) == _value(a)[0]
     va, vb = _value(a), _value(b)
     return va is not _UNKNOWN and va == vb
 
@@ -366,14 +441,14 @@ def survey_namespace(ns: str, kns: str) -> list[Row]:
     method = ns.endswith(".Tensor")
     for name, theirs in sorted(torch_names(ns).items(), key=lambda kv: kv[0].lower()):
         reason = left_out(ns, name)
-        mine = getattr(ours, name, None) if ours is not None else None
-        if mine is None:
+        mine = getattr(ours, name, _ABSENT) if ours is not None else _ABSENT
+        if mine is _ABSENT:
             if reason:
                 rows.append(Row(name, "left out", reason))
             else:
                 rows.append(Row(name, "missing", why if ours is None else ""))
             continue
-        t_sigs = signatures(theirs, name, method)
+        t_sigs = signatures(theirs, name, method, ns)
         k_sigs = signatures(mine, name, method)
         if not t_sigs or not k_sigs:
             rows.append(Row(name, "ok"))

@@ -338,9 +338,9 @@ def test_signatures_match_torch():
         "hann_window": (["window_length", "periodic"], ["dtype", "layout", "device", "requires_grad"]),
         "bartlett_window": (["window_length", "periodic"], ["dtype", "layout", "device", "requires_grad"]),
         "blackman_window": (["window_length", "periodic"], ["dtype", "layout", "device", "requires_grad"]),
-        "hamming_window": (
+        "hamming_window": (  # torch documents pin_memory for its first overload
             ["window_length", "periodic", "alpha", "beta"],
-            ["dtype", "layout", "device", "requires_grad"],
+            ["dtype", "layout", "device", "requires_grad", "pin_memory"],
         ),
         "kaiser_window": (["window_length", "periodic", "beta"], ["dtype", "layout", "device", "requires_grad"]),
     }

@@ -187,8 +187,10 @@ def test_split_chunk_outputs_backward_partial():
 
 
 def test_aliases():
-    """Aliases are the same functions (as in torch, where they are aliases)."""
-    assert kiln.concatenate is kiln.cat and kiln.concat is kiln.cat
+    """Aliases are the same functions (as in torch, where they are aliases); ``concatenate`` is ``cat`` under
+    NumPy's parameter name (``axis``)."""
+    assert kiln.concat is kiln.cat
+    assert kiln.concatenate([kiln.ones(1), kiln.zeros(1)], axis=0).tolist() == [1.0, 0.0]
     assert kiln.moveaxis is kiln.movedim
     for name in (
         "split",

@@ -21,13 +21,26 @@ from kiln._autocast import (
     get_autocast_cpu_dtype,
     get_autocast_dtype,
     get_autocast_gpu_dtype,
+    get_autocast_ipu_dtype,
+    get_autocast_xla_dtype,
     is_autocast_available,
     is_autocast_cache_enabled,
     is_autocast_cpu_enabled,
     is_autocast_enabled,
+    is_autocast_gpu_enabled,
+    is_autocast_ipu_enabled,
+    is_autocast_xla_enabled,
     set_autocast_cache_enabled,
+    set_autocast_cpu_dtype,
+    set_autocast_cpu_enabled,
     set_autocast_dtype,
     set_autocast_enabled,
+    set_autocast_gpu_dtype,
+    set_autocast_gpu_enabled,
+    set_autocast_ipu_dtype,
+    set_autocast_ipu_enabled,
+    set_autocast_xla_dtype,
+    set_autocast_xla_enabled,
 )
 from kiln._compat import (
     empty_permuted,
@@ -154,7 +167,9 @@ from kiln._ops.creation import (
     zeros_like,
 )
 from kiln._ops.cumulative import cummax, cummin, logcumsumexp, renorm
-from kiln._ops.decompositions import det, inverse, slogdet
+from kiln._ops.decompositions import legacy_det as det
+from kiln._ops.decompositions import legacy_inverse as inverse
+from kiln._ops.decompositions import legacy_slogdet as slogdet
 from kiln._ops.distance import cosine_similarity, pairwise_distance, pdist
 from kiln._ops.dropout import (
     alpha_dropout,
@@ -250,6 +265,8 @@ from kiln._ops.inplace import (
     cos_,
     cosh_,
     deg2rad_,
+    erf_,
+    erfc_,
     exp2_,
     exp_,
     expm1_,
@@ -257,6 +274,7 @@ from kiln._ops.inplace import (
     floor_,
     frac_,
     gcd_,
+    i0_,
     lcm_,
     ldexp_,
     log1p_,
@@ -274,12 +292,14 @@ from kiln._ops.inplace import (
     rsqrt_,
     sigmoid_,
     sin_,
+    sinc_,
     sinh_,
     sqrt_,
     square_,
     tan_,
     tanh_,
     trunc_,
+    xlogy_,
 )
 from kiln._ops.joining import (
     atleast_1d,
@@ -314,6 +334,7 @@ from kiln._ops.lu import lu_unpack
 from kiln._ops.matrix_functions import legacy_matrix_power as matrix_power
 from kiln._ops.matrix_functions import legacy_qr as qr
 from kiln._ops.matrix_functions import legacy_svd as svd
+from kiln._ops.matrix_functions import legacy_vander as vander
 from kiln._ops.matrix_functions import logdet, matrix_exp, pinverse
 from kiln._ops.nn_conv import conv1d, conv2d, conv3d, conv_transpose1d, conv_transpose2d, conv_transpose3d, convolution
 from kiln._ops.normalization import group_norm, layer_norm, rms_norm

@@ -23,12 +23,9 @@ __all__ = [
     "autocast_decrement_nesting",
     "autocast_increment_nesting",
     "clear_autocast_cache",
-    "get_autocast_cpu_dtype",
     "get_autocast_dtype",
-    "get_autocast_gpu_dtype",
     "is_autocast_available",
     "is_autocast_cache_enabled",
-    "is_autocast_cpu_enabled",
     "is_autocast_enabled",
     "set_autocast_cache_enabled",
     "set_autocast_dtype",
@@ -128,19 +125,39 @@ def set_autocast_dtype(device_type: str, dtype: dt.dtype) -> None:
     _state.dtype[device_type] = dtype
 
 
-def is_autocast_cpu_enabled() -> bool:
-    """``is_autocast_enabled("cpu")`` (PyTorch's older name)."""
-    return is_autocast_enabled("cpu")
+def _older_names(prefix: str, device_type: str) -> dict:
+    """PyTorch's per-device spellings (``is_autocast_cpu_enabled``, ``set_autocast_gpu_dtype``, ...): the
+    device-type functions with ``device_type`` filled in."""
+
+    def is_enabled() -> bool:
+        return is_autocast_enabled(device_type)
+
+    def set_enabled(enabled: bool) -> None:
+        set_autocast_enabled(device_type, enabled)
+
+    def get_dtype() -> dt.dtype:
+        return get_autocast_dtype(device_type)
+
+    def set_dtype(dtype: dt.dtype) -> None:
+        set_autocast_dtype(device_type, dtype)
+
+    names = {}
+    for fn, name, target in (
+        (is_enabled, f"is_autocast_{prefix}_enabled", "is_autocast_enabled"),
+        (set_enabled, f"set_autocast_{prefix}_enabled", "set_autocast_enabled"),
+        (get_dtype, f"get_autocast_{prefix}_dtype", "get_autocast_dtype"),
+        (set_dtype, f"set_autocast_{prefix}_dtype", "set_autocast_dtype"),
+    ):
+        fn.__name__ = fn.__qualname__ = name
+        fn.__doc__ = f"``{target}({device_type!r}, ...)`` under PyTorch's older name."
+        names[name] = fn
+    return names
 
 
-def get_autocast_cpu_dtype() -> dt.dtype:
-    """``get_autocast_dtype("cpu")`` (PyTorch's older name)."""
-    return get_autocast_dtype("cpu")
-
-
-def get_autocast_gpu_dtype() -> dt.dtype:
-    """``get_autocast_dtype("cuda")`` (PyTorch's older name)."""
-    return get_autocast_dtype("cuda")
+for _prefix, _device_type in (("cpu", "cpu"), ("gpu", "cuda"), ("ipu", "ipu"), ("xla", "xla")):
+    _names = _older_names(_prefix, _device_type)
+    globals().update(_names)
+    __all__ += sorted(_names)
 
 
 def is_autocast_cache_enabled() -> bool:

@@ -393,7 +393,7 @@ def _function(name: str, fn: Callable) -> str:
 
 def tensor_pyi() -> str:
     """``kiln/_tensor.pyi``: ``Tensor`` with every attribute it has once ``kiln`` is imported, ``Size`` and
-    the module's other functions (which the core's modules import)."""
+    the module's other functions and tables (which the core's modules import)."""
     import kiln  # noqa: F401 - every op module binds its Tensor methods
 
     module = sys.modules["kiln._tensor"]
@@ -403,6 +403,8 @@ def tensor_pyi() -> str:
             functions.append(_function(name, value))
         elif type(value) is object:
             sentinels.append(f"{name}: object\n")
+        elif type(value) in (list, dict, tuple, set, frozenset) and not name.startswith("__"):
+            sentinels.append(f"{name}: {type(value).__name__}\n")  # tables other modules import
     size_body = _class_body(module.Size)
     return (
         '"""Stub of kiln._tensor: every Tensor attribute (methods bound by the op modules included) for IDEs and\n'

@@ -365,22 +365,32 @@ def write_out(name: str, result: Any, out: Any) -> Any:
     return out
 
 
-def with_out(fn: Callable) -> Callable:
+def with_out(fn: Callable | None = None, *, position: int | None = None) -> Callable:
     """Give a public function written in Python (not an op) PyTorch's ``out=`` keyword, with the same
-    rules as ops have it (:func:`call_out`)."""
+    rules as ops have it (:func:`call_out`). ``position``: where PyTorch's signature has ``out`` as an
+    ordinary parameter (``torch.norm(input, p, dim, keepdim, out, dtype)``) rather than keyword-only."""
+    if fn is None:
+        return functools.partial(with_out, position=position)
     sig = inspect.signature(fn)
     name = fn.__name__
 
     @functools.wraps(fn)
     def run(*args, out=None, **kwargs):
+        if position is not None and len(args) > position:
+            if out is not None:
+                raise TypeError(f"{name}() got multiple values for argument 'out'")
+            out, args = args[position], args[:position] + args[position + 1 :]
         if out is None:
             return fn(*args, **kwargs)
         check_out_args(name, args + tuple(kwargs.values()))
         return write_out(name, fn(*args, **kwargs), out)
 
     params = list(sig.parameters.values())
-    at = next((i for i, p in enumerate(params) if p.kind is p.VAR_KEYWORD), len(params))
-    params.insert(at, inspect.Parameter("out", inspect.Parameter.KEYWORD_ONLY, default=None))
+    if position is None:
+        at = next((i for i, p in enumerate(params) if p.kind is p.VAR_KEYWORD), len(params))
+        params.insert(at, inspect.Parameter("out", inspect.Parameter.KEYWORD_ONLY, default=None))
+    else:
+        params.insert(position, inspect.Parameter("out", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None))
     run.__signature__ = sig.replace(parameters=params)
     return run
 

@@ -75,8 +75,8 @@ def _parameter_class() -> type | None:
 
 
 class _Pickler(pickle._Pickler):  # the Python pickler: its save_global can be given names to write
-    def __init__(self, file: BinaryIO) -> None:
-        super().__init__(file, protocol=2)
+    def __init__(self, file: BinaryIO, protocol: int = 2) -> None:
+        super().__init__(file, protocol=protocol)
         self.storages: dict[int, _StorageRef] = {}  # by id of the storage object
         self._keep: list[Any] = []  # the objects those ids belong to, alive until the pickle is written
         self._parameter = _parameter_class()
@@ -151,10 +151,26 @@ class _Pickler(pickle._Pickler):  # the Python pickler: its save_global can be g
         return (_REBUILD_FROM_TYPE, (_REBUILD_V2, _TORCH_TENSOR if cls is Tensor else cls, args, state))
 
 
-def pickle_object(obj: Any) -> tuple[bytes, list[_StorageRef]]:
-    """``obj`` pickled as ``data.pkl``, and the storages it refers to in key order."""
+def check_pickle_args(pickle_module: Any, protocol: Any, zipfile: Any = True, no_byteorder: Any = False) -> None:
+    """``kiln.save``'s ``pickle_module`` (Python's own only), ``pickle_protocol`` (2 and up) and zip switches
+    (the archive always records its byte order; the pre-1.6 legacy format is not written)."""
+    if zipfile is not True or no_byteorder is not False:
+        raise NotImplementedError(
+            "kiln.save writes PyTorch's zip archive with its byteorder record only (not the legacy format)"
+        )
+    if pickle_module is not pickle:
+        name = getattr(pickle_module, "__name__", pickle_module)
+        raise NotImplementedError(f"kiln.save writes archives with Python's pickle module only, not {name!r}")
+    if isinstance(protocol, bool) or not isinstance(protocol, int) or not 2 <= protocol <= pickle.HIGHEST_PROTOCOL:
+        raise ValueError(
+            f"kiln.save: pickle_protocol must be an int from 2 to {pickle.HIGHEST_PROTOCOL}, got {protocol!r}"
+        )
+
+
+def pickle_object(obj: Any, protocol: int = 2) -> tuple[bytes, list[_StorageRef]]:
+    """``obj`` pickled as ``data.pkl`` (pickle ``protocol``), and the storages it refers to in key order."""
     buf = io.BytesIO()
-    p = _Pickler(buf)
+    p = _Pickler(buf, protocol)
     p.dump(obj)
     return buf.getvalue(), sorted(p.storages.values(), key=lambda r: int(r.key))
 

@@ -21,36 +21,12 @@ from __future__ import annotations
 
 from kiln import _dtype as dt
 from kiln._dispatch import SparseArgument
+from kiln._memory_format import layout, sparse_coo, strided
 from kiln._state import state
 from kiln._tensor import Size, Tensor, _numel, _wrap_dim
 
 __all__ = ["layout", "sparse_coo", "sparse_coo_tensor", "spmm", "strided"]
 
-
-class layout:
-    """A tensor's memory layout (``torch.layout``): :data:`kiln.strided` for dense tensors,
-    :data:`kiln.sparse_coo` for sparse COO tensors. Read it from :attr:`Tensor.layout`."""
-
-    __slots__ = ("name",)
-
-    def __new__(cls, *args, **kwargs):
-        raise TypeError("cannot create 'kiln.layout' instances")
-
-    def __repr__(self) -> str:
-        return f"kiln.{self.name}"
-
-    def __reduce__(self) -> str:
-        return self.name  # pickled by reference to this module's attribute
-
-
-def _layout(name: str) -> layout:
-    obj = object.__new__(layout)
-    obj.name = name
-    return obj
-
-
-strided = _layout("strided")
-sparse_coo = _layout("sparse_coo")
 
 # The dense attributes a sparse tensor leaves unset (reading one raises SparseArgument); the others
 # (_dtype, _device, _inference) it has, and grad_fn/_requires_grad are properties over its values.
@@ -407,6 +383,7 @@ def sparse_coo_tensor(
     requires_grad: bool = False,
     check_invariants: bool | None = None,
     is_coalesced: bool | None = None,
+    pin_memory: bool = False,
 ) -> Tensor:
     """A sparse COO tensor (``torch.sparse_coo_tensor``): ``values[k]`` at position ``indices[:, k]``.
 
@@ -420,8 +397,9 @@ def sparse_coo_tensor(
     range would alias another position), and checks ``is_coalesced=True`` unless ``check_invariants=False``.
     """
     from kiln._ops.copy import resolve_device
-    from kiln._ops.creation import as_tensor
+    from kiln._ops.creation import _unsupported, as_tensor
 
+    _unsupported(pin_memory=pin_memory)
     if isinstance(indices, SparseTensor) or isinstance(values, SparseTensor):
         raise TypeError("sparse_coo_tensor(): indices and values must be dense tensors, not sparse ones")
     indices = as_tensor(indices).detach()

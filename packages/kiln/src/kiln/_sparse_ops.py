@@ -477,7 +477,7 @@ def _body(t: Tensor, indent: int) -> str:
     empty)."""
     import numpy as np
 
-    from kiln._format import THRESHOLD, _fmt, _Formatter, _summarized
+    from kiln._format import OPTIONS, _fmt, _Formatter, _summarized
     from kiln._ops.copy import host_array
 
     a = host_array(t.detach())
@@ -486,5 +486,5 @@ def _body(t: Tensor, indent: int) -> str:
     if a.size == 0:
         return f"[], size={tuple(a.shape)}"
     kind = "bool" if t._dtype is dt.bool else "float" if t._dtype.is_floating_point else "int"
-    summarize = a.size > THRESHOLD
+    summarize = a.size > OPTIONS.threshold
     return _fmt(a, _Formatter(_summarized(a) if summarize else a.reshape(-1), kind), indent, summarize)

@@ -69,3 +69,19 @@ __all__ = [
     "vecdot",
     "vector_norm",
 ]
+
+
+def _give_out() -> None:
+    """PyTorch's ``out=`` on every function here that computes new tensors (ops have it already;
+    functions written in Python get it from :func:`kiln._dispatch.with_out`)."""
+    import inspect
+
+    from kiln._dispatch import with_out
+
+    for name in __all__:
+        fn = globals()[name]
+        if inspect.isfunction(fn) and "out" not in inspect.signature(fn).parameters:
+            globals()[name] = with_out(fn)
+
+
+_give_out()

@@ -9,9 +9,8 @@ int keys, lists, tuples, None, bool/int/float/str leaves, and where each tensor 
 metadata key ``"kiln.structure"``. A flat dict of tensors is stored under its own keys, so any
 safetensors reader (``safetensors.torch.load_file``) sees exactly those names; a file without
 ``"kiln.structure"`` (written by another tool) loads as a dict of its tensors in file order. Nothing in
-such a file is ever executed. A tensor object that appears several times in the saved object is stored
-once and comes back as one tensor; distinct tensors that are views of one storage are stored
-separately, each as its own contiguous copy.
+such a file is executed. A tensor object saved several times is stored once; distinct tensors that are
+views of one storage are stored separately, each as its own contiguous copy.
 
 **PyTorch's format**, for every other object or with ``save(..., format="torch")``: the zip archive
 ``torch.save`` writes (``data.pkl``, a protocol-2 pickle whose tensors refer to storages by persistent
@@ -260,7 +259,16 @@ def _write(fh: BinaryIO, header: bytes, order: list[tuple[str, Tensor]]) -> None
 _FORMATS = (None, "safetensors", "torch")
 
 
-def save(obj: Any, f: str | os.PathLike | BinaryIO, *, format: str | None = None) -> None:
+def save(
+    obj: Any,
+    f: str | os.PathLike | BinaryIO,
+    pickle_module: Any = pickle,
+    pickle_protocol: int = 2,
+    _use_new_zipfile_serialization: bool = True,
+    _disable_byteorder_record: bool = False,
+    *,
+    format: str | None = None,
+) -> None:
     """Save ``obj`` to ``f``: tensors and containers of them as safetensors, anything else as ``torch.save`` does.
 
     ``format=None`` (the default) writes a tensor, a state dict, or nested dicts (str or int keys),
@@ -272,28 +280,29 @@ def save(obj: Any, f: str | os.PathLike | BinaryIO, *, format: str | None = None
     for any object (so that ``torch.load`` can read a kiln state dict); ``format="safetensors"``
     refuses, with a ``TypeError``, what safetensors cannot hold.
 
-    In the torch archive, tensors are pickled as PyTorch pickles them (storages by reference, shared
-    storages saved once, so views stay views), kiln's dtypes, ``Size``, devices and kiln-nn's
-    ``Parameter`` under torch's names, and everything else with Python's pickle (pickling fails
-    before the file is touched). Tensors on any device are saved with their device as the location.
+    In the torch archive, tensors are pickled as PyTorch pickles them (storages by reference, saved once,
+    with their device as the location), kiln's dtypes, ``Size``, devices and ``Parameter`` under torch's
+    names, and everything else with Python's pickle (whose errors come before the file is touched).
 
-    ``f`` is a path or a writable binary file object (written directly, from its current position).
-    A path is written atomically: into a temp file ``.<name>.<pid>.<random>.tmp`` in the target's
-    directory, fsynced, renamed over the target, then the directory fsynced, so a crash, kill or power
-    loss leaves either the old file or the new one under the name, never a partial one. On an error the
-    temp file is removed and the target left untouched; temp files left by writers that were killed
-    (their PID is gone) are removed by the next save to the same target, best effort (one that cannot
-    be removed, such as another user's, is left and never fails the save). Saving over an existing
-    file keeps its permission bits (``rwx`` for user, group, others), as ``open(path, "wb")`` would: a
-    ``0o600`` checkpoint stays ``0o600``; the owner and group are the saver's, as for any new file. A
-    new file's mode is ``0o666 & ~umask``. A symlink is followed: the file it points to is replaced,
-    keeps its mode, and the link stays a link.
+    ``f`` is a path or a writable binary file object (written from its current position). A path is
+    written atomically (a fsynced temp file ``.<name>.<pid>.<random>.tmp`` renamed over the target, then
+    the directory fsynced): a crash, kill or power loss leaves the old file or the new one. On an error the
+    temp file is removed and the target left untouched; temp files of killed writers (PID gone) are
+    removed by the next save to the same target, best effort. Saving over a file keeps its permission
+    bits, as ``open(path, "wb")`` would (a new file's mode is ``0o666 & ~umask``); a symlink is followed
+    and stays a link (the file it points to is replaced).
 
     In the safetensors format containers may nest up to 100 levels; ``requires_grad`` and the device
     are recorded and restored by :func:`load`.
+
+    ``pickle_module`` (Python's ``pickle`` only: another is refused, not ignored), ``pickle_protocol``
+    (2 up to ``pickle.HIGHEST_PROTOCOL``) and the zip switches are PyTorch's (the legacy format is refused).
     """
     if format not in _FORMATS:
         raise ValueError(f"kiln.save: format must be None, 'safetensors' or 'torch', got {format!r}")
+    from kiln._pickle_save import check_pickle_args
+
+    check_pickle_args(pickle_module, pickle_protocol, _use_new_zipfile_serialization, _disable_byteorder_record)
     write = None
     if format != "torch":
         enc = _Encoder()
@@ -312,7 +321,7 @@ def save(obj: Any, f: str | os.PathLike | BinaryIO, *, format: str | None = None
     if write is None:
         from kiln import _pickle_save
 
-        pkl, storages = _pickle_save.pickle_object(obj)  # pickling errors come before the file is touched
+        pkl, storages = _pickle_save.pickle_object(obj, pickle_protocol)  # pickling errors come before the file
 
         def write(fh: BinaryIO, name: str) -> None:
             _pickle_save.write_archive(fh, name, pkl, storages)

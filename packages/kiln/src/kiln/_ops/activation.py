@@ -816,17 +816,25 @@ _rrelu_with_noise_ = _inplace(rrelu_with_noise, "rrelu_with_noise_")
 
 
 def rrelu(
-    input: Tensor, lower: float = 1.0 / 8.0, upper: float = 1.0 / 3.0, training: bool = False, inplace: bool = False
+    input: Tensor,
+    lower: float = 1.0 / 8.0,
+    upper: float = 1.0 / 3.0,
+    training: bool = False,
+    inplace: bool = False,
+    *,
+    generator=None,
 ) -> Tensor:
     """Randomized leaky ReLU: in training each ``x <= 0`` gets a slope drawn uniformly from
-    ``[lower, upper]`` (kiln's RNG); in eval the slope is ``(lower + upper) / 2``."""
+    ``[lower, upper]`` (from ``generator``, kiln's default one when None); in eval the slope is
+    ``(lower + upper) / 2``."""
     noise = None
     if training:
         _rrelu_meta(input, input, lower, upper, True)  # dtype and bounds errors before drawing
         from kiln._ops.random_ops import rand
 
         d = input._dtype if input._dtype is dt.float64 else dt.float32
-        noise = (rand(input._shape, dtype=d, device=input._device) * (upper - lower) + lower).to(input._dtype)
+        noise = rand(input._shape, generator=generator, dtype=d, device=input._device)
+        noise = (noise * (upper - lower) + lower).to(input._dtype)
     if inplace:
         return _rrelu_with_noise_(input, noise, lower, upper, training)
     return rrelu_with_noise(input, noise, lower, upper, training)

@@ -17,6 +17,7 @@ import numpy as np
 from kiln import _dtype as dt
 from kiln._device import CPU, out_of_memory
 from kiln._dispatch import op
+from kiln._memory_format import preserve_format, strided
 from kiln._ops._meta import is_scalar, result_type, scalar_type_name
 from kiln._ops.copy import from_host, resolve_device
 from kiln._ops.views import _INT64_END, _varargs_shape, check_storage_size
@@ -65,9 +66,9 @@ TOP_LEVEL = (
 def _unsupported(layout=None, pin_memory=False, memory_format=None) -> None:
     """PyTorch keywords kiln accepts for signature compatibility but cannot honour yet: refuse, never ignore.
     (``out=`` is honoured, by :func:`_takes_out`.)"""
-    if layout is not None and getattr(layout, "name", None) != "strided":
+    if layout is not None and layout is not strided:
         raise NotImplementedError(f"kiln does not support layout={layout!r} for tensor creation yet")
-    if pin_memory is not False and not (isinstance(pin_memory, bool) and pin_memory is False):
+    if pin_memory not in (None, False):
         raise NotImplementedError(f"kiln does not support pin_memory={pin_memory!r} for tensor creation yet")
     if memory_format is not None and getattr(memory_format, "name", None) not in (
         "preserve_format",
@@ -208,9 +209,9 @@ def empty(
     device=None,
     requires_grad=False,
     out=None,
-    layout=None,
+    layout=strided,
     pin_memory=False,
-    memory_format=None,
+    memory_format=preserve_format,
 ) -> Tensor:
     """An uninitialised tensor of shape ``size``."""
     _unsupported(layout=layout, pin_memory=pin_memory, memory_format=memory_format)
@@ -221,7 +222,7 @@ def empty(
 
 @_takes_out
 def full(
-    size, fill_value, *, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False
+    size, fill_value, *, dtype=None, device=None, requires_grad=False, out=None, layout=strided, pin_memory=False
 ) -> Tensor:
     """A tensor of shape ``size`` filled with ``fill_value`` (dtype inferred from it by default)."""
     _unsupported(layout=layout, pin_memory=pin_memory)
@@ -236,7 +237,7 @@ def full(
 
 @_takes_out
 def zeros(
-    *sizes, size=None, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False
+    *sizes, size=None, dtype=None, device=None, requires_grad=False, out=None, layout=strided, pin_memory=False
 ) -> Tensor:
     """A tensor of zeros of shape ``size``."""
     _unsupported(layout=layout, pin_memory=pin_memory)
@@ -247,7 +248,7 @@ def zeros(
 
 @_takes_out
 def ones(
-    *sizes, size=None, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False
+    *sizes, size=None, dtype=None, device=None, requires_grad=False, out=None, layout=strided, pin_memory=False
 ) -> Tensor:
     """A tensor of ones of shape ``size``."""
     _unsupported(layout=layout, pin_memory=pin_memory)
@@ -263,7 +264,7 @@ def _like(input: Tensor, dtype, device):
 
 
 def empty_like(
-    input: Tensor, *, dtype=None, device=None, requires_grad=False, layout=None, memory_format=None
+    input: Tensor, *, dtype=None, device=None, requires_grad=False, layout=None, memory_format=preserve_format
 ) -> Tensor:
     """An uninitialised tensor with ``input``'s shape, dtype and device."""
     _unsupported(layout=layout, memory_format=memory_format)
@@ -272,7 +273,7 @@ def empty_like(
 
 
 def zeros_like(
-    input: Tensor, *, dtype=None, device=None, requires_grad=False, layout=None, memory_format=None
+    input: Tensor, *, dtype=None, device=None, requires_grad=False, layout=None, memory_format=preserve_format
 ) -> Tensor:
     """Zeros with ``input``'s shape, dtype and device."""
     _unsupported(layout=layout, memory_format=memory_format)
@@ -281,7 +282,7 @@ def zeros_like(
 
 
 def ones_like(
-    input: Tensor, *, dtype=None, device=None, requires_grad=False, layout=None, memory_format=None
+    input: Tensor, *, dtype=None, device=None, requires_grad=False, layout=None, memory_format=preserve_format
 ) -> Tensor:
     """Ones with ``input``'s shape, dtype and device."""
     _unsupported(layout=layout, memory_format=memory_format)
@@ -290,10 +291,18 @@ def ones_like(
 
 
 def full_like(
-    input: Tensor, fill_value, *, dtype=None, device=None, requires_grad=False, layout=None, memory_format=None
+    input: Tensor,
+    fill_value,
+    *,
+    dtype=None,
+    device=None,
+    requires_grad=False,
+    layout=None,
+    memory_format=preserve_format,
+    pin_memory=None,
 ) -> Tensor:
     """``fill_value`` everywhere, with ``input``'s shape, dtype and device."""
-    _unsupported(layout=layout, memory_format=memory_format)
+    _unsupported(layout=layout, pin_memory=pin_memory, memory_format=memory_format)
     shape, d, dev = _like(input, dtype, device)
     return _finish(_full(shape, fill_value, d, dev), requires_grad)
 
@@ -475,7 +484,7 @@ def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=Fal
     return _finish(from_host(a, d, dev), requires_grad)
 
 
-def as_tensor(data, dtype=None, device=None) -> Tensor:
+def as_tensor(data, *, dtype=None, device=None) -> Tensor:
     """``data`` as a tensor, sharing memory when it already is one (or a NumPy array) of that dtype and device."""
     d = _dtype_arg(dtype)
     if isinstance(data, Tensor):
@@ -486,7 +495,34 @@ def as_tensor(data, dtype=None, device=None) -> Tensor:
     return tensor(data, dtype=d, device=device)
 
 
-asarray = as_tensor
+def asarray(obj, *, dtype=None, device=None, copy: bool | None = None, requires_grad: bool | None = None) -> Tensor:
+    """``obj`` (a tensor, NumPy array, buffer, sequence or number) as a tensor (``torch.asarray``): shares
+    memory with a tensor or NumPy array when dtype and device allow, unless ``copy=True``; ``copy=False``
+    raises ``ValueError`` when sharing is impossible."""
+    d = _dtype_arg(dtype)
+    if copy is False:
+        if isinstance(obj, Tensor):
+            if d is not None and d is not obj._dtype:
+                raise ValueError(
+                    f"can't alias tensor with dtype '{scalar_type_name(obj._dtype)}' into dtype '{scalar_type_name(d)}'."
+                )
+            if device is not None and resolve_device(device) != obj._device:
+                raise ValueError(
+                    f"can't alias tensor on device '{obj._device}' into device '{resolve_device(device)}'."
+                )
+        elif not isinstance(obj, np.ndarray) and not hasattr(obj, "__buffer__"):
+            raise ValueError("can't alias arbitrary sequence into a tensor.")
+    if not isinstance(obj, (Tensor, np.ndarray)) and (
+        hasattr(obj, "__buffer__") or isinstance(obj, (bytes, bytearray))
+    ):
+        obj = np.frombuffer(memoryview(obj).cast("B"), dtype=(d or dt.uint8).numpy)
+    out = as_tensor(obj, dtype=d, device=device)
+    if copy:
+        shares = (isinstance(obj, Tensor) and out is obj) or (
+            isinstance(obj, np.ndarray) and out._dtype.numpy == obj.dtype
+        )
+        out = out.clone() if shares else out
+    return out.requires_grad_(requires_grad) if requires_grad else out
 
 
 def from_numpy(ndarray: np.ndarray) -> Tensor:
@@ -554,7 +590,16 @@ def _range_number(x) -> str:
 @_takes_out
 @_allocating
 def arange(
-    start=0, end=None, step=1, *, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False
+    start=0,
+    end=None,
+    step=1,
+    *,
+    dtype=None,
+    device=None,
+    requires_grad=False,
+    out=None,
+    layout=strided,
+    pin_memory=False,
 ) -> Tensor:
     """Values from ``start`` (inclusive) to ``end`` (exclusive) spaced by ``step``.
 
@@ -592,7 +637,9 @@ def arange(
 
 @_takes_out
 @_allocating
-def linspace(start, end, steps: int, *, dtype=None, device=None, requires_grad=False, out=None, layout=None) -> Tensor:
+def linspace(
+    start, end, steps: int, *, dtype=None, device=None, requires_grad=False, out=None, layout=strided
+) -> Tensor:
     """``steps`` evenly spaced values from ``start`` to ``end`` inclusive."""
     _unsupported(layout=layout)
     start, end = _scalar_value(start), _scalar_value(end)
@@ -614,7 +661,9 @@ def linspace(start, end, steps: int, *, dtype=None, device=None, requires_grad=F
 
 @_takes_out
 @_allocating
-def eye(n: int, m: int | None = None, *, dtype=None, device=None, requires_grad=False, out=None, layout=None) -> Tensor:
+def eye(
+    n: int, m: int | None = None, *, dtype=None, device=None, requires_grad=False, out=None, layout=strided
+) -> Tensor:
     """A 2-D tensor with ones on the diagonal."""
     _unsupported(layout=layout)
     if n < 0:

@@ -35,11 +35,12 @@ __all__ = [
 ]
 
 TOP_LEVEL = (
-    "det",
-    "inverse",
-    "slogdet",
+    "legacy_det as det",
+    "legacy_inverse as inverse",
+    "legacy_slogdet as slogdet",
 )
-"""The names ``kiln`` exports at its top level (as ``torch`` does)."""
+"""The names ``kiln`` exports at its top level (as ``torch`` does): ``kiln.det(input)`` and the others take
+PyTorch's top-level parameter name, ``input``; ``kiln.linalg``'s take ``A``."""
 
 
 class LinAlgError(RuntimeError):
@@ -189,6 +190,26 @@ _SlogdetResult = _return_type("linalg_slogdet", ("sign", "logabsdet"))
 def slogdet(A: Tensor):
     """``(sign, logabsdet)`` of the determinant of a (batch of) square matrices (a named tuple)."""
     return _SlogdetResult(*_slogdet(A))
+
+
+def legacy_det(input: Tensor, *, out: Tensor | None = None) -> Tensor:
+    """Determinant of a (batch of) square matrices (``torch.det``; :func:`kiln.linalg.det` takes ``A``)."""
+    return det(input, out=out)
+
+
+def legacy_slogdet(input: Tensor, *, out=None):
+    """``(sign, logabsdet)`` of the determinant (``torch.slogdet``; :func:`kiln.linalg.slogdet` takes ``A``)."""
+    if out is None:
+        return slogdet(input)
+    from kiln._dispatch import check_out_args, write_out
+
+    check_out_args("slogdet", (input,))
+    return write_out("slogdet", slogdet(input), out)
+
+
+def legacy_inverse(input: Tensor, *, out: Tensor | None = None) -> Tensor:
+    """Inverse of a (batch of) square matrices (``torch.inverse``; :func:`kiln.linalg.inv` takes ``A``)."""
+    return inv(input, out=out)
 
 
 def solve(A: Tensor, B: Tensor, *, left: bool = True) -> Tensor:
@@ -447,13 +468,23 @@ def _svd(A: Tensor, full_matrices: bool = True) -> tuple[Tensor, Tensor, Tensor]
 _SvdResult = _return_type("linalg_svd", ("U", "S", "Vh"))
 
 
-def svd(A: Tensor, full_matrices: bool = True):
-    """``(U, S, Vh)`` with ``A = U diag(S) Vh``, singular values descending."""
+def _check_driver(name: str, driver) -> None:
+    if (
+        driver is not None
+    ):  # PyTorch: "torch.linalg.svd: keyword argument `driver=` is only supported on CUDA inputs with cuSOLVER backend."
+        raise RuntimeError(f"kiln.linalg.{name}: keyword argument `driver=` is only supported on CUDA inputs")
+
+
+def svd(A: Tensor, full_matrices: bool = True, *, driver: str | None = None):
+    """``(U, S, Vh)`` with ``A = U diag(S) Vh``, singular values descending (``driver`` picks a CUDA solver
+    in PyTorch; kiln's CPU kernels take only ``None``)."""
+    _check_driver("svd", driver)
     return _SvdResult(*_svd(A, full_matrices))
 
 
-def svdvals(A: Tensor) -> Tensor:
+def svdvals(A: Tensor, *, driver: str | None = None) -> Tensor:
     """Singular values (descending) of a (batch of) matrices."""
+    _check_driver("svdvals", driver)
     return _svd(A, False)[1]
 
 

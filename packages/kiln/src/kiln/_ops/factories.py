@@ -16,6 +16,7 @@ import numpy as np
 
 from kiln import _dtype as dt
 from kiln._device import device as Device
+from kiln._memory_format import strided
 from kiln._ops._meta import is_scalar, scalar_type_name
 from kiln._ops.copy import _DEFAULT_DEVICE, from_host, resolve_device
 from kiln._ops.creation import (
@@ -77,7 +78,7 @@ def logspace(
     *,
     out=None,
     dtype=None,
-    layout=None,
+    layout=strided,
     device=None,
     requires_grad: bool = False,
 ) -> Tensor:
@@ -105,7 +106,7 @@ def range(  # noqa: A001 - PyTorch's name; the module uses no builtin range
     *,
     out=None,
     dtype=None,
-    layout=None,
+    layout=strided,
     device=None,
     requires_grad: bool = False,
 ) -> Tensor:
@@ -161,7 +162,7 @@ def _strided_tensor(size, stride, d: dt.dtype, dev) -> Tensor:
 
 @_allocating
 def empty_strided(
-    size, stride, *, dtype=None, layout=None, device=None, requires_grad: bool = False, pin_memory: bool = False
+    size, stride, *, dtype=None, layout=strided, device=None, requires_grad: bool = False, pin_memory: bool = False
 ) -> Tensor:
     """An uninitialised tensor of shape ``size`` with the strides ``stride`` (in elements)."""
     _unsupported(layout=layout, pin_memory=pin_memory)
@@ -170,7 +171,15 @@ def empty_strided(
 
 
 def _new_empty_strided(
-    self: Tensor, size, stride, *, dtype=None, layout=None, device=None, requires_grad: bool = False, pin_memory=False
+    self: Tensor,
+    size,
+    stride,
+    *,
+    dtype=None,
+    layout=strided,
+    device=None,
+    requires_grad: bool = False,
+    pin_memory=False,
 ) -> Tensor:
     """An uninitialised tensor of ``size`` and ``stride``, with this tensor's dtype and device by default."""
     _unsupported(layout=layout, pin_memory=pin_memory)
@@ -180,7 +189,7 @@ def _new_empty_strided(
 
 
 def scalar_tensor(
-    s, *, dtype=None, layout=None, device=None, pin_memory: bool = False, requires_grad: bool = False
+    s, *, dtype=None, layout=strided, device=None, pin_memory: bool = False, requires_grad: bool = False
 ) -> Tensor:
     """A 0-d tensor holding the number ``s``, in the default dtype unless ``dtype`` says otherwise."""
     from kiln._ops.creation import full
@@ -213,13 +222,13 @@ def _triangle_indices(name: str, row, col, offset, dtype, device, layout, lower:
     return from_host(values, d, resolve_device(device))
 
 
-def tril_indices(row: int, col: int, offset: int = 0, *, dtype=dt.int64, device=None, layout=None) -> Tensor:
+def tril_indices(row: int, col: int, offset: int = 0, *, dtype=dt.int64, device=None, layout=strided) -> Tensor:
     """The coordinates of the lower triangle (on and below diagonal ``offset``) of a ``row x col`` matrix:
     a ``2 x N`` tensor of row indices over column indices, in row-major order."""
     return _triangle_indices("tril_indices", row, col, offset, dtype, device, layout, True)
 
 
-def triu_indices(row: int, col: int, offset: int = 0, *, dtype=dt.int64, device=None, layout=None) -> Tensor:
+def triu_indices(row: int, col: int, offset: int = 0, *, dtype=dt.int64, device=None, layout=strided) -> Tensor:
     """The coordinates of the upper triangle (on and above diagonal ``offset``) of a ``row x col`` matrix:
     a ``2 x N`` tensor of row indices over column indices, in row-major order."""
     return _triangle_indices("triu_indices", row, col, offset, dtype, device, layout, False)

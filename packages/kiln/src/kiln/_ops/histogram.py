@@ -8,7 +8,7 @@ import builtins
 import numpy as np
 
 from kiln import _dtype as dt
-from kiln._dispatch import op
+from kiln._dispatch import op, with_out
 from kiln._ops._meta import scalar_type_name
 from kiln._ops.elementwise import _compute_np
 from kiln._ops.reduction import _return_type
@@ -197,6 +197,7 @@ def _histogramdd(input, bins, range, weight, density, name):
     return hist, tuple(edges)
 
 
+@with_out
 def histogram(input: Tensor, bins, *, range=None, weight: Tensor | None = None, density: bool = False):
     """``(hist, bin_edges)``: the histogram of all elements of a floating ``input`` over ``bins`` (a count of
     equal bins over ``range``, the elements' own range by default; or a 1-D tensor of increasing edges, the
@@ -209,6 +210,7 @@ def histogram(input: Tensor, bins, *, range=None, weight: Tensor | None = None, 
     return _HistogramResult(hist, edges[0])
 
 
+@with_out
 def histogramdd(input: Tensor, bins, *, range=None, weight: Tensor | None = None, density: bool = False):
     """``(hist, bin_edges)``: the ``D``-dimensional histogram of the points in the rows of ``input`` (last dim
     ``D``): ``bins`` is an int, one int per dim or one tensor of edges per dim; ``range`` ``[lo0, hi0, lo1,

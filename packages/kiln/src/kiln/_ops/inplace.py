@@ -51,6 +51,8 @@ TOP_LEVEL = (
     "cos_",
     "cosh_",
     "deg2rad_",
+    "erf_",
+    "erfc_",
     "exp2_",
     "exp_",
     "expm1_",
@@ -58,6 +60,7 @@ TOP_LEVEL = (
     "floor_",
     "frac_",
     "gcd_",
+    "i0_",
     "lcm_",
     "ldexp_",
     "log10_",
@@ -75,12 +78,14 @@ TOP_LEVEL = (
     "rsqrt_",
     "sigmoid_",
     "sin_",
+    "sinc_",
     "sinh_",
     "sqrt_",
     "square_",
     "tan_",
     "tanh_",
     "trunc_",
+    "xlogy_",
 )
 """The in-place functions ``kiln`` exports at its top level, as ``torch`` does (``kiln.exp_(t)`` is
 ``t.exp_()``): each is made from the ``Tensor`` method of that name, with the out-of-place function's
@@ -97,7 +102,8 @@ def _top_level_inplace(name: str):
 
     base = name[:-1]
     fn.__name__ = fn.__qualname__ = name
-    fn.__signature__ = inspect.signature(getattr(Tensor, base))
+    sig = inspect.signature(getattr(Tensor, base))  # the op's, less out= (the result goes into input)
+    fn.__signature__ = sig.replace(parameters=[p for p in sig.parameters.values() if p.name != "out"])
     fn.__doc__ = f"In-place version of :func:`kiln.{base}`: writes the result into ``input`` and returns it."
     return fn
 

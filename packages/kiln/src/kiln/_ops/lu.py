@@ -12,7 +12,7 @@ import warnings
 import numpy as np
 
 from kiln import _dtype as dt
-from kiln._dispatch import op
+from kiln._dispatch import op, with_out
 from kiln._ops._meta import scalar_type_name
 from kiln._ops.decompositions import LinAlgError
 from kiln._ops.elementwise import _compute_np
@@ -189,6 +189,7 @@ def _permutation(pivots: Tensor, m: int) -> np.ndarray:
     return perm.reshape(tuple(pivots.shape[:-1]) + (m,))
 
 
+@with_out
 def lu_unpack(LU_data: Tensor, LU_pivots: Tensor, unpack_data: bool = True, unpack_pivots: bool = True):
     """``(P, L, U)`` from the packed factors of :func:`kiln.linalg.lu_factor` (``A = P L U``); a part not
     unpacked is an empty tensor. A named tuple."""
@@ -343,6 +344,7 @@ def legacy_lu(A: Tensor, pivot: bool = True, get_infos: bool = False, out=None):
     return _LuWithInfoResult(LU, pivots, info) if get_infos else (LU, pivots)
 
 
+@with_out
 def legacy_lu_solve(b: Tensor, LU_data: Tensor, LU_pivots: Tensor) -> Tensor:
     """``kiln.linalg.lu_solve(LU_data, LU_pivots, b)`` (deprecated as in PyTorch, which swapped the arguments)."""
     warnings.warn(

@@ -46,6 +46,7 @@ TOP_LEVEL = (
     "legacy_matrix_power as matrix_power",
     "legacy_qr as qr",
     "legacy_svd as svd",
+    "legacy_vander as vander",
 )
 """The names ``kiln`` exports at its top level (as ``torch`` does); ``kiln.qr`` and ``kiln.svd`` are the legacy
 functions (:func:`legacy_qr`, :func:`legacy_svd`); the others are ``kiln.linalg``'s."""
@@ -472,6 +473,23 @@ def vander(x: Tensor, N: int | None = None) -> Tensor:
     column = x.to(d).unsqueeze(-1)
     powers = column.expand(tuple(column.shape[:-1]) + (count - 1,)).cumprod(-1)
     return cat([powers.new_ones(tuple(column.shape)), powers], -1)
+
+
+def legacy_vander(x: Tensor, N: int | None = None, increasing: bool = False) -> Tensor:
+    """``kiln.vander`` (``torch.vander``, NumPy's convention): the Vandermonde matrix of the 1-D ``x`` with
+    ``N`` columns (default ``len(x)``) of decreasing powers ``x ** (N - 1), ..., x ** 0``, or increasing
+    ones with ``increasing=True``. Integer and bool inputs give int64."""
+    _need_tensor("x", "vander", x)
+    if x.dim() != 1:
+        raise RuntimeError("x must be a one-dimensional tensor.")
+    count = x.shape[0] if N is None else N
+    if count < 0:
+        raise RuntimeError("N must be non-negative.")
+    d = x.dtype if x.dtype.is_floating_point else dt.int64
+    if count <= 1 or x.shape[0] == 0:  # no powers to multiply: x ** 0 keeps the graph (a zero gradient)
+        return x.to(d).unsqueeze(-1)[..., :count] ** 0
+    out = vander(x.to(d), N=count)
+    return out if increasing else out.flip(-1)
 
 
 def householder_product(A: Tensor, tau: Tensor) -> Tensor:

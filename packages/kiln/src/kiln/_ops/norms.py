@@ -45,11 +45,13 @@ def matrix_norm(A: Tensor, ord="fro", dim=(-2, -1), keepdim: bool = False, *, dt
     return r
 
 
-def norm(A: Tensor, ord=None, dim=None, keepdim: bool = False, *, dtype=None) -> Tensor:
-    """``torch.linalg.norm``: a vector norm, or a matrix norm for a string ``ord`` or two ``dim``."""
+def norm(input: Tensor, ord=None, dim=None, keepdim: bool = False, *, dtype=None) -> Tensor:
+    """``torch.linalg.norm``: a vector norm, or a matrix norm for a string ``ord`` or two ``dim`` (the
+    parameter is ``input``, as PyTorch's binding names it, though its docs say ``A``)."""
+    A = input
     from kiln._ops.scans import vector_norm
 
-    _check_tensors("linalg_norm", A=A)
+    _check_tensors("linalg_norm", A=input)
     if dim is not None and not isinstance(dim, int):
         dim = tuple(dim)
     if ord is None:

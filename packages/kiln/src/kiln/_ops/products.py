@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from kiln import _dtype as dt
-from kiln._dispatch import composite, op
+from kiln._dispatch import composite, op, with_out
 from kiln._ops._meta import scalar_type_name
 from kiln._ops.linalg import _matmul_meta, _matmul_ref, column_major, matmul, product_grads
 from kiln._tensor import Tensor
@@ -300,6 +300,7 @@ def trace(input: Tensor) -> Tensor:
     return input.diagonal().sum()
 
 
+@with_out(position=3)
 def tensordot(a: Tensor, b: Tensor, dims=2) -> Tensor:
     """Contract ``dims`` dims of ``a`` with ``b`` (the last ``dims`` of ``a`` with the first of ``b``, or
     the two lists of ``dims``)."""

@@ -23,6 +23,7 @@ import numpy as np
 
 from kiln import _dtype as dt
 from kiln._dispatch import check_out_args, op, write_out
+from kiln._memory_format import preserve_format, strided
 from kiln._ops._meta import broadcast_pair, is_scalar, scalar_type_name
 from kiln._ops.copy import _check_inplace_allowed, _check_no_overlap, _write, from_host, host_array
 from kiln._ops.creation import (
@@ -76,7 +77,7 @@ def rand(
     device=None,
     requires_grad=False,
     out=None,
-    layout=None,
+    layout=strided,
     pin_memory=False,
 ) -> Tensor:
     """Uniform random values in ``[0, 1)`` of shape ``size``."""
@@ -100,7 +101,7 @@ def randn(
     device=None,
     requires_grad=False,
     out=None,
-    layout=None,
+    layout=strided,
     pin_memory=False,
 ) -> Tensor:
     """Standard normal random values of shape ``size``."""
@@ -126,7 +127,7 @@ def randint(
     device=None,
     requires_grad=False,
     out=None,
-    layout=None,
+    layout=strided,
     pin_memory=False,
 ) -> Tensor:
     """Random integers in ``[low, high)``: ``randint(high, size)`` or ``randint(low, high, size)``."""
@@ -160,7 +161,15 @@ def randint(
 @_takes_out
 @_allocating
 def randperm(
-    n: int, *, generator=None, dtype=None, device=None, requires_grad=False, out=None, layout=None, pin_memory=False
+    n: int,
+    *,
+    generator=None,
+    dtype=dt.int64,
+    device=None,
+    requires_grad=False,
+    out=None,
+    layout=strided,
+    pin_memory=False,
 ) -> Tensor:
     """A random permutation of the integers from 0 to ``n - 1`` (int64 unless ``dtype`` says otherwise),
     drawn from ``generator`` (the device's default generator when None)."""
@@ -177,18 +186,36 @@ def randperm(
     return _finish(from_host(values.astype(d.numpy), d, dev), requires_grad)
 
 
-def rand_like(input: Tensor, *, dtype=None, device=None, requires_grad=False, memory_format=None) -> Tensor:
-    """Uniform random values with ``input``'s shape, dtype and device."""
-    _unsupported(memory_format=memory_format)
+def rand_like(
+    input: Tensor,
+    *,
+    generator=None,
+    dtype=None,
+    layout=None,
+    device=None,
+    requires_grad=False,
+    memory_format=preserve_format,
+) -> Tensor:
+    """Uniform random values with ``input``'s shape, dtype and device (drawn from ``generator``)."""
+    _unsupported(layout=layout, memory_format=memory_format)
     shape, d, dev = _like(input, dtype, device)
-    return rand(shape, dtype=d, device=dev, requires_grad=requires_grad)
+    return rand(shape, generator=generator, dtype=d, device=dev, requires_grad=requires_grad)
 
 
-def randn_like(input: Tensor, *, dtype=None, device=None, requires_grad=False, memory_format=None) -> Tensor:
-    """Standard normal values with ``input``'s shape, dtype and device."""
-    _unsupported(memory_format=memory_format)
+def randn_like(
+    input: Tensor,
+    *,
+    generator=None,
+    dtype=None,
+    layout=None,
+    device=None,
+    requires_grad=False,
+    memory_format=preserve_format,
+) -> Tensor:
+    """Standard normal values with ``input``'s shape, dtype and device (drawn from ``generator``)."""
+    _unsupported(layout=layout, memory_format=memory_format)
     shape, d, dev = _like(input, dtype, device)
-    return randn(shape, dtype=d, device=dev, requires_grad=requires_grad)
+    return randn(shape, generator=generator, dtype=d, device=dev, requires_grad=requires_grad)
 
 
 def randint_like(
@@ -196,17 +223,20 @@ def randint_like(
     low: int = 0,
     high: int | None = None,
     *,
+    generator=None,
     dtype=None,
+    layout=None,
     device=None,
     requires_grad=False,
-    memory_format=None,
+    memory_format=preserve_format,
 ) -> Tensor:
-    """Random integers in ``[low, high)`` with ``input``'s shape, dtype and device."""
-    _unsupported(memory_format=memory_format)
+    """Random integers in ``[low, high)`` with ``input``'s shape, dtype and device (``randint_like(input,
+    high)`` draws from ``[0, high)``, as PyTorch's two-argument overload)."""
+    _unsupported(layout=layout, memory_format=memory_format)
     if high is None:
         low, high = 0, low
     shape, d, dev = _like(input, dtype, device)
-    return randint(low, high, shape, dtype=d, device=dev, requires_grad=requires_grad)
+    return randint(low, high, shape, generator=generator, dtype=d, device=dev, requires_grad=requires_grad)
 
 
 def _rng(generator, dev) -> np.random.Generator:
@@ -295,7 +325,7 @@ def normal(
     generator=None,
     out=None,
     dtype=None,
-    layout=None,
+    layout=strided,
     device=None,
     pin_memory=False,
     requires_grad=False,

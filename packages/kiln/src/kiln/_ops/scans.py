@@ -15,7 +15,7 @@ import warnings
 import numpy as np
 
 from kiln import _dtype as dt
-from kiln._dispatch import op
+from kiln._dispatch import op, with_out
 from kiln._ops._meta import astype, reduce_dims, wrap_dim
 from kiln._ops.comparison import eq, ge
 from kiln._ops.elementwise import _compute_np, exp, isnan, logical_not, where
@@ -725,6 +725,7 @@ def vector_norm(
     """Vector ``ord``-norm over ``dim`` (all elements by default): ``inf``, ``-inf``, 0 or any real ``p``."""
 
 
+@with_out(position=4)
 def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
     """Vector norm: ``p`` a number or ``'fro'`` (the 2-norm over ``dim``, all elements by default)."""
     if p == "fro":

@@ -156,7 +156,12 @@ def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     """``tensors`` joined along ``dim`` (promoted to a common dtype; 1-D empty tensors are skipped)."""
 
 
-concatenate = concat = cat
+concat = cat
+
+
+def concatenate(tensors, axis: int = 0, out: Tensor | None = None) -> Tensor:
+    """:func:`cat` under NumPy's name and parameter name (``torch.concatenate``)."""
+    return cat(tensors, axis, out=out)
 
 
 def _stack_meta(tensors, dim=0):

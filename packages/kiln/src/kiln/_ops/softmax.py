@@ -330,14 +330,14 @@ def softmin(input, dim=None, _stacklevel=3, dtype=None):
     return _softmax(-x, dim)
 
 
-def _tensor_softmax(self, dim, dtype=None):
+def _tensor_softmax(input, dim, dtype=None):
     """Softmax along ``dim`` (``torch.softmax`` / ``Tensor.softmax``)."""
-    return _softmax(self if dtype is None else self.to(dtype), dim)
+    return _softmax(input if dtype is None else input.to(dtype), dim)
 
 
-def _tensor_log_softmax(self, dim, dtype=None):
+def _tensor_log_softmax(input, dim, dtype=None):
     """Log-softmax along ``dim`` (``torch.log_softmax`` / ``Tensor.log_softmax``)."""
-    return _log_softmax(self if dtype is None else self.to(dtype), dim)
+    return _log_softmax(input if dtype is None else input.to(dtype), dim)
 
 
 Tensor.softmax = _tensor_softmax

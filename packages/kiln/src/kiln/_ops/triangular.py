@@ -11,7 +11,7 @@ import warnings
 import numpy as np
 
 from kiln import _dtype as dt
-from kiln._dispatch import op
+from kiln._dispatch import op, with_out
 from kiln._ops._meta import broadcast_shapes, scalar_type_name
 from kiln._ops.decompositions import LinAlgError, _batch_prefix, _cholesky_backward, _flat, _square_meta
 from kiln._ops.elementwise import _compute_np
@@ -246,6 +246,7 @@ def cholesky_solve(input: Tensor, input2: Tensor, upper: bool = False) -> Tensor
     (``A = L L^T`` from its lower triangle, or ``U^T U`` from its upper with ``upper``); batch dims broadcast."""
 
 
+@with_out
 def cholesky_inverse(L: Tensor, upper: bool = False) -> Tensor:
     """The inverse of ``A`` given its Cholesky factor (``A = L L^T``, or ``U^T U`` with ``upper``); raises
     :class:`~kiln.linalg.LinAlgError` when a diagonal element of the factor is zero."""
@@ -275,6 +276,7 @@ def cholesky_inverse(L: Tensor, upper: bool = False) -> Tensor:
     return cholesky_solve(identity, L, upper)
 
 
+@with_out
 def triangular_solve(b: Tensor, A: Tensor, upper: bool = True, transpose: bool = False, unitriangular: bool = False):
     """``(solution, cloned_coefficient)``: the solution of ``A X = b`` (``A^T X = b`` with ``transpose``) for
     triangular ``A`` and a copy of ``A`` broadcast to the batch (deprecated as in PyTorch: use

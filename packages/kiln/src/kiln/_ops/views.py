@@ -311,8 +311,16 @@ def transpose(input: Tensor, dim0: int, dim1: int) -> Tensor:
     """A view with ``dim0`` and ``dim1`` swapped."""
 
 
-swapaxes = swapdims = transpose
-Tensor.transpose = Tensor.swapaxes = Tensor.swapdims = transpose
+swapdims = transpose
+
+
+def swapaxes(input: Tensor, axis0: int, axis1: int) -> Tensor:
+    """:func:`transpose` under NumPy's name and parameter names (``torch.swapaxes``)."""
+    return transpose(input, axis0, axis1)
+
+
+Tensor.transpose = Tensor.swapdims = transpose
+Tensor.swapaxes = swapaxes
 
 
 def _t_meta(input):

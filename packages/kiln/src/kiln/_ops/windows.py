@@ -13,6 +13,7 @@ import numbers
 import numpy as np
 
 from kiln import _dtype as dt
+from kiln._memory_format import strided
 from kiln._ops.copy import from_host, resolve_device
 from kiln._ops.creation import _dtype_arg, _finish, _unsupported
 from kiln._tensor import Tensor
@@ -30,9 +31,9 @@ def _options(d: dt.dtype, dev) -> str:
     )
 
 
-def _window(name: str, window_length, periodic, dtype, device, layout, requires_grad, fn) -> Tensor:
+def _window(name: str, window_length, periodic, dtype, device, layout, requires_grad, fn, pin_memory=False) -> Tensor:
     """The window ``fn(n, N)`` at ``n = 0 .. window_length - 1``, ``N`` the symmetric length minus one."""
-    _unsupported(layout=layout)
+    _unsupported(layout=layout, pin_memory=pin_memory)
     if isinstance(window_length, bool) or not isinstance(window_length, numbers.Integral):
         raise TypeError(
             f"{name}(): argument 'window_length' (position 1) must be int, not {type(window_length).__name__}"
@@ -53,7 +54,7 @@ def _window(name: str, window_length, periodic, dtype, device, layout, requires_
 
 
 def bartlett_window(
-    window_length: int, periodic: bool = True, *, dtype=None, layout=None, device=None, requires_grad: bool = False
+    window_length: int, periodic: bool = True, *, dtype=None, layout=strided, device=None, requires_grad: bool = False
 ) -> Tensor:
     """The triangular (Bartlett) window: ``1 - |2n / N - 1|``."""
     return _window(
@@ -69,7 +70,7 @@ def bartlett_window(
 
 
 def blackman_window(
-    window_length: int, periodic: bool = True, *, dtype=None, layout=None, device=None, requires_grad: bool = False
+    window_length: int, periodic: bool = True, *, dtype=None, layout=strided, device=None, requires_grad: bool = False
 ) -> Tensor:
     """The Blackman window: ``0.42 - 0.5 cos(2 pi n / N) + 0.08 cos(4 pi n / N)``."""
     return _window(
@@ -91,9 +92,10 @@ def hamming_window(
     beta: float = 0.46,
     *,
     dtype=None,
-    layout=None,
+    layout=strided,
     device=None,
     requires_grad: bool = False,
+    pin_memory: bool = False,
 ) -> Tensor:
     """The generalised Hamming window: ``alpha - beta cos(2 pi n / N)``."""
     return _window(
@@ -105,11 +107,12 @@ def hamming_window(
         layout,
         requires_grad,
         lambda n, big_n: alpha - beta * np.cos(2 * np.pi * n / big_n),
+        pin_memory,
     )
 
 
 def hann_window(
-    window_length: int, periodic: bool = True, *, dtype=None, layout=None, device=None, requires_grad: bool = False
+    window_length: int, periodic: bool = True, *, dtype=None, layout=strided, device=None, requires_grad: bool = False
 ) -> Tensor:
     """The Hann window: ``0.5 - 0.5 cos(2 pi n / N)``."""
     return _window(
@@ -130,7 +133,7 @@ def kaiser_window(
     beta: float = 12.0,
     *,
     dtype=None,
-    layout=None,
+    layout=strided,
     device=None,
     requires_grad: bool = False,
 ) -> Tensor:

@@ -133,6 +133,14 @@ LEFT_OUT: tuple[tuple[str, str], ...] = (
     ),
     (r"torch\.nn:(SyncBatchNorm)$", _DISTRIBUTED),
     (r"torch:(vmap)$", _VMAP),
+    (r"torch\.Tensor:(eig)$", _COMPLEX),
+    (
+        r"torch\.Tensor:(lstsq|solve|symeig|name|reinforce|volatile)$",
+        "removed from PyTorch: the attribute is left there only to raise an error pointing to the replacement",
+    ),
+    (r"torch\.Tensor:(as_subclass)$", "tensor subclasses through __torch_function__ are not supported"),
+    (r"torch\.Tensor:(index)$", "first-class dimensions (functorch.dim) are not part of kiln"),
+    (r"torch\.Tensor:(to_padded_tensor)$", "nested (jagged) tensors are not part of kiln"),
     (
         r"torch:(batch_norm|bilinear|binary_cross_entropy_with_logits|channel_shuffle|cosine_embedding_loss|"
         r"ctc_loss|embedding_bag|hinge_embedding_loss|instance_norm|kl_div|margin_ranking_loss|poisson_nll_loss|"
@@ -150,6 +158,10 @@ LEFT_OUT: tuple[tuple[str, str], ...] = (
 )
 
 _ABSENT = object()
+_SPLIT_NAMES = (
+    "PyTorch's Tensor method documents split_size_or_sections (its overloads: sections, indices); its function, "
+    "and kiln's both, take indices_or_sections"
+)
 # "namespace:name" -> why kiln's signature differs from what the survey reads for PyTorch, where the
 # difference is deliberate or PyTorch's own spellings disagree; the rows stay "differs" on the page
 SIGNATURE_NOTES: dict[str, str] = {
@@ -166,6 +178,14 @@ SIGNATURE_NOTES: dict[str, str] = {
         "PyTorch documents the second parameter as values, but its binding names it input "
         "(searchsorted(s, values=v) fails there); kiln follows the binding"
     ),
+    "torch.Tensor:hsplit": _SPLIT_NAMES,
+    "torch.Tensor:vsplit": _SPLIT_NAMES,
+    "torch.Tensor:dsplit": _SPLIT_NAMES,
+    "torch.Tensor:uniform_": "from is a Python keyword, so kiln's parameter is from_ (as PyTorch's own Python code names it)",
+    "torch.Tensor:new_empty_strided": (
+        "PyTorch documents dtype, device ... as positional, but its binding takes them by keyword only, as kiln does"
+    ),
+    "torch.utils.data:random_split": "generator=None means the default generator, which PyTorch writes as its default",
     "torch:tril_indices": "device=None means kiln's default device (PyTorch documents device='cpu')",
     "torch:triu_indices": "device=None means kiln's default device (PyTorch documents device='cpu')",
 }

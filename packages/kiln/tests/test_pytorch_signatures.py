@@ -127,3 +127,25 @@ def test_pin_memory_and_layout_keywords():
         kiln.full_like(kiln.ones(2), 3.0, pin_memory=True)
     s = kiln.sparse_coo_tensor([[0, 1]], [1.0, 2.0], (3,), pin_memory=False)
     assert s.to_dense().tolist() == [1.0, 2.0, 0.0]
+
+
+def test_legacy_tensor_methods_match_torch():
+    for lib in (torch, kiln):
+        a = lib.arange(6.0)
+        with pytest.warns(UserWarning, match="non-inplace resize is deprecated"):
+            assert tuple(a.resize(2, 3).shape) == (2, 3)
+        with pytest.warns(UserWarning), pytest.raises(RuntimeError, match="autograd's resize can only change"):
+            a.resize(4)
+        with pytest.warns(UserWarning, match="non-inplace resize_as is deprecated"):
+            assert tuple(a.resize_as(lib.ones(3, 2)).shape) == (3, 2)
+        x = lib.ones(3)
+        x.map2_(lib.ones(3) * 2, lib.ones(3) * 3, lambda p, q, r: p + q * r)
+        assert x.tolist() == [7.0, 7.0, 7.0]
+        assert x.is_distributed() is False
+        y = lib.ones(2, dtype=lib.float64)
+        z = y.new_zeros(3, layout=lib.strided, pin_memory=False)
+        assert z.dtype == lib.float64 and z.tolist() == [0.0] * 3
+        assert y.new_tensor([1, 2], dtype=lib.int32).dtype == lib.int32
+        assert tuple(y.new_empty_strided((2, 2), (1, 2), dtype=lib.float32).stride()) == (1, 2)
+    with pytest.raises(TypeError, match="map2_"):
+        kiln.ones(2).map2_(kiln.ones(2, dtype=kiln.int64), kiln.ones(2), lambda p, q, r: p)

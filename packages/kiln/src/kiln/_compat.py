@@ -83,7 +83,7 @@ def is_distributed(input: Tensor) -> bool:
     """False: no kiln tensor is split across processes (a legacy query)."""
     if not isinstance(input, Tensor):
         raise TypeError(f"is_distributed(): argument 'input' (position 1) must be Tensor, not {type(input).__name__}")
-    return False
+    return input.is_distributed()
 
 
 def set_anomaly_enabled(enabled: bool, check_nan: bool = True) -> None:

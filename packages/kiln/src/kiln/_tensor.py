@@ -12,7 +12,7 @@ import numpy as np
 
 from kiln import _dtype as dt
 from kiln._device import CPU, device
-from kiln._memory_format import check_memory_format, contiguous_format, preserve_format
+from kiln._memory_format import check_memory_format, contiguous_format, preserve_format, strided
 from kiln._state import state
 
 __all__ = ["Tensor"]
@@ -575,28 +575,29 @@ class Tensor:
         """This tensor on the CPU (``self`` when it already is)."""
         return self if self._device is CPU else self.to(CPU)
 
-    def _to_type(self, type_name: str, device, non_blocking: bool) -> Tensor:
+    def _to_type(self, type_name: str, device, non_blocking: bool, memory_format) -> Tensor:
+        check_memory_format(type_name, memory_format)
         if device is None:
             device = type_name
         elif isinstance(device, int):
             device = f"{type_name}:{device}"
         return self.to(device, non_blocking=non_blocking)
 
-    def xpu(self, device=None, non_blocking: bool = False) -> Tensor:
+    def xpu(self, device=None, non_blocking: bool = False, memory_format=preserve_format) -> Tensor:
         """This tensor on an ``xpu`` device (a plugin must register that device type)."""
-        return self._to_type("xpu", device, non_blocking)
+        return self._to_type("xpu", device, non_blocking, memory_format)
 
-    def mtia(self, device=None, non_blocking: bool = False) -> Tensor:
+    def mtia(self, device=None, non_blocking: bool = False, memory_format=preserve_format) -> Tensor:
         """This tensor on an ``mtia`` device (a plugin must register that device type)."""
-        return self._to_type("mtia", device, non_blocking)
+        return self._to_type("mtia", device, non_blocking, memory_format)
 
-    def ipu(self, device=None, non_blocking: bool = False) -> Tensor:
+    def ipu(self, device=None, non_blocking: bool = False, memory_format=preserve_format) -> Tensor:
         """This tensor on an ``ipu`` device (a plugin must register that device type)."""
-        return self._to_type("ipu", device, non_blocking)
+        return self._to_type("ipu", device, non_blocking, memory_format)
 
-    def cuda(self, device=None, non_blocking: bool = False) -> Tensor:
+    def cuda(self, device=None, non_blocking: bool = False, memory_format=preserve_format) -> Tensor:
         """This tensor on a ``cuda`` device."""
-        return self._to_type("cuda", device, non_blocking)
+        return self._to_type("cuda", device, non_blocking, memory_format)
 
     def type(self, dtype=None, non_blocking: bool = False, **kwargs):
         """The type name (``'kiln.FloatTensor'``) or, when ``dtype`` is given, this tensor converted to it:
@@ -624,37 +625,34 @@ class Tensor:
             return self.item().__format__(format_spec)
         return object.__format__(self, format_spec)
 
-    def new_tensor(self, data, dtype=None, device=None, requires_grad=False) -> Tensor:
+    def _new(self, factory: str, args: tuple, dtype, device, requires_grad, layout, pin_memory) -> Tensor:
+        from kiln._ops import creation
+
+        creation._unsupported(layout=layout, pin_memory=pin_memory)
+        dtype, device = dtype or self._dtype, device or self._device
+        return getattr(creation, factory)(*args, dtype=dtype, device=device, requires_grad=requires_grad)
+
+    def new_tensor(self, data, *, dtype=None, device=None, requires_grad=False, layout=strided, pin_memory=False):
         """A new tensor from ``data`` with this tensor's dtype and device by default."""
-        from kiln._ops.creation import tensor
+        return self._new("tensor", (data,), dtype, device, requires_grad, layout, pin_memory)
 
-        return tensor(data, dtype=dtype or self._dtype, device=device or self._device, requires_grad=requires_grad)
-
-    def new_zeros(self, *size, dtype=None, device=None, requires_grad=False) -> Tensor:
+    def new_zeros(self, *size, dtype=None, device=None, requires_grad=False, layout=strided, pin_memory=False):
         """Zeros of ``size`` with this tensor's dtype and device by default."""
-        from kiln._ops.creation import zeros
+        return self._new("zeros", size, dtype, device, requires_grad, layout, pin_memory)
 
-        return zeros(*size, dtype=dtype or self._dtype, device=device or self._device, requires_grad=requires_grad)
-
-    def new_ones(self, *size, dtype=None, device=None, requires_grad=False) -> Tensor:
+    def new_ones(self, *size, dtype=None, device=None, requires_grad=False, layout=strided, pin_memory=False):
         """Ones of ``size`` with this tensor's dtype and device by default."""
-        from kiln._ops.creation import ones
+        return self._new("ones", size, dtype, device, requires_grad, layout, pin_memory)
 
-        return ones(*size, dtype=dtype or self._dtype, device=device or self._device, requires_grad=requires_grad)
-
-    def new_empty(self, *size, dtype=None, device=None, requires_grad=False) -> Tensor:
+    def new_empty(self, *size, dtype=None, device=None, requires_grad=False, layout=strided, pin_memory=False):
         """Uninitialised tensor of ``size`` with this tensor's dtype and device by default."""
-        from kiln._ops.creation import empty
+        return self._new("empty", size, dtype, device, requires_grad, layout, pin_memory)
 
-        return empty(*size, dtype=dtype or self._dtype, device=device or self._device, requires_grad=requires_grad)
-
-    def new_full(self, size, fill_value, *, dtype=None, device=None, requires_grad=False) -> Tensor:
+    def new_full(
+        self, size, fill_value, *, dtype=None, device=None, requires_grad=False, layout=strided, pin_memory=False
+    ):
         """``fill_value`` everywhere, with this tensor's dtype and device by default."""
-        from kiln._ops.creation import full
-
-        return full(
-            size, fill_value, dtype=dtype or self._dtype, device=device or self._device, requires_grad=requires_grad
-        )
+        return self._new("full", (size, fill_value), dtype, device, requires_grad, layout, pin_memory)
 
 
 def _conversion(name: str, target: dt.dtype):

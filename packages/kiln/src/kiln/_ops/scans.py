@@ -744,6 +744,6 @@ def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
     return vector_norm(input, p, dim, keepdim, dtype=dtype)
 
 
-Tensor.norm = norm
+Tensor.norm = norm.__wrapped__  # Tensor.norm(p, dim, keepdim, dtype): no out parameter, as in PyTorch
 
 __all__ += ["median", "norm"]

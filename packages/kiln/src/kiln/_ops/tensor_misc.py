@@ -122,6 +122,51 @@ def _map_(self: Tensor, tensor: Tensor, callable) -> Tensor:
     return _apply_each(self, "map_", callable, (tensor.expand(self._shape),))
 
 
+def _map2_(self: Tensor, x: Tensor, y: Tensor, callable) -> Tensor:
+    """Replace each element by ``callable(element, x_element, y_element)`` (``x`` and ``y`` of this tensor's
+    dtype, broadcast to its shape), in place; CPU tensors only."""
+    for arg, value, position in (("x", x, 1), ("y", y, 2)):
+        if not isinstance(value, Tensor):
+            raise TypeError(
+                f"map2_(): argument '{arg}' (position {position}) must be Tensor, not {type(value).__name__}"
+            )
+        if value._dtype is not self._dtype:
+            raise TypeError(f"map2_: expected {self.type()} for argument '{arg}' (got {value.type()})")
+    return _apply_each(self, "map2_", callable, (x.expand(self._shape), y.expand(self._shape)))
+
+
+def _resize(self: Tensor, *sizes) -> Tensor:
+    """Deprecated (PyTorch warns): this tensor's elements in another shape of as many elements, with
+    autograd (``reshape``); ``resize_`` is the in-place one that may change the element count."""
+    import warnings
+
+    warnings.warn("non-inplace resize is deprecated", UserWarning, stacklevel=2)
+    shape = tuple(sizes[0]) if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)) else tuple(sizes)
+    n = int(np.prod(shape, dtype=np.int64))
+    if n != self.numel():
+        raise RuntimeError(
+            f"requested resize to {'x'.join(map(str, shape))} ({n} elements in total), but the given tensor has a "
+            f"size of {'x'.join(map(str, self._shape))} ({self.numel()} elements). autograd's resize can only change "
+            "the shape of a given tensor, while preserving the number of elements. "
+        )
+    return self.reshape(shape)
+
+
+def _resize_as(self: Tensor, tensor: Tensor) -> Tensor:
+    """Deprecated (PyTorch warns): :meth:`resize` to ``tensor``'s shape."""
+    import warnings
+
+    warnings.warn("non-inplace resize_as is deprecated", UserWarning, stacklevel=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return _resize(self, tuple(tensor._shape))
+
+
+def _is_distributed(self: Tensor) -> bool:
+    """False: no kiln tensor is split across processes (a legacy query)."""
+    return False
+
+
 def _module_load(self: Tensor, other: Tensor, assign: bool = False) -> Tensor:
     """What ``other`` (a state-dict value) becomes when loaded into this parameter or buffer: a new tensor,
     never ``self`` or ``other`` (``other`` detached with ``assign``, else this tensor after copying ``other``
@@ -135,3 +180,7 @@ Tensor.type_as = _type_as
 Tensor.module_load = _module_load
 Tensor.apply_ = _apply_
 Tensor.map_ = _map_
+Tensor.map2_ = _map2_
+Tensor.resize = _resize
+Tensor.resize_as = _resize_as
+Tensor.is_distributed = _is_distributed

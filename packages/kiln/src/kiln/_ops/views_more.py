@@ -154,7 +154,7 @@ def _storage_length(t: Tensor) -> int | None:
     return len(t._storage) if hasattr(t._storage, "__len__") else None
 
 
-def resize_(self: Tensor, *sizes, memory_format=None) -> Tensor:
+def resize_(self: Tensor, *sizes, memory_format=contiguous_format) -> Tensor:
     """Give this tensor the shape ``sizes`` in place: the same elements in row-major order as far as they go
     (unchanged when the shape is), more storage when it needs more (new elements are uninitialised, and
     other tensors that shared the old storage keep it). Not for tensors that require grad."""

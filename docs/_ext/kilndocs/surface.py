@@ -63,7 +63,6 @@ _DTYPES = (
     "dtypes kiln does not have (float8, sub-byte, unsigned 16-64-bit, complex): kiln's dtypes are the ten of the design"
 )
 _STORAGE = "kiln has no user-visible typed storage objects: a tensor's storage is its device's buffer"
-_NAMED = "named tensors (a prototype feature of PyTorch) are not part of kiln"
 _DATAPIPES = "torchdata's DataPipes were removed from PyTorch's roadmap; kiln.data keeps the Dataset/DataLoader API"
 _DISTRIBUTED = "kiln-distributed provides it (kiln.distributed)"
 _ACCEL = "needs a real accelerator device and streams (kiln-cuda's kiln.cuda provides streams and events)"
@@ -84,16 +83,15 @@ LEFT_OUT: tuple[tuple[str, str], ...] = (
     (r"torch\.fft:(i?r?h?fft[2n]?|i?fft[2n]?|i?h?fft[2n]?)$", _COMPLEX),
     (
         r"torch(\.Tensor)?:(complex.*|c(float|double|half)|chalf|view_as_(real|complex)(_copy)?|polar|angle|"
-        r"conj(_physical_?)?|resolve_(conj|neg)|is_conj|is_neg|real|imag|isreal_?|adjoint|mH|H|istft|stft)$",
+        r"conj(_physical_?)?|is_conj|is_neg|real|imag|adjoint|mH|H|istft|stft)$",
         _COMPLEX,
     ),
     (r"torch\.linalg:(eig|eigvals)$", _COMPLEX),
     (
-        r"torch(\.Tensor)?:(q_.*|quantize_.*|dequantize|.*quant.*|qint.*|quint.*|int_repr|qscheme|"
-        r"fake_quantize_.*|fbgemm_.*|choose_qparams.*|empty_quantized|is_quantized)$",
+        r"torch(\.Tensor)?:(q_.*|quantize_.*|dequantize|(?!n?anquantile|quantile|is_quantized).*quant.*|qint.*|quint.*|int_repr|qscheme|"
+        r"fake_quantize_.*|fbgemm_.*|choose_qparams.*|empty_quantized)$",
         _QUANT,
     ),
-    (r"torch\.Tensor:(is_quantized|q_per_channel_.*|q_scale|q_zero_point)$", _QUANT),
     (
         r"torch:([A-Z]\w*(Type|Iterator|Property|Function|Builder|Context|Stats|Config|Logger|Schema|Guard|State)|"
         r"Script\w*|Graph\w*|Node|Value|Block|Use|Code|Argument|ArgumentSpec|CompleteArgumentSpec|AliasDb|"
@@ -109,9 +107,9 @@ LEFT_OUT: tuple[tuple[str, str], ...] = (
         r"torch(\.Tensor)?:(cudnn_.*|miopen_.*|mkldnn_.*|native_.*|.*_backward.*|batch_norm_(elemt|stats|"
         r"gather_stats.*|update_stats|backward_.*)|fused_.*|_?grid_sampler.*|affine_grid_generator|"
         r"embedding_renorm_|norm_except_dim|frobenius_norm|nuclear_norm|rnn_(tanh|relu)(_cell)?|lstm(_cell)?|"
-        r"gru(_cell)?|quantized_.*|saddmm|smm|dsmm|hsmm|hspmm|sspaddmm|conv_tbc|to_mkldnn|is_mkldnn|"
-        r"feature_dropout_?|hash_tensor|nonzero_static|slice_inverse|sym_constrain_range.*|"
-        r"resize_as_sparse_|sparse_resize_.*|record_stream|module_load|dim_order|is_set_to|set_)$",
+        r"gru(_cell)?|quantized_.*|saddmm|smm|dsmm|hsmm|hspmm|sspaddmm|conv_tbc|to_mkldnn|"
+        r"hash_tensor|nonzero_static|slice_inverse|sym_constrain_range.*|"
+        r"resize_as_sparse_|sparse_resize_.*|record_stream|dim_order|is_set_to|set_)$",
         _LIB,
     ),
     (r"torch:(sym_.*|Sym(Int|Float|Bool))$", _SYM),
@@ -121,17 +119,31 @@ LEFT_OUT: tuple[tuple[str, str], ...] = (
         _SPARSE,
     ),
     (
-        r"torch:(float8_.*|float4_.*|u?int[1-7]|uint(16|32|64)|bits?\w*|complex(32|64|128)|chalf|cfloat|cdouble)$",
+        r"torch:(float8_.*|float4_.*|u?int[1-7]|uint(16|32|64)|bits\w*|bit|complex(32|64|128)|chalf|cfloat|cdouble)$",
         _DTYPES,
     ),
-    (r"torch(\.Tensor)?:(\w*Storage|storage|storage_type|is_storage|from_file|untyped_storage)$", _STORAGE),
-    (r"torch\.Tensor:(names|rename_?|refine_names|align_to|align_as|unflatten_names|has_names)$", _NAMED),
+    (r"torch(\.Tensor)?:(\w*Storage|storage|storage_type|is_storage|from_file)$", _STORAGE),
     (
         r"torch\.utils\.data:(\w*DataPipe|DataChunk|functional_datapipe|guaranteed_datapipes_determinism|"
         r"non_deterministic|runtime_validation.*|argument_validation|_DatasetKind)$",
         _DATAPIPES,
     ),
     (r"torch\.nn:(SyncBatchNorm)$", _DISTRIBUTED),
+    (
+        r"torch\.nn\.functional:(BroadcastingList[123]|boolean_dispatch|assert_int_or_pair|has_torch_function\w*|"
+        r"handle_torch_function)$",
+        "PyTorch's internal plumbing for TorchScript typing and __torch_function__, exported by accident: not API",
+    ),
+    (
+        r"torch\.nn\.functional:(grouped_mm|scaled_mm|scaled_grouped_mm|ScalingType|SwizzleType)$",
+        "float8 and grouped GEMMs for GPU tensor cores (PyTorch runs them only on CUDA): for kiln-cuda",
+    ),
+    (
+        r"torch\.nn\.functional:(conv_tbc)$",
+        "an ATen-internal convolution layout (time, batch, channel) with no "
+        "Python-level documentation; conv1d covers it",
+    ),
+    (r"torch\.autograd:(NestedIOFunction)$", "a legacy internal base class of PyTorch's old-style autograd functions"),
     (r"torch:(vmap)$", _VMAP),
     (r"torch\.Tensor:(eig)$", _COMPLEX),
     (
@@ -184,6 +196,9 @@ SIGNATURE_NOTES: dict[str, str] = {
     "torch.Tensor:uniform_": "from is a Python keyword, so kiln's parameter is from_ (as PyTorch's own Python code names it)",
     "torch.Tensor:new_empty_strided": (
         "PyTorch documents dtype, device ... as positional, but its binding takes them by keyword only, as kiln does"
+    ),
+    "torch.nn.functional:gelu": (
+        "PyTorch documents approximate as positional, but its binding takes it by keyword only, as kiln does"
     ),
     "torch.utils.data:random_split": "generator=None means the default generator, which PyTorch writes as its default",
     "torch:tril_indices": "device=None means kiln's default device (PyTorch documents device='cpu')",

@@ -55,6 +55,8 @@ from kiln._compat import (
     is_complex,
     is_distributed,
     is_vulkan_available,
+    resolve_conj,
+    resolve_neg,
     set_anomaly_enabled,
     set_default_tensor_type,
     set_flush_denormal,

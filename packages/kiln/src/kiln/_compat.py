@@ -25,6 +25,8 @@ __all__ = [
     "is_complex",
     "is_distributed",
     "is_vulkan_available",
+    "resolve_conj",
+    "resolve_neg",
     "set_anomaly_enabled",
     "set_default_tensor_type",
     "set_flush_denormal",
@@ -84,6 +86,16 @@ def is_distributed(input: Tensor) -> bool:
     if not isinstance(input, Tensor):
         raise TypeError(f"is_distributed(): argument 'input' (position 1) must be Tensor, not {type(input).__name__}")
     return input.is_distributed()
+
+
+def resolve_conj(input: Tensor) -> Tensor:
+    """``input`` itself: kiln has no lazily conjugated (complex) tensors to materialise."""
+    return input.resolve_conj()
+
+
+def resolve_neg(input: Tensor) -> Tensor:
+    """``input`` itself: kiln has no lazily negated tensors to materialise."""
+    return input.resolve_neg()
 
 
 def set_anomaly_enabled(enabled: bool, check_nan: bool = True) -> None:

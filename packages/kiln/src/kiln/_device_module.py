@@ -13,7 +13,6 @@ a placeholder that names the package to install until that package provides the 
 
 from __future__ import annotations
 
-import importlib.abc
 import importlib.machinery
 import importlib.util
 import sys
@@ -231,7 +230,7 @@ class _Placeholder(types.ModuleType):
         )
 
 
-class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+class _Finder:  # a meta-path finder and loader by protocol (importlib.abc costs import time)
     """Imports ``kiln.<device type>``, ``kiln.<device type>.amp`` and the placeholders (last on
     ``sys.meta_path``: a real module of that name, installed by a package, always wins)."""
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import kiln
 from kiln import Tensor, maximum
 
 __all__ = ["register_fused_update", "update"]
@@ -221,6 +222,141 @@ def radam(
             param.add_(bias_corrected_exp_avg * lr, alpha=-1.0)
 
 
+def asgd(params, grads, axs, mus, etas, state_steps, *, lambd, lr, t0, alpha, weight_decay, maximize) -> None:
+    """Averaged SGD: a decaying step ``eta`` and the running average ``ax`` of the iterates, which starts
+    averaging after ``t0`` steps."""
+    for i, param in enumerate(params):
+        grad = _grad(param, grads[i], maximize, weight_decay)
+        step = _step(state_steps[i])
+        eta, mu, ax = etas[i], mus[i], axs[i]
+        param.mul_(1 - lambd * eta.item())
+        param.add_(grad, alpha=-eta.item())
+        if mu.item() != 1:
+            ax.add_(param.sub(ax).mul_(mu))
+        else:
+            ax.copy_(param)
+        eta.fill_(lr / ((1 + lambd * lr * step) ** alpha))
+        mu.fill_(1 / max(1, step - t0))
+
+
+def rprop(params, grads, prevs, step_sizes, state_steps, *, step_size_min, step_size_max, etaminus, etaplus,
+          maximize) -> None:  # fmt: skip
+    """Resilient backpropagation: a per-element step grown by ``etaplus`` while the gradient keeps its sign,
+    shrunk by ``etaminus`` (and the move skipped) when it flips."""
+    for i, param in enumerate(params):
+        grad = -grads[i] if maximize else grads[i]
+        prev, step_size = prevs[i], step_sizes[i]
+        _step(state_steps[i])
+        sign = grad.mul(prev).sign()
+        flipped = sign < 0
+        factor = kiln.ones_like(step_size).masked_fill_(sign > 0, etaplus).masked_fill_(flipped, etaminus)
+        step_size.mul_(factor).clamp_(step_size_min, step_size_max)
+        grad = grad.masked_fill(flipped, 0)
+        param.addcmul_(grad.sign(), step_size, value=-1)
+        prev.copy_(grad)
+
+
+def sparse_adam(params, grads, exp_avgs, exp_avg_sqs, state_steps, *, beta1, beta2, lr, eps, maximize) -> None:
+    """Adam on the rows a sparse gradient touches: the moments and the parameter change only at the
+    gradient's (coalesced) indices; ``state_steps`` holds Python ints."""
+    for i, param in enumerate(params):
+        grad = grads[i].coalesce()
+        if maximize:
+            grad = -grad
+        index = tuple(grad.indices())
+        values = grad.values()
+        if values.numel() == 0:
+            continue
+        step = state_steps[i]
+        exp_avg, exp_avg_sq = exp_avgs[i], exp_avg_sqs[i]
+        old_avg = exp_avg[index]
+        avg_update = values.sub(old_avg).mul_(1 - beta1)
+        exp_avg.index_put_(index, old_avg + avg_update)
+        old_sq = exp_avg_sq[index]
+        sq_update = values.pow(2).sub_(old_sq).mul_(1 - beta2)
+        exp_avg_sq.index_put_(index, old_sq + sq_update)
+        numer = avg_update.add_(old_avg)
+        denom = sq_update.add_(old_sq).sqrt_().add_(eps)
+        step_size = lr * math.sqrt(1 - beta2**step) / (1 - beta1**step)
+        param.index_put_(index, param[index] + numer.div_(denom).mul_(-step_size))
+
+
+def adafactor(params, grads, row_vars, col_vars, variances, state_steps, *, d, lr, beta2_decay, weight_decay, eps1,
+              eps2, maximize) -> None:  # fmt: skip
+    """Adafactor: the second moment of a matrix gradient kept as row and column means (a rank-1 factor),
+    a relative step size ``min(lr, 1/sqrt(t))`` scaled by the parameter's RMS, and update clipping at RMS
+    ``d``."""
+    from kiln.linalg import vector_norm
+
+    for i, param in enumerate(params):
+        grad = -grads[i] if maximize else grads[i]
+        step = _step(state_steps[i])
+        e1 = eps1 if eps1 is not None else kiln.finfo(param.dtype).eps
+        beta2_complement = step**beta2_decay
+        rho = min(lr, 1 / (step**0.5))
+        alpha = max(eps2, vector_norm(param).item() / (param.numel() ** 0.5)) * rho
+        if weight_decay != 0:
+            param.mul_(1 - lr * weight_decay)
+        if grad.dim() > 1:
+            row_var, col_var = row_vars[i], col_vars[i]
+            row_var.lerp_(vector_norm(grad, dim=-1, keepdim=True).square_().div_(grad.size(-1)), beta2_complement)
+            col_var.lerp_(vector_norm(grad, dim=-2, keepdim=True).square_().div_(grad.size(-2)), beta2_complement)
+            estimate = row_var @ col_var
+            estimate.div_(row_var.mean(dim=-2, keepdim=True).clamp_(min=e1))
+        else:
+            variances[i].lerp_(grad * grad, beta2_complement)
+            estimate = variances[i].clone()
+        update = estimate.clamp_(min=e1 * e1).rsqrt_().mul_(grad)
+        denom = max(1.0, vector_norm(update).item() / ((update.numel() ** 0.5) * d))
+        param.add_(update, alpha=-alpha / denom)
+
+
+def _newton_schulz(grad: Tensor, coefficients, steps: int, eps: float) -> Tensor:
+    """``grad`` orthogonalised by ``steps`` quintic Newton-Schulz iterations in bfloat16 (Muon's ``NS``)."""
+    if steps >= 100:
+        raise ValueError("Number of steps must be less than 100 for computational efficiency")
+    if grad.dim() != 2:
+        raise ValueError("Input tensor gradient must be a 2D matrix")
+    if len(coefficients) != 3:
+        raise ValueError("Coefficients must be a tuple of exactly 3 values")
+    a, b, c = coefficients
+    tall = grad.size(0) > grad.size(1)
+    x = grad.bfloat16()
+    if tall:
+        x = x.T
+    x = x.div(x.norm().clamp(min=eps))
+    for _ in range(steps):
+        gram = x @ x.T
+        poly = kiln.addmm(gram, gram, gram, beta=b, alpha=c)
+        x = kiln.addmm(x, poly, x, beta=a)
+    return x.T if tall else x
+
+
+def _muon_lr(lr: float, adjust_lr_fn, shape) -> float:
+    rows, cols = shape[:2]
+    if adjust_lr_fn is None or adjust_lr_fn == "original":
+        return lr * math.sqrt(max(1, rows / cols))
+    if adjust_lr_fn == "match_rms_adamw":
+        return lr * 0.2 * math.sqrt(max(rows, cols))
+    return lr
+
+
+def muon(params, grads, momentum_bufs, *, lr, weight_decay, momentum, nesterov, ns_coefficients, ns_steps, eps,
+         adjust_lr_fn) -> None:  # fmt: skip
+    """Muon: the (Nesterov) momentum of a matrix gradient, orthogonalised by Newton-Schulz iterations, with
+    decoupled weight decay and a shape-dependent learning rate."""
+    for i, param in enumerate(params):
+        grad = grads[i]
+        if grad.dim() != 2:
+            raise ValueError("Param gradient must be a 2D matrix")
+        buf = momentum_bufs[i]
+        buf.lerp_(grad, 1 - momentum)
+        update = grad.lerp(buf, momentum) if nesterov else buf
+        update = _newton_schulz(update, ns_coefficients, ns_steps, eps)
+        param.mul_(1 - lr * weight_decay)
+        param.add_(update, alpha=-_muon_lr(lr, adjust_lr_fn, param.shape))
+
+
 _RULES: dict[str, Callable] = {
     "sgd": sgd,
     "adam": adam,
@@ -230,4 +366,9 @@ _RULES: dict[str, Callable] = {
     "adamax": adamax,
     "nadam": nadam,
     "radam": radam,
+    "asgd": asgd,
+    "rprop": rprop,
+    "sparse_adam": sparse_adam,
+    "adafactor": adafactor,
+    "muon": muon,
 }

@@ -15,14 +15,17 @@ from kiln.autograd.anomaly_mode import (
 from kiln.autograd.function import Function, FunctionCtx, once_differentiable
 from kiln.autograd.grad_mode import (
     enable_grad,
+    enforce_grad_layout_policy,
     inference_mode,
     is_grad_enabled,
     is_inference_mode_enabled,
     no_grad,
     set_grad_enabled,
+    set_multithreading_enabled,
 )
 from kiln.autograd.gradcheck import GradcheckError, gradcheck, gradgradcheck
 from kiln.autograd.graph import Node, run_backward
+from kiln.autograd.variable import Variable, variable
 
 __all__ = [
     "backward",
@@ -37,6 +40,10 @@ __all__ = [
     "inference_mode",
     "is_grad_enabled",
     "is_inference_mode_enabled",
+    "set_multithreading_enabled",
+    "enforce_grad_layout_policy",
+    "Variable",
+    "variable",
     "detect_anomaly",
     "set_detect_anomaly",
     "is_anomaly_enabled",
@@ -100,9 +107,23 @@ def backward(
     grad_tensors: Tensor | Sequence[Tensor | None] | None = None,
     retain_graph: bool | None = None,
     create_graph: bool = False,
+    grad_variables: Tensor | Sequence[Tensor | None] | None = None,
     inputs: Tensor | Sequence[Tensor] | None = None,
 ) -> None:
-    """Accumulate gradients of ``tensors`` into the ``.grad`` of graph leaves (or of ``inputs``)."""
+    """Accumulate gradients of ``tensors`` into the ``.grad`` of graph leaves (or of ``inputs``).
+
+    ``grad_variables`` is the deprecated name of ``grad_tensors`` (a ``FutureWarning``; both at once raise).
+    """
+    if grad_variables is not None:
+        import warnings
+
+        warnings.warn("`grad_variables` is deprecated. Use `grad_tensors` instead.", FutureWarning, stacklevel=2)
+        if grad_tensors is not None:
+            raise RuntimeError(
+                "`grad_tensors` and `grad_variables` (deprecated) arguments both passed to `backward()`. Please "
+                "only use `grad_tensors`."
+            )
+        grad_tensors = grad_variables
     outputs = _as_tuple(tensors)
     grads = _as_tuple(grad_tensors)
     if retain_graph is None:
@@ -120,10 +141,28 @@ def grad(
     grad_outputs: Tensor | Sequence[Tensor | None] | None = None,
     retain_graph: bool | None = None,
     create_graph: bool = False,
+    only_inputs: bool = True,
     allow_unused: bool | None = None,
+    is_grads_batched: bool = False,
     materialize_grads: bool = False,
 ) -> tuple[Tensor | None, ...]:
-    """Gradients of ``outputs`` with respect to ``inputs``, returned (``.grad`` is left untouched)."""
+    """Gradients of ``outputs`` with respect to ``inputs``, returned (``.grad`` is left untouched).
+
+    ``only_inputs`` is deprecated and ignored (a warning unless True). ``is_grads_batched=True`` reads the
+    first dim of every ``grad_outputs`` tensor as a batch and returns a batch of vector-Jacobian products
+    (PyTorch computes them with vmap; kiln runs one backward per batch entry).
+    """
+    if not only_inputs:
+        import warnings
+
+        warnings.warn(
+            "only_inputs argument is deprecated and is ignored now (defaults to True). To accumulate gradient for "
+            "other parts of the graph, please use kiln.autograd.backward.",
+            FutureWarning,
+            stacklevel=2,
+        )
+    if is_grads_batched:
+        return _batched_grad(outputs, inputs, grad_outputs, retain_graph, create_graph, allow_unused, materialize_grads)
     outs = _as_tuple(outputs)
     ins = _as_tuple(inputs)
     if materialize_grads and allow_unused is False:
@@ -157,3 +196,33 @@ def grad(
             g = g.detach()
         final.append(g)
     return tuple(final)
+
+
+def _batched_grad(outputs, inputs, grad_outputs, retain_graph, create_graph, allow_unused, materialize_grads):
+    """``grad(..., is_grads_batched=True)``: one backward per entry of the batch dim of ``grad_outputs``, the
+    results stacked along a new first dim."""
+    from kiln._ops.shape import stack
+
+    batches = _as_tuple(grad_outputs)
+    sizes = {g.shape[0] for g in batches if g is not None}
+    if not batches or len(sizes) != 1:
+        raise RuntimeError("is_grads_batched=True needs grad_outputs, every one with the same batch size (dim 0)")
+    (count,) = sizes
+    keep = create_graph if retain_graph is None else retain_graph
+    per_entry = []
+    for i in range(count):
+        entry = tuple(None if g is None else g[i] for g in batches)
+        per_entry.append(
+            grad(
+                outputs,
+                inputs,
+                entry,
+                retain_graph=True if i < count - 1 else keep,
+                create_graph=create_graph,
+                allow_unused=allow_unused,
+                materialize_grads=materialize_grads,
+            )
+        )
+    return tuple(
+        None if per_entry[0][j] is None else stack([g[j] for g in per_entry]) for j in range(len(per_entry[0]))
+    )

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import functools
 import inspect
+import threading
 
 from kiln._state import state
+
+_SWITCHES = threading.local()  # set_multithreading_enabled's switch
 
 __all__ = [
     "no_grad",
@@ -17,6 +20,9 @@ __all__ = [
     "inference_mode",
     "is_grad_enabled",
     "is_inference_mode_enabled",
+    "set_multithreading_enabled",
+    "is_multithreading_enabled",
+    "enforce_grad_layout_policy",
 ]
 
 
@@ -145,4 +151,75 @@ class inference_mode(_DecoratorContextManager):
         state.grad_enabled, state.inference = self.prev
 
     def clone(self):
+        return self.__class__(self.mode)
+
+
+class set_multithreading_enabled(_DecoratorContextManager):
+    """Turn multithreaded backward on or off (``torch.autograd.set_multithreading_enabled``), as a context
+    manager, a decorator or a call; thread-local.
+
+    PyTorch runs the backward of accelerator ops on per-device worker threads unless this is off; kiln's
+    engine runs every backward on the calling thread, which is what this switch set to ``False`` asks for,
+    so either value computes the same gradients on the same thread. :func:`is_multithreading_enabled`
+    reads the switch.
+    """
+
+    def __init__(self, mode: bool) -> None:
+        self.prev = is_multithreading_enabled()
+        _SWITCHES.multithreading = bool(mode)
+        self.mode = mode
+
+    def __call__(self, orig_func):
+        _SWITCHES.multithreading = self.prev
+        return super().__call__(orig_func)
+
+    def __enter__(self) -> None:
+        pass
+
+    def __exit__(self, exc_type, exc_value, traceback) -> None:
+        _SWITCHES.multithreading = self.prev
+
+    def clone(self) -> set_multithreading_enabled:
+        """A fresh context manager with the same mode."""
+        return self.__class__(self.mode)
+
+
+def is_multithreading_enabled() -> bool:
+    """The :class:`set_multithreading_enabled` switch of this thread (True by default)."""
+    return getattr(_SWITCHES, "multithreading", True)
+
+
+class enforce_grad_layout_policy(_DecoratorContextManager):
+    """Enforce the gradient layout contract, or relax it (``torch.autograd.enforce_grad_layout_policy``);
+    a context manager, a decorator or a call, thread-local.
+
+    The contract: a leaf's accumulated ``.grad`` has the leaf's strides when the leaf is non-overlapping and
+    dense, row-major strides otherwise. With ``enable=False`` a gradient the engine alone holds becomes
+    ``.grad`` as it is, whatever its layout, instead of being copied into the contract's layout; a new copy
+    always follows the contract.
+    """
+
+    def __init__(self, enable: bool = True) -> None:
+        from kiln.autograd.graph import layout_enforced, set_layout_enforced
+
+        self.prev = layout_enforced()
+        set_layout_enforced(enable)
+        self.mode = enable
+
+    def __call__(self, orig_func):
+        from kiln.autograd.graph import set_layout_enforced
+
+        set_layout_enforced(self.prev)
+        return super().__call__(orig_func)
+
+    def __enter__(self) -> None:
+        pass
+
+    def __exit__(self, exc_type, exc_value, traceback) -> None:
+        from kiln.autograd.graph import set_layout_enforced
+
+        set_layout_enforced(self.prev)
+
+    def clone(self) -> enforce_grad_layout_policy:
+        """A fresh context manager with the same setting."""
         return self.__class__(self.mode)

@@ -19,6 +19,7 @@ import inspect
 import itertools
 import re
 import sys
+import threading
 import traceback
 import warnings
 import weakref
@@ -683,6 +684,47 @@ _STEAL = (
 
 _STEAL_MIN = 4096  # elements: a smaller gradient is copied faster than its holders are counted
 
+# PyTorch's gradient layout contract: a leaf's .grad has the leaf's strides when the leaf is non-overlapping
+# and dense, else row-major ones. ``enforce_grad_layout_policy(False)`` lets a sole-owned gradient of another
+# layout become .grad as it is; a copy is always made in the contract's layout.
+_LAYOUT = threading.local()
+
+
+def layout_enforced() -> bool:
+    """Whether this thread enforces the gradient layout contract (``enforce_grad_layout_policy``)."""
+    return getattr(_LAYOUT, "enforced", True)
+
+
+def set_layout_enforced(enabled: bool) -> None:
+    """Switch the gradient layout contract for this thread."""
+    _LAYOUT.enforced = bool(enabled)
+
+
+def _contract_strides(t: Tensor) -> tuple[int, ...]:
+    """The strides the contract gives ``t``'s gradient: ``t``'s own if ``t`` is non-overlapping and dense."""
+    from kiln._tensor import contiguous_strides
+
+    expected = 1
+    for stride, size in sorted((st, n) for n, st in zip(t._shape, t._stride) if n != 1):
+        if stride != expected:
+            return contiguous_strides(t._shape)
+        expected *= size
+    return t._stride
+
+
+def _obeys_layout(t: Tensor, g: Tensor) -> bool:
+    want = _contract_strides(t)
+    return all(n == 1 or a == b for n, a, b in zip(g._shape, g._stride, want))
+
+
+def _copy_in_layout(t: Tensor, d: Tensor) -> Tensor:
+    """A copy of the gradient ``d`` laid out by the contract for the leaf ``t``."""
+    if _obeys_layout(t, d):
+        return d.clone()
+    from kiln._ops.factories import empty_strided
+
+    return empty_strided(t._shape, _contract_strides(t), dtype=d._dtype, device=d._device).copy_(d)
+
 
 def _refs(x) -> int:
     return sys.getrefcount(x)
@@ -733,8 +775,8 @@ def _sole_owner(t: Tensor, grads: list) -> bool:
         and not g._hooks
         and g._offset == 0
         and g._dtype is t._dtype
-        and t.is_contiguous()
         and g.is_contiguous()
+        and (_obeys_layout(t, g) or not layout_enforced())
     ):
         return False
     found = _reachable(g)
@@ -765,9 +807,8 @@ def _accumulate_into_leaf(
             t._grad = g
         elif owned:
             t._grad = g.detach()  # the memory is g's alone: no copy
-        else:  # a copy; in the parameter's (contiguous) layout, as PyTorch's gradient layout contract
-            d = g.detach()
-            t._grad = d.contiguous() if t.is_contiguous() and not d.is_contiguous() else d.clone()
+        else:  # a copy, in the layout of PyTorch's gradient layout contract
+            t._grad = _copy_in_layout(t, g.detach())
     elif create_graph or t._grad._requires_grad:
         t._grad = t._grad + g
     else:

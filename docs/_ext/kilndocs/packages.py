@@ -91,6 +91,7 @@ PACKAGES: tuple[Package, ...] = (
             "kiln.nn.utils.fusion",
             "kiln.nn.utils.init",
             "kiln.nn.utils.memory_format",
+            "kiln.nn.utils.prune",
             "kiln.nn.utils.stateless",
             "kiln.nn.parallel",
             "kiln.optim",

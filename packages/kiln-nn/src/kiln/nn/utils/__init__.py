@@ -1,8 +1,8 @@
 """``kiln.nn.utils``: gradient clipping, parameter/vector conversion, ``rnn`` sequence helpers,
 ``parametrize``/``parametrizations``, ``stateless.functional_call``, the hook-based ``weight_norm``/``spectral_norm``,
-batch-norm ``fusion``, ``skip_init`` and the conv weights' ``memory_format``."""
+batch-norm ``fusion``, ``skip_init``, the conv weights' ``memory_format`` and ``prune``."""
 
-from kiln.nn.utils import fusion, init, memory_format, parametrizations, parametrize, rnn, stateless
+from kiln.nn.utils import fusion, init, memory_format, parametrizations, parametrize, prune, rnn, stateless
 from kiln.nn.utils.clip_grad import (
     clip_grad_norm,
     clip_grad_norm_,
@@ -43,4 +43,5 @@ __all__ = [
     "fusion",
     "init",
     "memory_format",
+    "prune",
 ]

@@ -312,34 +312,3 @@ def test_dropout_through_autograd(dropout_spy):
     assert_same(y.detach(), out)
     assert_same(x.grad, noise)  # d(sum(x * noise))/dx
     assert len(dropout_spy) == 1
-
-
-@pytest.mark.parametrize("layout", ["contiguous", "strided", "0-d"])
-@pytest.mark.parametrize("dtype", FLOAT, ids=str)
-@pytest.mark.parametrize("exponent", [2, 3, 0.5, -0.5, -1, -2.0])
-def test_pow_special_exponents_match_reference(exponent, dtype, layout, spy):
-    """pow to 2, 3, 0.5, -0.5, -1 and -2 runs a Numba loop of the reference's own expression (x*x, x*x*x,
-    sqrt, 1/sqrt, 1/x, 1/(x*x)): bit for bit, specials (NaN, inf, -0.0) included."""
-    x, expected_layout = _unary_layouts(dtype)[layout]
-    assert_same(kiln.pow(x, exponent), reference(kiln.pow, x, exponent))
-    code = _opcodes.POW_EXPONENTS[exponent]
-    assert [c for c in spy if c[0] == "unary"] == [("unary", code, expected_layout)]
-
-
-@pytest.mark.parametrize(
-    "case",
-    ["general exponent", "bool exponent", "tensor exponent", "number base", "integer tensor", "float16"],
-)
-def test_pow_other_cases_run_the_reference(case, spy):
-    """Every other pow runs the reference kernel: no Numba loop, the reference's result."""
-    x = make((6, 7), kiln.float32)
-    args = {
-        "general exponent": (x, 2.5),
-        "bool exponent": (x, True),
-        "tensor exponent": (x, kiln.full((6, 7), 2.0)),
-        "number base": (2.0, x),
-        "integer tensor": (make((6, 7), kiln.int64), 2),
-        "float16": (make((6, 7), kiln.float16), 2),
-    }[case]
-    assert_same(kiln.pow(*args), reference(kiln.pow, *args))
-    assert spy == []

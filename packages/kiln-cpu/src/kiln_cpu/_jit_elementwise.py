@@ -15,7 +15,7 @@ from numba.extending import register_jitable
 from kiln_cpu._jit_half import load, store
 from kiln_cpu._jit_scalar_ops import binop, cast_value, ternop, unop
 from kiln_cpu._jit_support import _SERIAL, STREAM_BLOCK, _u, prefetch_next
-from kiln_cpu._opcodes import CAST, COS, EQ, ERF, EXP, GE, GELU, GELU_TANH, LOG, SIGMOID, SIN, TANH
+from kiln_cpu._opcodes import CAST, COS, EQ, ERF, EXP, GE, GELU, GELU_TANH, LOG, POW, SIGMOID, SIN, TANH
 
 _HEAVY_UNARY = frozenset((EXP, LOG, SIN, COS, TANH, SIGMOID, ERF, GELU, GELU_TANH))
 
@@ -48,6 +48,8 @@ def _start(offset, strides, i, j, k):
 
 def _make_binary(code, half):
     out_half = 0 if EQ <= code <= GE else half  # comparisons store bools
+    # contract (FMA) only for pow's float64 polynomials: the other ops round as the reference, step by step
+    opts = {**_SERIAL, "fastmath": {"contract"}} if code == POW else _SERIAL
 
     def flat(a, b, out, c, lo, hi):
         """Both operands dense with the same layout: one flat loop over [lo, hi)."""
@@ -84,9 +86,9 @@ def _make_binary(code, half):
                 out[_u(po + m * so)] = store(out_half, binop(code, x, y, c))
 
     return {
-        "flat": njit(**_SERIAL)(flat),
-        "scalar": njit(**_SERIAL)(flat_scalar),
-        "strided": njit(**_SERIAL)(strided),
+        "flat": njit(**opts)(flat),
+        "scalar": njit(**opts)(flat_scalar),
+        "strided": njit(**opts)(strided),
     }
 
 

@@ -15,6 +15,7 @@ from numba import types
 from numba.extending import overload
 
 from kiln_cpu._jit_f32math import _GELU_C, _GELU_K, _SQRT_HALF, _erf_d, erf_f32, exp_f32, log_f32, sigmoid_f32, tanh_f32
+from kiln_cpu._jit_pow import power
 from kiln_cpu._jit_support import _const_code
 from kiln_cpu._opcodes import (
     ABS,
@@ -45,6 +46,7 @@ from kiln_cpu._opcodes import (
     MUL,
     NE,
     NEG,
+    POW,
     RECIPROCAL,
     RELU,
     RELU_GRAD,
@@ -73,7 +75,7 @@ def unop(code, x):
     raise NotImplementedError
 
 
-@overload(binop)
+@overload(binop, inline="always")  # as unop: pow's loop kept a call to its large function, scalar
 def _binop_impl(code, x, y, c):
     k = _const_code(code)
     if k is None:
@@ -106,6 +108,8 @@ def _binop_impl(code, x, y, c):
         return lambda code, x, y, c: x > y
     if k == GE:
         return lambda code, x, y, c: x >= y
+    if k == POW:
+        return lambda code, x, y, c: power(x, y)
     if k == RELU_GRAD:
         zero = np.dtype(str(x)).type(0)
         return lambda code, x, y, c: x if y > zero else zero

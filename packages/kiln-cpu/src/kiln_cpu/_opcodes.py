@@ -11,6 +11,7 @@ ADD, SUB, MUL, DIV, FLOOR_DIV, TRUNC_DIV, MAXIMUM, MINIMUM = range(8)
 EQ, NE, LT, LE, GT, GE = range(8, 14)
 ADD_ALPHA, SUB_ALPHA = 14, 15  # x + y * c, x - y * c (the product rounded first, as the reference)
 RELU_GRAD = 16  # x where y > 0, else 0: relu's backward (``_threshold_backward(grad, output)``)
+POW = 17  # x ** y (float32 in float64, rounded once; integers wrap): kiln_cpu._jit_pow.power
 
 NEG, ABS, RELU, EXP, LOG, SQRT, SIN, COS, TANH, SIGMOID, ERF, GELU, GELU_TANH = range(13)
 CAST = 13  # the value itself: with another output dtype, a conversion

@@ -184,6 +184,9 @@ def parallel(fn: Callable, args: tuple, n: int, grain: int) -> None:
     """Run ``fn(*args, lo, hi)`` over ``[0, n)`` on up to :func:`get_num_threads` threads, in ranges of at
     least ``grain`` items that the threads take in turn; returns when all are done and re-raises the
     first error."""
+    if n < 2 * grain:  # one range: on the calling thread, without reading the thread count (the
+        fn(*args, 0, n)  # environment's, until set_num_threads is called: several microseconds a read)
+        return
     threads = min(get_num_threads(), n // max(grain, 1))
     if threads <= 1:
         fn(*args, 0, n)

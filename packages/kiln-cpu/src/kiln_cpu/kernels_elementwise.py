@@ -152,6 +152,36 @@ def _pick_div(np_dtype, a, b, rest):
 # -------------------------------------------------------------------------------------------- unary
 
 
+def run_unary(code: int, a: Tensor, d: kiln.dtype) -> Tensor | None:
+    """Unary loop ``code`` over tensor ``a`` of dtype ``d`` into a new tensor in ``a``'s layout (dense
+    inputs) or NumPy's result order; None where the loops do not take the layout (the caller runs the
+    reference)."""
+    x = a._numpy()
+    j = _kernels()
+    half = half_kind(d)
+    if not half and x.flags.c_contiguous:  # the common case, in fewer steps (pow's small tensors)
+        out = np.empty_like(x)
+        parallel(j.unary(code, "flat", 0), (x.reshape(-1), out.reshape(-1)), x.size, _GRAIN)
+        return from_array(out, d)
+    x = bits(x)
+    fx = _flat(x)
+    if fx is not None:
+        out = np.empty_like(x)
+        fo = _flat(out)
+        if fo is not None:
+            parallel(j.unary(code, "flat", half), (fx, fo), fo.size, _GRAIN)
+            return from_array(out.view(d.numpy), d)
+    out = _run_strided(lambda: j.unary(code, "strided", half), a._shape, [a], x.dtype)
+    return None if out is None else from_array(out.view(d.numpy), d)
+
+
+def run_binary(code: int, a, b, c, shape: tuple, d: kiln.dtype) -> Tensor | None:
+    """Binary loop ``code`` of ``a`` and ``b`` (tensors of dtype ``d``, or scalars of its NumPy dtype; not
+    half precision) over ``shape`` into a new tensor of ``d``; None: not taken."""
+    out = _run_binary(code, a, b, c, shape, d.numpy, 0)
+    return None if out is None else from_array(out, d)
+
+
 def _unary_kernel(name: str, served: tuple, op_code: int | None, params: dict | None = None):
     """A kernel for unary op ``name`` (Numba op code ``op_code``), output dtype = input dtype; an op with
     parameters maps each value it takes to its own code (``params``: (value, ...) -> code)."""
@@ -164,38 +194,11 @@ def _unary_kernel(name: str, served: tuple, op_code: int | None, params: dict | 
             return reference(spec, a, *rest)
         if a._dtype is not d:
             return reference(spec, a, *rest)
-        x = bits(a._numpy())
-        j = _kernels()
-        half = half_kind(d)
-        fx = _flat(x)
-        if fx is not None:
-            out = np.empty_like(x)
-            fo = _flat(out)
-            if fo is not None:
-                parallel(j.unary(code, "flat", half), (fx, fo), fo.size, _GRAIN)
-                return from_array(out.view(d.numpy), d)
-        out = _run_strided(lambda: j.unary(code, "strided", half), a._shape, [a], x.dtype)
-        return reference(spec, a, *rest) if out is None else from_array(out.view(d.numpy), d)
+        out = run_unary(code, a, d)
+        return reference(spec, a, *rest) if out is None else out
 
     kernel.__name__ = f"kiln_cpu_{name}"
     kernel.__doc__ = f"Numba kernel for {name} (kiln-cpu)."
-    return kernel
-
-
-def _pow_kernel():
-    """pow of a float32 or float64 tensor to a Python number: 2, 3, 0.5, -0.5, -1 and -2 run Numba loops of
-    multiplications, a division or a square root (PyTorch's special cases; not for float16 and bfloat16,
-    where PyTorch runs the general pow); the rest runs the reference."""
-    special = _unary_kernel("pow", FLOAT, None, {(e,): code for e, code in _opcodes.POW_EXPONENTS.items()})
-    reference = reference_kernel("pow")
-
-    def kernel(spec, a, b):
-        if b.__class__ in (int, float) and isinstance(a, Tensor):  # not bools, NumPy scalars or tensors
-            return special(spec, a, b)
-        return reference(spec, a, b)
-
-    kernel.__name__ = "kiln_cpu_pow"
-    kernel.__doc__ = _pow_kernel.__doc__
     return kernel
 
 
@@ -297,7 +300,6 @@ def kernels() -> dict[str, tuple]:
     )
     gelu = {("none",): _opcodes.GELU, ("tanh",): _opcodes.GELU_TANH}
     table["gelu"] = (_unary_kernel("gelu", FLOAT + HALF, _opcodes.GELU, gelu), FLOAT + HALF)
-    table["pow"] = (_pow_kernel(), FLOAT)
     table["_to_copy"] = (_to_copy_kernel(), FLOAT + HALF + _INTS)
     table["_fused_dropout"] = (_fused_dropout_kernel(), FLOAT + HALF)
     return table

@@ -18,6 +18,13 @@ from kiln_cpu import _blas, _threads, config
 FLOAT = [kiln.float32, kiln.float64]
 
 
+@pytest.fixture(autouse=True)
+def numpys_blas(monkeypatch):
+    """These tests are about NumPy's OpenBLAS (bit for bit the reference's products, its thread count):
+    MKL, where the ``mkl`` wheel is installed, is tested in test_mkl.py."""
+    monkeypatch.setattr(config, "blas", "openblas")
+
+
 def _rand(shape, dtype, seed):
     return kiln.from_numpy(np.random.default_rng(seed).standard_normal(shape).astype(dtype.numpy))
 

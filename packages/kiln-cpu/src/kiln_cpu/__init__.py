@@ -12,4 +12,13 @@ from kiln_cpu._threads import get_num_threads, set_num_threads
 
 __version__ = "0.1.0"
 
-__all__ = ["get_num_threads", "set_num_threads"]
+__all__ = ["blas", "get_num_threads", "set_num_threads"]
+
+
+def blas() -> str:
+    """Which BLAS runs kiln-cpu's products, in words: Intel MKL where the ``mkl`` wheel is installed
+    (``pip install kiln-cpu[mkl]``) and not turned off (``KILN_CPU_BLAS=openblas``), else NumPy's
+    OpenBLAS (``kiln doctor`` prints it). Loads MKL if it is installed and not loaded yet."""
+    from kiln_cpu._mkl import describe
+
+    return describe()

@@ -13,7 +13,7 @@ than they save (benchmarks/bench_cpu.py measures the crossover). The environment
 multipass_min_numel = 1024
 """The ops whose reference makes several NumPy passes or calls per element run their Numba kernel from
 this many elements (or :data:`min_numel`, whichever is smaller): softmax, log_softmax and logsumexp and
-their backward, the norms, nll_loss, the pools, and the accumulating index ops (``np.add.at``). One
+their backward, the norms, nll_loss, the pools, the accumulating index ops (``np.add.at``) and pow. One
 serial Numba pass beats the reference's passes at any size but the tiniest (log_softmax of 128x10:
 23 us for the reference's six NumPy calls; pools: 1.3x to 9x from 256 elements), and below the thread
 grain the kernels wake no threads."""
@@ -25,6 +25,13 @@ run NumPy's BLAS on one thread; larger ones on :func:`kiln.get_num_threads` thre
 spin for a tenth of a second after each product they share, holding cores the next kernels need
 (:mod:`kiln_cpu._blas`); below 4M multiply-adds a second thread saves tens of microseconds at most
 (64x1568x10: 31 us against 46 us; 256x256x256, 16M: 156 us against 232 us)."""
+
+
+blas = os.environ.get("KILN_CPU_BLAS", "").strip().lower() or "auto"
+"""Which BLAS runs matmul, mm, bmm, addmm and baddbmm: ``"auto"`` (the default) uses Intel MKL where the
+``mkl`` wheel is installed (``pip install kiln-cpu[mkl]``) and NumPy's OpenBLAS otherwise;
+``"openblas"`` keeps NumPy's. The environment variable ``KILN_CPU_BLAS`` sets the default. Convolutions
+always use NumPy's BLAS (:mod:`kiln_cpu._mkl`)."""
 
 
 def too_small(n: int, multipass: bool = False) -> bool:

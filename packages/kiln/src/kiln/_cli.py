@@ -65,6 +65,7 @@ def cmd_plugins(args) -> int:
 
 def cmd_doctor(args) -> int:
     """Say what is installed, what is missing, and what to install for this machine."""
+    import importlib
     import importlib.util
     import os
     import shutil
@@ -75,6 +76,11 @@ def cmd_doctor(args) -> int:
     import numpy
 
     print(f"numpy {numpy.__version__}")
+    if importlib.util.find_spec("kiln_cpu") is not None:  # which BLAS runs the products: MKL or OpenBLAS
+        try:
+            print(f"BLAS: {importlib.import_module('kiln_cpu').blas()}")
+        except Exception as exc:  # noqa: BLE001 - report, never crash the doctor
+            print(f"BLAS: unknown ({exc!r})")
     plugins = _plugins.plugins()
     devices = _plugins.devices()
     print(f"devices: {', '.join(sorted(devices))}")

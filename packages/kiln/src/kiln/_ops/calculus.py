@@ -246,7 +246,7 @@ def trapz(y: Tensor, x: Tensor | None = None, *, dx=None, dim: int = -1) -> Tens
 
 
 def cumulative_trapezoid(y: Tensor, x: Tensor | None = None, *, dx=None, dim: int = -1) -> Tensor:
-    """The running trapezoidal rule along ``dim``: element ``i`` integrates the samples ``0 .. i + 1`` (one
+    """The running trapezoidal rule along ``dim``: element ``i`` integrates the samples 0 to i + 1 (one
     element fewer than ``y`` along ``dim``)."""
     y, dx, dim = _trapezoid_args("cumulative_trapezoid", y, x, dx, dim)
     n = y.shape[dim]

@@ -22,7 +22,7 @@ def _event_param(name: str, value) -> Tensor:
 
 
 class Categorical(Distribution):
-    """A distribution over the integers ``0 ... K-1`` (``K = probs.size(-1)``), as :func:`kiln.multinomial`
+    """A distribution over the integers 0 to K-1 (``K = probs.size(-1)``), as :func:`kiln.multinomial`
     samples: give either ``probs`` (non-negative weights, normalised over the last dimension) or
     ``logits`` (unnormalised log-probabilities), not both. The leading dimensions are batch dimensions.
 

@@ -78,13 +78,14 @@ def probs_to_logits(probs: Tensor, is_binary: bool = False) -> Tensor:
     return p.log()
 
 
-class lazy_property:
+class lazy_property(functools.cached_property):
     """A decorator for a parameter computed from another on first access (``Categorical.logits`` from
-    ``probs``) and then stored on the instance, so it is computed once. It computes with gradients on."""
+    ``probs``) and then stored on the instance, so it is computed once. It computes with gradients on.
+    (A ``functools.cached_property``, so tools that document properties see one.)"""
 
     def __init__(self, wrapped: Callable[[Any], Any]):
+        super().__init__(wrapped)
         self.wrapped = wrapped
-        functools.update_wrapper(self, wrapped)
 
     def __get__(self, instance, owner=None):
         if instance is None:

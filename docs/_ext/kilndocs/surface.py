@@ -510,8 +510,8 @@ def counts(rows: list[Row]) -> dict[str, int]:
 
 
 def render() -> str:
-    """The reStructuredText of the coverage page: a summary table, then each namespace's names that are
-    not simply ``ok``, then the left-out reasons."""
+    """The reStructuredText of the coverage page: a summary table, then each namespace's names that are not
+    simply ``ok``: missing ones, signature differences with their notes, and left-out names by reason."""
     data = survey()
     lines = [
         ".. list-table:: Coverage per namespace",
@@ -544,18 +544,20 @@ def render() -> str:
             continue
         title = f"``{ns}``"
         lines += [title, "-" * len(title), ""]
-        for status in ("missing", "differs", "left out"):
+        for status in ("missing", "differs"):
             group = [r for r in rest if r.status == status]
-            if not group:
-                continue
-            lines.append(f"**{status}** ({len(group)}):")
+            if group:
+                lines += [f"**{status}** ({len(group)}):", ""]
+                for r in group:
+                    note = SIGNATURE_NOTES.get(f"{ns}:{r.name}")
+                    detail = f": {r.detail}" if r.detail else ""
+                    lines.append(f"- ``{r.name}``{detail}" + (f" — *{note}*" if note else ""))
+                lines.append("")
+        left = [r for r in rest if r.status == "left out"]
+        if left:
+            lines += [f"**left out** ({len(left)}), by reason:", ""]
+            for reason in dict.fromkeys(r.detail for r in left):
+                names = ", ".join(f"``{r.name}``" for r in left if r.detail == reason)
+                lines.append(f"- {reason}: {names}")
             lines.append("")
-            for r in group:
-                detail = f": {r.detail}" if r.detail and status != "left out" else ""
-                lines.append(f"- ``{r.name}``{detail}")
-            lines.append("")
-    lines += ["Reasons for leaving names out", "-----------------------------", ""]
-    for reason in dict.fromkeys(reason for _, reason in LEFT_OUT):
-        lines.append(f"- {reason}.")
-    lines.append("")
     return "\n".join(lines)

@@ -19,7 +19,15 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src"
 
 LAYERS = ("dtype/device/state", "tensor", "dispatch/plugins", "ops", "autograd", "public API")
-_BOTTOM = {"kiln._dtype", "kiln._device", "kiln._state", "kiln._spec", "kiln._threads", "kiln._memory_format", "kiln._flags"}
+_BOTTOM = {
+    "kiln._dtype",
+    "kiln._device",
+    "kiln._state",
+    "kiln._spec",
+    "kiln._threads",
+    "kiln._memory_format",
+    "kiln._flags",
+}
 _DISPATCH = {"kiln._dispatch", "kiln._plugins", "kiln._reference", "kiln._device_module", "kiln.hookspecs"}
 
 # module -> why it imports upward at call time (never at import time)

@@ -428,8 +428,8 @@ def _same_default(a: str, b: str) -> bool:
     # PyTorch's own signatures spell these defaults both ways (``layout=None`` and ``layout=torch.strided``)
     if {_norm_default(a), _norm_default(b)} in ({"None", "strided"}, {"None", "preserve_format"}):
         return True
-    if a.startswith("[") and _value(a) != _UNKNOWN and len(set(_value(a))) == 1:  # padding=[0, 0] is padding=0
-        return _value(b) == _value(a)[0]
+    if a.startswith("[") and _value(a) != _UNKNOWN and len(set(_value(a))) == 1 and _value(b) == _value(a)[0]:
+        return True  # padding=[0, 0] is padding=0
     va, vb = _value(a), _value(b)
     return va is not _UNKNOWN and va == vb
 
@@ -484,7 +484,7 @@ def survey_namespace(ns: str, kns: str) -> list[Row]:
                 rows.append(Row(name, "missing", why if ours is None else ""))
             continue
         t_sigs = signatures(theirs, name, method, ns)
-        k_sigs = signatures(mine, name, method)
+        k_sigs = signatures(mine, name, method, ns="kiln")  # never PyTorch's schemas for kiln's side
         if not t_sigs or not k_sigs:
             rows.append(Row(name, "ok"))
             continue

@@ -89,3 +89,12 @@ def test_pad_sequence_matches_torch(batch_first, side):
     for s, t in zip(seqs, tseqs):
         assert_close(s.grad, t.grad)
     assert to_np(utils.rnn.pad_sequence([kiln.ones(2)])).shape == (2, 1)
+
+
+def test_clip_grad_norm_clips_when_given_a_generator():
+    """``clip_grad_norm_(model.parameters(), ...)``: the generator is read once, and the gradients are clipped."""
+    model = kiln.nn.Linear(3, 1, bias=False)
+    model.weight.grad = kiln.full((1, 3), 10.0)
+    total = kiln.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    assert abs(total.item() - 300**0.5) < 1e-4
+    assert abs(model.weight.grad.norm().item() - 1.0) < 1e-4

@@ -87,7 +87,7 @@ def test_wrong_kernel_fails_exactly_its_cells(tmp_path, toy_source):
     failed = sorted(line.split("::")[-1].split(" ")[0] for line in out.splitlines() if line.startswith("FAILED"))
     # exactly the add cell in int32 (the backward table has floating dtypes only), and the int32 cells of the
     # ops that run on the device through decompositions into add
-    decomposed = ["addcmul", "addmm", "baddbmm", "bitwise_not", "sub"]
+    decomposed = ["addcmul", "addmm", "baddbmm", "bitwise_not", "gcd", "lcm", "sub"]
     assert failed == sorted(f"test_forward[{op}-int32]" for op in ["add", *decomposed]), failed
     assert table_row(out, "forward", "add")[5] == "FAIL"  # kernel, bool, uint8, int8, int16, int32
     assert table_row(out, "forward", "add")[6] == "pass"

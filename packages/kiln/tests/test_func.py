@@ -164,3 +164,22 @@ def test_gradients_agree_with_gradcheck_on_the_transform():
     x = kiln.randn(3, dtype=kiln.float64, requires_grad=True)
     # the gradient transform is itself differentiable inside another transform: check it numerically
     assert kiln.autograd.gradcheck(lambda a: kf.jacrev(lambda b: b.sin() * b)(a).sum(), (x,))
+
+
+def test_closed_over_tensors_keep_their_gradient_as_in_torch_func():
+    """A function of x that closes over a parameter w: grad(f)(x) stays differentiable with respect to w."""
+    grads = []
+    for lib, f in ((torch, tf), (kiln, kf)):
+        w = lib.tensor([2.0, 3.0], dtype=lib.float64, requires_grad=True)
+        x = lib.tensor([1.0, -1.0], dtype=lib.float64)
+        g = f.grad(lambda a, w=w: (a * a * w).sum())(x)
+        assert g.requires_grad
+        g.sum().backward()
+        grads.append(w.grad.tolist())
+    assert grads[0] == grads[1]
+
+
+def test_argnums_must_be_unique():
+    ka, _ = _pair(3)
+    with pytest.raises(RuntimeError, match="argnums elements must be unique"):
+        kf.grad(lambda a, b: (a * b).sum(), argnums=(0, 0))(ka, ka)

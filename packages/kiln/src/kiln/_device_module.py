@@ -8,7 +8,8 @@ is a no-op that takes effect once the device appears, as PyTorch's lazy CUDA see
 
 :class:`_Finder` (on ``sys.meta_path``, after the path finders) is what makes ``import kiln.<type>`` and
 ``import kiln.<type>.amp`` work for device types, and ``import kiln.distributed`` / ``kiln.onnx`` import
-a placeholder that names the package to install until that package provides the real module.
+a placeholder that names the package to install (in the ``AttributeError`` of any name used) until that
+package provides the real module.
 """
 
 from __future__ import annotations
@@ -82,10 +83,12 @@ class DeviceModule(types.ModuleType):
         device_type(self._type).synchronize(_index(device))
 
     def memory_stats(self, device=None) -> dict:
-        """The device's memory statistics (keys as the plugin reports them)."""
-        from kiln._plugins import device_type
-
-        return dict(device_type(self._type).memory_stats(_index(device)))
+        """The device's memory statistics (keys as the plugin reports them); empty when no device of this
+        type is available, as PyTorch's are before CUDA starts."""
+        c = self._contract()
+        if c is None or not c.is_available():
+            return {}
+        return dict(c.memory_stats(_index(device)))
 
     def memory_allocated(self, device=None) -> int:
         """Bytes currently held by tensors on the device (0 when the plugin does not track it)."""
@@ -160,7 +163,10 @@ class DeviceModule(types.ModuleType):
 
     def set_rng_state_all(self, new_states) -> None:
         """Restore every device's default generator from :meth:`get_rng_state_all`'s list."""
-        for g, s in zip(self._generators(), new_states, strict=False):
+        gens, states = self._generators(), list(new_states)
+        if len(states) != len(gens):
+            raise ValueError(f"set_rng_state_all: expected {len(gens)} states (one per device), got {len(states)}")
+        for g, s in zip(gens, states, strict=True):
             g.set_state(s)
 
     def __repr__(self) -> str:
@@ -193,9 +199,8 @@ def device_module(name: str) -> DeviceModule | None:
         _plugins.load()
         if name not in _plugins._devices:
             return None
-    m = _CACHE[name] = DeviceModule(name)
-    sys.modules.setdefault(m.__name__, m)
-    return m
+    m = _CACHE[name] = DeviceModule(name)  # into sys.modules only when imported (_Finder), so a real
+    return m  # kiln.<name> package installed later still wins
 
 
 # ------------------------------------------------------------------------------------- placeholders
@@ -209,7 +214,7 @@ _PLACEHOLDERS: dict[str, tuple[str, dict[str, object]]] = {
 
 class _Placeholder(types.ModuleType):
     """A module a not-installed kiln package provides: it imports, so a script may import it at the top
-    and never use it; any other name raises ``ModuleNotFoundError`` naming the package to install."""
+    and never use it; any other name raises ``AttributeError`` naming the package to install."""
 
     def __init__(self, name: str, dist: str, answers: dict[str, object]):
         super().__init__(
@@ -222,11 +227,11 @@ class _Placeholder(types.ModuleType):
             setattr(self, k, fn)
 
     def __getattr__(self, attr: str):
+        # AttributeError (PEP 562), so hasattr() and getattr(..., default) probe it as any module
         if attr.startswith("__"):
             raise AttributeError(f"module {self.__name__!r} has no attribute {attr!r}")
-        raise ModuleNotFoundError(
-            f"{self.__name__}.{attr} needs the {self._dist} package, which is not installed: pip install {self._dist}",
-            name=self.__name__,
+        raise AttributeError(
+            f"{self.__name__}.{attr} needs the {self._dist} package, which is not installed: pip install {self._dist}"
         )
 
 

@@ -1,6 +1,6 @@
 """Global switches PyTorch programs set at their top: float32 matmul precision, deterministic
-algorithms, warn-always. ``kiln.backends`` reads and writes the same state (its ``allow_tf32`` flags
-are views of the matmul precision, as in PyTorch).
+algorithms, warn-always. ``kiln.backends.cuda.matmul.allow_tf32`` is a view of the matmul precision,
+as in PyTorch.
 
 kiln's own kernels neither use reduced-precision (TF32) matmuls nor pick nondeterministic algorithms
 (for a fixed thread count), so on the CPU these switches change no result; they are kept so programs

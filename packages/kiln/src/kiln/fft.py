@@ -8,6 +8,7 @@ the API coverage page rather than defined to fail.
 
 from __future__ import annotations
 
+from kiln._dispatch import with_out
 from kiln._tensor import Tensor
 
 __all__ = ["fftfreq", "fftshift", "ifftshift", "rfftfreq"]
@@ -23,43 +24,28 @@ def _freqs(n: int, d: float, count: int, dtype, device, requires_grad: bool, nam
     k = kiln.arange(count, dtype=dtype, device=device)
     if name == "fftfreq":
         k = kiln.where(k >= (n + 1) // 2, k - n, k)
-    return (k / (n * d)).requires_grad_(requires_grad)  # n = 0: rfftfreq's one term is 0/0 = nan, as in PyTorch
+    # times 1/(n*d), as PyTorch computes it (k / (n*d) can differ in the last bit); n = 0 gives nan, as there
+    scale = 1.0 / (n * d) if n * d else float("nan")
+    return (k * scale).requires_grad_(requires_grad)
 
 
-def _out(res: Tensor, out: Tensor | None) -> Tensor:
-    if out is None:
-        return res
-    if tuple(out.shape) != tuple(res.shape):
-        raise RuntimeError(f"out has shape {tuple(out.shape)}, expected {tuple(res.shape)}")
-    with _no_grad():
-        return out.copy_(res)
-
-
-def _no_grad():
-    import kiln
-
-    return kiln.no_grad()
-
-
-def fftfreq(
-    n: int, d: float = 1.0, *, out=None, dtype=None, layout=None, device=None, requires_grad: bool = False
-) -> Tensor:
+@with_out
+def fftfreq(n: int, d: float = 1.0, *, dtype=None, layout=None, device=None, requires_grad: bool = False) -> Tensor:
     """The sample frequencies of an ``n``-point FFT with sample spacing ``d``:
     ``[0, 1, ..., ceil(n/2)-1, -floor(n/2), ..., -1] / (d*n)``."""
     import kiln
 
     dtype = dtype or kiln.get_default_dtype()
-    return _out(_freqs(n, d, n, dtype, device, requires_grad, "fftfreq"), out)
+    return _freqs(n, d, n, dtype, device, requires_grad, "fftfreq")
 
 
-def rfftfreq(
-    n: int, d: float = 1.0, *, out=None, dtype=None, layout=None, device=None, requires_grad: bool = False
-) -> Tensor:
+@with_out
+def rfftfreq(n: int, d: float = 1.0, *, dtype=None, layout=None, device=None, requires_grad: bool = False) -> Tensor:
     """The non-negative sample frequencies of an ``n``-point real FFT: ``[0, 1, ..., n//2] / (d*n)``."""
     import kiln
 
     dtype = dtype or kiln.get_default_dtype()
-    return _out(_freqs(n, d, n // 2 + 1, dtype, device, requires_grad, "rfftfreq"), out)
+    return _freqs(n, d, n // 2 + 1, dtype, device, requires_grad, "rfftfreq")
 
 
 def _shift(input: Tensor, dim, sign: int) -> Tensor:

@@ -113,7 +113,32 @@ def _argnums(argnums: int | tuple[int, ...], nargs: int) -> tuple[int, ...]:
     for n in nums:
         if not -nargs <= n < nargs:
             raise RuntimeError(f"Got argnum={n}, but only {nargs} positional inputs")
-    return tuple(n % nargs for n in nums)
+    nums = tuple(n % nargs for n in nums)
+    if len(set(nums)) != len(nums):
+        raise RuntimeError(f"argnums elements must be unique, got {argnums}")
+    return nums
+
+
+def _reaches_outside(outputs: list, leaves: list[list[Tensor]]) -> bool:
+    """Whether the outputs' graph reaches a leaf that requires grad other than the transform's own fresh
+    leaves: a tensor the function closes over (a model's parameters), whose gradient an outer
+    ``backward()`` must still get, so the results keep their graph as ``torch.func``'s do."""
+    from kiln.autograd.graph import AccumulateGrad
+
+    own = {id(t) for group in leaves for t in group}
+    stack = [o.grad_fn for o in outputs if isinstance(o, Tensor) and o.grad_fn is not None]
+    seen: set[int] = set()
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, AccumulateGrad):
+            if id(node.variable) not in own:
+                return True
+            continue
+        stack.extend(n for n, _ in node.next_functions if n is not None)
+    return False
 
 
 def _fresh(t: Tensor, keep: bool) -> Tensor:
@@ -178,7 +203,10 @@ def _call(func: Callable, args: tuple, kwargs: dict, nums: tuple[int, ...], leve
         fresh = [_fresh(t, keep) for t in flat]
         args[n] = _unflatten(fresh, spec)
         leaves.append(fresh)
-    return func(*args, **kwargs), leaves, specs, keep
+    out = func(*args, **kwargs)
+    if not keep and level[1]:  # grad mode on: a closed-over tensor that requires grad keeps the graph too
+        keep = _reaches_outside(_flatten_any(out)[0], leaves)
+    return out, leaves, specs, keep
 
 
 def _split_aux(out: Any, has_aux: bool, api: str) -> tuple[Any, Any]:

@@ -95,6 +95,8 @@ def Attribute(value: Any, type: Any) -> Any:
 def isinstance(obj: Any, target_type: Any) -> bool:  # noqa: A001 (PyTorch's name)
     """``isinstance`` that understands parameterised container types (``list[int]``,
     ``dict[str, Tensor]``, ``Optional[Tensor]``, ``tuple[int, int]``), checking the elements."""
+    if _builtin_isinstance(target_type, tuple):  # isinstance(x, (list[int], str)): any of them
+        return any(isinstance(obj, t) for t in target_type)
     origin = typing.get_origin(target_type)
     if origin is None:
         if target_type in (list, dict, tuple):
@@ -104,6 +106,11 @@ def isinstance(obj: Any, target_type: Any) -> bool:  # noqa: A001 (PyTorch's nam
             )
         return target_type is Any or _builtin_isinstance(obj, target_type)
     args = typing.get_args(target_type)
+    if not args and origin in (list, dict, tuple):  # typing.List, typing.Dict: no contained type
+        raise RuntimeError(
+            f"Attempted to use {origin.__name__} without a contained type. Please add a contained type, "
+            f"e.g. {origin.__name__}[int]"
+        )
     if origin is typing.Union or origin is types.UnionType:
         return any(isinstance(obj, a) if a is not type(None) else obj is None for a in args)
     if not _builtin_isinstance(obj, origin):

@@ -1,7 +1,8 @@
 """``kiln.backends.cuda``: CUDA switches. ``matmul.allow_tf32`` is a view of
 :func:`kiln.get_float32_matmul_precision` (True unless it is ``"highest"``), as in PyTorch; the
-scaled-dot-product-attention switches choose among kernels kiln-cuda may provide (kiln's own
-attention is one math kernel, so only ``math_sdp`` has an effect: it cannot be disabled)."""
+scaled-dot-product-attention switches record which kernels a device may use (all enabled by default, as
+in PyTorch); kiln's own attention is one math kernel, used whatever they say, since no kiln device has
+another yet."""
 
 from __future__ import annotations
 
@@ -61,7 +62,7 @@ class _Matmul:
 
 matmul = _Matmul()
 
-_SDP = {"flash": False, "mem_efficient": False, "cudnn": False}
+_SDP = {"flash": True, "mem_efficient": True, "cudnn": True, "math": True}
 
 
 def _setter(kind: str):
@@ -69,13 +70,13 @@ def _setter(kind: str):
         _SDP[kind] = bool(enabled)
 
     enable.__name__ = enable.__qualname__ = f"enable_{kind}_sdp"
-    enable.__doc__ = f"Allow the {kind} attention kernel where a device provides one (kiln's devices do not yet)."
+    enable.__doc__ = f"Allow or forbid the {kind} attention kernel (recorded; no kiln device has one yet)."
 
     def enabled() -> bool:
         return _SDP[kind]
 
     enabled.__name__ = enabled.__qualname__ = f"{kind}_sdp_enabled"
-    enabled.__doc__ = f"Whether the {kind} attention kernel may be used (False: no kiln device has one yet)."
+    enabled.__doc__ = f"Whether the {kind} attention kernel may be used (True unless disabled)."
     return enable, enabled
 
 
@@ -84,23 +85,19 @@ enable_mem_efficient_sdp, mem_efficient_sdp_enabled = _setter("mem_efficient")
 enable_cudnn_sdp, cudnn_sdp_enabled = _setter("cudnn")
 
 
-def enable_math_sdp(enabled: bool) -> None:
-    """The math attention kernel is the one kiln has: it stays enabled (``False`` raises)."""
-    if not enabled:
-        raise RuntimeError("kiln has only the math kernel of scaled_dot_product_attention; it cannot be disabled")
-
-
-def math_sdp_enabled() -> bool:
-    """True: the math kernel of ``scaled_dot_product_attention`` is always available."""
-    return True
+enable_math_sdp, math_sdp_enabled = _setter("math")
 
 
 @contextlib.contextmanager
 def sdp_kernel(enable_flash=True, enable_math=True, enable_mem_efficient=True, enable_cudnn=True):
     """Choose the attention kernels for the block (PyTorch's deprecated form of ``sdpa_kernel``)."""
     saved = dict(_SDP)
-    enable_math_sdp(enable_math)
-    _SDP.update(flash=bool(enable_flash), mem_efficient=bool(enable_mem_efficient), cudnn=bool(enable_cudnn))
+    _SDP.update(
+        flash=bool(enable_flash),
+        mem_efficient=bool(enable_mem_efficient),
+        cudnn=bool(enable_cudnn),
+        math=bool(enable_math),
+    )
     try:
         yield
     finally:
@@ -108,7 +105,8 @@ def sdp_kernel(enable_flash=True, enable_math=True, enable_mem_efficient=True, e
 
 
 def preferred_linalg_library(backend=None) -> str:
-    """The linear-algebra library for CUDA tensors: kiln-cuda uses its own kernels (``"default"``)."""
-    if backend not in (None, "default"):
-        raise RuntimeError(f"kiln has one CUDA linear-algebra backend ('default'); got {backend!r}")
+    """The linear-algebra library for CUDA tensors: kiln-cuda uses its own kernels, so a preference
+    (``"cusolver"``, ``"magma"``, ``"default"``) is accepted and ``"default"`` is what runs."""
+    if backend not in (None, "default", "cusolver", "magma"):
+        raise RuntimeError(f"Unknown input value {backend!r}: expected 'default', 'cusolver' or 'magma'")
     return "default"

@@ -4,7 +4,7 @@ __all__ = ["is_available", "is_built"]
 
 
 def is_available() -> bool:
-    """False: no kiln device plugin provides ``"mps"`` here."""
+    """Whether a kiln device plugin provides ``"mps"`` and it is usable (False without one)."""
     from kiln._device_module import device_module
 
     return device_module("mps") is not None and device_module("mps").is_available()

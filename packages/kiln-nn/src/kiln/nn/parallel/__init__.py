@@ -47,6 +47,11 @@ def _devices(device_ids) -> list[kiln.device]:
     return out
 
 
+def _rebuild(like: tuple | list, items: list) -> tuple | list:
+    """``items`` in the container type of ``like`` (a named tuple takes them as fields)."""
+    return type(like)(*items) if hasattr(like, "_fields") else type(like)(items)
+
+
 def scatter(inputs: Any, target_gpus: Sequence, dim: int = 0) -> list:
     """Split every tensor in ``inputs`` (nested tuples/lists/dicts) into one chunk per device along
     ``dim`` and move each chunk to its device; other objects are repeated."""
@@ -59,7 +64,7 @@ def scatter(inputs: Any, target_gpus: Sequence, dim: int = 0) -> list:
         if isinstance(obj, (tuple, list)) and obj:
             cols = [split(x) for x in obj]
             n = min(len(c) for c in cols)
-            return [type(obj)(c[i] for c in cols) for i in range(n)]
+            return [_rebuild(obj, [c[i] for c in cols]) for i in range(n)]
         if isinstance(obj, dict) and obj:
             cols = {k: split(v) for k, v in obj.items()}
             n = min(len(c) for c in cols.values())
@@ -101,9 +106,19 @@ def gather(outputs: Sequence, target_device, dim: int = 0) -> Any:
     target = kiln.device(target_device) if not isinstance(target_device, int) else _devices([target_device])[0]
     first = outputs[0]
     if isinstance(first, kiln.Tensor):
+        if first.dim() == 0:
+            import warnings
+
+            warnings.warn(
+                "Was asked to gather along dimension 0, but all input tensors were scalars; will instead unsqueeze "
+                "and return a vector.",
+                UserWarning,
+                stacklevel=2,
+            )
+            return kiln.stack([o.to(target) for o in outputs])
         return kiln.cat([o.to(target) for o in outputs], dim)
     if isinstance(first, (tuple, list)):
-        return type(first)(gather([o[i] for o in outputs], target, dim) for i in range(len(first)))
+        return _rebuild(first, [gather([o[i] for o in outputs], target, dim) for i in range(len(first))])
     if isinstance(first, dict):
         return type(first)((k, gather([o[k] for o in outputs], target, dim)) for k in first)
     return first
@@ -112,38 +127,39 @@ def gather(outputs: Sequence, target_device, dim: int = 0) -> Any:
 class DataParallel(Module):
     """Run ``module`` on every device of ``device_ids`` (default: all of the accelerator's), each on its
     share of the batch along ``dim``, and gather the outputs on ``output_device`` (default:
-    ``device_ids[0]``). The module must live on ``device_ids[0]``. Without an accelerator it is the module
-    itself, called directly."""
+    ``device_ids[0]``). As in PyTorch: without an accelerator it is the module itself, called directly;
+    with one device the module is moved there and the inputs follow; with several, the module must live on
+    ``device_ids[0]`` when it is called."""
 
     def __init__(self, module: Module, device_ids=None, output_device=None, dim: int = 0):
         super().__init__()
         self.module = module
         self.dim = dim
-        self.device_ids = _devices(device_ids)
-        self.output_device = (
-            None
-            if not self.device_ids
-            else _devices([output_device])[0]
-            if output_device is not None
-            else self.device_ids[0]
-        )
+        self.device_ids = _devices(device_ids) if kiln.accelerator.is_available() else []
+        self.output_device = None
         if self.device_ids:
-            src = self.device_ids[0]
-            for t in list(module.parameters()) + list(module.buffers()):
-                if t.device != src:
-                    raise RuntimeError(
-                        f"module must have its parameters and buffers on device {src} (device_ids[0]) but found one "
-                        f"of them on device: {t.device}"
-                    )
+            self.output_device = self.device_ids[0] if output_device is None else _devices([output_device])[0]
+            if len(self.device_ids) == 1:
+                module.to(self.device_ids[0])
 
     def forward(self, *inputs: Any, **kwargs: Any) -> Any:
         """The module's output on this batch (split, run per device and gathered when there are devices)."""
-        if len(self.device_ids) <= 1:
+        if not self.device_ids:
             return self.module(*inputs, **kwargs)
-        ins = scatter(inputs, self.device_ids, self.dim)
+        src = self.device_ids[0]
+        for t in list(self.module.parameters()) + list(self.module.buffers()):
+            if t.device != src:
+                raise RuntimeError(
+                    f"module must have its parameters and buffers on device {src} (device_ids[0]) but found one "
+                    f"of them on device: {t.device}"
+                )
+        ins = scatter(inputs, self.device_ids, self.dim) if inputs else [() for _ in self.device_ids]
         kws = scatter(kwargs, self.device_ids, self.dim) if kwargs else [{} for _ in ins]
-        replicas = replicate(self.module, self.device_ids[: len(ins)])
-        return gather(parallel_apply(replicas, ins, kws), self.output_device, self.dim)
+        if len(self.device_ids) == 1:
+            return self.module(*ins[0], **kws[0])
+        n = min(len(ins), len(kws))
+        replicas = replicate(self.module, self.device_ids[:n])
+        return gather(parallel_apply(replicas, ins[:n], kws[:n]), self.output_device, self.dim)
 
 
 def data_parallel(module: Module, inputs, device_ids=None, output_device=None, dim: int = 0, module_kwargs=None):
@@ -154,13 +170,17 @@ def data_parallel(module: Module, inputs, device_ids=None, output_device=None, d
 
 
 class DistributedDataParallel(Module):
-    """``kiln.distributed.DistributedDataParallel``, from the kiln-distributed package; constructing it
-    without that package raises ``ModuleNotFoundError`` naming it."""
+    """``kiln.distributed.DistributedDataParallel``, from the kiln-distributed package (constructing this
+    name builds that class's object); without that package it raises ``ModuleNotFoundError`` naming it."""
 
     def __new__(cls, *args: Any, **kwargs: Any):
         import kiln.distributed as dist
 
-        real = dist.DistributedDataParallel  # the placeholder raises, naming kiln-distributed
-        if cls is DistributedDataParallel:
-            return real(*args, **kwargs)
-        return super().__new__(cls)
+        real = getattr(dist, "DistributedDataParallel", None)
+        if real is None:
+            raise ModuleNotFoundError(
+                "DistributedDataParallel needs the kiln-distributed package, which is not installed: "
+                "pip install kiln-distributed",
+                name="kiln.distributed",
+            )
+        return real(*args, **kwargs)

@@ -50,7 +50,8 @@ def clip_grad_norm_(
     Returns the total norm before clipping. ``norm_type`` may be ``inf``. ``foreach`` is accepted for
     PyTorch compatibility (a backend may fuse the per-tensor loop).
     """
-    grads = [p.grad for p in _as_list(parameters) if p.grad is not None]
+    parameters = _as_list(parameters)  # once: a generator (model.parameters()) can be read only once
+    grads = [p.grad for p in parameters if p.grad is not None]
     if not grads:
         from kiln import tensor
 

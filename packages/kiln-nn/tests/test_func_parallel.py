@@ -84,13 +84,16 @@ def test_stateless_path():
 
 def test_data_parallel_without_an_accelerator_is_the_module():
     k, t = _twins()
+    if kiln.accelerator.is_available():  # a plugin accelerator (the example device's cell, 2 devices)
+        k.to(kiln.device(kiln.accelerator.current_accelerator().type, 0))  # as users do, before wrapping
     dp = knn.DataParallel(k)
     tdp = torch.nn.DataParallel(t)
     x = np.ones((4, 3), np.float32)
-    np.testing.assert_allclose(
-        dp(kiln.tensor(x)).detach().numpy(), tdp(torch.tensor(x)).detach().numpy(), rtol=1e-5, atol=1e-6
-    )
+    out = dp(kiln.tensor(x)).detach().cpu().numpy()
+    np.testing.assert_allclose(out, tdp(torch.tensor(x)).detach().numpy(), rtol=1e-5, atol=1e-6)
     assert dp.module is k and "module.0.weight" in dict(dp.named_parameters())
+    if kiln.accelerator.is_available():
+        assert dp.device_ids and k[0].weight.device == dp.device_ids[0]
 
 
 def test_data_parallel_split_across_devices_matches_one_device():

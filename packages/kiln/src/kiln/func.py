@@ -188,6 +188,15 @@ def _grads(outputs: list[Tensor], inputs: list[Tensor], cotangents: list[Tensor]
     return [kiln.zeros_like(x) if g is None else g for g, x in zip(res, inputs, strict=True)]
 
 
+def _regroup(flat: list, leaves: list[list[Tensor]], specs: list) -> list:
+    """``flat`` (one value per fresh leaf) split back per argument and rebuilt in each argument's structure."""
+    out, i = [], 0
+    for group, spec in zip(leaves, specs, strict=True):
+        out.append(_unflatten(flat[i : i + len(group)], spec))
+        i += len(group)
+    return out
+
+
 def _call(func: Callable, args: tuple, kwargs: dict, nums: tuple[int, ...], level: tuple[bool, bool]):
     """Run ``func`` on fresh leaves for the arguments in ``nums``: (output, leaves per argument, their
     structures, whether the results keep their graph)."""
@@ -241,10 +250,7 @@ def grad_and_value(func: Callable, argnums: int | tuple[int, ...] = 0, has_aux: 
                 )
             flat = [t for group in leaves for t in group]
             g = _grads([value], flat, None, create_graph=keep)
-            grads, i = [], 0
-            for group, spec in zip(leaves, specs, strict=True):
-                grads.append(_unflatten(g[i : i + len(group)], spec))
-                i += len(group)
+            grads = _regroup(g, leaves, specs)
             result = grads[0] if isinstance(argnums, int) else tuple(grads)
             value = value if aux is None else (value, aux)
             return _plain(result, keep), _plain(value, keep)
@@ -288,10 +294,7 @@ def vjp(func: Callable, *primals: Any, has_aux: bool = False):
             keep_fn = keep or _keeps(inner, flat_ct)
             flat_in = [t for group in leaves for t in group]
             g = _grads(flat_out, flat_in, flat_ct, create_graph=keep_fn)
-        res, i = [], 0
-        for group, spec in zip(leaves, specs, strict=True):
-            res.append(_unflatten(g[i : i + len(group)], spec))
-            i += len(group)
+        res = _regroup(g, leaves, specs)
         return _plain(tuple(res), keep_fn)
 
     result = (_plain(out, keep), vjp_fn)
@@ -405,10 +408,7 @@ def _jacobian(func: Callable, argnums, has_aux: bool, api: str) -> Callable:
                     else:
                         block = kiln.zeros(tuple(o.shape) + tuple(x.shape), dtype=x.dtype, device=x.device)
                     blocks.append(block)
-                groups, i = [], 0
-                for group, spec in zip(leaves, specs, strict=True):
-                    groups.append(_unflatten(blocks[i : i + len(group)], spec))
-                    i += len(group)
+                groups = _regroup(blocks, leaves, specs)
                 per_out.append(groups[0] if isinstance(argnums, int) else tuple(groups))
             jac = _unflatten(per_out, out_spec)
             jac = _plain(jac, keep)

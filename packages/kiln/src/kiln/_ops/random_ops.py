@@ -67,6 +67,17 @@ def _generator(generator, dev):
     return generator if generator is not None else default_generator(dev)
 
 
+def _float_draw(name, kernel, method, sizes, size, generator, dtype, device, requires_grad) -> Tensor:
+    """``rand``/``randn``: floats of ``size`` from the generator's NumPy ``method`` (``random``,
+    ``standard_normal``); integer dtypes refused with PyTorch's ``kernel`` message."""
+    shape, d, dev = _creation_args(_size_keyword(name, sizes, size), dtype, device)
+    if not d.is_floating_point:
+        raise NotImplementedError(f"\"{kernel}\" not implemented for '{scalar_type_name(d)}'")
+    draw = getattr(_generator(generator, dev)._rng, method)
+    values = draw(shape, dtype=np.float64 if d is dt.float64 else np.float32)
+    return _finish(from_host(values, d, dev), requires_grad)
+
+
 @_takes_out
 @_allocating
 def rand(
@@ -82,13 +93,7 @@ def rand(
 ) -> Tensor:
     """Uniform random values in ``[0, 1)`` of shape ``size``."""
     _unsupported(layout=layout, pin_memory=pin_memory)
-    size = _size_keyword("rand", sizes, size)
-    shape, d, dev = _creation_args(size, dtype, device)
-    if not d.is_floating_point:
-        raise NotImplementedError(f"\"check_uniform_bounds\" not implemented for '{scalar_type_name(d)}'")
-    rng = _generator(generator, dev)._rng
-    values = rng.random(shape, dtype=np.float64 if d is dt.float64 else np.float32)
-    return _finish(from_host(values, d, dev), requires_grad)
+    return _float_draw("rand", "check_uniform_bounds", "random", sizes, size, generator, dtype, device, requires_grad)
 
 
 @_takes_out
@@ -106,13 +111,9 @@ def randn(
 ) -> Tensor:
     """Standard normal random values of shape ``size``."""
     _unsupported(layout=layout, pin_memory=pin_memory)
-    size = _size_keyword("randn", sizes, size)
-    shape, d, dev = _creation_args(size, dtype, device)
-    if not d.is_floating_point:
-        raise NotImplementedError(f"\"normal_kernel_cpu\" not implemented for '{scalar_type_name(d)}'")
-    rng = _generator(generator, dev)._rng
-    values = rng.standard_normal(shape, dtype=np.float64 if d is dt.float64 else np.float32)
-    return _finish(from_host(values, d, dev), requires_grad)
+    return _float_draw(
+        "randn", "normal_kernel_cpu", "standard_normal", sizes, size, generator, dtype, device, requires_grad
+    )
 
 
 @_takes_out

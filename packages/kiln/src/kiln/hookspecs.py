@@ -35,11 +35,12 @@ def kiln_register_modes(register):
 
 @hookspec
 def kiln_register_collectives(register):
-    """Register process-group backends (gloo, mpi, nccl, ...): ``register(name, factory)``.
+    """Register process-group backends (gloo, mpi, nccl, ...): ``register(name, engine_class)``.
 
-    .. note::
-       Provisional: nothing in kiln reads this registry yet. Its first reader is kiln-distributed's process groups, and the
-       signature of ``register`` (and of what it registers) may change when kiln-distributed lands.
+    ``engine_class`` subclasses ``kiln.distributed.engine.Engine`` (kiln-distributed): made as
+    ``engine_class(store, rank, world_size, timeout, group_ranks)`` for each process group that uses
+    ``name``, it runs the collectives on tensors of the device types in its ``devices`` attribute.
+    ``kiln.plugins.collectives()`` lists what is registered.
     """
 
 

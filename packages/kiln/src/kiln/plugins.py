@@ -10,6 +10,7 @@ from __future__ import annotations
 from kiln._plugins import (
     DeviceType,
     PluginInfo,
+    collectives,
     device_type,
     devices,
     extensions,
@@ -35,6 +36,7 @@ def __getattr__(name: str):
 __all__ = [
     "DeviceType",
     "PluginInfo",
+    "collectives",
     "device_type",
     "devices",
     "extensions",

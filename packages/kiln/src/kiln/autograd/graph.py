@@ -836,6 +836,20 @@ def register_post_accumulate_grad_hook(t: Tensor, hook: Callable) -> RemovableHa
     return RemovableHandle(acc.post_accumulate_hooks, hook)
 
 
+_final_callbacks = threading.local()  # .stack: one list of callbacks per backward pass running in this thread
+
+
+def queue_callback(callback: Callable[[], None]) -> None:
+    """Run ``callback()`` when the backward pass running in this thread finishes (PyTorch's
+    ``Variable._execution_engine.queue_callback``): how DistributedDataParallel waits for its last
+    gradient all-reduces. Callbacks run in the order queued, after every gradient is accumulated, and
+    may queue more; only valid during a backward pass."""
+    stack = getattr(_final_callbacks, "stack", None)
+    if not stack:
+        raise RuntimeError("Final callbacks can only be installed during backward pass.")
+    stack[-1].append(callback)
+
+
 def run_backward(
     roots: Sequence[tuple[Node, int, Tensor]],
     keep_graph: bool,
@@ -844,7 +858,35 @@ def run_backward(
     accumulate: bool = True,
 ) -> list:
     """Propagate gradients from ``roots``; with ``inputs``, return their gradients (and accumulate
-    only into them when ``accumulate``)."""
+    only into them when ``accumulate``). Callbacks queued with :func:`queue_callback` during the pass
+    run at its end."""
+    stack = getattr(_final_callbacks, "stack", None)
+    if stack is None:
+        stack = _final_callbacks.stack = []
+    callbacks: list[Callable[[], None]] = []
+    stack.append(callbacks)
+    try:
+        captured = _propagate(roots, keep_graph, create_graph, inputs, accumulate)
+    finally:
+        stack.pop()
+    i = 0
+    while i < len(callbacks):  # a callback may queue another
+        stack.append(callbacks)
+        try:
+            callbacks[i]()
+        finally:
+            stack.pop()
+        i += 1
+    return captured
+
+
+def _propagate(
+    roots: Sequence[tuple[Node, int, Tensor]],
+    keep_graph: bool,
+    create_graph: bool,
+    inputs: Sequence[Tensor] | None,
+    accumulate: bool,
+) -> list:
     # Targets: where gradients are captured instead of flowing on.
     capture: dict[tuple[int, int], int] = {}
     captured: list = []

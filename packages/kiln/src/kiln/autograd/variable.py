@@ -17,11 +17,25 @@ class _VariableMeta(type):
         return isinstance(other, Tensor)
 
 
+class _ExecutionEngine:
+    """``Variable._execution_engine``: the autograd engine's handle in PyTorch, kept for its
+    ``queue_callback`` (what DistributedDataParallel-style code calls)."""
+
+    @staticmethod
+    def queue_callback(callback) -> None:
+        """Run ``callback()`` when the running backward pass finishes (:func:`kiln.autograd.graph.queue_callback`)."""
+        from kiln.autograd.graph import queue_callback
+
+        queue_callback(callback)
+
+
 class Variable(metaclass=_VariableMeta):
     """Deprecated (``torch.autograd.Variable``): ``Variable(data, requires_grad=False)`` is a new tensor
     sharing ``data``'s memory, detached from its graph, requiring grad as asked (``Variable()``: an empty
     tensor); every tensor is an instance. ``volatile`` has no effect (a warning says so; use
     :class:`kiln.no_grad`)."""
+
+    _execution_engine = _ExecutionEngine()
 
     def __new__(cls, data: Tensor | None = None, requires_grad: bool = False, volatile: bool = False) -> Tensor:
         if volatile:

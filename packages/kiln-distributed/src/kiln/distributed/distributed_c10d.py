@@ -348,6 +348,7 @@ class _State:
         self.store: Store | None = None
         self.groups: list[ProcessGroup] = []
         self.group_count = 0
+        self.shared_store = True
 
 
 _state = _State()
@@ -413,6 +414,7 @@ def init_process_group(
         if not classes[name].is_available():
             raise RuntimeError(f"Distributed package doesn't have {name.upper()} built in")
     mpi_only = set(devices.values()) == {"mpi"}
+    shared = True  # a store every rank sees (not the local one of an MPI world started by mpiexec)
     if store is not None:
         if world_size <= 0:
             raise ValueError("world_size must be positive if using store")
@@ -420,6 +422,7 @@ def init_process_group(
             raise ValueError("rank must be non-negative if using store")
     elif mpi_only and init_method is None and "MASTER_ADDR" not in os.environ:
         rank, world_size, store = _mpi_world(classes["mpi"], rank, world_size)
+        shared = False
     else:
         store, rank, world_size = next(_rdzv.rendezvous(init_method or "env://", rank, world_size, timeout=timeout))
         store.set_timeout(timeout)
@@ -427,6 +430,7 @@ def init_process_group(
         store.register_rank(rank)
     except DistError:
         pass
+    _state.shared_store = shared
     pg = _make_group(store, rank, world_size, list(range(world_size)), devices, timeout, group_name or "0")
     _state.default_pg, _state.store = pg, store
     _state.group_count = 1
@@ -461,8 +465,9 @@ def _make_group(
     try:
         for device, backend in devices.items():
             if backend not in made:  # one engine serves every device type mapped to it
+                whole_world = _state.default_pg is None or ranks == list(range(_state.default_pg._size))
                 made[backend] = classes[backend](
-                    PrefixStore(backend, prefix), rank, size, timeout, None if ranks == list(range(size)) else ranks
+                    PrefixStore(backend, prefix), rank, size, timeout, None if whole_world else ranks
                 )
             engines[device] = made[backend]
     except BaseException:
@@ -773,6 +778,8 @@ def _diagnose(pg: ProcessGroup, op: str, seq: int, sig: list, error: BaseExcepti
     never reached it, or ranks that disagreed on it. Reads what the store knows, with a short wait."""
     me = pg._ranks[pg._rank]
     head = f"{op} (call #{seq} of process group {pg._name}, rank {me} of {pg._size}) failed"
+    if not _state.shared_store:  # nothing to ask: the engine's own error is all there is
+        return DistBackendError(f"{head}: {error}")
     try:
         dead: list[int] = []
         deadline = time.monotonic() + 2.0
@@ -813,7 +820,7 @@ def _diagnose(pg: ProcessGroup, op: str, seq: int, sig: list, error: BaseExcepti
             who = ", ".join(str(r) for r in missing)
             return DistBackendError(f"{head}: rank {who} did not reach this call. Engine error: {error}")
     except (DistNetworkError, DistStoreError, OSError) as e:
-        return DistBackendError(f"{head}, and the store is unreachable ({e}): the rank serving it has likely exited. Engine error: {error}")
+        return DistBackendError(f"{head}; the store is unreachable too ({e}). Engine error: {error}")
     return DistBackendError(f"{head}: {error}")
 
 
@@ -1160,6 +1167,16 @@ def monitored_barrier(group=None, timeout: datetime.timedelta | None = None, wai
         return
     timeout = _timeout_of(timeout or pg._timeout)
     pg._seq += 1
+    if not _state.shared_store:  # an MPI world without a store: a barrier that times out, naming no one
+        engine, _ = pg._object_engine()
+        try:
+            engine.barrier().wait(timeout)
+        except (DistError, RuntimeError) as e:
+            raise DistBackendError(
+                f"monitored_barrier did not complete within {timeout} (this MPI world has no shared store, "
+                f"so the late ranks cannot be named; init with init_method= to name them): {e}"
+            ) from e
+        return
     key = f"monitored_barrier/{pg._seq}/"
     me = pg._rank
     pg._store.set(key + f"arrived/{me}", b"1")

@@ -5,6 +5,7 @@
     python3 -m nox -s tests                          unit and conformance tests on every backend
     python3 -m nox -s "tests(backend='reference')"   one backend
     python3 -m nox -s packaging                      every package from built wheels: install, import, smoke test
+    python3 -m nox -s distributed                    kiln-distributed's multi-process tests (gloo, mpi, kiln-run, DDP)
     python3 -m nox -s bench                          benchmarks/bench_*.py, JSON under benchmarks/results/
     python3 -m nox -l                                list the sessions
 
@@ -52,6 +53,9 @@ CONFORMANCE_ENV: dict[str, dict[str, str]] = {
 TESTING = "packages/kiln-testing"  # the conformance kit (a pytest plugin) and kiln.testing
 # Backend packages: each is a cell of the tests matrix (BACKENDS), never a feature package.
 BACKEND_PACKAGES = {"packages/kiln-cpu", "packages/kiln-cuda"}
+# kiln-distributed's tests start processes (2-3 per test) and need its engines' libraries: they run once,
+# in a session of their own ("distributed"), not in every backend cell.
+DISTRIBUTED = "packages/kiln-distributed"
 
 # PyTorch is the test oracle (a test-only dependency). This exact pin matters: it resolves to the CPU
 # build kept on disk, where a looser range could pull a multi-gigabyte CUDA build.
@@ -66,7 +70,7 @@ RUFF = "ruff==0.17.6"  # pinned: new ruff releases add rules and change formatti
 DOCS_DEPS = ["sphinx>=8,<10", "furo", TENSORBOARD]  # a new Sphinx major can add warnings, and -W makes them errors
 LINT_PATHS = ["packages", "tests-integration", "benchmarks", "docs", "noxfile.py"]
 
-nox.options.sessions = ["tests", "packaging", "integration", "lint", "docs"]
+nox.options.sessions = ["tests", "packaging", "integration", "distributed", "lint", "docs"]
 # Reuse each session's virtualenv between runs. This does not cost correctness: every session still
 # runs its installs, so the editable kiln and every pinned or ranged requirement are checked each time
 # (pip only skips what is already satisfied); what reuse can leave behind is a package no session asks
@@ -237,6 +241,19 @@ def integration(session: nox.Session) -> None:
 
 
 @nox.session
+def distributed(session: nox.Session) -> None:
+    """kiln-distributed's tests: every collective on 2 and 3 processes for the gloo and mpi engines, the
+    faults, DistributedDataParallel and ZeroRedundancyOptimizer against one process, and kiln-run (one host,
+    two hosts in network namespaces when run as root). On the reference backend: the engines move bytes, and
+    kiln-cpu's kernels are tested in their own cell."""
+    _prepare(session)
+    # [gloo]: PyTorch's Gloo (TORCH first, so that pip keeps the CPU build); [mpi]: mpi4py and MPICH's wheel
+    _install_kiln(session, "pytest>=8", TORCH, "-e", "packages/kiln-nn", "-e", "packages/kiln-data")
+    session.install("-e", f"{DISTRIBUTED}[gloo,mpi]")
+    session.run("pytest", f"{DISTRIBUTED}/tests", "--import-mode=importlib", "-q", *session.posargs)
+
+
+@nox.session
 def lint(session: nox.Session) -> None:
     """ruff check and ruff format --check over every package, the tests, benchmarks, docs and this file."""
     _prepare(session)
@@ -261,7 +278,7 @@ def docs(session: nox.Session) -> None:
 def _feature_packages() -> list[str]:
     """packages/* that are neither the core, the conformance kit nor a backend (kiln-nn, kiln-data, ...)."""
     dirs = sorted(str(p.parent.relative_to(ROOT)) for p in (ROOT / "packages").glob("*/pyproject.toml"))
-    return [d for d in dirs if d not in ("packages/kiln", TESTING) and d not in BACKEND_PACKAGES]
+    return [d for d in dirs if d not in ("packages/kiln", TESTING, DISTRIBUTED) and d not in BACKEND_PACKAGES]
 
 
 def _every_package() -> list[str]:

@@ -96,6 +96,25 @@ def cmd_doctor(args) -> int:
     names = ", ".join(f"{n} {e['version']}" for n, e in sorted(exts.items()))
     print(f"extensions: {names}")
     advice = []
+    engines = _plugins.collectives()
+    if engines:
+        print("collective engines (kiln.distributed backends):")
+        usable = []
+        for name, engine in sorted(engines.items()):
+            try:
+                ok = bool(engine.is_available())
+            except Exception as exc:  # noqa: BLE001 - report, never crash the doctor
+                print(f"  {name}: error asking the plugin: {exc!r}")
+                continue
+            devs = ", ".join(getattr(engine, "devices", ()))
+            print(f"  {name}: {'usable' if ok else 'not usable (its library is missing)'}, for {devs} tensors")
+            if ok:
+                usable.append(name)
+        if not usable:
+            advice.append(
+                "no collective engine is usable: pip install torch==2.13.0 'kiln-distributed[gloo]' "
+                "(Gloo) or 'kiln-distributed[mpi]' (MPI)"
+            )
     for p in plugins:
         if p.error:
             advice.append(f"plugin {p.name} ({p.distribution}) failed to load: {p.error.strip().splitlines()[-1]}")

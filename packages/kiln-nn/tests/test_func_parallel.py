@@ -129,3 +129,31 @@ def test_distributed_data_parallel_name_imports_and_says_what_to_install():
 
     with pytest.raises(ModuleNotFoundError, match="pip install kiln-distributed"):
         DistributedDataParallel(knn.Linear(2, 2))
+
+
+def test_distributed_data_parallel_without_the_package(monkeypatch):
+    # as if kiln-distributed were not installed, whether it is or not
+    import sys
+
+    import kiln.nn.parallel as par
+
+    saved = vars(par).pop("DistributedDataParallel", None)
+    monkeypatch.setitem(sys.modules, "kiln.distributed.ddp", None)
+    try:
+        from kiln.nn.parallel import DistributedDataParallel
+
+        assert DistributedDataParallel.__name__ == "DistributedDataParallel"
+        with pytest.raises(ModuleNotFoundError, match="pip install kiln-distributed"):
+            DistributedDataParallel(knn.Linear(2, 2))
+    finally:
+        vars(par).pop("DistributedDataParallel", None)
+        if saved is not None:
+            par.DistributedDataParallel = saved
+
+
+def test_distributed_data_parallel_is_kiln_distributed_class():
+    ddp = pytest.importorskip("kiln.distributed.ddp")
+    import kiln.nn.parallel as par
+
+    assert par.DistributedDataParallel is ddp.DistributedDataParallel
+    assert issubclass(par.DistributedDataParallel, knn.Module)

@@ -5,9 +5,10 @@ device with its parameters copied there (the copies are differentiable, so gradi
 one set of parameters), and gathers the outputs on ``output_device``. With no accelerator (or one
 device) it calls the module directly, as PyTorch does without CUDA.
 
-``DistributedDataParallel`` is kiln-distributed's: the name imports here, so ``from kiln.nn.parallel
-import DistributedDataParallel`` at the top of a script works, and constructing one without that package
-raises ``ModuleNotFoundError`` naming it.
+``DistributedDataParallel`` is kiln-distributed's class (``kiln.distributed.ddp``), imported on first use
+of the name; without that package the name still imports, so ``from kiln.nn.parallel import
+DistributedDataParallel`` at the top of a script works, and constructing one raises
+``ModuleNotFoundError`` naming the package.
 """
 
 from __future__ import annotations
@@ -169,18 +170,31 @@ def data_parallel(module: Module, inputs, device_ids=None, output_device=None, d
     return dp(*inputs, **(module_kwargs or {}))
 
 
-class DistributedDataParallel(Module):
-    """``kiln.distributed.DistributedDataParallel``, from the kiln-distributed package (constructing this
-    name builds that class's object); without that package it raises ``ModuleNotFoundError`` naming it."""
+class _DistributedDataParallelMissing(Module):
+    """``DistributedDataParallel`` without the kiln-distributed package: importing the name works, so that a
+    script's imports do not fail, and constructing it raises ``ModuleNotFoundError`` saying what to install."""
 
     def __new__(cls, *args: Any, **kwargs: Any):
-        import kiln.distributed as dist
+        raise ModuleNotFoundError(
+            "DistributedDataParallel needs the kiln-distributed package, which is not installed: "
+            "pip install kiln-distributed",
+            name="kiln.distributed",
+        )
 
-        real = getattr(dist, "DistributedDataParallel", None)
-        if real is None:
-            raise ModuleNotFoundError(
-                "DistributedDataParallel needs the kiln-distributed package, which is not installed: "
-                "pip install kiln-distributed",
-                name="kiln.distributed",
-            )
-        return real(*args, **kwargs)
+
+_DistributedDataParallelMissing.__name__ = _DistributedDataParallelMissing.__qualname__ = "DistributedDataParallel"
+
+
+def __getattr__(name: str) -> Any:
+    # ``DistributedDataParallel`` IS kiln-distributed's class when that package is installed; it is imported
+    # on first use, so that ``import kiln.nn`` never imports (nor needs) kiln.distributed.
+    if name != "DistributedDataParallel":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        from kiln.distributed.ddp import DistributedDataParallel as cls
+    except ModuleNotFoundError as e:
+        if e.name not in ("kiln.distributed", "kiln.distributed.ddp"):
+            raise
+        cls = _DistributedDataParallelMissing
+    globals()[name] = cls
+    return cls

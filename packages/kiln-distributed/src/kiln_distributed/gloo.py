@@ -15,6 +15,7 @@ PyTorch's wheel is the maintained binary build of Gloo on the package index; thi
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import socket
@@ -149,7 +150,8 @@ class GlooEngine(Engine):
 
     def __init__(self, store, rank, world_size, timeout, group_ranks=None) -> None:
         super().__init__(store, rank, world_size, timeout, group_ranks)
-        torch, td = self._t, self._td = _torch()
+        self._t, self._td = _torch()
+        td = self._td
         options = td.ProcessGroupGloo._Options()
         options._timeout = timeout
         ifname = os.environ.get("GLOO_SOCKET_IFNAME")
@@ -267,7 +269,5 @@ class GlooEngine(Engine):
     def shutdown(self) -> None:
         pg, self._pg = getattr(self, "_pg", None), None
         if pg is not None and hasattr(pg, "shutdown"):
-            try:
+            with contextlib.suppress(RuntimeError):  # already broken by a dead peer: nothing left to close
                 pg.shutdown()
-            except RuntimeError:
-                pass

@@ -14,12 +14,19 @@ backend = sys.argv[1]
 init = sys.argv[2] if len(sys.argv) > 2 and sys.argv[2] != "-" else None
 timeout = datetime.timedelta(seconds=30)
 if init and init.startswith(("tcp://", "file://")):
-    dist.init_process_group(backend, init_method=init, rank=int(os.environ["RANK"]),
-                            world_size=int(os.environ["WORLD_SIZE"]), timeout=timeout)
+    dist.init_process_group(
+        backend,
+        init_method=init,
+        rank=int(os.environ["RANK"]),
+        world_size=int(os.environ["WORLD_SIZE"]),
+        timeout=timeout,
+    )
 else:
     dist.init_process_group(backend, timeout=timeout)
 r, w = dist.get_rank(), dist.get_world_size()
 assert dist.is_initialized() and dist.get_backend() == backend
+if os.environ.get("KILN_TEST_FAIL_FIRST") and os.environ.get("KILN_RESTART_COUNT") == "0" and r == 1:
+    os._exit(3)  # the first attempt dies after the rendezvous; kiln-run restarts the group
 
 
 def eq(t, expected):

@@ -26,7 +26,7 @@ from typing import Any
 
 import kiln
 from kiln.distributed import rendezvous as _rdzv
-from kiln.distributed.engine import CompletedWork, Engine, ReduceOp, Work
+from kiln.distributed.engine import Engine, ReduceOp, Work
 from kiln.distributed.errors import DistBackendError, DistError, DistNetworkError, DistStoreError
 from kiln.distributed.store import PrefixStore, Store, default_timeout
 
@@ -426,10 +426,8 @@ def init_process_group(
     else:
         store, rank, world_size = next(_rdzv.rendezvous(init_method or "env://", rank, world_size, timeout=timeout))
         store.set_timeout(timeout)
-    try:
+    with contextlib.suppress(DistError):
         store.register_rank(rank)
-    except DistError:
-        pass
     _state.shared_store = shared
     pg = _make_group(store, rank, world_size, list(range(world_size)), devices, timeout, group_name or "0")
     _state.default_pg, _state.store = pg, store
@@ -442,9 +440,7 @@ def _mpi_world(cls: type[Engine], rank: int, world_size: int) -> tuple[int, int,
 
     mpi_rank, mpi_size = cls.world()  # type: ignore[attr-defined]
     if rank not in (-1, mpi_rank) or world_size not in (-1, mpi_size):
-        raise ValueError(
-            f"rank {rank} / world_size {world_size} given, but MPI says rank {mpi_rank} of {mpi_size}"
-        )
+        raise ValueError(f"rank {rank} / world_size {world_size} given, but MPI says rank {mpi_rank} of {mpi_size}")
     return mpi_rank, mpi_size, HashStore()
 
 
@@ -524,12 +520,20 @@ def new_group(
     else:
         devices = _device_backends(backend)
     pg = _make_group(
-        _state.store, members.index(default._rank), len(members), members, devices, _timeout_of(timeout or default._timeout), name
+        _state.store,
+        members.index(default._rank),
+        len(members),
+        members,
+        devices,
+        _timeout_of(timeout or default._timeout),
+        name,
     )
     return pg
 
 
-def new_subgroups(group_size: int | None = None, group: ProcessGroup | None = None, timeout=None, backend=None, pg_options=None):
+def new_subgroups(
+    group_size: int | None = None, group: ProcessGroup | None = None, timeout=None, backend=None, pg_options=None
+):
     """Equal-sized subgroups of consecutive ranks; returns ``(this rank's subgroup, all subgroups)``."""
     world = get_world_size()
     if group_size is None:
@@ -683,8 +687,18 @@ def _dtype_code(t) -> int:
 
 
 def _dtype_name(code: int) -> str:
-    for dt in (kiln.bool, kiln.uint8, kiln.int8, kiln.int16, kiln.int32, kiln.int64, kiln.float16, kiln.bfloat16,
-               kiln.float32, kiln.float64):
+    for dt in (
+        kiln.bool,
+        kiln.uint8,
+        kiln.int8,
+        kiln.int16,
+        kiln.int32,
+        kiln.int64,
+        kiln.float16,
+        kiln.bfloat16,
+        kiln.float32,
+        kiln.float64,
+    ):
         if zlib.crc32(str(dt).encode()) == code:
             return str(dt).replace("kiln.", "")
     return "?"
@@ -892,7 +906,13 @@ def all_reduce(tensor, op: ReduceOp = ReduceOp.SUM, group: ProcessGroup | None =
     )
 
 
-def broadcast(tensor, src: int | None = None, group: ProcessGroup | None = None, async_op: bool = False, group_src: int | None = None):
+def broadcast(
+    tensor,
+    src: int | None = None,
+    group: ProcessGroup | None = None,
+    async_op: bool = False,
+    group_src: int | None = None,
+):
     """Copy rank ``src``'s ``tensor`` (a global rank; or ``group_src`` within ``group``) to every rank."""
     _check_tensor(tensor, "tensor")
     pg = _member(group, "broadcast")
@@ -901,7 +921,9 @@ def broadcast(tensor, src: int | None = None, group: ProcessGroup | None = None,
     root = _root(pg, src, group_src, "src")
     _contiguous([tensor])
     engine = pg._engine(tensor.device.type)
-    return _launch(pg, "broadcast", engine, lambda: engine.broadcast(tensor, root), [tensor], async_op, None, (root, tensor))
+    return _launch(
+        pg, "broadcast", engine, lambda: engine.broadcast(tensor, root), [tensor], async_op, None, (root, tensor)
+    )
 
 
 def _root(pg: ProcessGroup, global_rank: int | None, group_rank: int | None, name: str) -> int:
@@ -944,18 +966,26 @@ def all_gather(tensor_list: list, tensor, group=None, async_op: bool = False):
     if pg is None:
         return None
     if len(tensor_list) != pg._size:
-        raise ValueError(
-            f"all_gather: tensor_list has {len(tensor_list)} tensors, the group has {pg._size} ranks"
-        )
+        raise ValueError(f"all_gather: tensor_list has {len(tensor_list)} tensors, the group has {pg._size} ranks")
     _contiguous([tensor, *tensor_list])
     for t in tensor_list:
         if t.dtype != tensor.dtype:
             raise TypeError(f"all_gather: tensor_list holds {t.dtype}, the input is {tensor.dtype}")
         if t.numel() != tensor.numel():
-            raise ValueError(f"all_gather: each output must have the input's size {list(tensor.shape)}, got {list(t.shape)}")
+            raise ValueError(
+                f"all_gather: each output must have the input's size {list(tensor.shape)}, got {list(t.shape)}"
+            )
     engine = pg._engine(_same_device([tensor, *tensor_list]))
     return _launch(
-        pg, "all_gather", engine, lambda: engine.allgather(tensor_list, tensor), [tensor], async_op, None, (0, tensor), list(tensor_list)
+        pg,
+        "all_gather",
+        engine,
+        lambda: engine.allgather(tensor_list, tensor),
+        [tensor],
+        async_op,
+        None,
+        (0, tensor),
+        list(tensor_list),
     )
 
 
@@ -990,7 +1020,9 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op: bo
     )
 
 
-def gather(tensor, gather_list: list | None = None, dst: int | None = None, group=None, async_op: bool = False, group_dst=None):
+def gather(
+    tensor, gather_list: list | None = None, dst: int | None = None, group=None, async_op: bool = False, group_dst=None
+):
     """On rank ``dst`` (default 0), ``gather_list[i]`` receives rank ``i``'s ``tensor``."""
     _check_tensor(tensor, "tensor")
     pg = _member(group, "gather")
@@ -1010,11 +1042,21 @@ def gather(tensor, gather_list: list | None = None, dst: int | None = None, grou
     outs = gather_list if pg._rank == root else None
     engine = pg._engine(tensor.device.type)
     return _launch(
-        pg, "gather", engine, lambda: engine.gather(outs, tensor, root), [tensor], async_op, None, (root, tensor), list(outs or [])
+        pg,
+        "gather",
+        engine,
+        lambda: engine.gather(outs, tensor, root),
+        [tensor],
+        async_op,
+        None,
+        (root, tensor),
+        list(outs or []),
     )
 
 
-def scatter(tensor, scatter_list: list | None = None, src: int | None = None, group=None, async_op: bool = False, group_src=None):
+def scatter(
+    tensor, scatter_list: list | None = None, src: int | None = None, group=None, async_op: bool = False, group_src=None
+):
     """Rank ``i``'s ``tensor`` receives ``scatter_list[i]`` of rank ``src`` (default 0)."""
     _check_tensor(tensor, "tensor")
     pg = _member(group, "scatter")
@@ -1033,7 +1075,9 @@ def scatter(tensor, scatter_list: list | None = None, src: int | None = None, gr
     _contiguous([tensor])
     ins = scatter_list if pg._rank == root else None
     engine = pg._engine(tensor.device.type)
-    return _launch(pg, "scatter", engine, lambda: engine.scatter(tensor, ins, root), [tensor], async_op, None, (root, tensor))
+    return _launch(
+        pg, "scatter", engine, lambda: engine.scatter(tensor, ins, root), [tensor], async_op, None, (root, tensor)
+    )
 
 
 def reduce_scatter(output, input_list: list, op: ReduceOp = ReduceOp.SUM, group=None, async_op: bool = False):
@@ -1129,7 +1173,9 @@ def all_to_all_single(
     def split(t, sizes, name):
         if sizes is None:
             if t.shape[0] % pg._size if t.dim() else True:
-                raise ValueError(f"{name}: dim 0 ({t.shape[0] if t.dim() else 0}) must divide by the world size {pg._size}")
+                raise ValueError(
+                    f"{name}: dim 0 ({t.shape[0] if t.dim() else 0}) must divide by the world size {pg._size}"
+                )
             sizes = [t.shape[0] // pg._size] * pg._size
         if len(sizes) != pg._size or sum(sizes) != t.shape[0]:
             raise ValueError(f"{name}_split_sizes {list(sizes)} must have one entry per rank and sum to {t.shape[0]}")
@@ -1146,7 +1192,15 @@ def all_to_all_single(
 
     engine = pg._engine(_same_device([output, input]))
     return _launch(
-        pg, "all_to_all_single", engine, lambda: engine.alltoall(outs_c, ins), [input], async_op, finish, (0, None), [output]
+        pg,
+        "all_to_all_single",
+        engine,
+        lambda: engine.alltoall(outs_c, ins),
+        [input],
+        async_op,
+        finish,
+        (0, None),
+        [output],
     )
 
 
@@ -1269,7 +1323,14 @@ class P2POp:
                 "Invalid ``op``. Expected ``op`` to be of type ``kiln.distributed.isend`` or ``kiln.distributed.irecv``."
             )
         _check_tensor(tensor, "tensor")
-        self.op, self.tensor, self.peer, self.group, self.tag, self.group_peer = op, tensor, peer, group, tag, group_peer
+        self.op, self.tensor, self.peer, self.group, self.tag, self.group_peer = (
+            op,
+            tensor,
+            peer,
+            group,
+            tag,
+            group_peer,
+        )
 
 
 def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[Work]:
@@ -1319,7 +1380,9 @@ def all_gather_object(object_list: list, obj: Any, group=None) -> None:
     if pg is None:
         return
     if len(object_list) != pg._size:
-        raise ValueError(f"all_gather_object: object_list has {len(object_list)} entries, the group has {pg._size} ranks")
+        raise ValueError(
+            f"all_gather_object: object_list has {len(object_list)} entries, the group has {pg._size} ranks"
+        )
     engine, _ = pg._object_engine()
     data = _encode(obj)
     sizes = _gather_sizes(pg, engine, data.numel())
@@ -1333,7 +1396,9 @@ def all_gather_object(object_list: list, obj: Any, group=None) -> None:
         object_list[i] = _decode(o[:n], pg._ranks[i])
 
 
-def gather_object(obj: Any, object_gather_list: list | None = None, dst: int | None = None, group=None, group_dst=None) -> None:
+def gather_object(
+    obj: Any, object_gather_list: list | None = None, dst: int | None = None, group=None, group_dst=None
+) -> None:
     """On rank ``dst`` (default 0), ``object_gather_list[i]`` receives rank ``i``'s ``obj``."""
     pg = _member(group, "gather_object")
     if pg is None:
@@ -1349,7 +1414,9 @@ def gather_object(obj: Any, object_gather_list: list | None = None, dst: int | N
     padded[: data.numel()] = data
     outs = [kiln.empty(top, dtype=kiln.uint8) for _ in range(pg._size)] if pg._rank == root else None
     with _skip_consistency_check():
-        _launch(pg, "gather", engine, lambda: engine.gather(outs, padded, root), [padded], False, None, None, outs or [])
+        _launch(
+            pg, "gather", engine, lambda: engine.gather(outs, padded, root), [padded], False, None, None, outs or []
+        )
     if outs is not None:
         for i, (o, n) in enumerate(zip(outs, sizes, strict=True)):
             object_gather_list[i] = _decode(o[:n], pg._ranks[i])  # type: ignore[index]
@@ -1384,7 +1451,13 @@ def broadcast_object_list(object_list: list, src: int | None = None, group=None,
             start += size
 
 
-def scatter_object_list(scatter_object_output_list: list, scatter_object_input_list: list | None = None, src: int | None = None, group=None, group_src=None) -> None:
+def scatter_object_list(
+    scatter_object_output_list: list,
+    scatter_object_input_list: list | None = None,
+    src: int | None = None,
+    group=None,
+    group_src=None,
+) -> None:
     """``scatter_object_output_list[0]`` receives the ``i``-th object of rank ``src``'s input list."""
     pg = _member(group, "scatter_object_list")
     if pg is None:

@@ -62,7 +62,7 @@ class Work:
         """Whether the operation finished without an error (waits for it)."""
         try:
             self.wait()
-        except Exception:
+        except Exception:  # noqa: BLE001 - any failure of the operation means no success
             return False
         return True
 
@@ -70,7 +70,7 @@ class Work:
         """The error the operation ended with, or ``None`` (waits for it)."""
         try:
             self.wait()
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - the operation's error, whatever it is, is the answer
             return e
         return None
 
@@ -137,7 +137,7 @@ class Future:
             work, self._work = self._work, None
             try:
                 self.set_result(work.result())
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - the future carries the error to whoever waits
                 self.set_exception(e)
 
     def done(self) -> bool:
@@ -195,7 +195,7 @@ class Future:
         def chain(fut: Future) -> None:
             try:
                 out.set_result(callback(fut))
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - the callback's error goes to the chained future
                 out.set_exception(e)
 
         if self._work is not None:

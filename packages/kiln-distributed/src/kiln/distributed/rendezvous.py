@@ -16,7 +16,7 @@ import os
 import urllib.parse
 from collections.abc import Callable, Iterator
 
-from kiln.distributed.store import FileStore, Store, TCPStore
+from kiln.distributed.store import FileStore, PrefixStore, Store, TCPStore
 
 __all__ = ["register_rendezvous_handler", "rendezvous"]
 
@@ -72,9 +72,14 @@ def _query_int(query: dict, key: str, method: str) -> int:
         raise _error(method, f"{key} must be an integer, got {query[key]!r}") from None
 
 
-def _tcp_store(host: str, port: int, rank: int, world_size: int, timeout: datetime.timedelta) -> TCPStore:
+def _tcp_store(host: str, port: int, rank: int, world_size: int, timeout: datetime.timedelta) -> Store:
     agent = os.environ.get("KILN_USE_AGENT_STORE", "").lower() in ("1", "true")
-    return TCPStore(host, port, world_size, is_master=(rank == 0 and not agent), timeout=timeout, wait_for_workers=False)
+    store = TCPStore(
+        host, port, world_size, is_master=(rank == 0 and not agent), timeout=timeout, wait_for_workers=False
+    )
+    if agent:  # the launcher's store outlives restarts: each attempt of the workers gets keys of its own
+        return PrefixStore(f"/worker/attempt_{os.environ.get('KILN_RESTART_COUNT', '0')}", store)
+    return store
 
 
 def _env_handler(url: str, timeout: datetime.timedelta) -> Iterator[tuple[Store, int, int]]:

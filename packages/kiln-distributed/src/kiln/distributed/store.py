@@ -254,6 +254,12 @@ class PrefixStore(Store):
     def register_rank(self, rank):
         self.underlying_store.register_rank(rank)
 
+    def close(self) -> None:
+        """Close the underlying store (a TCP store's connection says goodbye)."""
+        close = getattr(self.underlying_store, "close", None)
+        if close is not None:
+            close()
+
 
 # ------------------------------------------------------------------------------------------------
 # TCPStore: a server thread (in rank 0, or in the launcher) and one connection per client.
@@ -417,7 +423,7 @@ class TCPStore(Store):
             self._wait_for_clients(world_size)
 
     @property
-    def libuvBackend(self) -> bool:  # noqa: N802 - PyTorch's name
+    def libuvBackend(self) -> bool:
         """``False``: this store's server is Python threads, not libuv."""
         return False
 

@@ -47,6 +47,7 @@ CHECKS = [
     "different_param_counts_raise",
     "broadcast_buffers_from_rank_0",
     "comm_hooks",
+    "compressed_comm_hooks",
     "state_dict_and_module_attribute",
     "eval_and_no_grad_forward",
 ]

@@ -462,6 +462,25 @@ def comm_hooks():
 
 
 @check
+def compressed_comm_hooks():
+    from kiln.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    for hook, atol in ((default_hooks.fp16_compress_hook, 2e-3), (default_hooks.bf16_compress_hook, 2e-2)):
+        model = seeded(mlp, 31 + RANK)
+        ddp = DDP(model, bucket_cap_mb=0.0005)
+        ddp.register_comm_hook(None, hook)
+        ref = seeded(mlp, 0)
+        ref.load_state_dict(model.state_dict())
+        data = batch(0, (6,))
+        x, y = data[RANK]
+        mse(ddp(x), y).backward()
+        (sum(mse(ref(x), y) for x, y in data) / WORLD).backward()
+        for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+            assert p.grad.dtype == kiln.float32, p.grad.dtype  # written back in the parameter's dtype
+            assert np.allclose(p.grad.numpy(), q.grad.numpy(), atol=atol), (hook.__name__, p.grad, q.grad)
+
+
+@check
 def state_dict_and_module_attribute():
     model = mlp()
     ddp = DDP(model)

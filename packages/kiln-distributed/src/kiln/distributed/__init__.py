@@ -37,3 +37,12 @@ __all__ = [
     "register_rendezvous_handler",
     "rendezvous",
 ]
+
+
+def __getattr__(name: str):
+    # torch.distributed.GradBucket (documented with DistributedDataParallel, kiln.distributed.ddp)
+    if name == "GradBucket":  # DistributedDataParallel's module imports kiln.nn: only when asked for
+        from kiln.distributed.ddp import GradBucket
+
+        return GradBucket
+    raise AttributeError(f"module 'kiln.distributed' has no attribute '{name}'")

@@ -38,13 +38,13 @@ import dataclasses
 import functools
 import warnings
 import weakref
-import zlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import kiln
 from kiln import Tensor
 from kiln.distributed import distributed_c10d as _c10d
+from kiln.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from kiln.distributed.engine import Future
 from kiln.nn.modules.module import Module
 
@@ -57,12 +57,6 @@ _DEFAULT_BUCKET_CAP_MB = 25
 _MB_TO_BYTES = 1024 * 1024
 #: Parameters and buffers are broadcast in flat chunks of at most this many bytes.
 _BROADCAST_BUCKET_BYTES = 250 * 1024 * 1024
-
-
-def _skip_check():
-    """The front end's switch that skips its per-call consistency check (the model was verified once)."""
-    skip = getattr(_c10d, "_skip_consistency_check", None)
-    return skip() if skip is not None else contextlib.nullcontext()
 
 
 def _default_group():
@@ -166,19 +160,6 @@ class GradBucket:
 
     def __repr__(self) -> str:
         return f"GradBucket(index={self._index}, parameters={len(self._parameters)}, numel={self._buffer.numel()})"
-
-
-def allreduce_hook(process_group: Any, bucket: GradBucket) -> Future:
-    """The default communication hook (``torch.distributed.algorithms.ddp_comm_hooks.default_hooks.allreduce_hook``):
-    divide the bucket by the group's size, then all-reduce it; the future's value is the averaged buffer.
-
-    Register it with ``ddp.register_comm_hook(process_group_or_None, allreduce_hook)``."""
-    group = process_group if process_group is not None else _default_group()
-    tensor = bucket.buffer()
-    with kiln.no_grad():
-        tensor.div_(group.size())
-    work = _c10d.all_reduce(tensor, group=group, async_op=True)
-    return work.get_future().then(lambda fut: fut.value()[0])
 
 
 # ------------------------------------------------------------------------------------------------
@@ -512,7 +493,7 @@ class Reducer:
 
     def _launch(self, b: int) -> None:
         bucket = self._buckets[b]
-        with _skip_check():
+        with _c10d._skip_consistency_check():
             if self._comm_hook is None:
                 bucket.work = _c10d.all_reduce(bucket.buffer, group=self._pg, async_op=True)
                 bucket.hooked = False
@@ -531,7 +512,7 @@ class Reducer:
 
     def _all_reduce_local_used_map(self) -> None:
         self._local_used_tensor = kiln.tensor(self._local_used, dtype=kiln.int32)
-        with _skip_check():
+        with _c10d._skip_consistency_check():
             self._local_used_work = _c10d.all_reduce(self._local_used_tensor, group=self._pg, async_op=True)
 
     def _finalize_backward(self) -> None:
@@ -677,18 +658,6 @@ def _broadcast_coalesced(process_group: Any, tensors: Sequence[Tensor], buffer_s
                 offset += n
 
 
-_DTYPES = ("float32", "float64", "float16", "bfloat16", "int8", "uint8", "int16", "int32", "int64", "bool")
-
-
-def _dtype_code(dtype) -> int:
-    name = str(dtype).rsplit(".", 1)[-1]
-    return _DTYPES.index(name) if name in _DTYPES else 100 + zlib.crc32(name.encode()) % 100000
-
-
-def _dtype_name(code: int) -> str:
-    return f"kiln.{_DTYPES[code]}" if 0 <= code < len(_DTYPES) else f"<dtype #{code}>"
-
-
 def _verify_model_across_processes(
     process_group: Any, reduced: list[tuple[str, Tensor]], named: list[tuple[str, Tensor]], kind: list[str]
 ) -> None:
@@ -700,7 +669,7 @@ def _verify_model_across_processes(
     n_buffers = len(kind) - n_params
     meta: list[int] = []
     for _, t in named:
-        meta += [t.dim(), _dtype_code(t.dtype), *t.shape]
+        meta += [t.dim(), _c10d._dtype_code(t.dtype), *t.shape]
     head = kiln.tensor([len(reduced), n_params, n_buffers, len(meta)], dtype=kiln.int64)
     heads = [kiln.zeros(4, dtype=kiln.int64) for _ in range(world)]
     _c10d.all_gather(heads, head, group=process_group)
@@ -739,10 +708,10 @@ def _verify_model_across_processes(
             ndim, code = other[pos], other[pos + 1]
             sizes = other[pos + 2 : pos + 2 + max(ndim, 0)]
             pos += 2 + max(ndim, 0)
-            if code != _dtype_code(t.dtype):
+            if code != _c10d._dtype_code(t.dtype):
                 raise RuntimeError(
                     f"DDP expects same model across all ranks, but Rank {me} has {k}[{idx}] ({name!r}) of dtype "
-                    f"{t.dtype}, while rank {r} has inconsistent dtype {_dtype_name(code)} for it."
+                    f"{t.dtype}, while rank {r} has inconsistent dtype kiln.{_c10d._dtype_name(code)} for it."
                 )
             if ndim != t.dim() or sizes != list(t.shape):
                 raise RuntimeError(
@@ -955,7 +924,7 @@ class DistributedDataParallel(Module):
         return bool(self.require_forward_param_sync and self.broadcast_buffers and self._module_buffers())
 
     def _sync_buffers(self) -> None:
-        with kiln.no_grad(), _skip_check():  # the buffers were verified across ranks at construction
+        with kiln.no_grad(), _c10d._skip_consistency_check():  # the buffers were verified across ranks at construction
             _broadcast_coalesced(self.process_group, self._module_buffers(), self.broadcast_bucket_size, 0)
 
     # ---------------------------------------------------------------- user API

@@ -682,26 +682,18 @@ _MAX_DIMS = 6
 _FP = 5 + _MAX_DIMS  # op, root, dtype, numel, ndim, dims...
 
 
-def _dtype_code(t) -> int:
-    return zlib.crc32(str(t.dtype).encode())  # stable across processes, unlike hash()
+_DTYPES = ("float32", "float64", "float16", "bfloat16", "int8", "uint8", "int16", "int32", "int64", "bool")
+
+
+def _dtype_code(dtype) -> int:
+    """A number for ``dtype`` that is the same in every process (what fingerprints carry)."""
+    name = str(dtype).rsplit(".", 1)[-1]
+    return _DTYPES.index(name) if name in _DTYPES else 100 + zlib.crc32(name.encode()) % 100000
 
 
 def _dtype_name(code: int) -> str:
-    for dt in (
-        kiln.bool,
-        kiln.uint8,
-        kiln.int8,
-        kiln.int16,
-        kiln.int32,
-        kiln.int64,
-        kiln.float16,
-        kiln.bfloat16,
-        kiln.float32,
-        kiln.float64,
-    ):
-        if zlib.crc32(str(dt).encode()) == code:
-            return str(dt).replace("kiln.", "")
-    return "?"
+    """The dtype :func:`_dtype_code` numbered ``code``."""
+    return _DTYPES[code] if 0 <= code < len(_DTYPES) else f"<dtype #{code}>"
 
 
 def _signature(tensors: Sequence[Any]) -> list:
@@ -718,7 +710,7 @@ def _fingerprint(op: str, root: int, t) -> list[int]:
     if len(shape) > _MAX_DIMS:
         dims[-1] = zlib.crc32(repr(shape).encode())
     numel = t.numel() if t is not None else 0
-    return [_OPS.index(op), root, _dtype_code(t) if t is not None else 0, numel, len(shape), *dims]
+    return [_OPS.index(op), root, _dtype_code(t.dtype) if t is not None else -1, numel, len(shape), *dims]
 
 
 def _check_consistent(pg: ProcessGroup, op: str, root: int, t, engine: Engine) -> None:

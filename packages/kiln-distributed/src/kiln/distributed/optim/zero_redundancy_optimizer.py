@@ -13,7 +13,6 @@ Not built: ``overlap_with_ddp=True`` (running the shards' steps inside DDP's com
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import logging
 from collections.abc import Iterable
@@ -28,12 +27,6 @@ from kiln.optim.optimizer import Optimizer
 __all__ = ["ZeroRedundancyOptimizer"]
 
 logger = logging.getLogger(__name__)
-
-
-def _skip_check():
-    """The front end's switch that skips its per-call consistency check."""
-    skip = getattr(_c10d, "_skip_consistency_check", None)
-    return skip() if skip is not None else contextlib.nullcontext()
 
 
 def _is_trainable(param: Tensor) -> bool:
@@ -330,7 +323,7 @@ class ZeroRedundancyOptimizer(Optimizer):
         """Broadcast each rank's updated parameters from that rank (the front end checks that the ranks
         agree on the first step's calls; later steps repeat the same calls unchecked)."""
         if self._params_synced_once:
-            with _skip_check():
+            with _c10d._skip_consistency_check():
                 self._broadcast_shards()
         else:
             self._broadcast_shards()

@@ -9,6 +9,17 @@ precision with kiln-amp, as PyTorch code does with ``torch.autocast`` and ``torc
 
     python docs/examples/train_digits.py [--epochs N] [--batch-size B] [--device D] [--workers W]
                                          [--out DIR] [--resume CHECKPOINT] [--seed S] [--amp]
+
+The same script trains on several processes with kiln-distributed, as with PyTorch's torchrun:
+
+    kiln-run --nproc-per-node 2 docs/examples/train_digits.py [options as above]
+
+Started by a launcher with ``WORLD_SIZE`` > 1 it joins a process group (``init_process_group("gloo")``,
+cpu only), wraps the model in ``DistributedDataParallel`` and gives each rank its share of the training
+set (``DistributedSampler``, reshuffled each epoch with ``set_epoch``). ``--batch-size`` stays the global
+batch: each rank takes ``batch-size / WORLD_SIZE`` samples per step and DDP averages the gradients, so a
+step sees the same number of samples as in one process and the accuracy is the same. Rank 0 alone shows
+the progress, evaluates, writes the checkpoints and the PNG; the other ranks wait for it and exit.
 """
 
 from __future__ import annotations
@@ -24,7 +35,7 @@ from tqdm import tqdm
 
 import kiln
 import kiln.nn as nn
-from kiln.data import DataLoader, random_split
+from kiln.data import DataLoader, DistributedSampler, random_split
 from kiln.data.datasets import Digits
 
 matplotlib.use("Agg")  # draw into files only: no window, no display needed
@@ -76,9 +87,16 @@ def plot(history: dict, mistakes: list, path: str) -> None:
     plt.close(fig)
 
 
+def launched_world_size() -> int:
+    """The number of processes a launcher (kiln-run, torchrun) started for this job: 1 when run alone."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    # kiln.cuda exists even without kiln-cuda installed; it then reports no GPU, as torch.cuda does
-    default_device = "cuda" if kiln.cuda.is_available() else "cpu"
+    world_size = launched_world_size()
+    # kiln.cuda exists even without kiln-cuda installed; it then reports no GPU, as torch.cuda does.
+    # Several processes communicate through gloo, which moves cpu tensors: they train on the cpu.
+    default_device = "cuda" if kiln.cuda.is_available() and world_size == 1 else "cpu"
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--epochs", type=int, default=10, help="train until this epoch (default 10)")
     p.add_argument("--batch-size", type=int, default=32, help="minibatch size (default 32)")
@@ -97,10 +115,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     for name in ("epochs", "batch_size", "workers"):
         if getattr(args, name) < (0 if name == "workers" else 1):
             p.error(f"--{name.replace('_', '-')} must be {'>= 0' if name == 'workers' else '>= 1'}")
+    if args.batch_size % world_size:
+        p.error(f"--batch-size {args.batch_size}: must be a multiple of the {world_size} processes (WORLD_SIZE)")
     try:  # an unknown device type is an error at the first allocation, with a message naming the fix
         kiln.empty(0, device=args.device)
     except (RuntimeError, ValueError) as e:
         p.error(f"--device {args.device}: {e}")
+    if world_size > 1 and kiln.device(args.device).type != "cpu":
+        p.error(f"--device {args.device}: a run on {world_size} processes trains on the cpu (gloo)")
     if args.amp:
         try:  # kiln.autocast is always there; it says which package to install when kiln-amp is not
             kiln.autocast(kiln.device(args.device).type)
@@ -114,14 +136,31 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     device = kiln.device(args.device)
+    distributed = launched_world_size() > 1
+    if distributed:  # started by kiln-run (or torchrun): RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT are set
+        import kiln.distributed as dist  # kiln-distributed, as torch.distributed
+        from kiln.nn.parallel import DistributedDataParallel as DDP
+
+        dist.init_process_group("gloo")
+    rank, world_size = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
+    is_main = rank == 0  # rank 0 alone prints, evaluates and writes files
     kiln.manual_seed(args.seed)  # weights and Dropout
 
     # A fixed 80/20 split, whatever --seed says: the test set is the same in every run.
     train_set, test_set = random_split(Digits(), [0.8, 0.2], generator=kiln.Generator().manual_seed(0))
     shuffle = kiln.Generator().manual_seed(args.seed)
-    train_loader = DataLoader(
-        train_set, batch_size=args.batch_size, shuffle=True, generator=shuffle, num_workers=args.workers
-    )
+    if distributed:
+        # Each rank a disjoint share of every epoch's shuffled order, and batch-size / world_size samples a
+        # step: the gradients DDP averages are those of one batch of --batch-size, as in one process.
+        sampler = DistributedSampler(train_set, num_replicas=world_size, rank=rank, shuffle=True, seed=args.seed)
+        train_loader = DataLoader(
+            train_set, batch_size=args.batch_size // world_size, sampler=sampler, num_workers=args.workers
+        )
+    else:
+        sampler = None
+        train_loader = DataLoader(
+            train_set, batch_size=args.batch_size, shuffle=True, generator=shuffle, num_workers=args.workers
+        )
     test_loader = DataLoader(test_set, batch_size=256, num_workers=args.workers)
 
     model = make_model().to(device)
@@ -149,29 +188,43 @@ def main(argv: list[str] | None = None) -> int:
         kiln.set_rng_state(ckpt["rng"]["global"])  # so a resumed run continues exactly as an unbroken one
         shuffle.set_state(ckpt["rng"]["shuffle"])
         history, best_acc, start = ckpt["history"], ckpt["best_accuracy"], ckpt["epoch"] + 1
+    # net trains; model (the same parameters) is what is evaluated and saved, so a checkpoint loads either way.
+    net = model
+    if distributed:
+        # DDP broadcasts rank 0's weights to every rank, then averages the gradients during backward.
+        net = DDP(model)
+        if rank > 0:  # Dropout masks of its own on each rank (rank 0 keeps a single process's stream)
+            kiln.manual_seed(args.seed + 1_000_003 * rank + start)
 
-    os.makedirs(args.out, exist_ok=True)
     best_path, last_path = os.path.join(args.out, "best.safetensors"), os.path.join(args.out, "last.safetensors")
     png_path = os.path.join(args.out, "digits.png")
-    n_params = sum(p.numel() for p in model.parameters())
-    print(f"kiln {kiln.__version__} on {device}: digits {len(train_set)} train / {len(test_set)} test images")
-    precision = f"autocast {autocast.fast_dtype}" if args.amp else "float32"
-    print(
-        f"CNN with {n_params:,} parameters, Adam lr {args.lr}, batch {args.batch_size}, seed {args.seed}, {precision}"
-    )
-    if args.resume:
-        print(f"resumed from {args.resume} after epoch {start - 1} (best accuracy so far {best_acc:.2%})")
+    if is_main:
+        os.makedirs(args.out, exist_ok=True)
+        n_params = sum(p.numel() for p in model.parameters())
+        print(f"kiln {kiln.__version__} on {device}: digits {len(train_set)} train / {len(test_set)} test images")
+        precision = f"autocast {autocast.fast_dtype}" if args.amp else "float32"
+        print(
+            f"CNN with {n_params:,} parameters, Adam lr {args.lr}, batch {args.batch_size}, seed {args.seed}, "
+            f"{precision}"
+        )
+        if distributed:
+            print(f"{world_size} processes (gloo): DistributedDataParallel, {args.batch_size // world_size} per rank")
+        if args.resume:
+            print(f"resumed from {args.resume} after epoch {start - 1} (best accuracy so far {best_acc:.2%})")
 
+    no_bar = None if is_main else True  # a progress bar on rank 0 only
     t0 = time.perf_counter()
     for epoch in range(start, args.epochs + 1):
-        model.train()
+        if sampler is not None:
+            sampler.set_epoch(epoch)  # a new shuffle each epoch, the same permutation on every rank
+        net.train()
         total, seen = 0.0, 0
         # disable=None: a live bar on a terminal, no carriage-return clutter in logs and CI output
-        bar = tqdm(train_loader, desc=f"epoch {epoch}/{args.epochs}", unit="batch", leave=False, disable=None)
+        bar = tqdm(train_loader, desc=f"epoch {epoch}/{args.epochs}", unit="batch", leave=False, disable=no_bar)
         for images, labels in bar:
             images, labels = images.to(device), labels.to(device)
             with autocast:
-                loss = loss_fn(model(images), labels)
+                loss = loss_fn(net(images), labels)
             optimizer.zero_grad()
             if scaler is None:
                 loss.backward()
@@ -183,6 +236,12 @@ def main(argv: list[str] | None = None) -> int:
             total += loss.item() * labels.shape[0]
             seen += labels.shape[0]
             bar.set_postfix(loss=f"{total / seen:.4f}")
+        if distributed:  # the loss over the whole training set: every rank's sums added up
+            sums = kiln.tensor([total, seen], dtype=kiln.float64)
+            dist.all_reduce(sums)
+            total, seen = sums.tolist()
+        if not is_main:
+            continue  # on to the next epoch: its first all-reduce waits while rank 0 evaluates and saves
         accuracy, _ = evaluate(model, test_loader, device)
         history["loss"].append(total / seen)
         history["accuracy"].append(accuracy)
@@ -199,21 +258,26 @@ def main(argv: list[str] | None = None) -> int:
         print(f"epoch {epoch:2d}/{args.epochs}  train loss {total / seen:.4f}  test accuracy {accuracy:.2%}{note}")
     train_seconds = time.perf_counter() - t0
 
-    if not os.path.isfile(best_path):
-        sys.exit(f"error: no checkpoint at {best_path}: nothing was trained")
-    # Reload the best weights into a fresh model: the accuracy must be the one recorded above.
-    fresh = make_model().to(device)
-    fresh.load_state_dict(kiln.load(best_path, map_location=device))
-    reloaded_acc, mistakes = evaluate(fresh, test_loader, device)
-    plot(history, mistakes, png_path)
+    status = 0
+    if is_main:
+        if not os.path.isfile(best_path):
+            sys.exit(f"error: no checkpoint at {best_path}: nothing was trained")
+        # Reload the best weights into a fresh model: the accuracy must be the one recorded above.
+        fresh = make_model().to(device)
+        fresh.load_state_dict(kiln.load(best_path, map_location=device))
+        reloaded_acc, mistakes = evaluate(fresh, test_loader, device)
+        plot(history, mistakes, png_path)
 
-    print(f"training time {train_seconds:.1f} s for {max(0, args.epochs - start + 1)} epochs")
-    print(f"best checkpoint reloaded: test accuracy {reloaded_acc:.2%} ({len(mistakes)} of {len(test_set)} wrong)")
-    print(f"wrote {best_path}\n      {last_path}\n      {png_path}")
-    if abs(reloaded_acc - best_acc) > 1e-9:
-        print(f"error: the reloaded model scores {reloaded_acc:.2%}, the saved one {best_acc:.2%}", file=sys.stderr)
-        return 1
-    return 0
+        print(f"training time {train_seconds:.1f} s for {max(0, args.epochs - start + 1)} epochs")
+        print(f"best checkpoint reloaded: test accuracy {reloaded_acc:.2%} ({len(mistakes)} of {len(test_set)} wrong)")
+        print(f"wrote {best_path}\n      {last_path}\n      {png_path}")
+        if abs(reloaded_acc - best_acc) > 1e-9:
+            print(f"error: the reloaded model scores {reloaded_acc:.2%}, the saved one {best_acc:.2%}", file=sys.stderr)
+            status = 1
+    if distributed:
+        dist.barrier()  # the other ranks wait here until rank 0 has checked the checkpoint and drawn the PNG
+        dist.destroy_process_group()
+    return status
 
 
 if __name__ == "__main__":

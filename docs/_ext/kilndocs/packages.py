@@ -59,6 +59,7 @@ PACKAGES: tuple[Package, ...] = (
             "kiln.distributions.transforms",
             "kiln.distributions.utils",
             "kiln.random",
+            "kiln.futures",
             "kiln.sparse",
             "kiln.serialization",
             "kiln.hookspecs",
@@ -112,8 +113,16 @@ PACKAGES: tuple[Package, ...] = (
     ),
     Package(
         "kiln-distributed",
-        "``kiln.distributed``",
-        "Process groups (gloo, mpi, nccl), ``DistributedDataParallel`` and a launcher.",
+        "``kiln.distributed``, ``kiln-run``",
+        "Process groups on Gloo and MPI, every collective, ``DistributedDataParallel``, "
+        "``ZeroRedundancyOptimizer`` and the ``kiln-run`` launcher.",
+        (
+            "kiln.distributed",
+            "kiln.distributed.ddp",
+            "kiln.distributed.optim",
+            "kiln.distributed.algorithms.ddp_comm_hooks.default_hooks",
+            "kiln.distributed.run",
+        ),
     ),
     Package(
         "kiln-compile",

@@ -16,9 +16,10 @@ import typing
 from collections.abc import Callable
 from typing import Any
 
+from kiln.futures import Future  # torch.jit.Future is torch.futures.Future (documented there)
+
 __all__ = [
     "Attribute",
-    "Future",
     "annotate",
     "export",
     "fork",
@@ -126,28 +127,12 @@ def isinstance(obj: Any, target_type: Any) -> bool:  # noqa: A001 (PyTorch's nam
     return True
 
 
-class Future:
-    """The result of :func:`fork`: eager PyTorch runs the forked function at once, and so does kiln."""
-
-    def __init__(self, value: Any):
-        self._value = value
-
-    def wait(self) -> Any:
-        """The forked function's result."""
-        return self._value
-
-    def done(self) -> bool:
-        """True: the work ran when it was forked."""
-        return True
-
-    def value(self) -> Any:
-        """The forked function's result."""
-        return self._value
-
-
 def fork(func: Callable, *args: Any, **kwargs: Any) -> Future:
-    """Run ``func(*args, **kwargs)`` and return a :class:`Future` holding its result."""
-    return Future(func(*args, **kwargs))
+    """Run ``func(*args, **kwargs)`` and return a completed :class:`~kiln.futures.Future` holding its result
+    (eager PyTorch runs the forked function at once, and so does kiln)."""
+    future = Future()
+    future.set_result(func(*args, **kwargs))
+    return future
 
 
 def wait(future: Future) -> Any:

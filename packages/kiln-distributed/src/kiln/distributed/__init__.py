@@ -16,20 +16,20 @@ from __future__ import annotations
 
 from kiln.distributed.distributed_c10d import *  # noqa: F403 - the torch.distributed API
 from kiln.distributed.distributed_c10d import __all__ as _c10d_all
-from kiln.distributed.engine import Engine, Future, Work
+from kiln.distributed.engine import CompletedWork, Engine, Work
 from kiln.distributed.errors import DistBackendError, DistError, DistNetworkError, DistStoreError
 from kiln.distributed.rendezvous import register_rendezvous_handler, rendezvous
 from kiln.distributed.store import FileStore, HashStore, PrefixStore, Store, TCPStore
 
 __all__ = [
     *_c10d_all,
+    "CompletedWork",
     "DistBackendError",
     "DistError",
     "DistNetworkError",
     "DistStoreError",
     "Engine",
     "FileStore",
-    "Future",
     "HashStore",
     "PrefixStore",
     "Store",

@@ -45,7 +45,7 @@ import kiln
 from kiln import Tensor
 from kiln.distributed import distributed_c10d as _c10d
 from kiln.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
-from kiln.distributed.engine import Future
+from kiln.futures import Future
 from kiln.nn.modules.module import Module
 
 __all__ = ["DistributedDataParallel", "GradBucket", "allreduce_hook"]

@@ -19,9 +19,8 @@ from __future__ import annotations
 
 import datetime
 import enum
-import threading
-from collections.abc import Callable
-from typing import Any
+
+from kiln.futures import Future
 
 __all__ = ["CompletedWork", "Engine", "ReduceOp", "Work"]
 
@@ -84,8 +83,19 @@ class Work:
         raise RuntimeError("source_rank() is only available for a recv from any source")
 
     def get_future(self) -> Future:
-        """A :class:`Future` that completes with :meth:`result` when the operation finishes."""
-        return Future._of_work(self)
+        """A :class:`kiln.futures.Future` completed with :meth:`result` when the operation finishes."""
+        future = Future()
+
+        def drive() -> None:
+            try:
+                value = self.result()
+            except Exception as e:  # noqa: BLE001 - the future carries the error to whoever waits
+                future.set_exception(e)
+            else:
+                future.set_result(value)
+
+        future._driver, future._ready = drive, self.is_completed
+        return future
 
     def synchronize(self) -> None:
         """For device engines: make the current stream wait for the operation (here: :meth:`wait`)."""
@@ -112,109 +122,6 @@ class CompletedWork(Work):
         if self._source is None:
             return super().source_rank()
         return self._source
-
-
-class Future:
-    """The result of an asynchronous operation (``torch.futures.Future``): ``wait``, ``value``, ``done``,
-    ``then`` and ``set_result``."""
-
-    def __init__(self) -> None:
-        self._done = threading.Event()
-        self._value: Any = None
-        self._error: BaseException | None = None
-        self._callbacks: list[Callable[[Future], None]] = []
-        self._work: Work | None = None
-        self._lock = threading.Lock()
-
-    @classmethod
-    def _of_work(cls, work: Work) -> Future:
-        fut = cls()
-        fut._work = work
-        return fut
-
-    def _settle_from_work(self) -> None:
-        if self._work is not None and not self._done.is_set():
-            work, self._work = self._work, None
-            try:
-                self.set_result(work.result())
-            except Exception as e:  # noqa: BLE001 - the future carries the error to whoever waits
-                self.set_exception(e)
-
-    def done(self) -> bool:
-        """Whether the value (or an error) is set."""
-        if self._work is not None and self._work.is_completed():
-            self._settle_from_work()
-        return self._done.is_set()
-
-    def wait(self) -> Any:
-        """Block until the future completes; return its value or raise its error."""
-        self._settle_from_work()
-        self._done.wait()
-        if self._error is not None:
-            raise self._error
-        return self._value
-
-    def value(self) -> Any:
-        """The value of a completed future (raises its error)."""
-        return self.wait()
-
-    def set_result(self, result: Any) -> None:
-        """Complete the future with ``result`` and run its callbacks."""
-        with self._lock:
-            if self._done.is_set():
-                raise RuntimeError("this Future is already completed")
-            self._value = result
-            self._done.set()
-            callbacks, self._callbacks = self._callbacks, []
-        for cb in callbacks:
-            cb(self)
-
-    def set_exception(self, result: BaseException) -> None:
-        """Complete the future with an error."""
-        with self._lock:
-            if self._done.is_set():
-                raise RuntimeError("this Future is already completed")
-            self._error = result
-            self._done.set()
-            callbacks, self._callbacks = self._callbacks, []
-        for cb in callbacks:
-            cb(self)
-
-    def add_done_callback(self, callback: Callable[[Future], None]) -> None:
-        """Call ``callback(self)`` when the future completes (now, if it has)."""
-        with self._lock:
-            if not self._done.is_set():
-                self._callbacks.append(callback)
-                return
-        callback(self)
-
-    def then(self, callback: Callable[[Future], Any]) -> Future:
-        """A new future completed with ``callback(self)`` once this one completes."""
-        out = Future()
-
-        def chain(fut: Future) -> None:
-            try:
-                out.set_result(callback(fut))
-            except Exception as e:  # noqa: BLE001 - the callback's error goes to the chained future
-                out.set_exception(e)
-
-        if self._work is not None:
-            # a work-backed future completes when someone waits on it; chain lazily through wait()
-            parent = self
-
-            class _Lazy(Work):
-                def wait(self, timeout=None):
-                    parent.wait()
-                    return True
-
-                def is_completed(self):
-                    return parent.done()
-
-            out._work = _Lazy()
-            out._work.result = lambda: callback(parent)  # type: ignore[method-assign]
-            return out
-        self.add_done_callback(chain)
-        return out
 
 
 class Engine:

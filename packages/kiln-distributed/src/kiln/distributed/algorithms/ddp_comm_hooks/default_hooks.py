@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import kiln
 from kiln.distributed import distributed_c10d as _c10d
-from kiln.distributed.engine import Future
+from kiln.futures import Future
 
 if TYPE_CHECKING:
     from kiln.distributed.ddp import GradBucket

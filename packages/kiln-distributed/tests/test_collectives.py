@@ -28,7 +28,17 @@ def free_port() -> int:
 
 
 def spawn(script: str, args: list[str], world: int, env: dict | None = None, timeout: float = 120):
-    """Run ``world`` copies of ``script`` as ranks 0..world-1; return [(returncode, stdout+stderr)]."""
+    """Run ``world`` copies of ``script`` as ranks 0..world-1; return [(returncode, stdout+stderr)].
+
+    The free port is chosen before rank 0 binds it; if another process took it meanwhile (the machine is
+    shared), the run is repeated once on another port."""
+    results = _spawn_once(script, args, world, env, timeout)
+    if any("address already in use" in out for _, out in results):
+        results = _spawn_once(script, args, world, env, timeout)
+    return results
+
+
+def _spawn_once(script: str, args: list[str], world: int, env: dict | None, timeout: float):
     port = free_port()
     procs = []
     for rank in range(world):

@@ -133,6 +133,11 @@ if r == 0:
 so = [None]
 dist.scatter_object_list(so, [i * 2 for i in range(w)] if r == 0 else None, src=0)
 assert so == [r * 2], so
+if r == 0:
+    dist.send_object_list([{"step": 3}, kiln.ones(2)], dst=w - 1)
+elif r == w - 1:
+    got = [None, None]
+    assert dist.recv_object_list(got) == 0 and got[0] == {"step": 3} and got[1].tolist() == [1.0, 1.0], got
 # sub-groups: every rank calls new_group; non-members get NON_GROUP_MEMBER
 sub = dist.new_group([0, w - 1])
 if r in (0, w - 1):

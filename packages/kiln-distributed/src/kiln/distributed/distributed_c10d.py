@@ -1012,6 +1012,22 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op: bo
     )
 
 
+def _root_list(pg: ProcessGroup, root: int, tensors: list | None, op: str, name: str, role: str) -> list | None:
+    """The root's list of tensors (one per rank, contiguous), checked; ``None`` on the other ranks,
+    which must not pass one (PyTorch's errors)."""
+    if pg._rank != root:
+        if tensors:
+            raise ValueError(f"Argument ``{name}`` must NOT be specified on non-{role} ranks.")
+        return None
+    if tensors is None:
+        raise ValueError(f"Argument ``{name}`` must be specified on {role} rank.")
+    _check_tensor_list(tensors, name)
+    if len(tensors) != pg._size:
+        raise ValueError(f"{op}: {name} has {len(tensors)} tensors, the group has {pg._size} ranks")
+    _contiguous(tensors)
+    return tensors
+
+
 def gather(
     tensor, gather_list: list | None = None, dst: int | None = None, group=None, async_op: bool = False, group_dst=None
 ):
@@ -1021,17 +1037,8 @@ def gather(
     if pg is None:
         return None
     root = _root(pg, 0 if dst is None and group_dst is None else dst, group_dst, "dst")
-    if pg._rank == root:
-        if gather_list is None:
-            raise ValueError("Argument ``gather_list`` must be specified on destination rank.")
-        _check_tensor_list(gather_list, "gather_list")
-        if len(gather_list) != pg._size:
-            raise ValueError(f"gather: gather_list has {len(gather_list)} tensors, the group has {pg._size} ranks")
-        _contiguous(gather_list)
-    elif gather_list:
-        raise ValueError("Argument ``gather_list`` must NOT be specified on non-destination ranks.")
+    outs = _root_list(pg, root, gather_list, "gather", "gather_list", "destination")
     _contiguous([tensor])
-    outs = gather_list if pg._rank == root else None
     engine = pg._engine(tensor.device.type)
     return _launch(
         pg,
@@ -1055,17 +1062,8 @@ def scatter(
     if pg is None:
         return None
     root = _root(pg, 0 if src is None and group_src is None else src, group_src, "src")
-    if pg._rank == root:
-        if scatter_list is None:
-            raise ValueError("Argument ``scatter_list`` must be specified on source rank.")
-        _check_tensor_list(scatter_list, "scatter_list")
-        if len(scatter_list) != pg._size:
-            raise ValueError(f"scatter: scatter_list has {len(scatter_list)} tensors, the group has {pg._size} ranks")
-        _contiguous(scatter_list)
-    elif scatter_list:
-        raise ValueError("Argument ``scatter_list`` must NOT be specified on non-source ranks.")
+    ins = _root_list(pg, root, scatter_list, "scatter", "scatter_list", "source")
     _contiguous([tensor])
-    ins = scatter_list if pg._rank == root else None
     engine = pg._engine(tensor.device.type)
     return _launch(
         pg, "scatter", engine, lambda: engine.scatter(tensor, ins, root), [tensor], async_op, None, (root, tensor)
@@ -1359,11 +1357,48 @@ def _decode(t, rank: int) -> Any:
         ) from e
 
 
-def _gather_sizes(pg: ProcessGroup, engine: Engine, n: int) -> list[int]:
-    mine = kiln.tensor([n], dtype=kiln.int64)
-    sizes = [kiln.zeros(1, dtype=kiln.int64) for _ in range(pg._size)]
-    _launch(pg, "all_gather", engine, lambda: engine.allgather(sizes, mine), [mine], False, None, (0, mine), sizes)
-    return [int(s.item()) for s in sizes]
+def _encode_all(objects: list) -> tuple[list, Any]:
+    """Each object encoded, and their sizes as an int64 tensor."""
+    encoded = [_encode(o) for o in objects]
+    return encoded, kiln.tensor([e.numel() for e in encoded], dtype=kiln.int64)
+
+
+def _padded(data, size: int):
+    """``data`` (uint8) zero-padded to ``size`` bytes: the engines move equal-sized buffers."""
+    out = kiln.zeros(size, dtype=kiln.uint8)
+    out[: data.numel()] = data
+    return out
+
+
+def _decode_flat(flat, sizes: list[int], rank: int) -> list:
+    """The objects concatenated in ``flat``, of ``sizes`` bytes each, all from ``rank``."""
+    out, start = [], 0
+    for size in sizes:
+        out.append(_decode(flat[start : start + size], rank))
+        start += size
+    return out
+
+
+def _gather_objects(pg: ProcessGroup, op: str, obj: Any, root: int | None) -> list | None:
+    """Every rank's ``obj`` (on every rank if ``root`` is None, else on ``root`` only; None elsewhere)."""
+    engine, _ = pg._object_engine()
+    data = _encode(obj)
+    mine = kiln.tensor([data.numel()], dtype=kiln.int64)
+    counts = [kiln.zeros(1, dtype=kiln.int64) for _ in range(pg._size)]
+    _launch(pg, "all_gather", engine, lambda: engine.allgather(counts, mine), [mine], False, None, (0, mine), counts)
+    sizes = [int(c.item()) for c in counts]
+    padded = _padded(data, max(sizes))
+    receives = root is None or pg._rank == root
+    outs = [kiln.empty(max(sizes), dtype=kiln.uint8) for _ in range(pg._size)] if receives else None
+    if root is None:
+        call = lambda: engine.allgather(outs, padded)
+    else:
+        call = lambda: engine.gather(outs, padded, root)
+    with _skip_consistency_check():  # the sizes' gather was checked; the bytes' sizes follow from it
+        _launch(pg, op, engine, call, [padded], False, None, None, outs or [])
+    if outs is None:
+        return None
+    return [_decode(o[:n], pg._ranks[i]) for i, (o, n) in enumerate(zip(outs, sizes, strict=True))]
 
 
 def all_gather_object(object_list: list, obj: Any, group=None) -> None:
@@ -1375,17 +1410,7 @@ def all_gather_object(object_list: list, obj: Any, group=None) -> None:
         raise ValueError(
             f"all_gather_object: object_list has {len(object_list)} entries, the group has {pg._size} ranks"
         )
-    engine, _ = pg._object_engine()
-    data = _encode(obj)
-    sizes = _gather_sizes(pg, engine, data.numel())
-    top = max(sizes)
-    padded = kiln.zeros(top, dtype=kiln.uint8)
-    padded[: data.numel()] = data
-    outs = [kiln.empty(top, dtype=kiln.uint8) for _ in range(pg._size)]
-    with _skip_consistency_check():
-        _launch(pg, "all_gather", engine, lambda: engine.allgather(outs, padded), [padded], False, None, None, outs)
-    for i, (o, n) in enumerate(zip(outs, sizes, strict=True)):
-        object_list[i] = _decode(o[:n], pg._ranks[i])
+    object_list[:] = _gather_objects(pg, "all_gather", obj, None)
 
 
 def gather_object(
@@ -1398,20 +1423,9 @@ def gather_object(
     root = _root(pg, 0 if dst is None and group_dst is None else dst, group_dst, "dst")
     if pg._rank == root and (object_gather_list is None or len(object_gather_list) != pg._size):
         raise ValueError("Argument ``object_gather_list`` must be specified on destination rank, one entry per rank.")
-    engine, _ = pg._object_engine()
-    data = _encode(obj)
-    sizes = _gather_sizes(pg, engine, data.numel())
-    top = max(sizes)
-    padded = kiln.zeros(top, dtype=kiln.uint8)
-    padded[: data.numel()] = data
-    outs = [kiln.empty(top, dtype=kiln.uint8) for _ in range(pg._size)] if pg._rank == root else None
-    with _skip_consistency_check():
-        _launch(
-            pg, "gather", engine, lambda: engine.gather(outs, padded, root), [padded], False, None, None, outs or []
-        )
-    if outs is not None:
-        for i, (o, n) in enumerate(zip(outs, sizes, strict=True)):
-            object_gather_list[i] = _decode(o[:n], pg._ranks[i])  # type: ignore[index]
+    got = _gather_objects(pg, "gather", obj, root)
+    if got is not None:
+        object_gather_list[:] = got  # type: ignore[index]
 
 
 def broadcast_object_list(object_list: list, src: int | None = None, group=None, device=None, group_src=None) -> None:
@@ -1421,12 +1435,10 @@ def broadcast_object_list(object_list: list, src: int | None = None, group=None,
         return
     root = _root(pg, 0 if src is None and group_src is None else src, group_src, "src")
     engine, _ = pg._object_engine()
-    n = len(object_list)
     if pg._rank == root:
-        encoded = [_encode(o) for o in object_list]
-        sizes = kiln.tensor([e.numel() for e in encoded], dtype=kiln.int64)
+        encoded, sizes = _encode_all(object_list)
     else:
-        sizes = kiln.zeros(n, dtype=kiln.int64)
+        sizes = kiln.zeros(len(object_list), dtype=kiln.int64)
     _launch(pg, "broadcast", engine, lambda: engine.broadcast(sizes, root), [sizes], False, None, (root, sizes))
     total = int(sizes.sum().item())
     if pg._rank == root:
@@ -1437,10 +1449,7 @@ def broadcast_object_list(object_list: list, src: int | None = None, group=None,
         with _skip_consistency_check():
             _launch(pg, "broadcast", engine, lambda: engine.broadcast(flat, root), [flat], False)
     if pg._rank != root:
-        start = 0
-        for i, size in enumerate(sizes.tolist()):
-            object_list[i] = _decode(flat[start : start + size], pg._ranks[root])
-            start += size
+        object_list[:] = _decode_flat(flat, sizes.tolist(), pg._ranks[root])
 
 
 def scatter_object_list(
@@ -1461,20 +1470,13 @@ def scatter_object_list(
     if pg._rank == root:
         if scatter_object_input_list is None or len(scatter_object_input_list) != pg._size:
             raise ValueError("scatter_object_input_list must hold one object per rank on the source rank")
-        encoded = [_encode(o) for o in scatter_object_input_list]
-        sizes = kiln.tensor([e.numel() for e in encoded], dtype=kiln.int64)
+        encoded, sizes = _encode_all(scatter_object_input_list)
     else:
         sizes = kiln.zeros(pg._size, dtype=kiln.int64)
     _launch(pg, "broadcast", engine, lambda: engine.broadcast(sizes, root), [sizes], False, None, (root, sizes))
-    top = int(sizes.max().item()) if pg._size else 0
+    top = int(sizes.max().item())
     out = kiln.empty(top, dtype=kiln.uint8)
-    ins = None
-    if pg._rank == root:
-        ins = []
-        for e in encoded:
-            p = kiln.zeros(top, dtype=kiln.uint8)
-            p[: e.numel()] = e
-            ins.append(p)
+    ins = [_padded(e, top) for e in encoded] if pg._rank == root else None
     with _skip_consistency_check():
         _launch(pg, "scatter", engine, lambda: engine.scatter(out, ins, root), [out], False)
     scatter_object_output_list[0] = _decode(out[: int(sizes[pg._rank].item())], pg._ranks[root])
@@ -1482,8 +1484,7 @@ def scatter_object_list(
 
 def send_object_list(object_list: list, dst: int | None = None, group=None, device=None, group_dst=None) -> None:
     """Send ``object_list`` to rank ``dst`` (which calls :func:`recv_object_list` with a list as long)."""
-    encoded = [_encode(o) for o in object_list]
-    sizes = kiln.tensor([e.numel() for e in encoded], dtype=kiln.int64)
+    encoded, sizes = _encode_all(object_list)
     send(sizes, dst, group, group_dst=group_dst)
     if encoded:
         send(kiln.cat(encoded), dst, group, group_dst=group_dst)
@@ -1497,8 +1498,5 @@ def recv_object_list(object_list: list, src: int | None = None, group=None, devi
     flat = kiln.empty(total, dtype=kiln.uint8)
     if total:
         recv(flat, sender, group)
-    start = 0
-    for i, size in enumerate(sizes.tolist()):
-        object_list[i] = _decode(flat[start : start + size], sender)
-        start += size
+    object_list[:] = _decode_flat(flat, sizes.tolist(), sender)
     return sender

@@ -6,7 +6,6 @@ and the errors; plus what can be checked without processes."""
 from __future__ import annotations
 
 import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
@@ -30,39 +29,18 @@ CHECKS = [
 ]
 
 
-def _backends() -> list[str]:
-    out = []
-    if dist.is_backend_available("gloo"):
-        out.append("gloo")
-    if dist.is_backend_available("mpi") and (Path(sys.executable).parent / "mpiexec").exists():
-        out.append("mpi")
-    return out
+REPORTS = launch.Reports("zero_worker.py", 3, CHECKS)
 
 
-_runs: dict[str, tuple[list[dict], str]] = {}
-
-
-def _reports(backend: str) -> tuple[list[dict], str]:
-    if backend not in _runs:
-        _runs[backend] = launch.run_workers("zero_worker.py", 3, backend)
-    return _runs[backend]
-
-
-@pytest.mark.parametrize("backend", _backends())
+@pytest.mark.parametrize("backend", launch.backends())
 @pytest.mark.parametrize("name", CHECKS)
 def test_zero_on_three_ranks(backend, name):
-    reports, output = _reports(backend)
-    for rank, report in enumerate(reports):
-        if name not in report:
-            pytest.fail(f"rank {rank} did not report {name}:\n{output[-6000:]}")
-        assert report[name] == "ok", f"rank {rank}: {report[name]}"
+    REPORTS.assert_ok(backend, name)
 
 
-@pytest.mark.parametrize("backend", _backends())
+@pytest.mark.parametrize("backend", launch.backends())
 def test_every_worker_check_is_listed(backend):
-    reports, output = _reports(backend)
-    assert reports and all(set(r) == set(CHECKS) for r in reports), output[-6000:]
-    assert all(line.startswith("--- exit 0") for line in output.splitlines() if line.startswith("--- exit")), output
+    REPORTS.assert_complete(backend)
 
 
 def test_importable_from_kiln_distributed_optim():

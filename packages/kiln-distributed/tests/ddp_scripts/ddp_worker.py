@@ -10,15 +10,11 @@ Usage: ddp_worker.py <backend> <out_dir> (env: MASTER_ADDR, MASTER_PORT, RANK, W
 
 from __future__ import annotations
 
-import datetime
 import functools
-import json
-import sys
-import traceback
 import warnings
-from pathlib import Path
 
 import numpy as np
+from checks import RANK, WORLD, check  # this folder's: starts the process group
 
 import kiln
 import kiln.distributed as dist
@@ -26,24 +22,6 @@ import kiln.nn as nn
 import kiln.nn.functional as F
 from kiln.distributed.ddp import DistributedDataParallel as DDP
 from kiln.distributed.ddp import GradBucket, allreduce_hook
-
-backend, out_dir = sys.argv[1], Path(sys.argv[2])
-dist.init_process_group(backend, timeout=datetime.timedelta(seconds=40))
-RANK, WORLD = dist.get_rank(), dist.get_world_size()
-results: dict[str, str] = {}
-
-
-def check(fn):
-    name = fn.__name__
-    try:
-        fn()
-        results[name] = "ok"
-    except Exception:  # noqa: BLE001 - every failure is reported to the test, with its traceback
-        results[name] = "FAIL: " + traceback.format_exc()
-    (out_dir / f"rank{RANK}.json").write_text(json.dumps(results, indent=1))
-    dist.barrier()
-    return fn
-
 
 # ------------------------------------------------------------------------------------------------ helpers
 
@@ -515,5 +493,4 @@ def eval_and_no_grad_forward():
     assert all(p.grad is not None for p in model.parameters())
 
 
-(out_dir / f"rank{RANK}.json").write_text(json.dumps(results, indent=1))
 dist.destroy_process_group()

@@ -63,3 +63,43 @@ def run_workers(script: str, world: int, backend: str = "gloo", timeout: float =
             f = Path(out) / f"rank{rank}.json"
             reports.append(json.loads(f.read_text()) if f.exists() else {})
         return reports, "\n".join(outputs)
+
+
+def backends() -> list[str]:
+    """The backends the worker tests run on here: gloo, and mpi where mpi4py and mpiexec are installed."""
+    import kiln.distributed as dist
+
+    out = []
+    if dist.is_backend_available("gloo"):
+        out.append("gloo")
+    if dist.is_backend_available("mpi") and (Path(sys.executable).parent / "mpiexec").exists():
+        out.append("mpi")
+    return out
+
+
+class Reports:
+    """The reports of one run of ``script`` on ``world`` ranks per backend, made on first use and kept
+    (one run serves every check of a test file)."""
+
+    def __init__(self, script: str, world: int, checks: list[str]) -> None:
+        self.script, self.world, self.checks = script, world, checks
+        self._runs: dict[str, tuple[list[dict], str]] = {}
+
+    def _get(self, backend: str) -> tuple[list[dict], str]:
+        if backend not in self._runs:
+            self._runs[backend] = run_workers(self.script, self.world, backend)
+        return self._runs[backend]
+
+    def assert_ok(self, backend: str, name: str) -> None:
+        """Every rank reported check ``name`` as ``"ok"``."""
+        reports, output = self._get(backend)
+        for rank, report in enumerate(reports):
+            assert name in report, f"rank {rank} did not report {name}:\n{output[-6000:]}"
+            assert report[name] == "ok", f"rank {rank}: {report[name]}"
+
+    def assert_complete(self, backend: str) -> None:
+        """Every rank reported exactly the listed checks, and every rank exited with 0."""
+        reports, output = self._get(backend)
+        assert reports and all(set(r) == set(self.checks) for r in reports), output[-6000:]
+        exits = [line for line in output.splitlines() if line.startswith("--- exit")]
+        assert all(line.startswith("--- exit 0") for line in exits), output

@@ -10,36 +10,14 @@ Usage: zero_worker.py <backend> <out_dir> (env: MASTER_ADDR, MASTER_PORT, RANK, 
 
 from __future__ import annotations
 
-import datetime
-import json
-import sys
-import traceback
-from pathlib import Path
-
 import numpy as np
+from checks import RANK, WORLD, check  # this folder's: starts the process group
 
 import kiln
 import kiln.distributed as dist
 import kiln.nn as nn
 from kiln.distributed.ddp import DistributedDataParallel as DDP
 from kiln.distributed.optim import ZeroRedundancyOptimizer
-
-backend, out_dir = sys.argv[1], Path(sys.argv[2])
-dist.init_process_group(backend, timeout=datetime.timedelta(seconds=40))
-RANK, WORLD = dist.get_rank(), dist.get_world_size()
-results: dict[str, str] = {}
-
-
-def check(fn):
-    name = fn.__name__
-    try:
-        fn()
-        results[name] = "ok"
-    except Exception:  # noqa: BLE001 - every failure is reported to the test, with its traceback
-        results[name] = "FAIL: " + traceback.format_exc()
-    (out_dir / f"rank{RANK}.json").write_text(json.dumps(results, indent=1))
-    dist.barrier()
-    return fn
 
 
 def mlp():
@@ -247,5 +225,4 @@ def errors():
         raise AssertionError("no error for mixed dtypes")
 
 
-(out_dir / f"rank{RANK}.json").write_text(json.dumps(results, indent=1))
 dist.destroy_process_group()

@@ -528,15 +528,14 @@ class MPIEngine(Engine):
         finish = (lambda: np.copyto(a, buf.astype(a.dtype))) if copied and root else None
         return self._work("reduce", [req], [tensor], finish, (a, buf))
 
-    def allgather(self, outputs: list, tensor) -> Work:
-        """``outputs[i]`` receives rank ``i``'s ``tensor`` (``MPI_Iallgather``; straight into ``outputs`` when
-        they lie end to end in one buffer, else through one buffer copied out on completion)."""
-        comm = self._comm_or_raise()
-        MPI = self._MPI
-        a = _bytes(_flat(tensor))
+    def _gather_target(self, op: str, a: np.ndarray, outputs: list):
+        """Where a gather of ``a`` (this rank's bytes) into ``outputs`` lands: the outputs' bytes, one flat
+        receive buffer (the outputs themselves when they lie end to end, else a buffer copied out by
+        ``finish`` on completion) and what to send (``a``, ``MPI.IN_PLACE`` when ``a`` is this rank's
+        piece of the buffer, or ``[copy, BYTE]`` when it overlaps another piece)."""
         outs = [_bytes(_flat(t)) for t in outputs]
         if len(outs) != self.world_size or any(o.nbytes != a.nbytes for o in outs):
-            raise ValueError("mpi backend: allgather needs world_size outputs of the input's size")
+            raise ValueError(f"mpi backend: {op} needs world_size outputs of the input's size")
         joined = self._joined(outs)
         finish = None
         send: Any = a
@@ -548,7 +547,18 @@ class MPIEngine(Engine):
                     np.copyto(o, joined[i * a.nbytes : (i + 1) * a.nbytes])
 
         elif self._overlaps(a, joined):
-            send = MPI.IN_PLACE if _addr(a) == _addr(outs[self.rank]) else a.copy()
+            send = self._MPI.IN_PLACE if _addr(a) == _addr(outs[self.rank]) else [a.copy(), self._MPI.BYTE]
+        return outs, joined, finish, send
+
+    def allgather(self, outputs: list, tensor) -> Work:
+        """``outputs[i]`` receives rank ``i``'s ``tensor`` (``MPI_Iallgather``; straight into ``outputs`` when
+        they lie end to end in one buffer, else through one buffer copied out on completion)."""
+        comm = self._comm_or_raise()
+        MPI = self._MPI
+        a = _bytes(_flat(tensor))
+        outs, joined, finish, send = self._gather_target("allgather", a, outputs)
+        if send is not MPI.IN_PLACE and send is not a:
+            send = send[0]
         with _guard:
             req = comm.Iallgather(send if send is MPI.IN_PLACE else [send, MPI.BYTE], [joined, MPI.BYTE])
         return self._work("allgather", [req], list(outputs), finish, (a, send, joined, outs))
@@ -565,21 +575,9 @@ class MPIEngine(Engine):
             return self._work("gather", [req], [], keep=(a,))
         if outputs is None:
             raise ValueError("mpi backend: gather needs outputs on the destination rank")
-        outs = [_bytes(_flat(t)) for t in outputs]
-        if len(outs) != self.world_size or any(o.nbytes != a.nbytes for o in outs):
-            raise ValueError("mpi backend: gather needs world_size outputs of the input's size")
-        joined = self._joined(outs)
-        finish = None
-        send: Any = [a, MPI.BYTE]
-        if joined is None:
-            joined = np.empty(a.nbytes * self.world_size, dtype=np.uint8)
-
-            def finish():
-                for i, o in enumerate(outs):
-                    np.copyto(o, joined[i * a.nbytes : (i + 1) * a.nbytes])
-
-        elif self._overlaps(a, joined):
-            send = MPI.IN_PLACE if _addr(a) == _addr(outs[self.rank]) else [a.copy(), MPI.BYTE]
+        outs, joined, finish, send = self._gather_target("gather", a, outputs)
+        if send is a:
+            send = [a, MPI.BYTE]
         with _guard:
             req = comm.Igather(send, [joined, MPI.BYTE], root=dst)
         return self._work("gather", [req], list(outputs), finish, (a, send, joined, outs))

@@ -649,13 +649,17 @@ def _broadcast_coalesced(process_group: Any, tensors: Sequence[Tensor], buffer_s
         for chunk in chunks:
             flat = kiln.cat([t.detach().reshape(-1) for t in chunk])
             _c10d.broadcast(flat, group=process_group, group_src=group_src)
-            if mine:
-                continue
-            offset = 0
-            for t in chunk:
-                n = t.numel()
-                t.copy_(flat[offset : offset + n].view(t.shape))
-                offset += n
+            if not mine:
+                _copy_from_flat(flat, chunk)
+
+
+def _copy_from_flat(flat: Tensor, tensors: Sequence[Tensor]) -> None:
+    """Copy consecutive pieces of ``flat`` into ``tensors`` (the inverse of ``cat`` of their flattenings)."""
+    offset = 0
+    for t in tensors:
+        n = t.numel()
+        t.copy_(flat[offset : offset + n].view(t.shape))
+        offset += n
 
 
 def _verify_model_across_processes(

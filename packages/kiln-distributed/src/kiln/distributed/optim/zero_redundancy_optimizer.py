@@ -22,6 +22,7 @@ from typing import Any
 import kiln
 from kiln import Tensor
 from kiln.distributed import distributed_c10d as _c10d
+from kiln.distributed.ddp import _copy_from_flat
 from kiln.optim.optimizer import Optimizer
 
 __all__ = ["ZeroRedundancyOptimizer"]
@@ -354,13 +355,8 @@ class ZeroRedundancyOptimizer(Optimizer):
             w.wait()
         with kiln.no_grad():
             for rank, ps, flat in flats:
-                if rank == self.rank:
-                    continue
-                offset = 0
-                for p in ps:
-                    n = p.numel()
-                    p.copy_(flat[offset : offset + n].view(p.shape))
-                    offset += n
+                if rank != self.rank:
+                    _copy_from_flat(flat, ps)
 
     # ------------------------------------------------------------------ checkpoints
     def consolidate_state_dict(self, to: int = 0) -> None:

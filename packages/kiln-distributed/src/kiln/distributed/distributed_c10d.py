@@ -349,6 +349,7 @@ class _State:
         self.groups: list[ProcessGroup] = []
         self.group_count = 0
         self.shared_store = True
+        self.own_store = False
 
 
 _state = _State()
@@ -415,6 +416,7 @@ def init_process_group(
             raise RuntimeError(f"Distributed package doesn't have {name.upper()} built in")
     mpi_only = set(devices.values()) == {"mpi"}
     shared = True  # a store every rank sees (not the local one of an MPI world started by mpiexec)
+    own = store is None  # a store made here is closed here; the caller's is the caller's
     if store is not None:
         if world_size <= 0:
             raise ValueError("world_size must be positive if using store")
@@ -429,8 +431,13 @@ def init_process_group(
     with contextlib.suppress(DistError):
         store.register_rank(rank)
     _state.shared_store = shared
-    pg = _make_group(store, rank, world_size, list(range(world_size)), devices, timeout, group_name or "0")
-    _state.default_pg, _state.store = pg, store
+    try:
+        pg = _make_group(store, rank, world_size, list(range(world_size)), devices, timeout, group_name or "0")
+    except BaseException:
+        if own and hasattr(store, "close"):
+            store.close()  # a rank 0 that failed must not keep serving the port
+        raise
+    _state.default_pg, _state.store, _state.own_store = pg, store, own
     _state.group_count = 1
 
 
@@ -482,7 +489,7 @@ def destroy_process_group(group: ProcessGroup | None = None) -> None:
             pg._shutdown()
         _state.groups = []
         store, _state.store, _state.default_pg = _state.store, None, None
-        if store is not None and hasattr(store, "close"):
+        if store is not None and _state.own_store and hasattr(store, "close"):
             store.close()
         return
     if group is GroupMember.NON_GROUP_MEMBER:

@@ -32,6 +32,7 @@ CHECKS = [
     "mlp_adam_small_buckets",
     "cnn_sgd",
     "cnn_adam_small_buckets",
+    "digits_cnn_on_the_digits",
     "initial_buckets_reverse_order_small_first",
     "buckets_rebuilt_in_gradient_order",
     "no_sync_accumulates_then_reduces_the_sum",

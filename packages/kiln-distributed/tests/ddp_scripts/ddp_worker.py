@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import warnings
+from pathlib import Path
 
 import numpy as np
 from checks import RANK, WORLD, check  # this folder's: starts the process group
@@ -180,6 +181,49 @@ def cnn_sgd():
 def cnn_adam_small_buckets():
     ddp, _ = train_and_compare(cnn, adam, shape=(1, 8, 8), classes=3, loss_fn=ce, bucket_cap_mb=0.0001, atol=1e-5)
     assert len(ddp._get_bucket_indices()) >= 3
+
+
+@check
+def digits_cnn_on_the_digits():
+    """The demo's CNN (docs/examples/train_digits.py's make_model, Dropout off so that ranks and the
+    reference draw nothing) on real digits: DDP on 2 ranks matches one process on the full batch."""
+    import importlib.util
+
+    from kiln.data.datasets import Digits
+
+    demo = Path(__file__).resolve().parents[4] / "docs" / "examples" / "train_digits.py"
+    spec = importlib.util.spec_from_file_location("train_digits", demo)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    def make():
+        model = module.make_model()
+        for m in model.modules():
+            if isinstance(m, nn.Dropout):
+                m.p = 0.0
+        return model
+
+    digits = Digits()
+    model = seeded(make, 5 + RANK)
+    ddp = DDP(model)
+    ref = seeded(make, 0)
+    ref.load_state_dict(model.state_dict())
+    opt, ropt = adam(ddp.parameters()), adam(ref.parameters())
+    per_rank = 16
+    for step in range(3):
+        start = step * per_rank * WORLD
+        shares = []
+        for r in range(WORLD):
+            items = [digits[start + r * per_rank + i] for i in range(per_rank)]
+            shares.append((kiln.stack([x for x, _ in items]), kiln.tensor([int(y) for _, y in items])))
+        opt.zero_grad()
+        ce(ddp(shares[RANK][0]), shares[RANK][1]).backward()
+        opt.step()
+        ropt.zero_grad()
+        (sum(ce(ref(x), y) for x, y in shares) / WORLD).backward()
+        ropt.step()
+    close(model, ref, "digits CNN", atol=1e-5)
+    same_on_all_ranks(model, "digits CNN")
 
 
 @check

@@ -247,8 +247,10 @@ def distributed(session: nox.Session) -> None:
     two hosts in network namespaces when run as root). On the reference backend: the engines move bytes, and
     kiln-cpu's kernels are tested in their own cell."""
     _prepare(session)
-    # [gloo]: PyTorch's Gloo (TORCH first, so that pip keeps the CPU build); [mpi]: mpi4py and MPICH's wheel
-    _install_kiln(session, "pytest>=8", TORCH, "-e", "packages/kiln-nn", "-e", "packages/kiln-data")
+    # [gloo]: PyTorch's Gloo (TORCH first, so that pip keeps the CPU build); [mpi]: mpi4py and MPICH's wheel;
+    # tqdm and matplotlib: the digits demo, trained on 2 processes under kiln-run (test_demo_distributed.py)
+    demo = ["tqdm", "matplotlib"]
+    _install_kiln(session, "pytest>=8", TORCH, "-e", "packages/kiln-nn", "-e", "packages/kiln-data", *demo)
     session.install("-e", f"{DISTRIBUTED}[gloo,mpi]")
     session.run("pytest", f"{DISTRIBUTED}/tests", "--import-mode=importlib", "-q", *session.posargs)
 

@@ -296,7 +296,8 @@ def bench(session: nox.Session) -> None:
     scripts = sorted((ROOT / "benchmarks").glob("bench_*.py"))
     if not scripts:
         session.skip("no benchmarks/bench_*.py scripts yet")
-    _install_kiln(session, TORCH, *BACKENDS["cpu"], *DEMO_DEPS)  # bench_cpu.py, bench_data.py
+    # bench_cpu.py, bench_data.py; kiln-distributed's gloo engine: bench_ddp.py (kiln DDP beside PyTorch DDP)
+    _install_kiln(session, TORCH, *BACKENDS["cpu"], *DEMO_DEPS, "-e", f"{DISTRIBUTED}[gloo]")
     (ROOT / "benchmarks" / "results").mkdir(exist_ok=True)
     for script in scripts:
         session.run("python", str(script.relative_to(ROOT)), *session.posargs)

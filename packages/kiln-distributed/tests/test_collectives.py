@@ -132,6 +132,8 @@ def test_init_methods(method, tmp_path):
     url = f"tcp://127.0.0.1:{free_port()}" if method == "tcp" else f"file://{tmp_path / 'store'}"
     for rank, (code, out) in enumerate(spawn("collectives.py", ["gloo", url], 2)):
         assert code == 0 and f"rank {rank}: ok" in out, out
+    if method == "file":
+        assert not (tmp_path / "store").exists()  # the last rank to finish removed it: the path is reusable
 
 
 def _agent_store(world: int):
@@ -153,7 +155,7 @@ gloo_only = pytest.mark.skipif("gloo" not in ENGINES, reason="needs the gloo eng
 @pytest.mark.parametrize(
     ("fault", "words"),
     [
-        ("shapes", "different shapes to all_reduce"),
+        ("shapes", "different sizes to all_reduce"),
         ("dtypes", "different dtypes to all_reduce"),
         ("ops", "Ranks called different collectives"),
     ],
@@ -230,6 +232,13 @@ def test_errors_without_a_process_group():
             os.environ.update(env)
     with pytest.raises(ValueError, match="Cannot specify both init_method and store"):
         dist.init_process_group("gloo", init_method="env://", store=dist.HashStore(), rank=0, world_size=1)
+
+
+def test_a_torchrun_launch_is_named(monkeypatch):
+    monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "True")
+    monkeypatch.delenv("KILN_USE_AGENT_STORE", raising=False)
+    with pytest.raises(RuntimeError, match=r"started by PyTorch's torchrun.*kiln-run"):
+        next(dist.rendezvous(f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1))
 
 
 @gloo_only

@@ -183,3 +183,29 @@ def test_rendezvous_errors(monkeypatch):
         monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
         monkeypatch.setenv("MASTER_PORT", "1")
         next(rendezvous("env://", rank=3, world_size=2))
+
+
+def test_a_stalled_server_breaks_the_connection_within_the_timeout():
+    with socket.socket() as server:  # accepts, never answers
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        start = time.monotonic()
+        store = TCPStore("127.0.0.1", server.getsockname()[1], timeout=datetime.timedelta(seconds=1))
+        with pytest.raises(DistNetworkError, match="lost the connection"):
+            store.set("k", "v")
+        assert time.monotonic() - start < 10
+        with pytest.raises(DistNetworkError, match="is broken"):  # a late reply must never be read as another's
+            store.get("k")
+
+
+def test_where_a_store_listens():
+    from kiln.distributed.store import is_local_address
+
+    local = TCPStore("localhost", 0, 1, is_master=True)
+    try:
+        assert local._server.server_address[0] in ("127.0.0.1", "::1")  # a one-machine job exposes nothing
+    finally:
+        local.close()
+    assert is_local_address("127.0.0.1")
+    assert not is_local_address("192.0.2.1")  # TEST-NET-1: never an address of this machine
+    assert not is_local_address("no-such-host.invalid")

@@ -66,3 +66,14 @@ def test_a_driven_future_completes_when_waited_on():
 def test_jit_fork_returns_a_completed_future():
     fut = kiln.jit.fork(lambda a, b: a + b, 2, b=3)
     assert isinstance(fut, Future) and fut.done() and kiln.jit.wait(fut) == 5
+
+
+def test_a_raising_callback_does_not_starve_the_others(caplog):
+    f = Future()
+    seen = []
+    f.add_done_callback(lambda fut: 1 / 0)
+    chained = f.then(lambda fut: fut.value() + 1)
+    f.add_done_callback(lambda fut: seen.append(fut.value()))
+    f.set_result(1)
+    assert seen == [1] and chained.wait() == 2
+    assert "a callback of a kiln.futures.Future raised" in caplog.text

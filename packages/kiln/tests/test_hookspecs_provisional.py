@@ -1,6 +1,6 @@
-"""The collectives and compilers hooks are marked provisional, in their docstrings (the API reference
-renders them) and in the architecture page's plugin section, until their first reader lands. The modes
-hook is settled: kiln-amp's autocast is its reader."""
+"""The compilers hook is marked provisional, in its docstring (the API reference renders it) and in the
+architecture page's plugin section, until its first reader lands. The modes hook is settled (kiln-amp's
+autocast reads it), and so is the collectives hook (kiln-distributed's process groups read it)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import pytest
 from kiln import hookspecs
 
 PROVISIONAL = {
-    "kiln_register_collectives": "kiln-distributed",
     "kiln_register_compilers": "kiln-compile",
 }
 
@@ -30,6 +29,7 @@ def test_the_settled_hooks_are_not_marked():
         "kiln_register_kernels",
         "kiln_register_fused_updates",
         "kiln_register_modes",
+        "kiln_register_collectives",
     ):
         assert "rovisional" not in inspect.getdoc(getattr(hookspecs, name))
 

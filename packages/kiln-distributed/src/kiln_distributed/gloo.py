@@ -121,7 +121,11 @@ class _GlooWork(Work):
         return True
 
     def is_completed(self) -> bool:
-        return self._done or self._work.is_completed()
+        if not self._done and self._work.is_completed():
+            with contextlib.suppress(DistBackendError):  # finished either way; wait() raises it again
+                self.wait()  # runs the copy-back, so that a completed work's outputs are written
+            return True
+        return self._done
 
     def source_rank(self) -> int:
         return self._work.source_rank()
@@ -182,7 +186,7 @@ class GlooEngine(Engine):
 
     # -- kiln tensor -> torch tensor over the same memory ----------------------------------------
     def _view(self, t):
-        arr = t.numpy()
+        arr = t.detach().numpy()  # the same memory; a tensor that requires grad is moved like any other
         if arr.dtype.name == "bfloat16":  # ml_dtypes' bfloat16: hand the bytes over as torch's bfloat16
             return self._t.from_numpy(arr.view(np.int16)).view(self._t.bfloat16)
         if arr.ndim == 0:

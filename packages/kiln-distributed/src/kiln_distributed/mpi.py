@@ -134,7 +134,7 @@ def _poll(test, deadline: float | None) -> bool:
 
 def _flat(t) -> np.ndarray:
     """The tensor's memory as a flat, writable NumPy view."""
-    a = t.numpy()
+    a = t.detach().numpy()  # the same memory; a tensor that requires grad is moved like any other
     if not a.flags.c_contiguous:
         raise ValueError("the mpi backend takes contiguous tensors")
     return a.reshape(-1)

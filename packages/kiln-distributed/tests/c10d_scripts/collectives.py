@@ -150,8 +150,55 @@ if r in (0, w - 1):
     eq(t, [w - 1])
 else:
     assert sub is dist.GroupMember.NON_GROUP_MEMBER and dist.get_rank(sub) == -1
+# a tensor that requires grad is moved like any other (a Parameter broadcast by hand)
+t = kiln.full((3,), float(r), requires_grad=True)
+dist.broadcast(t, src=0)
+eq(t.detach(), [0.0] * 3)
+# the same number of elements in other shapes: Gloo and MPI move bytes, and so does the check
+t = kiln.arange(6.0).reshape(2, 3) if r == 0 else kiln.zeros(3, 2)
+dist.broadcast(t, src=0)
+eq(t.reshape(-1), np.arange(6.0))
+# an async collective, then a send it must not wait for (PyTorch queues the collective, so must kiln)
+a = kiln.full((4,), float(r))
+if r == 0:
+    work = dist.all_reduce(a, op=dist.ReduceOp.AVG, async_op=True)
+    dist.send(kiln.ones(2), dst=1)
+    while not work.is_completed():  # polled: once it says so, the average is written
+        pass
+    eq(a, np.full(4, (w - 1) / 2))
+    work.wait()
+elif r == 1:
+    dist.recv(kiln.empty(2), src=0)
+    dist.all_reduce(a, op=dist.ReduceOp.AVG)
+else:
+    dist.all_reduce(a, op=dist.ReduceOp.AVG)
+# a group made by its members only, then a group every rank makes
+if r in (0, 1):
+    local = dist.new_group([0, 1], use_local_synchronization=True)
+    t = kiln.ones(1)
+    dist.all_reduce(t, group=local)
+    eq(t, [2.0])
+everyone = dist.new_group()
+t = kiln.ones(1)
+dist.all_reduce(t, group=everyone)
+eq(t, [float(w)])
+dist.destroy_process_group(everyone)
+try:
+    dist.all_reduce(t, group=everyone)
+except ValueError as e:
+    assert "destroyed" in str(e), e
+else:
+    raise AssertionError("a destroyed group ran a collective")
 dist.barrier()
 dist.monitored_barrier(timeout=datetime.timedelta(seconds=20))
 dist.destroy_process_group()
 assert not dist.is_initialized()
+if backend == "gloo" and os.environ.get("KILN_USE_AGENT_STORE"):
+    # under kiln-run the store outlives the group: a second default group in the same processes must not
+    # meet the first one's keys there
+    dist.init_process_group(backend, timeout=timeout)
+    t = kiln.ones(2)
+    dist.all_reduce(t)
+    eq(t, [float(w)] * 2)
+    dist.destroy_process_group()
 print(f"rank {r}: ok", flush=True)

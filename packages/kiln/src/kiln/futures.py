@@ -8,11 +8,14 @@ them or asks whether they are done.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any
 
 __all__ = ["Future", "collect_all", "wait_all"]
+
+_log = logging.getLogger(__name__)
 
 
 class Future:
@@ -33,7 +36,12 @@ class Future:
     def _drive(self) -> None:
         driver, self._driver = self._driver, None
         if driver is not None and not self._done.is_set():
-            driver()
+            try:
+                driver()
+            except BaseException:  # interrupted (Ctrl-C) before completing: a later wait() drives again
+                if not self._done.is_set():
+                    self._driver = driver
+                raise
 
     def done(self) -> bool:
         """Whether the value (or an error) is set."""
@@ -63,7 +71,10 @@ class Future:
             self._done.set()
             callbacks, self._callbacks = self._callbacks, []
         for cb in callbacks:
-            cb(self)
+            try:
+                cb(self)
+            except Exception:  # noqa: BLE001 - one callback's error must not starve the others (PyTorch logs it)
+                _log.exception("a callback of a kiln.futures.Future raised")
 
     def set_result(self, result: Any) -> None:
         """Complete the future with ``result`` and run its callbacks."""

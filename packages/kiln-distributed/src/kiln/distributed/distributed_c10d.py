@@ -11,6 +11,7 @@ never reached the call, or the ranks that disagreed on it.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import datetime
 import enum
@@ -350,6 +351,9 @@ class _State:
         self.group_count = 0
         self.shared_store = True
         self.own_store = False
+        self.local_groups: dict[str, int] = {}
+        self.exit_hook = False
+        self.generation = 0  # how many default groups this process has made: keys of each apart
 
 
 _state = _State()
@@ -373,7 +377,7 @@ def _group(group: ProcessGroup | None) -> ProcessGroup:
         raise ValueError("Invalid process group specified: this rank is not a member of the group")
     if not isinstance(group, ProcessGroup):
         raise TypeError(f"Invalid process group: expected a ProcessGroup, got {type(group).__name__}")
-    if group._size == 0 and not group._engines:
+    if not group._engines:
         raise ValueError("Invalid process group specified: it was destroyed")
     return group
 
@@ -431,6 +435,8 @@ def init_process_group(
     with contextlib.suppress(DistError):
         store.register_rank(rank)
     _state.shared_store = shared
+    _state.generation += 1
+    _state.local_groups = {}
     try:
         pg = _make_group(store, rank, world_size, list(range(world_size)), devices, timeout, group_name or "0")
     except BaseException:
@@ -439,6 +445,18 @@ def init_process_group(
         raise
     _state.default_pg, _state.store, _state.own_store = pg, store, own
     _state.group_count = 1
+    if not _state.exit_hook:
+        atexit.register(_shutdown_engines)
+        _state.exit_hook = True
+
+
+def _shutdown_engines() -> None:
+    """At exit: shut the engines down while Python still runs (Gloo's process group calls back into the
+    store as it goes; during interpreter teardown such a call ends in std::terminate). The store is left
+    alone: a rank that exits without destroy_process_group stays visible to the others as gone."""
+    for pg in list(_state.groups):
+        with contextlib.suppress(Exception):
+            pg._shutdown()
 
 
 def _mpi_world(cls: type[Engine], rank: int, world_size: int) -> tuple[int, int, Store]:
@@ -461,7 +479,7 @@ def _make_group(
     name: str,
 ) -> ProcessGroup:
     classes = _engine_classes()
-    prefix = PrefixStore(f"kiln-pg/{name}", store)
+    prefix = PrefixStore(f"kiln-pg/{_state.generation}/{name}", store)
     prefix.set_timeout(timeout)
     engines: dict[str, Engine] = {}
     made: dict[str, Engine] = {}
@@ -518,8 +536,16 @@ def new_group(
     for r in members:
         if not 0 <= r < world:
             raise ValueError(f"The new group's rank should be within the world_size set by init_process_group: {r}")
-    name = str(_state.group_count)
-    _state.group_count += 1
+    if use_local_synchronization:
+        # only the members call it: the name comes from the members and how often they made a group
+        key = ",".join(map(str, members))
+        _state.local_groups[key] = _state.local_groups.get(key, 0) + 1
+        name = f"local[{key}]#{_state.local_groups[key]}"
+        if default._rank not in members:
+            raise ValueError("new_group(use_local_synchronization=True) must be called by the group's members only")
+    else:
+        name = str(_state.group_count)
+        _state.group_count += 1
     if default._rank not in members:
         return GroupMember.NON_GROUP_MEMBER
     if backend is None:
@@ -684,6 +710,10 @@ _OPS = [
     "all_gather_into_tensor",
     "reduce_scatter_tensor",
     "all_to_all_single",
+    "all_gather_object",
+    "gather_object",
+    "broadcast_object_list",
+    "scatter_object_list",
 ]
 _MAX_DIMS = 6
 _FP = 5 + _MAX_DIMS  # op, root, dtype, numel, ndim, dims...
@@ -720,77 +750,121 @@ def _fingerprint(op: str, root: int, t) -> list[int]:
     return [_OPS.index(op), root, _dtype_code(t.dtype) if t is not None else -1, numel, len(shape), *dims]
 
 
-def _check_consistent(pg: ProcessGroup, op: str, root: int, t, engine: Engine) -> None:
-    """Gather every rank's fingerprint of this call; raise on every rank if they differ."""
-    if _debug_level is DebugLevel.OFF or getattr(_unchecked, "on", False) or pg._size == 1:
-        return
-    mine = kiln.tensor(_fingerprint(op, root, t), dtype=kiln.int64)
-    gathered = [kiln.empty(_FP, dtype=kiln.int64) for _ in range(pg._size)]
-    seq = pg._seq
-    try:
-        work = engine.allgather(gathered, mine)
-    except (DistError, RuntimeError) as e:
-        raise _diagnose(pg, op, seq, _signature([t] if t is not None else []), e) from e
-    _wait(pg, op, seq, _signature([t] if t is not None else []), work, None)
-    rows = [g.tolist() for g in gathered]
-    if all(r == rows[0] for r in rows):
-        return
+class _Fingerprints:
+    """The gather of every rank's fingerprint of one call, in flight; :meth:`verify` waits for it and
+    raises on every rank if the calls differ. A synchronous collective verifies before it starts; an
+    asynchronous one starts it right behind the gather and verifies when waited on, so that it never
+    blocks where PyTorch's would not (an ``isend`` between an ``async_op`` collective and its ``wait``)."""
 
-    def show(r: list[int]) -> str:
-        name = _OPS[r[0]] if 0 <= r[0] < len(_OPS) else "?"
-        shape = r[5 : 5 + min(r[4], _MAX_DIMS)]
-        if r[0] in (_OPS.index("barrier"), _OPS.index("all_to_all"), _OPS.index("all_to_all_single")):
-            return f"{name}()"
-        return f"{name}({_dtype_name(r[2])}{shape})"
+    def __init__(self, pg: ProcessGroup, op: str, root: int, t, engine: Engine) -> None:
+        self.pg, self.op, self.seq, self.sig = pg, op, pg._seq, _signature([t] if t is not None else [])
+        mine = kiln.tensor(_fingerprint(op, root, t), dtype=kiln.int64)
+        self.gathered = [kiln.empty(_FP, dtype=kiln.int64) for _ in range(pg._size)]
+        try:
+            self.work = engine.allgather(self.gathered, mine)
+        except (DistError, RuntimeError) as e:
+            raise _diagnose(pg, op, self.seq, self.sig, e) from e
 
-    calls = "; ".join(f"rank {pg._ranks[i]}: {show(r)}" for i, r in enumerate(rows))
-    kinds = {r[0] for r in rows}
-    if len(kinds) > 1:
-        what = "Ranks called different collectives"
-    elif len({r[1] for r in rows}) > 1:
-        what = f"Ranks passed different roots to {op}"
-    elif len({r[2] for r in rows}) > 1:
-        what = f"Ranks passed tensors of different dtypes to {op}"
-    else:
-        what = f"Ranks passed tensors of different shapes to {op}"
-    raise DistBackendError(f"{what} (call #{seq} of group {pg._name}): {calls}")
+    @staticmethod
+    def start(pg: ProcessGroup, op: str, root: int, t, engine: Engine) -> _Fingerprints | None:
+        """The check of this call, or ``None`` when checks are off (debug level OFF, inside DDP's
+        buckets, or a group of one)."""
+        if _debug_level is DebugLevel.OFF or getattr(_unchecked, "on", False) or pg._size == 1:
+            return None
+        return _Fingerprints(pg, op, root, t, engine)
+
+    def verify(self) -> None:
+        """Wait for every rank's fingerprint; raise ``DistBackendError`` if the calls differ."""
+        pg, op, seq = self.pg, self.op, self.seq
+        _wait(pg, op, seq, self.sig, self.work, None)
+        rows = [g.tolist() for g in self.gathered]
+        # op, root, dtype and element count must agree; shapes may differ (Gloo moves bytes)
+        if all(r[:4] == rows[0][:4] for r in rows):
+            return
+
+        def show(r: list[int]) -> str:
+            name = _OPS[r[0]] if 0 <= r[0] < len(_OPS) else "?"
+            shape = r[5 : 5 + min(r[4], _MAX_DIMS)]
+            if r[2] < 0:
+                return f"{name}()"
+            return f"{name}({_dtype_name(r[2])}{shape})"
+
+        calls = "; ".join(f"rank {pg._ranks[i]}: {show(r)}" for i, r in enumerate(rows))
+        if len({r[0] for r in rows}) > 1:
+            what = "Ranks called different collectives"
+        elif len({r[1] for r in rows}) > 1:
+            what = f"Ranks passed different roots to {op}"
+        elif len({r[2] for r in rows}) > 1:
+            what = f"Ranks passed tensors of different dtypes to {op}"
+        else:
+            what = f"Ranks passed tensors of different sizes to {op}"
+        raise DistBackendError(f"{what} (call #{seq} of group {pg._name}): {calls}")
 
 
 class _GroupWork(Work):
-    """An engine's work, seen through the group: a failure becomes a diagnosed ``DistBackendError``,
-    and ``finish`` (copy-backs, the division of an average) runs once it completes."""
+    """An engine's work, seen through the group: its fingerprints verified first (an asynchronous
+    call's), a failure turned into a diagnosed ``DistBackendError``, and ``finish`` (copy-backs, the
+    division of an average) run once it completes."""
 
-    def __init__(self, pg: ProcessGroup, op: str, seq: int, sig: list, work: Work, finish, outputs: list):
+    def __init__(
+        self,
+        pg: ProcessGroup,
+        op: str,
+        seq: int,
+        sig: list,
+        work: Work,
+        finish,
+        outputs: list,
+        fingerprints: _Fingerprints | None = None,
+        peer: int | None = None,
+    ):
         self._pg, self._op, self._seq, self._sig, self._work = pg, op, seq, sig, work
         self._finish, self._outputs, self._done = finish, outputs, False
+        self._fingerprints, self._peer = fingerprints, peer
 
     def wait(self, timeout: datetime.timedelta | None = None) -> bool:
         if not self._done:
-            _wait(self._pg, self._op, self._seq, self._sig, self._work, self._finish, timeout)
+            if self._fingerprints is not None:
+                fingerprints, self._fingerprints = self._fingerprints, None
+                fingerprints.verify()
+            _wait(self._pg, self._op, self._seq, self._sig, self._work, self._finish, timeout, self._peer)
             self._done = True
         return True
 
     def is_completed(self) -> bool:
-        return self._done or self._work.is_completed()
+        if self._done:
+            return True
+        if self._work.is_completed() and (self._fingerprints is None or self._fingerprints.work.is_completed()):
+            with contextlib.suppress(Exception):  # finished either way; wait() raises the error again
+                self.wait()
+            return True
+        return False
 
     def source_rank(self) -> int:
         return self._pg._ranks[self._work.source_rank()]
 
 
-def _wait(pg, op, seq, sig, work: Work, finish, timeout=None) -> None:
+def _wait(pg, op, seq, sig, work: Work, finish, timeout=None, peer: int | None = None) -> None:
     try:
         work.wait(timeout)
     except (DistError, RuntimeError, OSError) as e:
-        raise _diagnose(pg, op, seq, sig, e) from e
+        raise _diagnose(pg, op, seq, sig, e, peer) from e
     if finish is not None:
         finish()
 
 
-def _diagnose(pg: ProcessGroup, op: str, seq: int, sig: list, error: BaseException) -> DistBackendError:
-    """Say why collective ``op`` (call ``seq`` of the group) failed on this rank: a dead rank, ranks that
-    never reached it, or ranks that disagreed on it. Reads what the store knows, with a short wait."""
+def _diagnose(
+    pg: ProcessGroup, op: str, seq: int, sig: list, error: BaseException, peer: int | None = None
+) -> DistBackendError:
+    """Say why ``op`` failed on this rank: a dead rank, ranks that never reached it, or ranks that
+    disagreed on it (for collective call ``seq`` of the group); for a send or receive (``peer``, a group
+    rank), only whether the peer died. Reads what the store knows, with a short wait."""
     me = pg._ranks[pg._rank]
-    head = f"{op} (call #{seq} of process group {pg._name}, rank {me} of {pg._size}) failed"
+    if peer is not None:  # -1: a receive from any rank
+        who = "any rank" if peer < 0 else f"rank {pg._ranks[peer]}"
+        head = f"{op} (rank {me} {'to' if op == 'send' else 'from'} {who}) failed"
+    else:
+        head = f"{op} (call #{seq} of process group {pg._name}, rank {me} of {pg._size}) failed"
     if not _state.shared_store:  # nothing to ask: the engine's own error is all there is
         return DistBackendError(f"{head}: {error}")
     try:
@@ -800,7 +874,7 @@ def _diagnose(pg: ProcessGroup, op: str, seq: int, sig: list, error: BaseExcepti
             found = pg._store.dead_ranks()
             if found is None:
                 break
-            dead = [r for r in found if r in pg._ranks]
+            dead = [r for r in found if r in (pg._ranks if peer is None or peer < 0 else [pg._ranks[peer]])]
             if dead or time.monotonic() >= deadline:
                 break
             time.sleep(0.05)
@@ -810,6 +884,8 @@ def _diagnose(pg: ProcessGroup, op: str, seq: int, sig: list, error: BaseExcepti
                 f"{head}: rank {who} exited (its connection to the store closed) during or before the "
                 f"operation. Engine error: {error}"
             )
+        if peer is not None:  # point to point: no other rank takes part
+            return DistBackendError(f"{head}: {error}")
         key = f"diag/{seq}/"
         pg._store.set(key + str(me), json.dumps({"op": op, "sig": sig}))
         others, missing = {}, []
@@ -847,23 +923,27 @@ def _launch(
     finish=None,
     check: tuple[int, Any] | None = None,
     outputs: list | None = None,
-    collective: bool = True,
+    peer: int | None = None,
 ):
-    """Run a collective: check, call the engine, then wait (or return the work with ``async_op``).
+    """Run a collective (or, with ``peer``, a send or receive): check, call the engine, then wait (or
+    return the work with ``async_op``).
 
     Collectives number their calls (``pg._seq``, the same on every rank); point-to-point calls do not."""
-    if collective:
+    if peer is None:
         pg._seq += 1
-    if check is not None:
-        _check_consistent(pg, op, check[0], check[1], engine)
+    fingerprints = None if check is None else _Fingerprints.start(pg, op, check[0], check[1], engine)
+    if fingerprints is not None and not async_op:
+        fingerprints.verify()
+        fingerprints = None
     seq, sig = pg._seq, _signature(tensors)
     try:
         work = call()
     except (DistError, RuntimeError) as e:
         if isinstance(e, NotImplementedError):
             raise
-        raise _diagnose(pg, op, seq, sig, e) from e
-    gw = _GroupWork(pg, op, seq, sig, work, finish, outputs if outputs is not None else list(tensors))
+        raise _diagnose(pg, op, seq, sig, e, peer) from e
+    outs = outputs if outputs is not None else list(tensors)
+    gw = _GroupWork(pg, op, seq, sig, work, finish, outs, fingerprints, peer)
     if async_op:
         return gw
     gw.wait()
@@ -1277,7 +1357,7 @@ def isend(tensor, dst: int | None = None, group=None, tag: int = 0, group_dst: i
     peer = _p2p_peer(pg, dst, group_dst, "dst")
     _contiguous([tensor])
     engine = pg._engine(tensor.device.type)
-    return _launch(pg, "send", engine, lambda: engine.send(tensor, peer, tag), [tensor], True, collective=False)
+    return _launch(pg, "send", engine, lambda: engine.send(tensor, peer, tag), [tensor], True, peer=peer)
 
 
 def irecv(tensor, src: int | None = None, group=None, tag: int = 0, group_src: int | None = None) -> Work | None:
@@ -1289,7 +1369,9 @@ def irecv(tensor, src: int | None = None, group=None, tag: int = 0, group_src: i
     peer = None if src is None and group_src is None else _p2p_peer(pg, src, group_src, "src")
     _contiguous([tensor])
     engine = pg._engine(tensor.device.type)
-    return _launch(pg, "recv", engine, lambda: engine.recv(tensor, peer, tag), [tensor], True, collective=False)
+    return _launch(
+        pg, "recv", engine, lambda: engine.recv(tensor, peer, tag), [tensor], True, peer=-1 if peer is None else peer
+    )
 
 
 def send(tensor, dst: int | None = None, group=None, tag: int = 0, group_dst: int | None = None) -> None:
@@ -1392,7 +1474,7 @@ def _gather_objects(pg: ProcessGroup, op: str, obj: Any, root: int | None) -> li
     data = _encode(obj)
     mine = kiln.tensor([data.numel()], dtype=kiln.int64)
     counts = [kiln.zeros(1, dtype=kiln.int64) for _ in range(pg._size)]
-    _launch(pg, "all_gather", engine, lambda: engine.allgather(counts, mine), [mine], False, None, (0, mine), counts)
+    _launch(pg, op, engine, lambda: engine.allgather(counts, mine), [mine], False, None, (0, mine), counts)
     sizes = [int(c.item()) for c in counts]
     padded = _padded(data, max(sizes))
     receives = root is None or pg._rank == root
@@ -1417,7 +1499,7 @@ def all_gather_object(object_list: list, obj: Any, group=None) -> None:
         raise ValueError(
             f"all_gather_object: object_list has {len(object_list)} entries, the group has {pg._size} ranks"
         )
-    object_list[:] = _gather_objects(pg, "all_gather", obj, None)
+    object_list[:] = _gather_objects(pg, "all_gather_object", obj, None)
 
 
 def gather_object(
@@ -1430,7 +1512,7 @@ def gather_object(
     root = _root(pg, 0 if dst is None and group_dst is None else dst, group_dst, "dst")
     if pg._rank == root and (object_gather_list is None or len(object_gather_list) != pg._size):
         raise ValueError("Argument ``object_gather_list`` must be specified on destination rank, one entry per rank.")
-    got = _gather_objects(pg, "gather", obj, root)
+    got = _gather_objects(pg, "gather_object", obj, root)
     if got is not None:
         object_gather_list[:] = got  # type: ignore[index]
 
@@ -1446,7 +1528,9 @@ def broadcast_object_list(object_list: list, src: int | None = None, group=None,
         encoded, sizes = _encode_all(object_list)
     else:
         sizes = kiln.zeros(len(object_list), dtype=kiln.int64)
-    _launch(pg, "broadcast", engine, lambda: engine.broadcast(sizes, root), [sizes], False, None, (root, sizes))
+    _launch(
+        pg, "broadcast_object_list", engine, lambda: engine.broadcast(sizes, root), [sizes], False, None, (root, sizes)
+    )
     total = int(sizes.sum().item())
     if pg._rank == root:
         flat = kiln.cat(encoded) if encoded else kiln.empty(0, dtype=kiln.uint8)
@@ -1480,7 +1564,9 @@ def scatter_object_list(
         encoded, sizes = _encode_all(scatter_object_input_list)
     else:
         sizes = kiln.zeros(pg._size, dtype=kiln.int64)
-    _launch(pg, "broadcast", engine, lambda: engine.broadcast(sizes, root), [sizes], False, None, (root, sizes))
+    _launch(
+        pg, "scatter_object_list", engine, lambda: engine.broadcast(sizes, root), [sizes], False, None, (root, sizes)
+    )
     top = int(sizes.max().item())
     out = kiln.empty(top, dtype=kiln.uint8)
     ins = [_padded(e, top) for e in encoded] if pg._rank == root else None

@@ -201,10 +201,12 @@ class Engine:
         Default: pairwise sends and receives; engines with a native form override it."""
         outputs[self.rank].copy_(inputs[self.rank])
         works = []
-        for step in range(1, self.world_size):
-            to, frm = (self.rank + step) % self.world_size, (self.rank - step) % self.world_size
-            works.append(self.send(inputs[to], to, tag=-1 - step))
+        for step in range(1, self.world_size):  # every receive posted before any send: no engine blocks
+            frm = (self.rank - step) % self.world_size
             works.append(self.recv(outputs[frm], frm, tag=-1 - step))
+        for step in range(1, self.world_size):
+            to = (self.rank + step) % self.world_size
+            works.append(self.send(inputs[to], to, tag=-1 - step))
         for w in works:
             w.wait()
         return CompletedWork(list(outputs))

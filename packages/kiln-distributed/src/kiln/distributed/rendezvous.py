@@ -74,6 +74,11 @@ def _query_int(query: dict, key: str, method: str) -> int:
 
 def _tcp_store(host: str, port: int, rank: int, world_size: int, timeout: datetime.timedelta) -> Store:
     agent = os.environ.get("KILN_USE_AGENT_STORE", "").lower() in ("1", "true")
+    if not agent and os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() in ("1", "true"):
+        raise RuntimeError(
+            "this process was started by PyTorch's torchrun, whose store at MASTER_ADDR:MASTER_PORT speaks "
+            "PyTorch's protocol: start kiln programs with kiln-run, which takes the same options"
+        )
     store = TCPStore(
         host, port, world_size, is_master=(rank == 0 and not agent), timeout=timeout, wait_for_workers=False
     )

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import fcntl
+import ipaddress
 import json
 import os
 import socket
@@ -305,6 +306,7 @@ class _Server(socketserver.ThreadingTCPServer):
     def __init__(self, address: tuple[str, int]) -> None:
         self.table = _Table()
         self.clients = 0
+        self.sockets: set[socket.socket] = set()
         self.ranks: dict[int, str] = {}  # rank -> "alive" | "gone" | "dead"
         self.lock = threading.Lock()
         family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
@@ -320,6 +322,7 @@ class _Handler(socketserver.BaseRequestHandler):
         rank = None
         with server.lock:
             server.clients += 1
+            server.sockets.add(sock)
         try:
             while True:
                 try:
@@ -376,8 +379,42 @@ class _Handler(socketserver.BaseRequestHandler):
         finally:
             with server.lock:
                 server.clients -= 1
+                server.sockets.discard(sock)
                 if rank is not None and server.ranks.get(rank) == "alive":
                     server.ranks[rank] = "dead"
+
+
+_REPLY_TIMEOUT = 30.0
+
+
+def _listen_address(host: str) -> str:
+    """Where a store served for ``host`` listens: on loopback only when ``host`` is a loopback name
+    (a job on one machine exposes nothing), else on every interface (as PyTorch's store: ``host`` may be
+    a name or address that routes here without being an interface's own, behind NAT or a service IP)."""
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except OSError:
+        return ""
+    if infos and all(ipaddress.ip_address(info[4][0].split("%")[0]).is_loopback for info in infos):
+        return "::1" if infos[0][0] == socket.AF_INET6 else "127.0.0.1"
+    return ""
+
+
+def is_local_address(host: str) -> bool:
+    """Whether ``host`` names an address of this machine (one a socket can bind): how a launcher without
+    a node rank knows it is the one to serve the store at ``host``."""
+    try:
+        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except OSError:
+        return False
+    for family, _, _, _, address in infos:
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((address[0], 0))
+            except OSError:
+                continue
+            return True
+    return False
 
 
 class TCPStore(Store):
@@ -406,7 +443,7 @@ class TCPStore(Store):
         self._server: _Server | None = None
         if is_master:
             try:
-                self._server = _Server(("" if host_name in ("localhost", "127.0.0.1") else host_name, port))
+                self._server = _Server((_listen_address(host_name), port))
             except OSError as e:
                 raise DistNetworkError(
                     f"The server socket has failed to listen on any local network address. port: {port}, "
@@ -418,9 +455,14 @@ class TCPStore(Store):
             threading.Thread(target=self._server.serve_forever, name="kiln-tcpstore", daemon=True).start()
         self.port = port
         self._lock = threading.Lock()
-        self._sock = self._connect()
-        if is_master and wait_for_workers and world_size:
-            self._wait_for_clients(world_size)
+        self._broken: str | None = None
+        try:
+            self._sock = self._connect()
+            if is_master and wait_for_workers and world_size:
+                self._wait_for_clients(world_size)
+        except BaseException:
+            self._stop_server()  # a master that failed must not keep serving the port
+            raise
 
     @property
     def libuvBackend(self) -> bool:
@@ -449,15 +491,26 @@ class TCPStore(Store):
 
     def _call(self, header: dict, value: bytes = b"", wait: float | None = None) -> tuple[dict, bytes]:
         with self._lock:
+            if self._broken is not None:
+                raise DistNetworkError(
+                    f"the connection to the store at {self.host}:{self.port} is broken: {self._broken}"
+                )
             try:
-                self._sock.settimeout(None if wait is None else wait + 30.0)
+                # a store answers in milliseconds; a server that does not within this is stalled or gone
+                self._sock.settimeout(min(self._timeout, _REPLY_TIMEOUT) if wait is None else wait + _REPLY_TIMEOUT)
                 _send(self._sock, header, value)
                 reply, out = _recv(self._sock)
-            except (OSError, ConnectionError) as e:
-                raise DistNetworkError(
-                    f"lost the connection to the store at {self.host}:{self.port} ({e}): the process serving "
-                    "it (rank 0, or the launcher) has likely exited"
-                ) from e
+            except BaseException as e:
+                # the reply to this call may still arrive: the connection can never be trusted again
+                self._broken = f"{type(e).__name__}: {e}"
+                with contextlib.suppress(OSError):
+                    self._sock.close()
+                if isinstance(e, (OSError, ConnectionError, ValueError)):
+                    raise DistNetworkError(
+                        f"lost the connection to the store at {self.host}:{self.port} ({e}): the process serving "
+                        "it (rank 0, or the launcher) has likely exited"
+                    ) from e
+                raise
         if not reply.get("ok", False) and "error" in reply:
             raise DistStoreError(reply["error"])
         return reply, out
@@ -515,10 +568,20 @@ class TCPStore(Store):
             self._call({"op": "bye"})
         with contextlib.suppress(OSError):
             self._sock.close()
+        self._stop_server()
+
+    def _stop_server(self) -> None:
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
+            with self._server.lock:  # clients still connected must not go on using a table that is gone
+                for sock in list(self._server.sockets):
+                    with contextlib.suppress(OSError):
+                        sock.shutdown(socket.SHUT_RDWR)
             self._server = None
+
+
+_FILE_CLEANUP_KEY = "kiln/filestore-finished"
 
 
 class FileStore(Store):
@@ -537,8 +600,21 @@ class FileStore(Store):
         self._data: dict[str, bytes] = {}
         self._offset = 0
         self._lock = threading.Lock()
+        self._closed = False
         with open(self.path, "ab"):
             pass
+
+    def close(self) -> None:
+        """This process is done with the store; the last of ``world_size`` processes to close it removes
+        the file, so that the next job on the same path starts from nothing (PyTorch's cleanup). A job
+        that crashed leaves the file: remove it before reusing the path."""
+        if self._closed:
+            return
+        self._closed = True
+        finished = self.add(_FILE_CLEANUP_KEY, 1)
+        if self.world_size > 0 and finished >= self.world_size:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(self.path)
 
     @contextlib.contextmanager
     def _locked(self, exclusive: bool):

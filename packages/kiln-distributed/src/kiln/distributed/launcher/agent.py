@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from kiln.distributed.errors import DistError, DistNetworkError, DistStoreError
 from kiln.distributed.launcher.pmi import PMIServer, process_mapping
 from kiln.distributed.launcher.workers import ProcessFailure, WorkerGroup, signal_name, watchdog
-from kiln.distributed.store import TCPStore
+from kiln.distributed.store import TCPStore, is_local_address
 
 __all__ = ["Agent", "ChildFailedError", "LaunchConfig", "RendezvousError"]
 
@@ -264,13 +264,20 @@ class Agent:
                 ) from e
             self.node_rank = 0
         elif c.node_rank is None:
-            # No --node-rank (--rdzv-backend c10d): whoever can serve the endpoint is node 0.
-            try:
-                self.store = TCPStore(
-                    c.master_addr, c.master_port, is_master=True, wait_for_workers=False, timeout=self._timeout()
-                )
+            # No --node-rank (--rdzv-backend c10d): the node whose address the endpoint names serves the
+            # store and is node 0 (if its port is taken, another launcher here got there first).
+            served = False
+            if is_local_address(c.master_addr):
+                try:
+                    self.store = TCPStore(
+                        c.master_addr, c.master_port, is_master=True, wait_for_workers=False, timeout=self._timeout()
+                    )
+                    served = True
+                except DistNetworkError:
+                    pass
+            if served:
                 self.node_rank = 0
-            except DistNetworkError:
+            else:
                 self.store = self._client_store()
                 n = self.store.add(f"{_P}/node_counter", 1)
                 if n >= c.nnodes:

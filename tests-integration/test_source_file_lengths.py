@@ -28,6 +28,10 @@ LONGER = {
     ),
     "packages/kiln-nn/src/kiln/nn/modules/module.py": "nn.Module, one class (as PyTorch's is one module)",
     "packages/kiln-nn/src/kiln/optim/lr_scheduler.py": "every learning-rate scheduler, as torch.optim.lr_scheduler",
+    "packages/kiln-distributed/src/kiln/distributed/ddp.py": (
+        "DistributedDataParallel and its reducer: the bucket state the autograd hooks fill is the module's, "
+        "as in PyTorch's one class"
+    ),
 }
 
 

@@ -263,7 +263,7 @@ def test_argument_errors_in_a_one_process_group():
         with pytest.raises(ValueError, match="must be equal to world_size times input tensor size"):
             dist.all_gather_into_tensor(kiln.ones(3), kiln.ones(2))
         with pytest.raises(RuntimeError, match="No backend type associated with device type cuda"):
-            dist.distributed_c10d._default()._engine("cuda")
+            dist.group.WORLD._engine("cuda")
         with pytest.raises(ValueError, match="a rank cannot send to itself"):
             dist.send(kiln.ones(1), dst=0)
         with pytest.raises(ValueError, match="Invalid ``op``"):

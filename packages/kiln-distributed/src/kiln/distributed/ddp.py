@@ -44,6 +44,8 @@ from typing import Any
 import kiln
 from kiln import Tensor
 from kiln.distributed import distributed_c10d as _c10d
+from kiln.distributed._calls import _dtype_code, _dtype_name
+from kiln.distributed._groups import _skip_consistency_check
 from kiln.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from kiln.futures import Future
 from kiln.nn.modules.module import Module
@@ -493,7 +495,7 @@ class Reducer:
 
     def _launch(self, b: int) -> None:
         bucket = self._buckets[b]
-        with _c10d._skip_consistency_check():
+        with _skip_consistency_check():
             if self._comm_hook is None:
                 bucket.work = _c10d.all_reduce(bucket.buffer, group=self._pg, async_op=True)
                 bucket.hooked = False
@@ -512,7 +514,7 @@ class Reducer:
 
     def _all_reduce_local_used_map(self) -> None:
         self._local_used_tensor = kiln.tensor(self._local_used, dtype=kiln.int32)
-        with _c10d._skip_consistency_check():
+        with _skip_consistency_check():
             self._local_used_work = _c10d.all_reduce(self._local_used_tensor, group=self._pg, async_op=True)
 
     def _finalize_backward(self) -> None:
@@ -673,7 +675,7 @@ def _verify_model_across_processes(
     n_buffers = len(kind) - n_params
     meta: list[int] = []
     for _, t in named:
-        meta += [t.dim(), _c10d._dtype_code(t.dtype), *t.shape]
+        meta += [t.dim(), _dtype_code(t.dtype), *t.shape]
     head = kiln.tensor([len(reduced), n_params, n_buffers, len(meta)], dtype=kiln.int64)
     heads = [kiln.zeros(4, dtype=kiln.int64) for _ in range(world)]
     _c10d.all_gather(heads, head, group=process_group)
@@ -712,10 +714,10 @@ def _verify_model_across_processes(
             ndim, code = other[pos], other[pos + 1]
             sizes = other[pos + 2 : pos + 2 + max(ndim, 0)]
             pos += 2 + max(ndim, 0)
-            if code != _c10d._dtype_code(t.dtype):
+            if code != _dtype_code(t.dtype):
                 raise RuntimeError(
                     f"DDP expects same model across all ranks, but Rank {me} has {k}[{idx}] ({name!r}) of dtype "
-                    f"{t.dtype}, while rank {r} has inconsistent dtype kiln.{_c10d._dtype_name(code)} for it."
+                    f"{t.dtype}, while rank {r} has inconsistent dtype kiln.{_dtype_name(code)} for it."
                 )
             if ndim != t.dim() or sizes != list(t.shape):
                 raise RuntimeError(
@@ -928,7 +930,7 @@ class DistributedDataParallel(Module):
         return bool(self.require_forward_param_sync and self.broadcast_buffers and self._module_buffers())
 
     def _sync_buffers(self) -> None:
-        with kiln.no_grad(), _c10d._skip_consistency_check():  # the buffers were verified across ranks at construction
+        with kiln.no_grad(), _skip_consistency_check():  # the buffers were verified across ranks at construction
             _broadcast_coalesced(self.process_group, self._module_buffers(), self.broadcast_bucket_size, 0)
 
     # ---------------------------------------------------------------- user API

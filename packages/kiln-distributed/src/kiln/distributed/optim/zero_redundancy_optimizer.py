@@ -22,6 +22,7 @@ from typing import Any
 import kiln
 from kiln import Tensor
 from kiln.distributed import distributed_c10d as _c10d
+from kiln.distributed._groups import _skip_consistency_check
 from kiln.distributed.ddp import _copy_from_flat
 from kiln.optim.optimizer import Optimizer
 
@@ -324,7 +325,7 @@ class ZeroRedundancyOptimizer(Optimizer):
         """Broadcast each rank's updated parameters from that rank (the front end checks that the ranks
         agree on the first step's calls; later steps repeat the same calls unchecked)."""
         if self._params_synced_once:
-            with _c10d._skip_consistency_check():
+            with _skip_consistency_check():
                 self._broadcast_shards()
         else:
             self._broadcast_shards()

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import kiln
 from kiln.distributed import distributed_c10d as _c10d
+from kiln.distributed._groups import _default
 from kiln.futures import Future
 
 if TYPE_CHECKING:
@@ -20,7 +21,7 @@ __all__ = ["allreduce_hook", "bf16_compress_hook", "fp16_compress_hook"]
 
 
 def _group(process_group: Any):
-    return process_group if process_group is not None else _c10d._default()
+    return process_group if process_group is not None else _default()
 
 
 def allreduce_hook(process_group: Any, bucket: GradBucket) -> Future:

@@ -78,6 +78,7 @@ import numpy as np  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+from bench_amp import cnn  # noqa: E402 - the digits demo's model, as bench_amp measures it
 from bench_overhead import machine_info, write_json_atomically  # noqa: E402
 
 DEFAULT_OUTPUT = HERE / "results" / "ddp.json"
@@ -102,16 +103,6 @@ def mlp(nn, hidden: int = 512):
 def mlp_large(nn):
     """784-1024-1024-10 ReLU MLP: 7.5 MB of float32 gradients."""
     return mlp(nn, 1024)
-
-
-def cnn(nn):
-    """The digits demo's model (docs/examples/train_digits.py) without its Dropout."""
-    return nn.Sequential(
-        nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(),  # (N, 16, 8, 8)
-        nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(),  # (N, 32, 8, 8)
-        nn.MaxPool2d(2), nn.Flatten(),  # (N, 32 * 4 * 4)
-        nn.Linear(32 * 4 * 4, 10),
-    )  # fmt: skip
 
 
 MODELS = {

@@ -122,6 +122,7 @@ PACKAGES: tuple[Package, ...] = (
             "kiln.distributed.optim",
             "kiln.distributed.algorithms.ddp_comm_hooks.default_hooks",
             "kiln.distributed.run",
+            "kiln.distributed.launcher",
         ),
     ),
     Package(

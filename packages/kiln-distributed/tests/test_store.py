@@ -199,13 +199,13 @@ def test_a_stalled_server_breaks_the_connection_within_the_timeout():
 
 
 def test_where_a_store_listens():
-    from kiln.distributed.store import is_local_address
+    from kiln.distributed.store import _is_local_address
 
     local = TCPStore("localhost", 0, 1, is_master=True)
     try:
         assert local._server.server_address[0] in ("127.0.0.1", "::1")  # a one-machine job exposes nothing
     finally:
         local.close()
-    assert is_local_address("127.0.0.1")
-    assert not is_local_address("192.0.2.1")  # TEST-NET-1: never an address of this machine
-    assert not is_local_address("no-such-host.invalid")
+    assert _is_local_address("127.0.0.1")
+    assert not _is_local_address("192.0.2.1")  # TEST-NET-1: never an address of this machine
+    assert not _is_local_address("no-such-host.invalid")

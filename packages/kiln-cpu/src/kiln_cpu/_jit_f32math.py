@@ -20,6 +20,34 @@ _LN2_LO = 1.90821492927058770002e-10
 _LN2 = 0.6931471805599453
 _ROUND_SHIFT = 6755399441055744.0  # 1.5 * 2**52: adding it rounds a float64 below 2**51 to an integer
 _LOG2E = 1.4426950408889634
+_SQRT2 = 1.4142135623730951
+
+
+@register_jitable(inline="always")
+def _exp_reduce(x):
+    """``(f, 2**n)`` with ``x = n*ln2 + f``, ``|f| <= ln2/2``, for ``x`` in [-708, 709] (so that 2**n is a
+    normal float64): the range reduction of every exp here; callers clamp and pick the polynomial."""
+    # n = x/ln2 rounded to an integer by adding 1.5 * 2**52 (it lands in the low mantissa bits): no
+    # float-to-integer conversion, which has no vector instruction below AVX-512 and kept LLVM from
+    # vectorising this loop at all
+    kd = x * _LOG2E + _ROUND_SHIFT
+    n = kd - _ROUND_SHIFT
+    f = (x - n * _LN2_HI) - n * _LN2_LO
+    # the exponent field: the low 12 bits of (n + 1023) after the shift drop the shift constant's bits
+    return f, _bits_f64((_f64_bits(kd) + 1023) << 52)
+
+
+@register_jitable(inline="always")
+def _log_reduce(x):
+    """``(e, s)`` with ``x = 2**e * m``, ``m`` in [sqrt(2)/2, sqrt(2)] and ``s = (m-1)/(m+1)``, so that
+    ``log x = e*ln2 + 2*atanh(s)``, for a positive normal float64: the range reduction of every log here."""
+    bits = _f64_bits(x)
+    e = (bits >> 52) - 1023
+    m = _bits_f64((bits & 0x000FFFFFFFFFFFFF) | 0x3FF0000000000000)
+    big = m > _SQRT2
+    m = m * 0.5 if big else m
+    e = e + 1 if big else e
+    return np.float64(e), (m - 1.0) / (m + 1.0)
 
 
 @register_jitable(inline="always")  # inlined in Numba's IR, as erf's: LLVM leaves calls to large functions
@@ -27,41 +55,28 @@ def _exp_d(x):
     """exp of a float64 to 2e-10 relative error (ample for float32 results): 2**n * e**f, |f| <= ln2/2,
     degree-8 Taylor in f.
     ``x`` is clamped to [-708, 709] so 2**n stays normal; callers handle NaN."""
-    x = min(max(x, -708.0), 709.0)
-    # n = x/ln2 rounded to an integer by adding 1.5 * 2**52 (it lands in the low mantissa bits): no
-    # float-to-integer conversion, which has no vector instruction below AVX-512 and kept LLVM from
-    # vectorising this loop at all
-    kd = x * _LOG2E + _ROUND_SHIFT
-    n = kd - _ROUND_SHIFT
-    f = (x - n * _LN2_HI) - n * _LN2_LO
+    f, scale = _exp_reduce(min(max(x, -708.0), 709.0))
     # Estrin's scheme: a dependency chain half as long as Horner's, so vector iterations overlap
     f2 = f * f
     f4 = f2 * f2
     q03 = (1.0 + f) + f2 * (0.5 + f * (1.0 / 6.0))
     q47 = (1.0 / 24.0 + f * (1.0 / 120.0)) + f2 * (1.0 / 720.0 + f * (1.0 / 5040.0))
     p = q03 + f4 * (q47 + f4 * (1.0 / 40320.0))
-    # the exponent field: the low 12 bits of (n + 1023) after the shift drop the shift constant's bits
-    return p * _bits_f64((_f64_bits(kd) + 1023) << 52)
+    return p * scale
 
 
 @register_jitable
 def _log_d(x):
     """log of a positive normal float64 (relative error ~1e-15): e*ln2 + 2*atanh((m-1)/(m+1)),
     m in [sqrt(2)/2, sqrt(2)]."""
-    bits = _f64_bits(x)
-    e = (bits >> 52) - 1023
-    m = _bits_f64((bits & 0x000FFFFFFFFFFFFF) | 0x3FF0000000000000)
-    big = m > 1.4142135623730951
-    m = m * 0.5 if big else m
-    e = e + 1 if big else e
-    s = (m - 1.0) / (m + 1.0)
+    e, s = _log_reduce(x)
     z = s * s
     z2 = z * z
     z4 = z2 * z2
     q03 = (2.0 + z * (2.0 / 3.0)) + z2 * (2.0 / 5.0 + z * (2.0 / 7.0))  # Estrin, as in _exp_d
     q47 = (2.0 / 9.0 + z * (2.0 / 11.0)) + z2 * (2.0 / 13.0 + z * (2.0 / 15.0))
     p = q03 + z4 * q47
-    return np.float64(e) * _LN2 + s * p
+    return e * _LN2 + s * p
 
 
 @register_jitable

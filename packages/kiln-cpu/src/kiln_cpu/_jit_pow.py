@@ -17,14 +17,8 @@ from numba import njit, types
 from numba.core.errors import TypingError
 from numba.extending import overload, register_jitable
 
-from kiln_cpu._jit_support import _SERIAL, _bits_f64, _f32_bits, _f64_bits
-
-_LN2_HI = 6.93147180369123816490e-01  # low bits zero: n * _LN2_HI is exact for |n| < 2**11
-_LN2_LO = 1.90821492927058770002e-10
-_LN2 = 0.6931471805599453
-_LOG2E = 1.4426950408889634
-_ROUND_SHIFT = 6755399441055744.0  # 1.5 * 2**52: adding it rounds a float64 below 2**51 to an integer
-_SQRT2 = 1.4142135623730951
+from kiln_cpu._jit_f32math import _LN2, _exp_reduce, _log_reduce
+from kiln_cpu._jit_support import _SERIAL, _f32_bits
 
 
 @register_jitable(inline="always")
@@ -32,13 +26,7 @@ def _log_positive(x):
     """log of a positive normal float64 (garbage for 0, inf, NaN: the caller selects), absolute error
     below 1e-17 on the mantissa's part: x = m * 2**e with m in [sqrt(2)/2, sqrt(2)], log m =
     2 atanh(s), s = (m-1)/(m+1), the odd series to s**21 (the next term is below 3e-19)."""
-    bits = _f64_bits(x)
-    e = (bits >> 52) - 1023
-    m = _bits_f64((bits & 0x000FFFFFFFFFFFFF) | 0x3FF0000000000000)
-    big = m > _SQRT2
-    m = m * 0.5 if big else m
-    e = e + 1 if big else e
-    s = (m - 1.0) / (m + 1.0)
+    e, s = _log_reduce(x)
     z = s * s
     z2 = z * z
     z4 = z2 * z2
@@ -53,17 +41,14 @@ def _log_positive(x):
     q47 = q45 + z2 * q67
     q8a = q89 + z2 * (2.0 / 21.0)
     p = (q03 + z4 * q47) + z8 * q8a
-    return np.float64(e) * _LN2 + s * p
+    return e * _LN2 + s * p
 
 
 @register_jitable(inline="always")
 def _exp_bounded(t):
     """e**t of a float64 clamped to [-200, 200] (the float32 range, with room: 2**n stays a normal
     float64), relative error about 2e-16: 2**n * e**f, |f| <= ln2/2, degree-12 Taylor in f."""
-    t = min(max(t, -200.0), 200.0)
-    kd = t * _LOG2E + _ROUND_SHIFT
-    n = kd - _ROUND_SHIFT
-    f = (t - n * _LN2_HI) - n * _LN2_LO
+    f, scale = _exp_reduce(min(max(t, -200.0), 200.0))
     f2 = f * f
     f4 = f2 * f2
     f8 = f4 * f4
@@ -71,7 +56,7 @@ def _exp_bounded(t):
     q47 = (1.0 / 24.0 + f * (1.0 / 120.0)) + f2 * (1.0 / 720.0 + f * (1.0 / 5040.0))
     q8b = (1.0 / 40320.0 + f * (1.0 / 362880.0)) + f2 * (1.0 / 3628800.0 + f * (1.0 / 39916800.0))
     p = (q03 + f4 * q47) + f8 * (q8b + f4 * (1.0 / 479001600.0))
-    return p * _bits_f64((_f64_bits(kd) + 1023) << 52)
+    return p * scale
 
 
 @register_jitable(inline="always")

@@ -145,13 +145,13 @@ class _Fingerprints:
     blocks where PyTorch's would not (an ``isend`` between an ``async_op`` collective and its ``wait``)."""
 
     def __init__(self, pg: ProcessGroup, op: str, root: int, t, engine: Engine) -> None:
-        self.pg, self.op, self.seq, self.sig = pg, op, pg._seq, _signature([t] if t is not None else [])
+        self.pg, self.op, self.seq, self.tensors = pg, op, pg._seq, [t] if t is not None else []
         mine = kiln.tensor(_fingerprint(op, root, t), dtype=kiln.int64)
         self.gathered = [kiln.empty(_FP, dtype=kiln.int64) for _ in range(pg._size)]
         try:
             self.work = engine.allgather(self.gathered, mine)
         except (DistError, RuntimeError) as e:
-            raise _diagnose(pg, op, self.seq, self.sig, e) from e
+            raise _diagnose(pg, op, self.seq, self.tensors, e) from e
 
     @staticmethod
     def start(pg: ProcessGroup, op: str, root: int, t, engine: Engine) -> _Fingerprints | None:
@@ -164,7 +164,7 @@ class _Fingerprints:
     def verify(self) -> None:
         """Wait for every rank's fingerprint; raise ``DistBackendError`` if the calls differ."""
         pg, op, seq = self.pg, self.op, self.seq
-        _wait(pg, op, seq, self.sig, self.work, None)
+        _wait(pg, op, seq, self.tensors, self.work, None)
         rows = [g.tolist() for g in self.gathered]
         # op, root, dtype and element count must agree; shapes may differ (Gloo moves bytes)
         if all(r[:4] == rows[0][:4] for r in rows):
@@ -199,14 +199,14 @@ class _GroupWork(Work):
         pg: ProcessGroup,
         op: str,
         seq: int,
-        sig: list,
+        tensors: list,
         work: Work,
         finish,
         outputs: list,
         fingerprints: _Fingerprints | None = None,
         peer: int | None = None,
     ):
-        self._pg, self._op, self._seq, self._sig, self._work = pg, op, seq, sig, work
+        self._pg, self._op, self._seq, self._tensors, self._work = pg, op, seq, tensors, work
         self._finish, self._outputs, self._done = finish, outputs, False
         self._fingerprints, self._peer = fingerprints, peer
 
@@ -215,7 +215,7 @@ class _GroupWork(Work):
             if self._fingerprints is not None:
                 fingerprints, self._fingerprints = self._fingerprints, None
                 fingerprints.verify()
-            _wait(self._pg, self._op, self._seq, self._sig, self._work, self._finish, timeout, self._peer)
+            _wait(self._pg, self._op, self._seq, self._tensors, self._work, self._finish, timeout, self._peer)
             self._done = True
         return True
 
@@ -232,17 +232,17 @@ class _GroupWork(Work):
         return self._pg._ranks[self._work.source_rank()]
 
 
-def _wait(pg, op, seq, sig, work: Work, finish, timeout=None, peer: int | None = None) -> None:
+def _wait(pg, op, seq, tensors, work: Work, finish, timeout=None, peer: int | None = None) -> None:
     try:
         work.wait(timeout)
     except (DistError, RuntimeError, OSError) as e:
-        raise _diagnose(pg, op, seq, sig, e, peer) from e
+        raise _diagnose(pg, op, seq, tensors, e, peer) from e
     if finish is not None:
         finish()
 
 
 def _diagnose(
-    pg: ProcessGroup, op: str, seq: int, sig: list, error: BaseException, peer: int | None = None
+    pg: ProcessGroup, op: str, seq: int, tensors: list, error: BaseException, peer: int | None = None
 ) -> DistBackendError:
     """Say why ``op`` failed on this rank: a dead rank, ranks that never reached it, or ranks that
     disagreed on it (for collective call ``seq`` of the group); for a send or receive (``peer``, a group
@@ -275,6 +275,7 @@ def _diagnose(
         if peer is not None:  # point to point: no other rank takes part
             return DistBackendError(f"{head}: {error}")
         key = f"diag/{seq}/"
+        sig = _signature(tensors)  # (made only here: a call that succeeds formats nothing)
         pg._store.set(key + str(me), json.dumps({"op": op, "sig": sig}))
         others, missing = {}, []
         wait_until = time.monotonic() + 3.0
@@ -323,15 +324,15 @@ def _launch(
     if fingerprints is not None and not async_op:
         fingerprints.verify()
         fingerprints = None
-    seq, sig = pg._seq, _signature(tensors)
+    seq = pg._seq
     try:
         work = call()
     except (DistError, RuntimeError) as e:
         if isinstance(e, NotImplementedError):
             raise
-        raise _diagnose(pg, op, seq, sig, e, peer) from e
+        raise _diagnose(pg, op, seq, tensors, e, peer) from e
     outs = outputs if outputs is not None else list(tensors)
-    gw = _GroupWork(pg, op, seq, sig, work, finish, outs, fingerprints, peer)
+    gw = _GroupWork(pg, op, seq, list(tensors), work, finish, outs, fingerprints, peer)
     if async_op:
         return gw
     gw.wait()

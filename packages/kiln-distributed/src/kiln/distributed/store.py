@@ -400,7 +400,7 @@ def _listen_address(host: str) -> str:
     return ""
 
 
-def is_local_address(host: str) -> bool:
+def _is_local_address(host: str) -> bool:
     """Whether ``host`` names an address of this machine (one a socket can bind): how a launcher without
     a node rank knows it is the one to serve the store at ``host``."""
     try:

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from kiln.distributed.errors import DistError, DistNetworkError, DistStoreError
 from kiln.distributed.launcher.pmi import PMIServer, process_mapping
 from kiln.distributed.launcher.workers import ProcessFailure, WorkerGroup, signal_name, watchdog
-from kiln.distributed.store import TCPStore, is_local_address
+from kiln.distributed.store import TCPStore, _is_local_address
 
 __all__ = ["Agent", "ChildFailedError", "LaunchConfig", "RendezvousError"]
 
@@ -267,7 +267,7 @@ class Agent:
             # No --node-rank (--rdzv-backend c10d): the node whose address the endpoint names serves the
             # store and is node 0 (if its port is taken, another launcher here got there first).
             served = False
-            if is_local_address(c.master_addr):
+            if _is_local_address(c.master_addr):
                 try:
                     self.store = TCPStore(
                         c.master_addr, c.master_port, is_master=True, wait_for_workers=False, timeout=self._timeout()

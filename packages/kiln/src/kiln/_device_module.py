@@ -40,14 +40,29 @@ class DeviceModule(types.ModuleType):
         self._type = name
 
     def __dir__(self):
-        return sorted(set(super().__dir__()) | set(_PUBLIC))
+        return sorted(set(super().__dir__()) | set(_PUBLIC) | set(self._extension_names()))
 
     def __getattr__(self, attr: str):
         if attr == "amp":  # kiln-amp's kiln.<type>.amp, imported on first use
             import importlib
 
             return importlib.import_module(f"{self.__name__}.amp")
+        if not attr.startswith("_"):  # the plugin's own names (its contract's ``module``)
+            extension = self._extension()
+            if extension is not None and attr in self._extension_names():
+                return getattr(extension, attr)
         raise AttributeError(f"module {self.__name__!r} has no attribute {attr!r}")
+
+    def _extension(self):
+        c = self._contract()
+        return None if c is None else c.module
+
+    def _extension_names(self) -> list[str]:
+        extension = self._extension()
+        if extension is None:
+            return []
+        names = getattr(extension, "__all__", None)
+        return list(names) if names is not None else [n for n in vars(extension) if not n.startswith("_")]
 
     def _contract(self):
         from kiln import _plugins

@@ -77,7 +77,10 @@ class DeviceType:
     ``write(storage, start, array)`` copies a 1-D NumPy array into storage at element ``start``.
     Storage objects support ``len()``, in elements. ``dtypes`` lists the dtypes the device holds;
     ``autocast_dtype`` is the dtype ``kiln.autocast`` casts to on it by default (None: float16, as on
-    cuda). The rest have defaults suited to a single always-available device.
+    cuda). ``empty_cache()`` releases an allocator's cached memory (``kiln.<name>.empty_cache``).
+    ``module`` is an object (usually a module) whose public names extend ``kiln.<name>`` beyond
+    the generic ones (streams, device properties... as kiln-cuda's ``kiln.cuda.Stream``). The rest have
+    defaults suited to a single always-available device.
     """
 
     name: str
@@ -93,6 +96,8 @@ class DeviceType:
     data_ptr: Callable = id
     dtypes: tuple = dt.ALL_DTYPES
     autocast_dtype: dt.dtype | None = None
+    empty_cache: Callable | None = None
+    module: Any = None
 
 
 _lock = threading.RLock()

@@ -1,0 +1,218 @@
+"""What generated kernel modules see: scalar math, casts and the jit decorators, bound for the hardware
+or for numba's simulator.
+
+Kernel source is one text for both. Its leaf math functions (``exp_``, ``fmod_``...) are libdevice's on a
+GPU (``expf`` for float32, ``exp`` for float64) and NumPy's ufuncs under the simulator, where Python's
+``math`` raises on overflow, poles and domain errors that CUDA answers with inf or NaN. The bf16 helpers
+convert bfloat16 bits to float32 and back (round to nearest even) on integers, so every GPU computes
+bfloat16 tensors.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from kiln_cuda import _driver
+
+__all__ = ["bind", "caster", "HELPERS"]
+
+# leaf name -> (libdevice float32, libdevice float64, NumPy function for the simulator)
+_LEAVES = {
+    "exp": ("expf", "exp", np.exp),
+    "log": ("logf", "log", np.log),
+    "sqrt": ("sqrtf", "sqrt", np.sqrt),
+    "sin": ("sinf", "sin", np.sin),
+    "cos": ("cosf", "cos", np.cos),
+    "tan": ("tanf", "tan", np.tan),
+    "tanh": ("tanhf", "tanh", np.tanh),
+    "sinh": ("sinhf", "sinh", np.sinh),
+    "cosh": ("coshf", "cosh", np.cosh),
+    "asin": ("asinf", "asin", np.arcsin),
+    "acos": ("acosf", "acos", np.arccos),
+    "atan": ("atanf", "atan", np.arctan),
+    "asinh": ("asinhf", "asinh", np.arcsinh),
+    "acosh": ("acoshf", "acosh", np.arccosh),
+    "atanh": ("atanhf", "atanh", np.arctanh),
+    "expm1": ("expm1f", "expm1", np.expm1),
+    "log1p": ("log1pf", "log1p", np.log1p),
+    "floor": ("floorf", "floor", np.floor),
+    "ceil": ("ceilf", "ceil", np.ceil),
+    "trunc": ("truncf", "trunc", np.trunc),
+    "rint": ("rintf", "rint", np.rint),
+    "fabs": ("fabsf", "fabs", np.abs),
+    "fmod": ("fmodf", "fmod", np.fmod),
+    "atan2": ("atan2f", "atan2", np.arctan2),
+    "pow": ("powf", "pow", np.power),
+    "copysign": ("copysignf", "copysign", np.copysign),
+    "hypot": ("hypotf", "hypot", np.hypot),
+    "nextafter": ("nextafterf", "nextafter", np.nextafter),
+    "erf": ("erff", "erf", None),
+    "erfc": ("erfcf", "erfc", None),
+    "lgamma": ("lgammaf", "lgamma", None),
+}
+
+
+def _sim_math(fn):
+    """A ``math`` function made total as CUDA's is (inf at poles and overflow, NaN off the domain)."""
+
+    def leaf(x):
+        try:
+            return type(x)(fn(x)) if isinstance(x, np.floating) else fn(x)
+        except OverflowError:
+            return type(x)(math.inf) if isinstance(x, np.floating) else math.inf
+        except ValueError:
+            return type(x)(math.inf if fn is math.lgamma else math.nan)
+
+    return leaf
+
+
+def caster(np_dtype):
+    """The cast to a dtype inside a kernel: a numba type on the GPU, a NumPy scalar type in the simulator."""
+    np_dtype = np.dtype(np_dtype)
+    if np_dtype == np.bool_:
+        return bool
+    if _driver.SIM:
+        return np_dtype.type
+    import numba
+
+    return numba.from_dtype(np_dtype)
+
+
+def _bits_sim():
+    def as_float(i):
+        return np.uint32(np.int64(i) & 0xFFFFFFFF).view(np.float32)
+
+    def as_int(f):
+        return np.int64(np.float32(f).view(np.int32))
+
+    return as_float, as_int
+
+
+def bind(ns: dict, float_dtype: str) -> None:
+    """Fill a generated module's globals: leaves for ``float_dtype`` ("float32"/"float64"), casts, jit."""
+    f32 = float_dtype == "float32"
+    if _driver.SIM:
+        for name, (_, _, npf) in _LEAVES.items():
+            ns[name + "_"] = npf if npf is not None else _sim_math(getattr(math, name))
+        ns["as_float"], ns["as_int"] = _bits_sim()
+        ns["errstate"] = np.errstate
+        ns["jit"] = _driver.cuda().jit
+        ns["device_jit"] = lambda fn: fn
+    else:
+        from numba.cuda import libdevice
+
+        for name, (lf, ld, _) in _LEAVES.items():
+            ns[name + "_"] = getattr(libdevice, lf if f32 else ld)
+        ns["as_float"] = libdevice.int_as_float
+        ns["as_int"] = libdevice.float_as_int
+        c = _driver.cuda()
+        ns["jit"] = lambda fn: c.jit(fn, cache=True)
+        ns["device_jit"] = lambda fn: c.jit(fn, device=True, inline="always", cache=True)
+    ns["cuda"] = _driver.cuda()
+    ns["F"] = caster(float_dtype)
+    ns["F32"] = caster("float32")
+    ns["I32"] = caster("int32")
+    ns["I64"] = caster("int64")
+    ns["U16"] = caster("uint16")
+    ns["caster"] = caster
+    ns["INF"] = math.inf
+
+
+# Scalar helpers shared by the generated kernels (device functions on the GPU), written once for both.
+# ``F`` is the float type of the kernel's float math; the integer helpers keep their operands' type.
+HELPERS = '''
+def bf16_load(u):
+    return as_float(I32(u) << 16)
+
+
+def bf16_store(f):
+    if f != f:
+        return U16(0x7FC0)
+    b = I64(as_int(F32(f)))
+    b = b + 0x7FFF + ((b >> 16) & 1)
+    return U16((b >> 16) & 0xFFFF)
+
+
+def max_nan(a, b):
+    if a != a:
+        return a
+    if b != b:
+        return b
+    return a if a > b else b
+
+
+def min_nan(a, b):
+    if a != a:
+        return a
+    if b != b:
+        return b
+    return a if a < b else b
+
+
+def sign_f(x):
+    if x != x:
+        return x
+    return F(x > 0) - F(x < 0)
+
+
+def rem_f(a, b):
+    m = fmod_(a, b)
+    if m != 0 and ((b < 0) != (m < 0)):
+        m = m + b
+    return m
+
+
+def floordiv_f(a, b):
+    if b == 0:
+        return a / b
+    m = fmod_(a, b)
+    d = (a - m) / b
+    if m != 0 and ((b < 0) != (m < 0)):
+        d = d - F(1)
+    if d != 0:
+        q = floor_(d)
+        if d - q > F(0.5):
+            q = q + F(1)
+        return q
+    return copysign_(F(0), a / b)
+
+
+def truncdiv_i(a, b):
+    q = a // b
+    if q * b != a and ((a < 0) != (b < 0)):
+        q = q + 1
+    return q
+
+
+def fmod_i(a, b):
+    return a - b * truncdiv_i(a, b)
+
+
+def pow_i(a, b):
+    if b < 0:
+        if a == 1:
+            return a
+        if a == -1:
+            return a if b % 2 != 0 else -a
+        return a * 0
+    r = a * 0 + 1
+    while b > 0:
+        if b % 2 == 1:
+            r = r * a
+        a = a * a
+        b = b // 2
+    return r
+
+
+def round_f(x, scale, neg):
+    if scale == 1:
+        return rint_(x)
+    if neg:
+        return rint_(x / scale) * scale
+    return rint_(x * scale) / scale
+'''
+
+HELPER_NAMES = ("bf16_load", "bf16_store", "max_nan", "min_nan", "sign_f", "rem_f", "floordiv_f", "truncdiv_i",
+                "fmod_i", "pow_i", "round_f")

@@ -34,6 +34,9 @@ BACKENDS: dict[str, list[str]] = {
     "reference": [],  # the core alone: NumPy reference kernels for device "cpu"
     "example": ["-e", EXAMPLE_DEVICE],  # device "example": the primitive set, the rest through decompositions
     "cpu": ["-e", "packages/kiln-cpu"],  # Numba kernels for device "cpu" over the reference ones
+    # device "cuda" on numba's CUDA simulator; the cu13 extra brings NVVM, so the same kernels are also
+    # compiled to PTX for real GPUs (kiln-cuda's test_ptx.py), with no GPU and no system toolkit
+    "cuda-sim": ["-e", "packages/kiln-cuda[cu13]"],
 }
 # The device each backend's conformance run checks (`pytest --kiln-device=...`): "cpu" unless listed.
 BACKEND_DEVICE: dict[str, str] = {
@@ -44,6 +47,9 @@ BACKEND_DEVICE: dict[str, str] = {
 BACKEND_ENV: dict[str, dict[str, str]] = {
     "cuda-sim": {"NUMBA_ENABLE_CUDASIM": "1"},  # numba's CUDA simulator: CUDA kernels run on the CPU
 }
+# Backends whose device is not "cpu" and that leave the core's own tests alone: the core's tests run on
+# device "cpu", so such a cell would only repeat the reference cell's run of them.
+SKIP_CORE_TESTS = {"cuda-sim"}
 # Extra environment for the conformance run only.
 CONFORMANCE_ENV: dict[str, dict[str, str]] = {
     # kiln-cpu hands small tensors to the reference kernels (cheaper below ~256k elements); the suite's
@@ -107,7 +113,8 @@ def _install_kiln(session: nox.Session, *extra: str) -> None:
 
 def _own_tests(install_args: list[str]) -> list[str]:
     """The tests/ folders of the projects a backend installs (``-e path`` arguments)."""
-    paths = [a for a in install_args if not a.startswith("-") and (ROOT / a / "tests").is_dir()]
+    paths = [a.split("[")[0] for a in install_args if not a.startswith("-")]  # without extras ("pkg[cu13]")
+    paths = [p for p in paths if (ROOT / p / "tests").is_dir()]
     return [f"{p}/tests" for p in paths]
 
 
@@ -123,8 +130,11 @@ def tests(session: nox.Session, backend: str) -> None:
     ok = [0, 5] if session.posargs else [0]
     pytest = ("pytest", "--import-mode=importlib", "-q")
     runs = _PytestRuns(session, ok)
-    runs.run(*pytest, "packages/kiln/tests", *session.posargs)
-    runs.run(*pytest, f"{TESTING}/tests", *_own_tests(BACKENDS[backend]), *session.posargs)
+    if backend not in SKIP_CORE_TESTS:
+        runs.run(*pytest, "packages/kiln/tests", *session.posargs)
+        runs.run(*pytest, f"{TESTING}/tests", *_own_tests(BACKENDS[backend]), *session.posargs)
+    else:
+        runs.run(*pytest, *_own_tests(BACKENDS[backend]), *session.posargs)
     device = BACKEND_DEVICE.get(backend, "cpu")
     runs.run(*pytest, f"--kiln-device={device}", *session.posargs, env=CONFORMANCE_ENV.get(backend, {}))
     # Feature packages (kiln-nn, kiln-data, ...) run on the default device "cpu": their tests run in the

@@ -16,10 +16,12 @@ __all__ = ["SIM", "cuda", "is_available", "device_count", "address", "THREADS", 
 
 SIM = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
 
-# Threads per block of the pointwise and reduction kernels, and the matmul tile's side.
-THREADS = 4 if SIM else 256
-TILE = 4 if SIM else 16
-MAX_BLOCKS = 8 if SIM else 65535
+# Threads per block of the pointwise and reduction kernels, the matmul tile's side, and the most blocks a
+# grid-stride launch uses. The simulator starts a Python thread per CUDA thread: its launches stay tiny
+# (still more than one thread per block and more than one block, so the trees and strides are exercised).
+THREADS = 2 if SIM else 256
+TILE = 2 if SIM else 16
+MAX_BLOCKS = 2 if SIM else 65535
 
 
 @functools.cache

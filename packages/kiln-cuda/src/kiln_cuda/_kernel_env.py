@@ -152,8 +152,6 @@ def min_nan(a, b):
 
 
 def sign_f(x):
-    if x != x:
-        return x
     return F(x > 0) - F(x < 0)
 
 

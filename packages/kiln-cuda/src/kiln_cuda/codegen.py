@@ -27,10 +27,104 @@ import numpy as np
 from kiln_cuda import _driver
 from kiln_cuda._kernel_env import HELPER_NAMES, HELPERS
 
-__all__ = ["pointwise_kernel", "reduction_kernel", "matmul_kernel", "cache_dir", "coalesce", "Operand"]
+__all__ = ["pointwise_kernel", "reduction_kernel", "matmul_kernel", "cache_dir", "coalesce", "Operand", "launch",
+           "start_recording", "recorded", "replay"]
 
 _lock = threading.Lock()
 _modules: dict[str, object] = {}
+
+# ------------------------------------------------------------------------------------------------ recording
+# Under the simulator the kernels run as Python, which accepts code numba.cuda would reject. So kiln-cuda's
+# tests record every (generator call, argument types) the simulator launched and compile each one again for
+# a real GPU (compile_ptx, no GPU needed): test_ptx.py.
+
+_recording: set | None = None
+_made_by: dict[int, tuple] = {}  # id(kernel) -> (generator name, its arguments as plain data)
+
+
+def start_recording() -> None:
+    """Record every launch from now on (:func:`recorded` returns them)."""
+    global _recording
+    _recording = set()
+
+
+def recorded() -> list[tuple]:
+    """The launches recorded so far: (generator name, generator arguments, argument type specs)."""
+    return sorted(_recording or (), key=repr)
+
+
+def _describe(x):
+    if isinstance(x, Operand):
+        return ("operand", x.compute.name, None if x.storage_dtype is None else x.storage_dtype.name, x.is_scalar)
+    if isinstance(x, np.dtype):
+        return ("dtype", x.name)
+    if isinstance(x, list):
+        return ("list", tuple(_describe(v) for v in x))
+    return x
+
+
+def _type_spec(a):
+    if isinstance(a, tuple):
+        return ("tuple", len(a))
+    if isinstance(a, (bool, np.bool_)):
+        return ("scalar", "bool")
+    if isinstance(a, int):
+        return ("scalar", "int64")
+    if isinstance(a, np.generic):
+        return ("scalar", a.dtype.name)
+    return ("array", np.dtype(a.dtype).name)
+
+
+def launch(kernel, grid, block, stream, args) -> None:
+    """Launch a generated kernel on ``stream`` (recording it when :func:`start_recording` was called)."""
+    if _recording is not None:
+        _recording.add((*_made_by[id(kernel)], tuple(_type_spec(a) for a in args)))
+    kernel[grid, block, stream](*args)
+
+
+def _remember(name: str, args: tuple, kernel):
+    _made_by.setdefault(id(kernel), (name, tuple(_describe(a) for a in args)))
+    return kernel
+
+
+def replay(name: str, described: tuple, types: tuple, cc: tuple[int, int] = (7, 5)) -> str:
+    """PTX for a recorded launch: the generator rerun from its described arguments (on the GPU path, outside
+    the simulator) and the kernel compiled for compute capability ``cc`` with the recorded argument types."""
+    import numba
+    from numba import types as nt
+
+    def undescribe(d):
+        if isinstance(d, (tuple, list)) and d and d[0] == "operand":
+            _, compute, storage, is_scalar = d
+            return Operand(compute=np.dtype(compute), array=None if is_scalar else True, scalar=0 if is_scalar else None,
+                           storage_dtype=None if storage is None else _np_dtype(storage))
+        if isinstance(d, (tuple, list)) and d and d[0] == "dtype":
+            return _np_dtype(d[1])
+        if isinstance(d, (tuple, list)) and d and d[0] == "list":
+            return [undescribe(v) for v in d[1]]
+        return d
+
+    from kiln_cuda.memory import storage_dtype
+
+    def numba_type(spec):
+        kind, what = spec
+        if kind == "tuple":
+            return nt.UniTuple(nt.int64, what)
+        if kind == "array":
+            return nt.Array(numba.from_dtype(storage_dtype(_np_dtype(what))), 1, "A")
+        return nt.boolean if what == "bool" else numba.from_dtype(_np_dtype(what))
+
+    kernel = _GENERATORS[name](*[undescribe(d) for d in described])
+    ptx, _ = _driver.cuda().compile_ptx(kernel.py_func, tuple(numba_type(t) for t in types), cc=cc)
+    return ptx
+
+
+def _np_dtype(name: str) -> np.dtype:
+    if name == "bfloat16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
 
 
 def cache_dir() -> Path:
@@ -174,7 +268,7 @@ def pointwise_kernel(expr: str, ops: list[Operand], out_dtype: np.dtype, ndim: i
         + "    while i < n:\n"
         + _body(inner, 8)
     )
-    return _load(src, float_dtype)
+    return _remember("pointwise_kernel", (expr, ops, out_dtype, ndim, float_dtype), _load(src, float_dtype))
 
 
 # ------------------------------------------------------------------------------------------------ reductions
@@ -219,15 +313,9 @@ def reduction_kernel(kind: str, op: Operand, acc_dtype: np.dtype, out_dtype: np.
             f"    return {better} or (bv == av and bi < ai)\n\n\n"
             "better = device_jit(better)\n\n\n"
         )
-        fold = [
-            "if better(acc, acci, v, j):",
-            "    acc = v",
-            "    acci = j",
-        ]
         init = ["acc = ACC(0)", "acci = I64(-1)"]
-        first = ["if acci < 0:", "    acc = v", "    acci = j", "elif better(acc, acci, v, j):",
+        fold = ["if acci < 0:", "    acc = v", "    acci = j", "elif better(acc, acci, v, j):",
                  "    acc = v", "    acci = j"]
-        fold = first
         share = ["sh[tid] = acc", "shi[tid] = acci"]
         tree = [
             "if tid < s:",
@@ -285,8 +373,6 @@ def reduction_kernel(kind: str, op: Operand, acc_dtype: np.dtype, out_dtype: np.
         "cuda.syncthreads()",
         "o += cuda.gridDim.x",
     ]
-    import numba
-
     src = (
         f"ACC = caster({acc_dtype.name!r})\n"
         f"OT = caster({('float32' if out_dtype.name == 'bfloat16' else out_dtype.name)!r})\n"
@@ -302,8 +388,8 @@ def reduction_kernel(kind: str, op: Operand, acc_dtype: np.dtype, out_dtype: np.
         + "    while o < nout:\n"
         + _body(loop, 8)
     )
-    del numba
-    return _load(src, float_dtype)
+    return _remember("reduction_kernel", (kind, op, acc_dtype, out_dtype, kdim, rdim, float_dtype),
+                     _load(src, float_dtype))
 
 
 # ------------------------------------------------------------------------------------------------ matmul
@@ -355,4 +441,8 @@ def matmul_kernel(a: Operand, b: Operand, acc_dtype: np.dtype, out_dtype: np.dty
         "    while z < nb:\n"
         + _body(loop, 8)
     )
-    return _load(src, float_dtype)
+    return _remember("matmul_kernel", (a, b, acc_dtype, out_dtype, bdim, float_dtype), _load(src, float_dtype))
+
+
+_GENERATORS = {"pointwise_kernel": pointwise_kernel, "reduction_kernel": reduction_kernel,
+               "matmul_kernel": matmul_kernel}

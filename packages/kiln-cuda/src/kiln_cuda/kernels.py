@@ -87,7 +87,7 @@ def launch_pointwise(expr: str, inputs, out: kiln.Tensor, float_dtype: str | Non
     args = [n, cshape, out.untyped_storage().array, out.storage_offset(), cstrides[0]]
     for o in ops:
         args += [o.scalar] if o.is_scalar else [o.array, o.offset, o.strides]
-    kernel[_driver.blocks(n), _driver.THREADS, _stream_of(out)._raw](*args)
+    codegen.launch(kernel, _driver.blocks(n), _driver.THREADS, _stream_of(out)._raw, args)
     return out
 
 
@@ -286,9 +286,8 @@ def _reduce(kind: str, spec, input) -> kiln.Tensor:
     float_dtype = "float64" if acc == np.float64 else "float32"
     kernel = codegen.reduction_kernel(kind, op, acc, _np(spec.dtype), len(kshape), len(rshape), float_dtype)
     grid = min(nout, _driver.MAX_BLOCKS)
-    kernel[grid, _driver.THREADS, _stream_of(out)._raw](
-        nout, nr, kshape, kstride, rshape, rstride, op.array, input.storage_offset(), out.untyped_storage().array
-    )
+    args = (nout, nr, kshape, kstride, rshape, rstride, op.array, input.storage_offset(), out.untyped_storage().array)
+    codegen.launch(kernel, grid, _driver.THREADS, _stream_of(out)._raw, args)
     return out
 
 
@@ -337,10 +336,9 @@ def matmul(spec, input, other):
                                    "float64" if acc == np.float64 else "float32")
     t = _driver.TILE
     grid = (-(-n // t), -(-m // t), min(nb, 65535))
-    kernel[grid, (t, t), _stream_of(out)._raw](
-        m, n, k, nb, bshape, abs_, bbs, oa.array, a.storage_offset(), as0, as1, ob.array, b.storage_offset(),
-        bs0, bs1, out.untyped_storage().array,
-    )
+    args = (m, n, k, nb, bshape, abs_, bbs, oa.array, a.storage_offset(), as0, as1, ob.array, b.storage_offset(),
+            bs0, bs1, out.untyped_storage().array)
+    codegen.launch(kernel, grid, (t, t), _stream_of(out)._raw, args)
     return out
 
 

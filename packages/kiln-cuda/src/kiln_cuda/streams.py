@@ -9,6 +9,7 @@ marked with ``Tensor.record_stream`` — then it waits until the work queued on 
 from __future__ import annotations
 
 import threading
+import time
 
 from kiln_cuda import _driver
 
@@ -102,6 +103,8 @@ class Event:
         stream = current_stream() if stream is None else stream
         self._raw.record(stream._raw)
         self._recorded = True
+        if _driver.SIM:  # the simulator runs work as it is queued and keeps no event times: the host's clock
+            self._time = time.perf_counter()
 
     def wait(self, stream: Stream | None = None) -> None:
         """Make later work on ``stream`` (the current one when None) wait for this event."""
@@ -126,6 +129,8 @@ class Event:
         if not (self._recorded and end_event._recorded):
             raise RuntimeError("Both events must be recorded before calculating elapsed time.")
         end_event.synchronize()
+        if _driver.SIM:
+            return (end_event._time - self._time) * 1000.0
         return float(self._raw.elapsed_time(end_event._raw))
 
     def __repr__(self) -> str:

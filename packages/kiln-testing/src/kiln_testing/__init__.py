@@ -37,6 +37,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="run kiln's conformance suite against device type NAME (e.g. cpu, cuda, or a plugin's device)",
     )
     group.addoption(
+        "--kiln-dtypes",
+        metavar="NAMES",
+        default=None,
+        help="check only these dtypes of the device's (comma-separated, e.g. float32,int64): for slow devices "
+        "such as a simulator; the default is every dtype the device declares",
+    )
+    group.addoption(
         "--kiln-coverage-json",
         metavar="PATH",
         default=None,
@@ -177,11 +184,28 @@ def plan(config: pytest.Config) -> Plan:
     """The conformance plan for this run (built once; device ``cpu`` without ``--kiln-device``)."""
     p = config.stash.get(_PLAN, None)
     if p is None:
-        p = config.stash[_PLAN] = _make_plan(config.getoption("kiln_device", None) or "cpu")
+        p = config.stash[_PLAN] = _make_plan(config.getoption("kiln_device", None) or "cpu", config)
     return p
 
 
-def _make_plan(name: str) -> Plan:
+def _chosen_dtypes(config: pytest.Config, declared: tuple) -> tuple:
+    """The declared dtypes, narrowed to ``--kiln-dtypes`` when given (an unknown or undeclared name is a
+    usage error, never silently nothing)."""
+    raw = config.getoption("kiln_dtypes", None)
+    if not raw:
+        return declared
+    by_name = {_short(d): d for d in declared}
+    names = [n.strip() for n in raw.split(",") if n.strip()]
+    unknown = [n for n in names if n not in by_name]
+    if unknown or not names:
+        raise pytest.UsageError(
+            f"--kiln-dtypes={raw}: {', '.join(unknown) or 'nothing'} is not among the device's dtypes "
+            f"({', '.join(by_name)})"
+        )
+    return tuple(d for d in declared if _short(d) in names)
+
+
+def _make_plan(name: str, config: pytest.Config | None = None) -> Plan:
     import kiln
     import kiln.backend as kb
     import kiln.plugins as _plugins
@@ -206,6 +230,8 @@ def _make_plan(name: str) -> Plan:
     device = kiln.device("cpu") if dev.type == "cpu" else kiln.device(dev.type, dev.index or 0)
     info = next((p for p in _plugins.plugins() if p.name == contract.plugin), None)
     dtypes = tuple(d for d in _all_dtypes() if d in contract.dtypes)
+    if config is not None:
+        dtypes = _chosen_dtypes(config, dtypes)
     ops = {}
     for op_name, opdef in kb.ops().items():
         ops[op_name] = OpInfo(

@@ -58,9 +58,9 @@ def _numerical_jacobian(fn, inputs, idx, eps) -> list[np.ndarray]:
         where = tuple(int(i) for i in np.unravel_index(j, x._shape)) if x._shape else ()
         orig = float(values[where].item()) if where else float(values.item())
         _set(values, where, orig + eps)
-        plus = [o.detach().double().numpy().reshape(-1).copy() for o in _float_outs(fn(*inputs))]
+        plus = [o.detach().double().cpu().numpy().reshape(-1).copy() for o in _float_outs(fn(*inputs))]
         _set(values, where, orig - eps)
-        minus = [o.detach().double().numpy().reshape(-1).copy() for o in _float_outs(fn(*inputs))]
+        minus = [o.detach().double().cpu().numpy().reshape(-1).copy() for o in _float_outs(fn(*inputs))]
         _set(values, where, orig)
         if len(plus) != len(jac):
             raise GradcheckError("the function returned a different number of outputs when its input changed")
@@ -99,7 +99,7 @@ def _analytical_jacobian(fn, inputs, idx) -> list[np.ndarray]:
                 go.view(-1)[r] = 1.0
                 (g,) = grad(o, x, go, retain_graph=True, allow_unused=True)
                 if g is not None:
-                    m[r, :] = g.double().numpy().reshape(-1)
+                    m[r, :] = g.double().cpu().numpy().reshape(-1)  # any device: read on the host
         jac.append(m)
     return jac
 

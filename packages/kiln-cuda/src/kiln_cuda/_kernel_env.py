@@ -204,6 +204,16 @@ def pow_i(a, b):
     return r
 
 
+def logaddexp_f(x, y):
+    if x != x or y != y:
+        return x + y
+    lo = x if x < y else y
+    hi = x if x > y else y
+    if lo != hi or lo - lo == 0:
+        return log1p_(exp_(lo - hi)) + hi
+    return x
+
+
 def round_f(x, scale, neg):
     if scale == 1:
         return rint_(x)
@@ -213,4 +223,4 @@ def round_f(x, scale, neg):
 '''
 
 HELPER_NAMES = ("bf16_load", "bf16_store", "max_nan", "min_nan", "sign_f", "rem_f", "floordiv_f", "truncdiv_i",
-                "fmod_i", "pow_i", "round_f")
+                "fmod_i", "pow_i", "logaddexp_f", "round_f")

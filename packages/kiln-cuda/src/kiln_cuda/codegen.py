@@ -55,7 +55,8 @@ def recorded() -> list[tuple]:
 
 def _describe(x):
     if isinstance(x, Operand):
-        return ("operand", x.compute.name, None if x.storage_dtype is None else x.storage_dtype.name, x.is_scalar)
+        return ("operand", x.compute.name, None if x.storage_dtype is None else x.storage_dtype.name, x.is_scalar,
+                tuple(j for j, _, _ in x.gathers))
     if isinstance(x, np.dtype):
         return ("dtype", x.name)
     if isinstance(x, list):
@@ -95,9 +96,10 @@ def replay(name: str, described: tuple, types: tuple, cc: tuple[int, int] = (7, 
 
     def undescribe(d):
         if isinstance(d, (tuple, list)) and d and d[0] == "operand":
-            _, compute, storage, is_scalar = d
+            _, compute, storage, is_scalar, gathers = d
             return Operand(compute=np.dtype(compute), array=None if is_scalar else True, scalar=0 if is_scalar else None,
-                           storage_dtype=None if storage is None else _np_dtype(storage))
+                           storage_dtype=None if storage is None else _np_dtype(storage),
+                           gathers=[(j, 0, 0) for j in gathers])
         if isinstance(d, (tuple, list)) and d and d[0] == "dtype":
             return _np_dtype(d[1])
         if isinstance(d, (tuple, list)) and d and d[0] == "list":
@@ -174,13 +176,20 @@ def _load(source: str, float_dtype: str):
 
 
 class Operand:
-    """One input of a generated kernel: a device array read through (offset, strides), or a scalar."""
+    """One input of a generated kernel: a device array read through (offset, strides), or a scalar.
 
-    __slots__ = ("array", "offset", "strides", "scalar", "storage_dtype", "compute")
+    ``gathers`` makes the read indirect: for each ``(j, stride, size)`` the value of operand ``j`` (an index,
+    negative ones counting from ``size``) times ``stride`` is added to the position — gather, index_select
+    and advanced indexing are pointwise kernels with such an operand.
+    """
 
-    def __init__(self, *, compute: np.dtype, array=None, offset=0, strides=(), scalar=None, storage_dtype=None):
+    __slots__ = ("array", "offset", "strides", "scalar", "storage_dtype", "compute", "gathers")
+
+    def __init__(self, *, compute: np.dtype, array=None, offset=0, strides=(), scalar=None, storage_dtype=None,
+                 gathers=()):
         self.array, self.offset, self.strides = array, offset, tuple(strides)
         self.scalar, self.storage_dtype, self.compute = scalar, storage_dtype, np.dtype(compute)
+        self.gathers = tuple(gathers)
 
     @property
     def is_scalar(self) -> bool:
@@ -232,13 +241,24 @@ def _body(lines: list[str], indent: int) -> str:
 # ------------------------------------------------------------------------------------------------ pointwise
 
 
-def pointwise_kernel(expr: str, ops: list[Operand], out_dtype: np.dtype, ndim: int, float_dtype: str):
+def _index_term(j: int, stride: str, size: str) -> str:
+    return f"(x{j} + {size} if x{j} < 0 else x{j}) * {stride}"
+
+
+def pointwise_kernel(expr: str, ops: list[Operand], out_dtype: np.dtype, ndim: int, float_dtype: str,
+                     scatter: tuple = (), accumulate: bool = False):
     """A kernel ``kernel(n, shape, out, out_offset, out_strides, <per operand: array, offset, strides |
-    value>)`` writing ``expr`` (over ``x0, x1...``) at each of the ``n`` positions of ``shape``."""
+    value, then (stride, size) per gather term>, <(stride, size) per scatter term>)`` writing ``expr`` (over
+    ``x0, x1...``) at each of the ``n`` positions of ``shape``.
+
+    ``scatter`` lists index operands whose values move the write (times a stride, as an operand's
+    ``gathers`` move a read): scatter, index_copy and index_put are such kernels; with ``accumulate`` the
+    write is an atomic add (scatter_add, index_add, index_put(accumulate=True)).
+    """
     params = ["n", "shape", "out", "oo", "ostr"]
     walk = ["po = oo"]
     steps = ["po += c * ostr[d]"]
-    loads = []
+    loads, late = [], []
     for k, o in enumerate(ops):
         if o.is_scalar:
             params.append(f"v{k}")
@@ -247,7 +267,17 @@ def pointwise_kernel(expr: str, ops: list[Operand], out_dtype: np.dtype, ndim: i
             params += [f"a{k}", f"o{k}", f"s{k}"]
             walk.append(f"p{k} = o{k}")
             steps.append(f"p{k} += c * s{k}[d]")
-            loads.append(f"x{k} = C{k}({_load_expr(f'a{k}', o, f'p{k}')})")
+            where = f"p{k}"
+            for t, (j, _, _) in enumerate(o.gathers):
+                params += [f"gs{k}_{t}", f"gn{k}_{t}"]
+                where += " + " + _index_term(j, f"gs{k}_{t}", f"gn{k}_{t}")
+            (late if o.gathers else loads).append(f"x{k} = C{k}({_load_expr(f'a{k}', o, where)})")
+    target = "po"
+    for t, j in enumerate(scatter):
+        params += [f"ss{t}", f"sn{t}"]
+        target += " + " + _index_term(j, f"ss{t}", f"sn{t}")
+    value = _store_expr(expr, out_dtype)
+    store = f"cuda.atomic.add(out, {target}, {value})" if accumulate else f"out[{target}] = {value}"
     inner = [
         "r = i",
         *walk,
@@ -257,7 +287,8 @@ def pointwise_kernel(expr: str, ops: list[Operand], out_dtype: np.dtype, ndim: i
         "    r = r // sz",
         *[f"    {s}" for s in steps],
         *loads,
-        f"out[po] = {_store_expr(expr, out_dtype)}",
+        *late,
+        store,
         "i += step",
     ]
     src = (
@@ -268,7 +299,8 @@ def pointwise_kernel(expr: str, ops: list[Operand], out_dtype: np.dtype, ndim: i
         + "    while i < n:\n"
         + _body(inner, 8)
     )
-    return _remember("pointwise_kernel", (expr, ops, out_dtype, ndim, float_dtype), _load(src, float_dtype))
+    return _remember("pointwise_kernel", (expr, ops, out_dtype, ndim, float_dtype, tuple(scatter), accumulate),
+                     _load(src, float_dtype))
 
 
 # ------------------------------------------------------------------------------------------------ reductions
@@ -444,5 +476,58 @@ def matmul_kernel(a: Operand, b: Operand, acc_dtype: np.dtype, out_dtype: np.dty
     return _remember("matmul_kernel", (a, b, acc_dtype, out_dtype, bdim, float_dtype), _load(src, float_dtype))
 
 
+# ------------------------------------------------------------------------------------------------ scans
+
+# kind -> the running fold over acc and v (cummax/cummin also keep the index of the running extreme:
+# PyTorch's rule, a NaN or a value >= (<=) the running one takes over, and after a NaN only NaNs do)
+SCANS = {
+    "cumsum": ("ACC(0)", "acc = acc + v"),
+    "cumprod": ("ACC(1)", "acc = acc * v"),
+    "logcumsumexp": ("ACC(-INF)", "acc = logaddexp_f(acc, v)"),
+    "cummax": ("v", "if v != v or (acc == acc and v >= acc):\n    acc = v\n    acci = t"),
+    "cummin": ("v", "if v != v or (acc == acc and v <= acc):\n    acc = v\n    acci = t"),
+}
+
+
+def scan_kernel(kind: str, op: Operand, acc_dtype: np.dtype, out_dtype: np.dtype, ldim: int, float_dtype: str):
+    """A kernel ``kernel(nlines, length, lshape, lin, lout, a, off, sa, out, oo, so, outi)``: one thread per
+    line (every position of the other dims), walking its ``length`` elements in order and writing the running
+    fold; ``cummax``/``cummin`` also write the running index into ``outi``."""
+    init, fold = SCANS[kind]
+    arg = kind in ("cummax", "cummin")
+    walk = [
+        "r = line",
+        "p = off",
+        "q = oo",
+        f"for d in range({ldim - 1}, -1, -1):",
+        "    sz = lshape[d]",
+        "    c = r % sz",
+        "    r = r // sz",
+        "    p += c * lin[d]",
+        "    q += c * lout[d]",
+    ]
+    body = [
+        *walk,
+        f"acc = {'ACC(0)' if arg else init}",
+        "acci = I64(0)",
+        "for t in range(length):",
+        f"    v = ACC({_load_expr('a', op, 'p + t * sa')})",
+        *([f"    if t == 0:", "        acc = v", "        acci = I64(0)", "    else:"] if arg else []),
+        *[("        " if arg else "    ") + ln for ln in fold.split("\n")],
+        f"    out[q + t * so] = {_store_expr('acc', out_dtype)}",
+        *(["    outi[q + t * so] = acci"] if arg else []),
+        "line += cuda.gridsize(1)",
+    ]
+    src = (
+        f"ACC = caster({acc_dtype.name!r})\n"
+        f"OT = caster({('float32' if out_dtype.name == 'bfloat16' else out_dtype.name)!r})\n\n\n"
+        "def kernel(nlines, length, lshape, lin, lout, a, off, sa, out, oo, so, outi):\n"
+        "    line = cuda.grid(1)\n"
+        "    while line < nlines:\n"
+        + _body(body, 8)
+    )
+    return _remember("scan_kernel", (kind, op, acc_dtype, out_dtype, ldim, float_dtype), _load(src, float_dtype))
+
+
 _GENERATORS = {"pointwise_kernel": pointwise_kernel, "reduction_kernel": reduction_kernel,
-               "matmul_kernel": matmul_kernel}
+               "matmul_kernel": matmul_kernel, "scan_kernel": scan_kernel}

@@ -69,24 +69,52 @@ def _stream_of(t: kiln.Tensor):
     return current_stream(t.device.index if t.device.index is not None else None)
 
 
-def launch_pointwise(expr: str, inputs, out: kiln.Tensor, float_dtype: str | None = None) -> kiln.Tensor:
-    """Write ``expr`` over ``inputs`` — (value, compute dtype) pairs, value a tensor or number, read as
-    ``x0, x1...`` — into ``out`` (any strides) at every position of ``out``'s shape; returns ``out``."""
-    shape = tuple(out.shape)
+class Read:
+    """An operand read through explicit strides over a launch's shape (not broadcast from its own shape), and
+    optionally moved by index operands: ``gathers`` is ``((j, stride, size), ...)``, operand ``j``'s value
+    times ``stride`` added to the position (negative values count from ``size``)."""
+
+    __slots__ = ("tensor", "compute", "strides", "gathers")
+
+    def __init__(self, tensor: kiln.Tensor, compute, strides, gathers=()):
+        self.tensor, self.compute, self.strides, self.gathers = tensor, np.dtype(compute), tuple(strides), tuple(gathers)
+
+
+def launch_pointwise(expr: str, inputs, out: kiln.Tensor, float_dtype: str | None = None, *, shape=None,
+                     out_strides=None, scatter=(), accumulate: bool = False) -> kiln.Tensor:
+    """Write ``expr`` over ``inputs`` — (value, compute dtype) pairs, value a tensor or number, broadcast to
+    the launch's shape, or :class:`Read` operands; read as ``x0, x1...`` — into ``out`` at every position of
+    ``shape`` (``out``'s shape by default), through ``out_strides`` (``out``'s strides by default) moved by
+    the ``scatter`` index terms ``(j, stride, size)``; with ``accumulate`` the write adds atomically.
+    Returns ``out``."""
+    shape = tuple(out.shape) if shape is None else tuple(shape)
     n = math.prod(shape)
     if n == 0:
         return out
-    ops = [_operand(v, np.dtype(c), shape) for v, c in inputs]
+    ops = []
+    for item in inputs:
+        if isinstance(item, Read):
+            t = item.tensor
+            ops.append(Operand(compute=item.compute, array=t.untyped_storage().array, offset=t.storage_offset(),
+                               strides=item.strides, storage_dtype=_np(t.dtype), gathers=item.gathers))
+        else:
+            ops.append(_operand(item[0], np.dtype(item[1]), shape))
     tensors = [o for o in ops if not o.is_scalar]
-    cshape, cstrides = codegen.coalesce(shape, [out.stride()] + [o.strides for o in tensors])
+    ostr = tuple(out.stride()) if out_strides is None else tuple(out_strides)
+    cshape, cstrides = codegen.coalesce(shape, [ostr] + [o.strides for o in tensors])
     for o, st in zip(tensors, cstrides[1:]):
         o.strides = st
     if float_dtype is None:
         float_dtype = "float64" if any(o.compute == np.float64 for o in ops) else "float32"
-    kernel = codegen.pointwise_kernel(expr, ops, _np(out.dtype), len(cshape), float_dtype)
+    kernel = codegen.pointwise_kernel(expr, ops, _np(out.dtype), len(cshape), float_dtype,
+                                      tuple(j for j, _, _ in scatter), accumulate)
     args = [n, cshape, out.untyped_storage().array, out.storage_offset(), cstrides[0]]
     for o in ops:
         args += [o.scalar] if o.is_scalar else [o.array, o.offset, o.strides]
+        for _, stride, size in o.gathers:
+            args += [stride, size]
+    for _, stride, size in scatter:
+        args += [stride, size]
     codegen.launch(kernel, _driver.blocks(n), _driver.THREADS, _stream_of(out)._raw, args)
     return out
 

@@ -27,6 +27,7 @@ __all__ = [
     "cpu_fallback",
     "kernel_source",
     "is_missing_error",
+    "needs_missing_kernel",
     "call_on_device",
     "CaseOutcome",
     "run_forward",
@@ -104,9 +105,18 @@ def is_missing_error(exc: BaseException, opdef) -> bool:
     )
 
 
+def needs_missing_kernel(exc: BaseException, dev_type: str) -> bool:
+    """True for the dispatcher's "no kernel" error about any op on ``dev_type``: an op that runs as its
+    decomposition cannot be served where the decomposition reaches a primitive the device lacks."""
+    return isinstance(exc, NotImplementedError) and f"is not currently implemented for the {dev_type} device" in str(
+        exc
+    )
+
+
 def call_on_device(fn, opdef, dev_type: str, args: tuple, kwargs: dict):
-    """``(result, served)``: the op's result, and whether a kernel for the device served it — False when
-    the dispatcher found none (it raised its "no kernel" error, or the CPU fallback ran instead)."""
+    """``(result, served)``: the op's result, and whether the device served it — False when the dispatcher
+    found no kernel for it, or for an op its decomposition uses (it raised its "no kernel" error, or the CPU
+    fallback ran instead)."""
     key = (opdef.name, dev_type)
     before = _plugins.fallback_counts().get(key, 0)
     try:
@@ -114,7 +124,7 @@ def call_on_device(fn, opdef, dev_type: str, args: tuple, kwargs: dict):
             warnings.filterwarnings("ignore", FALLBACK_WARNING, UserWarning)
             out = fn(*args, **kwargs)
     except NotImplementedError as exc:
-        if is_missing_error(exc, opdef):
+        if is_missing_error(exc, opdef) or needs_missing_kernel(exc, dev_type):
             return None, False
         raise
     return out, _plugins.fallback_counts().get(key, 0) == before
@@ -337,6 +347,9 @@ def run_backward(opdef, spec: OpSpec, dtype, device, device_dtypes: tuple) -> li
                 diff, grads = _grads_for(_flat(out), np.random.default_rng(7919), device)
                 kiln.autograd.backward(diff, grads)
         except Exception as exc:  # noqa: BLE001 - reported with the case that raised
+            if needs_missing_kernel(exc, device.type):  # the gradient formula needs a primitive the device lacks
+                outcomes.append(CaseOutcome(case.label, "missing", f"the backward needs a kernel: {exc}"))
+                continue
             hint = "" if fallback_enabled() or "KILN_CPU_FALLBACK" in str(exc) else " (try KILN_CPU_FALLBACK=1)"
             outcomes.append(CaseOutcome(case.label, "mismatch", f"backward raised {_describe(exc)}{hint}"))
             continue

@@ -529,5 +529,54 @@ def scan_kernel(kind: str, op: Operand, acc_dtype: np.dtype, out_dtype: np.dtype
     return _remember("scan_kernel", (kind, op, acc_dtype, out_dtype, ldim, float_dtype), _load(src, float_dtype))
 
 
+# ------------------------------------------------------------------------------------------------ pooling
+
+
+def pool_kernel(op: Operand, acc_dtype: np.dtype, out_dtype: np.dtype, nd: int, adaptive: bool, float_dtype: str):
+    """A max-pooling kernel ``kernel(total, oshape, ishape, ks, ss, ps, ds, a, off, plane, out, outi)`` over
+    ``nd`` spatial dims: one thread per output element walks its window (strided, padded and dilated, or
+    with ``adaptive`` PyTorch's ``[floor(i*n/o), ceil((i+1)*n/o))``) and writes the maximum and its flat
+    position in the plane. PyTorch's rules: the first maximum wins, a NaN always takes over (the last NaN
+    wins), padding never counts."""
+    walk = ["r = i"] + [ln for k in range(nd - 1, -1, -1) for ln in (f"o{k} = r % oshape[{k}]", f"r = r // oshape[{k}]")]
+    walk += ["base = off + r * plane", "best = ACC(0)", "bi = I64(-1)"]
+    loops, pad = [], ""
+    for k in range(nd):
+        if adaptive:
+            loops += [
+                f"{pad}lo{k} = (o{k} * ishape[{k}]) // oshape[{k}]",
+                f"{pad}hi{k} = -((-(o{k} + 1) * ishape[{k}]) // oshape[{k}])",
+                f"{pad}for q{k} in range(lo{k}, hi{k}):",
+            ]
+        else:
+            loops += [
+                f"{pad}for k{k} in range(ks[{k}]):",
+                f"{pad}    q{k} = o{k} * ss[{k}] - ps[{k}] + k{k} * ds[{k}]",
+                f"{pad}    if q{k} < 0 or q{k} >= ishape[{k}]:",
+                f"{pad}        continue",
+            ]
+        pad += "    "
+    flat = " + ".join(f"q{k} * " + " * ".join(f"ishape[{j}]" for j in range(k + 1, nd)) if k < nd - 1 else f"q{k}"
+                      for k in range(nd))
+    loops += [
+        f"{pad}f = {flat}",
+        f"{pad}v = ACC({_load_expr('a', op, 'base + f')})",
+        f"{pad}if bi < 0 or v > best or v != v:",
+        f"{pad}    best = v",
+        f"{pad}    bi = f",
+    ]
+    body = [*walk, *loops, f"out[i] = {_store_expr('best', out_dtype)}", "outi[i] = bi", "i += step"]
+    src = (
+        f"ACC = caster({acc_dtype.name!r})\n"
+        f"OT = caster({('float32' if out_dtype.name == 'bfloat16' else out_dtype.name)!r})\n\n\n"
+        "def kernel(total, oshape, ishape, ks, ss, ps, ds, a, off, plane, out, outi):\n"
+        "    i = cuda.grid(1)\n"
+        "    step = cuda.gridsize(1)\n"
+        "    while i < total:\n"
+        + _body(body, 8)
+    )
+    return _remember("pool_kernel", (op, acc_dtype, out_dtype, nd, adaptive, float_dtype), _load(src, float_dtype))
+
+
 _GENERATORS = {"pointwise_kernel": pointwise_kernel, "reduction_kernel": reduction_kernel,
-               "matmul_kernel": matmul_kernel, "scan_kernel": scan_kernel}
+               "matmul_kernel": matmul_kernel, "scan_kernel": scan_kernel, "pool_kernel": pool_kernel}

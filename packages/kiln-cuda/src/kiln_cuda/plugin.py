@@ -31,7 +31,7 @@ def kiln_register_devices(register):
 
 def kiln_register_kernels(register):
     """Register kiln-cuda's generated kernels (every other op runs through its decomposition)."""
-    from kiln_cuda import kernels, kernels_index
+    from kiln_cuda import kernels, kernels_index, kernels_nn
 
-    for op_name, (kernel, dtypes) in {**kernels.KERNELS, **kernels_index.KERNELS}.items():
+    for op_name, (kernel, dtypes) in {**kernels.KERNELS, **kernels_index.KERNELS, **kernels_nn.KERNELS}.items():
         register(op_name, device.NAME, kernel, dtypes=dtypes)

@@ -76,7 +76,13 @@ PACKAGES: tuple[Package, ...] = (
         ("kiln.testing", "kiln.testing.strategies", "kiln_testing"),
     ),
     Package("kiln-cpu", "``kiln_cpu``", 'Numba JIT kernels for device ``"cpu"``.', ("kiln_cpu",)),
-    Package("kiln-cuda", "``kiln_cuda``", 'Device ``"cuda"``: GPU memory and kernels through ``numba.cuda``.'),
+    Package(
+        "kiln-cuda",
+        "``kiln_cuda``, ``kiln.cuda``",
+        'Device ``"cuda"``: a caching allocator, streams and events, and kernels generated for ``numba.cuda``, '
+        "tested on its simulator.",
+        ("kiln_cuda.api", "kiln_cuda.streams", "kiln_cuda.memory", "kiln_cuda.codegen"),
+    ),
     Package(
         "kiln-nn",
         "``kiln.nn``, ``kiln.optim``",

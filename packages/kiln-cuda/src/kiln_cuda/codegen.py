@@ -39,6 +39,7 @@ _modules: dict[str, object] = {}
 # a real GPU (compile_ptx, no GPU needed): test_ptx.py.
 
 _recording: set | None = None
+_SIM_SWITCH_INTERVAL = 1e-4  # seconds (measured: 3.5 s per small CNN step, 9 s at the default)
 _made_by: dict[int, tuple] = {}  # id(kernel) -> (generator name, its arguments as plain data)
 
 
@@ -80,7 +81,18 @@ def launch(kernel, grid, block, stream, args) -> None:
     """Launch a generated kernel on ``stream`` (recording it when :func:`start_recording` was called)."""
     if _recording is not None:
         _recording.add((*_made_by[id(kernel)], tuple(_type_spec(a) for a in args)))
-    kernel[grid, block, stream](*args)
+    if not _driver.SIM:
+        kernel[grid, block, stream](*args)
+        return
+    # The simulator runs a block's threads as Python threads while its own thread polls them: with the
+    # interpreter's default 5 ms switch interval every hand-over of the GIL waits on that poll. A short
+    # interval during the launch makes simulated kernels several times faster.
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(_SIM_SWITCH_INTERVAL)
+    try:
+        kernel[grid, block, stream](*args)
+    finally:
+        sys.setswitchinterval(interval)
 
 
 def _remember(name: str, args: tuple, kernel):
@@ -408,7 +420,7 @@ def reduction_kernel(kind: str, op: Operand, acc_dtype: np.dtype, out_dtype: np.
     src = (
         f"ACC = caster({acc_dtype.name!r})\n"
         f"OT = caster({('float32' if out_dtype.name == 'bfloat16' else out_dtype.name)!r})\n"
-        f"THREADS = {_driver.THREADS}\n"
+        f"THREADS = {_driver.THREADS}\n"  # the shared arrays' size: launches use at most this many threads
         f"ACC_NB = np.{'bool_' if acc_dtype == np.bool_ else acc_dtype.name}\n"
         "I64_NB = np.int64\n\n\n"
         + src_combine
@@ -429,20 +441,14 @@ def reduction_kernel(kind: str, op: Operand, acc_dtype: np.dtype, out_dtype: np.
 
 def matmul_kernel(a: Operand, b: Operand, acc_dtype: np.dtype, out_dtype: np.dtype, bdim: int, float_dtype: str):
     """A tiled kernel ``kernel(M, N, K, nb, bshape, abstr, bbstr, a, ao, as0, as1, b, bo, bs0, bs1, out)``:
-    block (x, y, z) computes a TILE x TILE tile of the product of batch z (and every gridDim.z-th after it),
-    staging tiles of both operands in shared memory."""
+    block (x, y, z) computes TILE x TILE tiles of the product of batch z, staging tiles of both operands in
+    shared memory, and strides over tiles and batches by the grid's size (every thread of a block runs the
+    same loops, so its barriers are safe)."""
     la = f"ACC({_load_expr('a', a, 'ao + row * as0 + k * as1 + pa')})"
     lb = f"ACC({_load_expr('b', b, 'bo + k * bs0 + col * bs1 + pb')})"
-    loop = [
-        "r = z",
-        "pa = I64(0)",
-        "pb = I64(0)",
-        f"for d in range({bdim - 1}, -1, -1):",
-        "    sz = bshape[d]",
-        "    c = r % sz",
-        "    r = r // sz",
-        "    pa += c * abstr[d]",
-        "    pb += c * bbstr[d]",
+    tile = [
+        "row = ty0 * TILE + ty",
+        "col = tx0 * TILE + tx",
         "acc = ACC(0)",
         "for t in range((K + TILE - 1) // TILE):",
         "    k = t * TILE + tx",
@@ -455,6 +461,24 @@ def matmul_kernel(a: Operand, b: Operand, acc_dtype: np.dtype, out_dtype: np.dty
         "    cuda.syncthreads()",
         "if row < M and col < N:",
         f"    out[z * M * N + row * N + col] = {_store_expr('acc', out_dtype)}",
+        "tx0 += cuda.gridDim.x",
+    ]
+    loop = [
+        "r = z",
+        "pa = I64(0)",
+        "pb = I64(0)",
+        f"for d in range({bdim - 1}, -1, -1):",
+        "    sz = bshape[d]",
+        "    c = r % sz",
+        "    r = r // sz",
+        "    pa += c * abstr[d]",
+        "    pb += c * bbstr[d]",
+        "ty0 = cuda.blockIdx.y",
+        "while ty0 * TILE < M:",
+        "    tx0 = cuda.blockIdx.x",
+        "    while tx0 * TILE < N:",
+        *[f"        {ln}" for ln in tile],
+        "    ty0 += cuda.gridDim.y",
         "z += cuda.gridDim.z",
     ]
     src = (
@@ -467,13 +491,47 @@ def matmul_kernel(a: Operand, b: Operand, acc_dtype: np.dtype, out_dtype: np.dty
         "    sb = cuda.shared.array((TILE, TILE), ACC_NB)\n"
         "    tx = cuda.threadIdx.x\n"
         "    ty = cuda.threadIdx.y\n"
-        "    col = cuda.blockIdx.x * TILE + tx\n"
-        "    row = cuda.blockIdx.y * TILE + ty\n"
         "    z = cuda.blockIdx.z\n"
         "    while z < nb:\n"
         + _body(loop, 8)
     )
     return _remember("matmul_kernel", (a, b, acc_dtype, out_dtype, bdim, float_dtype), _load(src, float_dtype))
+
+
+def dot_kernel(a: Operand, b: Operand, acc_dtype: np.dtype, out_dtype: np.dtype, bdim: int, float_dtype: str):
+    """The untiled matrix product (one thread per output element, a dot product each), with
+    :func:`matmul_kernel`'s arguments: what the simulator runs for all but small products, where the tiled
+    kernel's barriers would cost it milliseconds each (the GPU always runs the tiled one)."""
+    la = f"ACC({_load_expr('a', a, 'ao + row * as0 + k * as1 + pa')})"
+    lb = f"ACC({_load_expr('b', b, 'bo + k * bs0 + col * bs1 + pb')})"
+    loop = [
+        "z = i // (M * N)",
+        "row = (i // N) % M",
+        "col = i % N",
+        "r = z",
+        "pa = I64(0)",
+        "pb = I64(0)",
+        f"for d in range({bdim - 1}, -1, -1):",
+        "    sz = bshape[d]",
+        "    c = r % sz",
+        "    r = r // sz",
+        "    pa += c * abstr[d]",
+        "    pb += c * bbstr[d]",
+        "acc = ACC(0)",
+        "for k in range(K):",
+        f"    acc += {la} * {lb}",
+        f"out[i] = {_store_expr('acc', out_dtype)}",
+        "i += cuda.gridsize(1)",
+    ]
+    src = (
+        f"ACC = caster({acc_dtype.name!r})\n"
+        f"OT = caster({('float32' if out_dtype.name == 'bfloat16' else out_dtype.name)!r})\n\n\n"
+        "def kernel(M, N, K, nb, bshape, abstr, bbstr, a, ao, as0, as1, b, bo, bs0, bs1, out):\n"
+        "    i = cuda.grid(1)\n"
+        "    while i < M * N * nb:\n"
+        + _body(loop, 8)
+    )
+    return _remember("dot_kernel", (a, b, acc_dtype, out_dtype, bdim, float_dtype), _load(src, float_dtype))
 
 
 # ------------------------------------------------------------------------------------------------ scans
@@ -579,4 +637,4 @@ def pool_kernel(op: Operand, acc_dtype: np.dtype, out_dtype: np.dtype, nd: int, 
 
 
 _GENERATORS = {"pointwise_kernel": pointwise_kernel, "reduction_kernel": reduction_kernel,
-               "matmul_kernel": matmul_kernel, "scan_kernel": scan_kernel, "pool_kernel": pool_kernel}
+               "matmul_kernel": matmul_kernel, "dot_kernel": dot_kernel, "scan_kernel": scan_kernel, "pool_kernel": pool_kernel}

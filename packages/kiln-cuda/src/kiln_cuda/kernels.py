@@ -314,8 +314,11 @@ def _reduce(kind: str, spec, input) -> kiln.Tensor:
     float_dtype = "float64" if acc == np.float64 else "float32"
     kernel = codegen.reduction_kernel(kind, op, acc, _np(spec.dtype), len(kshape), len(rshape), float_dtype)
     grid = min(nout, _driver.MAX_BLOCKS)
+    # the simulator pays milliseconds per barrier and thread: for many outputs it folds each in one thread
+    # (the same kernel, its tree skipped); the trees are exercised by reductions to few outputs
+    threads = 1 if _driver.SIM and nout > 64 else _driver.THREADS
     args = (nout, nr, kshape, kstride, rshape, rstride, op.array, input.storage_offset(), out.untyped_storage().array)
-    codegen.launch(kernel, grid, _driver.THREADS, _stream_of(out)._raw, args)
+    codegen.launch(kernel, grid, threads, _stream_of(out)._raw, args)
     return out
 
 
@@ -328,6 +331,10 @@ def _reduction(kind: str):
 
 
 # ---------------------------------------------------------------------------------------------- matmul
+
+
+# The simulator runs the tiled matmul for products up to this many multiply-adds, the untiled one above.
+_SIM_TILED_LIMIT = 4096
 
 
 def matmul(spec, input, other):
@@ -360,12 +367,17 @@ def matmul(spec, input, other):
     acc = _compute(spec.dtype) if spec.dtype.is_floating_point else np.dtype(np.int64)
     oa = Operand(compute=acc, array=a.untyped_storage().array, storage_dtype=_np(a.dtype))
     ob = Operand(compute=acc, array=b.untyped_storage().array, storage_dtype=_np(b.dtype))
-    kernel = codegen.matmul_kernel(oa, ob, acc, _np(spec.dtype), len(bshape),
-                                   "float64" if acc == np.float64 else "float32")
-    t = _driver.TILE
-    grid = (-(-n // t), -(-m // t), min(nb, 65535))
+    float_dtype = "float64" if acc == np.float64 else "float32"
     args = (m, n, k, nb, bshape, abs_, bbs, oa.array, a.storage_offset(), as0, as1, ob.array, b.storage_offset(),
             bs0, bs1, out.untyped_storage().array)
+    if _driver.SIM and m * n * k * nb > _SIM_TILED_LIMIT:
+        kernel = codegen.dot_kernel(oa, ob, acc, _np(spec.dtype), len(bshape), float_dtype)
+        codegen.launch(kernel, _driver.blocks(m * n * nb), _driver.THREADS, _stream_of(out)._raw, args)
+        return out
+    kernel = codegen.matmul_kernel(oa, ob, acc, _np(spec.dtype), len(bshape), float_dtype)
+    t = _driver.TILE
+    cap = _driver.MAX_BLOCKS
+    grid = (min(-(-n // t), cap), min(-(-m // t), cap), min(nb, cap))
     codegen.launch(kernel, grid, (t, t), _stream_of(out)._raw, args)
     return out
 

@@ -172,7 +172,7 @@ _index_copy = _index_write("index_copy", False)
 _index_fill_write = _index_write("index_fill", False)
 
 
-def index_add(spec, input, dim, index, source, *, alpha=1):
+def index_add(spec, input, dim, index, source, alpha=1):
     """``input`` with ``alpha * source``'s slices added at ``index`` along ``dim``."""
     return _index_add(spec, input, dim, index, source, alpha=alpha)
 

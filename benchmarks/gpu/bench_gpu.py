@@ -56,8 +56,16 @@ def mlp(lib):
 
 def cnn(lib):
     nn = knn if lib is kiln else torch.nn
-    return nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(32, 64, 3, padding=1),
-                         nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(64 * 8 * 8, 10))
+    return nn.Sequential(
+        nn.Conv2d(3, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(64 * 8 * 8, 10),
+    )
 
 
 def step_fn(lib, model, x, y):
@@ -70,6 +78,17 @@ def step_fn(lib, model, x, y):
         opt.step()
 
     return step
+
+
+def _elementwise(n: int, record) -> None:
+    """Copy, add, exp and sum over ``n`` floats, with bandwidth against a device-to-device copy."""
+    ka, ta = pair((n,))
+    kb_, tb = pair((n,))
+    copy_ms = torch_time(lambda: tb.copy_(ta))
+    record("copy (device to device)", kiln_time(lambda: kb_.copy_(ka)), copy_ms, 2 * 4 * n, copy_ms)
+    record("add 256M", kiln_time(lambda: ka + kb_), torch_time(lambda: ta + tb), 3 * 4 * n, copy_ms * 1.5)
+    record("exp 256M", kiln_time(lambda: ka.exp()), torch_time(lambda: ta.exp()), 2 * 4 * n, copy_ms)
+    record("sum 256M", kiln_time(lambda: ka.sum()), torch_time(lambda: ta.sum()), 4 * n, copy_ms / 2)
 
 
 def main() -> None:
@@ -87,20 +106,15 @@ def main() -> None:
         rows.append(row)
         print(json.dumps(row), flush=True)
 
-    n = args.elements
-    ka, ta = pair((n,))
-    kb_, tb = pair((n,))
-    copy_ms = torch_time(lambda: tb.copy_(ta))
-    record("copy (device to device)", kiln_time(lambda: kb_.copy_(ka)), copy_ms, 2 * 4 * n, copy_ms)
-    record("add 256M", kiln_time(lambda: ka + kb_), torch_time(lambda: ta + tb), 3 * 4 * n, copy_ms * 1.5)
-    record("exp 256M", kiln_time(lambda: ka.exp()), torch_time(lambda: ta.exp()), 2 * 4 * n, copy_ms)
-    record("sum 256M", kiln_time(lambda: ka.sum()), torch_time(lambda: ta.sum()), 4 * n, copy_ms / 2)
-    del ka, kb_, ta, tb
+    _elementwise(args.elements, record)
     kx, tx = pair((8192, 4096))
     record("softmax 8192x4096", kiln_time(lambda: KF.softmax(kx, -1)), torch_time(lambda: torch.softmax(tx, -1)))
     kw, tw = pair((4096,))
-    record("layer_norm 8192x4096", kiln_time(lambda: KF.layer_norm(kx, (4096,), kw)),
-           torch_time(lambda: torch.nn.functional.layer_norm(tx, (4096,), tw)))
+    record(
+        "layer_norm 8192x4096",
+        kiln_time(lambda: KF.layer_norm(kx, (4096,), kw)),
+        torch_time(lambda: torch.nn.functional.layer_norm(tx, (4096,), tw)),
+    )
     for dtype in ("float32", "float16"):
         km, tm = pair((4096, 4096), dtype)
         record(f"matmul 4096 {dtype}", kiln_time(lambda km=km: km @ km, 5), torch_time(lambda tm=tm: tm @ tm, 5))
@@ -108,8 +122,11 @@ def main() -> None:
     kc, tc = pair((64, 64, 3, 3))
     ki.requires_grad_()
     ti.requires_grad_()
-    record("conv2d fwd+bwd 32x64x56x56", kiln_time(lambda: KF.conv2d(ki, kc, padding=1).sum().backward(), 5),
-           torch_time(lambda: torch.nn.functional.conv2d(ti, tc, padding=1).sum().backward(), 5))
+    record(
+        "conv2d fwd+bwd 32x64x56x56",
+        kiln_time(lambda: KF.conv2d(ki, kc, padding=1).sum().backward(), 5),
+        torch_time(lambda: torch.nn.functional.conv2d(ti, tc, padding=1).sum().backward(), 5),
+    )
     for name, make, shape in (("MLP step", mlp, (256, 784)), ("CNN step", cnn, (64, 3, 32, 32))):
         torch.manual_seed(0)
         tmodel = make(torch).cuda()

@@ -40,8 +40,10 @@ def test_device_context_and_device_of():
         assert kiln.cuda.current_device() == 0
 
 
-@pytest.mark.parametrize("dtype", [kiln.bool, kiln.uint8, kiln.int8, kiln.int32, kiln.int64, kiln.float16,
-                                   kiln.bfloat16, kiln.float32, kiln.float64])
+@pytest.mark.parametrize(
+    "dtype",
+    [kiln.bool, kiln.uint8, kiln.int8, kiln.int32, kiln.int64, kiln.float16, kiln.bfloat16, kiln.float32, kiln.float64],
+)
 def test_round_trip_every_dtype(dtype):
     src = kiln.tensor([[0, 1, 2], [3, 4, 5]]).to(dtype)
     for moved in (src.cuda(), src.to("cuda"), src.to("cuda:0"), kiln.tensor(src.tolist(), dtype=dtype, device="cuda")):
@@ -101,7 +103,9 @@ def test_out_of_memory_names_the_sizes():
     total = kiln.cuda.get_device_properties().total_memory
     kiln.cuda.set_per_process_memory_fraction(0.0)
     try:
-        with pytest.raises(kiln.cuda.OutOfMemoryError, match=r"CUDA out of memory\. Tried to allocate 4\.00 MiB") as info:
+        with pytest.raises(
+            kiln.cuda.OutOfMemoryError, match=r"CUDA out of memory\. Tried to allocate 4\.00 MiB"
+        ) as info:
             kiln.empty(1 << 20, device="cuda")
         assert "allocated by kiln" in str(info.value) and "reserved by kiln but unallocated" in str(info.value)
         assert isinstance(info.value, RuntimeError)
@@ -154,5 +158,25 @@ def test_numpy_interop_and_errors():
     with pytest.raises(TypeError, match="cuda"):
         x.numpy()
     np.testing.assert_array_equal(x.cpu().numpy(), np.arange(6).reshape(2, 3))
-    with pytest.raises(RuntimeError, match="same device|cuda"):
+    with pytest.raises(RuntimeError, match=r"same device|cuda"):
         x + kiln.ones(2, 3)
+
+
+def test_doctor_reports_cuda(capsys):
+    from kiln._cli import main
+
+    main(["doctor"])
+    out = capsys.readouterr().out
+    assert "cuda: available" in out
+    assert "kernel cache:" in out
+
+
+def test_cuda_is_absent_cleanly_without_the_plugin():
+    import subprocess
+    import sys
+
+    code = "import kiln; print(kiln.cuda.is_available(), kiln.cuda.device_count())"
+    env = {**__import__("os").environ, "KILN_DISABLE_PLUGINS": "cuda"}
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["False", "0"]

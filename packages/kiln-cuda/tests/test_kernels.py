@@ -38,8 +38,9 @@ def pair(shape, dtype, *, low=-3, high=3, transpose=False):
 
 def same(k_out, t_out, tol=None):
     assert k_out.device.type == "cuda"
-    got = torch.from_numpy(np.asarray(k_out.cpu().float().numpy() if k_out.dtype == kiln.bfloat16
-                                      else k_out.cpu().numpy()))
+    got = torch.from_numpy(
+        np.asarray(k_out.cpu().float().numpy() if k_out.dtype == kiln.bfloat16 else k_out.cpu().numpy())
+    )
     want = t_out.float() if t_out.dtype == torch.bfloat16 else t_out
     assert tuple(got.shape) == tuple(want.shape)
     if tol is None:
@@ -130,8 +131,11 @@ def test_reductions(dtype, dims):
     a, ta = pair((3, 4, 5), dtype)
     kwargs = {} if dims is None else {"dim": dims}
     same(a.sum(**kwargs), ta.sum(**kwargs), tol=5e-2 if dtype == "bfloat16" else None)
-    same(a.sum(**kwargs, keepdim=True) if dims is not None else a.sum(), ta.sum(**kwargs, keepdim=True)
-         if dims is not None else ta.sum(), tol=5e-2 if dtype == "bfloat16" else None)
+    same(
+        a.sum(**kwargs, keepdim=True) if dims is not None else a.sum(),
+        ta.sum(**kwargs, keepdim=True) if dims is not None else ta.sum(),
+        tol=5e-2 if dtype == "bfloat16" else None,
+    )
     if dtype != "bool":
         am = {} if dims is None else {"dim": dims}
         same(a.amax(**am), ta.amax(**am))
@@ -141,8 +145,11 @@ def test_reductions(dtype, dims):
         if dtype != "bool":
             same(a.argmax(**d), ta.argmax(**d))
             same(a.argmin(**d), ta.argmin(**d))
-        same(a.prod(**d) if dims is not None else a.prod(), ta.prod(**d) if dims is not None else ta.prod(),
-             tol=5e-2 if dtype in ("bfloat16", "float16") else 1e-5)
+        same(
+            a.prod(**d) if dims is not None else a.prod(),
+            ta.prod(**d) if dims is not None else ta.prod(),
+            tol=5e-2 if dtype in ("bfloat16", "float16") else 1e-5,
+        )
 
 
 def test_reduction_nan_rules_and_ties():
@@ -158,8 +165,15 @@ def test_reduction_nan_rules_and_ties():
 @pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "int64"])
 @pytest.mark.parametrize(
     "sa,sb",
-    [((5, 7), (7, 3)), ((7,), (7, 3)), ((5, 7), (7,)), ((7,), (7,)), ((2, 1, 5, 7), (3, 7, 4)), ((0, 4), (4, 2)),
-     ((3, 0), (0, 2))],
+    [
+        ((5, 7), (7, 3)),
+        ((7,), (7, 3)),
+        ((5, 7), (7,)),
+        ((7,), (7,)),
+        ((2, 1, 5, 7), (3, 7, 4)),
+        ((0, 4), (4, 2)),
+        ((3, 0), (0, 2)),
+    ],
 )
 def test_matmul(dtype, sa, sb):
     a, ta = pair(sa, dtype)
@@ -184,8 +198,10 @@ def test_cat_copies_and_conversions():
     same(a.to(kiln.float16), ta.to(torch.float16))
     same(a.to(kiln.bfloat16), ta.to(torch.bfloat16))
     same(a.t().contiguous(), ta.t().contiguous())
-    same(kiln.full((2, 2), -3, dtype=kiln.uint8, device="cuda") if False else kiln.full((2, 2), 7, device="cuda"),
-         torch.full((2, 2), 7.0))
+    same(
+        kiln.full((2, 2), -3, dtype=kiln.uint8, device="cuda") if False else kiln.full((2, 2), 7, device="cuda"),
+        torch.full((2, 2), 7.0),
+    )
 
 
 def test_autograd_runs_on_the_device():

@@ -48,8 +48,7 @@ def test_every_simulated_kernel_compiles_for_a_gpu(tmp_path):
     path = tmp_path / "launches.json"
     path.write_text(json.dumps(launches))
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    r = subprocess.run([sys.executable, "-c", CHILD, str(path)], env=env, capture_output=True, text=True,
-                       timeout=1500)
+    r = subprocess.run([sys.executable, "-c", CHILD, str(path)], env=env, capture_output=True, text=True, timeout=1500)
     if r.returncode == 3:
         pytest.skip(r.stdout.strip())
     assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]

@@ -46,8 +46,10 @@ def _train(model, device, data, optimizer):
 )
 def test_training_matches_the_cpu(make, shape, optimizer):
     rng = np.random.default_rng(1)
-    data = [(kiln.tensor(rng.standard_normal(shape).astype(np.float32)), kiln.tensor(rng.integers(0, 3, shape[0])))
-            for _ in range(3)]
+    data = [
+        (kiln.tensor(rng.standard_normal(shape).astype(np.float32)), kiln.tensor(rng.integers(0, 3, shape[0])))
+        for _ in range(3)
+    ]
     kiln.manual_seed(0)
     cpu_model = make()
     gpu_model = make()

@@ -39,7 +39,7 @@ def _probe() -> tuple[bool, int, str]:
         if not c.is_available():
             return False, 0, "numba.cuda finds no usable GPU (no driver, or no device)"
         return True, len(c.gpus), ""
-    except Exception as exc:  # a broken toolkit or driver: no device, with the reason for kiln doctor
+    except Exception as exc:  # noqa: BLE001 - a broken toolkit or driver: no device, with the reason for kiln doctor
         return False, 0, f"{type(exc).__name__}: {exc}"
 
 

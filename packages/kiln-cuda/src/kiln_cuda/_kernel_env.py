@@ -122,7 +122,7 @@ def bind(ns: dict, float_dtype: str) -> None:
 
 # Scalar helpers shared by the generated kernels (device functions on the GPU), written once for both.
 # ``F`` is the float type of the kernel's float math; the integer helpers keep their operands' type.
-HELPERS = '''
+HELPERS = """
 def bf16_load(u):
     return as_float(I32(u) << 16)
 
@@ -220,7 +220,19 @@ def round_f(x, scale, neg):
     if neg:
         return rint_(x / scale) * scale
     return rint_(x * scale) / scale
-'''
+"""
 
-HELPER_NAMES = ("bf16_load", "bf16_store", "max_nan", "min_nan", "sign_f", "rem_f", "floordiv_f", "truncdiv_i",
-                "fmod_i", "pow_i", "logaddexp_f", "round_f")
+HELPER_NAMES = (
+    "bf16_load",
+    "bf16_store",
+    "max_nan",
+    "min_nan",
+    "sign_f",
+    "rem_f",
+    "floordiv_f",
+    "truncdiv_i",
+    "fmod_i",
+    "pow_i",
+    "logaddexp_f",
+    "round_f",
+)

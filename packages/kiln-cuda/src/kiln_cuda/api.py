@@ -233,7 +233,9 @@ def memory_summary(device=None, abbreviated: bool = False) -> str:
     ]
     width = 75
     out = ["|" + "=" * width + "|", f"|{'kiln CUDA memory summary, device ID ' + str(index):^{width}}|"]
-    out.append(f"|{'CUDA OOMs: ' + str(s['num_ooms']) + '  |  cudaMalloc retries: ' + str(s['num_alloc_retries']):^{width}}|")
+    out.append(
+        f"|{'CUDA OOMs: ' + str(s['num_ooms']) + '  |  cudaMalloc retries: ' + str(s['num_alloc_retries']):^{width}}|"
+    )
     out.append("|" + "=" * width + "|")
     out.append(f"| {'Metric':<23}| {'Cur Usage':>10} | {'Peak Usage':>10} | {'Tot Alloc':>10} | {'Tot Freed':>9} |")
     out.append("|" + "-" * width + "|")
@@ -245,6 +247,55 @@ def memory_summary(device=None, abbreviated: bool = False) -> str:
     out.append(f"| {'Cached blocks':<23}| {a.cached_blocks():>10} |" + " " * (width - 37) + "|")
     out.append("|" + "=" * width + "|")
     return "\n".join(out) + "\n"
+
+
+def kiln_doctor() -> list[tuple[str, str]]:
+    """What ``kiln doctor`` says about CUDA on this machine: ("info" | "advice", text) pairs. Not part of
+    ``kiln.cuda`` (not in ``__all__``): the core's doctor asks the device contract's module for it."""
+    import importlib.util
+
+    out: list[tuple[str, str]] = []
+    if _driver.SIM:
+        out.append(("info", "NUMBA_ENABLE_CUDASIM=1: kernels run on numba's CUDA simulator (on the CPU, slowly)"))
+    elif _driver.is_available():
+        for i in range(_driver.device_count()):
+            p = get_device_properties(i)
+            out.append(("info", f"cuda:{i} {p.name}, compute {p.major}.{p.minor}, {format_size(p.total_memory)}"))
+    else:
+        out.append(("info", f"no usable GPU: {_driver.unavailable_reason()}"))
+        out.append(("advice", "kiln-cuda finds no GPU: an NVIDIA driver (libcuda) is needed; nvidia-smi tells"))
+    try:
+        if _driver.SIM:
+            raise RuntimeError("the simulator has no compiler")
+        from numba.cuda.cudadrv import nvvm
+
+        nvvm.NVVM()
+        out.append(("info", "CUDA compiler (NVVM): found"))
+    except Exception as exc:  # noqa: BLE001 - a diagnosis, never an error
+        if _driver.SIM:
+            out.append(("info", "CUDA compiler (NVVM): not used by the simulator"))
+            return out + _doctor_tail()
+        out.append(("info", f"CUDA compiler (NVVM): missing ({type(exc).__name__})"))
+        out.append(
+            (
+                "advice",
+                "kiln-cuda cannot compile kernels without NVVM: install a CUDA toolkit, or the toolkit's wheels "
+                "with pip install 'kiln-cuda[cu13]' (CUDA 13 drivers) or 'kiln-cuda[cu12]'",
+            )
+        )
+    return out + _doctor_tail()
+
+
+def _doctor_tail() -> list[tuple[str, str]]:
+    import importlib.util
+
+    from kiln_cuda.codegen import cache_dir
+
+    out = []
+    if importlib.util.find_spec("nvmath") is None:
+        out.append(("info", "cuBLAS binding (nvmath-python): not installed; matmul runs kiln-cuda's tiled kernel"))
+    out.append(("info", f"kernel cache: {cache_dir()}"))
+    return out
 
 
 # names PyTorch programs also reach for, so that their imports work

@@ -27,8 +27,18 @@ import numpy as np
 from kiln_cuda import _driver
 from kiln_cuda._kernel_env import HELPER_NAMES, HELPERS
 
-__all__ = ["pointwise_kernel", "reduction_kernel", "matmul_kernel", "cache_dir", "coalesce", "Operand", "launch",
-           "start_recording", "recorded", "replay"]
+__all__ = [
+    "pointwise_kernel",
+    "reduction_kernel",
+    "matmul_kernel",
+    "cache_dir",
+    "coalesce",
+    "Operand",
+    "launch",
+    "start_recording",
+    "recorded",
+    "replay",
+]
 
 _lock = threading.Lock()
 _modules: dict[str, object] = {}
@@ -56,8 +66,13 @@ def recorded() -> list[tuple]:
 
 def _describe(x):
     if isinstance(x, Operand):
-        return ("operand", x.compute.name, None if x.storage_dtype is None else x.storage_dtype.name, x.is_scalar,
-                tuple(j for j, _, _ in x.gathers))
+        return (
+            "operand",
+            x.compute.name,
+            None if x.storage_dtype is None else x.storage_dtype.name,
+            x.is_scalar,
+            tuple(j for j, _, _ in x.gathers),
+        )
     if isinstance(x, np.dtype):
         return ("dtype", x.name)
     if isinstance(x, list):
@@ -109,9 +124,13 @@ def replay(name: str, described: tuple, types: tuple, cc: tuple[int, int] = (7, 
     def undescribe(d):
         if isinstance(d, (tuple, list)) and d and d[0] == "operand":
             _, compute, storage, is_scalar, gathers = d
-            return Operand(compute=np.dtype(compute), array=None if is_scalar else True, scalar=0 if is_scalar else None,
-                           storage_dtype=None if storage is None else _np_dtype(storage),
-                           gathers=[(j, 0, 0) for j in gathers])
+            return Operand(
+                compute=np.dtype(compute),
+                array=None if is_scalar else True,
+                scalar=0 if is_scalar else None,
+                storage_dtype=None if storage is None else _np_dtype(storage),
+                gathers=[(j, 0, 0) for j in gathers],
+            )
         if isinstance(d, (tuple, list)) and d and d[0] == "dtype":
             return _np_dtype(d[1])
         if isinstance(d, (tuple, list)) and d and d[0] == "list":
@@ -197,8 +216,9 @@ class Operand:
 
     __slots__ = ("array", "offset", "strides", "scalar", "storage_dtype", "compute", "gathers")
 
-    def __init__(self, *, compute: np.dtype, array=None, offset=0, strides=(), scalar=None, storage_dtype=None,
-                 gathers=()):
+    def __init__(
+        self, *, compute: np.dtype, array=None, offset=0, strides=(), scalar=None, storage_dtype=None, gathers=()
+    ):
         self.array, self.offset, self.strides = array, offset, tuple(strides)
         self.scalar, self.storage_dtype, self.compute = scalar, storage_dtype, np.dtype(compute)
         self.gathers = tuple(gathers)
@@ -257,8 +277,15 @@ def _index_term(j: int, stride: str, size: str) -> str:
     return f"(x{j} + {size} if x{j} < 0 else x{j}) * {stride}"
 
 
-def pointwise_kernel(expr: str, ops: list[Operand], out_dtype: np.dtype, ndim: int, float_dtype: str,
-                     scatter: tuple = (), accumulate: bool = False):
+def pointwise_kernel(
+    expr: str,
+    ops: list[Operand],
+    out_dtype: np.dtype,
+    ndim: int,
+    float_dtype: str,
+    scatter: tuple = (),
+    accumulate: bool = False,
+):
     """A kernel ``kernel(n, shape, out, out_offset, out_strides, <per operand: array, offset, strides |
     value, then (stride, size) per gather term>, <(stride, size) per scatter term>)`` writing ``expr`` (over
     ``x0, x1...``) at each of the ``n`` positions of ``shape``.
@@ -311,8 +338,11 @@ def pointwise_kernel(expr: str, ops: list[Operand], out_dtype: np.dtype, ndim: i
         + "    while i < n:\n"
         + _body(inner, 8)
     )
-    return _remember("pointwise_kernel", (expr, ops, out_dtype, ndim, float_dtype, tuple(scatter), accumulate),
-                     _load(src, float_dtype))
+    return _remember(
+        "pointwise_kernel",
+        (expr, ops, out_dtype, ndim, float_dtype, tuple(scatter), accumulate),
+        _load(src, float_dtype),
+    )
 
 
 # ------------------------------------------------------------------------------------------------ reductions
@@ -326,8 +356,9 @@ REDUCTIONS = {
 }
 
 
-def reduction_kernel(kind: str, op: Operand, acc_dtype: np.dtype, out_dtype: np.dtype, kdim: int, rdim: int,
-                     float_dtype: str):
+def reduction_kernel(
+    kind: str, op: Operand, acc_dtype: np.dtype, out_dtype: np.dtype, kdim: int, rdim: int, float_dtype: str
+):
     """A kernel ``kernel(nout, nr, kshape, kstride, rshape, rstride, a, off, out)``: block ``b`` reduces
     output ``b`` (and every ``gridDim``-th after it), its threads each folding a strided share of the ``nr``
     reduced elements, then a tree in shared memory. ``kind`` is a :data:`REDUCTIONS` key, or ``argmax`` /
@@ -358,8 +389,14 @@ def reduction_kernel(kind: str, op: Operand, acc_dtype: np.dtype, out_dtype: np.
             "better = device_jit(better)\n\n\n"
         )
         init = ["acc = ACC(0)", "acci = I64(-1)"]
-        fold = ["if acci < 0:", "    acc = v", "    acci = j", "elif better(acc, acci, v, j):",
-                 "    acc = v", "    acci = j"]
+        fold = [
+            "if acci < 0:",
+            "    acc = v",
+            "    acci = j",
+            "elif better(acc, acci, v, j):",
+            "    acc = v",
+            "    acci = j",
+        ]
         share = ["sh[tid] = acc", "shi[tid] = acci"]
         tree = [
             "if tid < s:",
@@ -432,8 +469,9 @@ def reduction_kernel(kind: str, op: Operand, acc_dtype: np.dtype, out_dtype: np.
         + "    while o < nout:\n"
         + _body(loop, 8)
     )
-    return _remember("reduction_kernel", (kind, op, acc_dtype, out_dtype, kdim, rdim, float_dtype),
-                     _load(src, float_dtype))
+    return _remember(
+        "reduction_kernel", (kind, op, acc_dtype, out_dtype, kdim, rdim, float_dtype), _load(src, float_dtype)
+    )
 
 
 # ------------------------------------------------------------------------------------------------ matmul
@@ -492,8 +530,7 @@ def matmul_kernel(a: Operand, b: Operand, acc_dtype: np.dtype, out_dtype: np.dty
         "    tx = cuda.threadIdx.x\n"
         "    ty = cuda.threadIdx.y\n"
         "    z = cuda.blockIdx.z\n"
-        "    while z < nb:\n"
-        + _body(loop, 8)
+        "    while z < nb:\n" + _body(loop, 8)
     )
     return _remember("matmul_kernel", (a, b, acc_dtype, out_dtype, bdim, float_dtype), _load(src, float_dtype))
 
@@ -528,8 +565,7 @@ def dot_kernel(a: Operand, b: Operand, acc_dtype: np.dtype, out_dtype: np.dtype,
         f"OT = caster({('float32' if out_dtype.name == 'bfloat16' else out_dtype.name)!r})\n\n\n"
         "def kernel(M, N, K, nb, bshape, abstr, bbstr, a, ao, as0, as1, b, bo, bs0, bs1, out):\n"
         "    i = cuda.grid(1)\n"
-        "    while i < M * N * nb:\n"
-        + _body(loop, 8)
+        "    while i < M * N * nb:\n" + _body(loop, 8)
     )
     return _remember("dot_kernel", (a, b, acc_dtype, out_dtype, bdim, float_dtype), _load(src, float_dtype))
 
@@ -570,7 +606,7 @@ def scan_kernel(kind: str, op: Operand, acc_dtype: np.dtype, out_dtype: np.dtype
         "acci = I64(0)",
         "for t in range(length):",
         f"    v = ACC({_load_expr('a', op, 'p + t * sa')})",
-        *([f"    if t == 0:", "        acc = v", "        acci = I64(0)", "    else:"] if arg else []),
+        *(["    if t == 0:", "        acc = v", "        acci = I64(0)", "    else:"] if arg else []),
         *[("        " if arg else "    ") + ln for ln in fold.split("\n")],
         f"    out[q + t * so] = {_store_expr('acc', out_dtype)}",
         *(["    outi[q + t * so] = acci"] if arg else []),
@@ -581,8 +617,7 @@ def scan_kernel(kind: str, op: Operand, acc_dtype: np.dtype, out_dtype: np.dtype
         f"OT = caster({('float32' if out_dtype.name == 'bfloat16' else out_dtype.name)!r})\n\n\n"
         "def kernel(nlines, length, lshape, lin, lout, a, off, sa, out, oo, so, outi):\n"
         "    line = cuda.grid(1)\n"
-        "    while line < nlines:\n"
-        + _body(body, 8)
+        "    while line < nlines:\n" + _body(body, 8)
     )
     return _remember("scan_kernel", (kind, op, acc_dtype, out_dtype, ldim, float_dtype), _load(src, float_dtype))
 
@@ -596,7 +631,9 @@ def pool_kernel(op: Operand, acc_dtype: np.dtype, out_dtype: np.dtype, nd: int, 
     with ``adaptive`` PyTorch's ``[floor(i*n/o), ceil((i+1)*n/o))``) and writes the maximum and its flat
     position in the plane. PyTorch's rules: the first maximum wins, a NaN always takes over (the last NaN
     wins), padding never counts."""
-    walk = ["r = i"] + [ln for k in range(nd - 1, -1, -1) for ln in (f"o{k} = r % oshape[{k}]", f"r = r // oshape[{k}]")]
+    walk = ["r = i"] + [
+        ln for k in range(nd - 1, -1, -1) for ln in (f"o{k} = r % oshape[{k}]", f"r = r // oshape[{k}]")
+    ]
     walk += ["base = off + r * plane", "best = ACC(0)", "bi = I64(-1)"]
     loops, pad = [], ""
     for k in range(nd):
@@ -614,8 +651,9 @@ def pool_kernel(op: Operand, acc_dtype: np.dtype, out_dtype: np.dtype, nd: int, 
                 f"{pad}        continue",
             ]
         pad += "    "
-    flat = " + ".join(f"q{k} * " + " * ".join(f"ishape[{j}]" for j in range(k + 1, nd)) if k < nd - 1 else f"q{k}"
-                      for k in range(nd))
+    flat = " + ".join(
+        f"q{k} * " + " * ".join(f"ishape[{j}]" for j in range(k + 1, nd)) if k < nd - 1 else f"q{k}" for k in range(nd)
+    )
     loops += [
         f"{pad}f = {flat}",
         f"{pad}v = ACC({_load_expr('a', op, 'base + f')})",
@@ -630,11 +668,16 @@ def pool_kernel(op: Operand, acc_dtype: np.dtype, out_dtype: np.dtype, nd: int, 
         "def kernel(total, oshape, ishape, ks, ss, ps, ds, a, off, plane, out, outi):\n"
         "    i = cuda.grid(1)\n"
         "    step = cuda.gridsize(1)\n"
-        "    while i < total:\n"
-        + _body(body, 8)
+        "    while i < total:\n" + _body(body, 8)
     )
     return _remember("pool_kernel", (op, acc_dtype, out_dtype, nd, adaptive, float_dtype), _load(src, float_dtype))
 
 
-_GENERATORS = {"pointwise_kernel": pointwise_kernel, "reduction_kernel": reduction_kernel,
-               "matmul_kernel": matmul_kernel, "dot_kernel": dot_kernel, "scan_kernel": scan_kernel, "pool_kernel": pool_kernel}
+_GENERATORS = {
+    "pointwise_kernel": pointwise_kernel,
+    "reduction_kernel": reduction_kernel,
+    "matmul_kernel": matmul_kernel,
+    "dot_kernel": dot_kernel,
+    "scan_kernel": scan_kernel,
+    "pool_kernel": pool_kernel,
+}

@@ -77,11 +77,25 @@ class Read:
     __slots__ = ("tensor", "compute", "strides", "gathers")
 
     def __init__(self, tensor: kiln.Tensor, compute, strides, gathers=()):
-        self.tensor, self.compute, self.strides, self.gathers = tensor, np.dtype(compute), tuple(strides), tuple(gathers)
+        self.tensor, self.compute, self.strides, self.gathers = (
+            tensor,
+            np.dtype(compute),
+            tuple(strides),
+            tuple(gathers),
+        )
 
 
-def launch_pointwise(expr: str, inputs, out: kiln.Tensor, float_dtype: str | None = None, *, shape=None,
-                     out_strides=None, scatter=(), accumulate: bool = False) -> kiln.Tensor:
+def launch_pointwise(
+    expr: str,
+    inputs,
+    out: kiln.Tensor,
+    float_dtype: str | None = None,
+    *,
+    shape=None,
+    out_strides=None,
+    scatter=(),
+    accumulate: bool = False,
+) -> kiln.Tensor:
     """Write ``expr`` over ``inputs`` — (value, compute dtype) pairs, value a tensor or number, broadcast to
     the launch's shape, or :class:`Read` operands; read as ``x0, x1...`` — into ``out`` at every position of
     ``shape`` (``out``'s shape by default), through ``out_strides`` (``out``'s strides by default) moved by
@@ -95,8 +109,16 @@ def launch_pointwise(expr: str, inputs, out: kiln.Tensor, float_dtype: str | Non
     for item in inputs:
         if isinstance(item, Read):
             t = item.tensor
-            ops.append(Operand(compute=item.compute, array=t.untyped_storage().array, offset=t.storage_offset(),
-                               strides=item.strides, storage_dtype=_np(t.dtype), gathers=item.gathers))
+            ops.append(
+                Operand(
+                    compute=item.compute,
+                    array=t.untyped_storage().array,
+                    offset=t.storage_offset(),
+                    strides=item.strides,
+                    storage_dtype=_np(t.dtype),
+                    gathers=item.gathers,
+                )
+            )
         else:
             ops.append(_operand(item[0], np.dtype(item[1]), shape))
     tensors = [o for o in ops if not o.is_scalar]
@@ -106,8 +128,9 @@ def launch_pointwise(expr: str, inputs, out: kiln.Tensor, float_dtype: str | Non
         o.strides = st
     if float_dtype is None:
         float_dtype = "float64" if any(o.compute == np.float64 for o in ops) else "float32"
-    kernel = codegen.pointwise_kernel(expr, ops, _np(out.dtype), len(cshape), float_dtype,
-                                      tuple(j for j, _, _ in scatter), accumulate)
+    kernel = codegen.pointwise_kernel(
+        expr, ops, _np(out.dtype), len(cshape), float_dtype, tuple(j for j, _, _ in scatter), accumulate
+    )
     args = [n, cshape, out.untyped_storage().array, out.storage_offset(), cstrides[0]]
     for o in ops:
         args += [o.scalar] if o.is_scalar else [o.array, o.offset, o.strides]
@@ -210,7 +233,7 @@ def where(spec, condition, input, other):
     return launch_pointwise("x1 if x0 else x2", [(condition, np.bool_), (input, c), (other, c)], new_output(spec))
 
 
-def clamp(spec, input, min=None, max=None):  # noqa: A002 - the op's parameter names
+def clamp(spec, input, min=None, max=None):
     """``input`` limited to ``[min, max]`` (NaN in any operand gives NaN)."""
     c = _compute(spec.dtype)
     floating = spec.dtype.is_floating_point
@@ -304,8 +327,9 @@ def _reduce(kind: str, spec, input) -> kiln.Tensor:
     kshape, (kstride,) = codegen.coalesce(kshape, [kstride]) if kshape else ((1,), [(0,)])
     rshape, (rstride,) = codegen.coalesce(rshape, [rstride]) if rshape else ((1,), [(0,)])
     if kind in ("sum", "prod"):
-        acc = np.dtype(np.float64 if spec.dtype == kiln.float64 else np.float32 if spec.dtype.is_floating_point
-                       else np.int64)
+        acc = np.dtype(
+            np.float64 if spec.dtype == kiln.float64 else np.float32 if spec.dtype.is_floating_point else np.int64
+        )
         if spec.dtype == kiln.bool:
             acc = np.dtype(np.int64)
     else:
@@ -362,14 +386,31 @@ def matmul(spec, input, other):
     nb = math.prod(batch)
     if m * n * nb == 0:
         return out
-    bshape, (abs_, bbs) = codegen.coalesce(batch, [bst(abatch, abst), bst(bbatch, bbst)]) if batch else (
-        (1,), [(0,), (0,)])
+    bshape, (abs_, bbs) = (
+        codegen.coalesce(batch, [bst(abatch, abst), bst(bbatch, bbst)]) if batch else ((1,), [(0,), (0,)])
+    )
     acc = _compute(spec.dtype) if spec.dtype.is_floating_point else np.dtype(np.int64)
     oa = Operand(compute=acc, array=a.untyped_storage().array, storage_dtype=_np(a.dtype))
     ob = Operand(compute=acc, array=b.untyped_storage().array, storage_dtype=_np(b.dtype))
     float_dtype = "float64" if acc == np.float64 else "float32"
-    args = (m, n, k, nb, bshape, abs_, bbs, oa.array, a.storage_offset(), as0, as1, ob.array, b.storage_offset(),
-            bs0, bs1, out.untyped_storage().array)
+    args = (
+        m,
+        n,
+        k,
+        nb,
+        bshape,
+        abs_,
+        bbs,
+        oa.array,
+        a.storage_offset(),
+        as0,
+        as1,
+        ob.array,
+        b.storage_offset(),
+        bs0,
+        bs1,
+        out.untyped_storage().array,
+    )
     if _driver.SIM and m * n * k * nb > _SIM_TILED_LIMIT:
         kernel = codegen.dot_kernel(oa, ob, acc, _np(spec.dtype), len(bshape), float_dtype)
         codegen.launch(kernel, _driver.blocks(m * n * nb), _driver.THREADS, _stream_of(out)._raw, args)
@@ -418,11 +459,14 @@ KERNELS: dict[str, tuple] = {
     "trunc": (_unary("trunc_(x0)", "x0"), ALL),
     "round": (round, ALL),
     "reciprocal": (_unary("C0(1) / x0"), FLOATS),
-    "isnan": (lambda spec, input: launch_pointwise("x0 != x0", [(input, _compute(input.dtype))], new_output(spec)),
-              ALL),
+    "isnan": (
+        lambda spec, input: launch_pointwise("x0 != x0", [(input, _compute(input.dtype))], new_output(spec)),
+        ALL,
+    ),
     "logical_not": (
         lambda spec, input: launch_pointwise("x0 == C0(0)", [(input, _compute(input.dtype))], new_output(spec)),
-        ALL),
+        ALL,
+    ),
     "where": (where, ALL),
     "clamp": (clamp, ALL),
     "clone": (clone, ALL),

@@ -111,8 +111,15 @@ def _scatter(name: str, accumulate: bool):
             source = src if src is not None else value
             c = _compute(acc_dtype)
             operand = Read(_1d(source), c, _1d(source).stride()) if isinstance(source, kiln.Tensor) else (source, c)
-            launch_pointwise("x1", [(idx, I64), operand], o, shape=tuple(idx.shape), out_strides=_without(o.stride(), d),
-                             scatter=((0, o.stride(d), size),), accumulate=accumulate)
+            launch_pointwise(
+                "x1",
+                [(idx, I64), operand],
+                o,
+                shape=tuple(idx.shape),
+                out_strides=_without(o.stride(), d),
+                scatter=((0, o.stride(d), size),),
+                accumulate=accumulate,
+            )
         return out if acc_dtype == spec.dtype else _copy(out, spec.dtype)
 
     kernel.__name__ = name
@@ -159,8 +166,15 @@ def _index_write(name: str, accumulate: bool):
             if accumulate and alpha != 1:
                 inputs.append((alpha, c))
                 expr = "x1 * x2"
-            launch_pointwise(expr, inputs, o, shape=shape, out_strides=_without(o.stride(), d),
-                             scatter=((0, o.stride(d), size),), accumulate=accumulate)
+            launch_pointwise(
+                expr,
+                inputs,
+                o,
+                shape=shape,
+                out_strides=_without(o.stride(), d),
+                scatter=((0, o.stride(d), size),),
+                accumulate=accumulate,
+            )
         return out if acc_dtype == spec.dtype else _copy(out, spec.dtype)
 
     kernel.__name__ = name
@@ -202,8 +216,9 @@ def _advanced(input: kiln.Tensor, indices) -> tuple:
             items.append((d, None))
             d += 1
         elif i.dtype in (kiln.bool, kiln.uint8):
-            for col in kiln.nonzero(i).unbind(1) if i.ndim else [kiln.zeros(int(i.item()), dtype=kiln.int64,
-                                                                              device=i.device)]:
+            for col in (
+                kiln.nonzero(i).unbind(1) if i.ndim else [kiln.zeros(int(i.item()), dtype=kiln.int64, device=i.device)]
+            ):
                 items.append((d, col))
                 d += 1
         else:
@@ -217,7 +232,7 @@ def _advanced(input: kiln.Tensor, indices) -> tuple:
     kept = [dd for dd, t in items if t is None] + rest
     if adjacent and places:
         before = [dd for dd, t in items[: places[0]]]
-        after = [dd for dd, t in items[places[-1] + 1:]] + rest
+        after = [dd for dd, t in items[places[-1] + 1 :]] + rest
         layout = [("dim", x) for x in before] + [("b", k) for k in range(len(bshape))] + [("dim", x) for x in after]
     else:
         layout = [("b", k) for k in range(len(bshape))] + [("dim", x) for x in kept]
@@ -265,8 +280,15 @@ def index_put(spec, input, indices, values, accumulate=False):
         k = len(reads)
         vals = values.expand(shape) if tuple(values.shape) != shape else values
         reads.append(Read(vals, _compute(acc_dtype), vals.stride()))
-        launch_pointwise(f"x{k}", reads, out, shape=shape, out_strides=out_strides,
-                         scatter=tuple((j, s, n) for j, (_, _, s, n) in enumerate(terms)), accumulate=accumulate)
+        launch_pointwise(
+            f"x{k}",
+            reads,
+            out,
+            shape=shape,
+            out_strides=out_strides,
+            scatter=tuple((j, s, n) for j, (_, _, s, n) in enumerate(terms)),
+            accumulate=accumulate,
+        )
     return out if acc_dtype == spec.dtype else _copy(out, spec.dtype)
 
 
@@ -277,11 +299,15 @@ def _ranks(mask: kiln.Tensor, shape: tuple, count: int) -> kiln.Tensor:
     """For each position of ``shape`` (``mask`` broadcast to it): its rank among the selected positions, in
     row-major order (a running count on the device), or ``count`` where the mask is not set."""
     m = mask.expand(shape) if tuple(mask.shape) != shape else mask
-    flags = launch_pointwise("I64(x0 != C0(0))", [(m, _compute(m.dtype))], kiln.empty(shape, dtype=kiln.int64,
-                                                                                       device=mask.device))
+    flags = launch_pointwise(
+        "I64(x0 != C0(0))", [(m, _compute(m.dtype))], kiln.empty(shape, dtype=kiln.int64, device=mask.device)
+    )
     running = kiln.cumsum(flags.reshape(-1), 0).reshape(shape)
-    return launch_pointwise("x1 - 1 if x0 != 0 else x2", [(flags, I64), (running, I64), (count, I64)],
-                            kiln.empty(shape, dtype=kiln.int64, device=mask.device))
+    return launch_pointwise(
+        "x1 - 1 if x0 != 0 else x2",
+        [(flags, I64), (running, I64), (count, I64)],
+        kiln.empty(shape, dtype=kiln.int64, device=mask.device),
+    )
 
 
 def _nonzero(spec, input):
@@ -295,8 +321,14 @@ def _nonzero(spec, input):
     buf = kiln.empty((count + 1, nd), dtype=kiln.int64, device=input.device)  # row ``count``: the unselected
     for k in range(nd):
         coord = kiln.arange(shape[k], device=input.device)
-        launch_pointwise("x1", [Read(ranks, I64, ranks.stride()), Read(coord, I64, _along(coord, nd, k))], buf[:, k],
-                         shape=shape, out_strides=(0,) * nd, scatter=((0, nd, count + 1),))
+        launch_pointwise(
+            "x1",
+            [Read(ranks, I64, ranks.stride()), Read(coord, I64, _along(coord, nd, k))],
+            buf[:, k],
+            shape=shape,
+            out_strides=(0,) * nd,
+            scatter=((0, nd, count + 1),),
+        )
     return launch_pointwise("x0", [(buf[:count], I64)], out)
 
 
@@ -310,8 +342,14 @@ def masked_select(spec, input, mask):
     ranks = _ranks(mask, shape, count)
     a = input.expand(shape) if tuple(input.shape) != shape else input
     buf = kiln.empty(count + 1, dtype=spec.dtype, device=input.device)
-    launch_pointwise("x1", [Read(ranks, I64, ranks.stride()), Read(a, _compute(spec.dtype), a.stride())], buf,
-                     shape=shape, out_strides=(0,) * len(shape), scatter=((0, 1, count + 1),))
+    launch_pointwise(
+        "x1",
+        [Read(ranks, I64, ranks.stride()), Read(a, _compute(spec.dtype), a.stride())],
+        buf,
+        shape=shape,
+        out_strides=(0,) * len(shape),
+        scatter=((0, 1, count + 1),),
+    )
     return launch_pointwise("x0", [(buf[:count], _compute(spec.dtype))], out)
 
 
@@ -322,16 +360,25 @@ def masked_scatter(spec, input, mask, source):
     if out.numel() == 0:
         return out
     c = _compute(spec.dtype)
-    count = int(launch_pointwise("I64(x0 != C0(0))", [(mask, _compute(mask.dtype))],
-                                 kiln.empty(shape, dtype=kiln.int64, device=mask.device)).sum().item())
+    count = int(
+        launch_pointwise(
+            "I64(x0 != C0(0))", [(mask, _compute(mask.dtype))], kiln.empty(shape, dtype=kiln.int64, device=mask.device)
+        )
+        .sum()
+        .item()
+    )
     a = input.expand(shape) if tuple(input.shape) != shape else input
     if count == 0:
         return launch_pointwise("x0", [(a, c)], out)
     ranks = _ranks(mask, shape, 0)  # unselected positions read element 0 (and keep the input's value)
     flat = source.reshape(-1)
     m = mask.expand(shape) if tuple(mask.shape) != shape else mask
-    reads = [Read(ranks, I64, ranks.stride()), Read(m, np.bool_, m.stride()), Read(a, c, a.stride()),
-             Read(flat, c, (0,) * len(shape), ((0, flat.stride(0), flat.shape[0]),))]
+    reads = [
+        Read(ranks, I64, ranks.stride()),
+        Read(m, np.bool_, m.stride()),
+        Read(a, c, a.stride()),
+        Read(flat, c, (0,) * len(shape), ((0, flat.stride(0), flat.shape[0]),)),
+    ]
     return launch_pointwise("x3 if x1 else x2", reads, out)
 
 
@@ -354,18 +401,32 @@ def _scan(kind: str, spec, input, dim) -> tuple:
     lout = tuple(o.stride(k) for k in lines) or (0,)
     lshape, (lin, lout) = codegen.coalesce(lshape, [lin, lout])
     if kind in ("cumsum", "cumprod"):
-        acc = np.dtype(np.float64 if vspec.dtype == kiln.float64 else np.float32 if vspec.dtype.is_floating_point
-                       else np.int64)
+        acc = np.dtype(
+            np.float64 if vspec.dtype == kiln.float64 else np.float32 if vspec.dtype.is_floating_point else np.int64
+        )
     else:
         acc = _compute(input.dtype)
     op = Operand(compute=acc, array=a.untyped_storage().array, storage_dtype=_np(a.dtype))
-    kernel = codegen.scan_kernel(kind, op, acc, _np(vspec.dtype), len(lshape), "float64" if acc == np.float64
-                                 else "float32")
+    kernel = codegen.scan_kernel(
+        kind, op, acc, _np(vspec.dtype), len(lshape), "float64" if acc == np.float64 else "float32"
+    )
     nlines = math.prod(lshape)
     oarr = o.untyped_storage().array
     iarr = _1d(outi).untyped_storage().array if several else oarr
-    args = (nlines, length, lshape, lin, lout, op.array, a.storage_offset(), a.stride(d), oarr, o.storage_offset(),
-            o.stride(d), iarr)
+    args = (
+        nlines,
+        length,
+        lshape,
+        lin,
+        lout,
+        op.array,
+        a.storage_offset(),
+        a.stride(d),
+        oarr,
+        o.storage_offset(),
+        o.stride(d),
+        iarr,
+    )
     codegen.launch(kernel, _driver.blocks(nlines), _driver.THREADS, _stream_of(out)._raw, args)
     return (out, outi) if several else out
 
@@ -425,8 +486,11 @@ def _fused_dropout(spec, input, uniform, p):
     out_spec, noise_spec = spec
     c = _compute(out_spec.dtype)
     keep = 1.0 - p
-    noise = launch_pointwise("C2(x0 < x1) / x2", [(uniform, _compute(uniform.dtype)), (keep, _compute(uniform.dtype)),
-                                                  (keep, c)], new_output(noise_spec))
+    noise = launch_pointwise(
+        "C2(x0 < x1) / x2",
+        [(uniform, _compute(uniform.dtype)), (keep, _compute(uniform.dtype)), (keep, c)],
+        new_output(noise_spec),
+    )
     out = launch_pointwise("x0 * x1", [(input, c), (noise, c)], new_output(out_spec))
     return out, noise
 
@@ -439,9 +503,15 @@ def _argmax_scatter(spec, src, indices, plane):
         rows = math.prod(src.shape[:-1])
         g = src.reshape(rows, src.shape[-1])
         i = indices.reshape(rows, src.shape[-1])
-        launch_pointwise("x1", [Read(i, I64, i.stride()), Read(g, _compute(acc), g.stride())], out,
-                         shape=(rows, src.shape[-1]), out_strides=(plane, 0), scatter=((0, 1, plane),),
-                         accumulate=True)
+        launch_pointwise(
+            "x1",
+            [Read(i, I64, i.stride()), Read(g, _compute(acc), g.stride())],
+            out,
+            shape=(rows, src.shape[-1]),
+            out_strides=(plane, 0),
+            scatter=((0, 1, plane),),
+            accumulate=True,
+        )
     return out if acc == spec.dtype else _copy(out, spec.dtype)
 
 

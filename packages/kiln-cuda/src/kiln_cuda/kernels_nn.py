@@ -69,14 +69,18 @@ def _conv(x, w, stride, padding, dilation, groups, compute):
 def _fold_into(cols: kiln.Tensor, out_shape, kernel, stride, padding, dilation, blocks) -> kiln.Tensor:
     """col2im: ``cols`` (*lead, *blocks, *kernel) added into a zero buffer through its window view, cropped."""
     nd = len(kernel)
-    extra = tuple(max(0, (b - 1) * s + (k - 1) * d + 1 - (n + 2 * p))
-                  for b, s, k, d, n, p in zip(blocks, stride, kernel, dilation, out_shape[-nd:], padding))
+    extra = tuple(
+        max(0, (b - 1) * s + (k - 1) * d + 1 - (n + 2 * p))
+        for b, s, k, d, n, p in zip(blocks, stride, kernel, dilation, out_shape[-nd:], padding)
+    )
     lead = tuple(out_shape[:-nd])
     acc = kiln.float64 if cols.dtype == kiln.float64 else kiln.float32
-    buf = kiln.zeros(lead + tuple(n + 2 * p + e for n, p, e in zip(out_shape[-nd:], padding, extra)), dtype=acc,
-                     device=cols.device)
-    launch_pointwise("x0", [(cols, _compute(acc))], _windows(buf, nd, blocks, kernel, stride, dilation),
-                     accumulate=True)
+    buf = kiln.zeros(
+        lead + tuple(n + 2 * p + e for n, p, e in zip(out_shape[-nd:], padding, extra)), dtype=acc, device=cols.device
+    )
+    launch_pointwise(
+        "x0", [(cols, _compute(acc))], _windows(buf, nd, blocks, kernel, stride, dilation), accumulate=True
+    )
     for i, (n, p) in enumerate(zip(out_shape[-nd:], padding)):
         buf = buf.narrow(len(lead) + i, p, n)
     return buf
@@ -102,12 +106,16 @@ def convolution(spec, input, weight, bias, stride, padding, dilation, transposed
     out = new_output(spec)
     if out.numel() == 0:
         return out
-    compute = spec.dtype if spec.dtype in (kiln.float32, kiln.float64) else (
-        kiln.float32 if spec.dtype.is_floating_point else kiln.int64)
+    compute = (
+        spec.dtype
+        if spec.dtype in (kiln.float32, kiln.float64)
+        else (kiln.float32 if spec.dtype.is_floating_point else kiln.int64)
+    )
     with kiln.no_grad():
         if transposed:
-            r = _conv_transpose(input, weight, spec.stride, spec.padding, spec.dilation, groups, spec.shape[2:],
-                                compute)
+            r = _conv_transpose(
+                input, weight, spec.stride, spec.padding, spec.dilation, groups, spec.shape[2:], compute
+            )
         else:
             r = _conv(input, weight, spec.stride, spec.padding, spec.dilation, groups, compute)
         inputs = [(r, _compute(compute))]
@@ -130,8 +138,11 @@ def im2col(spec, input, kernel_size, dilation, padding, stride):
     blocks = tuple((xp.shape[2 + i] - d[i] * (k[i] - 1) - 1) // s[i] + 1 for i in range(2))
     win = _windows(xp, 2, blocks, k, s, d)  # (N, C, bh, bw, kh, kw)
     cols = win.permute(0, 1, 4, 5, 2, 3)
-    launch_pointwise("x0", [(cols.reshape(tuple(cols.shape)), _compute(spec.dtype))],
-                     out.reshape(x.shape[0], x.shape[1], k[0], k[1], blocks[0], blocks[1]))
+    launch_pointwise(
+        "x0",
+        [(cols.reshape(tuple(cols.shape)), _compute(spec.dtype))],
+        out.reshape(x.shape[0], x.shape[1], k[0], k[1], blocks[0], blocks[1]),
+    )
     return out
 
 
@@ -162,12 +173,22 @@ def _pool(spec, input, nd, adaptive, kernel_size=None, stride=None, padding=None
     oshape = tuple(vspec.shape[-nd:])
     acc = _compute(vspec.dtype)
     op = Operand(compute=acc, array=x.untyped_storage().array, storage_dtype=_np(x.dtype))
-    kernel = codegen.pool_kernel(op, acc, _np(vspec.dtype), nd, adaptive, "float64" if acc == np.float64
-                                 else "float32")
+    kernel = codegen.pool_kernel(op, acc, _np(vspec.dtype), nd, adaptive, "float64" if acc == np.float64 else "float32")
     zeros = (0,) * nd
-    args = (total, oshape, ishape, tuple(kernel_size or zeros), tuple(stride or zeros), tuple(padding or zeros),
-            tuple(dilation or zeros), op.array, x.storage_offset(), math.prod(ishape), out.untyped_storage().array,
-            outi.untyped_storage().array)
+    args = (
+        total,
+        oshape,
+        ishape,
+        tuple(kernel_size or zeros),
+        tuple(stride or zeros),
+        tuple(padding or zeros),
+        tuple(dilation or zeros),
+        op.array,
+        x.storage_offset(),
+        math.prod(ishape),
+        out.untyped_storage().array,
+        outi.untyped_storage().array,
+    )
     codegen.launch(kernel, _driver.blocks(total), _driver.THREADS, _stream_of(out)._raw, args)
     return out, outi
 

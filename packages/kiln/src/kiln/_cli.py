@@ -84,6 +84,7 @@ def cmd_doctor(args) -> int:
     plugins = _plugins.plugins()
     devices = _plugins.devices()
     print(f"devices: {', '.join(sorted(devices))}")
+    advice = []
     for name, dev in sorted(devices.items()):
         try:
             avail = dev.is_available()
@@ -92,10 +93,16 @@ def cmd_doctor(args) -> int:
             print(f"  {name}: error asking the plugin: {exc!r}")
             continue
         print(f"  {name}: {'available' if avail else 'not available'}, {count} device(s) (plugin {dev.plugin})")
+        report = getattr(dev.module, "kiln_doctor", None)  # a device plugin's own diagnosis
+        if report is not None:
+            try:
+                for kind, text in report():
+                    (advice.append(text) if kind == "advice" else print(f"    {text}"))
+            except Exception as exc:  # noqa: BLE001 - report, never crash the doctor
+                print(f"    error asking the plugin for its diagnosis: {exc!r}")
     exts = _plugins.extensions()
     names = ", ".join(f"{n} {e['version']}" for n, e in sorted(exts.items()))
     print(f"extensions: {names}")
-    advice = []
     engines = _plugins.collectives()
     if engines:
         print("collective engines (kiln.distributed backends):")

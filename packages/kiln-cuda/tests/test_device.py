@@ -180,3 +180,51 @@ def test_cuda_is_absent_cleanly_without_the_plugin():
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["False", "0"]
+
+
+class _Holder:
+    """Another library's GPU array, as far as the CUDA array interface goes."""
+
+    def __init__(self, cai):
+        self.__cuda_array_interface__ = cai
+
+
+@pytest.mark.parametrize("dtype", [kiln.float32, kiln.float16, kiln.int64, kiln.bool, kiln.uint8])
+def test_cuda_array_interface_shares_memory(dtype):
+    x = kiln.arange(12, device="cuda").reshape(3, 4).to(dtype)
+    cai = x.__cuda_array_interface__
+    assert cai["version"] == 3 and cai["shape"] == (3, 4) and cai["strides"] is None and cai["stream"] != 0
+    assert cai["data"][0] == x.data_ptr()
+    y = kiln.as_tensor(_Holder(cai))
+    assert y.device == x.device and y.dtype == dtype and y.cpu().tolist() == x.cpu().tolist()
+    y[1, 2] = 0
+    assert x[1, 2].item() == 0  # one memory
+    t = x.t()[1:]
+    assert t.__cuda_array_interface__["strides"] is not None
+    z = kiln.asarray(_Holder(t.__cuda_array_interface__))
+    assert z.cpu().tolist() == t.cpu().tolist() and z.stride() == t.stride()
+
+
+def test_cuda_array_interface_errors():
+    assert not hasattr(kiln.ones(2), "__cuda_array_interface__")
+    with pytest.raises(AttributeError, match="non-CUDA tensor type"):
+        kiln.ones(2).__cuda_array_interface__  # noqa: B018
+    with pytest.raises(RuntimeError, match="requires grad"):
+        kiln.ones(2, device="cuda", requires_grad=True).__cuda_array_interface__  # noqa: B018
+    with pytest.raises(TypeError, match="BFloat16"):
+        kiln.ones(2, device="cuda", dtype=kiln.bfloat16).__cuda_array_interface__  # noqa: B018
+    e = kiln.empty(0, 3, device="cuda")
+    assert kiln.as_tensor(_Holder(e.__cuda_array_interface__)).shape == (0, 3)
+    bad = dict(kiln.ones(4, device="cuda").__cuda_array_interface__, strides=(-4,))
+    with pytest.raises(ValueError, match="strides"):
+        kiln.as_tensor(_Holder(bad))
+
+
+def test_tensor_from_storage_checks_bounds():
+    import kiln.backend as kb
+
+    x = kiln.ones(4, device="cuda")
+    with pytest.raises(ValueError, match="needs 5 elements"):
+        kb.tensor_from_storage(x.untyped_storage(), (5,), (1,), 0, kiln.float32, "cuda")
+    v = kb.tensor_from_storage(x.untyped_storage(), (2,), (2,), 1, kiln.float32, "cuda")
+    assert v.cpu().tolist() == [1.0, 1.0]

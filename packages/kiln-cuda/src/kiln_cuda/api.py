@@ -13,6 +13,8 @@ import contextlib
 import dataclasses
 import threading
 
+import numpy as np
+
 from kiln_cuda import _driver
 from kiln_cuda.memory import OutOfMemoryError, allocator, format_size
 from kiln_cuda.streams import Event, Stream, StreamContext, current_stream, default_stream, set_stream, stream
@@ -249,10 +251,100 @@ def memory_summary(device=None, abbreviated: bool = False) -> str:
     return "\n".join(out) + "\n"
 
 
+def _kiln_dtypes() -> dict:
+    import kiln.backend as kb
+
+    return {np.dtype(d.numpy): d for d in kb.ALL_DTYPES}
+
+
+def cuda_array_interface(t) -> dict:
+    """The ``__cuda_array_interface__`` (version 3) of a cuda tensor: its memory, shape and byte strides, and
+    the stream its pending work is on. Not part of ``kiln.cuda``: ``Tensor.__cuda_array_interface__`` asks."""
+    import kiln
+
+    if t.dtype == kiln.bfloat16:  # the interface's typestr has no bfloat16
+        raise TypeError("Got unsupported ScalarType BFloat16")
+    np_dtype = np.dtype(t.dtype.numpy)
+    size = np_dtype.itemsize
+    storage = t.untyped_storage()
+    typestr = np_dtype.str
+    s = current_stream(storage.device_index).cuda_stream
+    return {
+        "shape": tuple(t.shape),
+        "typestr": typestr,
+        "descr": [("", typestr)],
+        "data": (storage.data_ptr() + t.storage_offset() * size if t.numel() else 0, False),
+        "strides": None if t.is_contiguous() else tuple(st * size for st in t.stride()),
+        "version": 3,
+        "stream": s or 1,  # 1: the legacy default stream (0 is not allowed)
+    }
+
+
+def from_cuda_array_interface(obj):
+    """A cuda tensor sharing ``obj``'s GPU memory (its ``__cuda_array_interface__``), no copy; ``obj`` stays
+    alive as long as the tensor. Work pending on the producer's stream is waited for first."""
+    import kiln
+    import kiln.backend as kb
+    from kiln_cuda.memory import CudaStorage
+
+    cai = obj.__cuda_array_interface__
+    np_dtype = np.dtype(cai["typestr"])
+    dtype = _kiln_dtypes().get(np_dtype)
+    if dtype is None:
+        raise TypeError(f"__cuda_array_interface__ typestr {cai['typestr']!r} has no kiln dtype")
+    shape = tuple(int(n) for n in cai["shape"])
+    size = np_dtype.itemsize
+    strides = cai.get("strides")
+    if strides is None:
+        strides = tuple(int(np.prod(shape[i + 1 :], dtype=np.int64)) * size for i in range(len(shape)))
+    if any(s < 0 or s % size for s in strides):
+        raise ValueError(f"kiln cannot wrap CUDA memory with strides {tuple(strides)} (negative or unaligned)")
+    numel = int(np.prod(shape, dtype=np.int64))
+    nbytes = (sum((n - 1) * s for n, s in zip(shape, strides)) + size) if numel else 0
+    ptr = int(cai["data"][0])
+    index = current_device()
+    if cai.get("stream") not in (None, 0) and not _driver.SIM:
+        _driver.cuda().synchronize()  # the producer's work on its stream must be done before kiln reads
+    storage = CudaStorage.external(_raw_bytes(ptr, nbytes, obj), np_dtype, index, obj)
+    return kb.tensor_from_storage(
+        storage, shape, tuple(s // size for s in strides), 0, dtype, kiln.device("cuda", index)
+    )
+
+
+def _raw_bytes(ptr: int, nbytes: int, owner):
+    """A 1-D ``uint8`` device array over ``nbytes`` bytes at device address ``ptr`` (no copy)."""
+    if _driver.SIM:  # the simulator's device memory is host memory: a NumPy array over the address
+        import ctypes
+
+        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+        host = np.ctypeslib.as_array((ctypes.c_uint8 * max(nbytes, 1)).from_address(ptr or _scratch_address()))
+        return FakeCUDAArray(host[:nbytes])
+
+    class _Bytes:  # the same memory, described as bytes
+        __cuda_array_interface__ = {
+            "shape": (nbytes,),
+            "typestr": "|u1",
+            "data": (ptr, False),
+            "version": 3,
+            "strides": None,
+            "stream": None,
+        }
+        keep = owner
+
+    return _driver.cuda().as_cuda_array(_Bytes())
+
+
+_SCRATCH = np.zeros(1, np.uint8)
+
+
+def _scratch_address() -> int:
+    return int(_SCRATCH.ctypes.data)
+
+
 def kiln_doctor() -> list[tuple[str, str]]:
     """What ``kiln doctor`` says about CUDA on this machine: ("info" | "advice", text) pairs. Not part of
     ``kiln.cuda`` (not in ``__all__``): the core's doctor asks the device contract's module for it."""
-    import importlib.util
 
     out: list[tuple[str, str]] = []
     if _driver.SIM:

@@ -50,7 +50,7 @@ def _round(nbytes: int) -> int:
 class _Block:
     """One device allocation of ``size`` bytes (a numba ``uint8`` device array)."""
 
-    __slots__ = ("array", "size", "stream", "streams", "address", "requested")
+    __slots__ = ("array", "size", "stream", "streams", "address", "requested", "owner")
 
     def __init__(self, array, size: int, stream):
         self.array = array
@@ -58,6 +58,7 @@ class _Block:
         self.stream = stream  # the kiln_cuda Stream it was allocated on
         self.streams: set = set()  # other streams that used it (record_stream)
         self.requested = 0  # bytes asked for by the allocation holding it
+        self.owner = None  # for memory another library owns: that library's object, kept alive
         self.address = _driver.address(array)
 
 
@@ -317,6 +318,22 @@ class CudaStorage:
         self.device_index = index
         self.array = self.block.array[:nbytes].view(storage_dtype(np_dtype))
         weakref.finalize(self, alloc.free, self.block)
+
+    @classmethod
+    def external(cls, raw, np_dtype, index: int, owner) -> CudaStorage:
+        """Storage over device memory another library owns: ``raw`` is a 1-D ``uint8`` device array over it,
+        ``owner`` the object kept alive while the storage lives (never freed by kiln's allocator)."""
+        from kiln_cuda.streams import current_stream
+
+        np_dtype = np.dtype(np_dtype)
+        self = object.__new__(cls)
+        self.block = _Block(raw, raw.shape[0], current_stream(index))
+        self.block.owner = owner
+        self.dtype = np_dtype
+        self.numel = raw.shape[0] // np_dtype.itemsize
+        self.device_index = index
+        self.array = raw.view(storage_dtype(np_dtype))
+        return self
 
     def __len__(self) -> int:
         return self.numel

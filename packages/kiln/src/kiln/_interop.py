@@ -154,6 +154,8 @@ def from_dlpack(ext) -> Tensor:
     if isinstance(ext, Tensor):
         return ext
     dev = getattr(ext, "__dlpack_device__", None)
+    if dev is not None and dev()[0] != _DLPACK_CPU and hasattr(ext, "__cuda_array_interface__"):
+        return from_cuda_array_interface(ext)  # GPU memory (CuPy, Numba, PyTorch CUDA): shared, as DLPack would
     if dev is not None and dev()[0] != _DLPACK_CPU:
         raise BufferError(f"kiln can import only CPU DLPack tensors for now (got device type {dev()[0]})")
     try:
@@ -164,6 +166,53 @@ def from_dlpack(ext) -> Tensor:
     if capsule is None or not _relabel(capsule, (_DL_BFLOAT, 16, 1), _DL_UINT):
         raise numpy_error
     return from_numpy(np.from_dlpack(_CapsuleProducer(capsule)).view(dt.bfloat16.numpy))
+
+
+# ---------------------------------------------------------------------------------------- CUDA array interface
+
+
+def _cai_provider(name: str):
+    """The function ``name`` of a device plugin's module that speaks the CUDA array interface, or None."""
+    from kiln import _plugins
+
+    _plugins.load()
+    for dev in _plugins._devices.values():
+        fn = getattr(dev.module, name, None)
+        if fn is not None:
+            return fn
+    return None
+
+
+def tensor_cuda_array_interface(t: Tensor) -> dict:
+    """``t.__cuda_array_interface__``: answered by the device plugin of ``t`` (kiln-cuda for ``cuda``)."""
+    fn = None
+    if t._device is not CPU:
+        from kiln._plugins import device_type
+
+        fn = getattr(device_type(t._device.type).module, "cuda_array_interface", None)
+    if fn is None:
+        raise AttributeError(
+            f"Can't get __cuda_array_interface__ on non-CUDA tensor type: {t.type()} If CUDA data is required use "
+            "tensor.cuda() to copy tensor to device memory."
+        )
+    if t._requires_grad:
+        raise RuntimeError(
+            "Can't get __cuda_array_interface__ on Variable that requires grad. If gradients aren't required, use "
+            "var.detach() to get Variable that doesn't require grad."
+        )
+    return fn(t)
+
+
+def from_cuda_array_interface(obj) -> Tensor:
+    """A tensor sharing the GPU memory of ``obj`` (anything with ``__cuda_array_interface__``: a CuPy array,
+    a Numba device array, a PyTorch CUDA tensor), through the device plugin that speaks the interface."""
+    fn = _cai_provider("from_cuda_array_interface")
+    if fn is None:
+        raise RuntimeError(
+            f"{type(obj).__name__} holds CUDA memory (__cuda_array_interface__), and no installed device plugin "
+            "can wrap it: pip install kiln-cuda"
+        )
+    return fn(obj)
 
 
 # ---------------------------------------------------------------------------------------- pickling

@@ -536,6 +536,14 @@ class Tensor:
 
         return tensor_dlpack_device(self)
 
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        """The CUDA array interface of a ``cuda`` tensor (CuPy, Numba and PyTorch read GPU memory through it,
+        without a copy); ``AttributeError`` for tensors elsewhere, as PyTorch's."""
+        from kiln._interop import tensor_cuda_array_interface
+
+        return tensor_cuda_array_interface(self)
+
     def __repr__(self) -> str:
         from kiln._format import format_tensor
 

@@ -115,6 +115,7 @@ __all__ = [
     "pool_window_positions",
     "primitives",
     "reference_kernel",
+    "tensor_from_storage",
 ]
 
 
@@ -183,6 +184,24 @@ def host_view(tensor: Tensor) -> np.ndarray:
     if not isinstance(tensor, Tensor):
         raise TypeError(f"host_view() expects a kiln.Tensor, got {type(tensor).__name__}")
     return tensor._numpy()
+
+
+def tensor_from_storage(storage, shape, stride, offset: int, dtype, device) -> Tensor:
+    """A tensor over a device plugin's own ``storage`` (``len(storage)`` elements of ``dtype``), with the
+    given shape, element strides and storage offset — how a plugin wraps memory it did not allocate through
+    kiln (a CUDA array another library owns, say). The view must stay inside the storage."""
+    from kiln._device import as_device
+    from kiln._tensor import Size, _make
+
+    shape, stride = tuple(int(n) for n in shape), tuple(int(s) for s in stride)
+    if len(shape) != len(stride):
+        raise ValueError(f"tensor_from_storage: {len(shape)} sizes but {len(stride)} strides")
+    if any(n < 0 for n in shape) or any(s < 0 for s in stride) or offset < 0:
+        raise ValueError("tensor_from_storage: sizes, strides and offset must be non-negative")
+    end = offset + (sum((n - 1) * s for n, s in zip(shape, stride)) + 1 if all(shape) else 0)
+    if end > len(storage):
+        raise ValueError(f"tensor_from_storage: the view needs {end} elements, the storage holds {len(storage)}")
+    return _make(storage, Size(shape), stride, int(offset), dtype, as_device(device))
 
 
 def from_array(array: np.ndarray, dtype=None) -> Tensor:

@@ -487,6 +487,10 @@ def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=Fal
 def as_tensor(data, *, dtype=None, device=None) -> Tensor:
     """``data`` as a tensor, sharing memory when it already is one (or a NumPy array) of that dtype and device."""
     d = _dtype_arg(dtype)
+    if not isinstance(data, Tensor) and hasattr(data, "__cuda_array_interface__"):  # GPU memory: shared
+        from kiln._interop import from_cuda_array_interface
+
+        data = from_cuda_array_interface(data)
     if isinstance(data, Tensor):
         return data.to(device=resolve_device(device) if device is not None else data._device, dtype=d or data._dtype)
     if isinstance(data, np.ndarray) and (device is None or resolve_device(device) is CPU):

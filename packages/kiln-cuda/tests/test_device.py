@@ -208,11 +208,11 @@ def test_cuda_array_interface_shares_memory(dtype):
 def test_cuda_array_interface_errors():
     assert not hasattr(kiln.ones(2), "__cuda_array_interface__")
     with pytest.raises(AttributeError, match="non-CUDA tensor type"):
-        kiln.ones(2).__cuda_array_interface__  # noqa: B018
+        kiln.ones(2).__cuda_array_interface__
     with pytest.raises(RuntimeError, match="requires grad"):
-        kiln.ones(2, device="cuda", requires_grad=True).__cuda_array_interface__  # noqa: B018
+        kiln.ones(2, device="cuda", requires_grad=True).__cuda_array_interface__
     with pytest.raises(TypeError, match="BFloat16"):
-        kiln.ones(2, device="cuda", dtype=kiln.bfloat16).__cuda_array_interface__  # noqa: B018
+        kiln.ones(2, device="cuda", dtype=kiln.bfloat16).__cuda_array_interface__
     e = kiln.empty(0, 3, device="cuda")
     assert kiln.as_tensor(_Holder(e.__cuda_array_interface__)).shape == (0, 3)
     bad = dict(kiln.ones(4, device="cuda").__cuda_array_interface__, strides=(-4,))

@@ -673,7 +673,86 @@ def pool_kernel(op: Operand, acc_dtype: np.dtype, out_dtype: np.dtype, nd: int, 
     return _remember("pool_kernel", (op, acc_dtype, out_dtype, nd, adaptive, float_dtype), _load(src, float_dtype))
 
 
+# ------------------------------------------------------------------------------------------------ sort
+
+
+def sort_kernel(op: Operand, acc_dtype: np.dtype, ldim: int, descending: bool, float_dtype: str):
+    """A stable sort along one dim, ``kernel(nlines, L, lshape, lin, a, off, sa, v, ix, tv, ti)``: one thread
+    per line copies it into row ``line`` of ``v`` (values, ``acc_dtype``) and ``ix`` (positions) and runs a
+    bottom-up merge sort there, ``tv``/``ti`` its scratch rows; the result ends in ``v``/``ix``. NaN sorts
+    above every number (last ascending, first descending), equal elements keep their order, as PyTorch's
+    stable sort."""
+    before = "(x > y or (x != x and y == y))" if descending else "(x < y or (y != y and x == x))"  # x strictly before y
+    body = [
+        "r = line",
+        "p = off",
+        f"for d in range({ldim - 1}, -1, -1):",
+        "    sz = lshape[d]",
+        "    c = r % sz",
+        "    r = r // sz",
+        "    p += c * lin[d]",
+        "row = line * L",
+        "for t in range(L):",
+        f"    v[row + t] = ACC({_load_expr('a', op, 'p + t * sa')})",
+        "    ix[row + t] = t",
+        "width = I64(1)",
+        "flip = False",
+        "while width < L:",
+        "    lo = I64(0)",
+        "    while lo < L:",
+        "        mid = min(lo + width, L)",
+        "        hi = min(lo + 2 * width, L)",
+        "        i = lo",
+        "        j = mid",
+        "        for k in range(lo, hi):",
+        "            if flip:",
+        "                take = j >= hi",
+        "                if not take and i < mid:",
+        "                    x = tv[row + j]",
+        "                    y = tv[row + i]",
+        f"                    take = not {before}",
+        "                if take:",
+        "                    v[row + k] = tv[row + i]",
+        "                    ix[row + k] = ti[row + i]",
+        "                    i += 1",
+        "                else:",
+        "                    v[row + k] = tv[row + j]",
+        "                    ix[row + k] = ti[row + j]",
+        "                    j += 1",
+        "            else:",
+        "                take = j >= hi",
+        "                if not take and i < mid:",
+        "                    x = v[row + j]",
+        "                    y = v[row + i]",
+        f"                    take = not {before}",
+        "                if take:",
+        "                    tv[row + k] = v[row + i]",
+        "                    ti[row + k] = ix[row + i]",
+        "                    i += 1",
+        "                else:",
+        "                    tv[row + k] = v[row + j]",
+        "                    ti[row + k] = ix[row + j]",
+        "                    j += 1",
+        "        lo += 2 * width",
+        "    flip = not flip",
+        "    width *= 2",
+        "if flip:",
+        "    for t in range(L):",
+        "        v[row + t] = tv[row + t]",
+        "        ix[row + t] = ti[row + t]",
+        "line += cuda.gridsize(1)",
+    ]
+    src = (
+        f"ACC = caster({acc_dtype.name!r})\n\n\n"
+        "def kernel(nlines, L, lshape, lin, a, off, sa, v, ix, tv, ti):\n"
+        "    line = cuda.grid(1)\n"
+        "    while line < nlines:\n" + _body(body, 8)
+    )
+    return _remember("sort_kernel", (op, acc_dtype, ldim, descending, float_dtype), _load(src, float_dtype))
+
+
 _GENERATORS = {
+    "sort_kernel": sort_kernel,
     "pointwise_kernel": pointwise_kernel,
     "reduction_kernel": reduction_kernel,
     "matmul_kernel": matmul_kernel,

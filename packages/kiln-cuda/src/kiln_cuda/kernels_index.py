@@ -439,6 +439,48 @@ def _scan_kernel(kind: str):
     return kernel
 
 
+# ---------------------------------------------------------------------------------------- sort
+
+
+def _sort(spec, input, dim=-1, descending=False, stable=False):
+    """Values and positions sorted along ``dim`` (always stable; NaN above every number)."""
+    vspec, ispec = spec
+    out, outi = new_output(vspec), new_output(ispec)
+    if out.numel() == 0:
+        return out, outi
+    a = _1d(input)
+    d = vspec.dim % a.ndim if input.ndim else 0
+    length = a.shape[d]
+    others = [k for k in range(a.ndim) if k != d]
+    lshape = tuple(a.shape[k] for k in others) or (1,)
+    lin = tuple(a.stride(k) for k in others) or (0,)
+    nlines = math.prod(lshape)
+    lshape, (lin,) = codegen.coalesce(lshape, [lin])
+    acc = _compute(input.dtype) if input.dtype != kiln.bool else np.dtype(np.uint8)
+    acc_dtype = {np.dtype(k.numpy): k for k in kb.ALL_DTYPES}[acc]
+    vals = kiln.empty((nlines, length), dtype=acc_dtype, device=input.device)
+    idx = kiln.empty((nlines, length), dtype=kiln.int64, device=input.device)
+    tv, ti = kiln.empty_like(vals), kiln.empty_like(idx)
+    op = Operand(compute=acc, array=a.untyped_storage().array, storage_dtype=_np(a.dtype))
+    kernel = codegen.sort_kernel(op, acc, len(lshape), bool(descending), "float64" if acc == np.float64 else "float32")
+    args = (
+        nlines,
+        length,
+        lshape,
+        lin,
+        op.array,
+        a.storage_offset(),
+        a.stride(d),
+        *(t.untyped_storage().array for t in (vals, idx, tv, ti)),
+    )
+    codegen.launch(kernel, _driver.blocks(nlines), _driver.THREADS, _stream_of(out)._raw, args)
+    shape = tuple(a.shape[k] for k in others) + (length,)
+    o, oi = _1d(out).movedim(d, -1), _1d(outi).movedim(d, -1)
+    launch_pointwise("x0", [(vals.reshape(shape), _compute(vspec.dtype))], o)
+    launch_pointwise("x0", [(idx.reshape(shape), I64)], oi)
+    return out, outi
+
+
 # ---------------------------------------------------------------------------------------- strided gradients
 
 
@@ -531,6 +573,7 @@ KERNELS: dict[str, tuple] = {
     "_nonzero": (_nonzero, ALL),
     "masked_select": (masked_select, ALL),
     "masked_scatter": (masked_scatter, ALL),
+    "_sort": (_sort, ALL),
     "cumsum": (_scan_kernel("cumsum"), ALL),
     "cumprod": (_scan_kernel("cumprod"), ALL),
     "logcumsumexp": (_scan_kernel("logcumsumexp"), (kiln.float16, kiln.bfloat16, kiln.float32, kiln.float64)),

@@ -26,12 +26,12 @@ def pair(a):
 
 
 X = RNG.standard_normal((4, 5)).astype(np.float32)
-I = np.array([[0, 2, 1, 4, 3], [1, 1, 0, 0, 2], [3, 3, 3, 3, 3], [0, 1, 2, 3, 4]])
+IDX = np.array([[0, 2, 1, 4, 3], [1, 1, 0, 0, 2], [3, 3, 3, 3, 3], [0, 1, 2, 3, 4]])
 
 
 def test_gather_scatter_and_their_gradients():
     kx, tx = pair(X)
-    ki, ti = pair(I)
+    ki, ti = pair(IDX)
     same(kx.gather(1, ki), tx.gather(1, ti))
     same(kx.t().gather(0, ki.t()[:, :3] % 4), tx.t().gather(0, ti.t()[:, :3] % 4))  # strided operands
     same(kiln.zeros(4, 5, device="cuda").scatter_add(1, ki, kx), torch.zeros(4, 5).scatter_add(1, ti, tx))
@@ -63,7 +63,7 @@ def test_index_ops_and_negative_indices():
 def test_bad_indices_raise_the_cpu_error():
     kx = kiln.tensor(X, device="cuda")
     with pytest.raises(RuntimeError, match="index 10 is out of bounds for dimension 1 with size 5"):
-        kx.gather(1, kiln.tensor(I + 10, device="cuda"))
+        kx.gather(1, kiln.tensor(IDX + 10, device="cuda"))
     with pytest.raises(IndexError, match="out of"):
         kx[kiln.tensor([7], device="cuda")]
     with pytest.raises((IndexError, RuntimeError)):

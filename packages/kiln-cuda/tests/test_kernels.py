@@ -216,3 +216,13 @@ def test_autograd_runs_on_the_device():
     (tx @ tw).relu().sum().backward()
     same(x.grad, tx.grad, tol=1e-10)
     same(w.grad, tw.grad, tol=1e-10)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_digamma_and_erfinv(dtype):
+    v = np.array([0.0, -0.0, -1.0, -2.5, 0.3, 1.0, 2.5, 7.3, 15.0, 120.0, 1e-3, np.nan, np.inf, -0.7], dtype)
+    same(kiln.digamma(kiln.tensor(v, device="cuda")), torch.digamma(torch.tensor(v)), tol=1e-5)
+    u = np.array([-1.0, -0.999, -0.5, 0.0, 0.1, 0.5, 0.9, 0.99999, 1.0, 1.5, np.nan], dtype)
+    same(kiln.erfinv(kiln.tensor(u, device="cuda")), torch.erfinv(torch.tensor(u)), tol=1e-5)
+    x = kiln.tensor([0.5, 2.0, 3.3], dtype=kiln.float64, device="cuda", requires_grad=True)
+    assert kiln.autograd.gradcheck(lambda x: (kiln.lgamma(x) + kiln.erfinv(x / 4)).sum(), (x,))

@@ -140,6 +140,10 @@ def test_sort_topk_argsort(descending):
     same(kiln.topk(ky, 4, largest=not descending).values, torch.topk(ty, 4, largest=not descending).values)
     same(kiln.argsort(ky, dim=1, descending=descending), torch.argsort(ty, dim=1, descending=descending))
     same(kiln.msort(ky), torch.msort(ty))
+    same(kiln.median(kx, 1).values, torch.median(tx, 1).values)
+    same(kiln.median(kx, 1).indices, torch.median(tx, 1).indices)
+    same(kiln.median(ky, 0, keepdim=True).indices, torch.median(ty, 0, keepdim=True).indices)
+    same(kiln.median(ky), torch.median(ty))
 
 
 def test_dropout_masks_and_seeding():

@@ -214,6 +214,61 @@ def logaddexp_f(x, y):
     return x
 
 
+def digamma_f(x):
+    if x == 0:
+        return copysign_(F(INF), -x)
+    result = F(0)
+    if x < 0:
+        if x == floor_(x):
+            return F(INF) - F(INF)
+        # reflection: psi(1 - x) - pi / tan(pi x)
+        result = -F(3.141592653589793) / tan_(F(3.141592653589793) * x)
+        x = F(1) - x
+    while x < F(10):
+        result = result - F(1) / x
+        x = x + F(1)
+    if x != x or x == F(INF):
+        return x + result
+    z = F(1) / (x * x)
+    tail = z * (F(1) / F(12) - z * (F(1) / F(120) - z * (F(1) / F(252) - z * (F(1) / F(240) - z * F(1) / F(132)))))
+    return result + log_(x) - F(0.5) / x - tail
+
+
+def erfinv_f(y):
+    if y != y or y < -1 or y > 1:
+        return F(INF) - F(INF)
+    if y == 1 or y == -1:
+        return copysign_(F(INF), y)
+    # Giles' single-precision approximation, then two Newton steps on erf (double precision)
+    w = -log_((F(1) - y) * (F(1) + y))
+    if w < F(5):
+        w = w - F(2.5)
+        p = F(2.81022636e-08)
+        p = F(3.43273939e-07) + p * w
+        p = F(-3.5233877e-06) + p * w
+        p = F(-4.39150654e-06) + p * w
+        p = F(0.00021858087) + p * w
+        p = F(-0.00125372503) + p * w
+        p = F(-0.00417768164) + p * w
+        p = F(0.246640727) + p * w
+        p = F(1.50140941) + p * w
+    else:
+        w = sqrt_(w) - F(3)
+        p = F(-0.000200214257)
+        p = F(0.000100950558) + p * w
+        p = F(0.00134934322) + p * w
+        p = F(-0.00367342844) + p * w
+        p = F(0.00573950773) + p * w
+        p = F(-0.0076224613) + p * w
+        p = F(0.00943887047) + p * w
+        p = F(1.00167406) + p * w
+        p = F(2.83297682) + p * w
+    x = p * y
+    for _ in range(2):
+        x = x - (erf_(x) - y) / (F(1.1283791670955126) * exp_(-x * x))
+    return x
+
+
 def round_f(x, scale, neg):
     if scale == 1:
         return rint_(x)

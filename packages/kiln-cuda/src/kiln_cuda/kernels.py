@@ -484,3 +484,5 @@ KERNELS: dict[str, tuple] = {
 }
 for _name in _FLOAT_UNARY:
     KERNELS[_name] = (_unary(f"{_name}_(x0)"), FLOATS)
+KERNELS["digamma"] = (_unary("digamma_f(x0)"), FLOATS)
+KERNELS["erfinv"] = (_unary("erfinv_f(x0)"), FLOATS)

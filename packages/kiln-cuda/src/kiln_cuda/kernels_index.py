@@ -481,6 +481,40 @@ def _sort(spec, input, dim=-1, descending=False, stable=False):
     return out, outi
 
 
+def _lower_median(x: kiln.Tensor, d: int) -> tuple:
+    """(values, positions), keepdim, of the lower median along ``d``: the ``(n - 1) // 2``-th of a stable sort,
+    or the first NaN where a line has one (PyTorch's choice)."""
+    k = (x.shape[d] - 1) // 2
+    with kiln.no_grad():
+        idx = kiln.sort(x, dim=d, stable=True).indices.narrow(d, k, 1)
+        if x.dtype.is_floating_point:
+            nan = x != x
+            idx = kiln.where(nan.any(d, keepdim=True), nan.to(kiln.uint8).argmax(d, keepdim=True), idx)
+        return x.gather(d, idx), idx
+
+
+def _median_dim(spec, input, dim, keepdim=False):
+    """The lower median along ``dim`` and its position."""
+    vspec, ispec = spec
+    out, outi = new_output(vspec), new_output(ispec)
+    if out.numel() == 0 or input.numel() == 0:
+        return out, outi
+    x = _1d(input)
+    values, idx = _lower_median(x, vspec.dim % x.ndim if input.ndim else 0)
+    launch_pointwise("x0", [(values.reshape(vspec.shape), _compute(vspec.dtype))], out)
+    launch_pointwise("x0", [(idx.reshape(ispec.shape), I64)], outi)
+    return out, outi
+
+
+def _median_all(spec, input):
+    """The lower median of all elements (NaN for an empty tensor)."""
+    out = new_output(spec)
+    if input.numel() == 0:
+        return launch_pointwise("x0", [(float("nan"), _compute(spec.dtype))], out)
+    values, _ = _lower_median(input.reshape(-1), 0)
+    return launch_pointwise("x0", [(values.reshape(()), _compute(spec.dtype))], out)
+
+
 # ---------------------------------------------------------------------------------------- strided gradients
 
 
@@ -574,6 +608,8 @@ KERNELS: dict[str, tuple] = {
     "masked_select": (masked_select, ALL),
     "masked_scatter": (masked_scatter, ALL),
     "_sort": (_sort, ALL),
+    "_median_dim": (_median_dim, ALL),
+    "_median_all": (_median_all, ALL),
     "cumsum": (_scan_kernel("cumsum"), ALL),
     "cumprod": (_scan_kernel("cumprod"), ALL),
     "logcumsumexp": (_scan_kernel("logcumsumexp"), (kiln.float16, kiln.bfloat16, kiln.float32, kiln.float64)),

@@ -53,3 +53,4 @@ def test_every_simulated_kernel_compiles_for_a_gpu(tmp_path):
         pytest.skip(r.stdout.strip())
     assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
     assert "compiled" in r.stdout
+    print(r.stdout.splitlines()[0])  # "compiled N of N kernels to PTX" (pytest -s shows it)

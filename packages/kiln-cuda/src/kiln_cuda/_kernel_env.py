@@ -11,6 +11,8 @@ bfloat16 tensors.
 from __future__ import annotations
 
 import math
+import re
+import threading
 
 import numpy as np
 
@@ -98,6 +100,7 @@ def bind(ns: dict, float_dtype: str) -> None:
             ns[name + "_"] = npf if npf is not None else _sim_math(getattr(math, name))
         ns["as_float"], ns["as_int"] = _bits_sim()
         ns["errstate"] = np.errstate
+        ns["shared_lock"] = threading.Lock()
         ns["jit"] = _driver.cuda().jit
         ns["device_jit"] = lambda fn: fn
     else:
@@ -277,17 +280,5 @@ def round_f(x, scale, neg):
     return rint_(x * scale) / scale
 """
 
-HELPER_NAMES = (
-    "bf16_load",
-    "bf16_store",
-    "max_nan",
-    "min_nan",
-    "sign_f",
-    "rem_f",
-    "floordiv_f",
-    "truncdiv_i",
-    "fmod_i",
-    "pow_i",
-    "logaddexp_f",
-    "round_f",
-)
+# every helper above, jitted as a device function in each generated module
+HELPER_NAMES = tuple(re.findall(r"^def (\w+)\(", HELPERS, flags=re.MULTILINE))

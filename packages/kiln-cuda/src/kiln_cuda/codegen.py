@@ -263,6 +263,15 @@ def _casters(ops: list[Operand], out_dtype: np.dtype) -> str:
     return "\n".join(lines) + "\n\n"
 
 
+def _shared(lines: list[str]) -> str:
+    """A kernel's shared-array declarations (indented for its body). The simulator finds a block's shared
+    array by the line declaring it, with a check-then-create that two threads can both pass: under it the
+    declarations hold a lock, so every thread of a block gets the same arrays."""
+    if _driver.SIM:
+        return "    with shared_lock:\n" + "".join(f"        {ln}\n" for ln in lines)
+    return "".join(f"    {ln}\n" for ln in lines)
+
+
 def _body(lines: list[str], indent: int) -> str:
     pad = " " * indent
     if _driver.SIM:  # the simulator computes on NumPy scalars: wrap like the GPU, without warnings
@@ -462,7 +471,7 @@ def reduction_kernel(
         "I64_NB = np.int64\n\n\n"
         + src_combine
         + "def kernel(nout, nr, kshape, kstride, rshape, rstride, a, off, out):\n"
-        + "".join(f"    {ln}\n" for ln in shared)
+        + _shared(shared)
         + "    tid = cuda.threadIdx.x\n"
         + "    nthreads = cuda.blockDim.x\n"
         + "    o = cuda.blockIdx.x\n"
@@ -525,9 +534,8 @@ def matmul_kernel(a: Operand, b: Operand, acc_dtype: np.dtype, out_dtype: np.dty
         f"TILE = {_driver.TILE}\n"
         f"ACC_NB = np.{acc_dtype.name}\n\n\n"
         "def kernel(M, N, K, nb, bshape, abstr, bbstr, a, ao, as0, as1, b, bo, bs0, bs1, out):\n"
-        "    sa = cuda.shared.array((TILE, TILE), ACC_NB)\n"
-        "    sb = cuda.shared.array((TILE, TILE), ACC_NB)\n"
-        "    tx = cuda.threadIdx.x\n"
+        + _shared(["sa = cuda.shared.array((TILE, TILE), ACC_NB)", "sb = cuda.shared.array((TILE, TILE), ACC_NB)"])
+        + "    tx = cuda.threadIdx.x\n"
         "    ty = cuda.threadIdx.y\n"
         "    z = cuda.blockIdx.z\n"
         "    while z < nb:\n" + _body(loop, 8)

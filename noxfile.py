@@ -38,6 +38,11 @@ BACKENDS: dict[str, list[str]] = {
     # compiled to PTX for real GPUs (kiln-cuda's test_ptx.py), with no GPU and no system toolkit
     "cuda-sim": ["-e", "packages/kiln-cuda[cu13]"],
 }
+# Packages a backend's own tests use, installed in its cell but not tested there (kiln-cuda's training tests
+# build kiln.nn models; kiln-nn's tests run in the cpu cells).
+BACKEND_SUPPORT: dict[str, list[str]] = {
+    "cuda-sim": ["-e", "packages/kiln-nn"],
+}
 # The device each backend's conformance run checks (`pytest --kiln-device=...`): "cpu" unless listed.
 BACKEND_DEVICE: dict[str, str] = {
     "cuda-sim": "cuda",
@@ -129,7 +134,7 @@ def _own_tests(install_args: list[str]) -> list[str]:
 def tests(session: nox.Session, backend: str) -> None:
     """Unit tests (core, kiln-testing, the backend's own) and the conformance suite, against one backend."""
     _prepare(session)
-    _install_kiln(session, "-e", TESTING, *TEST_DEPS, *BACKENDS[backend])
+    _install_kiln(session, "-e", TESTING, *TEST_DEPS, *BACKENDS[backend], *BACKEND_SUPPORT.get(backend, []))
     session.env["KILN_BACKEND"] = backend
     session.env.update(BACKEND_ENV.get(backend, {}))
     # With posargs (`-- -k matmul`) a run may select no tests at all (pytest's exit code 5): not a failure.

@@ -296,7 +296,19 @@ def docs(session: nox.Session) -> None:
     # -E: read every page each time. An incremental build re-reads only changed pages and so would not
     # repeat the warnings of unchanged ones; -W would then let a broken page pass on the second run.
     session.run("sphinx-build", "-E", "-W", "--keep-going", "-b", "html", "docs", "docs/_build/html", *session.posargs)
-    session.run("sphinx-build", "-E", "-W", "--keep-going", "-q", "-b", "doctest", "docs", "docs/_build/doctest")
+    # the examples run with device "cuda" on numba's CUDA simulator (the kiln-cuda guide's examples need it)
+    session.run(
+        "sphinx-build",
+        "-E",
+        "-W",
+        "--keep-going",
+        "-q",
+        "-b",
+        "doctest",
+        "docs",
+        "docs/_build/doctest",
+        env={"NUMBA_ENABLE_CUDASIM": "1"},
+    )
 
 
 def _feature_packages() -> list[str]:

@@ -38,6 +38,7 @@ DEFERRED_UPWARD = {
     "kiln._plugins": "the built-in reference plugin defines every op; the CPU fallback copies through ops",
     "kiln._reference": "registering the reference kernels imports the ops that define them",
     "kiln._device_module": "kiln.<device>.manual_seed seeds that device's generator in kiln.random",
+    "kiln._ops.creation": "as_tensor wraps foreign GPU memory through kiln._interop (the CUDA array interface)",
     "kiln._ops.copy": "in-place variants move autograd history (autograd.graph, autograd.inplace)",
     "kiln._ops.random_ops": "random tensors are drawn from kiln.random's generators",
     "kiln._ops.embedding": "composite backward pieces run under no_grad",

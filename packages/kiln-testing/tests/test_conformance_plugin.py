@@ -151,6 +151,20 @@ def test_unknown_device_is_a_usage_error(tmp_path, toy_source):
     assert "toydev" in proc.stderr  # the registered device types are listed
 
 
+def test_kiln_dtypes_narrows_the_run(tmp_path, toy_source):
+    proc = run_pytest(tmp_path, toy_source, "--kiln-device=toydev", "--kiln-dtypes=float32,int64", "-k", "add")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    header = proc.stdout.split("\nforward (op x dtype)")[1].splitlines()[1].split()
+    assert header[-2:] == ["int64", "float32"] and "float64" not in header  # only the chosen dtypes
+    assert len(table_row(proc.stdout, "forward", "add")) == 3  # its kernel, then one cell per dtype
+
+
+def test_kiln_dtypes_unknown_name_is_a_usage_error(tmp_path, toy_source):
+    proc = run_pytest(tmp_path, toy_source, "--kiln-device=toydev", "--kiln-dtypes=float32,complex64")
+    assert proc.returncode == 4
+    assert "--kiln-dtypes=float32,complex64: complex64 is not among the device's dtypes" in proc.stderr
+
+
 def test_idle_without_the_option(tmp_path, toy_source):
     proc = run_pytest(tmp_path, toy_source, files={"test_plain.py": "def test_plain():\n    pass\n"})
     assert proc.returncode == 0

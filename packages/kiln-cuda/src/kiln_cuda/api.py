@@ -389,6 +389,3 @@ def _doctor_tail() -> list[tuple[str, str]]:
     out.append(("info", f"kernel cache: {cache_dir()}"))
     return out
 
-
-# names PyTorch programs also reach for, so that their imports work
-_ = (Event, Stream, StreamContext, current_stream, default_stream, set_stream, stream)

@@ -263,6 +263,20 @@ def _casters(ops: list[Operand], out_dtype: np.dtype) -> str:
     return "\n".join(lines) + "\n\n"
 
 
+def _unravel(index: str, shape: str, nd: int, positions: list[tuple[str, str, str]]) -> list[str]:
+    """Kernel lines that turn flat ``index`` into a position per operand: for each ``(var, base, strides)``,
+    ``var = base + sum(coordinate[d] * strides[d])`` over the ``nd`` dims of ``shape`` (row-major)."""
+    return [
+        f"r = {index}",
+        *[f"{var} = {base}" for var, base, _ in positions],
+        f"for d in range({nd - 1}, -1, -1):",
+        f"    sz = {shape}[d]",
+        "    c = r % sz",
+        "    r = r // sz",
+        *[f"    {var} += c * {strides}[d]" for var, _, strides in positions],
+    ]
+
+
 def _shared(lines: list[str]) -> str:
     """A kernel's shared-array declarations (indented for its body). The simulator finds a block's shared
     array by the line declaring it, with a check-then-create that two threads can both pass: under it the
@@ -304,8 +318,7 @@ def pointwise_kernel(
     write is an atomic add (scatter_add, index_add, index_put(accumulate=True)).
     """
     params = ["n", "shape", "out", "oo", "ostr"]
-    walk = ["po = oo"]
-    steps = ["po += c * ostr[d]"]
+    positions = [("po", "oo", "ostr")]
     loads, late = [], []
     for k, o in enumerate(ops):
         if o.is_scalar:
@@ -313,8 +326,7 @@ def pointwise_kernel(
             loads.append(f"x{k} = C{k}(v{k})")
         else:
             params += [f"a{k}", f"o{k}", f"s{k}"]
-            walk.append(f"p{k} = o{k}")
-            steps.append(f"p{k} += c * s{k}[d]")
+            positions.append((f"p{k}", f"o{k}", f"s{k}"))
             where = f"p{k}"
             for t, (j, _, _) in enumerate(o.gathers):
                 params += [f"gs{k}_{t}", f"gn{k}_{t}"]
@@ -327,13 +339,7 @@ def pointwise_kernel(
     value = _store_expr(expr, out_dtype)
     store = f"cuda.atomic.add(out, {target}, {value})" if accumulate else f"out[{target}] = {value}"
     inner = [
-        "r = i",
-        *walk,
-        f"for d in range({ndim - 1}, -1, -1):",
-        "    sz = shape[d]",
-        "    c = r % sz",
-        "    r = r // sz",
-        *[f"    {s}" for s in steps],
+        *_unravel("i", "shape", ndim, positions),
         *loads,
         *late,
         store,
@@ -374,17 +380,6 @@ def reduction_kernel(
     ``argmin`` (NaN counts as the largest, ties go to the first index, as PyTorch)."""
     arg = kind in ("argmax", "argmin")
     load = f"ACC({_load_expr('a', op, 'p')})"
-
-    def walk(var: str, shape: str, stride: str, nd: int, base: str) -> list[str]:
-        return [
-            f"r = {var}",
-            f"p = {base}",
-            f"for d in range({nd - 1}, -1, -1):",
-            f"    sz = {shape}[d]",
-            "    c = r % sz",
-            "    r = r // sz",
-            f"    p += c * {stride}[d]",
-        ]
 
     if arg:
         better = "bv > av" if kind == "argmax" else "bv < av"
@@ -442,12 +437,12 @@ def reduction_kernel(
             shared = ["sh = cuda.shared.array(THREADS, ACC_NB)"]
         result = f"out[o] = {_store_expr('sh[0]', out_dtype)}"
     loop = [
-        *walk("o", "kshape", "kstride", kdim, "off"),
+        *_unravel("o", "kshape", kdim, [("p", "off", "kstride")]),
         "base = p",
         *init,
         "j = I64(tid)",
         "while j < nr:",
-        *[f"    {ln}" for ln in walk("j", "rshape", "rstride", rdim, "base")],
+        *[f"    {ln}" for ln in _unravel("j", "rshape", rdim, [("p", "base", "rstride")])],
         f"    v = {load}",
         *[f"    {ln}" for ln in fold],
         "    j += nthreads",
@@ -511,15 +506,7 @@ def matmul_kernel(a: Operand, b: Operand, acc_dtype: np.dtype, out_dtype: np.dty
         "tx0 += cuda.gridDim.x",
     ]
     loop = [
-        "r = z",
-        "pa = I64(0)",
-        "pb = I64(0)",
-        f"for d in range({bdim - 1}, -1, -1):",
-        "    sz = bshape[d]",
-        "    c = r % sz",
-        "    r = r // sz",
-        "    pa += c * abstr[d]",
-        "    pb += c * bbstr[d]",
+        *_unravel("z", "bshape", bdim, [("pa", "I64(0)", "abstr"), ("pb", "I64(0)", "bbstr")]),
         "ty0 = cuda.blockIdx.y",
         "while ty0 * TILE < M:",
         "    tx0 = cuda.blockIdx.x",
@@ -553,15 +540,7 @@ def dot_kernel(a: Operand, b: Operand, acc_dtype: np.dtype, out_dtype: np.dtype,
         "z = i // (M * N)",
         "row = (i // N) % M",
         "col = i % N",
-        "r = z",
-        "pa = I64(0)",
-        "pb = I64(0)",
-        f"for d in range({bdim - 1}, -1, -1):",
-        "    sz = bshape[d]",
-        "    c = r % sz",
-        "    r = r // sz",
-        "    pa += c * abstr[d]",
-        "    pb += c * bbstr[d]",
+        *_unravel("z", "bshape", bdim, [("pa", "I64(0)", "abstr"), ("pb", "I64(0)", "bbstr")]),
         "acc = ACC(0)",
         "for k in range(K):",
         f"    acc += {la} * {lb}",
@@ -597,17 +576,7 @@ def scan_kernel(kind: str, op: Operand, acc_dtype: np.dtype, out_dtype: np.dtype
     fold; ``cummax``/``cummin`` also write the running index into ``outi``."""
     init, fold = SCANS[kind]
     arg = kind in ("cummax", "cummin")
-    walk = [
-        "r = line",
-        "p = off",
-        "q = oo",
-        f"for d in range({ldim - 1}, -1, -1):",
-        "    sz = lshape[d]",
-        "    c = r % sz",
-        "    r = r // sz",
-        "    p += c * lin[d]",
-        "    q += c * lout[d]",
-    ]
+    walk = _unravel("line", "lshape", ldim, [("p", "off", "lin"), ("q", "oo", "lout")])
     body = [
         *walk,
         f"acc = {'ACC(0)' if arg else init}",
@@ -692,13 +661,7 @@ def sort_kernel(op: Operand, acc_dtype: np.dtype, ldim: int, descending: bool, f
     stable sort."""
     before = "(x > y or (x != x and y == y))" if descending else "(x < y or (y != y and x == x))"  # x strictly before y
     body = [
-        "r = line",
-        "p = off",
-        f"for d in range({ldim - 1}, -1, -1):",
-        "    sz = lshape[d]",
-        "    c = r % sz",
-        "    r = r // sz",
-        "    p += c * lin[d]",
+        *_unravel("line", "lshape", ldim, [("p", "off", "lin")]),
         "row = line * L",
         "for t in range(L):",
         f"    v[row + t] = ACC({_load_expr('a', op, 'p + t * sa')})",

@@ -388,4 +388,3 @@ def _doctor_tail() -> list[tuple[str, str]]:
         out.append(("info", "cuBLAS binding (nvmath-python): not installed; matmul runs kiln-cuda's tiled kernel"))
     out.append(("info", f"kernel cache: {cache_dir()}"))
     return out
-

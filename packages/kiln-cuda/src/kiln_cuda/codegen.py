@@ -225,6 +225,7 @@ class Operand:
 
     @property
     def is_scalar(self) -> bool:
+        """Whether the operand is a value passed to the kernel rather than an array it reads."""
         return self.array is None
 
 

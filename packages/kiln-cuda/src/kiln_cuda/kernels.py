@@ -1,8 +1,9 @@
-"""kiln-cuda's kernels: the op table, built from op tags and a few lines per op.
+"""kiln-cuda's pointwise, reduction, copy and matmul kernels (:data:`KERNELS`), a few lines per op.
 
-Pointwise ops are an expression each (:data:`POINTWISE`), compiled by the pointwise generator
+Pointwise ops are an expression each, compiled by the pointwise generator
 (:func:`kiln_cuda.codegen.pointwise_kernel`) for whatever operand dtypes, broadcasting and strides a call
-brings; reductions name a fold (:data:`kiln_cuda.codegen.REDUCTIONS`); matmul is one tiled kernel. Every op
+brings; reductions name a fold (:data:`kiln_cuda.codegen.REDUCTIONS`); matmul is one tiled kernel
+(:mod:`kiln_cuda.kernels_index` and :mod:`kiln_cuda.kernels_nn` hold the rest of the table). Every op
 kiln-cuda has no kernel for runs through its decomposition into these, on the device (``kiln.backend``);
 the rest raise kiln's missing-kernel error, or run on the CPU when the user opts in (``KILN_CPU_FALLBACK=1``).
 """

@@ -427,3 +427,15 @@ def test_inplace_scans(name):
     U.check_op(lambda L, a: getattr(a * 1, name)(1), x)  # recorded on a non-leaf
     _both_raise(lambda L: getattr(L.tensor([1, 2, 3], dtype=L.int32), name)(0, dtype=L.float32))
     _both_raise(lambda L: getattr(L.tensor([True, True]), name)(0))
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+def test_median_with_nan_is_nan_in_every_float_dtype(dtype):
+    vals = [[1.0, float("nan"), 0.0, -2.0], [3.0, 1.0, 2.0, 0.5]]
+    k = kiln.tensor(vals, dtype=getattr(kiln, dtype))
+    t = torch.tensor(vals, dtype=getattr(torch, dtype))
+    assert kiln.median(k).float().isnan().item() and torch.median(t).float().isnan().item()
+    kv, ki = kiln.median(k, 1)
+    tv, ti = torch.median(t, 1)
+    assert kv.float().tolist()[1] == tv.float().tolist()[1] and kv.float().isnan().tolist() == [True, False]
+    assert ki.tolist() == ti.tolist()

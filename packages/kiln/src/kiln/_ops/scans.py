@@ -536,7 +536,7 @@ def _lower_median_index(a: np.ndarray, axis: int) -> np.ndarray:
     ``(n - 1) // 2``-th of a stable sort (PyTorch's choice among ties in the cases we checked)."""
     k = (a.shape[axis] - 1) // 2
     idx = np.take(np.argsort(a, axis=axis, kind="stable"), [k], axis=axis)
-    if a.dtype.kind == "f":
+    if a.dtype.kind in "fV":  # V: bfloat16 (ml_dtypes)
         nan = np.isnan(a)
         has = np.any(nan, axis=axis, keepdims=True)
         idx = np.where(has, np.argmax(nan, axis=axis, keepdims=True), idx)

@@ -52,9 +52,13 @@ BACKEND_DEVICE: dict[str, str] = {
 BACKEND_ENV: dict[str, dict[str, str]] = {
     "cuda-sim": {"NUMBA_ENABLE_CUDASIM": "1"},  # numba's CUDA simulator: CUDA kernels run on the CPU
 }
-# Backends whose device is not "cpu" and that leave the core's own tests alone: the core's tests run on
-# device "cpu", so such a cell would only repeat the reference cell's run of them.
-SKIP_CORE_TESTS = {"cuda-sim"}
+# The cell that runs the core's and the conformance kit's own tests: they run on device "cpu" whatever is
+# installed (kiln-cpu hands their small tensors to the reference kernels), so another cell would repeat them.
+CORE_CELL = "reference"
+# The cell that runs the feature packages' tests (kiln-nn, kiln-data, ...): on device "cpu" with kiln-cpu's
+# kernels, as users install them. The core alone is the reference cell's; kiln-cpu's kernels are checked
+# op by op in its own cell (its tests and the conformance suite).
+FEATURE_CELL = "cpu"
 # Extra arguments of a backend's conformance run. The simulator runs each CUDA thread as a Python thread:
 # its cell checks the dtypes with their own code paths (integers, float32, bfloat16's bit conversion) to
 # stay within CI's time; kiln-cuda's own tests cover float16, float64, bool and int8 against PyTorch.
@@ -132,7 +136,8 @@ def _own_tests(install_args: list[str]) -> list[str]:
 @nox.session
 @nox.parametrize("backend", list(BACKENDS))
 def tests(session: nox.Session, backend: str) -> None:
-    """Unit tests (core, kiln-testing, the backend's own) and the conformance suite, against one backend."""
+    """The backend's own tests and the conformance suite against its device; the core's and kiln-testing's
+    tests in CORE_CELL, the feature packages' tests in FEATURE_CELL."""
     _prepare(session)
     _install_kiln(session, "-e", TESTING, *TEST_DEPS, *BACKENDS[backend], *BACKEND_SUPPORT.get(backend, []))
     session.env["KILN_BACKEND"] = backend
@@ -141,18 +146,16 @@ def tests(session: nox.Session, backend: str) -> None:
     ok = [0, 5] if session.posargs else [0]
     pytest = ("pytest", "--import-mode=importlib", "-q")
     runs = _PytestRuns(session, ok)
-    if backend not in SKIP_CORE_TESTS:
-        runs.run(*pytest, "packages/kiln/tests", *session.posargs)
-        runs.run(*pytest, f"{TESTING}/tests", *_own_tests(BACKENDS[backend]), *session.posargs)
-    else:
-        runs.run(*pytest, *_own_tests(BACKENDS[backend]), *session.posargs)
+    if backend == CORE_CELL:
+        runs.run(*pytest, "packages/kiln/tests", f"{TESTING}/tests", *session.posargs)
+    own = _own_tests(BACKENDS[backend])
+    if own:
+        runs.run(*pytest, *own, *session.posargs)
     device = BACKEND_DEVICE.get(backend, "cpu")
     conformance = [f"--kiln-device={device}", *CONFORMANCE_ARGS.get(backend, [])]
     runs.run(*pytest, *conformance, *session.posargs, env=CONFORMANCE_ENV.get(backend, {}))
-    # Feature packages (kiln-nn, kiln-data, ...) run on the default device "cpu": their tests run in the
-    # cells whose backend serves "cpu" (the reference backend, kiln-cpu), on top of that backend.
     features = _feature_packages()
-    if device == "cpu" and features:
+    if backend == FEATURE_CELL and features:
         session.install(*[a for f in features for a in ("-e", f)])
         runs.run(*pytest, *[f"{f}/tests" for f in features], *session.posargs)
     runs.finish()
@@ -295,7 +298,20 @@ def docs(session: nox.Session) -> None:
     _install_kiln(session, *_every_package(), *DOCS_DEPS, TORCH)  # TORCH: the API coverage page (PyTorch's names)
     # -E: read every page each time. An incremental build re-reads only changed pages and so would not
     # repeat the warnings of unchanged ones; -W would then let a broken page pass on the second run.
-    session.run("sphinx-build", "-E", "-W", "--keep-going", "-b", "html", "docs", "docs/_build/html", *session.posargs)
+    # -j auto: pages are read and written in parallel, one process per core
+    session.run(
+        "sphinx-build",
+        "-j",
+        "auto",
+        "-E",
+        "-W",
+        "--keep-going",
+        "-b",
+        "html",
+        "docs",
+        "docs/_build/html",
+        *session.posargs,
+    )
     # the examples run with device "cuda" on numba's CUDA simulator (the kiln-cuda guide's examples need it)
     session.run(
         "sphinx-build",

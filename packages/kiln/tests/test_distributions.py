@@ -398,7 +398,7 @@ def test_multivariate_normal_argument_errors():
     ]
     for kf, tf in cases:
         U.assert_same_error(kf, tf, exact=True)
-    # batch shapes that do not broadcast: RuntimeError (kiln.broadcast_shapes words it as PyTorch 2.0 did)
+    # batch shapes that do not broadcast: RuntimeError, from broadcast_shapes (which names kiln.Size, not torch.Size)
     with pytest.raises(RuntimeError):
         TD.MultivariateNormal(torch.zeros(3, 2), two.expand(4, 2, 2))
     with pytest.raises(RuntimeError, match="broadcast"):

@@ -27,6 +27,12 @@ ERRORS = {
     "where broadcast mismatch": lambda L: L.where(L.ones(3, dtype=L.bool), L.ones(2), 0.0),
     "expand mismatch": lambda L: L.ones(3, 2).expand(3, 4),
     "expand too few sizes": lambda L: L.ones(3, 1).expand(4),
+    "broadcast_shapes mismatch": lambda L: L.broadcast_shapes((2, 3), (4, 3)),
+    "broadcast_shapes lists": lambda L: L.broadcast_shapes([2, 3], [4, 3]),
+    "broadcast_shapes ints": lambda L: L.broadcast_shapes(3, 4),
+    "broadcast_shapes longer later": lambda L: L.broadcast_shapes((1, 2), (3, 1, 3)),
+    "broadcast_shapes third": lambda L: L.broadcast_shapes((5, 1), (1, 2), (3, 2)),
+    "broadcast_shapes negative": lambda L: L.broadcast_shapes((2, -1)),
     # matmul
     "mm shapes": lambda L: L.ones(2, 3) @ L.ones(4, 5),
     "mm function shapes": lambda L: L.mm(L.ones(2, 3), L.ones(4, 5)),

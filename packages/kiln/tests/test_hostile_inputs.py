@@ -168,6 +168,8 @@ _DATA = {
     "int beyond int64": [2**70],
     "scalar beyond int64": 2**70,
     "2**63": [2**63],
+    "2**63 beside a negative int": [2**63, -1],  # NumPy makes float64 of these
+    "nested 2**64 beside a small int": [[1], [2**64]],
     "bool then huge": [True, 2**70],
     "None": [None],
     "bare None": None,
@@ -196,6 +198,54 @@ def test_tensor_from_edge_data_matches_torch(data):
     k, t = kiln.tensor(data), torch.tensor(data)
     assert k.dtype is U.T2K[t.dtype]
     assert k.tolist() == t.tolist()
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda L: L.tensor([1.0]) + 2**64,
+        lambda L: 2**64 + L.tensor([1.0]),
+        lambda L: L.tensor([1.0]) ** 2**64,
+        lambda L: L.tensor([1]) < 2**64,
+        lambda L: L.tensor([1]) * 2**64,
+        lambda L: L.tensor([1.0]) * -(2**63 + 1),
+    ],
+)
+def test_python_int_operands_beyond_int64_and_uint64_overflow(fn):
+    """PyTorch's scalars hold an int64 or a uint64; other ints are an OverflowError, in its words."""
+    exc = U.torch_error(lambda: fn(torch))
+    with pytest.raises(OverflowError) as info:
+        fn(kiln)
+    assert type(exc) is OverflowError and str(info.value) == str(exc)
+
+
+@pytest.mark.parametrize("v", [2**63 - 1, -(2**63), 2**63, 2**64 - 1], ids=str)
+def test_python_int_operands_at_the_edges(v):
+    for fn in (lambda L: L.tensor([1.0]) * v, lambda L: L.tensor([3]) == v, lambda L: L.tensor([1.0]) < v):
+        assert fn(kiln).tolist() == fn(torch).tolist()
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda L, x: L.sign(x),
+        lambda L, x: L.div(x, x.detach() + 5, rounding_mode="floor"),
+        lambda L, x: L.div(x + 5, x, rounding_mode="trunc"),
+        lambda L, x: x**0,
+        lambda L, x: L.floor(x),
+        lambda L, x: L.ceil(x),
+        lambda L, x: L.round(x),
+        lambda L, x: L.trunc(x),
+    ],
+)
+def test_zero_gradients_stay_zero_for_infinite_and_nan_grads(fn):
+    """Ops whose derivative is 0 give zeros, as PyTorch, never ``grad * 0`` (NaN for an inf or NaN grad)."""
+    grads = {}
+    for L in (kiln, torch):
+        x = L.tensor([1.5, -2.0, 0.0], requires_grad=True)
+        fn(L, x).backward(L.tensor([math.inf, math.nan, 1.0]))
+        grads[L] = x.grad.tolist()
+    assert grads[kiln] == grads[torch] == [0.0, 0.0, 0.0]
 
 
 def test_integers_beyond_int64_as_a_floating_dtype():

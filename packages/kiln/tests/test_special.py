@@ -304,7 +304,8 @@ def test_gradgradcheck(name):
 
 def test_gradients_at_the_edges():
     """PyTorch's values where the formulas divide by zero: ``i1'(0) = i1e'(0) = 1/2``, ``sinc'(0) = 0``,
-    ``xlogy``'s gradient 0 in ``x`` where ``x == 0``, ``entr'(0) = inf``; NaN and inf inputs."""
+    ``xlogy``'s gradient in ``x``: ``log(y)``, also where ``x == 0``, but 0 there when ``y <= 0`` (``xlog1py``:
+    ``y <= -1``), ``entr'(0) = inf``; NaN and inf inputs."""
     values = np.array([0.0, -0.0, 1e-300, np.nan, np.inf, -np.inf, 2.0, -3.0])
     for fn in (
         lambda L, x: L.special.i1(x),
@@ -314,6 +315,8 @@ def test_gradients_at_the_edges():
         lambda L, x: L.special.entr(x),
         lambda L, x: L.xlogy(x, x.detach().abs()),
         lambda L, x: L.special.xlog1py(x, x.detach()),
+        lambda L, x: L.xlogy(x, x.detach().flip(0)),  # x == 0 beside y > 0 (gradient log y) and y <= 0 (0)
+        lambda L, x: L.special.xlog1py(x, x.detach().flip(0)),
         lambda L, x: L.lgamma(x),
         lambda L, x: L.digamma(x),
     ):

@@ -64,6 +64,24 @@ def test_non_reentrant_kwargs_and_autograd_grad():
     np.testing.assert_allclose(gw.numpy(), tgw.numpy(), rtol=1e-12)
 
 
+def test_non_reentrant_backward_twice_with_retain_graph():
+    """retain_graph keeps the recompute's inputs: a second backward accumulates again, a third (after one
+    without retain_graph) raises PyTorch's error, as any freed node does."""
+    for lib, ckpt in ((kiln, checkpoint), (torch, torch.utils.checkpoint.checkpoint)):
+        x = lib.tensor([1.0, 2.0, -0.5], dtype=lib.float64, requires_grad=True)
+        y = ckpt(lambda a: (a.sin() * a).sum(), x, use_reentrant=False)
+        y.backward(retain_graph=True)
+        first = x.grad.clone()
+        y.backward()
+        np.testing.assert_allclose(x.grad.numpy(), 2 * first.numpy(), rtol=1e-12)
+        with pytest.raises(RuntimeError, match="Trying to backward through the graph a second time"):
+            y.backward()
+        z = ckpt(lambda a: (a.exp() * a).sum(), x, use_reentrant=False)
+        g1 = lib.autograd.grad(z, x, retain_graph=True)[0]
+        g2 = lib.autograd.grad(z, x)[0]
+        np.testing.assert_array_equal(g1.numpy(), g2.numpy())
+
+
 def test_non_reentrant_parameter_without_input_grad():
     w, tw = _pair((4, 4), 4)
     x = kiln.ones(2, 4, dtype=kiln.float64)

@@ -12,7 +12,7 @@ import numpy as np
 
 from kiln import _dtype as dt
 from kiln._device import CPU
-from kiln._tensor import Tensor, _wrap_dim
+from kiln._tensor import Size, Tensor, _wrap_dim
 
 __all__ = [
     "broadcast_shapes",
@@ -47,18 +47,27 @@ def astype(a: np.ndarray, np_dtype: np.dtype, *, copy: bool = False) -> np.ndarr
 
 
 def broadcast_shapes(*shapes) -> tuple[int, ...]:
-    """The broadcast of several shapes (``torch.broadcast_shapes``)."""
-    out: tuple[int, ...] = ()
+    """The broadcast of several shapes (``torch.broadcast_shapes``): each an int, a tuple, a list or a
+    :class:`kiln.Size`; the result is a :class:`kiln.Size`."""
+    shapes = [(s,) if isinstance(s, numbers.Integral) else s for s in shapes]
+    for s in shapes:
+        if not isinstance(s, (tuple, list)):
+            raise RuntimeError(f"Input shapes should be of type ints, a tuple of ints, or a list of ints, got {s!r}")
+    result = [1] * max((len(s) for s in shapes), default=0)
     for k, s in enumerate(shapes):
-        s = (s,) if isinstance(s, int) else tuple(s)
-        try:
-            out = broadcast_pair(out, s)
-        except RuntimeError:
-            raise RuntimeError(
-                "Shape mismatch: objects cannot be broadcast to a single shape.  "
-                f"Mismatch is between arg {max(k - 1, 0)} and arg {k}."
-            ) from None
-    return out
+        for i in range(-1, -len(s) - 1, -1):
+            d = s[i]
+            if d < 0:
+                raise ValueError("Attempting to broadcast a dimension with negative length!")
+            if d == 1 or d == result[i]:
+                continue
+            if result[i] != 1:
+                raise RuntimeError(
+                    f"Attempting to broadcast a dimension of length {d} at {i}! Mismatching argument at index {k} "
+                    f"had {s!r}; but expected shape should be broadcastable to {result}"
+                )
+            result[i] = int(d)
+    return Size(result)
 
 
 def _binary_broadcast_error(a: tuple, b: tuple) -> None:

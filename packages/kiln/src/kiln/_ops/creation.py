@@ -388,7 +388,9 @@ def _list_to_array(data) -> tuple[np.ndarray, dt.dtype | None]:
             return np.empty(shape), None
         _check_nested(data, shape)
         raise
-    if a.dtype.kind in "OUS" or a.dtype == np.uint64:  # not plain numbers of NumPy's making: check each
+    # not plain numbers of NumPy's making: check each (NumPy holds ints past int64 as objects or uint64, and
+    # makes float64 of them beside negative ints)
+    if a.dtype.kind in "OUS" or a.dtype == np.uint64 or (a.dtype == np.float64 and np.any(np.abs(a) >= _INT64_END)):
         return _python_numbers(data), _leaf_dtype(data)
     return a, _leaf_dtype(data)
 

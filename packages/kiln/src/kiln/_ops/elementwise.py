@@ -83,6 +83,13 @@ def _arg(x, np_dtype, result: dt.dtype | None = None):
 def _check_operand(x, name: str, op_name: str) -> None:
     if not isinstance(x, Tensor) and not is_scalar(x):
         raise TypeError(f"{op_name}(): argument '{name}' must be Tensor or Number, not {type(x).__name__}")
+    _check_int_range(x)
+
+
+def _check_int_range(x) -> None:
+    """PyTorch's errors for a Python int operand that neither int64 nor uint64 holds (its scalars)."""
+    if x.__class__ is int and not -(2**63) <= x < 2**64:
+        raise OverflowError("int too big to convert" if x > 0 else "can't convert negative int to unsigned")
 
 
 # ---------------------------------------------------------------------------------------- binary
@@ -103,6 +110,7 @@ def binary_meta(op_name: str, *, float_result: bool = False, bool_result: bool =
             dev = input._device if input._device is other._device else common_device(op_name, input, other)
         elif isinstance(input, Tensor) and other.__class__ in _PY_SCALARS:  # tensor op Python number: memoised
             shape, dev = input._shape, input._device
+            _check_int_range(other)
             key = (input._dtype, bool(shape), other.__class__, dt._default_dtype)
             dtype = _SCALAR_RESULT.get(key)
             if dtype is None:
@@ -298,7 +306,8 @@ def _div_ref(spec, a, b, rounding_mode=None):
 
 def _div_backward(grad, input, other, rounding_mode, needs_input_grad):
     if rounding_mode is not None:
-        return (grad * 0 if needs_input_grad[0] else None, grad * 0 if needs_input_grad[1] else None)
+        z = _zeros_like(grad)  # zeros, as PyTorch: not grad * 0, which is NaN for an infinite or NaN grad
+        return (z if needs_input_grad[0] else None, z if needs_input_grad[1] else None)
     return (
         grad / other if needs_input_grad[0] else None,
         -grad * input / (other * other) if needs_input_grad[1] else None,
@@ -387,7 +396,7 @@ def _pow_backward(grad, input, exponent, needs_input_grad):
     g_in = g_exp = None
     if needs_input_grad[0]:
         if is_scalar(exponent):
-            g_in = grad * 0 if exponent == 0 else grad * exponent * pow(input, exponent - 1)
+            g_in = _zeros_like(grad) if exponent == 0 else grad * exponent * pow(input, exponent - 1)
         else:
             g_in = grad * exponent * pow(input, exponent - 1)
             g_in = where(exponent == 0, 0.0, g_in)
@@ -562,7 +571,9 @@ def _sign_np(a):
     return np.where(np.isnan(a), 0, s) if a.dtype.kind == "f" else s
 
 
-sign = _unary("sign", _sign_np, lambda grad: grad * 0, "The sign (-1, 0, 1) of each element.", int_to_float=False)
+sign = _unary(
+    "sign", _sign_np, lambda grad: _zeros_like(grad), "The sign (-1, 0, 1) of each element.", int_to_float=False
+)
 exp = _unary("exp", np.exp, lambda grad, result: grad * result, "``e ** input`` elementwise.", autocast="fp32_float16")
 log = _unary("log", np.log, lambda grad, input: grad / input, "Natural logarithm elementwise.", autocast="fp32_float16")
 sqrt = _unary("sqrt", np.sqrt, lambda grad, result: grad / (result * 2), "Square root elementwise.")

@@ -66,8 +66,8 @@ def _x_log(name: str, np_log, log_op, shift: float):
 
     def backward(grad, input, other, needs_input_grad):
         g_in = g_other = None
-        if needs_input_grad[0]:
-            g_in = grad * fn(input != 0, other)
+        if needs_input_grad[0]:  # d/dx is log(shift + y), 0 where x is 0 and shift + y <= 0 (PyTorch's rule)
+            g_in = where((input == 0) & (other <= -shift), 0.0, fn(grad, other))
         if needs_input_grad[1]:
             g_other = grad * input / (other + shift) if shift else grad * input / other
         return (g_in, g_other)

@@ -281,12 +281,12 @@ class CheckpointBackward(Node):
         finally:
             for t, h in hooked:
                 t._hooks = h
-        if not create_graph:
-            self.run = None  # like any node: its "saved" inputs are freed after a backward without retain_graph
         return tuple(result)
 
     def release(self) -> None:
-        """Nothing to free until the recompute; :meth:`apply` drops the inputs itself."""
+        """After a backward without ``retain_graph``: drop the function and inputs the recompute needs (a
+        second backward then raises, as through any freed node)."""
+        self.run = None
 
 
 def _replace_args(obj: Any, fn: Callable) -> Any:

@@ -166,7 +166,7 @@ LEFT_OUT: tuple[tuple[str, str], ...] = (
         r"torch:(indices_copy|values_copy)$",
         "functionalization's copies of sparse accessors; PyTorch itself cannot run them on a sparse tensor",
     ),
-    (r"torch(\.Tensor)?:(Stream|Event|StreamObjType|AcceleratorError|OutOfMemoryError|is_pinned|pin_memory)$", _ACCEL),
+    (r"torch(\.Tensor)?:(Stream|Event|StreamObjType|AcceleratorError|OutOfMemoryError)$", _ACCEL),
 )
 
 _ABSENT = object()

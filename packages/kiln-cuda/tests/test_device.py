@@ -229,3 +229,28 @@ def test_tensor_from_storage_checks_bounds():
         kb.tensor_from_storage(x.untyped_storage(), (5,), (1,), 0, kiln.float32, "cuda")
     v = kb.tensor_from_storage(x.untyped_storage(), (2,), (2,), 1, kiln.float32, "cuda")
     assert v.cpu().tolist() == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("dtype", [kiln.float32, kiln.bfloat16, kiln.int64, kiln.bool])
+def test_pinned_host_memory(dtype):
+    from kiln_cuda import device
+
+    t = kiln.tensor([[1, 0, 3], [0, 5, 1]], dtype=dtype).t()
+    p = t.pin_memory()
+    assert p.is_pinned() and not t.is_pinned() and p.device == kiln.device("cpu") and p.pin_memory() is p
+    assert p.tolist() == t.tolist() and p[1:].is_pinned() and kiln.from_numpy(p.numpy()).is_pinned()
+    for non_blocking in (False, True):  # host -> device -> host from page-locked memory
+        assert p.to("cuda", non_blocking=non_blocking).cpu().tolist() == t.tolist()
+    alive = len(device._PINNED)
+    del p
+    gc.collect()
+    assert len(device._PINNED) == alive - 1  # forgotten with its tensor
+    assert kiln.empty(0, dtype=dtype).pin_memory().is_pinned()
+
+
+def test_pinning_errors_and_type_names():
+    c = kiln.ones(2, device="cuda")
+    assert c.type() == "kiln.cuda.FloatTensor" and not c.is_pinned()
+    with pytest.raises(RuntimeError, match=r"cannot pin 'kiln\.cuda\.FloatTensor' only dense CPU tensors"):
+        c.pin_memory()
+    assert kiln.ones(2).type("torch.cuda.LongTensor").device.type == "cuda"

@@ -6,6 +6,7 @@ import mmap
 import time
 import warnings
 
+import numpy as np
 import pytest
 import torch
 import torch.utils.data as tud
@@ -302,19 +303,43 @@ def test_worker_pids_gone_after_epoch():
     assert wait_gone(pids) == []
 
 
-def test_pin_memory_uses_the_device_pinning_hook(monkeypatch):
+class _PinnedHost:
+    """A plugin for an accelerator "pinhost" whose pinned host memory is arrays it hands out and recognises."""
+
+    def __init__(self) -> None:
+        self.pinned: list = []
+
+    def kiln_register_devices(self, register):
+        def pin_memory(numel, np_dtype):
+            self.pinned.append(np.empty(numel, np_dtype))
+            return self.pinned[-1]
+
+        register(
+            "pinhost",
+            empty=lambda n, dtype, index=None: np.empty(n, dtype.numpy),
+            to_host=lambda s: s.copy(),
+            from_host=lambda a, index=None: np.array(a),
+            write=lambda s, start, a: s.__setitem__(slice(start, start + a.size), a),
+            pin_memory=pin_memory,
+            is_pinned=lambda a: any(a is p or a.base is p for p in self.pinned),
+        )
+
+
+def test_pin_memory_pins_every_tensor_of_a_batch():
     import kiln.plugins
 
-    contract = kiln.plugins.devices()["cpu"]
-    pinned = []
-
-    def pin(t):
-        pinned.append(tuple(t.shape))
-        return t
-
-    monkeypatch.setattr(contract, "pin_memory", pin, raising=False)
-    batches = list(DataLoader(Squares(4, 3), batch_size=2, pin_memory=True, pin_memory_device="cpu", num_workers=1))
-    assert len(batches) == 2 and pinned == [(2, 3), (2,), (2, 3), (2,)]
+    host = _PinnedHost()
+    kiln.plugins.register_plugin(host, name="pinhost")
+    try:
+        for device in ("", "pinhost"):
+            host.pinned.clear()
+            loader = DataLoader(Squares(4, 3), batch_size=2, pin_memory=True, pin_memory_device=device, num_workers=1)
+            batches = list(loader)
+            assert len(batches) == 2 and len(host.pinned) == 4
+            assert all(t.is_pinned() and t.device == kiln.device("cpu") for x, y in batches for t in (x, y))
+            assert [tuple(t.shape) for x, y in batches for t in (x, y)] == [(2, 3), (2,), (2, 3), (2,)]
+    finally:
+        kiln.plugins.unregister_plugin("pinhost")
 
 
 def test_digits_with_transforms_in_workers():

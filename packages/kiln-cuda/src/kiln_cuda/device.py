@@ -7,6 +7,8 @@ and wait for it, so a host array read after a copy holds the data.
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 import kiln
@@ -25,6 +27,8 @@ __all__ = [
     "is_available",
     "data_ptr",
     "empty_cache",
+    "pin_memory",
+    "is_pinned",
 ]
 
 NAME = "cuda"
@@ -100,3 +104,29 @@ def empty_cache() -> None:
     """Give the cached, unused blocks of every GPU back to the driver."""
     for i in range(device_count()):
         memory.allocator(i).empty_cache()
+
+
+# Pinned host arrays alive in this process: id -> (weak reference, first byte address, end address). An array
+# is pinned when its first element lies in one of them (a NumPy view of a pinned tensor too).
+_PINNED: dict[int, tuple[weakref.ref, int, int]] = {}
+
+
+def pin_memory(numel: int, np_dtype) -> np.ndarray:
+    """A 1-D host array of ``numel`` elements in page-locked memory (numba.cuda's ``pinned_array``), which
+    the GPU reads and writes by DMA: ``Tensor.pin_memory()``'s storage."""
+    dtype = np.dtype(np_dtype)
+    nbytes = numel * dtype.itemsize
+    raw = _driver.cuda().pinned_array(max(nbytes, 1), dtype=np.uint8)  # bytes: any dtype, bfloat16 included
+    host = raw[:nbytes].view(dtype)
+    start = raw.ctypes.data
+    key = id(host)
+    _PINNED[key] = (weakref.ref(host, lambda _, k=key: _PINNED.pop(k, None)), start, start + max(nbytes, 1))
+    return host
+
+
+def is_pinned(array) -> bool:
+    """Whether a host array lies in page-locked memory from :func:`pin_memory`."""
+    if not isinstance(array, np.ndarray):
+        return False
+    address = array.__array_interface__["data"][0]
+    return any(ref() is not None and start <= address < end for ref, start, end in list(_PINNED.values()))

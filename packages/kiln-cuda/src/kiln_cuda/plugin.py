@@ -24,6 +24,8 @@ def kiln_register_devices(register):
         is_available=device.is_available,
         data_ptr=device.data_ptr,
         empty_cache=device.empty_cache,
+        pin_memory=device.pin_memory,
+        is_pinned=device.is_pinned,
         autocast_dtype=kiln.float16,
         module=api,
     )

@@ -79,7 +79,10 @@ class DeviceType:
     ``autocast_dtype`` is the dtype ``kiln.autocast`` casts to on it by default (None: float16, as on
     cuda). ``empty_cache()`` releases an allocator's cached memory (``kiln.<name>.empty_cache``).
     ``module`` is an object (usually a module) whose public names extend ``kiln.<name>`` beyond
-    the generic ones (streams, device properties... as kiln-cuda's ``kiln.cuda.Stream``). The rest have
+    the generic ones (streams, device properties... as kiln-cuda's ``kiln.cuda.Stream``).
+    ``pin_memory(numel, np_dtype)`` allocates a 1-D host array in page-locked memory the device copies
+    from directly (``Tensor.pin_memory()``), and ``is_pinned(array)`` says whether a host array lies in
+    such memory (``Tensor.is_pinned()``); None where the device has no such memory. The rest have
     defaults suited to a single always-available device.
     """
 
@@ -98,6 +101,8 @@ class DeviceType:
     autocast_dtype: dt.dtype | None = None
     empty_cache: Callable | None = None
     module: Any = None
+    pin_memory: Callable | None = None
+    is_pinned: Callable | None = None
 
 
 _lock = threading.RLock()

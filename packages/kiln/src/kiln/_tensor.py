@@ -267,6 +267,23 @@ class Tensor:
         share_memory_(self)
         return self
 
+    def pin_memory(self, device=None) -> Tensor:
+        """A copy in the accelerator's pinned (page-locked) host memory, or ``self`` when pinned already.
+
+        Copies to the device from pinned memory skip a staging buffer, and with ``non_blocking=True`` they
+        overlap compute. Dense CPU tensors only; ``RuntimeError`` without an accelerator (as PyTorch).
+        ``device`` is deprecated, as in PyTorch.
+        """
+        from kiln._pinned import pin_memory
+
+        return pin_memory(self, device)
+
+    def is_pinned(self, device=None) -> bool:
+        """True when this CPU tensor lies in an accelerator's pinned memory (see :meth:`pin_memory`)."""
+        from kiln._pinned import is_pinned
+
+        return is_pinned(self, device)
+
     def is_shared(self) -> bool:
         """True when the storage lives in shared memory (see :meth:`share_memory_`)."""
         from kiln._shared_memory import is_shared
@@ -608,20 +625,23 @@ class Tensor:
         return self._to_type("cuda", device, non_blocking, memory_format)
 
     def type(self, dtype=None, non_blocking: bool = False, **kwargs):
-        """The type name (``'kiln.FloatTensor'``) or, when ``dtype`` is given, this tensor converted to it:
-        a dtype, a legacy type (``kiln.LongTensor``) or its name (``'kiln.LongTensor'``; ``'torch.LongTensor'``
+        """The type name (``'kiln.FloatTensor'``, ``'kiln.cuda.FloatTensor'`` on cuda) or, when ``dtype`` is
+        given, this tensor converted to it: a dtype, a legacy type (``kiln.LongTensor``) or its name
+        (``'kiln.LongTensor'``, ``'kiln.cuda.LongTensor'``, which moves it to that device; ``'torch.LongTensor'``
         too, so PyTorch code runs unchanged). ``self`` when it already has that type."""
         from kiln._ops.legacy import LEGACY_TYPES, _TensorType
 
         if kwargs:
             raise TypeError(f"type() got an unexpected keyword argument '{next(iter(kwargs))}'")
         if dtype is None:
-            return f"kiln.{_LEGACY_TYPE_NAMES[self._dtype]}"
-        if isinstance(dtype, str):
+            where = "" if self._device.type == "cpu" else f"{self._device.type}."
+            return f"kiln.{where}{_LEGACY_TYPE_NAMES[self._dtype]}"
+        if isinstance(dtype, str):  # the name says the device too: 'kiln.cuda.FloatTensor', 'torch.FloatTensor'
             prefix, _, name = dtype.rpartition(".")
-            if prefix not in ("kiln", "torch") or name not in LEGACY_TYPES:
+            lib, _, where = prefix.partition(".")
+            if lib not in ("kiln", "torch") or "." in where or name not in LEGACY_TYPES:
                 raise ValueError(f"invalid type: '{dtype}'")
-            dtype = LEGACY_TYPES[name]
+            return self.to(where or "cpu", LEGACY_TYPES[name].dtype, non_blocking=non_blocking)
         if isinstance(dtype, _TensorType):
             dtype = dtype.dtype
         return self.to(dtype, non_blocking=non_blocking)

@@ -55,8 +55,9 @@ class DataLoader:
     ``num_workers`` worker processes (started with ``multiprocessing_context``) fetch them ahead, at most
     ``prefetch_factor`` per worker, calling ``worker_init_fn(worker_id)`` first; ``persistent_workers`` keeps
     them across epochs; ``in_order=False`` yields batches as they arrive; ``timeout`` (seconds, 0: no limit)
-    bounds each wait for a batch. ``pin_memory`` pins batches for ``pin_memory_device`` where a device
-    offers pinned host memory and is a no-op (with a warning) where none does.
+    bounds each wait for a batch. ``pin_memory`` pins the batches' tensors (:meth:`kiln.Tensor.pin_memory`)
+    where an accelerator (``pin_memory_device``, when named) offers pinned host memory, and is a no-op
+    (with a warning) where none does.
     """
 
     def __init__(
@@ -228,7 +229,8 @@ _pin_warned = False
 
 
 def _pin_function(device: str):
-    """The pinning function of ``device`` (or of the first device offering one), or ``None``."""
+    """``Tensor.pin_memory`` when ``device`` (or, unnamed, some available accelerator) has pinned memory,
+    else ``None``."""
     from kiln import plugins
 
     try:
@@ -238,9 +240,8 @@ def _pin_function(device: str):
     names = [device.split(":")[0]] if device else [n for n in devices if n != "cpu"]
     for name in names:
         contract = devices.get(name)
-        pin = getattr(contract, "pin_memory", None)
-        if pin is not None and contract.is_available():
-            return pin
+        if contract is not None and contract.pin_memory is not None and contract.is_available():
+            return kiln.Tensor.pin_memory
     return None
 
 

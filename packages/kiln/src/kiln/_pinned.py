@@ -1,0 +1,67 @@
+"""Pinned (page-locked) host memory for CPU tensors: ``Tensor.pin_memory()`` and ``Tensor.is_pinned()``.
+
+A CPU tensor's storage is a 1-D NumPy array. Pinning copies the elements into an array the accelerator's
+device plugin allocates in page-locked memory (its contract's ``pin_memory(numel, np_dtype)``), which the
+device can copy from by DMA, without a staging buffer; the plugin's ``is_pinned(array)`` recognises such
+memory again. The accelerator is the first available device type other than ``"cpu"``
+(:func:`kiln.accelerator.current_accelerator`). Without one, pinning raises PyTorch's error and
+``is_pinned()`` is False, as on a CPU-only PyTorch.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from kiln._device import CPU, as_device
+
+
+def _deprecated_device(method: str, device) -> None:
+    if device is not None:
+        warnings.warn(
+            f"The argument 'device' of Tensor.{method}() is deprecated. Please do not pass this argument.",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+
+
+def _contracts(device) -> list:
+    """The device contracts that may hold pinned memory: the named one, or every available accelerator."""
+    from kiln import _plugins
+
+    _plugins.load()
+    if device is not None:
+        d = as_device(device)
+        return [] if d.type == "cpu" else [_plugins.device_type(d)]
+    return [c for name, c in _plugins._devices.items() if name != "cpu" and c.is_available()]
+
+
+def is_pinned(t, device=None) -> bool:
+    """Whether ``t``'s storage is page-locked host memory of an accelerator's plugin."""
+    _deprecated_device("is_pinned", device)
+    if t.is_sparse or t._device is not CPU:
+        return False
+    return any(c.is_pinned is not None and c.is_pinned(t._storage) for c in _contracts(device))
+
+
+def pin_memory(t, device=None):
+    """``t`` itself when pinned already, else a copy of it in the accelerator's page-locked memory."""
+    from kiln._ops.copy import host_array
+    from kiln._tensor import _make, contiguous_strides
+
+    _deprecated_device("pin_memory", device)
+    if t.is_sparse or t._device is not CPU:
+        raise RuntimeError(f"cannot pin '{t.type()}' only dense CPU tensors can be pinned")
+    contracts = [c for c in _contracts(device) if c.pin_memory is not None]
+    if not contracts:
+        raise RuntimeError("Cannot access accelerator device when none is available.")
+    if any(c.is_pinned is not None and c.is_pinned(t._storage) for c in contracts):
+        return t
+    if t.requires_grad:  # a copy outside autograd would silently cut the graph
+        raise RuntimeError("kiln cannot pin a tensor that requires grad yet: pin the data before setting requires_grad")
+    numel = 1
+    for n in t._shape:
+        numel *= n
+    storage = contracts[0].pin_memory(numel, t._dtype.numpy)
+    if numel:
+        storage[:] = host_array(t).reshape(-1)
+    return _make(storage, t._shape, contiguous_strides(t._shape), 0, t._dtype, CPU)

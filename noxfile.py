@@ -84,11 +84,25 @@ TORCH = "torch==2.13.0"
 # safetensors: interop tests only; Pillow: kiln-data's ImageFolder (its "images" extra)
 # kiln.utils.tensorboard imports tensorboard (the core's "tensorboard" extra): tests, docs and packaging install it
 TENSORBOARD = "tensorboard>=2.14"
-TEST_DEPS = ["pytest>=8", "hypothesis>=6.100", TORCH, "safetensors>=0.4,<1", "Pillow>=10", TENSORBOARD]
+TEST_DEPS = [
+    "pytest>=8",
+    "pytest-xdist>=3.5",
+    "hypothesis>=6.100",
+    TORCH,
+    "safetensors>=0.4,<1",
+    "Pillow>=10",
+    TENSORBOARD,
+]
+# pytest-xdist: the suites that only compute run in a process per core (CI has two). The conformance suite
+# stays in one process (its coverage table is built in the process that runs the cells), and so do the
+# backends in SERIAL_OWN_TESTS (kiln-cuda's test_ptx.py compiles every kernel the earlier tests recorded).
+PARALLEL = ("-n", "auto")
+SERIAL_OWN_TESTS = {"cuda-sim"}
 # The demo job (docs/examples/train_digits.py) and what runs it (integration test, benchmarks).
 DEMO_DEPS = ["-e", "packages/kiln-nn", "-e", "packages/kiln-data", "-e", "packages/kiln-amp", "tqdm", "matplotlib"]
 RUFF = "ruff==0.17.6"  # pinned: new ruff releases add rules and change formatting
 DOCS_DEPS = ["sphinx>=8,<10", "furo", TENSORBOARD]  # a new Sphinx major can add warnings, and -W makes them errors
+DOCTREES = "docs/_build/doctrees"  # the pages the docs session reads once, for both of its builds
 LINT_PATHS = ["packages", "tests-integration", "benchmarks", "docs", "noxfile.py"]
 
 nox.options.sessions = ["tests", "packaging", "integration", "distributed", "lint", "docs"]
@@ -147,17 +161,17 @@ def tests(session: nox.Session, backend: str) -> None:
     pytest = ("pytest", "--import-mode=importlib", "-q")
     runs = _PytestRuns(session, ok)
     if backend == CORE_CELL:
-        runs.run(*pytest, "packages/kiln/tests", f"{TESTING}/tests", *session.posargs)
+        runs.run(*pytest, *PARALLEL, "packages/kiln/tests", f"{TESTING}/tests", *session.posargs)
     own = _own_tests(BACKENDS[backend])
     if own:
-        runs.run(*pytest, *own, *session.posargs)
+        runs.run(*pytest, *(() if backend in SERIAL_OWN_TESTS else PARALLEL), *own, *session.posargs)
     device = BACKEND_DEVICE.get(backend, "cpu")
     conformance = [f"--kiln-device={device}", *CONFORMANCE_ARGS.get(backend, [])]
     runs.run(*pytest, *conformance, *session.posargs, env=CONFORMANCE_ENV.get(backend, {}))
     features = _feature_packages()
     if backend == FEATURE_CELL and features:
         session.install(*[a for f in features for a in ("-e", f)])
-        runs.run(*pytest, *[f"{f}/tests" for f in features], *session.posargs)
+        runs.run(*pytest, *PARALLEL, *[f"{f}/tests" for f in features], *session.posargs)
     runs.finish()
 
 
@@ -253,12 +267,13 @@ def integration(session: nox.Session) -> None:
         session.skip("tests-integration/ does not exist yet")
     # The suite builds wheels with the running interpreter (`pip wheel --no-build-isolation`): hatchling.
     # DEMO_DEPS: test_demo_digits.py runs the demo; TORCH: test_api_surface.py compares kiln's names with PyTorch's
-    _install_kiln(session, "pytest>=8", "hatchling", TORCH, *DEMO_DEPS)
+    _install_kiln(session, "pytest>=8", "pytest-xdist>=3.5", "hatchling", TORCH, *DEMO_DEPS)
     # tests-integration/example_device is a plugin project (its own tests run in "tests(backend='example')").
     session.run(
         "pytest",
         "tests-integration",
         f"--ignore={EXAMPLE_DEVICE}",
+        *PARALLEL,
         "--import-mode=importlib",
         "-q",
         *session.posargs,
@@ -308,19 +323,23 @@ def docs(session: nox.Session) -> None:
         "--keep-going",
         "-b",
         "html",
+        "-d",
+        DOCTREES,
         "docs",
         "docs/_build/html",
         *session.posargs,
     )
-    # the examples run with device "cuda" on numba's CUDA simulator (the kiln-cuda guide's examples need it)
+    # The examples run with device "cuda" on numba's CUDA simulator (the kiln-cuda guide's examples need it).
+    # No -E here: the HTML build has just read every page (warnings as errors), and its environment serves.
     session.run(
         "sphinx-build",
-        "-E",
         "-W",
         "--keep-going",
         "-q",
         "-b",
         "doctest",
+        "-d",
+        DOCTREES,
         "docs",
         "docs/_build/doctest",
         env={"NUMBA_ENABLE_CUDASIM": "1"},

@@ -12,7 +12,12 @@ __path__ = _pkgutil.extend_path(__path__, __name__)
 __version__ = "0.1.0"
 
 from kiln import _ops as _ops
-from kiln import autograd, linalg, random
+from kiln import (
+    _pinned,  # adds Tensor.pin_memory and Tensor.is_pinned
+    autograd,
+    linalg,
+    random,
+)
 from kiln._autocast import (
     autocast,
     autocast_decrement_nesting,

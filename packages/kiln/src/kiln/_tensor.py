@@ -267,23 +267,6 @@ class Tensor:
         share_memory_(self)
         return self
 
-    def pin_memory(self, device=None) -> Tensor:
-        """A copy in the accelerator's pinned (page-locked) host memory, or ``self`` when pinned already.
-
-        Copies to the device from pinned memory skip a staging buffer, and with ``non_blocking=True`` they
-        overlap compute. Dense CPU tensors only; ``RuntimeError`` without an accelerator (as PyTorch).
-        ``device`` is deprecated, as in PyTorch.
-        """
-        from kiln._pinned import pin_memory
-
-        return pin_memory(self, device)
-
-    def is_pinned(self, device=None) -> bool:
-        """True when this CPU tensor lies in an accelerator's pinned memory (see :meth:`pin_memory`)."""
-        from kiln._pinned import is_pinned
-
-        return is_pinned(self, device)
-
     def is_shared(self) -> bool:
         """True when the storage lives in shared memory (see :meth:`share_memory_`)."""
         from kiln._shared_memory import is_shared
@@ -625,10 +608,9 @@ class Tensor:
         return self._to_type("cuda", device, non_blocking, memory_format)
 
     def type(self, dtype=None, non_blocking: bool = False, **kwargs):
-        """The type name (``'kiln.FloatTensor'``, ``'kiln.cuda.FloatTensor'`` on cuda) or, when ``dtype`` is
-        given, this tensor converted to it: a dtype, a legacy type (``kiln.LongTensor``) or its name
-        (``'kiln.LongTensor'``, ``'kiln.cuda.LongTensor'``, which moves it to that device; ``'torch.LongTensor'``
-        too, so PyTorch code runs unchanged). ``self`` when it already has that type."""
+        """The type name (``'kiln.FloatTensor'``, ``'kiln.cuda.FloatTensor'``) or, given ``dtype``, this tensor
+        converted to a dtype, a legacy type (``kiln.LongTensor``) or its name (``'kiln.cuda.LongTensor'`` moves
+        it to cuda; ``'torch.LongTensor'`` too, so PyTorch code runs unchanged); ``self`` if it is that type."""
         from kiln._ops.legacy import LEGACY_TYPES, _TensorType
 
         if kwargs:

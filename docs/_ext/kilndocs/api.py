@@ -72,7 +72,7 @@ SECTIONS: list[tuple[str, tuple[str, ...], str]] = [
     ("Utilities", ("kiln",), "Small helpers on tensors and dtypes."),
 ]
 
-# Methods of Tensor defined in kiln._tensor itself, by topic (the rest of its methods come from ops).
+# Methods of Tensor defined outside the ops (kiln._tensor, kiln._pinned), by topic (the rest come from ops).
 TENSOR_AUTOGRAD = {
     "backward",
     "detach",
@@ -107,6 +107,8 @@ TENSOR_CONVERSION = {
     "char",
     "resolve_conj",
     "resolve_neg",
+    "pin_memory",
+    "is_pinned",
 }
 TENSOR_VIEWS = {"T", "mT"}
 
@@ -455,8 +457,10 @@ def _tensor_section(name: str) -> str:
     module = getattr(static, "__module__", None)
     if name.startswith("new_"):
         return "Creation"
+    if name in TENSOR_CONVERSION:
+        return "Conversion, dtypes and devices"
     if module == "kiln._tensor":
-        return "Conversion, dtypes and devices" if name in TENSOR_CONVERSION else "Attributes and metadata"
+        return "Attributes and metadata"
     if name.endswith("_"):
         return "In-place ops"
     for title, modules, _blurb in SECTIONS:

@@ -6,6 +6,7 @@ global switches, and the device-type tests on tensors, compared with PyTorch's C
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import subprocess
 import sys
 import typing
@@ -108,6 +109,19 @@ def test_distributed_and_onnx_import_without_their_packages():
     with pytest.raises(AttributeError, match="pip install kiln-compile"):
         kiln.onnx.export(None, None, "m.onnx")
     assert not hasattr(dist, "get_rank") and getattr(kiln.onnx, "export", None) is None  # probes work
+
+
+def test_compile_without_its_package_names_it():
+    if importlib.util.find_spec("kiln_compile") is not None:
+        pytest.skip("kiln-compile is installed")
+    with pytest.raises(ModuleNotFoundError, match="pip install kiln-compile"):
+        kiln.compile(lambda x: x)
+    with pytest.raises(AttributeError, match="pip install kiln-compile"):
+        kiln.compile.explain(lambda x: x)
+    m = kiln.nn.Linear(2, 2) if importlib.util.find_spec("kiln.nn") is not None else None
+    if m is not None:
+        with pytest.raises(ModuleNotFoundError, match="pip install kiln-compile"):
+            m.compile()
 
 
 # ------------------------------------------------------------------------------------- accelerator

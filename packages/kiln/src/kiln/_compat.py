@@ -127,9 +127,9 @@ def set_default_tensor_type(t: Any, /) -> None:
 
 
 def _legacy_types() -> dict[str, dt.dtype]:
-    from kiln._tensor import _LEGACY_TYPE_NAMES
+    from kiln._ops.legacy import LEGACY_TYPE_NAMES
 
-    return {v: k for k, v in _LEGACY_TYPE_NAMES.items()}
+    return {v: k for k, v in LEGACY_TYPE_NAMES.items()}
 
 
 def get_device_module(device: Any = None):

@@ -224,6 +224,7 @@ def device_module(name: str) -> DeviceModule | None:
 _PLACEHOLDERS: dict[str, tuple[str, dict[str, object]]] = {
     "distributed": ("kiln-distributed", {"is_available": lambda: False, "is_initialized": lambda: False}),
     "onnx": ("kiln-compile", {"is_in_onnx_export": lambda: False}),
+    "compile": ("kiln-compile", {}),  # also called: kiln.compile(model) names the package to install
 }
 
 
@@ -240,6 +241,12 @@ class _Placeholder(types.ModuleType):
             fn.__name__ = fn.__qualname__ = k
             fn.__doc__ = f"False: {dist} is not installed."
             setattr(self, k, fn)
+
+    def __call__(self, *args, **kwargs):
+        raise ModuleNotFoundError(
+            f"{self.__name__}() needs the {self._dist} package, which is not installed: pip install {self._dist}",
+            name=self.__name__,
+        )
 
     def __getattr__(self, attr: str):
         # AttributeError (PEP 562), so hasattr() and getattr(..., default) probe it as any module

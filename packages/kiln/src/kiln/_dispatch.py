@@ -556,6 +556,15 @@ def call_kernel(opdef: OpDef, args: tuple, spec=None):
         raise out_of_memory(exc) from None
 
 
+def call_below_autograd(opdef: OpDef, args: tuple):
+    """Run an op's kernel through the post-autograd modes but not autograd: the core's own writes (``copy_``,
+    the in-place variants, ``.grad`` accumulation) call it so that a tracer sees every write."""
+    post = state.post_autograd_modes
+    if post:
+        return _call_with_modes(post, opdef, args, call_kernel)
+    return call_kernel(opdef, args)
+
+
 def _call_and_check(opdef: OpDef, args: tuple, spec, first: tuple):
     """Run the kernel of ``kernels[device_type]`` (resolving it on first use) and check its output; unless
     every call is checked, remember it in ``opdef._checked`` so that later calls skip both."""
@@ -690,6 +699,16 @@ class DispatchMode:
         """Handle one call of a :func:`composite` (pre-autograd modes only); call ``redispatch(composite, args,
         kwargs)`` to continue. The composite's own ops then run without this mode."""
         return redispatch(composite, args, kwargs)
+
+    def host_read(self, tensor: Tensor, how: str) -> None:
+        """Called (post-autograd modes only) when ``tensor``'s values leave for Python while the mode is active:
+        ``how`` is ``"tolist"`` (``item()``, ``bool()``, ``int()``, ``float()`` and ``tolist()``) or
+        ``"numpy"`` (``numpy()``, ``__array__``). A tracer guards on the value read; the default does nothing."""
+
+    def random_draw(self, tensor: Tensor, draw: Callable[[], Tensor]) -> None:
+        """Called (post-autograd modes only) when a random tensor is drawn outside the dispatcher (``rand``,
+        ``randn``, ``randint``, ``randperm``, the in-place samplers): ``draw()`` draws another like it from the
+        same generator. A tracer records it; the default does nothing."""
 
     def __enter__(self):
         attr = _mode_attr(self.level)

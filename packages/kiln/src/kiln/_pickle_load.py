@@ -338,9 +338,9 @@ def _torch_table() -> dict[str, Any]:
     table["torch.Tensor"] = Tensor
     table["torch.nn.parameter.Parameter"] = _parameter_class() or _no_parameter
     import kiln
-    from kiln._tensor import _LEGACY_TYPE_NAMES
+    from kiln._ops.legacy import LEGACY_TYPE_NAMES
 
-    for name in _LEGACY_TYPE_NAMES.values():  # torch.FloatTensor and friends
+    for name in LEGACY_TYPE_NAMES.values():  # torch.FloatTensor and friends
         table[f"torch.{name}"] = getattr(kiln, name)
     return table
 

@@ -461,6 +461,8 @@ class Tensor:
 
     def numpy(self, *, force: bool = False) -> np.ndarray:
         """The tensor's values as a NumPy array sharing memory (CPU tensors without grad)."""
+        for mode in state.post_autograd_modes:  # a tracer must know the values left the graph
+            mode.host_read(self, "numpy")
         if force:
             return self.detach().cpu().resolve_conj()._numpy().copy()
         if self._requires_grad:
@@ -483,6 +485,8 @@ class Tensor:
 
     def tolist(self):
         """The values as (nested) Python lists of Python numbers."""
+        for mode in state.post_autograd_modes:  # item(), bool(), int(), float() and index() read through here
+            mode.host_read(self, "tolist")
         a = self.detach().cpu()._numpy()
         if self._dtype is dt.bfloat16 or self._dtype is dt.float16:
             a = a.astype(np.float32)
@@ -607,27 +611,6 @@ class Tensor:
         """This tensor on a ``cuda`` device."""
         return self._to_type("cuda", device, non_blocking, memory_format)
 
-    def type(self, dtype=None, non_blocking: bool = False, **kwargs):
-        """The type name (``'kiln.FloatTensor'``, ``'kiln.cuda.FloatTensor'``) or, given ``dtype``, this tensor
-        converted to a dtype, a legacy type (``kiln.LongTensor``) or its name (``'kiln.cuda.LongTensor'`` moves
-        it to cuda; ``'torch.LongTensor'`` too, so PyTorch code runs unchanged); ``self`` if it is that type."""
-        from kiln._ops.legacy import LEGACY_TYPES, _TensorType
-
-        if kwargs:
-            raise TypeError(f"type() got an unexpected keyword argument '{next(iter(kwargs))}'")
-        if dtype is None:
-            where = "" if self._device.type == "cpu" else f"{self._device.type}."
-            return f"kiln.{where}{_LEGACY_TYPE_NAMES[self._dtype]}"
-        if isinstance(dtype, str):  # the name says the device too: 'kiln.cuda.FloatTensor', 'torch.FloatTensor'
-            prefix, _, name = dtype.rpartition(".")
-            lib, _, where = prefix.partition(".")
-            if lib not in ("kiln", "torch") or "." in where or name not in LEGACY_TYPES:
-                raise ValueError(f"invalid type: '{dtype}'")
-            return self.to(where or "cpu", LEGACY_TYPES[name].dtype, non_blocking=non_blocking)
-        if isinstance(dtype, _TensorType):
-            dtype = dtype.dtype
-        return self.to(dtype, non_blocking=non_blocking)
-
     def __format__(self, format_spec: str) -> str:
         """``format(t, spec)``: a 0-d tensor formats its Python number (``f"{loss:.2f}"``); other tensors
         accept only the empty spec (their ``str``), as PyTorch's."""
@@ -689,19 +672,6 @@ for _name, _target in (
     ("bool", dt.bool),
 ):
     setattr(Tensor, _name, _conversion(_name, _target))
-
-_LEGACY_TYPE_NAMES = {
-    dt.bool: "BoolTensor",
-    dt.uint8: "ByteTensor",
-    dt.int8: "CharTensor",
-    dt.int16: "ShortTensor",
-    dt.int32: "IntTensor",
-    dt.int64: "LongTensor",
-    dt.float16: "HalfTensor",
-    dt.bfloat16: "BFloat16Tensor",
-    dt.float32: "FloatTensor",
-    dt.float64: "DoubleTensor",
-}
 
 
 class Size(tuple):

@@ -12,7 +12,6 @@ __all__ = ["Tensor"]
 _CONTIGUOUS_STRIDES: dict
 SUBCLASS_HOOKS: list
 _SAME: object
-_LEGACY_TYPE_NAMES: dict
 
 def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]: ...
 def storage_span(shape: tuple[int, ...], stride: tuple[int, ...]) -> int: ...

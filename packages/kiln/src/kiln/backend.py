@@ -24,6 +24,10 @@ the design. In short:
   NumPy arrays without copies; :func:`compute_dtype` is the dtype a half-precision result is computed in.
 * **Threads.** A backend with its own thread team starts with :func:`default_num_threads` (the one rule
   for the core and every backend) and validates ``set_num_threads`` through :func:`check_num_threads`.
+* **Compilers.** A :class:`DispatchMode` at the ``"post_autograd"`` level sees every op that runs (the
+  backward pass's and every write included) and, through :meth:`DispatchMode.host_read`, every value read
+  into Python; :func:`call_kernel` then runs one op's kernel alone, with the spec recorded at trace time
+  (kiln-compile's executor).
 * **Decompositions.** An op with a decomposition (:func:`decomposition`) runs on any device that lacks
   its kernel, as the composite of other ops, before the opt-in CPU fallback.
 * **The primitive set.** :func:`primitives` names the ops a new device must implement: every op with no
@@ -48,6 +52,7 @@ from kiln._dispatch import (
     Composite,
     DispatchMode,
     OpDef,
+    call_kernel,
     check_kernel_outputs,
     composite,
     kernel_outputs_checked_always,
@@ -97,6 +102,7 @@ __all__ = [
     "WindowSpec",
     "adaptive_pool_bounds",
     "batch_norm_layout",
+    "call_kernel",
     "check_kernel_outputs",
     "check_num_threads",
     "composite",

@@ -46,11 +46,14 @@ def kiln_register_collectives(register):
 
 @hookspec
 def kiln_register_compilers(register):
-    """Register compile and export targets: ``register(name, compiler)``.
+    """Register compiler backends and device code generators: ``register(name, compiler)``.
 
-    .. note::
-       Provisional: nothing in kiln reads this registry yet. Its first reader is kiln-compile's ``compile`` and ``export``, and the
-       signature of ``register`` (and of what it registers) may change when kiln-compile lands.
+    A **backend** is what ``kiln.compile(..., backend=name)`` selects (kiln-compile registers ``"kiln"``,
+    ``"eager"`` and ``"debug"``): a callable ``backend(graph, example_inputs) -> callable`` that receives a
+    traced ``kiln.compile.Graph`` and returns the function to run in its place, as PyTorch's custom backends
+    do. A **device code generator** is a callable with a ``device_type`` attribute: the ``"kiln"`` backend
+    calls ``lower(graph, names)`` for graphs on that device type, and it returns the nodes it replaces with
+    fused kernels (see kiln-compile's guide). ``kiln.plugins.compilers()`` lists what is registered.
     """
 
 

@@ -18,7 +18,7 @@ import numpy as np
 from kiln import _dtype as dt
 from kiln._device import CPU, as_device
 from kiln._device import device as Device
-from kiln._dispatch import call_kernel, op
+from kiln._dispatch import call_below_autograd, op
 from kiln._ops._meta import astype, broadcast_pair, check_inplace, is_scalar
 from kiln._ops.views import make_view
 from kiln._spec import Spec
@@ -200,7 +200,7 @@ def _copy_from(self: Tensor, src: Tensor, non_blocking: bool = False) -> Tensor:
 
 def copy_into(dst: Tensor, src: Tensor) -> Tensor:
     """Kernel-level copy without autograd or version bump (for kernels filling fresh tensors)."""
-    call_kernel(_copy_from.op, (dst, src, False))
+    call_below_autograd(_copy_from.op, (dst, src, False))
     return dst
 
 
@@ -222,7 +222,7 @@ def _write(self: Tensor, src: Tensor, non_blocking: bool = False) -> Tensor:
     if state.grad_enabled and (self._requires_grad or src._requires_grad):
         return apply_inplace(self, lambda s: _copy_out_of_place(s, src), needs_self=False)
     _check_inplace_allowed(self)
-    call_kernel(_copy_from.op, (self, src, non_blocking))
+    call_below_autograd(_copy_from.op, (self, src, non_blocking))
     self._vc[0] += 1
     return self
 
@@ -323,7 +323,7 @@ def apply_inplace(self: Tensor, compute, needs_self: bool) -> Tensor:
         out = out.detach()
         out.grad_fn = overwritten(self)
         out._requires_grad = True
-    call_kernel(_copy_from.op, (self, out.detach(), False))
+    call_below_autograd(_copy_from.op, (self, out.detach(), False))
     self._vc[0] += 1
     if recording and out._requires_grad:
         if self._base is not None:
@@ -369,7 +369,7 @@ def inplace_variant(fn, name: str, doc: str, needs_self: bool):
             from kiln.autograd.graph import overwritten
 
             node = overwritten(self)  # its values will no longer depend on the old history
-        call_kernel(_copy_from.op, (self, out, False))
+        call_below_autograd(_copy_from.op, (self, out, False))
         self._vc[0] += 1
         if node is not None:
             self.grad_fn, self._output_nr = node, 0

@@ -16,7 +16,7 @@ import numpy as np
 from kiln import _dtype as dt
 from kiln._tensor import Size, Tensor
 
-_NAMES = {
+LEGACY_TYPE_NAMES = {
     dt.float32: "FloatTensor",
     dt.float64: "DoubleTensor",
     dt.float16: "HalfTensor",
@@ -30,7 +30,7 @@ _NAMES = {
 }
 """Each legacy type's dtype and name."""
 
-__all__ = list(_NAMES.values())
+__all__ = list(LEGACY_TYPE_NAMES.values())
 
 TOP_LEVEL = tuple(__all__)
 """The names ``kiln`` exports at its top level (as ``torch`` does)."""
@@ -129,7 +129,7 @@ class _TensorType(type):
 
 
 def _legacy_type(d: dt.dtype) -> type:
-    name = _NAMES[d]
+    name = LEGACY_TYPE_NAMES[d]
     doc = (
         f"Legacy constructor of {d.name} CPU tensors (``torch.{name}``): ``{name}(data)``, ``{name}(*sizes)``\n"
         f"(uninitialised), ``{name}(tensor)`` (an alias of a {d.name} tensor) or ``{name}()``; "
@@ -154,3 +154,27 @@ BoolTensor = _legacy_type(dt.bool)
 
 LEGACY_TYPES = {cls.__name__: cls for cls in (globals()[n] for n in __all__)}
 """Name (``'FloatTensor'``) -> legacy tensor type."""
+
+
+def tensor_type(self: Tensor, dtype=None, non_blocking: bool = False, **kwargs):
+    """The type name (``'kiln.FloatTensor'``, ``'kiln.cuda.FloatTensor'``) or, given ``dtype``, this tensor
+    converted to a dtype, a legacy type (``kiln.LongTensor``) or its name (``'kiln.cuda.LongTensor'`` moves
+    it to cuda; ``'torch.LongTensor'`` too, so PyTorch code runs unchanged); ``self`` if it is that type."""
+    if kwargs:
+        raise TypeError(f"type() got an unexpected keyword argument '{next(iter(kwargs))}'")
+    if dtype is None:
+        where = "" if self._device.type == "cpu" else f"{self._device.type}."
+        return f"kiln.{where}{LEGACY_TYPE_NAMES[self._dtype]}"
+    if isinstance(dtype, str):  # the name says the device too: 'kiln.cuda.FloatTensor', 'torch.FloatTensor'
+        prefix, _, name = dtype.rpartition(".")
+        lib, _, where = prefix.partition(".")
+        if lib not in ("kiln", "torch") or "." in where or name not in LEGACY_TYPES:
+            raise ValueError(f"invalid type: '{dtype}'")
+        return self.to(where or "cpu", LEGACY_TYPES[name].dtype, non_blocking=non_blocking)
+    if isinstance(dtype, _TensorType):
+        dtype = dtype.dtype
+    return self.to(dtype, non_blocking=non_blocking)
+
+
+tensor_type.__name__ = tensor_type.__qualname__ = "type"
+Tensor.type = tensor_type

@@ -38,6 +38,7 @@ from kiln._ops.creation import (
     zeros_like,
 )
 from kiln._spec import Spec
+from kiln._state import state
 from kiln._tensor import Tensor
 
 __all__ = [
@@ -73,9 +74,22 @@ def _float_draw(name, kernel, method, sizes, size, generator, dtype, device, req
     shape, d, dev = _creation_args(_size_keyword(name, sizes, size), dtype, device)
     if not d.is_floating_point:
         raise NotImplementedError(f"\"{kernel}\" not implemented for '{scalar_type_name(d)}'")
-    draw = getattr(_generator(generator, dev)._rng, method)
-    values = draw(shape, dtype=np.float64 if d is dt.float64 else np.float32)
-    return _finish(from_host(values, d, dev), requires_grad)
+    rng = _generator(generator, dev)._rng
+    np_dtype = np.float64 if d is dt.float64 else np.float32
+
+    def draw() -> Tensor:
+        return from_host(getattr(rng, method)(shape, dtype=np_dtype), d, dev)
+
+    return _finish(_drawn(draw), requires_grad)
+
+
+def _drawn(draw) -> Tensor:
+    """``draw()``, the random tensor; a tracer (a post-autograd dispatch mode) is told how to draw another
+    like it, since no op of the dispatcher made it (``DispatchMode.random_draw``)."""
+    t = draw()
+    for mode in state.post_autograd_modes:
+        mode.random_draw(t, draw)
+    return t
 
 
 @_takes_out
@@ -155,8 +169,9 @@ def randint(
         raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")
     shape, d, dev = _creation_args((size,), dtype, device, dt.int64)
     rng = _generator(generator, dev)._rng
-    values = rng.integers(low, high, size=shape, dtype=np.int64)
-    return _finish(from_host(values, d, dev), requires_grad)
+    return _finish(
+        _drawn(lambda: from_host(rng.integers(low, high, size=shape, dtype=np.int64), d, dev)), requires_grad
+    )
 
 
 @_takes_out
@@ -183,8 +198,8 @@ def randperm(
         raise NotImplementedError("\"randperm\" not implemented for 'Bool'")
     if not d.is_floating_point and n > 0 and n - 1 > np.iinfo(d.numpy).max:
         raise RuntimeError(f"value cannot be converted to type {np.dtype(d.numpy).name}_t without overflow")
-    values = _generator(generator, dev)._rng.permutation(n)
-    return _finish(from_host(values.astype(d.numpy), d, dev), requires_grad)
+    rng = _generator(generator, dev)._rng
+    return _finish(_drawn(lambda: from_host(rng.permutation(n).astype(d.numpy), d, dev)), requires_grad)
 
 
 def rand_like(
@@ -353,11 +368,14 @@ def normal(
         shape, d, dev = _creation_args((size,), dtype, device, out._dtype if isinstance(out, Tensor) else None)
         if not d.is_floating_point:
             raise NotImplementedError(f"\"normal_kernel_cpu\" not implemented for '{scalar_type_name(d)}'")
-        compute = _float_compute(d)
-        z = _rng(generator, dev).standard_normal(shape, dtype=compute)
-        with np.errstate(invalid="ignore", over="ignore"):
-            values = mean + std * z if std else np.full(shape, mean, compute)
-        result = _finish(from_host(values, d, dev), requires_grad)
+        compute, rng = _float_compute(d), _rng(generator, dev)
+
+        def draw() -> Tensor:
+            z = rng.standard_normal(shape, dtype=compute)
+            with np.errstate(invalid="ignore", over="ignore"):
+                return from_host(mean + std * z if std else np.full(shape, mean, compute), d, dev)
+
+        result = _finish(_drawn(draw), requires_grad)
     else:
         if std is None or not (isinstance(std, Tensor) or is_scalar(std)):
             raise TypeError(f"normal(): argument 'std' must be Tensor or float, not {type(std).__name__}")
@@ -534,8 +552,8 @@ _TYPE_NAMES = {  # the ScalarType names PyTorch's distribution messages print
 
 def _sample_into(self: Tensor, generator, draw) -> Tensor:
     """Write ``draw(rng, shape)`` (host values) into ``self`` through ``copy_``'s path; returns ``self``."""
-    values = draw(_rng(generator, self._device), self._shape)
-    return _write(self, from_host(np.asarray(values), self._dtype, self._device))
+    rng, shape, d, dev = _rng(generator, self._device), self._shape, self._dtype, self._device
+    return _write(self, _drawn(lambda: from_host(np.asarray(draw(rng, shape)), d, dev)))
 
 
 def _inplace_checks(self: Tensor, name: str) -> None:

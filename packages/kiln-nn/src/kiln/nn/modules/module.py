@@ -641,7 +641,20 @@ class Module:
                         )
             raise
 
-    __call__ = _call_impl
+    def _wrapped_call_impl(self, *args, **kwargs):
+        compiled = self.__dict__.get("_compiled_call_impl")
+        if compiled is not None:
+            return compiled(*args, **kwargs)
+        return self._call_impl(*args, **kwargs)
+
+    __call__ = _wrapped_call_impl
+
+    def compile(self, *args, **kwargs) -> None:
+        """Compile this module's calls in place with :func:`kiln.compile` (same arguments): later calls run
+        compiled (PyTorch's ``Module.compile``); needs the kiln-compile package."""
+        import kiln
+
+        self._compiled_call_impl = kiln.compile(self._call_impl, *args, **kwargs)
 
     # ------------------------------------------------------------------ state dict
     def _save_to_state_dict(self, destination, prefix, keep_vars):

@@ -1,0 +1,116 @@
+"""The compiler backends kiln-compile registers, and how a ``backend=`` argument is resolved.
+
+* ``"kiln"`` (the default; ``"inductor"`` is accepted as its PyTorch name): the graph passes (constant
+  folding, common subexpressions, dead code), then one generated Python function that calls each kernel
+  directly, with the device's code generator (registered by its backend plugin) replacing what it fuses;
+* ``"eager"`` (``"aot_eager"``): the traced graph run op by op through the dispatcher — the reference, for
+  telling a tracing problem from a code-generation one;
+* ``"debug"``: ``"kiln"``'s program, checked on every call against the graph run eagerly on copies of the
+  inputs (same random numbers), raising ``AssertionError`` naming the first output that differs.
+
+A backend is also any callable ``backend(graph, example_inputs) -> callable`` (PyTorch's custom-backend
+protocol), passed directly or registered by a plugin through ``kiln_register_compilers``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import kiln
+import kiln.plugins
+from kiln.compile._codegen import generate
+from kiln.compile._graph import Graph
+from kiln.compile._passes import optimize
+
+__all__ = ["debug_backend", "eager_backend", "kiln_backend", "list_backends", "lookup_backend"]
+
+_ALIASES = {"inductor": "kiln", "aot_eager": "eager"}
+
+
+def kiln_backend(graph: Graph, example_inputs: list) -> Callable:
+    """The default backend: passes, then generated code (with the device's fused kernels)."""
+    graph = optimize(graph)
+    devices = {v.device.type for v in graph.inputs} | {v.device.type for n in graph.nodes for v in n.outputs}
+    lowerings = [
+        c for c in kiln.plugins.compilers().values() if getattr(c, "device_type", None) in devices and callable(c)
+    ]
+    return generate(graph, lowerings)
+
+
+def eager_backend(graph: Graph, example_inputs: list) -> Callable:
+    """The traced graph, run op by op through the dispatcher."""
+    return graph
+
+
+def debug_backend(graph: Graph, example_inputs: list) -> Callable:
+    """``kiln``'s program, checked against the eager graph on every call."""
+    program = kiln_backend(graph, example_inputs)
+
+    def run(*inputs):
+        copies = [t.detach().clone() for t in inputs]
+        rng = _rng_states()
+        with kiln.no_grad():
+            expected = graph(*copies)
+        _set_rng_states(rng)
+        got = program(*inputs)
+        for i, (e, g) in enumerate(zip(expected, got)):
+            _compare(f"output {i}", e, g)
+        for i, (c, t) in enumerate(zip(copies, inputs)):
+            _compare(f"input {i} after the call", c, t)
+        return got
+
+    run.graph = graph
+    return run
+
+
+def _compare(what: str, expected: kiln.Tensor, got: kiln.Tensor) -> None:
+    if expected.shape != got.shape or expected.dtype != got.dtype:
+        raise AssertionError(
+            f"kiln.compile debug backend: {what} is {got.dtype} {list(got.shape)}, eagerly {expected.dtype} "
+            f"{list(expected.shape)}"
+        )
+    a, b = expected.detach().cpu(), got.detach().cpu()
+    if a.dtype.is_floating_point:
+        ok = kiln.allclose(a, b, rtol=1e-5, atol=1e-6, equal_nan=True)
+    else:
+        ok = kiln.equal(a, b)
+    if not ok:
+        raise AssertionError(f"kiln.compile debug backend: {what} differs from the eager result")
+
+
+def _rng_states() -> list:
+    states = [kiln.get_rng_state()]
+    if kiln.cuda.is_available():
+        states.append(kiln.cuda.get_rng_state_all())
+    return states
+
+
+def _set_rng_states(states: list) -> None:
+    kiln.set_rng_state(states[0])
+    if len(states) > 1:
+        kiln.cuda.set_rng_state_all(states[1])
+
+
+_BUILTIN = {"kiln": kiln_backend, "eager": eager_backend, "debug": debug_backend}
+
+
+def list_backends() -> list[str]:
+    """The backend names ``kiln.compile(backend=...)`` accepts (the built-in ones and the plugins')."""
+    return sorted({*_BUILTIN, *_ALIASES, *_registered()})
+
+
+def _registered() -> dict[str, Callable]:
+    return {name: c for name, c in kiln.plugins.compilers().items() if getattr(c, "device_type", None) is None}
+
+
+def lookup_backend(backend: str | Callable) -> Callable:
+    """The backend callable for a name or a callable (``ValueError`` naming the known ones otherwise)."""
+    if callable(backend):
+        return backend
+    if not isinstance(backend, str):
+        raise TypeError(f"kiln.compile: backend must be a name or a callable, not {type(backend).__name__}")
+    name = _ALIASES.get(backend, backend)
+    found = _BUILTIN.get(name) or _registered().get(name)
+    if found is None:
+        raise ValueError(f"kiln.compile: unknown backend {backend!r}; the available ones are {list_backends()}")
+    return found

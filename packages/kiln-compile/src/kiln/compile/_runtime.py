@@ -1,0 +1,406 @@
+"""The compiled function: a cache of traces, each with its guards, its forward program and, when the call
+needs gradients, its backward program behind one autograd node.
+
+A call tries the cached entries in order; the first whose guards pass runs. None passing, the function is
+traced again (the call itself runs eagerly under the tracer, so its results and effects are exactly eager
+ones), up to ``cache_size_limit`` traces, after which it runs eagerly with a warning. When the call records
+autograd, the backward pass of its outputs is traced too, right after the forward, from the op records'
+formulas: the compiled forward returns what that backward reads, and ``loss.backward()`` runs the compiled
+backward program (PyTorch's AOTAutograd does the same with its joint graph).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import kiln
+from kiln.autograd import Function
+from kiln.compile import _config
+from kiln.compile._backends import lookup_backend
+from kiln.compile._graph import Graph, GuardFailure, Value
+from kiln.compile._guards import GuardBuilder, flatten, global_state, reachable_objects
+from kiln.compile._trace import Tracer
+
+__all__ = ["CompiledFunction", "Entry", "is_compiling", "note_unsupported", "trace_call"]
+
+_local = threading.local()
+
+
+def is_compiling() -> bool:
+    """Whether a kiln.compile trace is recording on this thread (``torch.compiler.is_compiling``)."""
+    return bool(getattr(_local, "tracers", None))
+
+
+def note_unsupported(reason: str) -> None:
+    """Mark the trace recording on this thread (if any) as one that must run eagerly, for ``reason``."""
+    tracers = getattr(_local, "tracers", None)
+    if tracers:
+        tracers[-1].unsupported = tracers[-1].unsupported or reason
+
+
+class Entry:
+    """One trace: its guard, its programs and what ``explain`` reports about it."""
+
+    def __init__(self) -> None:
+        self.guard: Callable = None
+        self.guard_words: list[str] = []
+        self.forward: Callable | None = None  # None: this guard set runs eagerly (``reason`` says why)
+        self.backward: Callable | None = None
+        self.reason: str | None = None
+        self.graphs: list[Graph] = []
+        self.breaks: list[tuple[str, str]] = []
+        self.externals: list[kiln.Tensor] = []
+        self.out_template: Any = None
+        self.n_outputs = 0
+        self.differentiable: list[bool] = []  # per tensor output: does it require grad
+        self.saved: list[int] = []  # forward output positions (after the user's) the backward reads
+        # per backward input: ("grad", k) the k-th output's gradient, ("saved", j) the j-th saved forward value,
+        # ("input", i) the i-th forward input, ("const", c) a tensor the backward reads by reference
+        self.bw_inputs: list[tuple[str, Any]] = []
+        self.bw_targets: list[int] = []  # the forward inputs the backward outputs are gradients of
+
+    def run(self, inputs: list) -> Any:
+        """Run the compiled programs on the guarded inputs (raises GuardFailure if a value guard fails)."""
+        tensors = [*inputs, *self.externals]
+        if self.backward is None:
+            with kiln.no_grad():
+                outs = self.forward(*tensors)
+        else:
+            outs = _Joint.apply(self, *tensors)
+        return _rebuild(self.out_template, iter(outs))
+
+
+class _Joint(Function):
+    """The autograd node of a compiled call: forward and backward are the entry's programs (its node is
+    ``CompiledFunctionBackward``, as PyTorch's)."""
+
+    @staticmethod
+    def forward(ctx, entry: Entry, *tensors):
+        outs = entry.forward(*tensors)
+        n = entry.n_outputs
+        ctx.entry = entry
+        ctx.tensors = tensors
+        ctx.saved_values = outs[n:]
+        user = tuple(outs[:n])
+        fixed = []
+        for t, diff in zip(user, entry.differentiable):
+            if any(t is x for x in tensors):  # an input returned as is: its own history stays
+                t = t.view_as(t)
+            fixed.append(t)
+            if not diff:
+                ctx.mark_non_differentiable(t)
+        return tuple(fixed)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        if kiln.is_grad_enabled():
+            raise RuntimeError(
+                "kiln.compile does not support double backward (create_graph=True) through a compiled function; "
+                "run it eagerly for higher-order gradients"
+            )
+        entry = ctx.entry
+        args = []
+        layouts = iter(entry.graphs[1].inputs)
+        for kind, i in entry.bw_inputs:
+            if kind == "grad":  # the program was made for the traced gradient's layout (an expand is not it)
+                args.append(_in_layout(grads[i], next(layouts)))
+            elif kind == "saved":
+                args.append(ctx.saved_values[i])
+            else:
+                args.append(ctx.tensors[i] if kind == "input" else i)
+        with kiln.no_grad():
+            results = entry.backward(*args)
+        out = [None] * (1 + len(ctx.tensors))
+        for pos, g in zip(entry.bw_targets, results):
+            out[1 + pos] = g
+        return tuple(out)
+
+
+_Joint = type(_Joint)("CompiledFunction", (_Joint,), {"__doc__": _Joint.__doc__})
+
+
+def _in_layout(t: kiln.Tensor, v: Value) -> kiln.Tensor:
+    """``t`` with the strides and offset of ``v`` (a copy if it has others)."""
+    if t.stride() == v.stride and t.storage_offset() == 0:
+        return t
+    return kiln.empty_strided(v.shape, v.stride, dtype=v.dtype, device=v.device).copy_(t)
+
+
+class CompiledFunction:
+    """What ``kiln.compile(fn)`` returns: calls ``fn`` through its cache of compiled traces."""
+
+    def __init__(self, fn: Callable, *, backend, fullgraph: bool, options: dict | None) -> None:
+        self._fn = fn
+        self._backend = lookup_backend(backend)
+        self._fullgraph = fullgraph
+        self._options = dict(options or {})
+        self._entries: list[Entry] = []
+        self._traces = 0
+        self._warned = False
+        self._lock = threading.Lock()
+        functools.update_wrapper(self, fn)
+
+    def __get__(self, obj, objtype=None):  # a compiled function used as a method
+        return self if obj is None else functools.partial(self, obj)
+
+    def __call__(self, *args, **kwargs):
+        if _config.disabled or is_compiling():
+            return self._fn(*args, **kwargs)
+        for entry in self._entries:
+            inputs = entry.guard(args, kwargs)
+            if inputs is None:
+                continue
+            if entry.forward is None:
+                return self._fn(*args, **kwargs)
+            try:
+                return entry.run(inputs)
+            except GuardFailure:  # a value read into Python differs: another entry, or a new trace
+                continue
+        if self._traces >= _config.cache_size_limit:
+            if not self._warned:
+                self._warned = True
+                warnings.warn(
+                    f"kiln.compile: {getattr(self._fn, '__qualname__', self._fn)} was traced "
+                    f"{self._traces} times (kiln.compile.config.cache_size_limit); it now runs eagerly when no "
+                    "trace's guards hold. kiln.compile.explain() shows the guards that failed.",
+                    stacklevel=2,
+                )
+            return self._fn(*args, **kwargs)
+        with self._lock:
+            self._traces += 1
+        return self._trace(args, kwargs)
+
+    # ---------------------------------------------------------------------------------- tracing
+
+    def _trace(self, args: tuple, kwargs: dict):
+        entry, result = trace_call(self._fn, args, kwargs, fullgraph=self._fullgraph)
+        if entry.reason is None:
+            try:
+                compile_entry(entry, self._backend)
+            except Exception as exc:
+                raise BackendCompilerFailed(f"kiln.compile: the backend failed: {exc}") from exc
+        if entry.reason != "escaped":
+            self._entries.append(entry)
+        return result
+
+    @property
+    def trace_count(self) -> int:
+        """How many times the function was traced (a call whose guards no trace passed traces again)."""
+        return self._traces
+
+    def _reset(self) -> None:
+        with self._lock:
+            self._entries = []
+            self._traces = 0
+            self._warned = False
+
+
+class BackendCompilerFailed(RuntimeError):
+    """The backend raised while compiling a graph (PyTorch's ``BackendCompilerFailed``)."""
+
+
+def trace_call(fn: Callable, args: tuple, kwargs: dict, *, fullgraph: bool) -> tuple[Entry, Any]:
+    """Run ``fn`` once under the tracer; return the entry (guards, graphs, not yet compiled) and the result."""
+    entry = Entry()
+    leaves: list = []
+    flatten((args, kwargs), leaves)
+    gb = GuardBuilder()
+    exprs: list[str] = []
+    gb.structure(args, "args", exprs)
+    gb.structure(kwargs, "kwargs", exprs)
+    gb.check(f"{gb.const(global_state)}() == {gb.const(global_state())}", "grad mode, default dtype, autocast")
+    objects, globals_read, cells = reachable_objects(fn, leaves)
+    for obj in objects:
+        gb.object_state(obj)
+    for g, name, value in globals_read:
+        gb.check(
+            f"type({gb.const(g)}.get({name!r})) is {gb.const(type(value))} and {gb.const(g)}[{name!r}] == {gb.const(value)}",
+            f"global {name} == {value!r}",
+        )
+    for cell, value in cells:
+        gb.check(
+            f"type({gb.const(cell)}.cell_contents) is {gb.const(type(value))} and {gb.const(cell)}.cell_contents == {gb.const(value)}",
+            f"closure value == {value!r}",
+        )
+    tensors = [x for x in leaves if isinstance(x, kiln.Tensor)]
+    classes = _alias_classes(tensors)
+    if len(set(classes)) != len(classes):  # inputs sharing memory: the same sharing is required
+        gb.check(
+            f"{gb.const(_alias_classes)}([{', '.join(exprs)}]) == {gb.const(classes)}", "inputs share memory as traced"
+        )
+    tracer = Tracer(fullgraph)
+    tracer.snapshot(_parameters(objects))
+    for t in tensors:
+        tracer.add_input(t, "input")
+    if not hasattr(_local, "tracers"):
+        _local.tracers = []
+    _local.tracers.append(tracer)
+    try:
+        with tracer:
+            result = fn(*args, **kwargs)
+        out_leaves: list = []
+        flatten(result, out_leaves)
+        out_tensors = [x for x in out_leaves if isinstance(x, kiln.Tensor)]
+        reads = [n.expected for n in tracer.nodes if n.kind == "guard"]
+        for x in out_leaves:
+            if not isinstance(x, kiln.Tensor) and x is not None and not any(x == r for r in reads):
+                tracer.unsupported = tracer.unsupported or (
+                    f"it returns a Python value ({type(x).__name__}) that the graph does not compute"
+                )
+        needs_grad = kiln.is_grad_enabled() and any(t.requires_grad for t in out_tensors)
+        bw = _trace_backward(tracer, out_tensors) if needs_grad else None
+    finally:
+        _local.tracers.pop()
+    saved_values = bw[1] if bw is not None else []
+    graph, kept = tracer.finish(out_tensors, {v.index for v in saved_values})
+    entry.breaks = tracer.breaks
+    entry.out_template = _template(result)
+    entry.n_outputs = len(out_tensors)
+    entry.differentiable = [t.requires_grad for t in out_tensors]
+    n_inputs = len(tensors)
+    entry.externals = tracer.input_tensors[n_inputs:]
+    # external tensors read by reference: their metadata, and .grad where the call read or set it
+    for i, t in enumerate(entry.externals):
+        gb.tensor(t, gb.const(t), f"tensor read by reference #{i}")
+    touched = {n.args[0].index for n in graph.nodes if n.kind == "set_grad"}
+    # a .grad the call read must be the same tensor; one it set must be None or not as traced (the engine
+    # assigns a first gradient and accumulates into a later one)
+    read = {id(x) for x in tracer.input_tensors}
+    for v, t, grad, *_rest in tracer.before:
+        if grad is not None and id(grad) in read:
+            gb.check(f"{gb.const(t)}.grad is {gb.const(grad)}", f"the .grad of {v.name} is the traced one")
+        elif v.index in touched:
+            test = "is None" if grad is None else "is not None"
+            gb.check(f"{gb.const(t)}.grad {test}", f"the .grad of {v.name} {test}")
+    entry.guard = gb.build(exprs)
+    entry.guard_words = gb.words
+    escaped = tracer.escaped(kept, out_tensors)
+    if escaped:
+        entry.reason = "escaped"
+    elif tracer.unsupported:
+        entry.reason = tracer.unsupported
+    entry.graphs = [graph] if bw is None else [graph, bw[0]]
+    if bw is not None:
+        entry.saved = saved_values
+        entry.bw_inputs, entry.bw_targets = bw[2], bw[3]
+    return entry, result
+
+
+def _trace_backward(fwd: Tracer, outputs: list[kiln.Tensor]):
+    """Trace the backward pass of ``outputs`` (their differentiable ones) with respect to every forward
+    input that requires grad: ``(graph, saved forward Values, backward inputs, targets)``, or None when
+    the outputs' graph is gone (the function ran backward itself)."""
+    diff = [t for t in outputs if t.requires_grad]
+    targets = [i for i, t in enumerate(fwd.input_tensors) if t.requires_grad]
+    grads_in = [kiln.ones_like(t) for t in diff]
+    bw = _BackwardTracer(fwd)
+    for g in grads_in:
+        bw.add_input(g, "input")
+    try:
+        with bw:
+            grads = kiln.autograd.grad(
+                diff, [fwd.input_tensors[i] for i in targets], grads_in, retain_graph=True, allow_unused=True
+            )
+    except RuntimeError as exc:
+        if "second time" in str(exc) or "does not require grad" in str(exc):
+            return None
+        raise
+    pairs = [(i, g) for i, g in zip(targets, grads) if g is not None]
+    graph, _ = bw.finish([g for _, g in pairs])
+    bw_inputs = [("grad", [id(t) for t in outputs].index(id(d))) for d in diff]
+    saved: list[Value] = []
+    for t, src in zip(bw.input_tensors[len(grads_in) :], bw.sources):
+        if src is None:
+            bw_inputs.append(("const", t))
+        elif src.source == "node":
+            bw_inputs.append(("saved", len(saved)))
+            saved.append(src)
+        else:
+            bw_inputs.append(("input", fwd.inputs.index(src)))
+    return graph, saved, bw_inputs, [i for i, _ in pairs]
+
+
+class _BackwardTracer(Tracer):
+    """The backward's tracer: a forward tensor it meets is an input of the backward graph (saved)."""
+
+    def __init__(self, fwd: Tracer) -> None:
+        super().__init__()
+        self.fwd = fwd
+        self.sources: list[Value] = []  # per input after the incoming gradients: the forward Value it is
+
+    def value_of(self, t):
+        v = self.values.get(id(t))
+        if v is not None and (v.shape, v.stride) == (tuple(t.shape), t.stride()):
+            return v
+        src = self.fwd.values.get(id(t))
+        if src is not None and (src.shape, src.stride) == (tuple(t.shape), t.stride()):
+            self.sources.append(src)
+            return self.add_input(t, "saved")
+        base = self.storages.get(id(t.untyped_storage()))
+        if base is not None:
+            return self._alias(t, base)
+        fwd_base = self.fwd.storages.get(id(t.untyped_storage()))
+        if fwd_base is not None:  # a view of a forward buffer made outside the dispatcher: save the buffer
+            self.sources.append(fwd_base)
+            base = self.add_input(self.fwd.tensors[fwd_base.index], "saved")
+            return self._alias(t, base)
+        self.sources.append(None)  # made outside the dispatcher by a formula: read by reference
+        return self.add_input(t, "external")
+
+
+def compile_entry(entry: Entry, backend: Callable) -> None:
+    """Give the entry its programs: the backend compiles the forward graph (extended with the values the
+    backward reads) and the backward graph."""
+    graph = entry.graphs[0]
+    if entry.saved:
+        graph = graph.replace(outputs=[*graph.outputs, *entry.saved])
+    entry.forward = backend(graph, [])
+    if len(entry.graphs) > 1:
+        entry.backward = backend(entry.graphs[1], [])
+
+
+def _parameters(objects: list) -> list[kiln.Tensor]:
+    """The parameters of the modules and optimizers among ``objects``."""
+    out = []
+    for obj in objects:
+        if hasattr(obj, "param_groups"):
+            out += [p for g in obj.param_groups for p in g["params"]]
+        elif hasattr(obj, "parameters"):
+            out += list(obj.parameters())
+    return out
+
+
+def _alias_classes(tensors: list) -> tuple:
+    first: dict[int, int] = {}
+    return tuple(first.setdefault(id(t.untyped_storage()), i) for i, t in enumerate(tensors))
+
+
+class _Slot:
+    """A tensor's place in a result's structure."""
+
+
+_SLOT = _Slot()
+
+
+def _template(obj):
+    if isinstance(obj, kiln.Tensor):
+        return _SLOT
+    if type(obj) in (tuple, list):
+        return type(obj)(_template(x) for x in obj)
+    if type(obj) is dict:
+        return {k: _template(v) for k, v in obj.items()}
+    return obj
+
+
+def _rebuild(template, tensors):
+    if template is _SLOT:
+        return next(tensors)
+    if type(template) in (tuple, list):
+        return type(template)(_rebuild(x, tensors) for x in template)
+    if type(template) is dict:
+        return {k: _rebuild(v, tensors) for k, v in template.items()}
+    return template

@@ -1,0 +1,229 @@
+"""kiln.compile: compiled results equal eager ones (and PyTorch's), forward and backward, and the API around it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kiln
+import kiln.compile
+from kiln.compile import Graph
+
+torch = pytest.importorskip("torch")
+
+
+def _np(t):
+    return t.detach().numpy()
+
+
+def gelu_ish(x, b):
+    return x * kiln.sigmoid(1.702 * x) + b
+
+
+def torch_gelu_ish(x, b):
+    return x * torch.sigmoid(1.702 * x) + b
+
+
+def _pair(*shape, dtype=np.float32, step=None):
+    a = np.random.default_rng(len(shape)).standard_normal(shape).astype(dtype)
+    return kiln.tensor(a), torch.tensor(a)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: (_pair(4, 3), _pair(3)),  # broadcast
+        lambda: (_pair(2, 5), _pair(2, 5)),
+        lambda: (_pair(), _pair()),  # scalars
+        lambda: (_pair(0, 3), _pair(3)),  # empty
+    ],
+    ids=["broadcast", "same", "scalar", "empty"],
+)
+def test_forward_matches_eager_and_torch(make):
+    (x, tx), (b, tb) = make()
+    f = kiln.compile(gelu_ish)
+    first, second = f(x, b), f(x, b)
+    assert f.trace_count == 1
+    np.testing.assert_allclose(_np(second), torch_gelu_ish(tx, tb).numpy(), rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(_np(first), _np(second))
+
+
+def test_non_contiguous_inputs():
+    (x, tx), (b, tb) = _pair(5, 4), _pair(4)
+    f = kiln.compile(gelu_ish)
+    xt, txt = x.t(), tx.t()  # (4, 5), strides (1, 4)
+    for _ in range(2):
+        out = f(xt, b[:, None])
+    np.testing.assert_allclose(_np(out), torch_gelu_ish(txt, tb[:, None]).numpy(), rtol=1e-6, atol=1e-6)
+    assert f.trace_count == 1
+
+
+def test_backward_matches_torch_and_node_name():
+    a = np.random.default_rng(0).standard_normal((4, 3))
+    f = kiln.compile(gelu_ish)
+    grads = []
+    for _ in range(2):
+        x = kiln.tensor(a, requires_grad=True)
+        b = kiln.tensor(a[0], requires_grad=True)
+        y = f(x, b)
+        (y * y).sum().backward()
+        grads.append((x.grad, b.grad))
+    assert type(y.grad_fn).__name__ == "CompiledFunctionBackward"
+    tx, tb = torch.tensor(a, requires_grad=True), torch.tensor(a[0], requires_grad=True)
+    ty = torch_gelu_ish(tx, tb)
+    (ty * ty).sum().backward()
+    for gx, gb in grads:
+        np.testing.assert_allclose(gx.numpy(), tx.grad.numpy(), rtol=1e-10)
+        np.testing.assert_allclose(gb.numpy(), tb.grad.numpy(), rtol=1e-10)
+
+
+def test_gradcheck_through_the_compiled_backward():
+    f = kiln.compile(lambda x, w: (kiln.tanh(x @ w) * x.sum(dim=1, keepdim=True)).exp())
+    x = kiln.randn(3, 4, dtype=kiln.float64, requires_grad=True)
+    w = kiln.randn(4, 4, dtype=kiln.float64, requires_grad=True)
+    assert kiln.autograd.gradcheck(f, (x, w))
+    assert f.trace_count == 1
+
+
+def test_double_backward_is_refused_clearly():
+    f = kiln.compile(lambda x: (x * x).sum())
+    x = kiln.randn(3, dtype=kiln.float64, requires_grad=True)
+    f(x)
+    y = f(x)  # compiled
+    with pytest.raises(RuntimeError, match="double backward"):
+        kiln.autograd.grad(y, x, create_graph=True)
+
+
+def test_decorator_forms_and_modes():
+    @kiln.compile
+    def f(x):
+        return x + 1
+
+    @kiln.compile(fullgraph=True, mode="reduce-overhead", dynamic=False)
+    def g(x):
+        return x * 2
+
+    x = kiln.ones(2)
+    assert f(x).tolist() == [2.0, 2.0] and g(x).tolist() == [2.0, 2.0]
+    assert f.__name__ == "f"
+    with pytest.raises(RuntimeError, match="Unrecognized mode"):
+        kiln.compile(f, mode="fast")
+    with pytest.raises(RuntimeError, match="Either mode or options"):
+        kiln.compile(f, mode="default", options={})
+    with pytest.raises(ValueError, match="unknown backend 'nope'"):
+        kiln.compile(f, backend="nope")
+    assert kiln.compile(f, disable=True) is f
+
+
+def test_backends():
+    seen = []
+
+    def custom(graph, example_inputs):
+        seen.append(graph)
+        return graph  # a Graph runs itself through the dispatcher
+
+    x, b = kiln.randn(3), kiln.randn(3)
+    want = gelu_ish(x, b)
+    for backend in ("kiln", "inductor", "eager", "aot_eager", "debug", custom):
+        f = kiln.compile(gelu_ish, backend=backend)
+        f(x, b)
+        assert kiln.allclose(f(x, b), want)
+    assert isinstance(seen[0], Graph) and [n.op.name for n in seen[0].nodes] == ["mul", "sigmoid", "mul", "add"]
+    assert {"kiln", "eager", "debug", "inductor"} <= set(kiln.compile.list_backends())
+
+
+def test_debug_backend_catches_a_wrong_program():
+    def wrong(graph, example_inputs):
+        def run(*inputs):
+            return tuple(o + 1 for o in graph(*inputs))
+
+        return run
+
+    from kiln.compile import _backends
+
+    x = kiln.ones(2)
+    original = _backends.kiln_backend  # the program "debug" checks: made wrong on purpose
+    _backends.kiln_backend = wrong
+    try:
+        g = kiln.compile(lambda x: x * 2, backend="debug")
+        g(x)
+        with pytest.raises(AssertionError, match="output 0 differs"):
+            g(x)
+    finally:
+        _backends.kiln_backend = original
+
+
+def test_module_compile_and_optimized_module():
+    lin = kiln.nn.Linear(3, 2)
+    opt_mod = kiln.compile(lin)
+    assert isinstance(opt_mod, kiln.compile.OptimizedModule) and opt_mod._orig_mod is lin
+    assert list(opt_mod.state_dict()) == ["_orig_mod.weight", "_orig_mod.bias"]
+    assert opt_mod.in_features == 3  # attributes read through to the original
+    x = kiln.randn(4, 3)
+    assert kiln.allclose(opt_mod(x), lin(x)) and kiln.allclose(opt_mod(x), lin(x))
+    lin2 = kiln.nn.Linear(3, 2)
+    lin2.compile()
+    lin2(x)
+    assert kiln.allclose(lin2(x), kiln.nn.functional.linear(x, lin2.weight, lin2.bias))
+    assert lin2._compiled_call_impl.trace_count == 1
+
+
+def test_is_compiling_and_disable():
+    seen = []
+
+    @kiln.compile.disable
+    def helper(x):
+        return x.exp()
+
+    def f(x):
+        seen.append(kiln.compile.is_compiling())
+        return helper(x) + 1
+
+    cf = kiln.compile(f)
+    x = kiln.ones(2)
+    cf(x)
+    cf(x)
+    assert seen == [True, False]  # the second call ran eagerly: f calls a disabled function
+    assert kiln.compile(helper) is helper
+    assert not kiln.compile.is_compiling()
+
+
+def test_reset_traces_again():
+    f = kiln.compile(lambda x: x + 1)
+    f(kiln.ones(2))
+    f(kiln.ones(2))
+    kiln.compile.reset()
+    f(kiln.ones(2))
+    assert f.trace_count == 1 and len(f._entries) == 1
+
+
+def test_explain_reports_graphs_breaks_and_guards():
+    def f(x):
+        y = x * 2
+        if y.sum() > 0:
+            return y.exp()
+        return y
+
+    out = kiln.compile.explain(f, kiln.ones(3))
+    assert out.graph_count == 2 and out.graph_break_count == 1
+    assert "test_compile.py" in out.break_reasons[0] and "read into Python" in out.break_reasons[0]
+    assert out.op_count >= 3 and any("shape [3]" in g for g in out.out_guards)
+    text = str(out)
+    assert "Graph Count: 2" in text and "Guards" in text
+    assert kiln.compile.explain(f)(kiln.ones(3)).graph_count == 2  # torch._dynamo.explain's calling form
+
+
+def test_passes_fold_merge_and_drop():
+    from kiln.compile._passes import optimize
+    from kiln.compile._runtime import trace_call
+
+    def f(x):
+        unused = x.exp()  # noqa: F841 - dead code
+        two = kiln.ones(3) * 2  # folded: no input involved
+        return (x.sin() + x.sin()) * two
+
+    entry, _ = trace_call(f, (kiln.ones(3),), {}, fullgraph=False)
+    graph = optimize(entry.graphs[0])
+    names = [n.op.name for n in graph.nodes]
+    assert names.count("sin") == 1 and "exp" not in names and "_full" not in names
+    assert len(graph.constants) == 1

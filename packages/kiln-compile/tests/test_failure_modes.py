@@ -1,0 +1,204 @@
+"""The known failure modes of tracing JITs, each against eager kiln: constants baked in, outputs aliased
+across calls, in-place updates of inputs and parameters, gradient accumulation, random ops, train/eval,
+state a call stores in Python, and whole training steps."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+import kiln
+import kiln.compile
+import kiln.nn as nn
+
+
+def test_outputs_are_new_tensors_on_every_call():
+    f = kiln.compile(lambda x: (x + 1, kiln.zeros(2)))
+    x = kiln.ones(2)
+    f(x)
+    a, za = f(x)
+    b, zb = f(x)
+    assert a is not b and za is not zb
+    a.add_(10)
+    za.add_(10)  # a folded constant must not be handed out twice
+    assert b.tolist() == [2.0, 2.0] and zb.tolist() == [0.0, 0.0]
+
+
+def test_in_place_update_of_an_input():
+    def f(x):
+        x.mul_(2)
+        return x.sum()
+
+    cf = kiln.compile(f)
+    x = kiln.ones(3)
+    v = x._version
+    results = [cf(x).item() for _ in range(3)]
+    assert results == [6.0, 12.0, 24.0] and x.tolist() == [8.0, 8.0, 8.0]
+    assert x._version == v + 3  # the replay keeps autograd's version counter
+
+
+def test_in_place_update_of_a_view_of_an_input():
+    def f(x):
+        x[0] = x[1] + 1
+        return x
+
+    cf = kiln.compile(f)
+    x = kiln.zeros(2)
+    for _ in range(3):
+        out = cf(x)
+    assert x.tolist() == [1.0, 0.0] and out.tolist() == [1.0, 0.0]
+    y = kiln.tensor([0.0, 5.0])
+    cf(y)
+    assert y.tolist() == [6.0, 5.0] and cf.trace_count == 1
+
+
+def test_buffers_updated_in_place_train_and_eval():
+    def make():
+        kiln.manual_seed(0)
+        return nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6), nn.ReLU(), nn.Dropout(0.3), nn.Linear(6, 2))
+
+    x = kiln.randn(8, 4)
+    eager, compiled = make(), make()
+    cm = kiln.compile(compiled)
+    outs = {}
+    for name, m, call in (("eager", eager, eager), ("compiled", compiled, cm)):
+        kiln.manual_seed(1)
+        res = [call(x) for _ in range(3)]
+        m.eval()
+        res += [call(x) for _ in range(2)]
+        m.train()
+        res.append(call(x))
+        outs[name] = res
+    for a, b in zip(outs["eager"], outs["compiled"]):
+        assert kiln.allclose(a, b, atol=1e-6)
+    assert not kiln.equal(outs["compiled"][0], outs["compiled"][1])  # new dropout masks per call
+    assert kiln.equal(outs["compiled"][3], outs["compiled"][4])  # eval: deterministic
+    assert kiln.allclose(eager[1].running_var, compiled[1].running_var)
+    assert int(compiled[1].num_batches_tracked) == 4
+
+
+def test_random_ops_draw_anew_each_call():
+    f = kiln.compile(lambda x: x + kiln.randn(3) + kiln.rand(3) * kiln.randint(0, 5, (3,)))
+    x = kiln.zeros(3)
+    kiln.manual_seed(3)
+    got = [f(x) for _ in range(3)]
+    kiln.manual_seed(3)
+    want = [x + kiln.randn(3) + kiln.rand(3) * kiln.randint(0, 5, (3,)) for _ in range(3)]
+    assert all(kiln.equal(a, b) for a, b in zip(got, want))
+    assert not kiln.equal(got[1], got[2])
+    g = kiln.compile(lambda x: x.clone().uniform_() + x.new_empty(3).normal_())
+    kiln.manual_seed(4)
+    got = [g(x) for _ in range(3)]
+    kiln.manual_seed(4)
+    want = [x.clone().uniform_() + x.new_empty(3).normal_() for _ in range(3)]
+    assert all(kiln.equal(a, b) for a, b in zip(got, want))
+
+
+def test_gradient_accumulation_across_calls():
+    lin_e, lin_c = nn.Linear(3, 2), nn.Linear(3, 2)
+    lin_c.load_state_dict(lin_e.state_dict())
+    cm = kiln.compile(lin_c)
+    x = kiln.randn(5, 3)
+    for _ in range(3):  # no zero_grad: gradients add up
+        lin_e(x).pow(2).sum().backward()
+        cm(x).pow(2).sum().backward()
+    assert kiln.allclose(lin_e.weight.grad, lin_c.weight.grad) and kiln.allclose(lin_e.bias.grad, lin_c.bias.grad)
+
+
+def _step_losses(make_opt, compiled: bool, steps: int = 6, zero: bool = True):
+    kiln.manual_seed(0)
+    m = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Dropout(0.2), nn.Linear(16, 3))
+    opt = make_opt(m.parameters())
+    x, y = kiln.randn(32, 8), kiln.randint(0, 3, (32,))
+
+    def step(x, y):
+        if zero:
+            opt.zero_grad()
+        loss = nn.functional.cross_entropy(m(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    run = kiln.compile(step) if compiled else step
+    kiln.manual_seed(1)
+    losses = [run(x, y).item() for _ in range(steps)]
+    return losses, m, run
+
+
+@pytest.mark.parametrize("zero", [True, False], ids=["zero_grad", "accumulate"])
+def test_whole_training_step_with_sgd_matches_eager(zero):
+    def make(p):
+        return kiln.optim.SGD(p, lr=0.05, momentum=0.9)
+
+    want, m_e, _ = _step_losses(make, False, zero=zero)
+    got, m_c, run = _step_losses(make, True, zero=zero)
+    assert got == pytest.approx(want, rel=1e-6)
+    for a, b in zip(m_e.parameters(), m_c.parameters()):
+        assert kiln.allclose(a, b, atol=1e-6)
+    # the first step creates the momentum buffers (stored in the optimizer): traced again, then replayed
+    assert run.trace_count <= 3 and len(run._entries) >= 1
+
+
+def test_whole_training_step_with_adam_stays_correct():
+    def make(p):
+        return kiln.optim.Adam(p, lr=0.01)
+
+    want, m_e, _ = _step_losses(make, False, steps=4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Adam reads its step count into Python: guarded, traced per value
+        got, m_c, _ = _step_losses(make, True, steps=4)
+    assert got == pytest.approx(want, rel=1e-6)
+    for a, b in zip(m_e.parameters(), m_c.parameters()):
+        assert kiln.allclose(a, b, atol=1e-6)
+
+
+def test_state_stored_in_python_is_not_replayed():
+    store = []
+
+    def f(x):
+        y = x * 2
+        store.append(y)  # escapes: a replay could not put a new tensor there
+        return x + 1
+
+    cf = kiln.compile(f)
+    for _ in range(3):
+        cf(kiln.ones(1))
+    assert len(store) == 3 and all(t.tolist() == [2.0] for t in store)
+    assert store[0] is not store[1]
+
+
+def test_numpy_inside_runs_eagerly_and_says_why():
+    def f(x):
+        return kiln.tensor(x.numpy() * 2) + x
+
+    cf = kiln.compile(f)
+    for v in (1.0, 2.0):
+        assert cf(kiln.full((2,), v)).tolist() == [3 * v, 3 * v]
+    assert "NumPy" in kiln.compile.explain(f, kiln.ones(2)).reason
+    with pytest.raises(kiln.compile.GraphBreakError, match="NumPy"):
+        kiln.compile(f, fullgraph=True)(kiln.ones(2))
+
+
+def test_returned_python_values():
+    f = kiln.compile(lambda x: (x * 2, x.sum().item()))
+    assert f(kiln.ones(2))[1] == 2.0
+    assert f(kiln.ones(2))[1] == 2.0
+    assert f(kiln.full((2,), 3.0))[1] == 6.0  # the value guard traced again
+    counter = iter(range(100))
+    g = kiln.compile(lambda x: (x * 2, next(counter)))
+    assert [g(kiln.ones(1))[1] for _ in range(3)] == [0, 1, 2]  # a Python value: the call stays eager
+
+
+def test_data_and_grad_assignment_are_replayed():
+    p = kiln.zeros(2, requires_grad=True)
+
+    def f(x):
+        p.data = p.data + x
+        p.grad = x * 3
+        return x
+
+    cf = kiln.compile(f)
+    for _ in range(3):
+        cf(kiln.ones(2))
+    assert p.tolist() == [3.0, 3.0] and p.grad.tolist() == [3.0, 3.0]

@@ -1,0 +1,194 @@
+"""One test per guard: changing the guarded thing traces again, and the result is the eager one."""
+
+from __future__ import annotations
+
+import pytest
+
+import kiln
+import kiln.compile
+
+SCALE = 2.0
+
+
+def _calls(f, *args, **kwargs):
+    """Call twice (trace, then replay) and return the last result."""
+    f(*args, **kwargs)
+    return f(*args, **kwargs)
+
+
+def test_shape_dtype_and_strides():
+    f = kiln.compile(lambda x: x * 3)
+    _calls(f, kiln.ones(2, 3))
+    assert f.trace_count == 1
+    assert kiln.equal(_calls(f, kiln.ones(3, 3)), kiln.full((3, 3), 3.0)) and f.trace_count == 2
+    out = _calls(f, kiln.ones(2, 3, dtype=kiln.float64))
+    assert out.dtype == kiln.float64 and f.trace_count == 3
+    t = kiln.arange(6.0).reshape(2, 3).t()
+    assert kiln.equal(_calls(f, t), t * 3) and f.trace_count == 4
+    offset = kiln.arange(8.0)[2:8].reshape(2, 3)
+    assert kiln.equal(_calls(f, offset), offset * 3) and f.trace_count == 5
+
+
+def test_requires_grad_and_grad_mode():
+    f = kiln.compile(lambda x: (x * x).sum())
+    x = kiln.ones(3)
+    _calls(f, x)
+    xr = kiln.ones(3, requires_grad=True)
+    y = _calls(f, xr)
+    assert f.trace_count == 2 and y.requires_grad
+    y.backward()
+    assert kiln.equal(xr.grad, kiln.full((3,), 2.0))
+    with kiln.no_grad():
+        y = _calls(f, xr)
+    assert f.trace_count == 3 and not y.requires_grad
+
+
+def test_python_scalar_argument():
+    f = kiln.compile(lambda x, k: x * k)
+    assert _calls(f, kiln.ones(2), 2).tolist() == [2.0, 2.0]
+    assert _calls(f, kiln.ones(2), 5).tolist() == [5.0, 5.0]
+    assert _calls(f, kiln.ones(2), 5.0).tolist() == [5.0, 5.0] and f.trace_count == 3  # int and float differ
+
+
+def test_global_constant_is_not_baked_in():
+    global SCALE
+
+    def f(x):
+        return x * SCALE
+
+    cf = kiln.compile(f)
+    assert _calls(cf, kiln.ones(2)).tolist() == [2.0, 2.0]
+    SCALE = 3.0
+    try:
+        assert cf(kiln.ones(2)).tolist() == [3.0, 3.0] and cf.trace_count == 2
+    finally:
+        SCALE = 2.0
+
+
+def test_closure_constant_is_not_baked_in():
+    k = 2.0
+
+    def f(x):
+        return x + k
+
+    cf = kiln.compile(f)
+    assert _calls(cf, kiln.zeros(1)).tolist() == [2.0]
+    k = 4.0
+    assert cf(kiln.zeros(1)).tolist() == [4.0] and cf.trace_count == 2
+
+
+def test_module_training_flag_attribute_and_parameter_identity():
+    class Scaled(kiln.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = kiln.nn.Linear(3, 3)
+            self.drop = kiln.nn.Dropout(0.5)
+            self.scale = 1.0
+
+        def forward(self, x):
+            return self.drop(self.lin(x)) * self.scale
+
+    m = Scaled()
+    cm = kiln.compile(m)
+    x = kiln.randn(4, 3)
+    m.eval()
+    want = m.lin(x)
+    assert kiln.allclose(_calls(cm, x), want)
+    m.scale = 2.0
+    assert kiln.allclose(cm(x), want * 2) and cm._compiled.trace_count == 2
+    m.train()
+    out = cm(x)
+    assert cm._compiled.trace_count == 3 and (out == 0).any()  # dropout is on again
+    m.eval()
+    m.lin.weight = kiln.nn.Parameter(kiln.zeros(3, 3))  # a new parameter object, not the traced one
+    assert kiln.allclose(cm(x), m.lin.bias.expand(4, 3) * 2)
+
+
+def test_default_dtype_and_autocast():
+    f = kiln.compile(lambda x: x + kiln.ones(2))
+    _calls(f, kiln.zeros(2, dtype=kiln.float64))
+    kiln.set_default_dtype(kiln.float64)
+    try:
+        f(kiln.zeros(2, dtype=kiln.float64))
+    finally:
+        kiln.set_default_dtype(kiln.float32)
+    assert f.trace_count == 2
+    pytest.importorskip("kiln.amp")
+    g = kiln.compile(lambda a, b: a @ b)
+    a = kiln.randn(4, 4)
+    _calls(g, a, a)
+    with kiln.autocast("cpu", dtype=kiln.bfloat16):
+        out = _calls(g, a, a)
+    assert out.dtype == kiln.bfloat16 and g.trace_count == 2
+
+
+def test_list_dict_and_keyword_structure():
+    f = kiln.compile(lambda xs, d, *, k=1: xs[0] + xs[1] * d["w"] * k)
+    a, b, w = kiln.ones(2), kiln.ones(2), kiln.full((2,), 3.0)
+    assert _calls(f, [a, b], {"w": w}).tolist() == [4.0, 4.0]
+    assert _calls(f, [a, b], {"w": w}, k=2).tolist() == [7.0, 7.0] and f.trace_count == 2
+    assert _calls(f, (a, b), {"w": w}).tolist() == [4.0, 4.0] and f.trace_count == 3  # tuple, not list
+    assert _calls(f, [a, b, a], {"w": w}).tolist() == [4.0, 4.0] and f.trace_count == 4
+
+
+def test_inputs_sharing_memory():
+    def f(a, b):
+        a.add_(1)
+        return b * 1
+
+    cf = kiln.compile(f)
+    x = kiln.zeros(2)
+    cf(x, x)
+    cf(x, x)
+    y = kiln.zeros(2)
+    out = cf(y, kiln.zeros(2))  # distinct tensors: b no longer sees a's write
+    assert out.tolist() == [0.0, 0.0] and cf.trace_count == 2
+    assert x.tolist() == [2.0, 2.0]
+
+
+def test_tensor_read_by_reference_changes_shape():
+    w = kiln.ones(3)
+    f = kiln.compile(lambda x: x * w)
+    _calls(f, kiln.ones(3))
+    w.resize_(1)  # same object, new shape: the trace's spec no longer holds
+    assert f(kiln.full((3,), 2.0)).tolist() == [2.0, 2.0, 2.0] and f.trace_count == 2
+
+
+def test_value_read_into_python_is_guarded():
+    def f(x):
+        if x.sum() > 0:
+            return x * 2
+        return x * -1
+
+    cf = kiln.compile(f)
+    assert _calls(cf, kiln.ones(2)).tolist() == [2.0, 2.0]
+    assert cf.trace_count == 1
+    assert cf(-kiln.ones(2)).tolist() == [1.0, 1.0] and cf.trace_count == 2
+    assert cf(kiln.ones(2)).tolist() == [2.0, 2.0] and cf.trace_count == 2  # both branches are cached
+
+
+def test_fullgraph_raises_at_the_line():
+    def f(x):
+        return x * 2 if x.sum() > 0 else x  # the line named
+
+    with pytest.raises(kiln.compile.GraphBreakError, match=r"test_guards.py:\d+ \(in f\)"):
+        kiln.compile(f, fullgraph=True)(kiln.ones(2))
+
+
+def test_cache_size_limit_then_eager_with_a_warning(monkeypatch):
+    monkeypatch.setattr(kiln.compile.config, "cache_size_limit", 2)
+    f = kiln.compile(lambda x: x + 1)
+    f(kiln.ones(1))
+    f(kiln.ones(2))
+    with pytest.warns(UserWarning, match="traced 2 times"):
+        out = f(kiln.ones(3))
+    assert out.tolist() == [2.0, 2.0, 2.0] and f.trace_count == 2
+
+
+def test_guard_failures_are_named():
+    f = kiln.compile(lambda x: x + 1)
+    f(kiln.ones(2))
+    (entry,) = f._entries
+    assert entry.guard.failures((kiln.ones(3),), {}) == [
+        "args[0]: Tensor kiln.float32 on cpu, shape [2], strides (1,), offset 0, requires_grad=False"
+    ]

@@ -32,3 +32,10 @@ def kiln_register_fused_updates(register):
 
     for name, fn in fused_updates().items():
         register(name, "cpu", fn)
+
+
+def kiln_register_compilers(register):
+    """kiln-compile's code generator for ``cpu``: a fused group of pointwise ops becomes one Numba loop."""
+    from kiln_cpu.fusion import codegen
+
+    register("cpu-fused", codegen)

@@ -15,15 +15,13 @@ range whatever the tensors' rank.
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import os
 import sys
-import threading
 from pathlib import Path
 
 import numpy as np
 
+from kiln.backend import generated_module
 from kiln_cuda import _driver
 from kiln_cuda._kernel_env import HELPER_NAMES, HELPERS
 
@@ -40,8 +38,6 @@ __all__ = [
     "replay",
 ]
 
-_lock = threading.Lock()
-_modules: dict[str, object] = {}
 
 # ------------------------------------------------------------------------------------------------ recording
 # Under the simulator the kernels run as Python, which accepts code numba.cuda would reject. So kiln-cuda's
@@ -180,27 +176,7 @@ def _load(source: str, float_dtype: str):
         + source
         + "\n\nkernel = jit(kernel)\n"
     )
-    key = hashlib.sha256(text.encode()).hexdigest()[:24]
-    mod = _modules.get(key)
-    if mod is not None:
-        return mod.kernel
-    with _lock:
-        mod = _modules.get(key)
-        if mod is None:
-            folder = cache_dir()
-            folder.mkdir(parents=True, exist_ok=True)
-            path = folder / f"k_{key}.py"
-            if not path.exists():
-                tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-                tmp.write_text(text)
-                os.replace(tmp, path)  # whole or absent: never a half-written kernel file
-            name = f"kiln_cuda_generated.k_{key}"
-            spec = importlib.util.spec_from_file_location(name, path)
-            mod = importlib.util.module_from_spec(spec)
-            sys.modules[name] = mod
-            spec.loader.exec_module(mod)
-            _modules[key] = mod
-    return mod.kernel
+    return generated_module(text, cache_dir(), "kiln_cuda_generated").kernel
 
 
 # ------------------------------------------------------------------------------------------------ operands

@@ -58,6 +58,7 @@ from kiln._dispatch import (
     kernel_outputs_checked_always,
 )
 from kiln._dtype import ALL_DTYPES
+from kiln._generated import generated_module
 from kiln._ops.elementwise import _compute_np
 from kiln._ops.normalization import _channel_layout, _group_layout, _layer_layout
 from kiln._ops.spatial_args import _adaptive_bounds, _window_positions
@@ -76,6 +77,7 @@ from kiln._spec import (
     StridedSpec,
     WindowSpec,
 )
+from kiln._state import state as _state
 from kiln._tensor import Tensor
 from kiln._tensor import from_array as _from_array
 from kiln._threads import check_num_threads, default_num_threads
@@ -112,9 +114,11 @@ __all__ = [
     "decompositions",
     "default_num_threads",
     "from_array",
+    "generated_module",
     "group_norm_layout",
     "host_view",
     "kernel_outputs_checked_always",
+    "recording",
     "layer_norm_layout",
     "op",
     "ops",
@@ -179,6 +183,13 @@ def primitives() -> list[str]:
     its decomposition (ops with no decomposition that are not ``device_generic``). Ops a plugin defines
     count once the plugin is loaded (that plugin registers their kernels itself)."""
     return sorted(name for name, o in OPS.items() if o.decompose is None and not o.device_generic)
+
+
+def recording() -> bool:
+    """Whether a post-autograd dispatch mode (kiln-compile's tracer, a profiler) is active on this thread.
+    Code that writes tensors behind the dispatcher's back (a fused optimizer update) must then run ops,
+    which the mode sees."""
+    return bool(_state.post_autograd_modes)
 
 
 def host_view(tensor: Tensor) -> np.ndarray:

@@ -14,11 +14,13 @@ protocol), passed directly or registered by a plugin through ``kiln_register_com
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import kiln
 import kiln.plugins
 from kiln.compile._codegen import generate
+from kiln.compile._fusion import lower as fusion_lower
 from kiln.compile._graph import Graph
 from kiln.compile._passes import optimize
 
@@ -30,11 +32,8 @@ _ALIASES = {"inductor": "kiln", "aot_eager": "eager"}
 def kiln_backend(graph: Graph, example_inputs: list) -> Callable:
     """The default backend: passes, then generated code (with the device's fused kernels)."""
     graph = optimize(graph)
-    devices = {v.device.type for v in graph.inputs} | {v.device.type for n in graph.nodes for v in n.outputs}
-    lowerings = [
-        c for c in kiln.plugins.compilers().values() if getattr(c, "device_type", None) in devices and callable(c)
-    ]
-    return generate(graph, lowerings)
+    codegens = {c.device_type: c for c in kiln.plugins.compilers().values() if getattr(c, "device_type", None)}
+    return generate(graph, functools.partial(fusion_lower, codegens=codegens))
 
 
 def eager_backend(graph: Graph, example_inputs: list) -> Callable:

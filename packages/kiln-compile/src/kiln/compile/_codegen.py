@@ -4,9 +4,8 @@ The generated function skips everything the dispatcher does per op on an eager c
 the meta function (its spec was recorded at trace time and the guards keep it valid), the dispatch modes and
 autograd recording — and calls ``kiln.backend.call_kernel(op, args, spec)``. Writes go through ``copy_``
 (which keeps autograd's version counters true), value guards compare what the trace read, and ops whose
-output shape depends on values recompute their spec and check the shape. A device code generator (kiln-cpu's
-fused kernels) may take over groups of nodes: :func:`generate` gives each registered ``lower`` the graph
-first.
+output shape depends on values recompute their spec and check the shape. Fused groups of pointwise nodes
+(:mod:`kiln.compile._fusion`) replace their nodes with one call of the kernel the device's code generator made.
 """
 
 from __future__ import annotations
@@ -61,17 +60,15 @@ class _Names:
         return self.const(a)
 
 
-def generate(graph: Graph, lowerings: list[Callable] = ()) -> Callable:
+def generate(graph: Graph, lower: Callable | None = None) -> Callable:
     """The graph as a Python function ``program(*inputs) -> tuple of outputs`` (run it under ``no_grad``).
 
-    ``lowerings``: device code generators, each ``lower(graph, names) -> {node position: source line}``
-    replacing nodes with calls of fused kernels (names.const() binds what the line calls)."""
+    ``lower(graph, names) -> {node position: source line or None}`` replaces nodes with calls of fused
+    kernels (``names.const(kernel)`` binds what a line calls; None drops a node the call covers)."""
     names = _Names()
     for index, t in graph.constants.items():
         names.ns[f"v{index}"] = t
-    replaced: dict[int, str | None] = {}
-    for lower in lowerings:
-        replaced.update(lower(graph, names))
+    replaced: dict[int, str | None] = lower(graph, names) if lower is not None else {}
     lines = []
     for pos, node in enumerate(graph.nodes):
         if pos in replaced:

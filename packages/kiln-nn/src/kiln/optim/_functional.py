@@ -16,6 +16,7 @@ import math
 from collections.abc import Callable
 
 import kiln
+import kiln.backend
 from kiln import Tensor, maximum
 
 __all__ = ["register_fused_update", "update"]
@@ -47,7 +48,8 @@ def update(name: str, params: list[Tensor], *lists, **hyper) -> None:
     if not params:
         return
     device_type = params[0].device.type
-    fused = _fused(name, device_type)
+    # a fused update writes the parameters itself, which a tracer (kiln.compile) would not see: ops then
+    fused = None if kiln.backend.recording() else _fused(name, device_type)
     taken = (
         fused is not None
         and all(p.device.type == device_type for p in params)

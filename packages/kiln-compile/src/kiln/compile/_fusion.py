@@ -1,0 +1,303 @@
+"""Fusion: chains of pointwise ops (and a whole-tensor ``sum`` or ``mean`` after them) become one kernel.
+
+kiln-compile decides *what* fuses and writes each op as a scalar expression; the device's code generator
+(registered through ``kiln_register_compilers`` with a ``device_type``; kiln-cpu's makes one Numba loop)
+decides *how* it runs. What a code generator receives is a :class:`FusedGroup`: plain data, so a backend
+plugin needs nothing from kiln-compile to implement one.
+
+A group grows along the graph's order: a pointwise node joins the open group that made one of its inputs
+when the shapes agree (or, reading none, the latest open group of its shape); a group closes when anything outside it reads one of its values (that value is then
+stored), when a write, a guard or an effect comes (a write could change what the group reads), or when the
+graph ends. One-node groups are left to the op's own kernel. Expressions follow the eager ops' semantics:
+NaN propagates through ``relu``, ``maximum``, ``clamp``; Python numbers take the op's dtype.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import kiln
+from kiln.compile._graph import Graph, Node, Value
+
+__all__ = ["EXPRESSIONS", "FUNCTIONS", "FusedGroup", "lower"]
+
+_FLOAT = {kiln.float32: "float32", kiln.float64: "float64"}
+
+
+class FusedGroup:
+    """What a device code generator compiles (``codegen(group) -> kernel``); ``kernel(*inputs)`` returns the
+    new output tensors, the reduction's last.
+
+    * ``shape``: the iteration shape; every input broadcasts to it;
+    * ``inputs``: ``(shape, dtype name)`` of each tensor input, named ``x0, x1...`` in the expressions;
+    * ``lines``: ``(name, expression)`` in order: Python expressions over the inputs and earlier names, with
+      numbers written ``float32(...)`` / ``float64(...)``, conditional expressions, ``abs`` and the functions
+      :data:`FUNCTIONS` (typed by their argument: float32 in, float32 out);
+    * ``outputs``: ``(name, dtype name)`` stored into new tensors of ``shape``;
+    * ``reduction``: None, or ``(kind, name, dtype name)`` with kind ``"sum"`` or ``"mean"``: one more output,
+      0-d (``keepdim``: ``shape`` with every size 1), the sum or mean of ``name`` over every element,
+      accumulated in float64;
+    * ``keepdim``: see ``reduction``.
+    """
+
+    def __init__(self, shape, inputs, lines, outputs, reduction=None, keepdim=False) -> None:
+        self.shape = tuple(shape)
+        self.inputs = list(inputs)
+        self.lines = list(lines)
+        self.outputs = list(outputs)
+        self.reduction = reduction
+        self.keepdim = keepdim
+
+    def key(self) -> tuple:
+        """Everything the generated code depends on (a code generator may cache by it)."""
+        return (self.shape, tuple(self.inputs), tuple(self.lines), tuple(self.outputs), self.reduction, self.keepdim)
+
+
+# ---------------------------------------------------------------------------------------------- expressions
+
+
+def _lit(value, dtype: str) -> str:
+    return f"{dtype}({float(value)!r})"
+
+
+class _Num:
+    """A Python number argument: written as a literal of the op's dtype, its value still at hand."""
+
+    def __init__(self, value, dtype: str) -> None:
+        self.value = value
+        self.text = _lit(value, dtype)
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def _alpha(a, b, alpha, sign, d):
+    if alpha is None or (isinstance(alpha, _Num) and alpha.value == 1):
+        return f"({a} {sign} {b})"
+    return f"({a} {sign} {alpha} * {b})"
+
+
+def _pow(a, e, d):
+    if not isinstance(e, _Num):
+        return f"({a} ** {e})"
+    known = {2: f"({a} * {a})", 3: f"({a} * {a} * {a})", 1: f"{a}", 0.5: f"sqrt({a})", -1: f"({_lit(1, d)} / {a})"}
+    return known.get(e.value, f"({a} ** {e})")
+
+
+def _gelu(a, d, approximate="none"):
+    if approximate == "tanh":
+        inner = f"{_lit(0.7978845608028654, d)} * ({a} + {_lit(0.044715, d)} * {a} * {a} * {a})"
+        return f"({_lit(0.5, d)} * {a} * ({_lit(1, d)} + tanh({inner})))"
+    return f"({_lit(0.5, d)} * {a} * ({_lit(1, d)} + erf({a} * {_lit(0.7071067811865476, d)})))"
+
+
+def _clamp(a, lo, hi, d):
+    if lo is not None:
+        a = f"({lo} if {a} < {lo} else {a})"  # NaN < lo is false: NaN stays
+    if hi is not None:
+        a = f"({hi} if {a} > {hi} else {a})"
+    return a
+
+
+_MATH = ("exp", "log", "sqrt", "tanh", "sin", "cos", "expm1", "log1p", "erf", "erfc")
+FUNCTIONS = (*_MATH, "sigmoid")
+"""The functions a fused expression may call: a device's code generator provides each, by this name."""
+
+# op name -> f(args as expressions (numbers as literals of the op's dtype), dtype name) -> expression, or None
+# when the call's arguments are a variant this table does not cover (the op's own kernel runs then)
+EXPRESSIONS: dict[str, Callable] = {
+    "add": lambda a, d: _alpha(a[0], a[1], a[2] if len(a) > 2 else None, "+", d),
+    "sub": lambda a, d: _alpha(a[0], a[1], a[2] if len(a) > 2 else None, "-", d),
+    "mul": lambda a, d: f"({a[0]} * {a[1]})",
+    "div": lambda a, d: f"({a[0]} / {a[1]})" if len(a) < 3 or a[2] is None else None,
+    "neg": lambda a, d: f"(-{a[0]})",
+    "abs": lambda a, d: f"abs({a[0]})",
+    "square": lambda a, d: f"({a[0]} * {a[0]})",
+    "reciprocal": lambda a, d: f"({_lit(1, d)} / {a[0]})",
+    "rsqrt": lambda a, d: f"({_lit(1, d)} / sqrt({a[0]}))",
+    "sigmoid": lambda a, d: f"sigmoid({a[0]})",
+    "silu": lambda a, d: f"({a[0]} * sigmoid({a[0]}))",
+    "relu": lambda a, d: f"({_lit(0, d)} if {a[0]} <= {_lit(0, d)} else {a[0]})",
+    "_threshold_backward": lambda a, d: f"({_lit(0, d)} if {a[1]} <= {_lit(0, d)} else {a[0]})",
+    "leaky_relu": lambda a, d: (
+        f"({a[0]} if {a[0]} > {_lit(0, d)} else {a[0]} * {a[1] if len(a) > 1 else _Num(0.01, d)})"
+    ),
+    "gelu": lambda a, d: _gelu(a[0], d, *a[1:]),
+    "pow": lambda a, d: _pow(a[0], a[1], d),
+    "maximum": lambda a, d: f"({a[0]} if ({a[0]} > {a[1]} or {a[0]} != {a[0]}) else {a[1]})",
+    "minimum": lambda a, d: f"({a[0]} if ({a[0]} < {a[1]} or {a[0]} != {a[0]}) else {a[1]})",
+    "clamp": lambda a, d: _clamp(a[0], a[1] if len(a) > 1 else None, a[2] if len(a) > 2 else None, d),
+    "where": lambda a, d: f"({a[1]} if {a[0]} else {a[2]})",
+    "clone": lambda a, d: f"{a[0]}",
+    **{name: (lambda fn: lambda a, d: f"{fn}({a[0]})")(name) for name in _MATH},
+}
+
+
+# ---------------------------------------------------------------------------------------------- planning
+
+
+class _Group:
+    def __init__(self, shape: tuple, device: str) -> None:
+        self.shape = shape
+        self.device = device
+        self.positions: list[int] = []
+        self.nodes: list[Node] = []
+        self.values: dict[int, str] = {}  # Value index -> local name
+        self.inputs: list[Value] = []
+        self.input_names: dict[int, str] = {}
+        self.lines: list[tuple[str, str]] = []
+        self.reduction: tuple | None = None  # (node position, kind, local name, Value, keepdim)
+
+
+def _expression(node: Node, group: _Group) -> str | None:
+    """The node as an expression over the group's names (adding inputs), or None if it cannot fuse."""
+    table = EXPRESSIONS.get(node.op.name)
+    d = _FLOAT.get(node.spec.dtype)
+    if table is None or d is None or len(node.outputs) != 1 or tuple(node.spec.shape) != group.shape:
+        return None
+    args = []
+    for a in node.args:
+        if isinstance(a, Value):
+            if a.dtype not in _FLOAT and a.dtype is not kiln.bool:
+                return None
+            if a.index in group.values:
+                args.append(group.values[a.index])
+            else:
+                args.append(None)  # an input, named below once the whole node is known to fuse
+        elif isinstance(a, bool) or a is None or isinstance(a, str) or a is kiln.preserve_format:
+            args.append(a)
+        elif isinstance(a, (int, float)):
+            args.append(_Num(a, d))
+        else:
+            return None
+    # name the new inputs, committed only if the node fuses
+    pending: dict[int, tuple[str, Value]] = {}
+    for i, a in enumerate(node.args):
+        if isinstance(a, Value) and args[i] is None:
+            name = group.input_names.get(a.index)
+            if name is None:
+                if a.index not in pending:
+                    pending[a.index] = (f"x{len(group.inputs) + len(pending)}", a)
+                name = pending[a.index][0]
+            args[i] = name
+    expr = table(args, d)
+    if expr is None:
+        return None
+    for name, a in pending.values():
+        group.input_names[a.index] = name
+        group.inputs.append(a)
+    return expr
+
+
+def lower(graph: Graph, names, codegens: dict[str, Callable]) -> dict[int, str | None]:
+    """Plan the fused groups of ``graph`` and compile each with its device's code generator: the node
+    positions they replace (the last one of each group gets the call, the others nothing)."""
+    if not codegens:
+        return {}
+    readers: dict[int, set[int]] = {}
+    for pos, node in enumerate(graph.nodes):
+        for v in node.values_read():
+            readers.setdefault(v.index, set()).add(pos)
+    for v in graph.outputs:
+        readers.setdefault(v.index, set()).add(len(graph.nodes))
+    open_groups: dict[int, _Group] = {}  # Value index -> the open group that made it
+    done: list[_Group] = []
+
+    def close(group: _Group) -> None:
+        for idx in [i for i, g in open_groups.items() if g is group]:
+            del open_groups[idx]
+        done.append(group)
+
+    for pos, node in enumerate(graph.nodes):
+        if node.kind != "op" or node.writes is not None:
+            for g in {id(g): g for g in open_groups.values()}.values():
+                close(g)
+            continue
+        device = node.outputs[0].device.type if node.outputs else None
+        joined = None
+        if device in codegens and node.op.name in EXPRESSIONS:
+            owners = [open_groups[v.index] for v in node.values_read() if v.index in open_groups]
+            if not owners:  # independent of every open group: join the latest of its shape (siblings fuse too)
+                shape = tuple(node.spec.shape)
+                owners = [g for g in open_groups.values() if g.shape == shape and g.device == device][-1:]
+            group = owners[0] if owners else _Group(tuple(node.spec.shape), device)
+            expr = _expression(node, group) if group.reduction is None else None
+            if expr is not None:
+                (out,) = node.outputs
+                name = f"t{len(group.lines)}"
+                group.lines.append((name, expr))
+                group.values[out.index] = name
+                group.positions.append(pos)
+                group.nodes.append(node)
+                open_groups[out.index] = group
+                joined = group
+        elif device in codegens and node.op.name in ("sum", "mean") and _full_reduction(node, open_groups):
+            (src,) = [v for v in node.values_read()]
+            group = open_groups[src.index]
+            group.reduction = (pos, node.op.name, group.values[src.index], node.outputs[0], node.args[2])
+            group.positions.append(pos)
+            group.nodes.append(node)
+            joined = group
+        # anything else reading an open group's value closes that group (it must run first)
+        for v in node.values_read():
+            g = open_groups.get(v.index)
+            if g is not None and g is not joined:
+                close(g)
+    for g in {id(g): g for g in open_groups.values()}.values():
+        close(g)
+    return _emit(done, readers, names, codegens)
+
+
+def _full_reduction(node: Node, open_groups: dict) -> bool:
+    """``sum``/``mean`` of a whole open-group value, in its own dtype (``dim`` all dims, no ``dtype``)."""
+    args = node.args
+    if not args or not isinstance(args[0], Value) or args[0].index not in open_groups:
+        return False
+    src = args[0]
+    dims = args[1] if len(args) > 1 else None
+    every = tuple(range(len(src.shape)))
+    if dims is not None and tuple(sorted(d % max(len(src.shape), 1) for d in dims)) != every:
+        return False
+    return (len(args) < 4 or args[3] is None) and node.spec.dtype == src.dtype and src.dtype in _FLOAT
+
+
+def _contiguous(shape: tuple) -> tuple:
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))
+
+
+def _emit(groups: list[_Group], readers: dict, names, codegens: dict) -> dict[int, str | None]:
+    out: dict[int, str | None] = {}
+    for g in groups:
+        if len(g.nodes) < 2:
+            continue
+        members = set(g.positions)
+        stored = []
+        for node in g.nodes:
+            for v in node.outputs:
+                if v.index in g.values and (readers.get(v.index, set()) - members):
+                    stored.append(v)
+        if g.reduction is None and not stored:
+            continue
+        if any(v.stride != _contiguous(v.shape) for v in stored):
+            continue  # the kernel writes row-major tensors; the trace made another layout (kept by later views)
+        d = _FLOAT.get(g.nodes[0].spec.dtype, "float32")
+        group = FusedGroup(
+            g.shape,
+            [(tuple(v.shape), "bool" if v.dtype is kiln.bool else _FLOAT[v.dtype]) for v in g.inputs],
+            g.lines,
+            [(g.values[v.index], _FLOAT.get(v.dtype, d)) for v in stored],
+            None if g.reduction is None else (g.reduction[1], g.reduction[2], _FLOAT[g.reduction[3].dtype]),
+            bool(g.reduction[4]) if g.reduction is not None and isinstance(g.reduction[4], bool) else False,
+        )
+        device = g.nodes[0].outputs[0].device.type
+        kernel = codegens[device](group)
+        results = [v.name for v in stored] + ([g.reduction[3].name] if g.reduction is not None else [])
+        call = f"{', '.join(results)}, = {names.const(kernel)}({', '.join(v.name for v in g.inputs)})"
+        last = max(g.positions)
+        for p in g.positions:
+            out[p] = call if p == last else None
+    return out

@@ -1,0 +1,169 @@
+"""Fusion: each op kiln-compile writes as an expression, fused into one kernel, gives the eager result — NaN,
+infinities, broadcasting, strided views, empty and 0-d tensors, both float dtypes — and a whole-tensor sum or
+mean fuses after a chain. Needs a code generator for ``cpu`` (kiln-cpu's); without one nothing fuses, which
+is checked too."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import kiln
+import kiln.compile
+import kiln.plugins
+from kiln.compile._fusion import EXPRESSIONS
+
+HAS_CODEGEN = any(getattr(c, "device_type", None) == "cpu" for c in kiln.plugins.compilers().values())
+
+SPECIAL = [0.0, -0.0, 1.5, -2.25, 3.0, math.inf, -math.inf, math.nan, 1e-30, 40.0]
+
+
+def _special(dtype):
+    return kiln.tensor(SPECIAL, dtype=dtype)
+
+
+def _fused_calls(program_source: str) -> int:
+    return sum(1 for line in program_source.splitlines() if "= c" in line and "_k(" not in line)
+
+
+# each case: a chain of at least two ops around the one under test, on inputs with specials
+CASES = {
+    "add": lambda x, y: (x + y * 2).add(y, alpha=0.5),
+    "sub": lambda x, y: (x - y).sub(y, alpha=3),
+    "mul": lambda x, y: (x * y) * 1.5,
+    "div": lambda x, y: (x / y) / 4.0,
+    "neg": lambda x, y: -(x + y),
+    "abs": lambda x, y: (x - y).abs() + 1,
+    "square": lambda x, y: kiln.square(x) + y,
+    "reciprocal": lambda x, y: kiln.reciprocal(x) * y,
+    "rsqrt": lambda x, y: kiln.rsqrt(x.abs()) + y,
+    "sigmoid": lambda x, y: kiln.sigmoid(x) * y,
+    "silu": lambda x, y: kiln.nn.functional.silu(x) + y,
+    "relu": lambda x, y: kiln.relu(x) - y,
+    "_threshold_backward": None,  # fused in backward graphs: test_backward_graph_fuses
+    "leaky_relu": lambda x, y: kiln.nn.functional.leaky_relu(x, 0.2) + y,
+    "gelu": lambda x, y: kiln.nn.functional.gelu(x) + kiln.nn.functional.gelu(y, approximate="tanh"),
+    "pow": lambda x, y: x.pow(2) + x.pow(3) + x.abs().pow(0.5) + x.pow(-1) + x.abs().pow(1.7) + y.pow(1),
+    "maximum": lambda x, y: kiln.maximum(x, y) + kiln.minimum(y, x),
+    "minimum": lambda x, y: kiln.minimum(x, y) * 2,
+    "clamp": lambda x, y: x.clamp(-1.0, 2.0) + y.clamp(min=0.0) + y.clamp(max=1.0),
+    "where": lambda x, y: kiln.where(x > y, x, y) + 1,
+    "clone": lambda x, y: (x + y).clone() * 2,
+    **{
+        name: (lambda n: lambda x, y: getattr(kiln, n)(x) + y)(name)
+        for name in ("exp", "log", "sqrt", "tanh", "sin", "cos", "expm1", "log1p", "erf", "erfc")
+    },
+}
+
+
+def test_every_expression_has_a_case():
+    assert set(CASES) == set(EXPRESSIONS)
+
+
+@pytest.mark.skipif(not HAS_CODEGEN, reason="no code generator for cpu (kiln-cpu)")
+@pytest.mark.parametrize("dtype", [kiln.float32, kiln.float64], ids=["float32", "float64"])
+@pytest.mark.parametrize("name", sorted(n for n, c in CASES.items() if c is not None))
+def test_fused_op_matches_eager(name, dtype):
+    fn = CASES[name]
+    x = _special(dtype)
+    y = kiln.linspace(-3, 3, len(SPECIAL), dtype=dtype)
+    cf = kiln.compile(fn)
+    cf(x, y)
+    got = cf(x, y)
+    want = fn(x, y)
+    rtol = 2e-6 if dtype is kiln.float32 else 1e-12
+    assert kiln.allclose(got, want, rtol=rtol, atol=rtol, equal_nan=True), (name, got, want)
+    assert got.dtype is want.dtype
+    assert _fused_calls(cf._entries[0].forward.source) >= 1, cf._entries[0].forward.source
+
+
+@pytest.mark.skipif(not HAS_CODEGEN, reason="no code generator for cpu (kiln-cpu)")
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: (kiln.randn(6, 5), kiln.randn(5)),  # broadcast bias
+        lambda: (kiln.randn(5, 6).t(), kiln.randn(6, 1)),  # strided view, broadcast column
+        lambda: (kiln.randn(3, 1, 4), kiln.randn(2, 1)),  # both broadcast
+        lambda: (kiln.randn(()), kiln.randn(())),  # 0-d
+        lambda: (kiln.randn(0, 4), kiln.randn(4)),  # empty
+    ],
+    ids=["bias", "strided", "both", "scalar", "empty"],
+)
+def test_layouts_and_reductions(make):
+    x, b = make()
+
+    def f(x, b):
+        y = x * kiln.sigmoid(x) + b
+        return y, y.sum(), (y * 2).mean(), (y - 1).sum(dim=tuple(range(y.dim())), keepdim=True)
+
+    cf = kiln.compile(f)
+    cf(x, b)
+    got = cf(x, b)
+    want = f(x, b)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        assert kiln.allclose(g, w, rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
+@pytest.mark.skipif(not HAS_CODEGEN, reason="no code generator for cpu (kiln-cpu)")
+def test_chain_becomes_one_kernel_and_intermediates_stay_internal():
+    def new_gelu(x):
+        return 0.5 * x * (1.0 + kiln.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * kiln.pow(x, 3.0))))
+
+    cf = kiln.compile(new_gelu)
+    x = kiln.randn(64, 32)
+    cf(x)
+    src = cf._entries[0].forward.source
+    assert "_k(" not in src and _fused_calls(src) == 1, src
+    assert kiln.allclose(cf(x), kiln.nn.functional.gelu(x, approximate="tanh"), atol=1e-6)
+
+
+@pytest.mark.skipif(not HAS_CODEGEN, reason="no code generator for cpu (kiln-cpu)")
+def test_a_value_read_in_between_is_stored_and_writes_split_groups():
+    def f(x, buf):
+        a = x * 2 + 1
+        m = a.matmul(a.t())  # not pointwise: reads a, so a is stored before it runs
+        buf.mul_(0.5)  # a write: no group spans it
+        return (m + 1) * 3, a.exp() + buf
+
+    cf = kiln.compile(f)
+    x, buf = kiln.randn(4, 4), kiln.ones(4)
+    buf2 = buf.clone()
+    cf(x, buf)
+    got = cf(x, buf)
+    f(x, buf2)
+    want = f(x, buf2)
+    assert all(kiln.allclose(g, w, atol=1e-5) for g, w in zip(got, want))
+    assert kiln.equal(buf, buf2)
+
+
+@pytest.mark.skipif(not HAS_CODEGEN, reason="no code generator for cpu (kiln-cpu)")
+def test_backward_graph_fuses():
+    def f(x, w):
+        return (kiln.relu(x @ w) * kiln.sigmoid(x @ w)).sum()
+
+    cf = kiln.compile(f)
+    x = kiln.randn(8, 4, requires_grad=True)
+    w = kiln.randn(4, 4, requires_grad=True)
+    cf(x, w)
+    out = cf(x, w)
+    out.backward()
+    gx, gw = x.grad.clone(), w.grad.clone()
+    x.grad = w.grad = None
+    f(x, w).backward()
+    assert kiln.allclose(gx, x.grad, atol=1e-5) and kiln.allclose(gw, w.grad, atol=1e-5)
+    entry = cf._entries[-1]
+    assert "_threshold_backward" in [n.op.name for n in entry.graphs[1].nodes if n.kind == "op"]
+    assert _fused_calls(entry.backward.source) >= 1, entry.backward.source
+
+
+def test_nothing_fuses_without_a_code_generator(monkeypatch):
+    from kiln.compile import _backends
+
+    monkeypatch.setattr(_backends.kiln.plugins, "compilers", lambda: {})
+    cf = kiln.compile(lambda x: kiln.sigmoid(x) * 2 + 1)
+    x = kiln.randn(3)
+    cf(x)
+    assert kiln.allclose(cf(x), kiln.sigmoid(x) * 2 + 1)
+    assert _fused_calls(cf._entries[0].forward.source) == 0

@@ -1,0 +1,77 @@
+"""kiln-cpu's code generator for kiln-compile's fused groups, driven through its protocol alone (a plain object
+with the group's fields: kiln-compile is not needed here): every loop variant against NumPy."""
+
+from __future__ import annotations
+
+import types
+
+import numpy as np
+import pytest
+
+import kiln
+import kiln.plugins
+from kiln_cpu.fusion import codegen, source
+
+
+def _group(shape, inputs, lines, outputs, reduction=None, keepdim=False):
+    return types.SimpleNamespace(
+        shape=shape, inputs=inputs, lines=lines, outputs=outputs, reduction=reduction, keepdim=keepdim
+    )
+
+
+def test_registered_for_cpu():
+    found = [c for c in kiln.plugins.compilers().values() if getattr(c, "device_type", None) == "cpu"]
+    assert found == [codegen]
+
+
+@pytest.mark.parametrize(
+    ("xs", "b"),
+    [
+        (np.arange(12.0, dtype=np.float32).reshape(3, 4) - 5, np.linspace(-1, 1, 4, dtype=np.float32)),  # dense
+        (np.arange(12.0, dtype=np.float32).reshape(4, 3).T, np.ones(4, dtype=np.float32)),  # strided
+        (np.full((3, 4), np.nan, dtype=np.float32), np.zeros(4, dtype=np.float32)),  # NaN through relu
+        (np.zeros((0, 4), dtype=np.float32), np.ones(4, dtype=np.float32)),  # empty
+    ],
+    ids=["dense", "strided", "nan", "empty"],
+)
+def test_loops_store_and_reduce(xs, b):
+    group = _group(
+        (xs.shape[0], 4) if xs.shape[-1] == 4 else xs.shape,
+        [(tuple(xs.shape), "float32"), ((4,), "float32")],
+        [("t0", "sigmoid(x0)"), ("t1", "(x0 * t0 + x1)"), ("t2", "(float32(0.0) if t1 <= float32(0.0) else t1)")],
+        [("t1", "float32"), ("t2", "float32")],
+        ("sum", "t2", "float32"),
+    )
+    kernel = codegen(group)
+    t1, t2, total = kernel(kiln.from_numpy(np.ascontiguousarray(xs)), kiln.from_numpy(b))
+    s = 1 / (1 + np.exp(-xs.astype(np.float64)))
+    want1 = (xs * s + b).astype(np.float32)
+    want2 = np.where(want1 <= 0, 0, want1)
+    np.testing.assert_allclose(t1.numpy(), want1, rtol=1e-6)
+    np.testing.assert_allclose(t2.numpy(), want2, rtol=1e-6)
+    assert total.shape == () and total.dtype is kiln.float32
+    assert np.isclose(total.item(), want2.astype(np.float64).sum(), rtol=1e-6, equal_nan=True)
+
+
+def test_mean_keepdim_and_float64():
+    x = np.linspace(-2, 2, 10)
+    group = _group(
+        (10,),
+        [((10,), "float64")],
+        [("t0", "exp(x0)"), ("t1", "(t0 * float64(2.0))")],
+        [],
+        ("mean", "t1", "float64"),
+        True,
+    )
+    (mean,) = codegen(group)(kiln.from_numpy(x))
+    assert mean.shape == (1,) and mean.dtype is kiln.float64
+    assert np.isclose(mean.item(), np.mean(np.exp(x) * 2), rtol=1e-14)
+
+
+def test_strided_inputs_take_the_strided_loop():
+    x = np.arange(20.0, dtype=np.float32).reshape(4, 5)
+    view = kiln.from_numpy(x).t()  # (5, 4), not contiguous
+    group = _group((5, 4), [((5, 4), "float32")], [("t0", "(x0 + float32(1.0))")], [("t0", "float32")])
+    (out,) = codegen(group)(view)
+    np.testing.assert_array_equal(out.numpy(), x.T + 1)
+    assert "def strided(" in source(group) and "def dense(" in source(group)

@@ -1,0 +1,43 @@
+"""Generated source as importable files: what kernel generators (kiln-cpu's fusion, kiln-cuda's kernels) build
+on, so Numba's ``cache=True`` can keep their machine code on disk (it caches only functions defined in
+files). Exposed as :func:`kiln.backend.generated_module`."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+import threading
+import types
+from pathlib import Path
+
+_lock = threading.Lock()
+_modules: dict[tuple[str, str], types.ModuleType] = {}
+
+
+def generated_module(text: str, folder: str | os.PathLike, package: str) -> types.ModuleType:
+    """The module whose source is ``text``: written once to ``folder`` as a file named by the text's hash
+    (atomically: a file is whole or absent, whatever runs at the same time), imported once per process as
+    ``<package>.k_<hash>``."""
+    key = hashlib.sha256(text.encode()).hexdigest()[:24]
+    mod = _modules.get((package, key))
+    if mod is not None:
+        return mod
+    with _lock:
+        mod = _modules.get((package, key))
+        if mod is None:
+            folder = Path(folder)
+            folder.mkdir(parents=True, exist_ok=True)
+            path = folder / f"k_{key}.py"
+            if not path.exists():
+                tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+                tmp.write_text(text)
+                os.replace(tmp, path)
+            name = f"{package}.k_{key}"
+            spec = importlib.util.spec_from_file_location(name, path)
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules[name] = mod
+            spec.loader.exec_module(mod)
+            _modules[(package, key)] = mod
+    return mod

@@ -705,6 +705,11 @@ class DispatchMode:
         ``how`` is ``"tolist"`` (``item()``, ``bool()``, ``int()``, ``float()`` and ``tolist()``) or
         ``"numpy"`` (``numpy()``, ``__array__``). A tracer guards on the value read; the default does nothing."""
 
+    def before_grad_set(self, tensor: Tensor) -> None:
+        """Called (post-autograd modes only) before ``tensor.grad`` is assigned or deleted (``zero_grad()``,
+        ``p.grad = None``) while the mode is active; ``tensor.grad`` is still the old value. The default does
+        nothing."""
+
     def random_draw(self, tensor: Tensor, draw: Callable[[], Tensor]) -> None:
         """Called (post-autograd modes only) when a random tensor is drawn outside the dispatcher (``rand``,
         ``randn``, ``randint``, ``randperm``, the in-place samplers): ``draw()`` draws another like it from the

@@ -315,10 +315,14 @@ class Tensor:
     def grad(self, value: Tensor | None) -> None:
         if value is not None:
             _check_grad(self, value)
+        for mode in state.post_autograd_modes:  # a tracer learns the gradient the call found
+            mode.before_grad_set(self)
         self._grad = value
 
     @grad.deleter
     def grad(self) -> None:
+        for mode in state.post_autograd_modes:
+            mode.before_grad_set(self)
         self._grad = None
 
     @property

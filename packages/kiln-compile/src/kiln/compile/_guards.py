@@ -12,6 +12,7 @@ anything differs (the caller then traces again). ``describe()`` lists the guards
 
 from __future__ import annotations
 
+import functools
 import sys
 import types
 from collections.abc import Callable
@@ -78,15 +79,21 @@ def optimizer_state(opt) -> tuple:
 
 
 def reachable_objects(fn: Callable, leaves: list) -> tuple[list, list[tuple[dict, str, Any]], list]:
-    """The modules and optimizers ``fn`` can reach (arguments, its ``self``, the globals its code names, its
-    closure), and the plain globals and closure values its code reads: ``(objects, globals, cells)``."""
+    """The modules and optimizers ``fn`` can reach (arguments, its ``self``, its defaults, a partial's bound
+    arguments, the globals its code names, its closure), and the plain globals and closure values its code
+    reads: ``(objects, globals, cells)``."""
     module_cls, opt_cls = _module_class(), _optimizer_class()
     kinds = tuple(c for c in (module_cls, opt_cls) if c is not None)
     objects = [x for x in leaves if kinds and isinstance(x, kinds)]
+    while isinstance(fn, functools.partial):  # a partial's bound arguments are reachable too
+        objects += [x for x in (*fn.args, *fn.keywords.values()) if kinds and isinstance(x, kinds)]
+        fn = fn.func
     func = getattr(fn, "__func__", fn)
     owner = getattr(fn, "__self__", None)
     if owner is not None and kinds and isinstance(owner, kinds):
         objects.append(owner)
+    defaults = (*(getattr(func, "__defaults__", None) or ()), *(getattr(func, "__kwdefaults__", None) or {}).values())
+    objects += [x for x in defaults if kinds and isinstance(x, kinds)]
     globals_read: list[tuple[dict, str, Any]] = []
     cells = []
     funcs = [func]

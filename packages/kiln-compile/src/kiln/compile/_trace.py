@@ -144,6 +144,12 @@ class Tracer(DispatchMode):
         self.nodes.append(Node("op", op, tmpl, spec, values))
         return out
 
+    def before_grad_set(self, tensor):
+        """``tensor.grad`` is about to change (``zero_grad()``): the first time, what it held is the state
+        the call found, whatever the tensor is met as later."""
+        if not self.reading and id(tensor) not in self.grads_at_start and id(tensor) not in self.values:
+            self.grads_at_start[id(tensor)] = (tensor, tensor.grad)
+
     def random_draw(self, tensor, draw):
         """A random tensor drawn outside the dispatcher: a node that draws another on every run."""
         if not self.reading:

@@ -1,0 +1,204 @@
+"""kiln.compile: compiled kiln vs eager kiln vs eager PyTorch (and NumPy where it has the computation), one
+thread, one process.
+
+Run with ``python benchmarks/bench_compile.py`` in an env with kiln, kiln-cpu, kiln-nn, kiln-compile, torch and
+numpy. Cases:
+
+* fused pointwise chains on 1M float32 elements — GPT-2's GELU written in ops, ``x*sigmoid(x)+b`` then a sum,
+  and an Adam-like update of four tensors — where kiln-compile fuses the chain into one kiln-cpu loop;
+* training steps (forward, cross entropy, backward, SGD step) of the MLP and CNN of ``bench_cpu.py``: eager,
+  the model compiled (``kiln.compile(model)``: forward and backward are each one program), and the whole step
+  compiled (``kiln.compile(step)``: forward, backward and the optimizer's writes in one program).
+
+Each case first checks that compiled and eager kiln agree with PyTorch, then times ``per_call_seconds`` (the
+minimum per-call time over repeats; the first calls, which trace and compile, are excluded). Ratios:
+compiled kiln / eager kiln and compiled kiln / PyTorch (below 1: faster). Record:
+``benchmarks/results/compile.json``. Issue 23 asks for compiled training steps at or below 0.8x PyTorch eager
+and a fused chain at least 2x faster than kiln eager.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ[_var] = "1"  # before NumPy, PyTorch or Numba load
+
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, str(HERE))
+from bench_overhead import machine_info, per_call_seconds, write_json_atomically  # noqa: E402
+
+DEFAULT_OUTPUT = HERE / "results" / "compile.json"
+N = 1 << 20
+
+
+def _chains(kiln, torch, rng) -> list[dict]:
+    def gelu(lib, x):
+        return 0.5 * x * (1.0 + lib.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * lib.pow(x, 3.0))))
+
+    def silu_bias_sum(lib, x, b):
+        return (x * lib.sigmoid(x) + b).sum()
+
+    def adam_like(lib, p, g, m, v):
+        m2 = 0.9 * m + 0.1 * g
+        v2 = 0.999 * v + 0.001 * g * g
+        return p - 0.01 * m2 / (lib.sqrt(v2) + 1e-8)
+
+    x = rng.standard_normal((1024, N // 1024)).astype(np.float32)
+    b = rng.standard_normal(N // 1024).astype(np.float32)
+    v = np.abs(x)
+    cases = []
+    for name, what, fn, arrays in (
+        ("GELU (GPT-2, in ops)", "0.5*x*(1+tanh(c*(x+0.044715*x**3))), 1024x1024", gelu, (x,)),
+        ("x*sigmoid(x)+b, sum", "a bias broadcast over rows, then the sum of all", silu_bias_sum, (x, b)),
+        ("Adam-like update", "p - lr*m'/(sqrt(v')+eps) with the moments' updates, 4 tensors", adam_like, (x, x, x, v)),
+    ):
+        ka = [kiln.from_numpy(a.copy()) for a in arrays]
+        ta = [torch.from_numpy(a.copy()) for a in arrays]
+        compiled = kiln.compile(lambda *a, fn=fn: fn(kiln, *a))
+        cases.append(
+            {
+                "name": name,
+                "what": what,
+                "eager": lambda fn=fn, ka=ka: fn(kiln, *ka),
+                "compiled": lambda c=compiled, ka=ka: c(*ka),
+                "torch": lambda fn=fn, ta=ta: fn(torch, *ta),
+                "check": 1e-4,
+                "compiled_fn": compiled,
+            }
+        )
+    return cases
+
+
+def _steps(kiln, torch, rng) -> list[dict]:
+    import kiln.nn
+
+    def mlp(nn):
+        return nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
+
+    def cnn(nn):
+        return nn.Sequential(
+            nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Flatten(), nn.Linear(32 * 7 * 7, 10),
+        )  # fmt: skip
+
+    def step(lib, model, opt, x, y):
+        opt.zero_grad()
+        loss = lib.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    cases = []
+    for name, make, shape in (("MLP step", mlp, (128, 784)), ("CNN step", cnn, (64, 1, 28, 28))):
+        x = rng.standard_normal(shape).astype(np.float32)
+        y = rng.integers(0, 10, shape[0])
+        t_model = make(torch.nn)
+        state = {k: v.detach().numpy().copy() for k, v in t_model.state_dict().items()}
+        t_opt = torch.optim.SGD(t_model.parameters(), lr=1e-3)
+        xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+        xk, yk = kiln.from_numpy(x), kiln.from_numpy(y)
+        kinds = {}
+        for kind in ("eager", "model", "step"):
+            model = make(kiln.nn)
+            model.load_state_dict({k: kiln.from_numpy(v.copy()) for k, v in state.items()})
+            opt = kiln.optim.SGD(model.parameters(), lr=1e-3)
+            if kind == "eager":
+                kinds[kind] = lambda m=model, o=opt, x=xk, y=yk: step(kiln, m, o, x, y)
+            elif kind == "model":
+                kinds[kind] = lambda m=kiln.compile(model), o=opt, x=xk, y=yk: step(kiln, m, o, x, y)
+            else:
+                whole = kiln.compile(lambda x, y, m=model, o=opt: step(kiln, m, o, x, y))
+                kinds[kind] = lambda w=whole, x=xk, y=yk: w(x, y)
+        for kind, label in (("model", "model compiled"), ("step", "whole step compiled")):
+            cases.append(
+                {
+                    "name": f"{name}, {label}",
+                    "what": "forward, cross entropy, backward, SGD step",
+                    "eager": kinds["eager"],
+                    "compiled": kinds[kind],
+                    "torch": lambda m=t_model, o=t_opt, x=xt, y=yt: step(torch, m, o, x, y),
+                    "check": None,  # the three models train apart from here on; the first losses are compared
+                }
+            )
+        first = [float(kinds["eager"]()), float(kinds["model"]()), float(kinds["step"]())]
+        want = float(step(torch, t_model, t_opt, xt, yt))
+        assert np.allclose(first, want, rtol=1e-4), (name, first, want)
+    return cases
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=7, help="timeit repeats per case (the minimum is kept)")
+    parser.add_argument("--min-time", type=float, default=0.2, help="seconds per timeit repeat (about)")
+    parser.add_argument("--quick", action="store_true", help="fewer, shorter repeats (smoke run)")
+    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="where to write the JSON record")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.repeat, args.min_time = 2, 0.02
+
+    import torch
+
+    import kiln
+    import kiln.compile
+
+    torch.set_num_threads(1)
+    kiln.set_num_threads(1)
+    rng = np.random.default_rng(0)
+    cases = _chains(kiln, torch, rng) + _steps(kiln, torch, rng)
+    rows = []
+    for case in cases:
+        if case["check"] is not None:
+            want = case["torch"]().numpy()
+            for kind in ("eager", "compiled", "compiled"):  # the second compiled call replays the program
+                got = case[kind]().numpy()
+                assert np.allclose(got, want, rtol=case["check"], atol=case["check"]), (case["name"], kind)
+        else:
+            for kind in ("compiled", "compiled"):
+                case[kind]()  # trace and compile outside the timing
+        us = {
+            lib: per_call_seconds(case[lib], repeat=args.repeat, min_time=args.min_time) * 1e6
+            for lib in ("eager", "compiled", "torch")
+        }
+        rows.append(
+            {
+                "name": case["name"],
+                "what": case["what"],
+                "unit": "us",
+                "times": us,
+                "compiled/eager": us["compiled"] / us["eager"],
+                "compiled/torch": us["compiled"] / us["torch"],
+                "eager/torch": us["eager"] / us["torch"],
+            }
+        )
+    print(f"kiln {kiln.__version__} (kiln.compile, backend 'kiln') vs torch {torch.__version__} eager; 1 thread")
+    head = f"{'case':<34} {'eager us':>9} {'compiled us':>11} {'torch us':>9} {'comp/eager':>10} {'comp/torch':>10}"
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        t = r["times"]
+        print(
+            f"{r['name']:<34} {t['eager']:>9.0f} {t['compiled']:>11.0f} {t['torch']:>9.0f} "
+            f"{r['compiled/eager']:>9.2f}x {r['compiled/torch']:>9.2f}x"
+        )
+    record = {
+        "benchmark": "compile",
+        "units": "us per call (minimum over repeats, traces excluded), 1 thread",
+        "settings": {"repeat": args.repeat, "min_time_s": args.min_time, "threads": 1},
+        "machine": machine_info(torch),
+        "results": rows,
+    }
+    write_json_atomically(args.output, record)
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

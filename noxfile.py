@@ -99,7 +99,10 @@ TEST_DEPS = [
 PARALLEL = ("-n", "auto")
 SERIAL_OWN_TESTS = {"cuda-sim"}
 # The demo job (docs/examples/train_digits.py) and what runs it (integration test, benchmarks).
-DEMO_DEPS = ["-e", "packages/kiln-nn", "-e", "packages/kiln-data", "-e", "packages/kiln-amp", "tqdm", "matplotlib"]
+DEMO_DEPS = [
+    *("-e", "packages/kiln-nn", "-e", "packages/kiln-data", "-e", "packages/kiln-amp", "-e", "packages/kiln-compile"),
+    *("tqdm", "matplotlib"),
+]
 RUFF = "ruff==0.17.6"  # pinned: new ruff releases add rules and change formatting
 DOCS_DEPS = ["sphinx>=8,<10", "furo", TENSORBOARD]  # a new Sphinx major can add warnings, and -W makes them errors
 DOCTREES = "docs/_build/doctrees"  # the pages the docs session reads once, for both of its builds

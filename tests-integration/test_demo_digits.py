@@ -5,7 +5,7 @@ needs: kiln, kiln-nn, kiln-data, tqdm and matplotlib (the nox ``integration`` se
 Mostly one-epoch runs: the accuracy target of the full run (97 % in under a minute) is the demo's own
 job, checked by running ``nox -s demo``; here the script's flags, files, checkpoint reload and resume are.
 The one full run pair is mixed precision's promise: ``--amp`` (bfloat16 autocast on cpu) reaches the
-float32 run's accuracy within one point.
+float32 run's accuracy within one point; ``--compile`` (kiln-compile) trains the eager run's model.
 """
 
 from __future__ import annotations
@@ -81,6 +81,20 @@ def test_amp_reaches_the_float32_accuracy(tmp_path):
     last = str(tmp_path / "amp" / "last.safetensors")
     resumed = ok(run("--amp", "--epochs", "11", "--out", str(tmp_path / "amp"), "--resume", last, cwd=tmp_path))
     assert list(epoch_lines(resumed)) == [11]
+
+
+def test_compile_trains_the_same_model(tmp_path):
+    """``--compile`` replays the traced forward and backward: two epochs give the eager run's losses and
+    accuracies (printed to 4 digits and 2 decimals), the same model."""
+    with ThreadPoolExecutor(2) as pool:
+        runs = [
+            pool.submit(run, "--epochs", "2", *flags, "--out", str(tmp_path / out), cwd=tmp_path)
+            for flags, out in (((), "eager"), (("--compile",), "compiled"))
+        ]
+        eager, compiled = (ok(r.result()) for r in runs)
+    assert "kiln.compile" in compiled.splitlines()[1] and "kiln.compile" not in eager.splitlines()[1]
+    strip = {k: v.split("*")[0] for k, v in epoch_lines(eager).items()}
+    assert {k: v.split("*")[0] for k, v in epoch_lines(compiled).items()} == strip
 
 
 @pytest.mark.parametrize(

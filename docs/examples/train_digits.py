@@ -5,10 +5,11 @@ code has ``import torch``, ``kiln.nn`` for ``torch.nn``, ``kiln.data`` for ``tor
 data set is embedded in kiln-data (no download). The script trains with Adam, shows a progress bar per
 epoch, keeps the best checkpoint (safetensors), reloads it into a fresh model to check it, and writes
 a PNG with the training curves and the test images the model gets wrong. ``--amp`` trains in mixed
-precision with kiln-amp, as PyTorch code does with ``torch.autocast`` and ``torch.amp.GradScaler``.
+precision with kiln-amp, as PyTorch code does with ``torch.autocast`` and ``torch.amp.GradScaler``;
+``--compile`` trains the model through ``kiln.compile`` (kiln-compile), as ``torch.compile(model)``.
 
     python docs/examples/train_digits.py [--epochs N] [--batch-size B] [--device D] [--workers W]
-                                         [--out DIR] [--resume CHECKPOINT] [--seed S] [--amp]
+                                         [--out DIR] [--resume CHECKPOINT] [--seed S] [--amp] [--compile]
 
 The same script trains on several processes with kiln-distributed, as with PyTorch's torchrun:
 
@@ -111,6 +112,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="mixed precision: autocast (bfloat16 on cpu, float16 elsewhere; needs kiln-amp)",
     )
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="train the model through kiln.compile (forward and backward compiled; needs kiln-compile)",
+    )
     args = p.parse_args(argv)
     for name in ("epochs", "batch_size", "workers"):
         if getattr(args, name) < (0 if name == "workers" else 1):
@@ -128,6 +134,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             kiln.autocast(kiln.device(args.device).type)
         except (ModuleNotFoundError, RuntimeError) as e:
             p.error(f"--amp: {e}")
+    if args.compile:
+        try:  # kiln.compile is always there; it says which package to install when kiln-compile is not
+            kiln.compile.list_backends()
+        except (ModuleNotFoundError, AttributeError) as e:
+            p.error(f"--compile: {e}")
     if args.resume and not os.path.isfile(args.resume):
         p.error(f"--resume {args.resume}: no such file")
     return args
@@ -195,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
         net = DDP(model)
         if rank > 0:  # Dropout masks of its own on each rank (rank 0 keeps a single process's stream)
             kiln.manual_seed(args.seed + 1_000_003 * rank + start)
+    if args.compile:  # as torch.compile: the first batches trace (and each new batch shape), later ones replay
+        net = kiln.compile(net)
 
     best_path, last_path = os.path.join(args.out, "best.safetensors"), os.path.join(args.out, "last.safetensors")
     png_path = os.path.join(args.out, "digits.png")
@@ -203,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         n_params = sum(p.numel() for p in model.parameters())
         print(f"kiln {kiln.__version__} on {device}: digits {len(train_set)} train / {len(test_set)} test images")
         precision = f"autocast {autocast.fast_dtype}" if args.amp else "float32"
+        precision += ", kiln.compile" if args.compile else ""
         print(
             f"CNN with {n_params:,} parameters, Adam lr {args.lr}, batch {args.batch_size}, seed {args.seed}, "
             f"{precision}"

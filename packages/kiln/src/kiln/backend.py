@@ -27,7 +27,9 @@ the design. In short:
 * **Compilers.** A :class:`DispatchMode` at the ``"post_autograd"`` level sees every op that runs (the
   backward pass's and every write included) and, through :meth:`DispatchMode.host_read`, every value read
   into Python; :func:`call_kernel` then runs one op's kernel alone, with the spec recorded at trace time
-  (kiln-compile's executor).
+  (kiln-compile's executor). :class:`ExportedProgram` is what ``kiln.export`` makes: a graph of ops and its
+  weights that :func:`load_program` reads and runs with the core alone (:func:`encode_argument` writes an op's
+  arguments in its JSON form).
 * **Decompositions.** An op with a decomposition (:func:`decomposition`) runs on any device that lacks
   its kernel, as the composite of other ops, before the opt-in CPU fallback.
 * **The primitive set.** :func:`primitives` names the ops a new device must implement: every op with no
@@ -62,6 +64,7 @@ from kiln._generated import generated_module
 from kiln._ops.elementwise import _compute_np
 from kiln._ops.normalization import _channel_layout, _group_layout, _layer_layout
 from kiln._ops.spatial_args import _adaptive_bounds, _window_positions
+from kiln._program import ExportedProgram, encode_argument, load_program, save_program
 from kiln._spec import (
     SPEC_TYPES,
     ComputeSpec,
@@ -87,6 +90,7 @@ __all__ = [
     "AUTOCAST_POLICIES",
     "Composite",
     "ComputeSpec",
+    "ExportedProgram",
     "ConvSpec",
     "DimSpec",
     "DispatchMode",
@@ -112,6 +116,7 @@ __all__ = [
     "compute_dtype",
     "decomposition",
     "decompositions",
+    "encode_argument",
     "default_num_threads",
     "from_array",
     "generated_module",
@@ -120,11 +125,13 @@ __all__ = [
     "kernel_outputs_checked_always",
     "recording",
     "layer_norm_layout",
+    "load_program",
     "op",
     "ops",
     "pool_window_positions",
     "primitives",
     "reference_kernel",
+    "save_program",
     "tensor_from_storage",
 ]
 

@@ -4,9 +4,10 @@ The decorators and queries that model code calls at definition or run time work 
 PyTorch: :func:`ignore`, :func:`unused`, :func:`export`, :func:`interface`, :func:`script_if_tracing`
 return what they decorate; :func:`is_scripting` and :func:`is_tracing` are False; :func:`annotate`
 returns its value; :func:`fork` runs the function and :func:`wait` returns its result, as eager
-PyTorch does; ``Final`` is ``typing.Final``. Compiling (:func:`script`, :func:`trace`, ``save``/``load`` of a compiled program) is the
-job of kiln-compile: these names call ``kiln.compile``'s functions of the same name when that package is
-installed and otherwise raise ``ModuleNotFoundError`` naming it.
+PyTorch does; ``Final`` is ``typing.Final``. :func:`save` and :func:`load` write and read exported programs
+(``kiln.export``, from kiln-compile), which load and run with the core alone. Compiling (:func:`script`,
+:func:`trace`) is the job of kiln-compile: these names call ``kiln.compile``'s functions of the same name when
+that package is installed and otherwise raise ``ModuleNotFoundError`` naming it.
 """
 
 from __future__ import annotations
@@ -163,5 +164,25 @@ trace = _compiler("trace")
 trace_module = _compiler("trace_module")
 freeze = _compiler("freeze")
 optimize_for_inference = _compiler("optimize_for_inference")
-save = _compiler("save")
-load = _compiler("load")
+
+
+def save(m: Any, f: Any, _extra_files: Any = None) -> None:
+    """Save an exported program (``kiln.export.export(model, args)``, kiln-compile) to ``f``: safetensors plus the
+    program as JSON (``torch.jit.save`` saves a scripted module; kiln's compiled form is the exported program)."""
+    from kiln._program import save_program
+
+    if _extra_files:
+        raise NotImplementedError("kiln.jit.save: _extra_files is not supported")
+    save_program(m, f)
+
+
+def load(f: Any, map_location: Any = None, _extra_files: Any = None) -> Any:
+    """Load a program :func:`save` (or ``kiln.export.save``) wrote and return it, callable as the model was:
+    with the core alone, without the model's Python code, and executing nothing from the file."""
+    from kiln._program import load_program
+
+    if _extra_files:
+        raise NotImplementedError("kiln.jit.load: _extra_files is not supported")
+    if map_location not in (None, "cpu") and str(map_location) != "cpu":
+        raise NotImplementedError("kiln.jit.load: programs load on the cpu (move the inputs' results afterwards)")
+    return load_program(f)

@@ -38,9 +38,14 @@ __all__ = [
     "config",
     "disable",
     "explain",
+    "freeze",
     "is_compiling",
     "list_backends",
+    "optimize_for_inference",
     "reset",
+    "script",
+    "trace",
+    "trace_module",
 ]
 
 if os.environ.get("KILN_COMPILE_DISABLE") == "1":
@@ -128,6 +133,50 @@ def disable(fn: Callable | None = None, recursive: bool = True):
 
     run._kiln_compile_disabled = True
     return run
+
+
+def trace(func: Callable, example_inputs: Any = None, *, example_kwarg_inputs: dict | None = None, **kwargs: Any):
+    """``torch.jit.trace`` (``kiln.jit.trace``): ``func`` run once on the example inputs and recorded as an
+    exported program (:func:`kiln.export.export`), which ``kiln.jit.save`` writes and ``kiln.jit.load`` runs."""
+    import kiln
+    from kiln.export import export
+
+    if example_inputs is None and example_kwarg_inputs is None:
+        raise RuntimeError("kiln.jit.trace: example_inputs (or example_kwarg_inputs) is required")
+    if isinstance(example_inputs, kiln.Tensor):
+        example_inputs = (example_inputs,)
+    return export(func, tuple(example_inputs or ()), example_kwarg_inputs)
+
+
+def trace_module(mod: Callable, inputs: dict, **kwargs: Any):
+    """``torch.jit.trace_module``: the ``"forward"`` entry of ``inputs`` traced as :func:`trace` does."""
+    if set(inputs) != {"forward"}:
+        raise RuntimeError("kiln.jit.trace_module: only the 'forward' method can be traced")
+    return trace(mod, inputs["forward"])
+
+
+def script(obj: Any, *args: Any, **kwargs: Any):
+    """``torch.jit.script`` has no kiln counterpart: kiln compiles by tracing. Raises ``NotImplementedError``
+    pointing to :func:`trace` (a program that runs without the model's code) and ``kiln.compile``."""
+    raise NotImplementedError(
+        "kiln has no TorchScript: use kiln.jit.trace(model, example_inputs) for a program that runs without the "
+        "model's code (kiln.jit.save / kiln.jit.load), or kiln.compile(model) to compile it in place"
+    )
+
+
+def freeze(mod: Any, preserved_attrs: Any = None, optimize_numerics: bool = True):
+    """``torch.jit.freeze``: an exported program's weights are already constants of the program; returned as is."""
+    from kiln.backend import ExportedProgram
+
+    if not isinstance(mod, ExportedProgram):
+        raise RuntimeError("Freezing expects a traced program (kiln.jit.trace) as input")
+    return mod
+
+
+def optimize_for_inference(mod: Any, other_methods: Any = None):
+    """``torch.jit.optimize_for_inference``: a traced program is already optimized (kiln.compile's passes ran
+    when it was made); returned as is."""
+    return freeze(mod)
 
 
 class ExplainOutput:

@@ -1,0 +1,121 @@
+"""``kiln.export``: ``torch.export``'s API — a model traced once into a program of kiln ops plus its weights.
+
+:func:`export` traces ``model(*args)`` without gradients (kiln.compile's tracer, ``fullgraph``: a value read
+into Python or a NumPy hand-off is an error naming the line), runs kiln.compile's graph passes, and returns an
+:class:`ExportedProgram`. :func:`save` writes it as one safetensors file (the weights as tensors, the graph
+as JSON); :func:`load` — also ``kiln.jit.load``, which needs only the core — reads it back, validating every
+field, and executes nothing from the file. The program runs on the example inputs' shapes and dtypes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any, BinaryIO
+
+import kiln
+from kiln.backend import ExportedProgram, encode_argument, load_program, save_program
+from kiln.compile._graph import Value
+from kiln.compile._passes import optimize
+from kiln.compile._runtime import _SLOT, trace_call
+
+__all__ = ["ExportedProgram", "export", "load", "save"]
+
+FORMAT, VERSION = "kiln.exported_program", 1
+
+
+def export(
+    mod: Callable,
+    args: tuple,
+    kwargs: dict | None = None,
+    *,
+    dynamic_shapes: Any = None,
+    strict: bool = True,
+) -> ExportedProgram:
+    """Trace ``mod(*args, **kwargs)`` (a ``kiln.nn.Module`` or a function) into an :class:`ExportedProgram`.
+
+    Parameters and buffers become the program's weights under their ``state_dict`` names; other tensors the
+    model reads are kept as constants. Random ops (dropout in training mode), data-dependent control flow and
+    writes to ``.grad`` cannot be exported and raise ``RuntimeError`` saying why. ``dynamic_shapes`` is not
+    supported: the program is specialised to the example inputs' shapes.
+    """
+    if not isinstance(args, tuple):
+        raise TypeError(f"Expecting `args` to be a tuple of example positional inputs, got {type(args)}")
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise TypeError(f"Expecting `kwargs` to be a dict, got {type(kwargs)}")
+    if dynamic_shapes is not None:
+        raise NotImplementedError(
+            "kiln.export specialises on the example inputs' shapes; dynamic_shapes is not supported"
+        )
+    kwargs = kwargs or {}
+    with kiln.no_grad():
+        entry, _ = trace_call(mod, args, kwargs, fullgraph=True)
+    if entry.reason is not None and entry.reason != "escaped":
+        raise RuntimeError(f"kiln.export: the model cannot be exported: {entry.reason}")
+    graph = optimize(entry.graphs[0])
+    names = _weight_names(mod)
+    n_inputs = sum(1 for v in graph.inputs if v.source == "input")
+    weights: dict[str, int] = {}
+    state: dict[str, kiln.Tensor] = {}
+    for v, t in zip(graph.inputs[n_inputs:], entry.externals):
+        name = names.get(id(t)) or f"_constant{len(state)}"
+        weights[name], state[name] = v.index, t.detach().clone()
+    for index, t in graph.constants.items():
+        name = f"_folded{index}"
+        weights[name], state[name] = index, t.detach().clone()
+    nodes = []
+    for node in graph.nodes:
+        if node.kind != "op":
+            what = {"draw": "a random draw (dropout in training mode? call model.eval())"}.get(node.kind, node.kind)
+            raise RuntimeError(f"kiln.export: the model cannot be exported: {what} is not a program op")
+        try:
+            args_json = [encode_argument(a, _value_index) for a in node.args]
+        except TypeError as exc:
+            raise RuntimeError(f"kiln.export: op {node.op.name}: {exc}") from None
+        nodes.append({"op": node.op.name, "args": args_json, "outputs": [v.index for v in node.outputs]})
+    program = {
+        "format": FORMAT,
+        "version": VERSION,
+        "inputs": [{"value": v.index, "shape": list(v.shape), "dtype": v.dtype.name} for v in graph.inputs[:n_inputs]],
+        "weights": weights,
+        "nodes": nodes,
+        "outputs": [v.index for v in graph.outputs],
+        "out_spec": _out_spec(entry.out_template, iter(range(len(graph.outputs)))),
+    }
+    return ExportedProgram(program, state)
+
+
+def save(ep: ExportedProgram, f: str | os.PathLike | BinaryIO) -> None:
+    """Write ``ep`` to ``f`` (a path, written atomically, or a binary file): safetensors plus the graph as JSON."""
+    save_program(ep, f)
+
+
+def load(f: str | os.PathLike | BinaryIO) -> ExportedProgram:
+    """Read a program :func:`save` wrote (``kiln.jit.load`` does the same with the core alone)."""
+    return load_program(f)
+
+
+def _value_index(a: Any) -> int | None:
+    return a.index if isinstance(a, Value) else None
+
+
+def _weight_names(mod: Any) -> dict[int, str]:
+    module = getattr(mod, "_orig_mod", mod)
+    if not hasattr(module, "named_parameters"):
+        return {}
+    names = {id(t): name for name, t in module.named_buffers()}
+    names.update((id(t), name) for name, t in module.named_parameters())
+    return names
+
+
+def _out_spec(template: Any, slots) -> Any:
+    """The output structure as JSON: an output's position, None, or [kind, items]."""
+    if template is _SLOT:
+        return next(slots)
+    if template is None:
+        return None
+    if type(template) in (tuple, list):
+        return [type(template).__name__, [_out_spec(x, slots) for x in template]]
+    if type(template) is dict and all(isinstance(k, str) for k in template):
+        return ["dict", [[k, _out_spec(v, slots)] for k, v in template.items()]]
+    raise RuntimeError(f"kiln.export: the model returns a {type(template).__name__}, which a program cannot hold")

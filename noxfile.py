@@ -84,6 +84,7 @@ TORCH = "torch==2.13.0"
 # safetensors: interop tests only; Pillow: kiln-data's ImageFolder (its "images" extra)
 # kiln.utils.tensorboard imports tensorboard (the core's "tensorboard" extra): tests, docs and packaging install it
 TENSORBOARD = "tensorboard>=2.14"
+# onnx, onnxruntime: kiln-compile's ONNX export, checked by onnx.checker and run by onnxruntime
 TEST_DEPS = [
     "pytest>=8",
     "pytest-xdist>=3.5",
@@ -92,6 +93,8 @@ TEST_DEPS = [
     "safetensors>=0.4,<1",
     "Pillow>=10",
     TENSORBOARD,
+    "onnx>=1.16",
+    "onnxruntime>=1.18",
 ]
 # pytest-xdist: the suites that only compute run in a process per core (CI has two). The conformance suite
 # stays in one process (its coverage table is built in the process that runs the cells), and so do the

@@ -19,7 +19,7 @@ from kiln.compile._graph import Value
 from kiln.compile._passes import optimize
 from kiln.compile._runtime import _SLOT, trace_call
 
-__all__ = ["ExportedProgram", "export", "load", "save"]
+__all__ = ["ExportedProgram", "export", "load", "save", "trace_program"]
 
 FORMAT, VERSION = "kiln.exported_program", 1
 
@@ -47,27 +47,9 @@ def export(
         raise NotImplementedError(
             "kiln.export specialises on the example inputs' shapes; dynamic_shapes is not supported"
         )
-    kwargs = kwargs or {}
-    with kiln.no_grad():
-        entry, _ = trace_call(mod, args, kwargs, fullgraph=True)
-    if entry.reason is not None and entry.reason != "escaped":
-        raise RuntimeError(f"kiln.export: the model cannot be exported: {entry.reason}")
-    graph = optimize(entry.graphs[0])
-    names = _weight_names(mod)
-    n_inputs = sum(1 for v in graph.inputs if v.source == "input")
-    weights: dict[str, int] = {}
-    state: dict[str, kiln.Tensor] = {}
-    for v, t in zip(graph.inputs[n_inputs:], entry.externals):
-        name = names.get(id(t)) or f"_constant{len(state)}"
-        weights[name], state[name] = v.index, t.detach().clone()
-    for index, t in graph.constants.items():
-        name = f"_folded{index}"
-        weights[name], state[name] = index, t.detach().clone()
+    graph, weights, state, template = trace_program(mod, args, kwargs or {}, "kiln.export")
     nodes = []
     for node in graph.nodes:
-        if node.kind != "op":
-            what = {"draw": "a random draw (dropout in training mode? call model.eval())"}.get(node.kind, node.kind)
-            raise RuntimeError(f"kiln.export: the model cannot be exported: {what} is not a program op")
         try:
             args_json = [encode_argument(a, _value_index) for a in node.args]
         except TypeError as exc:
@@ -76,13 +58,45 @@ def export(
     program = {
         "format": FORMAT,
         "version": VERSION,
-        "inputs": [{"value": v.index, "shape": list(v.shape), "dtype": v.dtype.name} for v in graph.inputs[:n_inputs]],
-        "weights": weights,
+        "inputs": [{"value": v.index, "shape": list(v.shape), "dtype": v.dtype.name} for v in _inputs(graph)],
+        "weights": {name: v.index for name, v in weights.items()},
         "nodes": nodes,
         "outputs": [v.index for v in graph.outputs],
-        "out_spec": _out_spec(entry.out_template, iter(range(len(graph.outputs)))),
+        "out_spec": _out_spec(template, iter(range(len(graph.outputs)))),
     }
     return ExportedProgram(program, state)
+
+
+def trace_program(mod: Callable, args: tuple, kwargs: dict, who: str):
+    """``mod(*args, **kwargs)`` traced without gradients into an optimized graph of op nodes only:
+    ``(graph, {weight name: Value}, {weight name: tensor}, output template)`` — what :func:`export` and
+    ``kiln.onnx.export`` write. Weights are the tensors read by reference (parameters and buffers under their
+    state-dict names) and the constants the passes folded."""
+    with kiln.no_grad():
+        entry, _ = trace_call(mod, args, kwargs, fullgraph=True)
+    if entry.reason is not None and entry.reason != "escaped":
+        raise RuntimeError(f"{who}: the model cannot be exported: {entry.reason}")
+    graph = optimize(entry.graphs[0])
+    for node in graph.nodes:
+        if node.kind != "op":
+            what = {"draw": "a random draw (dropout in training mode? call model.eval())"}.get(node.kind, node.kind)
+            raise RuntimeError(f"{who}: the model cannot be exported: {what} is not a program op")
+    names = _weight_names(mod)
+    n_inputs = len(_inputs(graph))
+    weights: dict[str, Value] = {}
+    state: dict[str, kiln.Tensor] = {}
+    for v, t in zip(graph.inputs[n_inputs:], entry.externals):
+        name = names.get(id(t)) or f"_constant{len(state)}"
+        weights[name], state[name] = v, t.detach().clone()
+    by_index = {v.index: v for n in entry.graphs[0].nodes for v in n.outputs}
+    for index, t in graph.constants.items():
+        name = f"_folded{index}"
+        weights[name], state[name] = by_index[index], t.detach().clone()
+    return graph, weights, state, entry.out_template
+
+
+def _inputs(graph) -> list[Value]:
+    return [v for v in graph.inputs if v.source == "input"]
 
 
 def save(ep: ExportedProgram, f: str | os.PathLike | BinaryIO) -> None:

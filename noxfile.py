@@ -107,7 +107,8 @@ DEMO_DEPS = [
     *("tqdm", "matplotlib"),
 ]
 RUFF = "ruff==0.17.6"  # pinned: new ruff releases add rules and change formatting
-DOCS_DEPS = ["sphinx>=8,<10", "furo", TENSORBOARD]  # a new Sphinx major can add warnings, and -W makes them errors
+# a new Sphinx major can add warnings, and -W makes them errors; onnx and onnxruntime: kiln-compile's guide
+DOCS_DEPS = ["sphinx>=8,<10", "furo", TENSORBOARD, "onnx>=1.16", "onnxruntime>=1.18"]
 DOCTREES = "docs/_build/doctrees"  # the pages the docs session reads once, for both of its builds
 LINT_PATHS = ["packages", "tests-integration", "benchmarks", "docs", "noxfile.py"]
 

@@ -71,7 +71,10 @@ _ATEN_NN = (
     "the ATen-level form of a torch.nn.functional function (integer reduction codes, cuDNN switches as "
     "arguments), which PyTorch exports by accident of its bindings; kiln.nn.functional has the Python API"
 )
-_COMPILE = "kiln-compile provides compilation and control-flow export (torch.compile, torch.cond)"
+_COND = (
+    "torch.cond is the control-flow operator of torch.export's symbolic tracing; kiln.export traces one path on "
+    "concrete shapes (a branch on a value is a guard in kiln.compile, an error in kiln.export)"
+)
 _HOUSEHOLDER = (
     "LAPACK's raw Householder QR pieces are not exposed; kiln.linalg.qr and kiln.linalg.householder_product "
     "cover their uses"
@@ -159,7 +162,7 @@ LEFT_OUT: tuple[tuple[str, str], ...] = (
         r"triplet_margin_loss)$",
         _ATEN_NN,
     ),
-    (r"torch:(compile|cond)$", _COMPILE),
+    (r"torch:cond$", _COND),
     (r"torch(\.Tensor)?:(geqrf|orgqr|ormqr)$", _HOUSEHOLDER),
     (r"torch:(lobpcg)$", _LOBPCG),
     (

@@ -16,5 +16,5 @@ def kiln_register_compilers(register):
 
 
 def kiln_register_extensions(register):
-    """Announce ``kiln.compile`` as a feature namespace of this distribution."""
-    register("compile", __version__, distribution="kiln-compile", modules=["kiln.compile"])
+    """Announce ``kiln.compile``, ``kiln.export`` and ``kiln.onnx`` as feature namespaces of this distribution."""
+    register("compile", __version__, distribution="kiln-compile", modules=["kiln.compile", "kiln.export", "kiln.onnx"])

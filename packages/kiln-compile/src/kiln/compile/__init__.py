@@ -35,7 +35,6 @@ __all__ = [
     "OptimizedModule",
     "Value",
     "compile",
-    "config",
     "disable",
     "explain",
     "freeze",

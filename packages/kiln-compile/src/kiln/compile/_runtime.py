@@ -202,6 +202,8 @@ class CompiledFunction:
 class BackendCompilerFailed(RuntimeError):
     """The backend raised while compiling a graph (PyTorch's ``BackendCompilerFailed``)."""
 
+    __module__ = "kiln.compile"
+
 
 def trace_call(fn: Callable, args: tuple, kwargs: dict, *, fullgraph: bool) -> tuple[Entry, Any]:
     """Run ``fn`` once under the tracer; return the entry (guards, graphs, not yet compiled) and the result."""

@@ -34,6 +34,8 @@ class GraphBreakError(RuntimeError):
     """``fullgraph=True`` and the function did something a single graph cannot hold (a value read into
     Python, a tensor handed to NumPy); the message names the line (PyTorch raises ``torch._dynamo.exc.Unsupported``)."""
 
+    __module__ = "kiln.compile"
+
 
 class Tracer(DispatchMode):
     """The recording mode (one per trace). ``fullgraph``: raise :class:`GraphBreakError` at the first break."""

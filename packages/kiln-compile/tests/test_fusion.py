@@ -49,6 +49,12 @@ CASES = {
     "minimum": lambda x, y: kiln.minimum(x, y) * 2,
     "clamp": lambda x, y: x.clamp(-1.0, 2.0) + y.clamp(min=0.0) + y.clamp(max=1.0),
     "where": lambda x, y: kiln.where(x > y, x, y) + 1,
+    **{
+        name: (lambda n: lambda x, y: kiln.where(getattr(kiln, n)(x * 2, y), x, y) * (getattr(kiln, n)(x, 1.5) + 0))(
+            name
+        )
+        for name in ("gt", "lt", "ge", "le", "eq", "ne")
+    },
     "clone": lambda x, y: (x + y).clone() * 2,
     **{
         name: (lambda n: lambda x, y: getattr(kiln, n)(x) + y)(name)
@@ -167,3 +173,18 @@ def test_nothing_fuses_without_a_code_generator(monkeypatch):
     cf(x)
     assert kiln.allclose(cf(x), kiln.sigmoid(x) * 2 + 1)
     assert _fused_calls(cf._entries[0].forward.source) == 0
+
+
+@pytest.mark.skipif(not HAS_CODEGEN, reason="no code generator for cpu (kiln-cpu)")
+def test_pointwise_ops_without_an_expression_fuse_through_their_decomposition():
+    import kiln.nn.functional as F
+
+    def f(x):
+        return F.softplus(x) * F.hardswish(x) + F.mish(x)
+
+    cf = kiln.compile(f)
+    x = kiln.randn(64) * 4
+    cf(x)
+    assert kiln.allclose(cf(x), f(x), rtol=1e-5, atol=1e-6)
+    src = cf._entries[0].forward.source
+    assert "_k(" not in src and _fused_calls(src) == 1, src

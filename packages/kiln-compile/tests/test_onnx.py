@@ -121,3 +121,14 @@ def test_is_in_onnx_export_and_no_half_written_file(tmp_path):
     assert target.read_bytes() == b"old" and sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
     with pytest.raises(FileNotFoundError):
         kiln.onnx.export(nn.Linear(2, 2), (kiln.ones(1, 2),), tmp_path / "missing" / "m.onnx")
+
+
+def test_ops_without_a_handler_export_through_their_decomposition():
+    model = nn.Sequential(nn.Linear(4, 6), nn.Softplus(), nn.Hardswish(), nn.Mish(), nn.LogSigmoid())
+    x = kiln.randn(3, 4) * 3
+    proto = kiln.onnx.export(model, (x,))
+    assert {"Softplus", "HardSwish", "Mish"}.isdisjoint(n.op_type for n in proto.graph.node)
+    with kiln.no_grad():
+        want = model(x).numpy()
+    (got,) = _run(proto.SerializeToString(), [x.numpy()])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

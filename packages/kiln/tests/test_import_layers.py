@@ -28,7 +28,14 @@ _BOTTOM = {
     "kiln._memory_format",
     "kiln._flags",
 }
-_DISPATCH = {"kiln._dispatch", "kiln._plugins", "kiln._reference", "kiln._device_module", "kiln.hookspecs"}
+_DISPATCH = {
+    "kiln._dispatch",
+    "kiln._modes",
+    "kiln._plugins",
+    "kiln._reference",
+    "kiln._device_module",
+    "kiln.hookspecs",
+}
 
 # module -> why it imports upward at call time (never at import time)
 DEFERRED_UPWARD = {

@@ -106,9 +106,11 @@ def test_distributed_and_onnx_import_without_their_packages():
     assert kiln.onnx.is_in_onnx_export() is False
     with pytest.raises(AttributeError, match="pip install kiln-distributed"):
         dist.init_process_group("gloo")
-    with pytest.raises(AttributeError, match="pip install kiln-compile"):
-        kiln.onnx.export(None, None, "m.onnx")
-    assert not hasattr(dist, "get_rank") and getattr(kiln.onnx, "export", None) is None  # probes work
+    assert not hasattr(dist, "get_rank")  # probes work
+    if importlib.util.find_spec("kiln_compile") is None:  # kiln.onnx is kiln-compile's
+        with pytest.raises(AttributeError, match="pip install kiln-compile"):
+            kiln.onnx.export(None, None, "m.onnx")
+        assert getattr(kiln.onnx, "export", None) is None
 
 
 def test_compile_without_its_package_names_it():

@@ -1,7 +1,8 @@
 """The compiler backends kiln-compile registers, and how a ``backend=`` argument is resolved.
 
 * ``"kiln"`` (the default; ``"inductor"`` is accepted as its PyTorch name): the graph passes (constant
-  folding, common subexpressions, dead code), then one generated Python function that calls each kernel
+  folding, common subexpressions, dead code; where a code generator exists, pointwise ops without a fused
+  expression decomposed into ones with one), then one generated Python function that calls each kernel
   directly, with the device's code generator (registered by its backend plugin) replacing what it fuses;
 * ``"eager"`` (``"aot_eager"``): the traced graph run op by op through the dispatcher — the reference, for
   telling a tracing problem from a code-generation one;
@@ -20,9 +21,10 @@ from collections.abc import Callable
 import kiln
 import kiln.plugins
 from kiln.compile._codegen import generate
+from kiln.compile._fusion import EXPRESSIONS
 from kiln.compile._fusion import lower as fusion_lower
 from kiln.compile._graph import Graph
-from kiln.compile._passes import optimize
+from kiln.compile._passes import decompose, optimize
 
 __all__ = ["debug_backend", "eager_backend", "kiln_backend", "list_backends", "lookup_backend"]
 
@@ -33,6 +35,8 @@ def kiln_backend(graph: Graph, example_inputs: list) -> Callable:
     """The default backend: passes, then generated code (with the device's fused kernels)."""
     graph = optimize(graph)
     codegens = {c.device_type: c for c in kiln.plugins.compilers().values() if getattr(c, "device_type", None)}
+    if codegens:  # pointwise ops the fusion has no expression for, written in ones it has
+        graph = decompose(graph, keep=lambda op: op.name in EXPRESSIONS or "pointwise" not in op.tags)
     return generate(graph, functools.partial(fusion_lower, codegens=codegens))
 
 

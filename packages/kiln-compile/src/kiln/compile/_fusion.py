@@ -103,6 +103,8 @@ _MATH = ("exp", "log", "sqrt", "tanh", "sin", "cos", "expm1", "log1p", "erf", "e
 FUNCTIONS = (*_MATH, "sigmoid")
 """The functions a fused expression may call: a device's code generator provides each, by this name."""
 
+_COMPARISONS = {"gt": ">", "lt": "<", "ge": ">=", "le": "<=", "eq": "==", "ne": "!="}  # NaN: false, but != true
+
 # op name -> f(args as expressions (numbers as literals of the op's dtype), dtype name) -> expression, or None
 # when the call's arguments are a variant this table does not cover (the op's own kernel runs then)
 EXPRESSIONS: dict[str, Callable] = {
@@ -128,6 +130,7 @@ EXPRESSIONS: dict[str, Callable] = {
     "minimum": lambda a, d: f"({a[0]} if ({a[0]} < {a[1]} or {a[0]} != {a[0]}) else {a[1]})",
     "clamp": lambda a, d: _clamp(a[0], a[1] if len(a) > 1 else None, a[2] if len(a) > 2 else None, d),
     "where": lambda a, d: f"({a[1]} if {a[0]} else {a[2]})",
+    **{name: (lambda op: lambda a, d: f"({a[0]} {op} {a[1]})")(op) for name, op in _COMPARISONS.items()},
     "clone": lambda a, d: f"{a[0]}",
     **{name: (lambda fn: lambda a, d: f"{fn}({a[0]})")(name) for name in _MATH},
 }
@@ -152,8 +155,11 @@ class _Group:
 def _expression(node: Node, group: _Group) -> str | None:
     """The node as an expression over the group's names (adding inputs), or None if it cannot fuse."""
     table = EXPRESSIONS.get(node.op.name)
-    d = _FLOAT.get(node.spec.dtype)
+    out_dtype = node.spec.dtype
+    d = _FLOAT.get(getattr(node.spec, "compute_dtype", out_dtype))  # comparisons compute in their operands' dtype
     if table is None or d is None or len(node.outputs) != 1 or tuple(node.spec.shape) != group.shape:
+        return None
+    if out_dtype not in _FLOAT and out_dtype is not kiln.bool:
         return None
     args = []
     for a in node.args:
@@ -255,6 +261,7 @@ def _full_reduction(node: Node, open_groups: dict) -> bool:
         return False
     src = args[0]
     dims = args[1] if len(args) > 1 else None
+    dims = (dims,) if isinstance(dims, int) else dims
     every = tuple(range(len(src.shape)))
     if dims is not None and tuple(sorted(d % max(len(src.shape), 1) for d in dims)) != every:
         return False
@@ -284,12 +291,11 @@ def _emit(groups: list[_Group], readers: dict, names, codegens: dict) -> dict[in
             continue
         if any(v.stride != _contiguous(v.shape) for v in stored):
             continue  # the kernel writes row-major tensors; the trace made another layout (kept by later views)
-        d = _FLOAT.get(g.nodes[0].spec.dtype, "float32")
         group = FusedGroup(
             g.shape,
             [(tuple(v.shape), "bool" if v.dtype is kiln.bool else _FLOAT[v.dtype]) for v in g.inputs],
             g.lines,
-            [(g.values[v.index], _FLOAT.get(v.dtype, d)) for v in stored],
+            [(g.values[v.index], "bool" if v.dtype is kiln.bool else _FLOAT[v.dtype]) for v in stored],
             None if g.reduction is None else (g.reduction[1], g.reduction[2], _FLOAT[g.reduction[3].dtype]),
             bool(g.reduction[4]) if g.reduction is not None and isinstance(g.reduction[4], bool) else False,
         )

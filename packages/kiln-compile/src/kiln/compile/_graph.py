@@ -175,17 +175,22 @@ def _values_in(args) -> Iterator[Value]:
             yield from _values_in(a)
 
 
-def _substitute(args, env: dict):
-    """``args`` with every :class:`Value` replaced by its tensor from ``env``."""
+def map_values(args, fn):
+    """``args`` with every :class:`Value` replaced by ``fn(value)`` (lists and tuples followed)."""
     out = []
     for a in args:
         if isinstance(a, Value):
-            out.append(env[a.index])
-        elif isinstance(a, (list, tuple)) and any(True for _ in _values_in(a)):
-            out.append(type(a)(_substitute(a, env)))
+            out.append(fn(a))
+        elif type(a) in (list, tuple):
+            out.append(type(a)(map_values(a, fn)))
         else:
             out.append(a)
     return tuple(out)
+
+
+def _substitute(args, env: dict):
+    """``args`` with every :class:`Value` replaced by its tensor from ``env``."""
+    return map_values(args, lambda v: env[v.index])
 
 
 def _render(args) -> str:

@@ -7,11 +7,14 @@ another or folded into a constant, and no write, random op or effect is ever rem
 
 from __future__ import annotations
 
-import kiln
-from kiln.backend import call_kernel
-from kiln.compile._graph import Graph, Node, Value
+import itertools
+from collections.abc import Callable
 
-__all__ = ["common_subexpressions", "dead_code", "fold_constants", "optimize"]
+import kiln
+from kiln.backend import OpDef, call_kernel, decomposition
+from kiln.compile._graph import Graph, Node, Value, map_values
+
+__all__ = ["common_subexpressions", "dead_code", "decompose", "fold_constants", "optimize"]
 
 _KEEP_TAGS = frozenset({"inplace", "random", "nondeterministic", "dynamic_shape"})
 
@@ -114,15 +117,7 @@ def fold_constants(graph: Graph) -> Graph:
 
 
 def _bind(args, env: dict):
-    out = []
-    for a in args:
-        if isinstance(a, Value):
-            out.append(env[a.index])
-        elif type(a) in (list, tuple):
-            out.append(type(a)(_bind(a, env)))
-        else:
-            out.append(a)
-    return tuple(out)
+    return map_values(args, lambda v: env[v.index])
 
 
 def _renamed(node: Node, rename: dict[int, Value]) -> Node:
@@ -132,15 +127,7 @@ def _renamed(node: Node, rename: dict[int, Value]) -> Node:
 
 
 def _rename_args(args, rename):
-    out = []
-    for a in args:
-        if isinstance(a, Value):
-            out.append(rename.get(a.index, a))
-        elif type(a) in (list, tuple):
-            out.append(type(a)(_rename_args(a, rename)))
-        else:
-            out.append(a)
-    return tuple(out)
+    return map_values(args, lambda v: rename.get(v.index, v))
 
 
 def _key(node: Node):
@@ -163,3 +150,82 @@ def _freeze(a):
     if isinstance(a, (int, bool, str, type(None), kiln.dtype, kiln.device)):
         return (type(a).__name__, a)
     raise TypeError("not comparable")
+
+
+def decompose(graph: Graph, keep: Callable[[OpDef], bool], depth: int = 8) -> Graph:
+    """Replace each op node that ``keep`` rejects, and that has a decomposition (:func:`kiln.backend.decomposition`),
+    with the ops of that decomposition, traced on tensors of the node's metadata; again on what comes out
+    (``depth`` levels). A node whose decomposition reads values, draws random numbers, writes, makes tensors
+    outside the dispatcher or returns an input stays as it is. ``keep`` is what the consumer handles: the
+    ONNX exporter's ops, or the fusible ops of a code generator."""
+    fresh = itertools.count(
+        1 + max([v.index for v in graph.inputs] + [v.index for n in graph.nodes for v in n.outputs])
+    )
+    nodes = graph.nodes
+    for _ in range(depth):
+        out, changed = [], False
+        for node in nodes:
+            sub = None
+            if node.kind == "op" and not keep(node.op) and decomposition(node.op) is not None:
+                sub = _decomposed(node, fresh)
+            if sub is None:
+                out.append(node)
+            else:
+                out.extend(sub)
+                changed = True
+        nodes = out
+        if not changed:
+            break
+    return graph.replace(nodes=nodes)
+
+
+def _decomposed(node: Node, fresh) -> list[Node] | None:
+    """The nodes of ``node``'s decomposition, its inputs and outputs renamed to the node's own Values."""
+    from kiln.compile._trace import Tracer
+
+    tracer = Tracer()
+    examples: dict[int, kiln.Tensor] = {}
+    outer: dict[int, Value] = {}  # the tracer's input Value index -> the graph's Value
+
+    def example(a):
+        if isinstance(a, Value):
+            if a.index not in examples:
+                t = kiln.zeros(a.shape, dtype=a.dtype, device=a.device)
+                if t.stride() != a.stride:
+                    t = kiln.empty_strided(a.shape, a.stride, dtype=a.dtype, device=a.device).zero_()
+                examples[a.index] = t
+                outer[tracer.add_input(t, "input").index] = a
+            return examples[a.index]
+        if type(a) in (list, tuple):
+            return type(a)(example(x) for x in a)
+        return a
+
+    args = tuple(example(a) for a in node.args)
+    try:
+        with kiln.no_grad(), tracer:
+            result = decomposition(node.op)(*args)
+    except Exception:  # noqa: BLE001 - a decomposition that cannot run on placeholders stays an op
+        return None
+    results = (result,) if len(node.outputs) == 1 else tuple(result)
+    if tracer.unsupported or any(v.source != "input" for v in tracer.inputs) or len(results) != len(node.outputs):
+        return None
+    if any(n.kind != "op" or n.writes is not None for n in tracer.nodes):
+        return None
+    ends = [tracer.values.get(id(t)) for t in results]
+    if any(v is None or v.source != "node" for v in ends) or len({v.index for v in ends}) != len(ends):
+        return None
+    # the tracer's Values by identity: its numbering is its own and may meet the graph's
+    rename: dict[int, Value] = {id(v): outer[v.index] for v in tracer.inputs}
+    for v, final in zip(ends, node.outputs):
+        if (v.shape, v.dtype) != (final.shape, final.dtype):
+            return None
+        rename[id(v)] = final
+    nodes = []
+    for n in tracer.nodes:
+        for v in n.outputs:
+            if id(v) not in rename:
+                v.index = next(fresh)
+                rename[id(v)] = v
+        args = map_values(n.args, lambda v: rename[id(v)])
+        nodes.append(Node("op", n.op, args, n.spec, tuple(rename[id(v)] for v in n.outputs)))
+    return nodes

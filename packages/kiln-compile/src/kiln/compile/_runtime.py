@@ -57,7 +57,7 @@ class Entry:
         self.out_template: Any = None
         self.n_outputs = 0
         self.differentiable: list[bool] = []  # per tensor output: does it require grad
-        self.saved: list[int] = []  # forward output positions (after the user's) the backward reads
+        self.saved: list[Value] = []  # the forward values the backward reads (returned after the user's outputs)
         # per backward input: ("grad", k) the k-th output's gradient, ("saved", j) the j-th saved forward value,
         # ("input", i) the i-th forward input, ("const", c) a tensor the backward reads by reference
         self.bw_inputs: list[tuple[str, Any]] = []

@@ -16,6 +16,7 @@ import numpy as np
 import kiln
 import onnx
 from kiln.compile._graph import Graph, Node, Value
+from kiln.compile._passes import decompose
 from onnx import TensorProto, helper, numpy_helper
 
 __all__ = ["HANDLERS", "build_graph"]
@@ -311,6 +312,18 @@ def _max_pool(b: _Builder, node: Node, a, out):
     return [y, None]
 
 
+def _clamp(b: _Builder, node: Node, a, out):
+    x = b.name(a[0])
+    lo = a[1] if len(a) > 1 else None
+    hi = a[2] if len(a) > 2 else None
+    if isinstance(lo, Value) or isinstance(hi, Value):  # tensor bounds broadcast: Max and Min
+        if lo is not None:
+            (x,) = b.node("Max", [x, b.operand(lo, out)])
+        return b.node("Min", [x, b.operand(hi, out)]) if hi is not None else [x]
+    bounds = [b.operand(v, out) if v is not None else "" for v in (lo, hi)]
+    return b.node("Clip", [x, *bounds])
+
+
 def _cast(b: _Builder, node: Node, a, out):
     return b.node("Cast", [b.name(a[0])], to=_TYPES[out.dtype])
 
@@ -332,6 +345,7 @@ HANDLERS = {
     "ge": _compare("GreaterOrEqual"),
     "le": _compare("LessOrEqual"),
     "where": _where,
+    "clamp": _clamp,
     "relu": _unary("Relu"),
     "sigmoid": _unary("Sigmoid"),
     "tanh": _unary("Tanh"),
@@ -342,6 +356,14 @@ HANDLERS = {
     "abs": _unary("Abs"),
     "erf": _unary("Erf"),
     "reciprocal": _unary("Reciprocal"),
+    "sin": _unary("Sin"),
+    "cos": _unary("Cos"),
+    "floor": _unary("Floor"),
+    "ceil": _unary("Ceil"),
+    "sign": _unary("Sign"),
+    "isnan": _unary("IsNaN"),
+    "log1p": lambda b, node, a, out: b.node("Log", [b.node("Add", [b.name(a[0]), b.operand(1.0, out)])[0]]),
+    "expm1": lambda b, node, a, out: b.node("Sub", [b.node("Exp", [b.name(a[0])])[0], b.operand(1.0, out)]),
     "gelu": _gelu,
     "t": _transpose,
     "transpose": _transpose,
@@ -412,6 +434,7 @@ def build_graph(
     unknown = set(dynamic_axes) - set(in_names) - set(out_names)
     if unknown:
         raise ValueError(f"kiln.onnx.export: dynamic_axes names no input or output: {sorted(unknown)}")
+    graph = decompose(graph, keep=lambda op: op.name in HANDLERS)  # ops without a handler, in ops with one
     b = _Builder(opset, dynamic=bool(dynamic_axes))
     graph_inputs = []
     for v, name in zip(inputs, in_names):

@@ -130,7 +130,7 @@ EXPRESSIONS: dict[str, Callable] = {
     "minimum": lambda a, d: f"({a[0]} if ({a[0]} < {a[1]} or {a[0]} != {a[0]}) else {a[1]})",
     "clamp": lambda a, d: _clamp(a[0], a[1] if len(a) > 1 else None, a[2] if len(a) > 2 else None, d),
     "where": lambda a, d: f"({a[1]} if {a[0]} else {a[2]})",
-    **{name: (lambda op: lambda a, d: f"({a[0]} {op} {a[1]})")(op) for name, op in _COMPARISONS.items()},
+    **{name: (lambda symbol: lambda a, d: f"({a[0]} {symbol} {a[1]})")(op) for name, op in _COMPARISONS.items()},
     "clone": lambda a, d: f"{a[0]}",
     **{name: (lambda fn: lambda a, d: f"{fn}({a[0]})")(name) for name in _MATH},
 }

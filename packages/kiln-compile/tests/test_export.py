@@ -206,3 +206,10 @@ def test_files_that_are_not_programs_are_refused(tmp_path):
     (tmp_path / "cut.safetensors").write_bytes(good.getvalue()[:-7])  # truncated
     with pytest.raises(ValueError):
         kiln.jit.load(tmp_path / "cut.safetensors")
+
+
+def test_the_module_is_callable():
+    model = nn.Linear(3, 2)
+    program = kiln.export(model, (kiln.ones(1, 3),))
+    assert isinstance(program, kiln.export.ExportedProgram)
+    assert kiln.allclose(program(kiln.ones(1, 3)), model(kiln.ones(1, 3)).detach())

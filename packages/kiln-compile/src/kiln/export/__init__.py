@@ -1,5 +1,7 @@
 """``kiln.export``: ``torch.export``'s API — a model traced once into a program of kiln ops plus its weights.
 
+The module is callable: ``kiln.export(model, args)`` is ``kiln.export.export(model, args)``.
+
 :func:`export` traces ``model(*args)`` without gradients (kiln.compile's tracer, ``fullgraph``: a value read
 into Python or a NumPy hand-off is an error naming the line), runs kiln.compile's graph passes, and returns an
 :class:`ExportedProgram`. :func:`save` writes it as one safetensors file (the weights as tensors, the graph
@@ -10,6 +12,8 @@ field, and executes nothing from the file. The program runs on the example input
 from __future__ import annotations
 
 import os
+import sys
+import types
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
@@ -133,3 +137,13 @@ def _out_spec(template: Any, slots) -> Any:
     if type(template) is dict and all(isinstance(k, str) for k in template):
         return ["dict", [[k, _out_spec(v, slots)] for k, v in template.items()]]
     raise RuntimeError(f"kiln.export: the model returns a {type(template).__name__}, which a program cannot hold")
+
+
+class _CallableModule(types.ModuleType):
+    """``kiln.export(model, args)`` is :func:`export` (the module keeps ``torch.export``'s names too)."""
+
+    def __call__(self, mod: Callable, args: tuple, kwargs: dict | None = None, **options: Any) -> ExportedProgram:
+        return export(mod, args, kwargs, **options)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -96,9 +96,10 @@ TEST_DEPS = [
     "onnx>=1.16",
     "onnxruntime>=1.18",
 ]
-# pytest-xdist: the suites that only compute run in a process per core (CI has two). The conformance suite
-# stays in one process (its coverage table is built in the process that runs the cells), and so do the
-# backends in SERIAL_OWN_TESTS (kiln-cuda's test_ptx.py compiles every kernel the earlier tests recorded).
+# pytest-xdist: the suites that only compute run in a process per core (CI has two), the conformance suite
+# included (each cell's status travels on its test report to the process that prints the coverage tables);
+# the backends in SERIAL_OWN_TESTS stay in one (kiln-cuda's test_ptx.py compiles every kernel the earlier
+# tests recorded).
 PARALLEL = ("-n", "auto")
 SERIAL_OWN_TESTS = {"cuda-sim"}
 # The demo job (docs/examples/train_digits.py) and what runs it (integration test, benchmarks).
@@ -174,7 +175,7 @@ def tests(session: nox.Session, backend: str) -> None:
         runs.run(*pytest, *(() if backend in SERIAL_OWN_TESTS else PARALLEL), *own, *session.posargs)
     device = BACKEND_DEVICE.get(backend, "cpu")
     conformance = [f"--kiln-device={device}", *CONFORMANCE_ARGS.get(backend, [])]
-    runs.run(*pytest, *conformance, *session.posargs, env=CONFORMANCE_ENV.get(backend, {}))
+    runs.run(*pytest, *PARALLEL, *conformance, *session.posargs, env=CONFORMANCE_ENV.get(backend, {}))
     features = _feature_packages()
     if backend == FEATURE_CELL and features:
         session.install(*[a for f in features for a in ("-e", f)])

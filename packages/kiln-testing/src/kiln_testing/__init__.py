@@ -26,6 +26,8 @@ CONFORMANCE_DIR = Path(__file__).resolve().parent / "conformance"
 
 _PLAN = pytest.StashKey["Plan"]()
 _CELL = pytest.StashKey[tuple]()
+_CELL_PROPERTY = "kiln_conformance_cell"  # the user property a cell's status travels in
+_CONFIG: list[pytest.Config] = []  # the session's config, for pytest_runtest_logreport (which has none)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -53,6 +55,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "kiln_conformance: a test of kiln's device conformance suite")
+    _CONFIG.append(config)
     if config.getoption("kiln_device", None):
         # Ops a device lacks may run through the opt-in CPU fallback; its once-per-op warning is not news here.
         config.addinivalue_line(
@@ -79,6 +82,8 @@ def _check_every_kernel_call(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    if config in _CONFIG:
+        _CONFIG.remove(config)
     saved = config.stash.get(_SAVED_CHECKS, None)
     if saved is None:
         return
@@ -294,8 +299,22 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if cell is not None and (report.when == "call" or report.outcome != "passed"):
         table, op, dtype, box = cell
         status = "FAIL" if report.failed else box.get("status") or ("skip" if report.skipped else "pass")
-        plan(item.config).results[(table, op, dtype)] = status
+        # on the report, which pytest-xdist carries from a worker to the process that prints the tables
+        report.user_properties.append((_CELL_PROPERTY, (table, op, getattr(dtype, "name", dtype), status)))
     return report
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Record a cell's status where the tables are printed: in this process, or in pytest-xdist's
+    controller for the reports of its workers."""
+    if not _CONFIG or not _CONFIG[-1].getoption("kiln_device", None):
+        return
+    for key, value in report.user_properties:
+        if key == _CELL_PROPERTY:
+            table, op, dtype, status = value
+            p = plan(_CONFIG[-1])
+            by_name = {getattr(d, "name", d): d for d in p.dtypes}
+            p.results[(table, op, by_name.get(dtype, dtype))] = status
 
 
 # ---------------------------------------------------------------------------------------- the tables

@@ -6,7 +6,8 @@ numpy. Cases:
 
 * fused pointwise chains on 1M float32 elements — GPT-2's GELU written in ops, ``x*sigmoid(x)+b`` then a sum,
   and an Adam-like update of four tensors — where kiln-compile fuses the chain into one kiln-cpu loop;
-* training steps (forward, cross entropy, backward, SGD step) of the MLP and CNN of ``bench_cpu.py``: eager,
+* training steps (forward, cross entropy, backward, SGD step) of the MLP and CNN of ``bench_cpu.py``
+  (``training_models.py``): eager,
   the model compiled (``kiln.compile(model)``: forward and backward are each one program), and the whole step
   compiled (``kiln.compile(step)``: forward, backward and the optimizer's writes in one program).
 
@@ -33,6 +34,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(HERE))
 from bench_overhead import machine_info, per_call_seconds, write_json_atomically  # noqa: E402
+from training_models import STEPS  # noqa: E402
 
 DEFAULT_OUTPUT = HERE / "results" / "compile.json"
 N = 1 << 20
@@ -79,16 +81,6 @@ def _chains(kiln, torch, rng) -> list[dict]:
 def _steps(kiln, torch, rng) -> list[dict]:
     import kiln.nn
 
-    def mlp(nn):
-        return nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
-
-    def cnn(nn):
-        return nn.Sequential(
-            nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Flatten(), nn.Linear(32 * 7 * 7, 10),
-        )  # fmt: skip
-
     def step(lib, model, opt, x, y):
         opt.zero_grad()
         loss = lib.nn.functional.cross_entropy(model(x), y)
@@ -97,7 +89,7 @@ def _steps(kiln, torch, rng) -> list[dict]:
         return loss.detach()
 
     cases = []
-    for name, make, shape in (("MLP step", mlp, (128, 784)), ("CNN step", cnn, (64, 1, 28, 28))):
+    for name, make, shape, _ in STEPS:
         x = rng.standard_normal(shape).astype(np.float32)
         y = rng.integers(0, 10, shape[0])
         t_model = make(torch.nn)

@@ -44,6 +44,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(HERE))
 from bench_overhead import machine_info, per_call_seconds, write_json_atomically  # noqa: E402
+from training_models import STEPS  # noqa: E402
 
 DEFAULT_OUTPUT = HERE / "results" / "cpu.json"
 LIBS = ("kiln", "torch", "numpy")
@@ -243,16 +244,6 @@ def _training_cases(kiln, torch, rng) -> list[tuple]:
         x.grad = w.grad = None
         return grad
 
-    def mlp(nn):
-        return nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
-
-    def cnn(nn):
-        return nn.Sequential(
-            nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Flatten(), nn.Linear(32 * 7 * 7, 10),
-        )  # fmt: skip
-
     cases = [
         (
             "conv2d fwd",
@@ -272,7 +263,7 @@ def _training_cases(kiln, torch, rng) -> list[tuple]:
         ),
     ]
     cases += _backward_cases(kiln, torch, rng)
-    for name, make, shape in (("MLP step", mlp, (128, 784)), ("CNN step", cnn, (64, 1, 28, 28))):
+    for name, make, shape, what in STEPS:
         k_model, t_model = _twin_models(kiln, torch, make)
         k_model._bench_opt = kiln.optim.SGD(k_model.parameters(), lr=1e-3)
         t_model._bench_opt = torch.optim.SGD(t_model.parameters(), lr=1e-3)
@@ -284,7 +275,6 @@ def _training_cases(kiln, torch, rng) -> list[tuple]:
             torch.from_numpy(x_np),
             torch.from_numpy(y_np),
         )
-        what = "784-256-10 ReLU MLP, batch 128" if name == "MLP step" else "2 conv + 2 pool + linear, batch 64 of 28x28"
         cases.append(
             (
                 name,

@@ -1,0 +1,25 @@
+"""The models of the training-step benchmarks (bench_cpu.py, bench_compile.py), written once for both libraries:
+each function takes the ``nn`` namespace (``torch.nn`` or ``kiln.nn``) and builds the model from it."""
+
+from __future__ import annotations
+
+
+def mlp(nn):
+    """A 784-256-10 ReLU MLP."""
+    return nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
+
+
+def cnn(nn):
+    """Two 3x3 convolutions with ReLU and 2x2 max pooling, then a linear head, for 28x28 images."""
+    return nn.Sequential(
+        nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(32 * 7 * 7, 10),
+    )  # fmt: skip
+
+
+# name, model builder, input shape, what the row says
+STEPS = (
+    ("MLP step", mlp, (128, 784), "784-256-10 ReLU MLP, batch 128"),
+    ("CNN step", cnn, (64, 1, 28, 28), "2 conv + 2 pool + linear, batch 64 of 28x28"),
+)

@@ -84,7 +84,6 @@ TORCH = "torch==2.13.0"
 # safetensors: interop tests only; Pillow: kiln-data's ImageFolder (its "images" extra)
 # kiln.utils.tensorboard imports tensorboard (the core's "tensorboard" extra): tests, docs and packaging install it
 TENSORBOARD = "tensorboard>=2.14"
-# onnx, onnxruntime: kiln-compile's ONNX export, checked by onnx.checker and run by onnxruntime
 TEST_DEPS = [
     "pytest>=8",
     "pytest-xdist>=3.5",
@@ -93,9 +92,10 @@ TEST_DEPS = [
     "safetensors>=0.4,<1",
     "Pillow>=10",
     TENSORBOARD,
-    "onnx>=1.16",
-    "onnxruntime>=1.18",
 ]
+# What only the feature packages' tests use, installed in FEATURE_CELL with them: kiln-compile's ONNX export,
+# checked by onnx.checker and run by onnxruntime.
+FEATURE_TEST_DEPS = ["onnx>=1.16", "onnxruntime>=1.18"]
 # pytest-xdist: the suites that only compute run in a process per core (CI has two), the conformance suite
 # included (each cell's status travels on its test report to the process that prints the coverage tables);
 # the backends in SERIAL_OWN_TESTS stay in one (kiln-cuda's test_ptx.py compiles every kernel the earlier
@@ -178,7 +178,7 @@ def tests(session: nox.Session, backend: str) -> None:
     runs.run(*pytest, *PARALLEL, *conformance, *session.posargs, env=CONFORMANCE_ENV.get(backend, {}))
     features = _feature_packages()
     if backend == FEATURE_CELL and features:
-        session.install(*[a for f in features for a in ("-e", f)])
+        session.install(*[a for f in features for a in ("-e", f)], *FEATURE_TEST_DEPS)
         runs.run(*pytest, *PARALLEL, *[f"{f}/tests" for f in features], *session.posargs)
     runs.finish()
 

@@ -35,8 +35,8 @@ def kiln_backend(graph: Graph, example_inputs: list) -> Callable:
     """The default backend: passes, then generated code (with the device's fused kernels)."""
     graph = optimize(graph)
     codegens = {c.device_type: c for c in kiln.plugins.compilers().values() if getattr(c, "device_type", None)}
-    if codegens:  # pointwise ops the fusion has no expression for, written in ones it has
-        graph = decompose(graph, keep=lambda op: op.name in EXPRESSIONS or "pointwise" not in op.tags)
+    if codegens:  # pointwise ops the fusion has no expression for, written in ones it has (and folded again)
+        graph = optimize(decompose(graph, keep=lambda op: op.name in EXPRESSIONS or "pointwise" not in op.tags))
     return generate(graph, functools.partial(fusion_lower, codegens=codegens))
 
 

@@ -240,7 +240,8 @@ def lower(graph: Graph, names, codegens: dict[str, Callable]) -> dict[int, str |
         elif device in codegens and node.op.name in ("sum", "mean") and _full_reduction(node, open_groups):
             (src,) = [v for v in node.values_read()]
             group = open_groups[src.index]
-            group.reduction = (pos, node.op.name, group.values[src.index], node.outputs[0], node.args[2])
+            keepdim = node.args[2] if len(node.args) > 2 else False
+            group.reduction = (pos, node.op.name, group.values[src.index], node.outputs[0], keepdim)
             group.positions.append(pos)
             group.nodes.append(node)
             joined = group

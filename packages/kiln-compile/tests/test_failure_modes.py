@@ -202,3 +202,78 @@ def test_data_and_grad_assignment_are_replayed():
     for _ in range(3):
         cf(kiln.ones(2))
     assert p.tolist() == [3.0, 3.0] and p.grad.tolist() == [3.0, 3.0]
+
+
+def test_random_draws_follow_manual_seed():
+    f = kiln.compile(lambda x: x + kiln.rand(3) + kiln.randn(3) + kiln.randint(0, 9, (3,)) + kiln.empty(3).uniform_())
+    x = kiln.zeros(3)
+    f(x)
+    kiln.manual_seed(5)
+    got = f(x)
+    kiln.manual_seed(5)
+    want = x + kiln.rand(3) + kiln.randn(3) + kiln.randint(0, 9, (3,)) + kiln.empty(3).uniform_()
+    assert kiln.equal(got, want)
+
+
+def test_inputs_that_come_to_share_memory_trace_again():
+    def f(x, y):
+        a = x * 2
+        y.add_(1)
+        b = x * 2  # not the same as a when y is x
+        return a, b
+
+    cf = kiln.compile(f)
+    cf(kiln.ones(3), kiln.zeros(3))
+    cf(kiln.ones(3), kiln.zeros(3))
+    x = kiln.ones(3)
+    a, b = cf(x, x)
+    assert a.tolist() == [2.0] * 3 and b.tolist() == [4.0] * 3 and cf.trace_count == 2
+
+
+def test_equal_outputs_and_folded_views_stay_distinct():
+    cf = kiln.compile(lambda x: (x.exp(), x.exp()))
+    x = kiln.ones(2)
+    cf(x)
+    a, b = cf(x)
+    assert a is not b
+    a.add_(1)
+    assert b.tolist() == pytest.approx([2.7182817] * 2)
+    g = kiln.compile(lambda x: (x + 1, kiln.zeros(3)[0:2]))
+    g(x)
+    _, z = g(x)
+    z.add_(5)
+    assert g(x)[1].tolist() == [0.0, 0.0]
+
+
+def test_compiled_backward_checks_versions():
+    f = kiln.compile(lambda x: x.exp())
+    x = kiln.ones(3, requires_grad=True)
+    f(x)
+    y = f(x)
+    y.mul_(2)  # exp's gradient reads its result
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+    g = kiln.compile(lambda x, w: x @ w)  # x's gradient reads w, not x: writing x after the forward is fine
+    x, w = kiln.randn(2, 3, requires_grad=True), kiln.randn(3, 4)
+    g(x, w)
+    out = g(x, w)
+    with kiln.no_grad():
+        x.add_(1)
+    out.sum().backward()
+    assert kiln.allclose(x.grad, kiln.ones(2, 4) @ w.t())
+
+
+def test_private_module_attributes_are_guarded():
+    class Scaled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self._scale = 2.0
+
+        def forward(self, x):
+            return x * self._scale
+
+    m = Scaled()
+    cm = kiln.compile(m)
+    cm(kiln.ones(1))
+    m._scale = 3.0
+    assert cm(kiln.ones(1)).tolist() == [3.0]

@@ -188,3 +188,14 @@ def test_pointwise_ops_without_an_expression_fuse_through_their_decomposition():
     assert kiln.allclose(cf(x), f(x), rtol=1e-5, atol=1e-6)
     src = cf._entries[0].forward.source
     assert "_k(" not in src and _fused_calls(src) == 1, src
+
+
+@pytest.mark.skipif(not HAS_CODEGEN, reason="no code generator for cpu (kiln-cpu)")
+def test_infinite_and_nan_numbers_in_fused_chains():
+    def f(x):
+        return x.clamp(min=-math.inf, max=1.0).exp() + kiln.where(x > 0, x, math.nan)
+
+    cf = kiln.compile(f)
+    x = kiln.randn(16)
+    cf(x)
+    assert kiln.allclose(cf(x), f(x), equal_nan=True)

@@ -31,8 +31,8 @@ class FusedGroup:
     * ``shape``: the iteration shape; every input broadcasts to it;
     * ``inputs``: ``(shape, dtype name)`` of each tensor input, named ``x0, x1...`` in the expressions;
     * ``lines``: ``(name, expression)`` in order: Python expressions over the inputs and earlier names, with
-      numbers written ``float32(...)`` / ``float64(...)``, conditional expressions, ``abs`` and the functions
-      :data:`FUNCTIONS` (typed by their argument: float32 in, float32 out);
+      numbers written ``float32(...)`` / ``float64(...)`` (``inf`` and ``nan`` among them), conditional
+      expressions, ``abs`` and the functions :data:`FUNCTIONS` (typed by their argument: float32 in, float32 out);
     * ``outputs``: ``(name, dtype name)`` stored into new tensors of ``shape``;
     * ``reduction``: None, or ``(kind, name, dtype name)`` with kind ``"sum"`` or ``"mean"``: one more output,
       0-d (``keepdim``: ``shape`` with every size 1), the sum or mean of ``name`` over every element,

@@ -63,7 +63,7 @@ def module_state(module) -> tuple:
     out = []
     for sub in module.modules():
         d = sub.__dict__
-        attrs = tuple((k, v) for k, v in d.items() if not k.startswith("_") and _plain(v))
+        attrs = tuple((k, v) for k, v in d.items() if _plain(v))  # private ones too (self._scale)
         params = tuple(id(p) for p in d.get("_parameters", {}).values())
         buffers = tuple(id(b) for b in d.get("_buffers", {}).values())
         hooks = tuple(tuple(d.get(h, ())) for h in _HOOKS)

@@ -26,6 +26,17 @@ def optimize(graph: Graph) -> Graph:
 
 def _written_classes(graph: Graph) -> set[int]:
     """Indices of every Value that shares a buffer with one that is written (views followed both ways)."""
+    roots = [n.writes for n in graph.nodes if n.writes is not None]
+    return _sharing(graph, roots + [n.args[0] for n in graph.nodes if n.kind == "set_data"])
+
+
+def _returned_classes(graph: Graph) -> set[int]:
+    """Indices of every Value that shares a buffer with an output: each call must return new buffers."""
+    return _sharing(graph, list(graph.outputs))
+
+
+def _sharing(graph: Graph, values: list[Value]) -> set[int]:
+    """Indices of every Value that shares a buffer with one of ``values`` (views followed both ways)."""
     parent: dict[int, int] = {}
 
     def find(i: int) -> int:
@@ -39,8 +50,7 @@ def _written_classes(graph: Graph) -> set[int]:
             if src is not None:
                 for v in node.outputs:
                     parent[find(v.index)] = find(src.index)
-    roots = {find(n.writes.index) for n in graph.nodes if n.writes is not None}
-    roots |= {find(n.args[0].index) for n in graph.nodes if n.kind == "set_data"}
+    roots = {find(v.index) for v in values}
     every = {v.index for v in graph.inputs} | {v.index for n in graph.nodes for v in n.outputs}
     return {i for i in every if find(i) in roots}
 
@@ -64,7 +74,7 @@ def dead_code(graph: Graph) -> Graph:
 
 def common_subexpressions(graph: Graph) -> Graph:
     """Compute a pure op on the same arguments once (never on a buffer that is written)."""
-    written = _written_classes(graph)
+    written = _written_classes(graph) | _returned_classes(graph)  # a merged output would alias another
     seen: dict[tuple, tuple[Value, ...]] = {}
     rename: dict[int, Value] = {}
     nodes = []
@@ -89,7 +99,7 @@ def fold_constants(graph: Graph) -> Graph:
     ``zeros`` the function makes, and what is computed from it alone). A result that is returned or
     written stays computed on every call: each call must return new tensors."""
     written = _written_classes(graph)
-    returned = {v.index for v in graph.outputs}
+    returned = _returned_classes(graph)  # an output, or a view of one, is new on every call
     constants: dict[int, kiln.Tensor] = {}
     nodes = []
     for node in graph.nodes:

@@ -85,6 +85,9 @@ class _Joint(Function):
         ctx.entry = entry
         ctx.tensors = tensors
         ctx.saved_values = outs[n:]
+        # what backward reads, with its versions: a later in-place write is an error, as in eager autograd
+        ctx.read = [tensors[i] for kind, i in entry.bw_inputs if kind == "input"] + list(ctx.saved_values)
+        ctx.versions = [t._version for t in ctx.read]
         user = tuple(outs[:n])
         fixed = []
         for t, diff in zip(user, entry.differentiable):
@@ -103,6 +106,13 @@ class _Joint(Function):
                 "run it eagerly for higher-order gradients"
             )
         entry = ctx.entry
+        for t, version in zip(ctx.read, ctx.versions):
+            if t._version != version:
+                raise RuntimeError(
+                    "one of the variables needed for gradient computation has been modified by an inplace "
+                    f"operation: [{t.type()} {list(t.shape)}] is at version {t._version}; expected version "
+                    f"{version} instead."
+                )
         args = []
         layouts = iter(entry.graphs[1].inputs)
         for kind, i in entry.bw_inputs:
@@ -229,11 +239,6 @@ def trace_call(fn: Callable, args: tuple, kwargs: dict, *, fullgraph: bool) -> t
             f"closure value == {value!r}",
         )
     tensors = [x for x in leaves if isinstance(x, kiln.Tensor)]
-    classes = _alias_classes(tensors)
-    if len(set(classes)) != len(classes):  # inputs sharing memory: the same sharing is required
-        gb.check(
-            f"{gb.const(_alias_classes)}([{', '.join(exprs)}]) == {gb.const(classes)}", "inputs share memory as traced"
-        )
     tracer = Tracer(fullgraph)
     tracer.snapshot(_parameters(objects))
     for t in tensors:
@@ -268,6 +273,14 @@ def trace_call(fn: Callable, args: tuple, kwargs: dict, *, fullgraph: bool) -> t
     # external tensors read by reference: their metadata, and .grad where the call read or set it
     for i, t in enumerate(entry.externals):
         gb.tensor(t, gb.const(t), f"tensor read by reference #{i}")
+    # which of the inputs and the tensors read by reference share memory: the passes assumed the traced sharing
+    everything = [*exprs, *(gb.const(t) for t in entry.externals)]
+    classes = _alias_classes([*tensors, *entry.externals])
+    if len(classes) > 1:
+        gb.check(
+            f"{gb.const(_alias_classes)}([{', '.join(everything)}]) == {gb.const(classes)}",
+            "the inputs and the tensors read by reference share memory as traced",
+        )
     touched = {n.args[0].index for n in graph.nodes if n.kind == "set_grad"}
     # a .grad the call read must be the same tensor; one it set must be None or not as traced (the engine
     # assigns a first gradient and accumulates into a later one)

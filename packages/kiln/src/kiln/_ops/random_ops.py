@@ -74,11 +74,11 @@ def _float_draw(name, kernel, method, sizes, size, generator, dtype, device, req
     shape, d, dev = _creation_args(_size_keyword(name, sizes, size), dtype, device)
     if not d.is_floating_point:
         raise NotImplementedError(f"\"{kernel}\" not implemented for '{scalar_type_name(d)}'")
-    rng = _generator(generator, dev)._rng
+    gen = _generator(generator, dev)  # its stream is read at each draw: manual_seed replaces it
     np_dtype = np.float64 if d is dt.float64 else np.float32
 
     def draw() -> Tensor:
-        return from_host(getattr(rng, method)(shape, dtype=np_dtype), d, dev)
+        return from_host(getattr(gen._rng, method)(shape, dtype=np_dtype), d, dev)
 
     return _finish(_drawn(draw), requires_grad)
 
@@ -168,9 +168,9 @@ def randint(
     if low >= high:
         raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")
     shape, d, dev = _creation_args((size,), dtype, device, dt.int64)
-    rng = _generator(generator, dev)._rng
+    gen = _generator(generator, dev)  # its stream is read at each draw: manual_seed replaces it
     return _finish(
-        _drawn(lambda: from_host(rng.integers(low, high, size=shape, dtype=np.int64), d, dev)), requires_grad
+        _drawn(lambda: from_host(gen._rng.integers(low, high, size=shape, dtype=np.int64), d, dev)), requires_grad
     )
 
 
@@ -198,8 +198,8 @@ def randperm(
         raise NotImplementedError("\"randperm\" not implemented for 'Bool'")
     if not d.is_floating_point and n > 0 and n - 1 > np.iinfo(d.numpy).max:
         raise RuntimeError(f"value cannot be converted to type {np.dtype(d.numpy).name}_t without overflow")
-    rng = _generator(generator, dev)._rng
-    return _finish(_drawn(lambda: from_host(rng.permutation(n).astype(d.numpy), d, dev)), requires_grad)
+    gen = _generator(generator, dev)  # its stream is read at each draw: manual_seed replaces it
+    return _finish(_drawn(lambda: from_host(gen._rng.permutation(n).astype(d.numpy), d, dev)), requires_grad)
 
 
 def rand_like(
@@ -368,10 +368,10 @@ def normal(
         shape, d, dev = _creation_args((size,), dtype, device, out._dtype if isinstance(out, Tensor) else None)
         if not d.is_floating_point:
             raise NotImplementedError(f"\"normal_kernel_cpu\" not implemented for '{scalar_type_name(d)}'")
-        compute, rng = _float_compute(d), _rng(generator, dev)
+        compute, gen = _float_compute(d), _generator(generator, dev)
 
         def draw() -> Tensor:
-            z = rng.standard_normal(shape, dtype=compute)
+            z = gen._rng.standard_normal(shape, dtype=compute)
             with np.errstate(invalid="ignore", over="ignore"):
                 return from_host(mean + std * z if std else np.full(shape, mean, compute), d, dev)
 
@@ -552,8 +552,8 @@ _TYPE_NAMES = {  # the ScalarType names PyTorch's distribution messages print
 
 def _sample_into(self: Tensor, generator, draw) -> Tensor:
     """Write ``draw(rng, shape)`` (host values) into ``self`` through ``copy_``'s path; returns ``self``."""
-    rng, shape, d, dev = _rng(generator, self._device), self._shape, self._dtype, self._device
-    return _write(self, _drawn(lambda: from_host(np.asarray(draw(rng, shape)), d, dev)))
+    gen, shape, d, dev = _generator(generator, self._device), self._shape, self._dtype, self._device
+    return _write(self, _drawn(lambda: from_host(np.asarray(draw(gen._rng, shape)), d, dev)))
 
 
 def _inplace_checks(self: Tensor, name: str) -> None:

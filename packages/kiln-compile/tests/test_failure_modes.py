@@ -277,3 +277,22 @@ def test_private_module_attributes_are_guarded():
     cm(kiln.ones(1))
     m._scale = 3.0
     assert cm(kiln.ones(1)).tolist() == [3.0]
+
+
+def test_tensors_made_from_host_data_are_new_on_every_call():
+    def f(x):
+        acc = kiln.tensor([0.0, 0.0])  # no op makes it: a trace must not keep the object
+        acc.add_(x)
+        return acc
+
+    cf = kiln.compile(f)
+    assert [cf(kiln.ones(2)).tolist() for _ in range(4)] == [[1.0, 1.0]] * 4
+    g = kiln.compile(lambda x: (x + 1, kiln.eye(2)))
+    g(kiln.ones(2))
+    _, e = g(kiln.ones(2))
+    e.add_(5)
+    assert g(kiln.ones(2))[1].tolist() == [[1.0, 0.0], [0.0, 1.0]]
+    h = kiln.compile(lambda x: x * kiln.arange(3.0) + kiln.tensor([1.0, 2.0, 3.0]))
+    h(kiln.ones(3))
+    assert h(kiln.ones(3)).tolist() == [1.0, 3.0, 5.0]
+    assert kiln.export(lambda x: x * kiln.arange(3.0), (kiln.ones(3),))(kiln.ones(3)).tolist() == [0.0, 1.0, 2.0]

@@ -46,10 +46,12 @@ class DispatchMode:
         ``p.grad = None``) while the mode is active; ``tensor.grad`` is still the old value. The default does
         nothing."""
 
-    def random_draw(self, tensor: Tensor, draw: Callable[[], Tensor]) -> None:
-        """Called (post-autograd modes only) when a random tensor is drawn outside the dispatcher (``rand``,
-        ``randn``, ``randint``, ``randperm``, the in-place samplers): ``draw()`` draws another like it from the
-        same generator. A tracer records it; the default does nothing."""
+    def made_outside(self, tensor: Tensor, remake: Callable[[], Tensor]) -> None:
+        """Called (post-autograd modes only) when a tensor is made outside the dispatcher: from host data
+        (``kiln.tensor``, ``arange``, ``eye``, ``linspace``...) or drawn from a generator (``rand``,
+        ``randn``, ``randint``, ``randperm``, the in-place samplers). ``remake()`` makes another like it: the
+        same values, or a new draw from the same generator (then ``remake.random`` is True). A tracer records
+        it; the default does nothing."""
 
     def __enter__(self):
         attr = _mode_attr(self.level)

@@ -44,8 +44,9 @@ class Node:
     """One step of a graph.
 
     ``kind`` is ``"op"`` (``op`` called with ``args``, tensors given as :class:`Value`, producing ``outputs``
-    with the ``spec`` its meta function computed at trace time), ``"draw"`` (``args[0]()`` draws a random
-    tensor, ``rand`` and the samplers, which are not ops), ``"guard"`` (the values of ``args[0]`` were
+    with the ``spec`` its meta function computed at trace time), ``"draw"`` (``args[0]()`` makes a tensor
+    that no op makes: ``expected`` is ``"random"`` for a draw from a generator, ``"host data"`` for
+    ``kiln.tensor``, ``arange`` and the like), ``"guard"`` (the values of ``args[0]`` were
     read into Python as ``expected``: a later run that reads others must re-trace), ``"set_grad"`` /
     ``"set_data"`` (``args[1]`` becomes ``args[0]``'s ``.grad`` / data; ``None`` clears ``.grad``).
     """

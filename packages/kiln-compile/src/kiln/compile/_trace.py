@@ -54,7 +54,8 @@ class Tracer(DispatchMode):
         self.before: list[
             tuple
         ] = []  # per input: (Value, tensor, grad, storage, geometry, requires_grad) at first sight
-        self.made: list[weakref.ref] = []  # node outputs (for the escape check)
+        self.made_refs: list[weakref.ref] = []  # node outputs (for the escape check)
+        self.made: dict[int, Node] = {}  # id(tensor) -> the node that remakes a tensor made outside the dispatcher
         self.breaks: list[tuple[str, str]] = []  # (what, where)
         self.unsupported: str | None = None  # why a replay could not reproduce this call
         self.wrote_outside = False
@@ -73,7 +74,7 @@ class Tracer(DispatchMode):
     def add_input(self, t: kiln.Tensor, source: str) -> Value:
         """Make ``t`` a graph input (``source``: ``"input"`` for the call's tensors, ``"external"`` for the
         tensors read by reference)."""
-        v = Value(len(self.inputs) + len(self.made), t, source)
+        v = Value(len(self.inputs) + len(self.made_refs), t, source)
         self._know(t, v)
         self.inputs.append(v)
         self.input_tensors.append(t)
@@ -108,13 +109,13 @@ class Tracer(DispatchMode):
         return v
 
     def _new_value(self, t: kiln.Tensor) -> Value:
-        v = Value(len(self.inputs) + len(self.made), t, "node")
+        v = Value(len(self.inputs) + len(self.made_refs), t, "node")
         self._know(t, v)
         self.storages.setdefault(id(t.untyped_storage()), v)
         try:
-            self.made.append(weakref.ref(t))
+            self.made_refs.append(weakref.ref(t))
         except TypeError:  # a tensor subclass without weak references: never reported as escaped
-            self.made.append(lambda: None)
+            self.made_refs.append(lambda: None)
         return v
 
     def template(self, a: Any) -> Any:
@@ -152,11 +153,20 @@ class Tracer(DispatchMode):
         if not self.reading and id(tensor) not in self.grads_at_start and id(tensor) not in self.values:
             self.grads_at_start[id(tensor)] = (tensor, tensor.grad)
 
-    def random_draw(self, tensor, draw):
-        """A random tensor drawn outside the dispatcher: a node that draws another on every run."""
-        if not self.reading:
-            v = self._new_value(tensor)
-            self.nodes.append(Node("draw", None, (draw,), outputs=(v,)))
+    def made_outside(self, tensor, remake):
+        """A tensor made outside the dispatcher (host data, a random draw): a node that makes another on every
+        run. A second notice for the same tensor (a draw made through ``kiln.tensor``'s path) wins."""
+        if self.reading:
+            return
+        random = "random" if getattr(remake, "random", False) else "host data"
+        node = self.made.get(id(tensor))
+        if node is not None:
+            node.args, node.expected = (remake,), random
+            return
+        v = self._new_value(tensor)
+        node = Node("draw", None, (remake,), outputs=(v,), expected=random)
+        self.made[id(tensor)] = node
+        self.nodes.append(node)
 
     def host_read(self, tensor, how):
         """A value left for Python: a guard node (the replay checks the same values come out), or a break."""
@@ -225,7 +235,7 @@ class Tracer(DispatchMode):
         self.tensors.clear()
         gc.collect()
         out = []
-        for ref in self.made:
+        for ref in self.made_refs:
             t = ref()
             if t is None or id(t) in keep_ids:
                 continue

@@ -83,7 +83,14 @@ def trace_program(mod: Callable, args: tuple, kwargs: dict, who: str):
     graph = optimize(entry.graphs[0])
     for node in graph.nodes:
         if node.kind != "op":
-            what = {"draw": "a random draw (dropout in training mode? call model.eval())"}.get(node.kind, node.kind)
+            what = (
+                {
+                    "random": "a random draw (dropout in training mode? call model.eval())",
+                    "host data": "a tensor made from host data (kiln.tensor, arange...) that the model writes or returns",
+                }.get(node.expected, node.kind)
+                if node.kind == "draw"
+                else node.kind
+            )
             raise RuntimeError(f"{who}: the model cannot be exported: {what} is not a program op")
     names = _weight_names(mod)
     n_inputs = len(_inputs(graph))

@@ -40,7 +40,16 @@ def host_array(t: Tensor) -> np.ndarray:
 
 def from_host(a: np.ndarray, dtype: dt.dtype, dev: Device) -> Tensor:
     """A new contiguous tensor on ``dev`` holding the host array ``a`` (cast to ``dtype``; out-of-range
-    values wrap silently, as PyTorch's casts do)."""
+    values wrap silently, as PyTorch's casts do). A tracer is told how to make another (no op made it)."""
+    t = _from_host(a, dtype, dev)
+    if state.post_autograd_modes:
+        kept = np.array(a, copy=True)
+        for mode in state.post_autograd_modes:
+            mode.made_outside(t, lambda: _from_host(kept, dtype, dev))
+    return t
+
+
+def _from_host(a: np.ndarray, dtype: dt.dtype, dev: Device) -> Tensor:
     from kiln._reference import quiet
 
     if dev is CPU:

@@ -85,10 +85,12 @@ def _float_draw(name, kernel, method, sizes, size, generator, dtype, device, req
 
 def _drawn(draw) -> Tensor:
     """``draw()``, the random tensor; a tracer (a post-autograd dispatch mode) is told how to draw another
-    like it, since no op of the dispatcher made it (``DispatchMode.random_draw``)."""
+    like it, since no op of the dispatcher made it (``DispatchMode.made_outside``)."""
     t = draw()
-    for mode in state.post_autograd_modes:
-        mode.random_draw(t, draw)
+    if state.post_autograd_modes:
+        draw.random = True  # a tracer draws anew on every run; a program cannot hold it as a constant
+        for mode in state.post_autograd_modes:
+            mode.made_outside(t, draw)
     return t
 
 

@@ -177,6 +177,7 @@ def _mutations():
         "output never made": set_(["outputs"], [12345]),
         "out_spec out of range": set_(["out_spec"], 7),
         "out_spec form": set_(["out_spec"], ["set", []]),
+        "out_spec items": set_(["out_spec"], ["tuple", 5]),
         "wrong output count": set_(["nodes", 0, "outputs"], [50, 51]),
         "nodes not a list": set_(["nodes"], {"a": 1}),
         "deep nesting": set_(["nodes", 0, "args", 0], _nested(25)),
@@ -213,3 +214,13 @@ def test_the_module_is_callable():
     program = kiln.export(model, (kiln.ones(1, 3),))
     assert isinstance(program, kiln.export.ExportedProgram)
     assert kiln.allclose(program(kiln.ones(1, 3)), model(kiln.ones(1, 3)).detach())
+
+
+def test_strided_and_offset_inputs_give_the_eager_result():
+    ep = kiln.export(lambda x: x.detach() * 2, (kiln.ones(3, 4),))
+    y = kiln.randn(4, 3)
+    big = kiln.randn(13)
+    assert kiln.allclose(ep(y.t()), y.t() * 2)
+    assert kiln.allclose(ep(big[1:].reshape(3, 4)), big[1:].reshape(3, 4) * 2)
+    ep2 = kiln.export(lambda x: x.detach() + 1, (kiln.randn(4, 3).t(),))  # traced on a strided example
+    assert kiln.allclose(ep2(y.t()), y.t() + 1)

@@ -62,6 +62,8 @@ class ExportedProgram:
                     f"exported program input {k}: expected {dtype} of shape {list(shape)}, got {t.dtype} of shape "
                     f"{list(t.shape)} (a program runs on the shapes it was exported with)"
                 )
+            if t.storage_offset() or not t.is_contiguous():  # the program was traced on row-major inputs
+                t = t.contiguous().clone() if t.is_contiguous() else t.contiguous()
             env[self.graph["inputs"][k]["value"]] = t
         for name, index in self.graph["weights"].items():
             env[index] = self.state_dict[name]
@@ -112,6 +114,8 @@ def load_program(f: str | os.PathLike | BinaryIO) -> ExportedProgram:
         graph = json.loads(data["program"])
     except json.JSONDecodeError as exc:
         raise ValueError(f"exported program: the program is not valid JSON ({exc})") from None
+    except RecursionError:
+        raise ValueError("exported program: the program's JSON is nested too deeply") from None
     weights = data["weights"]
     if not isinstance(weights, dict):
         raise ValueError("exported program: 'weights' is not a dict of tensors")
@@ -333,6 +337,8 @@ def _check_spec(spec: Any, n: int, depth: int = 0) -> None:
         return
     if not isinstance(spec, list) or len(spec) != 2 or spec[0] not in ("tuple", "list", "dict"):
         raise _bad(f"'out_spec' entry {spec!r} is not an exported form")
+    if not isinstance(spec[1], list):
+        raise _bad(f"'out_spec' entry {spec!r} must hold a list")
     for item in spec[1]:
         if spec[0] == "dict":
             if not isinstance(item, list) or len(item) != 2 or not isinstance(item[0], str):

@@ -76,6 +76,8 @@ def trace_program(mod: Callable, args: tuple, kwargs: dict, who: str):
     ``(graph, {weight name: Value}, {weight name: tensor}, output template)`` — what :func:`export` and
     ``kiln.onnx.export`` write. Weights are the tensors read by reference (parameters and buffers under their
     state-dict names) and the constants the passes folded."""
+    # the program runs on row-major inputs (ExportedProgram makes them so): trace it on such
+    args, kwargs = _row_major(args), {k: _row_major(v) for k, v in kwargs.items()}
     with kiln.no_grad():
         entry, _ = trace_call(mod, args, kwargs, fullgraph=True)
     if entry.reason is not None and entry.reason != "escaped":
@@ -104,6 +106,18 @@ def trace_program(mod: Callable, args: tuple, kwargs: dict, who: str):
         name = f"_folded{index}"
         weights[name], state[name] = by_index[index], t.detach().clone()
     return graph, weights, state, entry.out_template
+
+
+def _row_major(x: Any) -> Any:
+    if isinstance(x, kiln.Tensor):
+        return (
+            x
+            if x.is_contiguous() and not x.storage_offset()
+            else x.detach().clone(memory_format=kiln.contiguous_format)
+        )
+    if type(x) in (tuple, list):
+        return type(x)(_row_major(v) for v in x)
+    return x
 
 
 def _inputs(graph) -> list[Value]:

@@ -92,7 +92,7 @@ def _contiguous(shape) -> tuple:
 
 
 def _axes(dims, ndim: int) -> list[int]:
-    if dims is None or dims == ():
+    if dims is None or (isinstance(dims, (tuple, list)) and not dims):  # no dims: all of them, as in PyTorch
         return list(range(ndim))
     if isinstance(dims, int):
         dims = (dims,)

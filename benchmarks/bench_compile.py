@@ -20,7 +20,6 @@ and a fused chain at least 2x faster than kiln eager.
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import sys
@@ -33,7 +32,7 @@ for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS", "OPENBLA
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(HERE))
-from bench_overhead import machine_info, per_call_seconds, write_json_atomically  # noqa: E402
+from bench_overhead import one_thread_arguments, per_call_seconds, write_one_thread_record  # noqa: E402
 from training_models import STEPS  # noqa: E402
 
 DEFAULT_OUTPUT = HERE / "results" / "compile.json"
@@ -127,14 +126,7 @@ def _steps(kiln, torch, rng) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=7, help="timeit repeats per case (the minimum is kept)")
-    parser.add_argument("--min-time", type=float, default=0.2, help="seconds per timeit repeat (about)")
-    parser.add_argument("--quick", action="store_true", help="fewer, shorter repeats (smoke run)")
-    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="where to write the JSON record")
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.repeat, args.min_time = 2, 0.02
+    args = one_thread_arguments(__doc__, DEFAULT_OUTPUT, 0.2, argv)
 
     import torch
 
@@ -180,15 +172,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['name']:<34} {t['eager']:>9.0f} {t['compiled']:>11.0f} {t['torch']:>9.0f} "
             f"{r['compiled/eager']:>9.2f}x {r['compiled/torch']:>9.2f}x"
         )
-    record = {
-        "benchmark": "compile",
-        "units": "us per call (minimum over repeats, traces excluded), 1 thread",
-        "settings": {"repeat": args.repeat, "min_time_s": args.min_time, "threads": 1},
-        "machine": machine_info(torch),
-        "results": rows,
-    }
-    write_json_atomically(args.output, record)
-    print(f"wrote {args.output}")
+    write_one_thread_record(
+        args, "compile", "us per call (minimum over repeats, traces excluded), 1 thread", rows, torch
+    )
     return 0
 
 

@@ -192,6 +192,36 @@ def machine_info(torch) -> dict:
     }
 
 
+def one_thread_arguments(doc: str, default_output: Path, min_time: float, argv: list[str] | None) -> argparse.Namespace:
+    """The options of a one-thread benchmark (``--repeat``, ``--min-time``, ``--quick``, ``--output``), parsed;
+    ``--quick`` already applied."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=7, help="timeit repeats per case (the minimum is kept)")
+    parser.add_argument("--min-time", type=float, default=min_time, help="seconds per timeit repeat (about)")
+    parser.add_argument("--quick", action="store_true", help="fewer, shorter repeats (smoke run)")
+    parser.add_argument("--output", type=Path, default=default_output, help="where to write the JSON record")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.repeat, args.min_time = 2, 0.02
+    return args
+
+
+def write_one_thread_record(
+    args: argparse.Namespace, benchmark: str, units: str, rows: list[dict], torch, **extra
+) -> None:
+    """The JSON record of a one-thread benchmark run with :func:`one_thread_arguments`, written and announced."""
+    record = {
+        "benchmark": benchmark,
+        "units": units,
+        "settings": {"repeat": args.repeat, "min_time_s": args.min_time, "threads": 1},
+        **extra,
+        "machine": machine_info(torch),
+        "results": rows,
+    }
+    write_json_atomically(args.output, record)
+    print(f"wrote {args.output}")
+
+
 def write_json_atomically(path: Path, record: dict) -> None:
     """Write ``record`` to ``path`` through a temp file in the same directory and ``os.replace``."""
     path.parent.mkdir(parents=True, exist_ok=True)

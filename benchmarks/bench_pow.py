@@ -12,7 +12,6 @@ Issue 24 asks for kiln within 1.5x of PyTorch on the number exponents 0.5, 2, 3,
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from pathlib import Path
@@ -24,7 +23,7 @@ for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS", "OPENBLA
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(HERE))
-from bench_overhead import machine_info, per_call_seconds, write_json_atomically  # noqa: E402
+from bench_overhead import one_thread_arguments, per_call_seconds, write_one_thread_record  # noqa: E402
 
 DEFAULT_OUTPUT = HERE / "results" / "pow.json"
 SIZES = (1 << 17, 1 << 20)
@@ -85,14 +84,7 @@ def make_cases(kiln, torch) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=7, help="timeit repeats per case (the minimum is kept)")
-    parser.add_argument("--min-time", type=float, default=0.1, help="seconds per timeit repeat (about)")
-    parser.add_argument("--quick", action="store_true", help="fewer, shorter repeats (smoke run)")
-    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="where to write the JSON record")
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.repeat, args.min_time = 2, 0.02
+    args = one_thread_arguments(__doc__, DEFAULT_OUTPUT, 0.1, argv)
 
     import torch
 
@@ -135,16 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     worst = max(rows, key=lambda r: r["kiln/torch"])
     print(f"worst kiln/torch: {worst['kiln/torch']:.2f}x ({worst['name']}); ratios > 1 mean kiln is slower")
-    record = {
-        "benchmark": "pow",
-        "units": "us per call (minimum over repeats), 1 thread",
-        "settings": {"repeat": args.repeat, "min_time_s": args.min_time, "threads": 1},
-        "kernels": backend,
-        "machine": machine_info(torch),
-        "results": rows,
-    }
-    write_json_atomically(args.output, record)
-    print(f"wrote {args.output}")
+    write_one_thread_record(args, "pow", "us per call (minimum over repeats), 1 thread", rows, torch, kernels=backend)
     return 0
 
 

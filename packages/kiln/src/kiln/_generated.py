@@ -12,6 +12,8 @@ import threading
 import types
 from pathlib import Path
 
+from kiln._atomic_write import atomic_write
+
 _lock = threading.Lock()
 _modules: dict[tuple[str, str], types.ModuleType] = {}
 
@@ -31,9 +33,7 @@ def generated_module(text: str, folder: str | os.PathLike, package: str) -> type
             folder.mkdir(parents=True, exist_ok=True)
             path = folder / f"k_{key}.py"
             if not path.exists():
-                tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-                tmp.write_text(text)
-                os.replace(tmp, path)
+                atomic_write(path, lambda fh, _: fh.write(text.encode()))
             name = f"{package}.k_{key}"
             spec = importlib.util.spec_from_file_location(name, path)
             mod = importlib.util.module_from_spec(spec)

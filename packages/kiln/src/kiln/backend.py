@@ -21,7 +21,8 @@ the design. In short:
   ``register(op_name, device_type, kernel, dtypes=None)``.
 * **Reuse.** :func:`reference_kernel` is kiln's NumPy kernel for an op (a plugin may serve the cases it
   does not accelerate with it); :func:`host_view` and :func:`from_array` move between CPU tensors and
-  NumPy arrays without copies; :func:`compute_dtype` is the dtype a half-precision result is computed in.
+  NumPy arrays without copies; :func:`compute_dtype` is the dtype a half-precision result is computed in;
+  :func:`atomic_write` replaces a file whole or not at all (``kiln.save``'s, for a plugin that writes files).
 * **Threads.** A backend with its own thread team starts with :func:`default_num_threads` (the one rule
   for the core and every backend) and validates ``set_num_threads`` through :func:`check_num_threads`.
 * **Compilers.** A :class:`DispatchMode` at the ``"post_autograd"`` level sees every op that runs (the
@@ -46,6 +47,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from kiln._atomic_write import atomic_write
 from kiln._dispatch import (
     AUTOCAST_POLICIES,
     COMPOSITES,
@@ -107,6 +109,7 @@ __all__ = [
     "TAGS",
     "WindowSpec",
     "adaptive_pool_bounds",
+    "atomic_write",
     "batch_norm_layout",
     "call_kernel",
     "check_kernel_outputs",

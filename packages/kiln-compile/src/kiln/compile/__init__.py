@@ -22,6 +22,7 @@ from typing import Any
 from kiln.compile import _config as config
 from kiln.compile._backends import list_backends
 from kiln.compile._graph import Graph, Node, Value
+from kiln.compile._guards import module_class
 from kiln.compile._runtime import BackendCompilerFailed, CompiledFunction, is_compiling, note_unsupported, trace_call
 from kiln.compile._trace import GraphBreakError
 
@@ -90,7 +91,7 @@ def compile(  # noqa: A001 - PyTorch's name
         raise RuntimeError("kiln.compile: the model must be a callable (a function or a kiln.nn.Module)")
     if disable or getattr(model, "_kiln_compile_disabled", False):
         return model
-    module_cls = _module_class()
+    module_cls = module_class()  # None without kiln-nn imported: then model cannot be a module
     if module_cls is not None and isinstance(model, module_cls):
         from kiln.compile._module import OptimizedModule
 
@@ -98,16 +99,6 @@ def compile(  # noqa: A001 - PyTorch's name
     compiled = CompiledFunction(model, backend=backend, fullgraph=fullgraph, options=options)
     _compiled.add(compiled)
     return compiled
-
-
-def _module_class():
-    nn = sys.modules.get("kiln.nn")
-    if nn is None:
-        try:
-            import kiln.nn as nn
-        except ModuleNotFoundError:
-            return None
-    return nn.Module
 
 
 def reset() -> None:

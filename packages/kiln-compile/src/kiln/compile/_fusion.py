@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import kiln
-from kiln.compile._graph import Graph, Node, Value
+from kiln.compile._graph import Graph, Node, Value, contiguous_strides
 
 __all__ = ["EXPRESSIONS", "FUNCTIONS", "FusedGroup", "lower"]
 
@@ -269,14 +269,6 @@ def _full_reduction(node: Node, open_groups: dict) -> bool:
     return (len(args) < 4 or args[3] is None) and node.spec.dtype == src.dtype and src.dtype in _FLOAT
 
 
-def _contiguous(shape: tuple) -> tuple:
-    strides, step = [], 1
-    for n in reversed(shape):
-        strides.append(step)
-        step *= max(n, 1)
-    return tuple(reversed(strides))
-
-
 def _emit(groups: list[_Group], readers: dict, names, codegens: dict) -> dict[int, str | None]:
     out: dict[int, str | None] = {}
     for g in groups:
@@ -290,7 +282,7 @@ def _emit(groups: list[_Group], readers: dict, names, codegens: dict) -> dict[in
                     stored.append(v)
         if g.reduction is None and not stored:
             continue
-        if any(v.stride != _contiguous(v.shape) for v in stored):
+        if any(v.stride != contiguous_strides(v.shape) for v in stored):
             continue  # the kernel writes row-major tensors; the trace made another layout (kept by later views)
         group = FusedGroup(
             g.shape,

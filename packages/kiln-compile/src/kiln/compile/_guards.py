@@ -44,7 +44,7 @@ def _plain(v: Any) -> bool:
     return type(v) is tuple and all(_plain(x) for x in v)
 
 
-def _module_class():
+def module_class():
     nn = sys.modules.get("kiln.nn")
     return getattr(nn, "Module", None)
 
@@ -82,7 +82,7 @@ def reachable_objects(fn: Callable, leaves: list) -> tuple[list, list[tuple[dict
     """The modules and optimizers ``fn`` can reach (arguments, its ``self``, its defaults, a partial's bound
     arguments, the globals its code names, its closure), and the plain globals and closure values its code
     reads: ``(objects, globals, cells)``."""
-    module_cls, opt_cls = _module_class(), _optimizer_class()
+    module_cls, opt_cls = module_class(), _optimizer_class()
     kinds = tuple(c for c in (module_cls, opt_cls) if c is not None)
     objects = [x for x in leaves if kinds and isinstance(x, kinds)]
     while isinstance(fn, functools.partial):  # a partial's bound arguments are reachable too
@@ -186,7 +186,7 @@ class GuardBuilder:
 
     def object_state(self, obj: Any) -> None:
         """Guards on a module's or an optimizer's state (see :func:`module_state`)."""
-        module_cls = _module_class()
+        module_cls = module_class()
         if module_cls is not None and isinstance(obj, module_cls):
             fn, what = (
                 module_state,

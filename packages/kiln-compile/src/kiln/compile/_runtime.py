@@ -55,7 +55,6 @@ class Entry:
         self.breaks: list[tuple[str, str]] = []
         self.externals: list[kiln.Tensor] = []
         self.out_template: Any = None
-        self.n_outputs = 0
         self.differentiable: list[bool] = []  # per tensor output: does it require grad
         self.saved: list[Value] = []  # the forward values the backward reads (returned after the user's outputs)
         # per backward input: ("grad", k) the k-th output's gradient, ("saved", j) the j-th saved forward value,
@@ -81,7 +80,7 @@ class _Joint(Function):
     @staticmethod
     def forward(ctx, entry: Entry, *tensors):
         outs = entry.forward(*tensors)
-        n = entry.n_outputs
+        n = len(entry.differentiable)
         ctx.entry = entry
         ctx.tensors = tensors
         ctx.saved_values = outs[n:]
@@ -266,7 +265,6 @@ def trace_call(fn: Callable, args: tuple, kwargs: dict, *, fullgraph: bool) -> t
     graph, kept = tracer.finish(out_tensors, {v.index for v in saved_values})
     entry.breaks = tracer.breaks
     entry.out_template = _template(result)
-    entry.n_outputs = len(out_tensors)
     entry.differentiable = [t.requires_grad for t in out_tensors]
     n_inputs = len(tensors)
     entry.externals = tracer.input_tensors[n_inputs:]

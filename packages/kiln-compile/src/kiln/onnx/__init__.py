@@ -11,7 +11,6 @@ on any batch.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, BinaryIO
 
@@ -91,20 +90,10 @@ def export(
 
 
 def _write(data: bytes, f: str | os.PathLike | BinaryIO) -> None:
-    """``data`` into ``f``: a path through a temp file renamed over it (whole or absent), a file object as is."""
+    """``data`` into ``f``: a path replaced whole or not at all (kiln's atomic write), a file object as is."""
     if hasattr(f, "write"):
         f.write(data)
         return
-    path = os.fspath(f)
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    from kiln.backend import atomic_write
+
+    atomic_write(f, lambda fh, path: fh.write(data))

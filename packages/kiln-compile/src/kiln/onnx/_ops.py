@@ -15,7 +15,7 @@ import numpy as np
 
 import kiln
 import onnx
-from kiln.compile._graph import Graph, Node, Value
+from kiln.compile._graph import Graph, Node, Value, contiguous_strides
 from kiln.compile._passes import decompose
 from onnx import TensorProto, helper, numpy_helper
 
@@ -81,14 +81,6 @@ def _unsupported(name: str, opset: int) -> Exception:
     return UnsupportedOperatorError(
         f"Exporting the operator 'kiln::{name}' to ONNX opset version {opset} is not supported by kiln.onnx."
     )
-
-
-def _contiguous(shape) -> tuple:
-    strides, step = [], 1
-    for n in reversed(shape):
-        strides.append(step)
-        step *= max(n, 1)
-    return tuple(reversed(strides))
 
 
 def _axes(dims, ndim: int) -> list[int]:
@@ -173,7 +165,7 @@ def _identity(b: _Builder, node: Node, a, out):
 
 def _as_strided(b: _Builder, node: Node, a, out):
     src = a[0]
-    same = tuple(a[1]) == src.shape and tuple(a[2]) == src.stride == _contiguous(src.shape)
+    same = tuple(a[1]) == src.shape and tuple(a[2]) == src.stride == contiguous_strides(src.shape)
     if not (same and (len(a) < 4 or not a[3])):
         raise _unsupported("as_strided", b.opset)  # only an alias of a whole contiguous tensor has an ONNX form
     return _identity(b, node, a, out)

@@ -208,7 +208,8 @@ def _copy_from(self: Tensor, src: Tensor, non_blocking: bool = False) -> Tensor:
 
 
 def copy_into(dst: Tensor, src: Tensor) -> Tensor:
-    """Kernel-level copy without autograd or version bump (for kernels filling fresh tensors)."""
+    """Kernel-level copy without autograd or version bump (for kernels filling fresh tensors); a tracer sees it
+    when it runs outside a kernel (inside one, the modes are already below)."""
     call_below_autograd(_copy_from.op, (dst, src, False))
     return dst
 

@@ -47,6 +47,8 @@ from kiln._ops import (
     pool,
     products,
     random_ops,
+    recurrent,
+    rnn_functions,
     reduction,
     regression_loss,
     resample,

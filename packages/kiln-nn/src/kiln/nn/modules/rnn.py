@@ -1,10 +1,11 @@
 """Recurrent layers: ``RNN``, ``LSTM``, ``GRU`` and their single-step cells (``torch.nn.RNN*``).
 
-The recurrences are written with kiln ops (``linear``, ``sigmoid``, ``tanh``), so autograd and every
-backend work unchanged. The input projection of a whole sequence is one matmul; only the hidden-state
-update loops over time steps in Python. ``RNN``/``LSTM``/``GRU`` also take a
-:class:`~kiln.nn.utils.rnn.PackedSequence` and return one, with each sequence's final state taken at its
-own last step (as torch's packed path).
+The layers check their arguments as torch does and call the core's ``kiln.lstm`` / ``gru`` / ``rnn_tanh`` /
+``rnn_relu`` (the cells ``kiln.lstm_cell``...): each layer and direction is one fused op over the whole
+sequence (one matmul for every step's input projection, then the recurrence in one kernel where the
+device has one, kiln-cpu does; its decomposition in kiln ops elsewhere). ``RNN``/``LSTM``/``GRU`` also take
+a :class:`~kiln.nn.utils.rnn.PackedSequence` and return one, with each sequence's final state taken at
+its own last step (as torch's packed path).
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import warnings
 
 import kiln
 from kiln import Tensor, empty, zeros
-from kiln.nn import functional as F
 from kiln.nn import init
 from kiln.nn.modules.module import Module
 from kiln.nn.parameter import Parameter
@@ -25,31 +25,7 @@ __all__ = ["RNNBase", "RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell"
 _GATES = {"LSTM": 4, "GRU": 3, "RNN_TANH": 1, "RNN_RELU": 1}
 
 
-# ---------------------------------------------------------------------------------------- one step
-
-
-def _rnn_step(x_proj: Tensor, h: Tensor, w_hh: Tensor, b_hh: Tensor | None, relu: bool) -> Tensor:
-    pre = x_proj + F.linear(h, w_hh, b_hh)
-    return pre.relu() if relu else pre.tanh()
-
-
-def _lstm_step(x_proj, h, c, w_hh, b_hh, w_hr=None):
-    gates = x_proj + F.linear(h, w_hh, b_hh)
-    i, f, g, o = gates.chunk(4, -1)
-    c = f.sigmoid() * c + i.sigmoid() * g.tanh()
-    h = o.sigmoid() * c.tanh()
-    if w_hr is not None:
-        h = F.linear(h, w_hr)
-    return h, c
-
-
-def _gru_step(x_proj, h, w_hh, b_hh):
-    xr, xz, xn = x_proj.chunk(3, -1)
-    hr, hz, hn = F.linear(h, w_hh, b_hh).chunk(3, -1)
-    r = (xr + hr).sigmoid()
-    z = (xz + hz).sigmoid()
-    n = (xn + r * hn).tanh()
-    return (1 - z) * n + z * h
+_FUNCTIONS = {"LSTM": kiln.lstm, "GRU": kiln.gru, "RNN_TANH": kiln.rnn_tanh, "RNN_RELU": kiln.rnn_relu}
 
 
 # ---------------------------------------------------------------------------------------- layers
@@ -275,119 +251,19 @@ class RNNBase(Module):
 
     # -- the recurrence -----------------------------------------------------------------------------
 
-    def _cell_weights(self, idx: int):
-        """``(w_ih, w_hh, b_ih, b_hh, w_hr)`` of layer-direction ``idx`` (``None`` for the absent ones)."""
-        w = [getattr(self, n) for n in self._all_weights[idx]]
-        b_ih, b_hh = (w[2], w[3]) if self.bias else (None, None)
-        return w[0], w[1], b_ih, b_hh, (w[-1] if self.proj_size > 0 else None)
-
-    def _cell(self, x_proj: Tensor, h: Tensor, c: Tensor | None, w_hh, b_hh, w_hr):
-        """One time step of this layer's cell from the projected input: ``(h', c')`` (``c'`` None but for LSTM)."""
-        if self.mode == "LSTM":
-            return _lstm_step(x_proj, h, c, w_hh, b_hh, w_hr)
-        if self.mode == "GRU":
-            return _gru_step(x_proj, h, w_hh, b_hh), None
-        return _rnn_step(x_proj, h, w_hh, b_hh, self.mode == "RNN_RELU"), None
-
-    def _layer_output(self, outs: list[Tensor], layer: int) -> Tensor:
-        """The directions' outputs of ``layer`` joined, with dropout between layers in training."""
-        x = outs[0] if len(outs) == 1 else kiln.cat(outs, -1)
-        if self.dropout > 0 and self.training and layer < self.num_layers - 1:
-            x = F.dropout(x, self.dropout, True)
-        return x
-
-    def _run(self, x: Tensor, h0: Tensor, c0: Tensor | None):
-        """Time-major multi-layer, multi-direction recurrence; returns (output, h_n, c_n)."""
-        x = x.transpose(0, 1) if self.batch_first else x
-        steps = x.shape[0]
-        num_directions = 2 if self.bidirectional else 1
-        h_n, c_n = [], []
-        for layer in range(self.num_layers):
-            outs = []
-            for direction in range(num_directions):
-                idx = layer * num_directions + direction
-                w_ih, w_hh, b_ih, b_hh, w_hr = self._cell_weights(idx)
-                x_proj = F.linear(x, w_ih, b_ih)  # (T, B, gates): the whole sequence in one matmul
-                h = h0[idx]
-                c = c0[idx] if c0 is not None else None
-                order = range(steps - 1, -1, -1) if direction == 1 else range(steps)
-                ys = [None] * steps
-                for t in order:
-                    h, c = self._cell(x_proj[t], h, c, w_hh, b_hh, w_hr)
-                    ys[t] = h
-                outs.append(kiln.stack(ys, 0) if steps else zeros((0, *h.shape), dtype=h.dtype, device=h.device))
-                h_n.append(h)
-                if c is not None:
-                    c_n.append(c)
-            x = self._layer_output(outs, layer)
-        out = x.transpose(0, 1) if self.batch_first else x
-        return out, kiln.stack(h_n, 0), (kiln.stack(c_n, 0) if c0 is not None else None)
+    def _run(self, x: Tensor, h0: Tensor, c0: Tensor | None, batch_sizes=None):
+        """Every layer and direction through the core's function for the mode: (output, h_n, c_n)."""
+        hx = (h0, c0) if self.mode == "LSTM" else h0
+        args = (self._flat_weights, self.bias, self.num_layers, self.dropout, self.training, self.bidirectional)
+        if batch_sizes is None:
+            got = _FUNCTIONS[self.mode](x, hx, *args, self.batch_first)
+        else:
+            got = _FUNCTIONS[self.mode](x, batch_sizes, hx, *args)
+        return got if self.mode == "LSTM" else (*got, None)
 
     def permute_hidden(self, hx, permutation):
         """``hx`` with its batch dimension reordered by ``permutation`` (``None``: unchanged)."""
         return _permute_hidden(hx, permutation)
-
-    def _run_packed(self, data: Tensor, batch_sizes: list[int], h0: Tensor, c0: Tensor | None):
-        """The recurrence over a packed batch (as torch's packed path); returns (packed output, h_n, c_n).
-
-        Sequences are sorted by decreasing length, so at step ``t`` the first ``batch_sizes[t]`` rows run.
-        Forward: a sequence's final state is kept when it drops out of the batch. Reverse: the recurrence
-        starts from the last step, and each sequence joins with its initial state at its own last step.
-        """
-        num_directions = 2 if self.bidirectional else 1
-        offsets = [0]
-        for b in batch_sizes:
-            offsets.append(offsets[-1] + b)
-        steps = len(batch_sizes)
-        x = data
-        h_n, c_n = [], []
-        for layer in range(self.num_layers):
-            outs = []
-            for direction in range(num_directions):
-                idx = layer * num_directions + direction
-                w_ih, w_hh, b_ih, b_hh, w_hr = self._cell_weights(idx)
-                x_proj = F.linear(x, w_ih, b_ih)  # (N, gates): every packed step in one matmul
-                h_init = h0[idx]
-                c_init = c0[idx] if c0 is not None else None
-
-                def step(t, h, c, x_proj=x_proj, w_hh=w_hh, b_hh=b_hh, w_hr=w_hr):
-                    return self._cell(x_proj[offsets[t] : offsets[t + 1]], h, c, w_hh, b_hh, w_hr)
-
-                ys = [None] * steps
-                if direction == 0:
-                    h, c = h_init, c_init
-                    done_h, done_c = [], []
-                    for t in range(steps):
-                        bs = batch_sizes[t]
-                        if bs < h.shape[0]:
-                            done_h.append(h[bs:])
-                            h = h[:bs]
-                            if c is not None:
-                                done_c.append(c[bs:])
-                                c = c[:bs]
-                        h, c = step(t, h, c)
-                        ys[t] = h
-                    h_last = kiln.cat([h, *reversed(done_h)], 0) if done_h else h
-                    c_last = (kiln.cat([c, *reversed(done_c)], 0) if done_c else c) if c is not None else None
-                else:
-                    bs0 = batch_sizes[-1]
-                    h = h_init[:bs0]
-                    c = c_init[:bs0] if c_init is not None else None
-                    for t in range(steps - 1, -1, -1):
-                        bs = batch_sizes[t]
-                        if bs > h.shape[0]:
-                            h = kiln.cat([h, h_init[h.shape[0] : bs]], 0)
-                            if c is not None:
-                                c = kiln.cat([c, c_init[c.shape[0] : bs]], 0)
-                        h, c = step(t, h, c)
-                        ys[t] = h
-                    h_last, c_last = h, c
-                outs.append(kiln.cat(ys, 0))
-                h_n.append(h_last)
-                if c_last is not None:
-                    c_n.append(c_last)
-            x = self._layer_output(outs, layer)
-        return x, kiln.stack(h_n, 0), (kiln.stack(c_n, 0) if c0 is not None else None)
 
     def _forward_packed(self, packed, hx):
         """Run a :class:`PackedSequence`; returns (packed output, h_n[, c_n]) in the caller's batch order."""
@@ -418,7 +294,7 @@ class RNNBase(Module):
             self.check_hidden_size(
                 c0, self.get_expected_cell_size(data, batch_sizes), "Expected hidden[1] size {}, got {}"
             )
-        out, h_n, c_n = self._run_packed(data, bs, h0, c0)
+        out, h_n, c_n = self._run(data, h0, c0, batch_sizes)
         output = PackedSequence(out, batch_sizes, sorted_indices, unsorted_indices)
         hidden = (h_n, c_n) if lstm else h_n
         return output, _permute_hidden(hidden, unsorted_indices)
@@ -591,9 +467,8 @@ class RNNCell(RNNCellBase):
         x, hx, is_batched = self._batch("RNNCell", input, hx)
         if self.nonlinearity not in ("tanh", "relu"):
             raise RuntimeError(f"Unknown nonlinearity: {self.nonlinearity}")
-        ret = _rnn_step(
-            F.linear(x, self.weight_ih, self.bias_ih), hx, self.weight_hh, self.bias_hh, self.nonlinearity == "relu"
-        )
+        step = kiln.rnn_relu_cell if self.nonlinearity == "relu" else kiln.rnn_tanh_cell
+        ret = step(x, hx, self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh)
         return ret if is_batched else ret.squeeze(0)
 
 
@@ -620,7 +495,7 @@ class LSTMCell(RNNCellBase):
             h, c = z, z
         else:
             h, c = (hx[0], hx[1]) if is_batched else (hx[0].unsqueeze(0), hx[1].unsqueeze(0))
-        h, c = _lstm_step(F.linear(x, self.weight_ih, self.bias_ih), h, c, self.weight_hh, self.bias_hh)
+        h, c = kiln.lstm_cell(x, (h, c), self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh)
         return (h, c) if is_batched else (h.squeeze(0), c.squeeze(0))
 
 
@@ -633,5 +508,5 @@ class GRUCell(RNNCellBase):
     def forward(self, input: Tensor, hx: Tensor | None = None) -> Tensor:
         """The next hidden state."""
         x, hx, is_batched = self._batch("GRUCell", input, hx)
-        ret = _gru_step(F.linear(x, self.weight_ih, self.bias_ih), hx, self.weight_hh, self.bias_hh)
+        ret = kiln.gru_cell(x, hx, self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh)
         return ret if is_batched else ret.squeeze(0)

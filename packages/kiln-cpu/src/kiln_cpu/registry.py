@@ -21,6 +21,7 @@ def kernels() -> dict[str, tuple]:
         kernels_pool,
         kernels_pow,
         kernels_reduce,
+        kernels_rnn,
         kernels_scan,
         kernels_ternary,
     )
@@ -28,6 +29,6 @@ def kernels() -> dict[str, tuple]:
     table = kernels_elementwise.kernels()
     table.update(kernels_reduce.kernels())
     modules = (kernels_nn, kernels_linalg, kernels_loss, kernels_conv, kernels_index, kernels_pool, kernels_scan)
-    for module in (*modules, kernels_ternary, kernels_amp, kernels_pow):
+    for module in (*modules, kernels_ternary, kernels_amp, kernels_pow, kernels_rnn):
         table.update(module.kernels())
     return table

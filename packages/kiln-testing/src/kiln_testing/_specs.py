@@ -1128,7 +1128,7 @@ SPECS: dict[str, OpSpec] = {
 
 # The nn primitives' specs live in one module per area (kiln_testing/_specs_nn_*.py, each a SPECS dict
 # built with this module's helpers); merged here so that SPECS is the one table.
-for _area in ("conv", "pool", "norm", "loss", "activation"):
+for _area in ("conv", "pool", "norm", "loss", "activation", "recurrent"):
     SPECS.update(importlib.import_module(f"kiln_testing._specs_nn_{_area}").SPECS)
 SPECS.update(importlib.import_module("kiln_testing._specs_random").SPECS)  # samplers, unfold (_specs_random.py)
 SPECS.update(importlib.import_module("kiln_testing._specs_special").SPECS)  # kiln.special (_specs_special.py)

@@ -26,7 +26,7 @@ import numpy as np
 from kiln._dispatch import op
 from kiln._ops._meta import scalar_type_name
 from kiln._ops.elementwise import _compute_np
-from kiln._ops.softmax import _vjp_of_composite
+from kiln._ops.softmax import _upcast, _vjp_of_composite
 from kiln._spec import Spec
 from kiln._tensor import Tensor
 
@@ -333,6 +333,16 @@ def _fill(results: tuple, specs: tuple, zeros) -> tuple:
     return tuple(zeros(s.shape) if a is None else a.reshape(s.shape) for a, s in zip(results, specs))
 
 
+def _composed(results: tuple, specs: tuple) -> tuple:
+    """A decomposition's results (computed in float32 for half precision, as the reference kernels do, and
+    rounded once) in their specs' shapes and dtypes; empty ``(0,)`` tensors for the ones a layer lacks."""
+    like = next(a for a in results if a is not None)
+    return tuple(
+        like.new_zeros(s.shape, dtype=s.dtype) if a is None else a.reshape(s.shape).to(s.dtype)
+        for a, s in zip(results, specs)
+    )
+
+
 # ---------------------------------------------------------------------------------------- _rnn_layer
 
 
@@ -351,8 +361,9 @@ def _layer_decomposed(input_gates, hx, cx, w_hh, b_hh, w_hr, mode, reverse=False
     the outputs the mode lacks."""
     specs = _layer_specs(input_gates, hx, cx, w_hh, b_hh, w_hr, mode, reverse, batch_sizes)
     sizes, offsets = _steps(input_gates._shape, batch_sizes)
+    input_gates, hx, cx, w_hh, b_hh, w_hr = _upcast(input_gates, hx, cx, w_hh, b_hh, w_hr)
     ig = _rows(input_gates, input_gates._shape[-1])
-    return _fill(_forward(_Kiln, mode, ig, hx, cx, w_hh, b_hh, w_hr, sizes, offsets, reverse), specs, hx.new_zeros)
+    return _composed(_forward(_Kiln, mode, ig, hx, cx, w_hh, b_hh, w_hr, sizes, offsets, reverse), specs)
 
 
 def _layer_backward(grads, input_gates, hx, cx, w_hh, b_hh, w_hr, mode, reverse, batch_sizes, result):
@@ -457,11 +468,14 @@ def _layer_bwd_decomposed(
     )  # fmt: skip
     hidden, state = _sizes(w_hh._shape, mode)
     sizes, offsets = _steps(input_gates._shape, batch_sizes)
+    grad_output, grad_h_n, grad_c_n, hx, cx, w_hh, w_hr, output, cells, workspace = _upcast(
+        grad_output, grad_h_n, grad_c_n, hx, cx, w_hh, w_hr, output, cells, workspace
+    )
     got = _backward(
         _Kiln, mode, _rows(grad_output, state), grad_h_n, grad_c_n, hx, cx, w_hh, b_hh is not None, w_hr,
         _rows(output, state), _rows(cells, hidden), _rows(workspace, 4 * hidden), sizes, offsets, reverse,
     )  # fmt: skip
-    return _fill(got, specs, hx.new_zeros)
+    return _composed(got, specs)
 
 
 def _layer_bwd_backward(

@@ -44,6 +44,8 @@ def _layers(mode, x, batch_sizes, hx, cx, params, has_biases, num_layers, dropou
     packed = batch_sizes is not None
     if batch_first and not packed:
         x = x.transpose(0, 1)
+    if not packed and x.dim() == 3 and x._shape[0] == 0:
+        raise RuntimeError("Expected sequence length to be larger than 0 in RNN")
     h_n, c_n = [], []
     for layer in range(num_layers):
         outs = []

@@ -53,8 +53,7 @@ def _layer_kernel():
             return reference(*args)
         width = input_gates._shape[-1]
         ig = _array(input_gates).reshape(-1, width)
-        w = _array(w_hh)
-        wt = w.T
+        wt = np.ascontiguousarray(w_hh._numpy().T)  # BLAS is about twice as fast on it as on the transposed view
         b = _array(b_hh) if b_hh is not None else np.zeros(width, ig.dtype)
         h = np.array(hx._numpy(), order="C")
         hidden = h.shape[1]

@@ -51,6 +51,17 @@ def test_reproducers_from_the_report():
         assert a.grad.tolist() == [3.0, 2.0, 0.0]
 
 
+def test_every_saved_output_is_freed_after_backward():
+    """A multi-output op's non-differentiable outputs that backward reads (dropout's noise, a recurrent
+    layer's workspace) are freed with the rest after backward, not kept as long as the graph lives."""
+    x = kiln.ones(64, requires_grad=True)
+    y = kiln.dropout(x, 0.5, True)
+    result = y.grad_fn.saved["result"]
+    assert len(result) == 2 and all(r.data is not None for r in result)
+    y.sum().backward()
+    assert all(r.data is None for r in result)
+
+
 def test_a_needed_input_is_still_checked():
     """``b * b`` reads ``b`` for its gradient: the write is caught, as PyTorch catches it."""
     a = kiln.ones(3, requires_grad=True)

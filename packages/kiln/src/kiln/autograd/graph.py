@@ -590,7 +590,9 @@ def record(opdef, args: tuple, out) -> None:
         if opdef.num_outputs == 1:
             saved["result"] = SavedTensor(out, True, node)
         else:
-            saved["result"] = tuple(SavedTensor(o, True, node) if o.grad_fn is node else o for o in outs)
+            # every output is held as saved (freed after backward), the non-differentiable ones too (a
+            # dropout's noise, a recurrent layer's workspace): held raw, they lived as long as the graph
+            saved["result"] = tuple(SavedTensor(o, True, node) if o.grad_fn is node else SavedTensor(o) for o in outs)
     node.saved = saved
 
 

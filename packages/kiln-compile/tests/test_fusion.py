@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 import kiln
@@ -201,3 +202,28 @@ def test_infinite_and_nan_numbers_in_fused_chains():
     x = kiln.randn(16)
     cf(x)
     assert kiln.allclose(cf(x), f(x), equal_nan=True)
+
+
+@pytest.mark.skipif(not HAS_CODEGEN, reason="no code generator for cpu (kiln-cpu)")
+def test_fused_results_match_eager_at_the_edges():
+    """Found by review: a NaN tensor bound made clamp return the input (eager, as PyTorch: NaN), and the
+    fused sigmoid gave denormals where PyTorch's float32 exp overflows to a sigmoid of 0."""
+    n = 1 << 12
+    x = kiln.linspace(-120.0, 120.0, n)
+    lo = kiln.full((n,), math.nan)
+    hi = kiln.where(kiln.arange(n) % 2 == 0, 1.0, math.nan)
+
+    def clamp_nan(x):
+        return (x * 2.0).clamp(lo, hi) + (x * 2.0).clamp(max=hi) * 1.0
+
+    def sigmoid_underflow(x):
+        return (x * 1.0).sigmoid() * 2.0
+
+    for f in (clamp_nan, sigmoid_underflow):
+        cf = kiln.compile(f)
+        cf(x)
+        got, want = cf(x), f(x)
+        assert _fused_calls(cf._entries[0].forward.source) == 1
+        np.testing.assert_array_equal(got.isnan().numpy(), want.isnan().numpy())
+        np.testing.assert_array_equal((got == 0).numpy(), (want == 0).numpy())
+        assert kiln.allclose(got, want, rtol=1e-6, atol=0, equal_nan=True), f.__name__

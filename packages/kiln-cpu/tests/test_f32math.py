@@ -19,7 +19,7 @@ def _inputs() -> np.ndarray:
     bits = rng.integers(0, 2**32, 400_000, dtype=np.uint64).astype(np.uint32).view(np.float32)
     grid = np.linspace(-12, 12, 200_001, dtype=np.float32)
     tiny = np.float32(10.0) ** rng.uniform(-45, -3, 50_000).astype(np.float32)
-    edges = np.concatenate([np.linspace(c - 1, c + 1, 20_001, dtype=np.float32) for c in (88.72, -87.33, -103.97)])
+    edges = np.concatenate([np.linspace(c - 1, c + 1, 20_001, dtype=np.float32) for c in (88.72, -88.72, -87.33, -103.97)])
     denormals = (np.arange(1, 5001, dtype=np.uint32) * 1601).view(np.float32)
     specials = np.array(
         [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, np.finfo(np.float32).max, -np.finfo(np.float32).max,
@@ -43,8 +43,8 @@ def _exact(name: str, x: np.ndarray) -> np.ndarray:
             r = np.log(d)
         elif name == "tanh":
             r = np.tanh(d)
-        elif name == "sigmoid":
-            r = 1.0 / (1.0 + np.exp(-d))
+        elif name == "sigmoid":  # 0 where float32's exp(-x) overflows, as PyTorch's
+            r = np.where(np.exp(-x) == np.inf, 0.0, 1.0 / (1.0 + np.exp(-d)))
         else:
             r = np.frompyfunc(math.erf, 1, 1)(d).astype(np.float64)
         return r.astype(np.float32)
@@ -68,6 +68,21 @@ def test_float32_within_one_ulp_everywhere(name, spy):
     # the sign of zero where the result is zero (odd functions keep -0.0)
     zero = want == 0
     np.testing.assert_array_equal(np.signbit(got[zero]), np.signbit(want[zero]))
+
+
+def test_sigmoid_underflows_where_pytorchs_does(spy):
+    """Below x = -88.7228 float32's exp(-x) overflows and PyTorch's sigmoid is 0: so is kiln-cpu's, as its
+    reference's (a small tensor's) is, so that a result never depends on a tensor's size."""
+    import torch
+
+    x = np.linspace(-110, -80, 1 << 19, dtype=np.float32)
+    got = kiln.sigmoid(kiln.from_numpy(x.copy())).numpy()
+    assert spy == [("unary", _opcodes.SIGMOID, "flat")]
+    want = torch.sigmoid(torch.from_numpy(x)).numpy()
+    np.testing.assert_array_equal(got == 0, want == 0)
+    assert ulp_distance(got, want).max() <= 1
+    small = kiln.sigmoid(kiln.from_numpy(x[::4096].copy())).numpy()  # the reference's (below min_numel)
+    np.testing.assert_array_equal(small == 0, got[::4096] == 0)
 
 
 def test_special_values():

@@ -166,8 +166,10 @@ def tanh_f32(x):
 
 @register_jitable
 def sigmoid_f32(x):
-    """1/(1+exp(-x)) of a float32 in float64, rounded once."""
+    """1/(1+exp(-x)) of a float32 in float64, rounded once; 0 where float32's exp(-x) overflows (x at or
+    below -88.72283935546875), as PyTorch and the reference compute it in float32."""
     r = np.float32(1.0 / (1.0 + _exp_d(-np.float64(x))))
+    r = np.float32(0.0) if x <= np.float32(-88.72283935546875) else r  # a select: it vectorises
     return x if x != x else r
 
 

@@ -91,11 +91,21 @@ def _gelu(a, d, approximate="none"):
     return f"({_lit(0.5, d)} * {a} * ({_lit(1, d)} + erf({a} * {_lit(0.7071067811865476, d)})))"
 
 
+def _maximum(a, b):
+    """``maximum`` as eager's: NaN in either operand gives NaN."""
+    return f"({a} if ({a} > {b} or {a} != {a}) else {b})"
+
+
+def _minimum(a, b):
+    return f"({a} if ({a} < {b} or {a} != {a}) else {b})"
+
+
 def _clamp(a, lo, hi, d):
+    """``minimum(maximum(a, lo), hi)``, as eager's: a NaN input or bound gives NaN."""
     if lo is not None:
-        a = f"({lo} if {a} < {lo} else {a})"  # NaN < lo is false: NaN stays
+        a = _maximum(a, lo)
     if hi is not None:
-        a = f"({hi} if {a} > {hi} else {a})"
+        a = _minimum(a, hi)
     return a
 
 
@@ -126,8 +136,8 @@ EXPRESSIONS: dict[str, Callable] = {
     ),
     "gelu": lambda a, d: _gelu(a[0], d, *a[1:]),
     "pow": lambda a, d: _pow(a[0], a[1], d),
-    "maximum": lambda a, d: f"({a[0]} if ({a[0]} > {a[1]} or {a[0]} != {a[0]}) else {a[1]})",
-    "minimum": lambda a, d: f"({a[0]} if ({a[0]} < {a[1]} or {a[0]} != {a[0]}) else {a[1]})",
+    "maximum": lambda a, d: _maximum(a[0], a[1]),
+    "minimum": lambda a, d: _minimum(a[0], a[1]),
     "clamp": lambda a, d: _clamp(a[0], a[1] if len(a) > 1 else None, a[2] if len(a) > 2 else None, d),
     "where": lambda a, d: f"({a[1]} if {a[0]} else {a[2]})",
     **{name: (lambda symbol: lambda a, d: f"({a[0]} {symbol} {a[1]})")(op) for name, op in _COMPARISONS.items()},

@@ -206,8 +206,9 @@ def test_infinite_and_nan_numbers_in_fused_chains():
 
 @pytest.mark.skipif(not HAS_CODEGEN, reason="no code generator for cpu (kiln-cpu)")
 def test_fused_results_match_eager_at_the_edges():
-    """Found by review: a NaN tensor bound made clamp return the input (eager, as PyTorch: NaN), and the
-    fused sigmoid gave denormals where PyTorch's float32 exp overflows to a sigmoid of 0."""
+    """Found by review: a NaN tensor bound made clamp return the input (eager, as PyTorch: NaN); the fused
+    sigmoid gave denormals where PyTorch's float32 exp overflows to a sigmoid of 0; a 0-d float64 operand
+    was multiplied in float64 and rounded (eager converts it to float32 first)."""
     n = 1 << 12
     x = kiln.linspace(-120.0, 120.0, n)
     lo = kiln.full((n,), math.nan)
@@ -219,11 +220,18 @@ def test_fused_results_match_eager_at_the_edges():
     def sigmoid_underflow(x):
         return (x * 1.0).sigmoid() * 2.0
 
-    for f in (clamp_nan, sigmoid_underflow):
+    scale = kiln.tensor(0.1, dtype=kiln.float64)
+
+    def float64_scalar(x):  # PyTorch converts the 0-d float64 operand to float32 first, then multiplies
+        return (x * scale) * 1.0
+
+    for f in (clamp_nan, sigmoid_underflow, float64_scalar):
         cf = kiln.compile(f)
         cf(x)
         got, want = cf(x), f(x)
         assert _fused_calls(cf._entries[0].forward.source) == 1
         np.testing.assert_array_equal(got.isnan().numpy(), want.isnan().numpy())
         np.testing.assert_array_equal((got == 0).numpy(), (want == 0).numpy())
+        if f is float64_scalar:
+            assert kiln.equal(got, want)
         assert kiln.allclose(got, want, rtol=1e-6, atol=0, equal_nan=True), f.__name__

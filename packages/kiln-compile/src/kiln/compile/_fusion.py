@@ -196,6 +196,11 @@ def _expression(node: Node, group: _Group) -> str | None:
                     pending[a.index] = (f"x{len(group.inputs) + len(pending)}", a)
                 name = pending[a.index][0]
             args[i] = name
+    for i, a in enumerate(node.args):
+        # a float operand of another dtype (a 0-d float64 tensor in a float32 op) is converted to the dtype
+        # the op computes in first, as eager's type promotion does: never computed wider, then rounded
+        if isinstance(a, Value) and a.dtype in _FLOAT and _FLOAT[a.dtype] != d:
+            args[i] = f"{d}({args[i]})"
     expr = table(args, d)
     if expr is None:
         return None

@@ -19,7 +19,9 @@ def _inputs() -> np.ndarray:
     bits = rng.integers(0, 2**32, 400_000, dtype=np.uint64).astype(np.uint32).view(np.float32)
     grid = np.linspace(-12, 12, 200_001, dtype=np.float32)
     tiny = np.float32(10.0) ** rng.uniform(-45, -3, 50_000).astype(np.float32)
-    edges = np.concatenate([np.linspace(c - 1, c + 1, 20_001, dtype=np.float32) for c in (88.72, -88.72, -87.33, -103.97)])
+    edges = np.concatenate(
+        [np.linspace(c - 1, c + 1, 20_001, dtype=np.float32) for c in (88.72, -88.72, -87.33, -103.97)]
+    )
     denormals = (np.arange(1, 5001, dtype=np.uint32) * 1601).view(np.float32)
     specials = np.array(
         [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, np.finfo(np.float32).max, -np.finfo(np.float32).max,

@@ -281,7 +281,7 @@ def test_layer_op_checks_its_arguments():
         recurrent._rnn_layer(ig.reshape(6, -1), h, c, w, b, None, "LSTM", False, (1, 3, 2))
     with pytest.raises(RuntimeError, match="do not fit"):
         recurrent._rnn_layer(ig.reshape(6, -1), h, c, w, b, None, "LSTM", False, (2, 2, 1))
-    with pytest.raises(RuntimeError, match="expected kiln.float64"):
+    with pytest.raises(RuntimeError, match=r"expected kiln\.float64"):
         recurrent._rnn_layer(ig, h.float(), c, w, b, None, "LSTM")
     with pytest.raises(NotImplementedError, match="not implemented for 'Long'"):
         recurrent._rnn_layer(*(t.long() for t in (ig, h, c, w, b)), None, "LSTM")

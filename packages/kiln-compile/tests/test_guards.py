@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import kiln
@@ -75,6 +76,93 @@ def test_closure_constant_is_not_baked_in():
     assert _calls(cf, kiln.zeros(1)).tolist() == [2.0]
     k = 4.0
     assert cf(kiln.zeros(1)).tolist() == [4.0] and cf.trace_count == 2
+
+
+WEIGHT = kiln.ones(3)
+FACTORS = [2.0]
+HELPER_SCALE = 5.0
+NP_TABLE = np.array([1.0, 2.0, 3.0], np.float32)
+
+
+class _Config:
+    pass
+
+
+CONFIG = _Config()
+CONFIG.k = 3.0
+
+
+def _helper(x):
+    return x * HELPER_SCALE
+
+
+def test_what_the_code_reads_beyond_its_own_names_is_guarded():
+    """Found by review, each reused stale before: a tensor global rebound, a number read from a global list,
+    a plain object's attribute, a global read by a helper function, a NumPy array changed in place."""
+    global WEIGHT, HELPER_SCALE
+    cases = [
+        (lambda x: x * WEIGHT, lambda: globals().__setitem__("WEIGHT", kiln.full((3,), 7.0))),
+        (lambda x: x * FACTORS[0], lambda: FACTORS.__setitem__(0, 9.0)),
+        (lambda x: x * CONFIG.k, lambda: setattr(CONFIG, "k", 11.0)),
+        (lambda x: _helper(x) + 1, lambda: globals().__setitem__("HELPER_SCALE", 13.0)),
+        (lambda x: x + kiln.from_numpy(NP_TABLE), lambda: NP_TABLE.__setitem__(1, 20.0)),
+    ]
+    saved = (WEIGHT, list(FACTORS), CONFIG.k, HELPER_SCALE, NP_TABLE.copy())
+    try:
+        for f, change in cases:
+            cf = kiln.compile(f)
+            x = kiln.ones(3)
+            _calls(cf, x)
+            change()
+            assert kiln.equal(cf(x), f(x)) and cf.trace_count == 2
+    finally:
+        WEIGHT, HELPER_SCALE = saved[0], saved[3]
+        FACTORS[:] = saved[1]
+        CONFIG.k = saved[2]
+        NP_TABLE[:] = saved[4]
+
+
+def test_python_side_effects_run_only_while_tracing():
+    """A compiled call replays the graph, not the Python around it: a list the function appends to grows
+    while tracing only, and (guarded by its entries) makes the next call trace again."""
+    log = []
+
+    def f(x):
+        log.append(1.0)
+        return x * 2.0
+
+    cf = kiln.compile(f)
+    cf(kiln.ones(2))
+    cf(kiln.ones(2))
+    assert cf.trace_count == 2 and log == [1.0, 1.0]
+
+
+def test_a_flag_in_a_global_list_steers_python_control_flow():
+    def f(x):
+        return x * 3.0 if "triple" in MODES else x * 2.0
+
+    cf = kiln.compile(f)
+    MODES[:] = ["double"]
+    try:
+        assert _calls(cf, kiln.ones(1)).tolist() == [2.0]
+        MODES[:] = ["triple"]
+        assert cf(kiln.ones(1)).tolist() == [3.0]
+    finally:
+        MODES[:] = ["double"]
+
+
+MODES = ["double"]
+
+
+def test_a_huge_container_runs_eagerly_with_the_reason():
+    big = list(range(10_000))
+
+    def f(x):
+        return x * float(len(big))
+
+    cf = kiln.compile(f)
+    assert _calls(cf, kiln.ones(1)).tolist() == [10_000.0]
+    assert "cannot be guarded" in cf._entries[0].reason
 
 
 def test_module_training_flag_attribute_and_parameter_identity():

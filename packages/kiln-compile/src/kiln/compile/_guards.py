@@ -18,6 +18,8 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 import kiln
 
 __all__ = ["GuardBuilder", "flatten"]
@@ -78,58 +80,153 @@ def optimizer_state(opt) -> tuple:
     return (groups, state)
 
 
-def reachable_objects(fn: Callable, leaves: list) -> tuple[list, list[tuple[dict, str, Any]], list]:
-    """The modules and optimizers ``fn`` can reach (arguments, its ``self``, its defaults, a partial's bound
-    arguments, the globals its code names, its closure), and the plain globals and closure values its code
-    reads: ``(objects, globals, cells)``."""
+_LIMIT = 4096
+"""The most entries of a container (or elements of a NumPy array) a guard compares; a function that reads
+a larger one cannot be guarded and runs eagerly (``kiln.compile.explain`` says why)."""
+
+_MISSING = object()
+
+
+class Unguardable(Exception):
+    """What a function reads cannot be guarded (too large to compare on every call)."""
+
+
+def _functions(fn: Callable, module_cls) -> tuple[Any, list]:
+    """(the ``self`` of a bound method, the Python functions whose code a call of ``fn`` runs and kiln can
+    see: the function, a module's ``forward``)."""
+    func = getattr(fn, "__func__", fn)
+    owner = getattr(fn, "__self__", None)
+    funcs = [func]
+    if module_cls is not None and isinstance(owner, module_cls):  # a module's call: its forward's code too
+        funcs.append(getattr(type(owner).forward, "__func__", type(owner).forward))
+    return owner, [f for f in funcs if getattr(f, "__code__", None) is not None]
+
+
+def _helpers(funcs: list) -> list:
+    """``funcs`` and the user functions their code reaches by name, transitively: the functions of the same
+    module (the same globals) or defined inside another function, found in globals and closures."""
+    seen = {id(f): f for f in funcs}
+    todo = list(funcs)
+    while todo:
+        f = todo.pop()
+        g = f.__globals__
+        found = [g.get(n) for n in _names(f.__code__)]
+        for cell in f.__closure__ or ():
+            try:
+                found.append(cell.cell_contents)
+            except ValueError:  # an empty cell
+                continue
+        for v in found:
+            v = getattr(v, "__func__", v)
+            user = isinstance(v, types.FunctionType) and (v.__globals__ is g or "<locals>" in v.__qualname__)
+            if user and id(v) not in seen and len(seen) < 64:
+                seen[id(v)] = v
+                todo.append(v)
+    return list(seen.values())
+
+
+def reachable_objects(fn: Callable, leaves: list, gb: GuardBuilder) -> list:
+    """Guard what ``fn`` reads besides its arguments, and return the modules and optimizers it can reach
+    (arguments, its ``self``, its defaults, a partial's bound arguments, the globals and closures it
+    reads), whose state the caller guards.
+
+    Read from the code of ``fn`` and of the user functions it calls by name (:func:`_helpers`): each global
+    and closure value those functions name is guarded by what it is: a Python value by value, a tensor, a
+    function, a module or any other object by identity; lists, tuples and dicts by their entries, NumPy
+    arrays by their contents, and the attributes those functions name of plain objects and of Python
+    modules. The values are the ones the trace starts from: a container the function appends to fails
+    its guard on the next call and traces again (Python runs only while tracing), until the cache limit.
+    Raises :class:`Unguardable` for a container too large to compare."""
     module_cls, opt_cls = module_class(), _optimizer_class()
     kinds = tuple(c for c in (module_cls, opt_cls) if c is not None)
     objects = [x for x in leaves if kinds and isinstance(x, kinds)]
     while isinstance(fn, functools.partial):  # a partial's bound arguments are reachable too
         objects += [x for x in (*fn.args, *fn.keywords.values()) if kinds and isinstance(x, kinds)]
         fn = fn.func
-    func = getattr(fn, "__func__", fn)
-    owner = getattr(fn, "__self__", None)
+    owner, funcs = _functions(fn, module_cls)
     if owner is not None and kinds and isinstance(owner, kinds):
         objects.append(owner)
-    defaults = (*(getattr(func, "__defaults__", None) or ()), *(getattr(func, "__kwdefaults__", None) or {}).values())
-    objects += [x for x in defaults if kinds and isinstance(x, kinds)]
-    globals_read: list[tuple[dict, str, Any]] = []
-    cells = []
-    funcs = [func]
-    if module_cls is not None and isinstance(owner, module_cls):  # a module's call: its forward's code too
-        funcs.append(getattr(type(owner).forward, "__func__", type(owner).forward))
+    walker = _Walker(gb, kinds, objects)
+    funcs = _helpers(funcs)
+    walker.names = set().union(*(_names(f.__code__) for f in funcs)) if funcs else set()
     for f in funcs:
-        code = getattr(f, "__code__", None)
-        if code is None:
-            continue
-        g = getattr(f, "__globals__", {})
-        for name in sorted(_names(code)):
+        walker.function_reads(f, getattr(f, "__qualname__", "function"))
+    unique = {id(o): o for o in objects}
+    return list(unique.values())
+
+
+class _Walker:
+    """Adds the guards of the values functions read (see :func:`reachable_objects`)."""
+
+    def __init__(self, gb: GuardBuilder, kinds: tuple, objects: list) -> None:
+        self.gb, self.kinds, self.objects = gb, kinds, objects
+        self.names: set[str] = set()
+        self.seen: set[int] = set()
+
+    def function_reads(self, f, who: str) -> None:
+        g = f.__globals__
+        gname = self.gb.const(g)
+        for name in sorted(_names(f.__code__)):
             if name in g:
-                v = g[name]
-                if _plain(v):
-                    globals_read.append((g, name, v))
-                elif kinds and isinstance(v, kinds):
-                    objects.append(v)
-        for cell in getattr(f, "__closure__", None) or ():
+                self.value(g[name], f"{gname}.get({name!r}, _MISSING)", f"global {name}", 0)
+        for i, cell in enumerate(f.__closure__ or ()):
             try:
                 v = cell.cell_contents
             except ValueError:  # an empty cell
                 continue
-            if _plain(v):
-                cells.append((cell, v))
-            elif kinds and isinstance(v, kinds):
-                objects.append(v)
-    unique = {id(o): o for o in objects}
-    return list(unique.values()), globals_read, cells
+            self.value(v, f"{self.gb.const(cell)}.cell_contents", f"closure value {i} of {who}", 0)
+        defaults = (*(f.__defaults__ or ()), *(f.__kwdefaults__ or {}).values())
+        self.objects += [x for x in defaults if self.kinds and isinstance(x, self.kinds)]
+
+    def value(self, v: Any, path: str, words: str, depth: int) -> None:
+        gb = self.gb
+        t = type(v)
+        if _plain(v):
+            gb.check(f"type({path}) is {gb.const(t)} and {path} == {gb.const(v)}", f"{words} == {v!r}")
+            return
+        gb.check(f"{path} is {gb.const(v)}", f"{words} is the same {t.__name__}")
+        if isinstance(v, kiln.Tensor) or id(v) in self.seen or depth > 4:
+            return
+        self.seen.add(id(v))
+        if self.kinds and isinstance(v, self.kinds):
+            self.objects.append(v)
+        elif t in (list, tuple, dict):
+            if len(v) > _LIMIT:
+                raise Unguardable(f"{words} is a {t.__name__} of {len(v)} entries (more than {_LIMIT})")
+            if t is dict:
+                gb.check(f"tuple({path}) == {gb.const(tuple(v))}", f"{words} has keys {tuple(v)}")
+                items = [(f"{path}[{gb.const(k)}]", f"{words}[{k!r}]", x) for k, x in v.items()]
+            else:
+                gb.check(f"len({path}) == {len(v)}", f"{words} has {len(v)} entries")
+                items = [(f"{path}[{i}]", f"{words}[{i}]", x) for i, x in enumerate(v)]
+            for p, w, x in items:
+                self.value(x, p, w, depth + 1)
+        elif t is np.ndarray:
+            if v.size > _LIMIT:
+                raise Unguardable(f"{words} is a NumPy array of {v.size} elements (more than {_LIMIT})")
+            gb.check(f"_same_array({path}, {gb.const(v.copy())})", f"{words} holds the same values")
+        elif isinstance(v, (types.ModuleType, types.FunctionType, type)) or not hasattr(v, "__dict__"):
+            if t is types.ModuleType:  # a module's plain values and tensors the code names (config.scale)
+                for name in sorted(self.names & v.__dict__.keys()):
+                    x = v.__dict__[name]
+                    if _plain(x) or isinstance(x, kiln.Tensor):
+                        self.value(x, f"getattr({path}, {name!r}, _MISSING)", f"{words}.{name}", depth + 1)
+        else:  # a plain object: the attributes the code names
+            for name in sorted(self.names & vars(v).keys()):
+                self.value(vars(v)[name], f"getattr({path}, {name!r}, _MISSING)", f"{words}.{name}", depth + 1)
 
 
 def _names(code: types.CodeType) -> set[str]:
+    """The names ``code`` reads (globals, attributes), its nested functions' included."""
     names = set(code.co_names)
     for c in code.co_consts:
         if isinstance(c, types.CodeType):
             names |= _names(c)
     return names
+
+
+def _same_array(a, b) -> bool:
+    return type(a) is np.ndarray and a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b, equal_nan=True)
 
 
 class GuardBuilder:
@@ -201,7 +298,7 @@ class GuardBuilder:
         body = "\n".join(self.lines) or "    pass"
         src = f"def guard(args, kwargs):\n{body}\n    return [{', '.join(tensors)}]\n"
         ns = dict(self.consts)
-        ns["_meta"] = _meta
+        ns.update(_meta=_meta, _MISSING=_MISSING, _same_array=_same_array)
         exec(compile(src, "<kiln.compile guards>", "exec"), ns)  # noqa: S102 - our own generated source
         fn = ns["guard"]
         fn.source = src

@@ -22,7 +22,13 @@ from kiln.autograd import Function
 from kiln.compile import _config
 from kiln.compile._backends import lookup_backend
 from kiln.compile._graph import Graph, GuardFailure, Value
-from kiln.compile._guards import GuardBuilder, flatten, global_state, reachable_objects
+from kiln.compile._guards import (
+    GuardBuilder,
+    Unguardable,
+    flatten,
+    global_state,
+    reachable_objects,
+)
 from kiln.compile._trace import Tracer
 
 __all__ = ["CompiledFunction", "Entry", "is_compiling", "note_unsupported", "trace_call"]
@@ -224,21 +230,18 @@ def trace_call(fn: Callable, args: tuple, kwargs: dict, *, fullgraph: bool) -> t
     gb.structure(args, "args", exprs)
     gb.structure(kwargs, "kwargs", exprs)
     gb.check(f"{gb.const(global_state)}() == {gb.const(global_state())}", "grad mode, default dtype, autocast")
-    objects, globals_read, cells = reachable_objects(fn, leaves)
+    try:
+        objects = reachable_objects(fn, leaves, gb)
+    except Unguardable as exc:
+        objects, unguardable = [], str(exc)
+    else:
+        unguardable = None
     for obj in objects:
         gb.object_state(obj)
-    for g, name, value in globals_read:
-        gb.check(
-            f"type({gb.const(g)}.get({name!r})) is {gb.const(type(value))} and {gb.const(g)}[{name!r}] == {gb.const(value)}",
-            f"global {name} == {value!r}",
-        )
-    for cell, value in cells:
-        gb.check(
-            f"type({gb.const(cell)}.cell_contents) is {gb.const(type(value))} and {gb.const(cell)}.cell_contents == {gb.const(value)}",
-            f"closure value == {value!r}",
-        )
     tensors = [x for x in leaves if isinstance(x, kiln.Tensor)]
     tracer = Tracer(fullgraph)
+    if unguardable:
+        tracer.unsupported = f"what it reads cannot be guarded: {unguardable}"
     tracer.snapshot(_parameters(objects))
     for t in tensors:
         tracer.add_input(t, "input")

@@ -122,6 +122,21 @@ def test_what_the_code_reads_beyond_its_own_names_is_guarded():
         NP_TABLE[:] = saved[4]
 
 
+def test_an_arguments_attributes_are_guarded():
+    class Options:
+        pass
+
+    def f(x, opts):
+        return x * opts.scale
+
+    cf = kiln.compile(f)
+    opts = Options()
+    opts.scale = 2.0
+    assert _calls(cf, kiln.ones(2), opts).tolist() == [2.0, 2.0]
+    opts.scale = 4.0
+    assert cf(kiln.ones(2), opts).tolist() == [4.0, 4.0] and cf.trace_count == 2
+
+
 def test_python_side_effects_run_only_while_tracing():
     """A compiled call replays the graph, not the Python around it: a list the function appends to grows
     while tracing only, and (guarded by its entries) makes the next call trace again."""

@@ -133,8 +133,8 @@ def reachable_objects(fn: Callable, leaves: list, gb: GuardBuilder) -> list:
     Read from the code of ``fn`` and of the user functions it calls by name (:func:`_helpers`): each global
     and closure value those functions name is guarded by what it is: a Python value by value, a tensor, a
     function, a module or any other object by identity; lists, tuples and dicts by their entries, NumPy
-    arrays by their contents, and the attributes those functions name of plain objects and of Python
-    modules. The values are the ones the trace starts from: a container the function appends to fails
+    arrays by their contents, and the attributes those functions name of plain objects (the arguments'
+    too) and of Python modules. The values are the ones the trace starts from: a container the function appends to fails
     its guard on the next call and traces again (Python runs only while tracing), until the cache limit.
     Raises :class:`Unguardable` for a container too large to compare."""
     module_cls, opt_cls = module_class(), _optimizer_class()
@@ -151,6 +151,8 @@ def reachable_objects(fn: Callable, leaves: list, gb: GuardBuilder) -> list:
     walker.names = set().union(*(_names(f.__code__) for f in funcs)) if funcs else set()
     for f in funcs:
         walker.function_reads(f, getattr(f, "__qualname__", "function"))
+    for obj, path in gb.argument_objects:  # an argument's attributes the code names (opts.scale)
+        walker.members(obj, path, path, 0)
     unique = {id(o): o for o in objects}
     return list(unique.values())
 
@@ -185,6 +187,12 @@ class _Walker:
             gb.check(f"type({path}) is {gb.const(t)} and {path} == {gb.const(v)}", f"{words} == {v!r}")
             return
         gb.check(f"{path} is {gb.const(v)}", f"{words} is the same {t.__name__}")
+        self.members(v, path, words, depth)
+
+    def members(self, v: Any, path: str, words: str, depth: int) -> None:
+        """The guards on what ``v`` (at ``path``, already guarded by identity) holds."""
+        gb = self.gb
+        t = type(v)
         if isinstance(v, kiln.Tensor) or id(v) in self.seen or depth > 4:
             return
         self.seen.add(id(v))
@@ -237,6 +245,7 @@ class GuardBuilder:
         self.conditions: list[str] = []
         self.words: list[str] = []
         self.consts: dict[str, Any] = {}
+        self.argument_objects: list[tuple[Any, str]] = []  # non-plain argument leaves, by path
 
     def const(self, value: Any) -> str:
         """A name the generated code reads ``value`` by."""
@@ -275,6 +284,7 @@ class GuardBuilder:
             self.check(f"type({path}) is {self.const(t)} and {path} == {self.const(obj)}", f"{path} == {obj!r}")
         else:
             self.check(f"{path} is {self.const(obj)}", f"{path} is the same {t.__name__} object")
+            self.argument_objects.append((obj, path))
 
     def tensor(self, t: kiln.Tensor, expr: str, label: str) -> None:
         """Guards on one tensor's class, dtype, device, shape, strides, offset and ``requires_grad``."""

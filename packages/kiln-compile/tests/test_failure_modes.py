@@ -296,3 +296,26 @@ def test_tensors_made_from_host_data_are_new_on_every_call():
     h(kiln.ones(3))
     assert h(kiln.ones(3)).tolist() == [1.0, 3.0, 5.0]
     assert kiln.export(lambda x: x * kiln.arange(3.0), (kiln.ones(3),))(kiln.ones(3)).tolist() == [0.0, 1.0, 2.0]
+
+
+def test_a_backward_that_reads_a_value_runs_eagerly():
+    """A value read into Python in backward would be a guard failing after the compiled forward ran: such a
+    call runs eagerly (found by review: GuardFailure reached the caller)."""
+
+    class Signed(kiln.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * 2.0
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return g * (2.0 if x.sum().item() > 0 else -2.0)
+
+    cf = kiln.compile(lambda x: Signed.apply(x).sum())
+    for sign in (1.0, -1.0, 1.0):
+        x = kiln.full((3,), sign, requires_grad=True)
+        cf(x).backward()
+        assert x.grad.tolist() == [2.0 * sign] * 3
+    assert "backward reads a tensor's value" in cf._entries[0].reason

@@ -262,6 +262,9 @@ def trace_call(fn: Callable, args: tuple, kwargs: dict, *, fullgraph: bool) -> t
                 )
         needs_grad = kiln.is_grad_enabled() and any(t.requires_grad for t in out_tensors)
         bw = _trace_backward(tracer, out_tensors) if needs_grad else None
+        if bw is not None and any(n.kind == "guard" for n in bw[0].nodes):
+            # a value guard fails in backward only after the forward ran compiled: nothing to retrace then
+            tracer.unsupported = tracer.unsupported or "its backward reads a tensor's value into Python"
     finally:
         _local.tracers.pop()
     saved_values = bw[1] if bw is not None else []

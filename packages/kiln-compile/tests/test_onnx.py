@@ -132,3 +132,18 @@ def test_ops_without_a_handler_export_through_their_decomposition():
         want = model(x).numpy()
     (got,) = _run(proto.SerializeToString(), [x.numpy()])
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_mixed_dtypes_are_cast_as_eager_promotes_them():
+    """Found by review: a float times an int64 tensor exported a Mul of two types, which onnxruntime
+    refused to load. Operands are cast to the op's result (or comparison) dtype first."""
+
+    class Mixed(nn.Module):
+        def forward(self, x, n):
+            return x * n + (n > 1) + (x < n) * 2.0 + x.sum() / 3
+
+    x, n = kiln.randn(2, 3), kiln.tensor([[1, 2, 3], [4, 5, 6]])
+    proto = kiln.onnx.export(Mixed(), (x, n))
+    onnx.checker.check_model(proto, full_check=True)
+    (got,) = _run(proto.SerializeToString(), [x.numpy(), n.numpy()])
+    np.testing.assert_allclose(got, Mixed()(x, n).numpy(), rtol=1e-6, atol=1e-6)

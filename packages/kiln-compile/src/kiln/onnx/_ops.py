@@ -62,11 +62,16 @@ class _Builder:
     def ints(self, values) -> str:
         return self.const(np.asarray(list(values), dtype=np.int64), "ints")
 
-    def operand(self, a: Any, like: Value) -> str:
-        """A tensor's name, or a number as a 0-d initializer of ``like``'s dtype."""
+    def operand(self, a: Any, like: Value | kiln.dtype) -> str:
+        """An operand in ``like``'s dtype (a value's, or a dtype): a tensor's name, cast where its dtype differs
+        (as eager's type promotion converts operands, and ONNX's elementwise ops take one type), or a number
+        as a 0-d initializer."""
+        target = like if isinstance(like, kiln.dtype) else like.dtype
         if isinstance(a, Value):
-            return self.name(a)
-        dtype = np.dtype(like.dtype.numpy) if like.dtype is not kiln.bfloat16 else np.float32
+            if a.dtype is target:
+                return self.name(a)
+            return self.node("Cast", [self.name(a)], to=_TYPES[target])[0]
+        dtype = np.dtype(target.numpy) if target is not kiln.bfloat16 else np.float32
         return self.const(np.asarray(a, dtype=dtype), "scalar")
 
     def node(self, op_type: str, inputs: list[str], n_out: int = 1, **attrs) -> list[str]:
@@ -107,7 +112,7 @@ def _binary(op_type: str):
 
 def _compare(op_type: str, negate: bool = False):
     def handler(b: _Builder, node: Node, a, out):
-        like = a[0] if isinstance(a[0], Value) else a[1]
+        like = getattr(node.spec, "compute_dtype", None) or (a[0] if isinstance(a[0], Value) else a[1])
         (r,) = b.node(op_type, [b.operand(a[0], like), b.operand(a[1], like)])
         return b.node("Not", [r]) if negate else [r]
 

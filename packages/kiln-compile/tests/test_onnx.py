@@ -92,6 +92,25 @@ def test_export_params_false_makes_weights_inputs():
     assert not proto.graph.initializer
     assert {i.name for i in proto.graph.input} == {"input0", "weight", "bias"}
 
+    class Shifted(nn.Module):  # a constant the forward makes stays in the file (found by review)
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(3, 2)
+
+        def forward(self, x):
+            return self.lin(x) + kiln.tensor([1.0, -1.0])
+
+    model, x = Shifted(), kiln.randn(1, 3)
+    proto = kiln.onnx.export(model, (x,), export_params=False)
+    assert {i.name for i in proto.graph.input} == {"input0", "lin.weight", "lin.bias"}
+    assert len(proto.graph.initializer) == 1
+    with kiln.no_grad():
+        want = model(x).numpy()
+    (got,) = _run(
+        proto.SerializeToString(), [x.numpy(), model.lin.weight.detach().numpy(), model.lin.bias.detach().numpy()]
+    )
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
 
 def test_bad_arguments():
     model, x = nn.Linear(3, 2), kiln.ones(1, 3)

@@ -442,7 +442,9 @@ def build_graph(
     for name, v in weights.items():
         b.names[v.index] = name
         array = state[name].numpy()
-        if export_params:
+        # export_params=False makes the model's parameters and buffers inputs (named as in its state dict);
+        # constants the program made or folded (named with a leading underscore) stay in the file
+        if export_params or name.startswith(("_constant", "_folded")):
             b.initializers.append(numpy_helper.from_array(array, name))
         else:
             graph_inputs.append(helper.make_tensor_value_info(name, _TYPES[v.dtype], list(array.shape)))

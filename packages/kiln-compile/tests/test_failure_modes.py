@@ -319,3 +319,19 @@ def test_a_backward_that_reads_a_value_runs_eagerly():
         cf(x).backward()
         assert x.grad.tolist() == [2.0 * sign] * 3
     assert "backward reads a tensor's value" in cf._entries[0].reason
+
+
+def test_apply_runs_eagerly():
+    """``apply_`` computes and writes in Python, unseen by the dispatcher (found by review: the replay
+    skipped the write): the call runs eagerly, with the reason."""
+
+    def f(x):
+        y = x * 1.0
+        y.apply_(lambda v: v + 1)
+        return y * 2.0
+
+    cf = kiln.compile(f)
+    x = kiln.ones(3)
+    for _ in range(3):
+        assert cf(x).tolist() == [4.0, 4.0, 4.0]
+    assert "NumPy" in cf._entries[0].reason

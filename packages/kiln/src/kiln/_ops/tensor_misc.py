@@ -12,6 +12,7 @@ import numpy as np
 
 from kiln import _dtype as dt
 from kiln._device import CPU
+from kiln._state import state
 from kiln._tensor import Tensor
 
 __all__ = ["fill", "fill_", "zero_", "detach", "detach_", "index_put_"]
@@ -97,6 +98,9 @@ def _apply_each(self: Tensor, name: str, fn, others: tuple) -> Tensor:
             )
     if not callable(fn):
         raise TypeError(f"'{type(fn).__name__}' object is not callable")
+    for mode in state.post_autograd_modes:  # Python computes and writes the values: a tracer must know
+        for t in (self, *others):
+            mode.host_read(t, "numpy")
     a = self._numpy()
     srcs = [o._numpy() for o in others]
     for idx in np.ndindex(a.shape):

@@ -291,20 +291,18 @@ def test_layer_op_checks_its_arguments():
         )
 
 
-def test_nn_lstm_records_one_node_per_layer_and_direction():
+def test_lstm_records_one_node_per_layer_and_direction():
     """The point of the fused op: a whole sequence is one autograd record per layer and direction."""
-    lstm = kiln.nn.LSTM(4, 5, num_layers=2, bidirectional=True) if hasattr(kiln, "nn") else None
-    if lstm is None:
-        pytest.skip("kiln-nn is not installed")
-    out, _ = lstm(kiln.randn(7, 2, 4))
-    names = []
-    stack = [out.grad_fn]
-    seen = set()
+    rng = U.rng_for(4)
+    params = [kiln.tensor(a, dtype=kiln.float32, requires_grad=True) for a in _params(rng, "LSTM", 4, 5, 2, 2, True)]
+    h0 = kiln.zeros(4, 2, 5)
+    out, _, _ = kiln.lstm(kiln.randn(7, 2, 4), (h0, h0), params, True, 2, 0.0, True, True, False)
+    names, stack, seen = [], [out.grad_fn], set()
     while stack:
         node = stack.pop()
         if node is None or id(node) in seen:
             continue
         seen.add(id(node))
-        names.append(type(node).__name__ if not hasattr(node, "name") else node.name())
+        names.append(node.name())
         stack += [f for f, _ in node.next_functions]
     assert names.count("MkldnnRnnLayerBackward0") == 4

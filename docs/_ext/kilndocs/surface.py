@@ -109,8 +109,8 @@ LEFT_OUT: tuple[tuple[str, str], ...] = (
     (
         r"torch(\.Tensor)?:(cudnn_.*|miopen_.*|mkldnn_.*|native_.*|.*_backward.*|batch_norm_(elemt|stats|"
         r"gather_stats.*|update_stats|backward_.*)|fused_.*|_?grid_sampler.*|affine_grid_generator|"
-        r"embedding_renorm_|norm_except_dim|frobenius_norm|nuclear_norm|rnn_(tanh|relu)(_cell)?|lstm(_cell)?|"
-        r"gru(_cell)?|quantized_.*|saddmm|smm|dsmm|hsmm|hspmm|sspaddmm|conv_tbc|to_mkldnn|"
+        r"embedding_renorm_|norm_except_dim|frobenius_norm|nuclear_norm|"
+        r"quantized_.*|saddmm|smm|dsmm|hsmm|hspmm|sspaddmm|conv_tbc|to_mkldnn|"
         r"hash_tensor|nonzero_static|slice_inverse|sym_constrain_range.*|"
         r"resize_as_sparse_|sparse_resize_.*|record_stream|dim_order|is_set_to|set_)$",
         _LIB,

@@ -13,18 +13,19 @@ def _path(tmp_path, text):
 
 
 def test_writes_once_and_runs_the_text(tmp_path):
-    text = "VALUE = 41 + 1\n"
+    text = "value = 41 + 1\n"
     mod = kb.generated_module(text, tmp_path, "kiln_test_generated_a")
-    assert mod.VALUE == 42
+    assert mod.value == 42
     assert _path(tmp_path, text).read_text() == text
     assert kb.generated_module(text, tmp_path, "kiln_test_generated_a") is mod
 
 
 def test_a_planted_or_cut_file_is_replaced_not_run(tmp_path):
-    for planted in ("raise SystemExit('planted code ran')\n", "VALUE = 4"):  # foreign code; a cut-short file
-        text = f"VALUE = {len(planted)}\n"
+    for planted in ("raise SystemExit('planted code ran')\n", "value = 4"):  # foreign code; a cut-short file
+        text = f"value = {len(planted)}\n"
         path = _path(tmp_path, text)
         path.write_text(planted)
-        mod = kb.generated_module(text, tmp_path, f"kiln_test_generated_{len(planted)}")
-        assert mod.VALUE == len(planted)
+        want = len(planted)
+        mod = kb.generated_module(text, tmp_path, f"kiln_test_generated_{want}")
+        assert mod.value == want
         assert path.read_text() == text

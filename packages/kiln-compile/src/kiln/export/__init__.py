@@ -71,6 +71,15 @@ def export(
     return ExportedProgram(program, state)
 
 
+_CONSTANT, _FOLDED = "_constant", "_folded"  # the names of weights that are not the model's state
+
+
+def is_constant_name(name: str) -> bool:
+    """Whether a weight of :func:`trace_program` is a constant the program made or the passes folded, not one
+    of the model's parameters or buffers (those keep their state-dict names)."""
+    return name.startswith((_CONSTANT, _FOLDED))
+
+
 def trace_program(mod: Callable, args: tuple, kwargs: dict, who: str):
     """``mod(*args, **kwargs)`` traced without gradients into an optimized graph of op nodes only:
     ``(graph, {weight name: Value}, {weight name: tensor}, output template)`` — what :func:`export` and
@@ -99,11 +108,11 @@ def trace_program(mod: Callable, args: tuple, kwargs: dict, who: str):
     weights: dict[str, Value] = {}
     state: dict[str, kiln.Tensor] = {}
     for v, t in zip(graph.inputs[n_inputs:], entry.externals):
-        name = names.get(id(t)) or f"_constant{len(state)}"
+        name = names.get(id(t)) or f"{_CONSTANT}{len(state)}"
         weights[name], state[name] = v, t.detach().clone()
     by_index = {v.index: v for n in entry.graphs[0].nodes for v in n.outputs}
     for index, t in graph.constants.items():
-        name = f"_folded{index}"
+        name = f"{_FOLDED}{index}"
         weights[name], state[name] = by_index[index], t.detach().clone()
     return graph, weights, state, entry.out_template
 

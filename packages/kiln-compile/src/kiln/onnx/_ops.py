@@ -17,6 +17,7 @@ import kiln
 import onnx
 from kiln.compile._graph import Graph, Node, Value, contiguous_strides
 from kiln.compile._passes import decompose
+from kiln.export import is_constant_name
 from onnx import TensorProto, helper, numpy_helper
 
 __all__ = ["HANDLERS", "build_graph"]
@@ -442,9 +443,8 @@ def build_graph(
     for name, v in weights.items():
         b.names[v.index] = name
         array = state[name].numpy()
-        # export_params=False makes the model's parameters and buffers inputs (named as in its state dict);
-        # constants the program made or folded (named with a leading underscore) stay in the file
-        if export_params or name.startswith(("_constant", "_folded")):
+        # export_params=False makes the model's parameters and buffers inputs; constants stay in the file
+        if export_params or is_constant_name(name):
             b.initializers.append(numpy_helper.from_array(array, name))
         else:
             graph_inputs.append(helper.make_tensor_value_info(name, _TYPES[v.dtype], list(array.shape)))

@@ -328,19 +328,15 @@ def _rows(t, cols: int):
     return None if t is None else t.reshape(-1, cols)
 
 
-def _fill(results: tuple, specs: tuple, zeros) -> tuple:
-    """The results in their specs' shapes, ``zeros(shape)`` for the ones a layer lacks (None)."""
-    return tuple(zeros(s.shape) if a is None else a.reshape(s.shape) for a, s in zip(results, specs))
+def _fill(results: tuple, specs: tuple, zeros, cast=lambda a, spec: a) -> tuple:
+    """The results in their specs' shapes (``cast`` to their dtypes: a decomposition computes half precision
+    in float32, as the reference kernels do, and rounds once), ``zeros(spec)`` for the ones a layer lacks."""
+    return tuple(zeros(s) if a is None else cast(a.reshape(s.shape), s) for a, s in zip(results, specs))
 
 
-def _composed(results: tuple, specs: tuple) -> tuple:
-    """A decomposition's results (computed in float32 for half precision, as the reference kernels do, and
-    rounded once) in their specs' shapes and dtypes; empty ``(0,)`` tensors for the ones a layer lacks."""
-    like = next(a for a in results if a is not None)
-    return tuple(
-        like.new_zeros(s.shape, dtype=s.dtype) if a is None else a.reshape(s.shape).to(s.dtype)
-        for a, s in zip(results, specs)
-    )
+def _composed(results: tuple, specs: tuple, like: Tensor) -> tuple:
+    """A decomposition's results: :func:`_fill` with kiln tensors on ``like``'s device."""
+    return _fill(results, specs, lambda s: like.new_zeros(s.shape, dtype=s.dtype), lambda a, s: a.to(s.dtype))
 
 
 # ---------------------------------------------------------------------------------------- _rnn_layer
@@ -353,7 +349,7 @@ def _layer_ref(spec, input_gates, hx, cx, w_hh, b_hh, w_hr, mode, reverse=False,
     )
     sizes, offsets = _steps(ig.shape, batch_sizes)
     got = _forward(_NumPy, mode, _rows(ig, ig.shape[-1]), hx, cx, w_hh, b_hh, w_hr, sizes, offsets, reverse)
-    return _fill(got, spec, lambda shape: np.zeros(shape, compute))
+    return _fill(got, spec, lambda s: np.zeros(s.shape, compute))
 
 
 def _layer_decomposed(input_gates, hx, cx, w_hh, b_hh, w_hr, mode, reverse=False, batch_sizes=None):
@@ -363,7 +359,7 @@ def _layer_decomposed(input_gates, hx, cx, w_hh, b_hh, w_hr, mode, reverse=False
     sizes, offsets = _steps(input_gates._shape, batch_sizes)
     input_gates, hx, cx, w_hh, b_hh, w_hr = _upcast(input_gates, hx, cx, w_hh, b_hh, w_hr)
     ig = _rows(input_gates, input_gates._shape[-1])
-    return _composed(_forward(_Kiln, mode, ig, hx, cx, w_hh, b_hh, w_hr, sizes, offsets, reverse), specs)
+    return _composed(_forward(_Kiln, mode, ig, hx, cx, w_hh, b_hh, w_hr, sizes, offsets, reverse), specs, hx)
 
 
 def _layer_backward(grads, input_gates, hx, cx, w_hh, b_hh, w_hr, mode, reverse, batch_sizes, result):
@@ -454,7 +450,7 @@ def _layer_bwd_ref(
         _NumPy, mode, c(grad_output, state), c(grad_h_n), c(grad_c_n), c(hx), c(cx), c(w_hh), b_hh is not None,
         c(w_hr), c(output, state), c(cells, hidden), c(workspace, 4 * hidden), sizes, offsets, reverse,
     )  # fmt: skip
-    return _fill(got, spec, lambda shape: np.zeros(shape, compute))
+    return _fill(got, spec, lambda s: np.zeros(s.shape, compute))
 
 
 def _layer_bwd_decomposed(
@@ -475,7 +471,7 @@ def _layer_bwd_decomposed(
         _Kiln, mode, _rows(grad_output, state), grad_h_n, grad_c_n, hx, cx, w_hh, b_hh is not None, w_hr,
         _rows(output, state), _rows(cells, hidden), _rows(workspace, 4 * hidden), sizes, offsets, reverse,
     )  # fmt: skip
-    return _composed(got, specs)
+    return _composed(got, specs, hx)
 
 
 def _layer_bwd_backward(

@@ -733,7 +733,8 @@ def from_array(a: np.ndarray, dtype: dt.dtype) -> Tensor:
     if a.__class__ is not np.ndarray:
         a = np.asarray(a)
     np_dtype = dtype._np if dtype._np is not None else dtype.numpy
-    if a.dtype != np_dtype:
+    have = a.dtype
+    if have is not np_dtype and have != np_dtype:  # NumPy's builtin dtypes are singletons: identity first
         a = a.astype(np_dtype, order="K")
     if a.flags.c_contiguous:
         shape = a.shape

@@ -60,7 +60,7 @@ def _view_kernel(spec, input, *args):
 def _shape_arg(size) -> tuple[int, ...]:
     if size.__class__ is tuple:  # the common case, checked without building a new tuple
         for s in size:
-            if s.__class__ is not int or not -_INT64_END <= s < _INT64_END:
+            if s.__class__ is not int or not _INT64_MIN <= s < _INT64_END:
                 break
         else:
             return size
@@ -80,6 +80,7 @@ def _shape_arg(size) -> tuple[int, ...]:
 
 
 _INT64_END = 2**63  # PyTorch parses sizes into C++ int64s
+_INT64_MIN = -_INT64_END  # (a constant: negating the big int on every call costs an allocation)
 
 
 def check_storage_size(shape: tuple, dtype, stride: tuple | None = None) -> None:
@@ -126,7 +127,10 @@ def infer_size(shape: tuple, numel: int) -> tuple[int, ...]:
 
 def view_strides(old_shape: tuple, old_stride: tuple, new_shape: tuple) -> tuple | None:
     """Strides that view ``old`` geometry as ``new_shape`` without copying, or None if impossible."""
-    if _numel(old_shape) == 0 or not old_shape or _numel(old_shape) == 1:
+    if old_stride == contiguous_strides(old_shape):  # the common case: row-major stays row-major
+        return contiguous_strides(new_shape)
+    numel = _numel(old_shape)
+    if numel == 0 or numel == 1:
         return contiguous_strides(new_shape)
     new_stride = [0] * len(new_shape)
     view_d = len(new_shape) - 1

@@ -39,7 +39,7 @@ from typing import Any
 from kiln._device import out_of_memory
 from kiln._modes import DispatchMode, call_with_modes
 from kiln._spec import Spec
-from kiln._state import state
+from kiln._state import away, state
 from kiln._tensor import Tensor
 
 __all__ = [
@@ -493,9 +493,11 @@ def call(opdef: OpDef, args: tuple):
     The modes in front of autograd re-enter here with their own stack level emptied (see
     :func:`kiln._modes.call_with_modes`), so one function serves both: the hot path pays no second call.
     """
-    pre = state.pre_autograd_modes
-    if pre:
-        return call_with_modes(pre, opdef, args, call)
+    moded = away[0]  # any thread away from the default state: only then is the thread-local state read
+    if moded:
+        pre = state.pre_autograd_modes
+        if pre:
+            return call_with_modes(pre, opdef, args, call)
     try:  # free unless raised (Python 3.11's zero-cost exceptions)
         spec = opdef.meta(*args)
     except SparseArgument:
@@ -504,7 +506,7 @@ def call(opdef: OpDef, args: tuple):
         from kiln._sparse_ops import dispatch_sparse
 
         return dispatch_sparse(opdef, args)
-    if state.post_autograd_modes:
+    if moded and state.post_autograd_modes:
         out = call_with_modes(
             state.post_autograd_modes,
             opdef,
@@ -513,7 +515,7 @@ def call(opdef: OpDef, args: tuple):
         )
     else:
         out = call_kernel(opdef, args, spec)
-    if opdef._backward_needs is not None and state.grad_enabled:
+    if opdef._backward_needs is not None and (not moded or state.grad_enabled):
         for i in opdef.tensor_params:
             a = args[i]
             if isinstance(a, Tensor):
@@ -560,9 +562,10 @@ def call_kernel(opdef: OpDef, args: tuple, spec=None):
 def call_below_autograd(opdef: OpDef, args: tuple):
     """Run an op's kernel through the post-autograd modes but not autograd: the core's own writes (``copy_``,
     the in-place variants, ``.grad`` accumulation) call it so that a tracer sees every write."""
-    post = state.post_autograd_modes
-    if post:
-        return call_with_modes(post, opdef, args, call_kernel)
+    if away[0]:
+        post = state.post_autograd_modes
+        if post:
+            return call_with_modes(post, opdef, args, call_kernel)
     return call_kernel(opdef, args)
 
 
@@ -720,9 +723,10 @@ def composite(*, autocast: str, name: str | None = None) -> Callable[[Callable],
 
         @functools.wraps(fn)
         def run(*args, **kwargs):
-            pre = state.pre_autograd_modes
-            if pre:
-                return _composite_with_modes(pre, record, args, kwargs)
+            if away[0]:
+                pre = state.pre_autograd_modes
+                if pre:
+                    return _composite_with_modes(pre, record, args, kwargs)
             return fn(*args, **kwargs)
 
         run.composite = record

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from kiln._state import state
+from kiln._state import set_state, state
 
 if TYPE_CHECKING:
     from kiln._dispatch import Composite, OpDef
@@ -55,7 +55,7 @@ class DispatchMode:
 
     def __enter__(self):
         attr = _mode_attr(self.level)
-        setattr(state, attr, getattr(state, attr) + (self,))
+        set_state(attr, getattr(state, attr) + (self,))
         return self
 
     def __exit__(self, *exc):
@@ -63,7 +63,7 @@ class DispatchMode:
         stack = getattr(state, attr)
         if not stack or stack[-1] is not self:
             raise RuntimeError(f"{type(self).__name__} exited out of order")
-        setattr(state, attr, stack[:-1])
+        set_state(attr, stack[:-1])
 
 
 def _mode_attr(level: str) -> str:

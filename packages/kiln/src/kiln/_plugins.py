@@ -757,7 +757,7 @@ def decomposed_kernel(opdef) -> Callable:
     run with gradients off and no mode active. A result that aliases an argument (a decomposition may
     return its input unchanged) is copied: a kernel's result is always new storage.
     """
-    from kiln._state import state
+    from kiln._state import set_state, state
     from kiln._tensor import Tensor
 
     decompose = opdef.decompose
@@ -773,15 +773,17 @@ def decomposed_kernel(opdef) -> Callable:
         return out
 
     def decomposed(spec, *args):
-        saved = state.grad_enabled, state.pre_autograd_modes, state.post_autograd_modes
-        state.grad_enabled, state.pre_autograd_modes, state.post_autograd_modes = False, (), ()
+        grad = set_state("grad_enabled", False)
+        modes = state.pre_autograd_modes, state.post_autograd_modes
+        state.pre_autograd_modes = state.post_autograd_modes = ()  # toward the defaults, restored below
         try:
             if keyword_only:
                 out = decompose(*args[:n_positional], **dict(zip(keyword_only, args[n_positional:])))
             else:
                 out = decompose(*args)
         finally:
-            state.grad_enabled, state.pre_autograd_modes, state.post_autograd_modes = saved
+            state.pre_autograd_modes, state.post_autograd_modes = modes
+            set_state("grad_enabled", grad)
         if isinstance(out, tuple):
             return tuple(fresh(o, args) for o in out)
         return fresh(out, args)

@@ -92,8 +92,10 @@ def wrap_reference(opdef) -> Callable:
     if positions == (0, 1):  # binary ops, the hot path: no argument list to build
 
         def kernel(spec, a, b, *rest):
-            a = a._numpy() if isinstance(a, Tensor) else a
-            b = b._numpy() if isinstance(b, Tensor) else b
+            if isinstance(a, Tensor):
+                a = a._numpy() if a._np is None else a._np  # the cached view, without a call
+            if isinstance(b, Tensor):
+                b = b._numpy() if b._np is None else b._np
             token = _quiet_enter()
             try:
                 return wrap(fn(spec, a, b, *rest), spec if wrap is not from_array else spec.dtype)

@@ -47,6 +47,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from kiln import _state
 from kiln._atomic_write import atomic_write
 from kiln._dispatch import (
     AUTOCAST_POLICIES,
@@ -82,7 +83,6 @@ from kiln._spec import (
     StridedSpec,
     WindowSpec,
 )
-from kiln._state import state as _state
 from kiln._tensor import Tensor
 from kiln._tensor import from_array as _from_array
 from kiln._threads import check_num_threads, default_num_threads
@@ -199,7 +199,7 @@ def recording() -> bool:
     """Whether a post-autograd dispatch mode (kiln-compile's tracer, a profiler) is active on this thread.
     Code that writes tensors behind the dispatcher's back (a fused optimizer update) must then run ops,
     which the mode sees."""
-    return bool(_state.post_autograd_modes)
+    return bool(_state.away[0] and _state.state.post_autograd_modes)
 
 
 def host_view(tensor: Tensor) -> np.ndarray:

@@ -99,12 +99,15 @@ _PY_SCALARS = (int, float, bool)
 _SCALAR_RESULT: dict[tuple, dt.dtype] = {}
 
 
-def binary_meta(op_name: str, *, float_result: bool = False, bool_result: bool = False):
-    """Meta for ``f(input, other)``: broadcast shape, promoted dtype, common device."""
+def binary_meta(op_name: str, *, float_result: bool = False, bool_result: bool = False, alpha: bool = False):
+    """Meta for ``f(input, other)``: broadcast shape, promoted dtype, common device; with ``alpha``, the
+    checks of add's and sub's third argument."""
 
     def meta(input, other, *extra):
         if isinstance(input, Tensor) and isinstance(other, Tensor):
-            shape = broadcast_pair(input._shape, other._shape)
+            shape = input._shape
+            if shape != other._shape:
+                shape = broadcast_pair(shape, other._shape)
             a, b = input._dtype, other._dtype
             dtype = a if (a is b) else result_type(input, other)
             dev = input._device if input._device is other._device else common_device(op_name, input, other)
@@ -124,6 +127,8 @@ def binary_meta(op_name: str, *, float_result: bool = False, bool_result: bool =
             dev = common_device(op_name, input, other)
         if float_result and not dtype.is_floating_point:
             dtype = dt.get_default_dtype()
+        if alpha and extra and extra[0] != 1:
+            _alpha_check(dtype, extra[0])
         if bool_result:
             return ComputeSpec((shape, dt.bool, dev, dtype))  # extra field: the compute dtype
         return Spec((shape, dtype, dev))
@@ -149,11 +154,7 @@ def _alpha_check(dtype: dt.dtype, alpha) -> None:
         raise RuntimeError("For integral input tensors, argument alpha must not be a floating point number.")
 
 
-def _add_meta(input, other, alpha=1):
-    spec = _ADD_BASE(input, other)
-    if alpha != 1:
-        _alpha_check(spec.dtype, alpha)
-    return spec
+_add_meta = binary_meta("add", alpha=True)
 
 
 def _sub_meta(input, other, alpha=1):
@@ -178,7 +179,6 @@ def _is_bool(x) -> bool:
     return x._dtype is dt.bool if isinstance(x, Tensor) else isinstance(x, bool)
 
 
-_ADD_BASE = binary_meta("add")
 _SUB_BASE = binary_meta("sub")
 
 
@@ -188,8 +188,11 @@ def _alpha_ref(np_fn):
 
     def ref(spec, a, b, alpha=1):
         d = spec.dtype
-        compute = _compute_np(d)
-        a, b = _arg(a, compute, d), _arg(b, compute, d)
+        compute = _COMPUTE_NP.get(d) or _compute_np(d)
+        if a.__class__ is not np.ndarray or a.dtype is not compute:  # else _arg would return it as it is
+            a = _arg(a, compute, d)
+        if b.__class__ is not np.ndarray or b.dtype is not compute:
+            b = _arg(b, compute, d)
         if d is dt.bool:
             return np.logical_or(a, np.logical_and(b, bool(alpha)))
         if alpha != 1:

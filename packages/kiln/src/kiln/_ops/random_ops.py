@@ -38,7 +38,7 @@ from kiln._ops.creation import (
     zeros_like,
 )
 from kiln._spec import Spec
-from kiln._state import state
+from kiln._state import away, state
 from kiln._tensor import Tensor
 
 __all__ = [
@@ -87,7 +87,7 @@ def _drawn(draw) -> Tensor:
     """``draw()``, the random tensor; a tracer (a post-autograd dispatch mode) is told how to draw another
     like it, since no op of the dispatcher made it (``DispatchMode.made_outside``)."""
     t = draw()
-    if state.post_autograd_modes:
+    if away[0] and state.post_autograd_modes:
         draw.random = True  # a tracer draws anew on every run; a program cannot hold it as a constant
         for mode in state.post_autograd_modes:
             mode.made_outside(t, draw)

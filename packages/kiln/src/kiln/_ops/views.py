@@ -16,8 +16,8 @@ from kiln._dispatch import op
 from kiln._memory_format import check_memory_format, contiguous_format, preserve_format
 from kiln._ops._meta import wrap_dim
 from kiln._spec import Spec, StridedSpec
-from kiln._state import state
-from kiln._tensor import Tensor, _make, _numel, contiguous_strides, storage_span
+from kiln._state import away, state
+from kiln._tensor import _CONTIGUOUS_STRIDES, Tensor, _make, _numel, contiguous_strides, storage_span
 
 TOP_LEVEL = (
     "broadcast_to",
@@ -48,7 +48,7 @@ def make_view(base: Tensor, shape: tuple, stride: tuple, offset: int) -> Tensor:
     v = _make(base._storage, shape, stride, offset, base._dtype, base._device, base._vc)
     v._base = base if base._base is None else base._base
     v._view_vc = base._vc[0]  # the version at which v's history is current (see autograd.graph._edge)
-    v._nograd_view = v._base._requires_grad and not state.grad_enabled
+    v._nograd_view = v._base._requires_grad and away[0] != 0 and not state.grad_enabled
     return v
 
 
@@ -127,8 +127,9 @@ def infer_size(shape: tuple, numel: int) -> tuple[int, ...]:
 
 def view_strides(old_shape: tuple, old_stride: tuple, new_shape: tuple) -> tuple | None:
     """Strides that view ``old`` geometry as ``new_shape`` without copying, or None if impossible."""
-    if old_stride == contiguous_strides(old_shape):  # the common case: row-major stays row-major
-        return contiguous_strides(new_shape)
+    # the common case, row-major stays row-major (the memoised strides read without a call)
+    if old_stride == (_CONTIGUOUS_STRIDES.get(old_shape) or contiguous_strides(old_shape)):
+        return _CONTIGUOUS_STRIDES.get(new_shape) or contiguous_strides(new_shape)
     numel = _numel(old_shape)
     if numel == 0 or numel == 1:
         return contiguous_strides(new_shape)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from kiln._state import state
+from kiln._state import set_state
 from kiln._tensor import Tensor
 from kiln.autograd.graph import Node, SavedTensor, _edge
 
@@ -135,12 +135,11 @@ class Function(metaclass=_FunctionMeta):
         ctx.needs_input_grad = tuple(isinstance(a, Tensor) and a._requires_grad for a in args)
         ctx._input_positions = positions
         ctx._input_meta = [(args[i]._shape, args[i]._dtype, args[i]._device) for i in positions]
-        prev = state.grad_enabled
-        state.grad_enabled = False
+        prev = set_state("grad_enabled", False)
         try:
             outputs = cls.forward(ctx, *args, **kwargs)
         finally:
-            state.grad_enabled = prev
+            set_state("grad_enabled", prev)
         record = prev and any(ctx.needs_input_grad)
         single = not isinstance(outputs, tuple)
         outs = (outputs,) if single else outputs
@@ -182,11 +181,10 @@ def once_differentiable(fn):
 
     @functools.wraps(fn)
     def wrapper(ctx, *args):
-        prev = state.grad_enabled
-        state.grad_enabled = False
+        prev = set_state("grad_enabled", False)
         try:
             return fn(ctx, *args)
         finally:
-            state.grad_enabled = prev
+            set_state("grad_enabled", prev)
 
     return wrapper

@@ -9,7 +9,7 @@ import functools
 import inspect
 import threading
 
-from kiln._state import state
+from kiln._state import away, set_state, state
 
 _SWITCHES = threading.local()  # set_multithreading_enabled's switch
 
@@ -28,12 +28,12 @@ __all__ = [
 
 def is_grad_enabled() -> bool:
     """True when operations are recorded for autograd in this thread."""
-    return state.grad_enabled
+    return state.grad_enabled if away[0] else True
 
 
 def is_inference_mode_enabled() -> bool:
     """True inside :class:`inference_mode` in this thread."""
-    return state.inference
+    return state.inference if away[0] else False
 
 
 class _DecoratorContextManager:
@@ -86,11 +86,10 @@ class _ForceGradMode(_DecoratorContextManager):
         return cls()(orig_func)
 
     def __enter__(self):
-        self.prev = state.grad_enabled
-        state.grad_enabled = self._mode
+        self.prev = set_state("grad_enabled", self._mode)
 
     def __exit__(self, *exc):
-        state.grad_enabled = self.prev
+        set_state("grad_enabled", self.prev)
 
 
 class no_grad(_ForceGradMode):
@@ -109,18 +108,17 @@ class set_grad_enabled(_DecoratorContextManager):
     """Set grad mode on or off: as a function call (takes effect at once) or a context manager."""
 
     def __init__(self, mode: bool):
-        self.prev = state.grad_enabled
         self.mode = bool(mode)
-        state.grad_enabled = self.mode
+        self.prev = set_state("grad_enabled", self.mode)
 
     def __enter__(self):
         pass
 
     def __exit__(self, *exc):
-        state.grad_enabled = self.prev
+        set_state("grad_enabled", self.prev)
 
     def __call__(self, func):
-        state.grad_enabled = self.prev  # used as a decorator: the call above must not change the mode
+        set_state("grad_enabled", self.prev)  # used as a decorator: the call above must not change the mode
         return super().__call__(func)
 
     def clone(self):
@@ -139,16 +137,12 @@ class inference_mode(_DecoratorContextManager):
         return cls()(mode)
 
     def __enter__(self):
-        self.prev = (state.grad_enabled, state.inference)
-        if self.mode:
-            state.grad_enabled = False
-            state.inference = True
-        else:  # inference_mode(False) restores normal autograd, grad mode included (as PyTorch)
-            state.grad_enabled = True
-            state.inference = False
+        # inference_mode(False) restores normal autograd, grad mode included (as PyTorch)
+        self.prev = (set_state("grad_enabled", not self.mode), set_state("inference", self.mode))
 
     def __exit__(self, *exc):
-        state.grad_enabled, state.inference = self.prev
+        set_state("grad_enabled", self.prev[0])
+        set_state("inference", self.prev[1])
 
     def clone(self):
         return self.__class__(self.mode)

@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from kiln._state import anomaly, state
+from kiln._state import anomaly, set_state, state
 from kiln._tensor import _SAME, Tensor, _make, _numel
 
 _seq = itertools.count()
@@ -445,9 +445,12 @@ class OpNode(Node):
                         out[e] = gi
             else:
                 out[entry] = g
+        nf, metas = self.next_functions, self.input_meta
         for i, g in enumerate(out):
-            if g is not None and self.next_functions[i][0] is not None:
-                out[i] = _fit_to_input(g, self.input_meta[i], self, i)
+            if g is not None and nf[i][0] is not None:
+                meta = metas[i]
+                if g._shape != meta[0] or g._dtype is not meta[1]:  # else _fit_to_input would return g
+                    out[i] = _fit_to_input(g, meta, self, i)
         return tuple(out)
 
     def release(self) -> None:
@@ -552,13 +555,19 @@ def record(opdef, args: tuple, out) -> None:
         else:
             layout.append(None)
         bit <<= 1
-    node = _node_class(opdef, args)(tuple(edges), opdef.num_outputs)
+    name = opdef.grad_fn_name
+    cls = _NODE_CLASSES.get(name) if name.__class__ is str else None  # else _node_class makes or names it
+    node = (cls or _node_class(opdef, args))(tuple(edges), opdef.num_outputs)
     node.op = opdef
     node.layout = layout
     node.input_meta = input_meta
     node.freed = False
-    outs = out if opdef.num_outputs > 1 else (out,)
-    node.output_meta = [(o._shape, o._dtype, o._device) for o in outs]
+    if opdef.num_outputs > 1:
+        outs = out
+        node.output_meta = [(o._shape, o._dtype, o._device) for o in outs]
+    else:
+        outs = (out,)
+        node.output_meta = [(out._shape, out._dtype, out._device)]
     saved = {}
     guards = needs.arg_guards
     if guards is None:
@@ -939,8 +948,7 @@ def _propagate(
         if deps.get(node, 0) == 0:
             heapq.heappush(heap, (-node._seq, next(counter), node))
 
-    prev = state.grad_enabled
-    state.grad_enabled = create_graph
+    prev = set_state("grad_enabled", bool(create_graph))
     try:
         while heap:
             _, _, node = heapq.heappop(heap)
@@ -973,10 +981,17 @@ def _propagate(
                     r = h(tuple(grads))
                     if r is not None:
                         grads = list(r)
-            if all(g is None for g in grads):
-                outs = (None,) * len(node.next_functions)
+            for g in grads:  # (not grads.count(None): that compares with ==, a tensor op)
+                if g is not None:
+                    break
             else:
-                outs = _apply_node(node, tuple(grads))
+                g = None
+            if g is None:  # no gradient reached the node
+                outs = (None,) * len(node.next_functions)
+            elif anomaly["enabled"]:
+                outs = _apply_node_under_anomaly(node, tuple(grads))
+            else:
+                outs = node.apply(tuple(grads))
             if node._post_hooks:
                 for h in node._post_hooks:
                     r = h(outs, tuple(grads))
@@ -999,7 +1014,7 @@ def _propagate(
                     heapq.heappush(heap, (-nxt._seq, next(counter), nxt))
             outs = g = None  # the buffers hold the gradients now (the leaf ownership test counts holders)
     finally:
-        state.grad_enabled = prev
+        set_state("grad_enabled", prev)
     if accumulate and inputs is not None:
         # backward(inputs=...) fills .grad of non-leaf inputs too (leaves were done by AccumulateGrad)
         for t, g in zip(inputs, captured):
@@ -1008,9 +1023,8 @@ def _propagate(
     return captured
 
 
-def _apply_node(node: Node, grads: tuple) -> tuple:
-    if not anomaly["enabled"]:
-        return node.apply(grads)
+def _apply_node_under_anomaly(node: Node, grads: tuple) -> tuple:
+    """``node.apply(grads)`` with anomaly mode's forward traceback on error and its check for nan."""
     try:
         outs = node.apply(grads)
     except Exception:

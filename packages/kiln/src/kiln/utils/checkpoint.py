@@ -43,7 +43,7 @@ import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from kiln._state import state
+from kiln._state import set_state, state
 from kiln._tensor import Tensor
 from kiln.autograd.function import Function
 from kiln.autograd.graph import AccumulateGrad, Node, _edge, _seq
@@ -112,12 +112,11 @@ def _autocast_as(saved: tuple[dict, dict]):
 
 @contextlib.contextmanager
 def _grad_mode(enabled: bool):
-    prev = state.grad_enabled
-    state.grad_enabled = enabled
+    prev = set_state("grad_enabled", enabled)
     try:
         yield
     finally:
-        state.grad_enabled = prev
+        set_state("grad_enabled", prev)
 
 
 def _detached(args: tuple) -> tuple:

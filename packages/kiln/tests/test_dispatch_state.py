@@ -1,0 +1,155 @@
+"""The dispatch state's count of fields away from their defaults (``kiln._state.away``): the hot path skips
+the thread-local reads while it is 0, so it must never be 0 while any thread has grad mode off, inference
+mode on or a dispatch mode active."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import kiln
+from kiln import _state
+from kiln._modes import DispatchMode
+
+
+def _records() -> bool:
+    x = kiln.ones(2, requires_grad=True)
+    return (x * 2).grad_fn is not None
+
+
+@pytest.fixture
+def baseline():
+    """``away[0]`` before the test; the test must leave it there."""
+    before = _state.away[0]
+    yield before
+    assert _state.away[0] == before
+
+
+def test_every_grad_mode_switch_counts_and_restores(baseline):
+    with kiln.no_grad():
+        assert _state.away[0] == baseline + 1
+        assert not _records()
+        with kiln.enable_grad():
+            assert _state.away[0] == baseline
+            assert _records()
+    prev = kiln.set_grad_enabled(False)
+    assert _state.away[0] == baseline + 1 and not kiln.is_grad_enabled()
+    prev.__exit__()
+    assert kiln.is_grad_enabled()
+
+    @kiln.set_grad_enabled(False)
+    def off():
+        return kiln.is_grad_enabled()
+
+    assert _state.away[0] == baseline  # the decorator form changes nothing until called
+    assert off() is False
+    with kiln.inference_mode():
+        assert _state.away[0] == baseline + 2  # grad mode and inference mode
+        assert kiln.is_inference_mode_enabled() and kiln.ones(1).is_inference()
+        with kiln.inference_mode(False):
+            assert not kiln.is_inference_mode_enabled() and not kiln.ones(1).is_inference()
+    assert not kiln.ones(1).is_inference()
+
+
+def test_an_exception_inside_restores_the_count(baseline):
+    with pytest.raises(ValueError), kiln.no_grad():
+        raise ValueError("inside")
+    with pytest.raises(ValueError), kiln.inference_mode():
+        raise ValueError("inside")
+
+
+def test_backward_and_custom_functions_restore_the_count(baseline):
+    class Double(kiln.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            assert not kiln.is_grad_enabled()
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 2
+
+    x = kiln.ones(3, requires_grad=True)
+    Double.apply(x).sum().backward()
+    assert x.grad.tolist() == [2.0, 2.0, 2.0]
+    y = (x * x).sum()
+    (g,) = kiln.autograd.grad(y, x, create_graph=True)
+    assert g.grad_fn is not None
+
+
+def test_another_threads_no_grad_does_not_switch_this_one_off(baseline):
+    inside, leave = threading.Event(), threading.Event()
+    seen = {}
+
+    def worker():
+        with kiln.no_grad():
+            seen["worker records"] = _records()
+            inside.set()
+            leave.wait(10)
+
+    t = threading.Thread(target=worker)
+    t.start()
+    assert inside.wait(10)
+    assert _state.away[0] >= baseline + 1  # the hot path now reads this thread's own state
+    assert _records() and kiln.is_grad_enabled()
+    leave.set()
+    t.join(10)
+    assert seen == {"worker records": False}
+
+
+def test_this_threads_no_grad_holds_while_another_thread_leaves_its_own(baseline):
+    entered, left = threading.Event(), threading.Event()
+
+    def worker():
+        with kiln.no_grad():
+            entered.set()
+        left.set()
+
+    with kiln.no_grad():
+        t = threading.Thread(target=worker)
+        t.start()
+        assert entered.wait(10) and left.wait(10)
+        t.join(10)
+        assert not _records()  # the worker's exit took its own count away, not this thread's
+    assert _records()
+
+
+def test_concurrent_switches_leave_the_count_exact(baseline):
+    """Eight threads entering and leaving grad and inference modes at once: the lock keeps every update."""
+    errors = []
+
+    def worker():
+        try:
+            for _ in range(2000):
+                with kiln.no_grad():
+                    if kiln.is_grad_enabled():
+                        errors.append("grad on inside no_grad")
+                with kiln.inference_mode():
+                    pass
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(repr(exc))
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+
+
+def test_a_dispatch_mode_counts_while_active(baseline):
+    seen = []
+
+    class Spy(DispatchMode):
+        level = "post_autograd"
+
+        def dispatch(self, opdef, args, redispatch):
+            seen.append(opdef.name)
+            return redispatch(opdef, args)
+
+    with Spy():
+        assert _state.away[0] == baseline + 1
+        kiln.ones(2) + 1
+    kiln.ones(2) + 1
+    assert seen.count("add") == 1

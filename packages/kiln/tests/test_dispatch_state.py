@@ -4,6 +4,9 @@ mode on or a dispatch mode active."""
 
 from __future__ import annotations
 
+import os
+import select
+import signal
 import threading
 
 import pytest
@@ -127,7 +130,7 @@ def test_concurrent_switches_leave_the_count_exact(baseline):
                         errors.append("grad on inside no_grad")
                 with kiln.inference_mode():
                     pass
-        except Exception as exc:  # pragma: no cover - reported below
+        except RuntimeError as exc:  # pragma: no cover - reported below
             errors.append(repr(exc))
 
     threads = [threading.Thread(target=worker) for _ in range(8)]
@@ -153,3 +156,28 @@ def test_a_dispatch_mode_counts_while_active(baseline):
         kiln.ones(2) + 1
     kiln.ones(2) + 1
     assert seen.count("add") == 1
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_fork_while_another_thread_holds_the_lock_leaves_the_child_working(baseline):
+    """A DataLoader worker forked while another thread switches grad mode must not find the lock held."""
+    r, w = os.pipe()
+    with _state._lock:  # what the other thread would hold at the moment of the fork
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            try:
+                with kiln.no_grad():
+                    ok = not _records()
+                os.write(w, b"ok" if ok and _records() else b"wrong")
+            finally:
+                os._exit(0)
+    os.close(w)
+    try:
+        ready, _, _ = select.select([r], [], [], 20)
+        got = os.read(r, 8) if ready else b"hung"
+    finally:
+        os.close(r)
+        if got == b"hung":
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    assert got == b"ok"

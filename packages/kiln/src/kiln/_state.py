@@ -13,6 +13,7 @@ a field toward its default and restores it afterwards (``finally``) may set the 
 
 from __future__ import annotations
 
+import os
 import threading
 
 
@@ -42,3 +43,12 @@ def set_state(name: str, value):
         setattr(state, name, value)
         away[0] += (value != default) - (old != default)
     return old
+
+
+def _new_lock_in_child() -> None:
+    # a fork while another thread held the lock would leave it held forever in the child (DataLoader workers)
+    global _lock
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_lock_in_child)

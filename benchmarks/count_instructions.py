@@ -19,6 +19,7 @@ Needs ``valgrind`` on ``PATH``; writes ``benchmarks/results/instructions.json`` 
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import re
 import shutil
@@ -46,7 +47,14 @@ def _cases() -> dict:
 def worker(case: str, calls: int) -> None:
     """Run inside callgrind: build the cases, call ``case`` WARMUP + ``calls`` times."""
     fn = _cases()[case][0]
-    for _ in range(WARMUP + calls):
+    for _ in range(WARMUP):
+        fn()
+    # Everything built so far (the imported modules, the cases) moves out of the collector's generations: a
+    # full collection would otherwise traverse it in some runs and not others, a cost of the heap's size
+    # rather than of the op, which moved the count per call by thousands between runs.
+    gc.collect()
+    gc.freeze()
+    for _ in range(calls):
         fn()
 
 

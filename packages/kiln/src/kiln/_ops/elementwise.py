@@ -66,7 +66,8 @@ def _compute_np(d: dt.dtype) -> np.dtype:
 
 
 def _arg(x, np_dtype, result: dt.dtype | None = None):
-    """An operand in the compute dtype. Python integers wrap into integer compute dtypes as in
+    """An operand in the compute dtype (the hottest references return an array already in it without
+    calling this). Python integers wrap into integer compute dtypes as in
     PyTorch (``uint8_tensor + -3`` adds 253); a Python float meeting a half-precision ``result`` is
     rounded to that precision first, as PyTorch converts scalars to the common dtype (except in mul
     and div, whose references leave ``result`` out: PyTorch keeps the scalar in float32 there); other
@@ -141,8 +142,12 @@ def binary_reference(np_fn):
 
     def ref(spec, a, b, *extra):
         d = spec.compute_dtype if len(spec) > 3 else spec.dtype
-        compute = _compute_np(d)
-        return np_fn(_arg(a, compute, d), _arg(b, compute, d), *extra)
+        compute = _COMPUTE_NP.get(d) or _compute_np(d)
+        if a.__class__ is not np.ndarray or a.dtype is not compute:  # (the hot path skips the calls of _arg)
+            a = _arg(a, compute, d)
+        if b.__class__ is not np.ndarray or b.dtype is not compute:
+            b = _arg(b, compute, d)
+        return np_fn(a, b, *extra)
 
     return ref
 
@@ -189,7 +194,7 @@ def _alpha_ref(np_fn):
     def ref(spec, a, b, alpha=1):
         d = spec.dtype
         compute = _COMPUTE_NP.get(d) or _compute_np(d)
-        if a.__class__ is not np.ndarray or a.dtype is not compute:  # else _arg would return it as it is
+        if a.__class__ is not np.ndarray or a.dtype is not compute:  # (the hot path skips the calls of _arg)
             a = _arg(a, compute, d)
         if b.__class__ is not np.ndarray or b.dtype is not compute:
             b = _arg(b, compute, d)
@@ -246,9 +251,13 @@ Tensor.__rsub__ = _rsub
 def _mul_ref(spec, a, b):
     if spec.dtype is dt.bool:
         return np.logical_and(a, b)
-    compute = _compute_np(spec.dtype)
+    compute = _COMPUTE_NP.get(spec.dtype) or _compute_np(spec.dtype)
     # no half-precision rounding of a Python scalar here: PyTorch multiplies (and divides) by it in float32
-    return np.multiply(_arg(a, compute), _arg(b, compute), dtype=compute)
+    if a.__class__ is not np.ndarray or a.dtype is not compute:  # (the hot path skips the calls of _arg)
+        a = _arg(a, compute)
+    if b.__class__ is not np.ndarray or b.dtype is not compute:
+        b = _arg(b, compute)
+    return np.multiply(a, b, dtype=compute)
 
 
 def _mul_backward(grad, input, other, needs_input_grad):
@@ -518,8 +527,8 @@ def unary_reference(np_fn):
     """Reference kernel ``np_fn(a)`` computed in the result dtype (float32 for half types)."""
 
     def ref(spec, a):
-        compute = _compute_np(spec.dtype)
-        return np_fn(_arg(a, compute))
+        compute = _COMPUTE_NP.get(spec.dtype) or _compute_np(spec.dtype)
+        return np_fn(a if a.__class__ is np.ndarray and a.dtype is compute else _arg(a, compute))
 
     return ref
 

@@ -910,7 +910,7 @@ def _propagate(
             capture[(id(node), nr)] = k
     # Dependencies: how many edges reach each node (with inputs: only among nodes that lead to one).
     deps: dict[Node, int] = {}
-    stack = list({r[0]: None for r in roots})
+    stack = [roots[0][0]] if len(roots) == 1 else list(dict.fromkeys(r[0] for r in roots))
     seen = set(stack)
     order: list[Node] = []
     while stack:
@@ -1004,7 +1004,7 @@ def _propagate(
                     continue
                 buf = buffers.get(nxt)
                 if buf is None:
-                    buf = buffers[nxt] = [None] * max(nxt.n_out, nr + 1)
+                    buf = buffers[nxt] = [None] * (nxt.n_out if nr < nxt.n_out else nr + 1)
                 if nr >= len(buf):
                     buf.extend([None] * (nr + 1 - len(buf)))
                 if g is not None:

@@ -514,7 +514,17 @@ def call(opdef: OpDef, args: tuple):
             lambda o, a: call_kernel(o, a, spec if (o is opdef and a is args) else None),
         )
     else:
-        out = call_kernel(opdef, args, spec)
+        # call_kernel's hot path, inlined: a kernel already checked for this output dtype and device type
+        first = spec if opdef.num_outputs == 1 else spec[0]
+        by_type = opdef._checked.get(first[1])
+        kernel = None if by_type is None else by_type.get(first[2].type)
+        if kernel is None:
+            out = call_kernel(opdef, args, spec)
+        else:
+            try:
+                out = kernel(spec, *args)
+            except MemoryError as exc:  # PyTorch's allocator error is a RuntimeError
+                raise out_of_memory(exc) from None
     if opdef._backward_needs is not None and (not moded or state.grad_enabled):
         for i in opdef.tensor_params:
             a = args[i]

@@ -183,7 +183,9 @@ def view(input: Tensor, size: Shape) -> Tensor:
 
 def _tensor_view(self, *shape):
     """View with a new shape: ``t.view(2, 3)``, ``t.view((2, -1))``; ``t.view(dtype)`` reinterprets the bytes."""
-    if len(shape) == 1 and isinstance(shape[0], dt.dtype):
+    if len(shape) != 1:  # t.view(2, 3): sizes as arguments (what _varargs_shape would find, without its call)
+        return view(self, _shape_arg(shape))
+    if isinstance(shape[0], dt.dtype):
         from kiln._ops.copy import view_as_dtype
 
         return view_as_dtype(self, shape[0])

@@ -518,13 +518,21 @@ def call(opdef: OpDef, args: tuple):
         first = spec if opdef.num_outputs == 1 else spec[0]
         by_type = opdef._checked.get(first[1])
         kernel = None if by_type is None else by_type.get(first[2].type)
-        if kernel is None:
-            out = call_kernel(opdef, args, spec)
-        else:
-            try:
+        n = len(args)
+        try:
+            # positional calls for the usual arities: kernel(spec, *args) builds a list, then a tuple (~150 ns)
+            if kernel is None:
+                out = call_kernel(opdef, args, spec)
+            elif n == 2:
+                out = kernel(spec, args[0], args[1])
+            elif n == 3:
+                out = kernel(spec, args[0], args[1], args[2])
+            elif n == 1:
+                out = kernel(spec, args[0])
+            else:
                 out = kernel(spec, *args)
-            except MemoryError as exc:  # PyTorch's allocator error is a RuntimeError
-                raise out_of_memory(exc) from None
+        except MemoryError as exc:  # PyTorch's allocator error is a RuntimeError
+            raise out_of_memory(exc) from None
     if opdef._backward_needs is not None and (not moded or state.grad_enabled):
         for i in opdef.tensor_params:
             a = args[i]

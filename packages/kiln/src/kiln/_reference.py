@@ -98,7 +98,28 @@ def wrap_reference(opdef) -> Callable:
                 b = b._numpy() if b._np is None else b._np
             token = _quiet_enter()
             try:
-                return wrap(fn(spec, a, b, *rest), spec if wrap is not from_array else spec.dtype)
+                # positional calls for the usual arities: spreading *rest again costs ~100 ns
+                if not rest:
+                    r = fn(spec, a, b)
+                elif len(rest) == 1:
+                    r = fn(spec, a, b, rest[0])
+                else:
+                    r = fn(spec, a, b, *rest)
+                return wrap(r, spec if wrap is not from_array else spec.dtype)
+            finally:
+                _quiet_exit(token)
+
+    elif positions == (0,):  # unary ops, reductions: one tensor argument, first
+
+        def kernel(spec, a, *rest):
+            if isinstance(a, Tensor):
+                a = a._numpy() if a._np is None else a._np
+            else:
+                a = _to_numpy_arg(a)  # a list of tensors (cat, stack)
+            token = _quiet_enter()
+            try:
+                r = fn(spec, a, *rest) if rest else fn(spec, a)
+                return wrap(r, spec if wrap is not from_array else spec.dtype)
             finally:
                 _quiet_exit(token)
 

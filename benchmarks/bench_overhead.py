@@ -1,8 +1,9 @@
 """Eager per-op overhead: kiln vs PyTorch (CPU) vs NumPy, in one process, on the same data.
 
 Run with ``python benchmarks/bench_overhead.py`` (or ``nox -s bench``). Prints a table of per-call
-times in microseconds (the minimum over timeit repeats) with the ratios kiln/PyTorch and kiln/NumPy,
-and writes a JSON record to ``benchmarks/results/overhead.json`` (atomically: temp file + rename).
+times in microseconds (the minimum over rounds in which the libraries take turns) with the ratios
+kiln/PyTorch and kiln/NumPy, and writes a JSON record to ``benchmarks/results/overhead.json``
+(atomically: temp file + rename).
 
 Small tensors make the kernel itself nearly free, so what is measured is the Python and dispatch cost
 of one eager op (architecture page, "Correctness and performance": "a few microseconds of Python, not tens"). Everything runs on one thread:
@@ -47,10 +48,24 @@ LIBS = ("kiln", "torch", "numpy")
 
 def per_call_seconds(fn: Callable[[], object], *, repeat: int, min_time: float) -> float:
     """Minimum per-call time of ``fn`` over ``repeat`` timeit runs, each lasting about ``min_time``."""
-    timer = timeit.Timer(fn)
-    number, elapsed = timer.autorange()  # the smallest 1, 2, 5, 10, ... taking >= 0.2 s
-    number = max(1, int(number * min_time / max(elapsed, 1e-9)))
-    return min(timer.repeat(repeat=repeat, number=number)) / number
+    return interleaved_per_call_seconds({"fn": fn}, repeat=repeat, min_time=min_time)["fn"]
+
+
+def interleaved_per_call_seconds(fns: dict, *, repeat: int, min_time: float) -> dict:
+    """Minimum per-call time of each of ``fns`` (name -> callable) over ``repeat`` rounds; each round runs
+    every callable in turn for about ``min_time``. Taking turns, the libraries meet the same moments of a
+    shared machine's load: timed one after the other, a few seconds of load on one of them moved a ratio
+    by half."""
+    timers, numbers = {}, {}
+    for name, fn in fns.items():
+        timers[name] = timeit.Timer(fn)
+        number, elapsed = timers[name].autorange()  # the smallest 1, 2, 5, 10, ... taking >= 0.2 s
+        numbers[name] = max(1, int(number * min_time / max(elapsed, 1e-9)))
+    best = dict.fromkeys(fns, float("inf"))
+    for _ in range(repeat):
+        for name, timer in timers.items():
+            best[name] = min(best[name], timer.timeit(numbers[name]) / numbers[name])
+    return best
 
 
 # ------------------------------------------------------------------------------------------- cases
@@ -259,8 +274,8 @@ def print_table(rows: list[dict]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=7, help="timeit repeats per case (the minimum is kept)")
-    parser.add_argument("--min-time", type=float, default=0.2, help="seconds per timeit repeat (about)")
+    parser.add_argument("--repeat", type=int, default=15, help="rounds per case (the minimum is kept)")
+    parser.add_argument("--min-time", type=float, default=0.1, help="seconds per library per round (about)")
     parser.add_argument("--import-repeat", type=int, default=5, help="fresh interpreters per import timing")
     parser.add_argument("--quick", action="store_true", help="fewer, shorter repeats (smoke run)")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="where to write the JSON record")
@@ -276,7 +291,10 @@ def main(argv: list[str] | None = None) -> int:
     cases = make_cases(kiln, torch)
     rows = []
     for case in cases:
-        us = {lib: per_call_seconds(case[lib], repeat=args.repeat, min_time=args.min_time) * 1e6 for lib in LIBS}
+        seconds = interleaved_per_call_seconds(
+            {lib: case[lib] for lib in LIBS}, repeat=args.repeat, min_time=args.min_time
+        )
+        us = {lib: s * 1e6 for lib, s in seconds.items()}
         rows.append(
             {
                 "name": case["name"],

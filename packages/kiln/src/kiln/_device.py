@@ -87,8 +87,9 @@ class device:
                 return False
         return self is other
 
-    def __hash__(self) -> int:
-        return hash((self.type, self.index))
+    # devices are interned (one object per device) and equal only to themselves: identity is their hash,
+    # a C slot, where a Python __hash__ made every dict key holding a device cost a call
+    __hash__ = object.__hash__
 
     def __reduce__(self):
         return (device, (self._str,))

@@ -87,9 +87,8 @@ class device:
                 return False
         return self is other
 
-    # devices are interned (one object per device) and equal only to themselves: identity is their hash,
-    # a C slot, where a Python __hash__ made every dict key holding a device cost a call
-    __hash__ = object.__hash__
+    def __hash__(self) -> int:
+        return hash((self.type, self.index))
 
     def __reduce__(self):
         return (device, (self._str,))

@@ -84,20 +84,6 @@ class Spec(tuple):
         return (type(self), (tuple(self),))
 
 
-# Plain specs by their fields: the same (shape, dtype, device) gives the same Spec object, which is
-# immutable. Building a tuple subclass costs ~250 ns, the lookup ~100 (devices and dtypes hash by
-# identity); the elementwise metas read it as ``PLAIN_SPECS.get(fields) or plain_spec(fields)``.
-PLAIN_SPECS: dict[tuple, Spec] = {}
-
-
-def plain_spec(fields: tuple) -> Spec:
-    """``Spec(fields)``, remembered in ``PLAIN_SPECS`` (up to 65,536 of them)."""
-    spec = Spec(fields)
-    if len(PLAIN_SPECS) < 65536:
-        PLAIN_SPECS[fields] = spec
-    return spec
-
-
 def _family(name: str, doc: str, **extras: str) -> type[Spec]:
     """A :class:`Spec` subclass with the named extras (each documented) after the base fields."""
     namespace: dict[str, Any] = {"__slots__": (), "__doc__": doc, "fields": Spec.fields + tuple(extras)}

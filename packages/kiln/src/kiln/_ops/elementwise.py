@@ -14,7 +14,7 @@ import numpy as np
 from kiln import _dtype as dt
 from kiln._dispatch import op
 from kiln._ops._meta import astype, broadcast_pair, common_device, is_scalar, result_type, scalar_type_name
-from kiln._spec import PLAIN_SPECS, ComputeSpec, Spec, plain_spec
+from kiln._spec import ComputeSpec, Spec
 from kiln._tensor import Tensor
 
 TOP_LEVEL = (
@@ -132,8 +132,7 @@ def binary_meta(op_name: str, *, float_result: bool = False, bool_result: bool =
             _alpha_check(dtype, extra[0])
         if bool_result:
             return ComputeSpec((shape, dt.bool, dev, dtype))  # extra field: the compute dtype
-        fields = (shape, dtype, dev)
-        return PLAIN_SPECS.get(fields) or plain_spec(fields)
+        return Spec((shape, dtype, dev))
 
     return meta
 
@@ -519,8 +518,7 @@ def unary_meta(op_name: str, *, int_to_float: bool = True, allow_bool: bool = Tr
             return Spec((input._shape, dt.bool, input._device))
         if int_to_float and not d.is_floating_point:
             d = dt.get_default_dtype()
-        fields = (input._shape, d, input._device)
-        return PLAIN_SPECS.get(fields) or plain_spec(fields)
+        return Spec((input._shape, d, input._device))
 
     return meta
 

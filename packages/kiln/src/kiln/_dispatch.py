@@ -514,25 +514,7 @@ def call(opdef: OpDef, args: tuple):
             lambda o, a: call_kernel(o, a, spec if (o is opdef and a is args) else None),
         )
     else:
-        # call_kernel's hot path, inlined: a kernel already checked for this output dtype and device type
-        first = spec if opdef.num_outputs == 1 else spec[0]
-        by_type = opdef._checked.get(first[1])
-        kernel = None if by_type is None else by_type.get(first[2].type)
-        n = len(args)
-        try:
-            # positional calls for the usual arities: kernel(spec, *args) builds a list, then a tuple (~150 ns)
-            if kernel is None:
-                out = call_kernel(opdef, args, spec)
-            elif n == 2:
-                out = kernel(spec, args[0], args[1])
-            elif n == 3:
-                out = kernel(spec, args[0], args[1], args[2])
-            elif n == 1:
-                out = kernel(spec, args[0])
-            else:
-                out = kernel(spec, *args)
-        except MemoryError as exc:  # PyTorch's allocator error is a RuntimeError
-            raise out_of_memory(exc) from None
+        out = call_kernel(opdef, args, spec)
     if opdef._backward_needs is not None and (not moded or state.grad_enabled):
         for i in opdef.tensor_params:
             a = args[i]
@@ -568,11 +550,18 @@ def call_kernel(opdef: OpDef, args: tuple, spec=None):
     # dict lookup than ``kernels[device_type]`` alone (no tuple key to build, no check to run).
     try:
         by_type = opdef._checked.get(first[1])
-        if by_type is not None:
-            kernel = by_type.get(first[2].type)
-            if kernel is not None:
-                return kernel(spec, *args)
-        return _call_and_check(opdef, args, spec, first)
+        kernel = None if by_type is None else by_type.get(first[2].type)
+        if kernel is None:
+            return _call_and_check(opdef, args, spec, first)
+        # positional calls for the usual arities: kernel(spec, *args) builds a list, then a tuple (~150 ns)
+        n = len(args)
+        if n == 2:
+            return kernel(spec, args[0], args[1])
+        if n == 3:
+            return kernel(spec, args[0], args[1], args[2])
+        if n == 1:
+            return kernel(spec, args[0])
+        return kernel(spec, *args)
     except MemoryError as exc:  # PyTorch's allocator error is a RuntimeError
         raise out_of_memory(exc) from None
 

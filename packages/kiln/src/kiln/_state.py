@@ -45,6 +45,12 @@ def set_state(name: str, value):
     return old
 
 
+def post_modes() -> tuple:
+    """This thread's post-autograd dispatch modes (tracers, profilers), without reading the thread-local
+    state while no thread is away from the defaults."""
+    return state.post_autograd_modes if away[0] else ()
+
+
 def _new_lock_in_child() -> None:
     # a fork while another thread held the lock would leave it held forever in the child (DataLoader workers)
     global _lock

@@ -13,7 +13,7 @@ import numpy as np
 from kiln import _dtype as dt
 from kiln._device import CPU, device
 from kiln._memory_format import check_memory_format, contiguous_format, preserve_format, strided
-from kiln._state import away, state
+from kiln._state import away, post_modes, state
 
 __all__ = ["Tensor"]
 
@@ -315,13 +315,13 @@ class Tensor:
     def grad(self, value: Tensor | None) -> None:
         if value is not None:
             _check_grad(self, value)
-        for mode in state.post_autograd_modes if away[0] else ():  # a tracer learns the gradient the call found
+        for mode in post_modes():  # a tracer learns the gradient the call found
             mode.before_grad_set(self)
         self._grad = value
 
     @grad.deleter
     def grad(self) -> None:
-        for mode in state.post_autograd_modes if away[0] else ():
+        for mode in post_modes():
             mode.before_grad_set(self)
         self._grad = None
 
@@ -465,7 +465,7 @@ class Tensor:
 
     def numpy(self, *, force: bool = False) -> np.ndarray:
         """The tensor's values as a NumPy array sharing memory (CPU tensors without grad)."""
-        for mode in state.post_autograd_modes if away[0] else ():  # a tracer must know the values left the graph
+        for mode in post_modes():  # a tracer must know the values left the graph
             mode.host_read(self, "numpy")
         if force:
             return self.detach().cpu().resolve_conj()._numpy().copy()
@@ -490,7 +490,7 @@ class Tensor:
     def tolist(self):
         """The values as (nested) Python lists of Python numbers."""
         # item(), bool(), int(), float() and index() read through here
-        for mode in state.post_autograd_modes if away[0] else ():
+        for mode in post_modes():
             mode.host_read(self, "tolist")
         a = self.detach().cpu()._numpy()
         if self._dtype is dt.bfloat16 or self._dtype is dt.float16:
@@ -740,7 +740,7 @@ def from_array(a: np.ndarray, dtype: dt.dtype) -> Tensor:
     if a.flags.c_contiguous:
         shape = a.shape
         # ravel(): a view of a C-contiguous array, at a third of reshape(-1)'s cost
-        t = _make(a.ravel(), shape, _CONTIGUOUS_STRIDES.get(shape) or contiguous_strides(shape), 0, dtype, CPU)
+        t = _make(a.ravel(), shape, contiguous_strides(shape), 0, dtype, CPU)
     else:
         stride = _dense_strides(a)
         if stride is None:

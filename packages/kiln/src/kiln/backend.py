@@ -199,7 +199,7 @@ def recording() -> bool:
     """Whether a post-autograd dispatch mode (kiln-compile's tracer, a profiler) is active on this thread.
     Code that writes tensors behind the dispatcher's back (a fused optimizer update) must then run ops,
     which the mode sees."""
-    return bool(_state.away[0] and _state.state.post_autograd_modes)
+    return bool(_state.post_modes())
 
 
 def host_view(tensor: Tensor) -> np.ndarray:

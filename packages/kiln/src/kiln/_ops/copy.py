@@ -22,7 +22,7 @@ from kiln._dispatch import call_below_autograd, op
 from kiln._ops._meta import astype, broadcast_pair, check_inplace, is_scalar
 from kiln._ops.views import make_view
 from kiln._spec import Spec
-from kiln._state import away, state
+from kiln._state import post_modes, state
 from kiln._tensor import Tensor, _make, contiguous_strides, from_array, storage_span
 
 TOP_LEVEL = ("copy_",)
@@ -42,9 +42,10 @@ def from_host(a: np.ndarray, dtype: dt.dtype, dev: Device) -> Tensor:
     """A new contiguous tensor on ``dev`` holding the host array ``a`` (cast to ``dtype``; out-of-range
     values wrap silently, as PyTorch's casts do). A tracer is told how to make another (no op made it)."""
     t = _from_host(a, dtype, dev)
-    if away[0] and state.post_autograd_modes:
+    modes = post_modes()
+    if modes:
         kept = np.array(a, copy=True)
-        for mode in state.post_autograd_modes:
+        for mode in modes:
             mode.made_outside(t, lambda: _from_host(kept, dtype, dev))
     return t
 

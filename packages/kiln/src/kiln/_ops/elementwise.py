@@ -66,8 +66,7 @@ def _compute_np(d: dt.dtype) -> np.dtype:
 
 
 def _arg(x, np_dtype, result: dt.dtype | None = None):
-    """An operand in the compute dtype (the hottest references return an array already in it without
-    calling this). Python integers wrap into integer compute dtypes as in
+    """An operand in the compute dtype. Python integers wrap into integer compute dtypes as in
     PyTorch (``uint8_tensor + -3`` adds 253); a Python float meeting a half-precision ``result`` is
     rounded to that precision first, as PyTorch converts scalars to the common dtype (except in mul
     and div, whose references leave ``result`` out: PyTorch keeps the scalar in float32 there); other
@@ -79,6 +78,16 @@ def _arg(x, np_dtype, result: dt.dtype | None = None):
     if result in _HALF and isinstance(x, float):
         return np.float32(np.array(x, dtype=result.numpy))
     return x
+
+
+def _operands(a, b, np_dtype, result: dt.dtype | None = None) -> tuple:
+    """Both operands of a binary reference through :func:`_arg`, in one call: arrays already in the compute
+    dtype (the usual case) come back as they are."""
+    if a.__class__ is not np.ndarray or a.dtype is not np_dtype:
+        a = _arg(a, np_dtype, result)
+    if b.__class__ is not np.ndarray or b.dtype is not np_dtype:
+        b = _arg(b, np_dtype, result)
+    return a, b
 
 
 def _check_operand(x, name: str, op_name: str) -> None:
@@ -142,11 +151,8 @@ def binary_reference(np_fn):
 
     def ref(spec, a, b, *extra):
         d = spec.compute_dtype if len(spec) > 3 else spec.dtype
-        compute = _COMPUTE_NP.get(d) or _compute_np(d)
-        if a.__class__ is not np.ndarray or a.dtype is not compute:  # (the hot path skips the calls of _arg)
-            a = _arg(a, compute, d)
-        if b.__class__ is not np.ndarray or b.dtype is not compute:
-            b = _arg(b, compute, d)
+        compute = _compute_np(d)
+        a, b = _operands(a, b, compute, d)
         return np_fn(a, b, *extra)
 
     return ref
@@ -193,11 +199,8 @@ def _alpha_ref(np_fn):
 
     def ref(spec, a, b, alpha=1):
         d = spec.dtype
-        compute = _COMPUTE_NP.get(d) or _compute_np(d)
-        if a.__class__ is not np.ndarray or a.dtype is not compute:  # (the hot path skips the calls of _arg)
-            a = _arg(a, compute, d)
-        if b.__class__ is not np.ndarray or b.dtype is not compute:
-            b = _arg(b, compute, d)
+        compute = _compute_np(d)
+        a, b = _operands(a, b, compute, d)
         if d is dt.bool:
             return np.logical_or(a, np.logical_and(b, bool(alpha)))
         if alpha != 1:
@@ -251,12 +254,9 @@ Tensor.__rsub__ = _rsub
 def _mul_ref(spec, a, b):
     if spec.dtype is dt.bool:
         return np.logical_and(a, b)
-    compute = _COMPUTE_NP.get(spec.dtype) or _compute_np(spec.dtype)
+    compute = _compute_np(spec.dtype)
     # no half-precision rounding of a Python scalar here: PyTorch multiplies (and divides) by it in float32
-    if a.__class__ is not np.ndarray or a.dtype is not compute:  # (the hot path skips the calls of _arg)
-        a = _arg(a, compute)
-    if b.__class__ is not np.ndarray or b.dtype is not compute:
-        b = _arg(b, compute)
+    a, b = _operands(a, b, compute)
     return np.multiply(a, b, dtype=compute)
 
 
@@ -527,8 +527,8 @@ def unary_reference(np_fn):
     """Reference kernel ``np_fn(a)`` computed in the result dtype (float32 for half types)."""
 
     def ref(spec, a):
-        compute = _COMPUTE_NP.get(spec.dtype) or _compute_np(spec.dtype)
-        return np_fn(a if a.__class__ is np.ndarray and a.dtype is compute else _arg(a, compute))
+        compute = _compute_np(spec.dtype)
+        return np_fn(_arg(a, compute))
 
     return ref
 

@@ -38,7 +38,7 @@ from kiln._ops.creation import (
     zeros_like,
 )
 from kiln._spec import Spec
-from kiln._state import away, state
+from kiln._state import post_modes
 from kiln._tensor import Tensor
 
 __all__ = [
@@ -87,9 +87,10 @@ def _drawn(draw) -> Tensor:
     """``draw()``, the random tensor; a tracer (a post-autograd dispatch mode) is told how to draw another
     like it, since no op of the dispatcher made it (``DispatchMode.made_outside``)."""
     t = draw()
-    if away[0] and state.post_autograd_modes:
+    modes = post_modes()
+    if modes:
         draw.random = True  # a tracer draws anew on every run; a program cannot hold it as a constant
-        for mode in state.post_autograd_modes:
+        for mode in modes:
             mode.made_outside(t, draw)
     return t
 

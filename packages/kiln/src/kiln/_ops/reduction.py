@@ -13,7 +13,7 @@ from kiln import _dtype as dt
 from kiln._dispatch import check_out_args, op, write_out
 from kiln._ops._meta import reduce_dims, scalar_type_name, wrap_dim
 from kiln._ops.comparison import eq, gt, lt
-from kiln._ops.elementwise import _COMPUTE_NP, _compute_np, binary_meta, binary_reference, where
+from kiln._ops.elementwise import _compute_np, binary_meta, binary_reference, where
 from kiln._spec import DimSpec, ReductionSpec
 from kiln._tensor import Tensor, _numel
 
@@ -79,7 +79,7 @@ def _sum_meta(input, dim=None, keepdim=False, dtype=None):
 
 
 def _sum_ref(spec, a, dim=None, keepdim=False, dtype=None):
-    compute = _COMPUTE_NP.get(spec.dtype) or _compute_np(spec.dtype)
+    compute = _compute_np(spec.dtype)
     # np.add.reduce is what np.sum runs on an array, without np.sum's Python layer
     return np.add.reduce(a, axis=_np_axes(a, spec.dims), dtype=compute, keepdims=keepdim)
 

@@ -17,7 +17,7 @@ from kiln._memory_format import check_memory_format, contiguous_format, preserve
 from kiln._ops._meta import wrap_dim
 from kiln._spec import Spec, StridedSpec
 from kiln._state import away, state
-from kiln._tensor import _CONTIGUOUS_STRIDES, Tensor, _make, _numel, contiguous_strides, storage_span
+from kiln._tensor import Tensor, _make, _numel, contiguous_strides, storage_span
 
 TOP_LEVEL = (
     "broadcast_to",
@@ -127,9 +127,8 @@ def infer_size(shape: tuple, numel: int) -> tuple[int, ...]:
 
 def view_strides(old_shape: tuple, old_stride: tuple, new_shape: tuple) -> tuple | None:
     """Strides that view ``old`` geometry as ``new_shape`` without copying, or None if impossible."""
-    # the common case, row-major stays row-major (the memoised strides read without a call)
-    if old_stride == (_CONTIGUOUS_STRIDES.get(old_shape) or contiguous_strides(old_shape)):
-        return _CONTIGUOUS_STRIDES.get(new_shape) or contiguous_strides(new_shape)
+    if old_stride == contiguous_strides(old_shape):  # the common case: row-major stays row-major
+        return contiguous_strides(new_shape)
     numel = _numel(old_shape)
     if numel == 0 or numel == 1:
         return contiguous_strides(new_shape)

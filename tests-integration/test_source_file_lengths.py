@@ -12,10 +12,6 @@ LIMIT = 800
 
 # path (from the repository root) -> why it stays one file
 LONGER = {
-    "packages/kiln/src/kiln/autograd/graph.py": (
-        "the autograd engine: recording, the saved-tensor rules and the backward loop share the hot path's "
-        "state; split, each part would reach into the others' internals"
-    ),
     "packages/kiln/src/kiln/_plugins.py": (
         "the plugin manager: discovery, guarded loading and the kernel tables share one registry and one lock"
     ),

@@ -952,11 +952,11 @@ def test_product_gradients_take_their_operands_layout():
         assert strides[0] == strides[1] == (((5, 1), (1, 5))), (op, strides)
 
 
-@pytest.mark.skipif(not __import__("kiln.autograd.graph").autograd.graph._STEAL, reason="CPython < 3.14 only")
+@pytest.mark.skipif(not __import__("kiln.autograd.accumulate").autograd.accumulate._STEAL, reason="CPython < 3.14 only")
 def test_sole_owner_test_of_a_leafs_first_gradient():
     """A leaf's first gradient becomes its ``.grad`` without a copy only when the engine's buffer holds the
     only reference to it and nothing else reaches its memory."""
-    from kiln.autograd.graph import _sole_owner
+    from kiln.autograd.accumulate import _sole_owner
 
     t = kiln.zeros(64, 80, requires_grad=True)
     assert _sole_owner(t, [kiln.ones(64, 80)])
@@ -1007,13 +1007,13 @@ def test_leaf_gradient_never_aliases_a_gradient_held_elsewhere():
 
 def test_linear_weight_gradient_is_taken_without_a_copy(monkeypatch):
     """The gradients of a Linear-style product reach the leaves as the engine's own buffers."""
-    from kiln.autograd import graph
+    from kiln.autograd import accumulate, engine
 
     seen = []
-    sole = graph._sole_owner
-    monkeypatch.setattr(graph, "_sole_owner", lambda t, grads: seen.append(sole(t, grads)) or seen[-1])
+    sole = accumulate._sole_owner
+    monkeypatch.setattr(engine, "_sole_owner", lambda t, grads: seen.append(sole(t, grads)) or seen[-1])
     w = kiln.ones(64, 80, requires_grad=True)
     b = kiln.ones(64, requires_grad=True)
     kiln.addmm(b, kiln.ones(4, 80), w.t()).sum().backward()
-    assert seen == [False, graph._STEAL]  # the bias is too small to be worth the test
+    assert seen == [False, accumulate._STEAL]  # the bias is too small to be worth the test
     assert w.grad.is_contiguous() and (w.grad == 4.0).all() and (b.grad == 4.0).all()

@@ -152,7 +152,7 @@ def test_gradient_layout_contract_matches_torch(make):
 
 
 def test_relaxed_layout_keeps_a_sole_owned_gradient_as_it_is():
-    from kiln.autograd.graph import layout_enforced
+    from kiln.autograd.accumulate import layout_enforced
 
     big = kiln.empty(80, 90).t().requires_grad_()
     incoming = kiln.ones(90, 80)  # row-major: not the leaf's (transposed) layout

@@ -380,7 +380,7 @@ class Tensor:
     def register_post_accumulate_grad_hook(self, hook):
         """Register ``hook(tensor)``, run after a gradient has been accumulated into this leaf's ``.grad``
         (optimizers that step inside backward use it). Returns a handle whose ``remove()`` unregisters it."""
-        from kiln.autograd.graph import register_post_accumulate_grad_hook
+        from kiln.autograd.accumulate import register_post_accumulate_grad_hook
 
         return register_post_accumulate_grad_hook(self, hook)
 

@@ -12,6 +12,7 @@ from kiln.autograd.anomaly_mode import (
     is_anomaly_enabled,
     set_detect_anomaly,
 )
+from kiln.autograd.engine import run_backward
 from kiln.autograd.function import Function, FunctionCtx, once_differentiable
 from kiln.autograd.grad_mode import (
     enable_grad,
@@ -24,7 +25,7 @@ from kiln.autograd.grad_mode import (
     set_multithreading_enabled,
 )
 from kiln.autograd.gradcheck import GradcheckError, gradcheck, gradgradcheck
-from kiln.autograd.graph import Node, run_backward
+from kiln.autograd.graph import Node
 from kiln.autograd.variable import Variable, variable
 
 __all__ = [

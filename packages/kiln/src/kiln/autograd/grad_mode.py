@@ -194,14 +194,14 @@ class enforce_grad_layout_policy(_DecoratorContextManager):
     """
 
     def __init__(self, enable: bool = True) -> None:
-        from kiln.autograd.graph import layout_enforced, set_layout_enforced
+        from kiln.autograd.accumulate import layout_enforced, set_layout_enforced
 
         self.prev = layout_enforced()
         set_layout_enforced(enable)
         self.mode = enable
 
     def __call__(self, orig_func):
-        from kiln.autograd.graph import set_layout_enforced
+        from kiln.autograd.accumulate import set_layout_enforced
 
         set_layout_enforced(self.prev)
         return super().__call__(orig_func)
@@ -210,7 +210,7 @@ class enforce_grad_layout_policy(_DecoratorContextManager):
         pass
 
     def __exit__(self, exc_type, exc_value, traceback) -> None:
-        from kiln.autograd.graph import set_layout_enforced
+        from kiln.autograd.accumulate import set_layout_enforced
 
         set_layout_enforced(self.prev)
 

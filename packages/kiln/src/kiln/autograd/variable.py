@@ -23,8 +23,8 @@ class _ExecutionEngine:
 
     @staticmethod
     def queue_callback(callback) -> None:
-        """Run ``callback()`` when the running backward pass finishes (:func:`kiln.autograd.graph.queue_callback`)."""
-        from kiln.autograd.graph import queue_callback
+        """Run ``callback()`` when the running backward pass finishes (:func:`kiln.autograd.engine.queue_callback`)."""
+        from kiln.autograd.engine import queue_callback
 
         queue_callback(callback)
 

@@ -1,0 +1,178 @@
+"""Accumulating a gradient into a leaf's ``.grad``: PyTorch's gradient layout contract (a leaf's ``.grad``
+has the leaf's strides when the leaf is non-overlapping and dense), the test that lets a gradient only the
+engine holds become ``.grad`` without a copy, and the hooks that run after accumulation."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Callable
+
+import numpy as np
+
+from kiln._tensor import _SAME, Tensor, _numel
+from kiln.autograd.graph import RemovableHandle, _edge, _run_tensor_hooks
+
+# A leaf's first gradient becomes its ``.grad`` without a copy when the engine holds the only reference
+# to it and nothing else can reach its memory (PyTorch's AccumulateGrad does the same). That is a
+# reference count test, so it runs where CPython counts every reference: from 3.14 the interpreter may
+# borrow references without counting them, and free-threaded builds count them per thread.
+_STEAL = (
+    sys.implementation.name == "cpython"
+    and sys.version_info < (3, 14)
+    and getattr(sys, "_is_gil_enabled", lambda: True)()
+)
+
+
+_STEAL_MIN = 4096  # elements: a smaller gradient is copied faster than its holders are counted
+
+# PyTorch's gradient layout contract: a leaf's .grad has the leaf's strides when the leaf is non-overlapping
+# and dense, else row-major ones. ``enforce_grad_layout_policy(False)`` lets a sole-owned gradient of another
+# layout become .grad as it is; a copy is always made in the contract's layout.
+_LAYOUT = threading.local()
+
+
+def layout_enforced() -> bool:
+    """Whether this thread enforces the gradient layout contract (``enforce_grad_layout_policy``)."""
+    return getattr(_LAYOUT, "enforced", True)
+
+
+def set_layout_enforced(enabled: bool) -> None:
+    """Switch the gradient layout contract for this thread."""
+    _LAYOUT.enforced = bool(enabled)
+
+
+def _contract_strides(t: Tensor) -> tuple[int, ...]:
+    """The strides the contract gives ``t``'s gradient: ``t``'s own if ``t`` is non-overlapping and dense."""
+    from kiln._tensor import contiguous_strides
+
+    expected = 1
+    for stride, size in sorted((st, n) for n, st in zip(t._shape, t._stride) if n != 1):
+        if stride != expected:
+            return contiguous_strides(t._shape)
+        expected *= size
+    return t._stride
+
+
+def _obeys_layout(t: Tensor, g: Tensor) -> bool:
+    want = _contract_strides(t)
+    return all(n == 1 or a == b for n, a, b in zip(g._shape, g._stride, want))
+
+
+def _copy_in_layout(t: Tensor, d: Tensor) -> Tensor:
+    """A copy of the gradient ``d`` laid out by the contract for the leaf ``t``."""
+    if _obeys_layout(t, d):
+        return d.clone()
+    from kiln._ops.factories import empty_strided
+
+    return empty_strided(t._shape, _contract_strides(t), dtype=d._dtype, device=d._device).copy_(d)
+
+
+def _refs(x) -> int:
+    return sys.getrefcount(x)
+
+
+def _own_refs() -> int:
+    holder = [object()]
+    return _refs(holder[0]) - 1  # what _refs adds to the count of an object held once
+
+
+_OWN_REFS = _own_refs()
+
+
+def _reachable(g: Tensor) -> tuple[list, list[int]] | None:
+    """The objects through which ``g``'s memory can be reached (``g``, the tensor it views, their
+    storages and NumPy views, the array that owns the memory), with how many references each has from the
+    others; None when the memory is not owned by a NumPy array, so that the holders cannot all be known."""
+    objs: list = []
+    held: list = []
+    todo = [g]
+    while todo:
+        o = todo.pop()
+        if any(o is p for p in objs):
+            continue
+        objs.append(o)
+        if type(o) is Tensor:
+            refs = (o._storage, o._np, o._base)
+        elif type(o) is np.ndarray:
+            refs = (o.base,)
+        else:
+            return None
+        for r in refs:
+            if r is not None:
+                held.append(r)
+                todo.append(r)
+    return objs, [sum(h is o for h in held) for o in objs]
+
+
+def _sole_owner(t: Tensor, grads: list) -> bool:
+    """Whether ``grads[0]`` can become ``t.grad`` as it is: a contiguous gradient (the parameter's layout)
+    that only the engine's buffer ``grads`` holds, and whose memory nothing else reaches."""
+    g = grads[0]
+    if not (
+        _STEAL
+        and type(g) is Tensor
+        and _numel(g._shape) >= _STEAL_MIN
+        and g.grad_fn is None
+        and not g._hooks
+        and g._offset == 0
+        and g._dtype is t._dtype
+        and g.is_contiguous()
+        and (_obeys_layout(t, g) or not layout_enforced())
+    ):
+        return False
+    found = _reachable(g)
+    if found is None:
+        return False
+    objs, held = found
+    for i in range(len(objs)):  # noqa: SIM110 - by index: an iterator would hold the current object once more
+        # beyond the holders inside the closure: objs itself, and for g the buffer and the local g
+        if _refs(objs[i]) - _OWN_REFS != held[i] + 1 + (2 if objs[i] is g else 0):
+            return False
+    return True
+
+
+def _accumulate_into_leaf(
+    t: Tensor, g: Tensor, create_graph: bool, run_hooks: bool = True, owned: bool = False
+) -> None:
+    """Add the gradient ``g`` into the leaf ``t``'s ``.grad`` (``owned``: nothing else holds ``g``, so it
+    may become ``.grad`` without a copy)."""
+    want = t._grad_dtype
+    if want is not None and want is not _SAME and g._dtype is not want:  # a leaf's grad_dtype set to another
+        g = g.to(want)  # before the hooks, which see the gradient as it will be kept
+        owned = False
+    if run_hooks and t._hooks:
+        g = _run_tensor_hooks(t._hooks, g)
+        owned = False
+    if t._grad is None:
+        if create_graph:
+            t._grad = g
+        elif owned:
+            t._grad = g.detach()  # the memory is g's alone: no copy
+        else:  # a copy, in the layout of PyTorch's gradient layout contract
+            t._grad = _copy_in_layout(t, g.detach())
+    elif create_graph or t._grad._requires_grad:
+        t._grad = t._grad + g
+    else:
+        from kiln.autograd.grad_mode import no_grad
+
+        with no_grad():
+            t.grad.add_(g)
+    acc = t._accumulator
+    if acc is not None and acc.post_accumulate_hooks:
+        for hook in list(acc.post_accumulate_hooks):
+            hook(t)
+
+
+def register_post_accumulate_grad_hook(t: Tensor, hook: Callable) -> RemovableHandle:
+    """``Tensor.register_post_accumulate_grad_hook``: ``hook(t)`` runs after a gradient is accumulated
+    into the leaf ``t``'s ``.grad``."""
+    if not t._requires_grad:
+        raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+    if t.grad_fn is not None:
+        raise RuntimeError("post accumulate grad hooks cannot be registered on non-leaf tensors")
+    acc = _edge(t)[0]
+    if acc.post_accumulate_hooks is None:
+        acc.post_accumulate_hooks = []
+    acc.post_accumulate_hooks.append(hook)
+    return RemovableHandle(acc.post_accumulate_hooks, hook)

@@ -1,0 +1,238 @@
+"""The backward engine: gradients flow from the roots through the recorded nodes in reverse order of
+recording (a node runs once every edge into it has delivered), are captured for ``autograd.grad`` or
+accumulated into leaves, and the callbacks queued during the pass run at its end."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+import warnings
+from collections.abc import Callable, Sequence
+
+from kiln._state import anomaly, set_state
+from kiln._tensor import Tensor
+from kiln.autograd.accumulate import _accumulate_into_leaf, _sole_owner
+from kiln.autograd.graph import AccumulateGrad, Node, _edge, _run_tensor_hooks
+
+_final_callbacks = threading.local()  # .stack: one list of callbacks per backward pass running in this thread
+
+
+def queue_callback(callback: Callable[[], None]) -> None:
+    """Run ``callback()`` when the backward pass running in this thread finishes (PyTorch's
+    ``Variable._execution_engine.queue_callback``): how DistributedDataParallel waits for its last
+    gradient all-reduces. Callbacks run in the order queued, after every gradient is accumulated, and
+    may queue more; only valid during a backward pass."""
+    stack = getattr(_final_callbacks, "stack", None)
+    if not stack:
+        raise RuntimeError("Final callbacks can only be installed during backward pass.")
+    stack[-1].append(callback)
+
+
+def run_backward(
+    roots: Sequence[tuple[Node, int, Tensor]],
+    keep_graph: bool,
+    create_graph: bool,
+    inputs: Sequence[Tensor] | None = None,
+    accumulate: bool = True,
+) -> list:
+    """Propagate gradients from ``roots``; with ``inputs``, return their gradients (and accumulate
+    only into them when ``accumulate``). Callbacks queued with :func:`queue_callback` during the pass
+    run at its end."""
+    stack = getattr(_final_callbacks, "stack", None)
+    if stack is None:
+        stack = _final_callbacks.stack = []
+    callbacks: list[Callable[[], None]] = []
+    stack.append(callbacks)
+    try:
+        captured = _propagate(roots, keep_graph, create_graph, inputs, accumulate)
+    finally:
+        stack.pop()
+    i = 0
+    while i < len(callbacks):  # a callback may queue another
+        stack.append(callbacks)
+        try:
+            callbacks[i]()
+        finally:
+            stack.pop()
+        i += 1
+    return captured
+
+
+def _propagate(
+    roots: Sequence[tuple[Node, int, Tensor]],
+    keep_graph: bool,
+    create_graph: bool,
+    inputs: Sequence[Tensor] | None,
+    accumulate: bool,
+) -> list:
+    # Targets: where gradients are captured instead of flowing on.
+    capture: dict[tuple[int, int], int] = {}
+    captured: list = []
+    if inputs is not None:
+        captured = [None] * len(inputs)
+        for k, t in enumerate(inputs):
+            node, nr = _edge(t)
+            if node is None:
+                continue
+            capture[(id(node), nr)] = k
+    # Dependencies: how many edges reach each node (with inputs: only among nodes that lead to one).
+    deps: dict[Node, int] = {}
+    stack = [roots[0][0]] if len(roots) == 1 else list(dict.fromkeys(r[0] for r in roots))
+    seen = set(stack)
+    order: list[Node] = []
+    while stack:
+        node = stack.pop()
+        order.append(node)
+        for nxt, _ in node.next_functions:
+            if nxt is not None:
+                deps[nxt] = deps.get(nxt, 0) + 1
+                if nxt not in seen:
+                    seen.add(nxt)
+                    stack.append(nxt)
+    needed: set | None = None
+    if inputs is not None:
+        target_nodes = {key[0] for key in capture}
+        needed = set()
+        for node in _topo_sorted(order):  # leaves first: a node is needed if it feeds a needed node
+            if id(node) in target_nodes or any(n in needed for n, _ in node.next_functions if n is not None):
+                needed.add(node)
+        deps = {}
+        for node in order:
+            if node in needed:
+                for nxt, _ in node.next_functions:
+                    if nxt is not None and nxt in needed:
+                        deps[nxt] = deps.get(nxt, 0) + 1
+
+    buffers: dict[Node, list] = {}
+    heap: list = []
+    counter = itertools.count()
+    for node, nr, g in roots:
+        buf = buffers.get(node)
+        if buf is None:
+            buf = buffers[node] = [None] * max(node.n_out, nr + 1)
+        buf[nr] = g if buf[nr] is None else buf[nr] + g
+    for node in buffers:
+        if deps.get(node, 0) == 0:
+            heapq.heappush(heap, (-node._seq, next(counter), node))
+
+    prev = set_state("grad_enabled", bool(create_graph))
+    try:
+        while heap:
+            _, _, node = heapq.heappop(heap)
+            grads = buffers.pop(node)
+            if node._tensor_pre_hooks:
+                for nr, hooks in node._tensor_pre_hooks.items():
+                    if nr < len(grads) and grads[nr] is not None and hooks:
+                        grads[nr] = _run_tensor_hooks(hooks, grads[nr])
+            if capture:
+                for nr, g in enumerate(grads):
+                    k = capture.get((id(node), nr))
+                    if k is not None and g is not None:
+                        if isinstance(node, AccumulateGrad) and node.variable._hooks:
+                            g = _run_tensor_hooks(node.variable._hooks, g)
+                        captured[k] = g
+            if isinstance(node, AccumulateGrad):
+                if inputs is None:
+                    if grads[0] is not None:
+                        owned = not create_graph and _sole_owner(node.variable, grads)
+                        _accumulate_into_leaf(node.variable, grads[0], create_graph, owned=owned)
+                elif accumulate:
+                    k = capture.get((id(node), 0))
+                    if k is not None and captured[k] is not None:  # hooks already ran when it was captured
+                        _accumulate_into_leaf(node.variable, captured[k], create_graph, run_hooks=False)
+                continue
+            if needed is not None and node not in needed:
+                continue
+            if node._pre_hooks:
+                for h in node._pre_hooks:
+                    r = h(tuple(grads))
+                    if r is not None:
+                        grads = list(r)
+            for g in grads:  # (not grads.count(None): that compares with ==, a tensor op)
+                if g is not None:
+                    break
+            else:
+                g = None
+            if g is None:  # no gradient reached the node
+                outs = (None,) * len(node.next_functions)
+            elif anomaly["enabled"]:
+                outs = _apply_node_under_anomaly(node, tuple(grads))
+            else:
+                outs = node.apply(tuple(grads))
+            if node._post_hooks:
+                for h in node._post_hooks:
+                    r = h(outs, tuple(grads))
+                    if r is not None:
+                        outs = tuple(r)
+            if not keep_graph:
+                node.release()
+            for (nxt, nr), g in zip(node.next_functions, outs):
+                if nxt is None or (needed is not None and nxt not in needed):
+                    continue
+                buf = buffers.get(nxt)
+                if buf is None:
+                    buf = buffers[nxt] = [None] * (nxt.n_out if nr < nxt.n_out else nr + 1)
+                if nr >= len(buf):
+                    buf.extend([None] * (nr + 1 - len(buf)))
+                if g is not None:
+                    buf[nr] = g if buf[nr] is None else buf[nr] + g
+                deps[nxt] -= 1
+                if deps[nxt] == 0:
+                    heapq.heappush(heap, (-nxt._seq, next(counter), nxt))
+            outs = g = None  # the buffers hold the gradients now (the leaf ownership test counts holders)
+    finally:
+        set_state("grad_enabled", prev)
+    if accumulate and inputs is not None:
+        # backward(inputs=...) fills .grad of non-leaf inputs too (leaves were done by AccumulateGrad)
+        for t, g in zip(inputs, captured):
+            if g is not None and t.grad_fn is not None and not t._retains_grad:  # retain_grad already stored it
+                _accumulate_into_leaf(t, g, create_graph, run_hooks=False)
+    return captured
+
+
+def _apply_node_under_anomaly(node: Node, grads: tuple) -> tuple:
+    """``node.apply(grads)`` with anomaly mode's forward traceback on error and its check for nan."""
+    try:
+        outs = node.apply(grads)
+    except Exception:
+        tb = node.metadata.get("traceback_")
+        if tb:
+            warnings.warn(
+                f"Error detected in {node.name()}. Traceback of forward call that caused the error:\n{''.join(tb)}",
+                stacklevel=2,
+            )
+        raise
+    if anomaly["check_nan"]:
+        for i, g in enumerate(outs):
+            if g is not None and g._dtype.is_floating_point:
+                from kiln._ops.elementwise import isnan
+
+                if isnan(g.detach()).any().item():
+                    raise RuntimeError(f"Function '{node.name()}' returned nan values in its {i}th output.")
+    return outs
+
+
+def _topo_sorted(nodes: list[Node]) -> list[Node]:
+    """Nodes ordered so that every node comes after everything it feeds into (leaves first)."""
+    node_set = set(nodes)
+    out: list[Node] = []
+    state_: dict[Node, int] = {}
+    for root in nodes:
+        if root in state_:
+            continue
+        stack = [(root, iter(root.next_functions))]
+        state_[root] = 1
+        while stack:
+            node, it = stack[-1]
+            advanced = False
+            for nxt, _ in it:
+                if nxt is not None and nxt in node_set and nxt not in state_:
+                    state_[nxt] = 1
+                    stack.append((nxt, iter(nxt.next_functions)))
+                    advanced = True
+                    break
+            if not advanced:
+                stack.pop()
+                out.append(node)
+    return out

@@ -198,11 +198,16 @@ def test_nll_loss_backward_hands_back_to_the_reference(loss_spy):
     assert loss_spy == ["nll_weights"]  # the out-of-range target: found by the loop, raised by the reference
 
 
-def test_small_inputs_run_the_loops_from_the_multipass_threshold(loss_spy, monkeypatch):
-    """Below ``min_numel``, nll_loss runs its loops from ``multipass_min_numel`` elements."""
+@pytest.mark.parametrize("chain_min", [None, 100])
+def test_small_inputs_run_the_loops_from_the_chain_threshold(loss_spy, monkeypatch, chain_min):
+    """Below ``min_numel``, nll_loss runs its loops from ``chain_min_numel`` elements: at any size by
+    default, and from a threshold set higher."""
     monkeypatch.setattr(config, "min_numel", 1 << 18)
-    for shape, ran in (((128, 10), ["nll_rows"]), ((8, 10), [])):
+    if chain_min is not None:
+        monkeypatch.setattr(config, "chain_min_numel", chain_min)
+    for shape in ((128, 10), (8, 10), (2, 3)):
+        ran = ["nll_rows"] if chain_min is None or shape[0] * shape[1] >= chain_min else []
         x, t, _ = _case(shape, kiln.float32, 0)
         assert_same(F.nll_loss(x, t), reference(F.nll_loss, x, t))
-        assert loss_spy == ran
+        assert loss_spy == ran, shape
         loss_spy.clear()

@@ -250,15 +250,16 @@ def test_handed_back(case, pool_spy):
     assert pool_spy == []
 
 
-def test_tiny_inputs_go_to_the_reference(pool_spy, monkeypatch):
-    """Below ``min_numel`` the loops still run from ``multipass_min_numel`` elements (they beat the reference at
-    any size); tinier calls go to the reference."""
+@pytest.mark.parametrize("chain_min", [None, 1024])
+def test_small_inputs_run_the_loops_from_the_chain_threshold(pool_spy, monkeypatch, chain_min):
+    """Below ``min_numel`` the loops still run from ``chain_min_numel`` elements (they beat the reference at
+    any size, so by default at every size); below a threshold set higher, calls go to the reference."""
     monkeypatch.setattr(config, "min_numel", 1 << 18)
+    if chain_min is not None:
+        monkeypatch.setattr(config, "chain_min_numel", chain_min)
     for fn in (lambda t: P.max_pool2d(t, 2), lambda t: P.avg_pool2d(t, 2)):
-        x = make((2, 3, 8, 8), kiln.float32, 1)
-        assert_same(fn(x), reference(fn, x))
-        assert pool_spy == []
-        x = make((2, 4, 16, 16), kiln.float32, 1)
-        assert_same(fn(x), reference(fn, x))
-        assert len(pool_spy) == 1
-        pool_spy.clear()
+        for shape in ((2, 3, 8, 8), (2, 4, 16, 16), (1, 1, 2, 2)):
+            x = make(shape, kiln.float32, 1)
+            assert_same(fn(x), reference(fn, x))
+            assert len(pool_spy) == (chain_min is None or x.numel() >= chain_min), shape
+            pool_spy.clear()

@@ -5,6 +5,8 @@ other dtypes, other reduced dims, empty inputs)."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from kiln_cpu_helpers import F, assert_same, make, reference
@@ -309,17 +311,22 @@ def test_batch_and_group_norm_hand_back_to_the_reference(norm_spy):
     assert norm_spy == []
 
 
-def test_small_inputs_run_the_loops_from_the_multipass_threshold(norm_spy, monkeypatch):
-    """Below ``min_numel`` the softmax and norm loops still run from ``multipass_min_numel`` elements (one
-    serial pass beats the reference's several NumPy calls); tinier inputs go to the reference."""
+@pytest.mark.parametrize("chain_min", [None, 100])
+def test_small_inputs_run_the_loops_from_the_chain_threshold(norm_spy, monkeypatch, chain_min):
+    """Below ``min_numel`` the softmax and norm loops still run from ``chain_min_numel`` elements (one
+    serial pass beats the reference's chain of NumPy calls at any size by default); below a threshold
+    set higher, inputs go to the reference."""
     from kiln_cpu import config
 
     monkeypatch.setattr(config, "min_numel", 1 << 18)
-    for shape, ran in (((128, 10), True), ((8, 10), False)):
+    if chain_min is not None:
+        monkeypatch.setattr(config, "chain_min_numel", chain_min)
+    for shape in ((128, 10), (8, 10), (1, 3)):
+        ran = chain_min is None or math.prod(shape) >= chain_min
         x = make(shape, kiln.float32, seed=4)
-        for fn in (lambda t: F.log_softmax(t, 1), lambda t: F.layer_norm(t, (10,))):
+        for fn in (lambda t: F.log_softmax(t, 1), lambda t: F.layer_norm(t, t.shape[-1:])):
             assert_same(fn(x), reference(fn, x), ulps=_ULPS, atol=2e-6)
-            assert bool(norm_spy) is ran
+            assert bool(norm_spy) is ran, shape
             norm_spy.clear()
 
 

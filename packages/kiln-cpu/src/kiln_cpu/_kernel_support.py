@@ -243,8 +243,8 @@ def through_float32(name: str, kernel):
     reference computes those: each half-precision tensor operand widened to float32 in its layout, the
     float32 kernel on a spec whose half-precision results are float32, each such result rounded back
     once. The reference runs where an operand's elements do not fill one block of memory, and where no
-    operand reaches :data:`kiln_cpu.config.multipass_min_numel` elements (the float32 loops would hand
-    those back after the widening)."""
+    operand reaches :data:`kiln_cpu.config.multipass_min_numel` elements (tiny half-precision calls are
+    not worth their widening)."""
     opdef = op_record(name)
     reference = reference_kernel(opdef)
     multi = opdef.num_outputs > 1

@@ -12,11 +12,17 @@ than they save (benchmarks/bench_cpu.py measures the crossover). The environment
 
 multipass_min_numel = 1024
 """The ops whose reference makes several NumPy passes or calls per element run their Numba kernel from
-this many elements (or :data:`min_numel`, whichever is smaller): softmax, log_softmax and logsumexp and
-their backward, the norms, nll_loss, the pools, the accumulating index ops (``np.add.at``) and pow. One
-serial Numba pass beats the reference's passes at any size but the tiniest (log_softmax of 128x10:
-23 us for the reference's six NumPy calls; pools: 1.3x to 9x from 256 elements), and below the thread
-grain the kernels wake no threads."""
+this many elements (or :data:`min_numel`, whichever is smaller): the accumulating index ops
+(``np.add.at``) and pow. One serial Numba pass beats the reference's passes from here, and below the
+thread grain the kernels wake no threads; below it the loop's fixed cost (its arguments' checks and
+scratch arrays) outweighs them (index_add of 4x8: 11 us by the reference, 52 us by the loop)."""
+
+chain_min_numel = 1
+"""The ops whose reference is a chain of NumPy calls, each with its fixed cost, run their one Numba pass
+from this many elements (or :data:`min_numel`, whichever is smaller): softmax, log_softmax and logsumexp
+and their backward, the norms, nll_loss and the pools. The loop is faster at every size (2x10:
+log_softmax 13.4 us by the reference's six calls, 5.5 us by the loop; nll_loss 26 against 11 us;
+layer_norm 23 against 10 us; a 2x2 max pool of 2x10, 206 against 19 us)."""
 
 
 blas_threads_min_macs = 1 << 22
@@ -34,7 +40,10 @@ blas = os.environ.get("KILN_CPU_BLAS", "").strip().lower() or "auto"
 always use NumPy's BLAS (:mod:`kiln_cpu._mkl`)."""
 
 
-def too_small(n: int, multipass: bool = False) -> bool:
+def too_small(n: int, multipass: bool = False, chain: bool = False) -> bool:
     """Whether an op with ``n`` elements (0: empty) goes to the reference: below :data:`min_numel`; for
-    ``multipass`` ops only below the smaller of :data:`min_numel` and :data:`multipass_min_numel`."""
+    ``multipass`` ops only below the smaller of :data:`min_numel` and :data:`multipass_min_numel`, for
+    ``chain`` ops below the smaller of :data:`min_numel` and :data:`chain_min_numel`."""
+    if chain:
+        return n == 0 or n < min(min_numel, chain_min_numel)
     return n == 0 or n < (min(min_numel, multipass_min_numel) if multipass else min_numel)

@@ -5,7 +5,7 @@ inputs); the sums are the reference's NumPy sums of the same terms and each grad
 reference's product, so the results are bit for bit the reference's. Loops in Numba
 (:mod:`kiln_cpu._jit_loss`, imported on the first call that needs it).
 
-Handed back to the reference: small inputs (:data:`kiln_cpu.config.multipass_min_numel`), dtypes other than
+Handed back to the reference: small inputs (:data:`kiln_cpu.config.chain_min_numel`), dtypes other than
 float32/float64 (and a weight of another dtype), non-contiguous inputs (forward; the backward reads
 only the input's shape), and out-of-range targets (the reference raises the error). float16 and bfloat16
 run the float32 loops, as the reference computes them (:func:`kiln_cpu._kernel_support.through_float32`).
@@ -34,7 +34,7 @@ def _nll_kernel():
         if (
             d not in FLOAT
             or input._dtype is not d
-            or config.too_small(math.prod(shape), multipass=True)
+            or config.too_small(math.prod(shape), chain=True)
             or (weight is not None and weight._dtype is not d)
             or reduction not in ("none", "sum", "mean")
         ):
@@ -81,7 +81,7 @@ def _nll_backward_kernel():
         if (
             d not in FLOAT
             or grad._dtype is not d
-            or config.too_small(math.prod(shape), multipass=True)
+            or config.too_small(math.prod(shape), chain=True)
             or (weight is not None and weight._dtype is not d)
             or reduction not in modes
         ):

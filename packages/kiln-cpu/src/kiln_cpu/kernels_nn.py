@@ -17,7 +17,7 @@ differ from it in exp's last bit and in the order of a long row's sum.
 
 Each kernel has the reference kernel's contract and hands a call back to it whenever it would not be
 faster or would differ by more than the sums' last bits: small inputs
-(:data:`kiln_cpu.config.multipass_min_numel`: the reference's several NumPy passes are slower at every
+(:data:`kiln_cpu.config.chain_min_numel`: the reference's several NumPy passes are slower at every
 larger size), other dtypes (or operands of another dtype), empty and 0-d tensors,
 inputs that are not C-contiguous (the reference's result follows their layout), logsumexp over other
 dims than the last, and the norms' sums over dims that NumPy merges (a single channel in training and
@@ -44,7 +44,7 @@ def _dense_rows(a: Tensor, d) -> np.ndarray | None:
     large enough tensor of dtype ``d``, a float dtype (else None: the reference runs)."""
     if d not in FLOAT + HALF or a._dtype is not d or not a._shape:
         return None
-    if config.too_small(math.prod(a._shape), multipass=True):
+    if config.too_small(math.prod(a._shape), chain=True):
         return None
     x = a._numpy()
     if not x.flags.c_contiguous:

@@ -13,7 +13,7 @@ OpenBLAS (fused multiply-adds over the outputs in increasing order, NaN wherever
 ``0 * inf``): bit for bit while a dim has at most a few hundred outputs (one gemm block), within an ulp
 or two beyond.
 
-Handed back to the reference: tiny calls (below :data:`kiln_cpu.config.multipass_min_numel` elements
+Handed back to the reference: tiny calls (below :data:`kiln_cpu.config.chain_min_numel` elements
 or :data:`kiln_cpu.config.min_numel`, whichever is smaller), empty tensors, dtypes other than float32/float64
 (or an input of another dtype). float16 and bfloat16 run the float32 loops, as the reference computes them
 (:func:`kiln_cpu._kernel_support.through_float32`: widened exactly, rounded once; bit for bit).
@@ -40,7 +40,7 @@ def _planes(t, d, out_shape) -> np.ndarray | None:
     if d not in FLOAT or t._dtype is not d:
         return None
     n, n_in = math.prod(out_shape), math.prod(t._shape)
-    if n_in == 0 or config.too_small(n and max(n, n_in), multipass=True):  # the work grows with either
+    if n_in == 0 or config.too_small(n and max(n, n_in), chain=True):  # the work grows with either
         return None
     return np.ascontiguousarray(t._numpy()).reshape(-1)
 
@@ -131,7 +131,7 @@ def _max_pool_2x2(spec, input) -> tuple | None:
 def _argmax_scatter(spec, src, indices, plane):
     """The max pools' backward: per row, zeros with each gradient added at its argmax, in one pass."""
     shape, d = spec.shape, spec.dtype
-    if d not in FLOAT or src._dtype is not d or config.too_small(math.prod(shape), multipass=True):
+    if d not in FLOAT or src._dtype is not d or config.too_small(math.prod(shape), chain=True):
         return None
     g = np.ascontiguousarray(src._numpy()).reshape(-1)
     ind = np.ascontiguousarray(indices._numpy()).reshape(-1)

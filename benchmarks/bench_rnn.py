@@ -90,11 +90,12 @@ def _lm_case(kiln, torch, rng, cell: str) -> dict:
     }
 
 
-def _layer_case(kiln, torch, rng, cell: str) -> dict:
+def _layer_case(kiln, torch, rng, cell: str, proj: int = 0) -> dict:
     x = rng.standard_normal((STEPS, BATCH, EMBED)).astype(np.float32)
+    extra = {"proj_size": proj} if proj else {}
     models = {
-        "torch": getattr(torch.nn, cell)(EMBED, HIDDEN, LAYERS),
-        "kiln": getattr(kiln.nn, cell)(EMBED, HIDDEN, LAYERS),
+        "torch": getattr(torch.nn, cell)(EMBED, HIDDEN, LAYERS, **extra),
+        "kiln": getattr(kiln.nn, cell)(EMBED, HIDDEN, LAYERS, **extra),
     }
     _same_weights(kiln, models["kiln"], models["torch"])
 
@@ -110,9 +111,10 @@ def _layer_case(kiln, torch, rng, cell: str) -> dict:
 
         return run
 
+    args = f"{EMBED}, {HIDDEN}, {LAYERS}" + (f", proj_size={proj}" if proj else "")
     return {
-        "name": f"{cell} layers fwd+bwd",
-        "what": f"nn.{cell}({EMBED}, {HIDDEN}, {LAYERS}) on ({STEPS}, {BATCH}, {EMBED}), output summed, backward",
+        "name": f"{cell} {'proj ' if proj else ''}layers fwd+bwd",
+        "what": f"nn.{cell}({args}) on ({STEPS}, {BATCH}, {EMBED}), output summed, backward",
         "check": 1e-3,
         **{lib: run_of(mod, models[lib]) for lib, mod in (("kiln", kiln), ("torch", torch))},
     }
@@ -157,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     kiln.set_num_threads(1)
     rng = np.random.default_rng(0)
     cases = [_lm_case(kiln, torch, rng, c) for c in ("LSTM", "GRU")]
-    cases += [_layer_case(kiln, torch, rng, c) for c in ("LSTM", "GRU")] + [_cell_case(kiln, torch, rng)]
+    cases += [_layer_case(kiln, torch, rng, c) for c in ("LSTM", "GRU")]
+    cases += [_layer_case(kiln, torch, rng, "LSTM", proj=HIDDEN // 2), _cell_case(kiln, torch, rng)]
     rows = []
     for case in cases:
         # the first call of each agrees (the same weights); the training steps then diverge by rounding

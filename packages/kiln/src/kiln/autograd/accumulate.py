@@ -11,6 +11,7 @@ from collections.abc import Callable
 import numpy as np
 
 from kiln._tensor import _SAME, Tensor, _numel
+from kiln.autograd.grad_mode import is_grad_enabled, no_grad
 from kiln.autograd.graph import RemovableHandle, _edge, _run_tensor_hooks
 
 # A leaf's first gradient becomes its ``.grad`` without a copy when the engine holds the only reference
@@ -153,11 +154,11 @@ def _accumulate_into_leaf(
             t._grad = _copy_in_layout(t, g.detach())
     elif create_graph or t._grad._requires_grad:
         t._grad = t._grad + g
-    else:
-        from kiln.autograd.grad_mode import no_grad
-
+    elif is_grad_enabled():
         with no_grad():
-            t.grad.add_(g)
+            t._grad.add_(g)
+    else:  # the engine runs with gradients off already
+        t._grad.add_(g)
     acc = t._accumulator
     if acc is not None and acc.post_accumulate_hooks:
         for hook in list(acc.post_accumulate_hooks):

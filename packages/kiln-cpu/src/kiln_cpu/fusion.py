@@ -80,7 +80,9 @@ def source(group) -> str:
     """The module text of ``group``'s loops: ``flat`` (inputs of the full shape), ``dense`` (contiguous
     inputs, some broadcast: their strides are written into the loop, so the innermost one vectorizes) and
     ``strided`` (any views). With a reduction, each innermost run of values goes to a buffer first, then
-    into the sum."""
+    into the sum. An index that is not a bare loop variable is cast to unsigned (``_u``): Numba wraps
+    negative signed indices, and that per-element select kept LLVM from vectorizing (a fused lerp of 200K
+    float32 took 390 us in 1024-element chunks indexed ``first + j``, 30 us as one loop)."""
     n_in, n_out, nd = len(group.inputs), len(group.outputs), len(group.shape)
     arrays = [f"a{i}" for i in range(n_in)] + [f"b{j}" for j in range(n_out)]
     reduce = group.reduction[1] if group.reduction is not None else None
@@ -114,16 +116,20 @@ def source(group) -> str:
 
     def flat_index(strides: tuple) -> str:
         terms = [f"i{k}" if s == 1 else f"i{k} * {s}" for k, s in enumerate(strides) if s]
-        return " + ".join(terms) or "0"
+        if len(terms) == 1 and terms[0].isidentifier():
+            return terms[0]  # a loop variable: never negative, as LLVM sees
+        return f"_u({' + '.join(terms)})" if terms else "0"
 
     flat = start("flat", ["n", *arrays], _CHUNK)
-    flat += [
-        f"    for first in range(0, n, {_CHUNK}):",
-        f"        m = min({_CHUNK}, n - first)",
-        "        for j in range(m):",
-    ]
-    flat += ["            i = first + j"] + body(["i"] * n_in, "i", "j", "            ")
-    if reduce is not None:
+    if reduce is None:  # one loop: it vectorizes
+        flat += ["    for i in range(n):"] + body(["i"] * n_in, "i", "", "        ")
+    else:
+        flat += [
+            f"    for first in range(0, n, {_CHUNK}):",
+            f"        m = min({_CHUNK}, n - first)",
+            "        for j in range(m):",
+        ]
+        flat += ["            i = _u(first + j)"] + body(["i"] * n_in, "i", "j", "            ")
         flat += _sum_rows("        ", "m")
     flat.append("    return acc")
     reads = [flat_index(_broadcast_strides(shape, group.shape)) for shape, _ in group.inputs]
@@ -141,6 +147,7 @@ def source(group) -> str:
             "from numpy import float32, float64",
             "",
             "from kiln_cpu._fused_math import cos, erf, erfc, exp, expm1, log, log1p, sigmoid, sin, sqrt, tanh",
+            "from kiln_cpu._jit_support import _u",
             "",
             "",
             *flat,

@@ -52,6 +52,8 @@ CASES = {
     "minimum": lambda x, y: kiln.minimum(x, y) * 2,
     "clamp": lambda x, y: x.clamp(-1.0, 2.0) + y.clamp(min=0.0) + y.clamp(max=1.0),
     "where": lambda x, y: kiln.where(x > y, x, y) + 1,
+    "addcmul": lambda x, y: kiln.addcmul(x * 2, x, y, value=0.5) + kiln.addcmul(y, x, x),
+    "addcdiv": lambda x, y: kiln.addcdiv(x + 1, y, x, value=-3.0) + kiln.addcdiv(y, x, y),
     **{
         name: (lambda n: lambda x, y: kiln.where(getattr(kiln, n)(x * 2, y), x, y) * (getattr(kiln, n)(x, 1.5) + 0))(
             name

@@ -129,6 +129,7 @@ __all__ = [
     "recording",
     "layer_norm_layout",
     "load_program",
+    "mark_written",
     "op",
     "ops",
     "pool_window_positions",
@@ -211,6 +212,17 @@ def host_view(tensor: Tensor) -> np.ndarray:
     if not isinstance(tensor, Tensor):
         raise TypeError(f"host_view() expects a kiln.Tensor, got {type(tensor).__name__}")
     return tensor._numpy()
+
+
+def mark_written(tensor: Tensor) -> Tensor:
+    """Count a write into ``tensor`` made behind the dispatcher's back: a compiled program's kernel that
+    stored its result into an existing tensor through :func:`host_view`, where eager code would have called
+    ``copy_``. Autograd then sees the write as it sees ``copy_``'s (a tensor saved for backward before it
+    raises PyTorch's "modified by an inplace operation" error). Returns ``tensor``."""
+    if not isinstance(tensor, Tensor):
+        raise TypeError(f"mark_written() expects a kiln.Tensor, got {type(tensor).__name__}")
+    tensor._vc[0] += 1
+    return tensor
 
 
 def tensor_from_storage(storage, shape, stride, offset: int, dtype, device) -> Tensor:

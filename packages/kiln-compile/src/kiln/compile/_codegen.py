@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import kiln
-from kiln.backend import call_kernel
+from kiln.backend import call_kernel, mark_written
 from kiln.compile._graph import Graph, GuardFailure, Value, check_guard
 
 __all__ = ["generate"]
@@ -38,6 +38,7 @@ class _Names:
         self.ns: dict[str, Any] = {
             "_k": call_kernel,
             "_write": _write,
+            "_written": mark_written,
             "_guard": check_guard,
             "_shape": _check_shape,
         }

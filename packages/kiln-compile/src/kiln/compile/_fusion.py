@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 import kiln
 from kiln.compile._graph import Graph, Node, Value, contiguous_strides
+from kiln.compile._passes import _view_classes
 
 __all__ = ["EXPRESSIONS", "FUNCTIONS", "FusedGroup", "lower"]
 
@@ -25,8 +26,11 @@ _FLOAT = {kiln.float32: "float32", kiln.float64: "float64"}
 
 
 class FusedGroup:
-    """What a device code generator compiles (``codegen(group) -> kernel``); ``kernel(*inputs)`` returns the
-    new output tensors, the reduction's last.
+    """What a device code generator compiles (``codegen(group) -> kernel``); ``kernel(*inputs, out=None)``
+    returns the output tensors, the reduction's last: new ones, or, where ``out`` (a list with one entry per
+    output) holds a tensor, that tensor with the output stored into it (C-contiguous, of ``shape`` and the
+    output's dtype; it may be one of the inputs, read at the same elements: each element is read before it
+    is stored). The caller counts the write (:func:`kiln.backend.mark_written`).
 
     * ``shape``: the iteration shape; every input broadcasts to it;
     * ``inputs``: ``(shape, dtype name)`` of each tensor input, named ``x0, x1...`` in the expressions;
@@ -140,6 +144,9 @@ EXPRESSIONS: dict[str, Callable] = {
     "minimum": lambda a, d: _minimum(a[0], a[1]),
     "clamp": lambda a, d: _clamp(a[0], a[1] if len(a) > 1 else None, a[2] if len(a) > 2 else None, d),
     "where": lambda a, d: f"({a[1]} if {a[0]} else {a[2]})",
+    # input + (value * t1) * t2 and input + (value * t1) / t2, in the reference's order
+    "addcmul": lambda a, d: f"({a[0]} + {a[3] if len(a) > 3 else _Num(1, d)} * {a[1]} * {a[2]})",
+    "addcdiv": lambda a, d: f"({a[0]} + {a[3] if len(a) > 3 else _Num(1, d)} * {a[1]} / {a[2]})",
     **{name: (lambda symbol: lambda a, d: f"({a[0]} {symbol} {a[1]})")(op) for name, op in _COMPARISONS.items()},
     "clone": lambda a, d: f"{a[0]}",
     **{name: (lambda fn: lambda a, d: f"{fn}({a[0]})")(name) for name in _MATH},
@@ -267,7 +274,7 @@ def lower(graph: Graph, names, codegens: dict[str, Callable]) -> dict[int, str |
                 close(g)
     for g in {id(g): g for g in open_groups.values()}.values():
         close(g)
-    return _emit(done, readers, names, codegens)
+    return _emit(graph, done, readers, names, codegens)
 
 
 def _full_reduction(node: Node, open_groups: dict) -> bool:
@@ -284,8 +291,32 @@ def _full_reduction(node: Node, open_groups: dict) -> bool:
     return (len(args) < 4 or args[3] is None) and node.spec.dtype == src.dtype and src.dtype in _FLOAT
 
 
-def _emit(groups: list[_Group], readers: dict, names, codegens: dict) -> dict[int, str | None]:
+def _store_target(graph: Graph, g: _Group, v: Value, readers: dict, classes: dict) -> tuple[int, Value] | None:
+    """``(position, dst)`` when what reads the group's output ``v`` is only the write ``_copy_from(dst, v)``
+    right after the group, into a C-contiguous tensor of ``v``'s shape and dtype that the group reads as
+    itself or not at all (never through a view): the kernel then stores into ``dst`` and the copy goes."""
+    after = max(g.positions) + 1
+    if readers.get(v.index, set()) != {after} or after >= len(graph.nodes):
+        return None
+    node = graph.nodes[after]
+    if node.kind != "op" or node.op.name != "_copy_from" or node.args[1] is not v:
+        return None
+    dst = node.args[0]
+    if not isinstance(dst, Value):
+        return None
+    buffer = classes.get(dst.index, dst.index)
+    if any(x is not dst and classes.get(x.index, x.index) == buffer for x in g.inputs):
+        return None
+    if (dst.shape, dst.dtype, dst.device) != (v.shape, v.dtype, v.device) or dst.stride != contiguous_strides(
+        dst.shape
+    ):
+        return None
+    return after, dst
+
+
+def _emit(graph: Graph, groups: list[_Group], readers: dict, names, codegens: dict) -> dict[int, str | None]:
     out: dict[int, str | None] = {}
+    classes = _view_classes(graph)
     for g in groups:
         if len(g.nodes) < 2:
             continue
@@ -310,7 +341,14 @@ def _emit(groups: list[_Group], readers: dict, names, codegens: dict) -> dict[in
         device = g.nodes[0].outputs[0].device.type
         kernel = codegens[device](group)
         results = [v.name for v in stored] + ([g.reduction[3].name] if g.reduction is not None else [])
-        call = f"{', '.join(results)}, = {names.const(kernel)}({', '.join(v.name for v in g.inputs)})"
+        targets = [_store_target(graph, g, v, readers, classes) for v in stored]
+        into = ""
+        if any(targets):
+            into = f", out=[{', '.join(t[1].name if t else 'None' for t in targets)}]"
+            for t in targets:
+                if t:  # the kernel stored into dst: the write is counted, not made
+                    out[t[0]] = f"{t[1].name} = _written({t[1].name})"
+        call = f"{', '.join(results)}, = {names.const(kernel)}({', '.join(v.name for v in g.inputs)}{into})"
         last = max(g.positions)
         for p in g.positions:
             out[p] = call if p == last else None

@@ -1,4 +1,4 @@
-"""Graph passes: dead code, common subexpressions, constant folding.
+"""Graph passes: writes folded into dataflow, dead code, common subexpressions, constant folding.
 
 Every pass respects the one thing that makes a kiln graph more than a dataflow graph: writes. A buffer that
 is written (``_copy_from`` and the other ``inplace`` ops), and every view of it, is never merged with
@@ -14,14 +14,14 @@ import kiln
 from kiln.backend import OpDef, call_kernel, decomposition
 from kiln.compile._graph import Graph, Node, Value, map_values
 
-__all__ = ["common_subexpressions", "dead_code", "decompose", "fold_constants", "optimize"]
+__all__ = ["common_subexpressions", "dead_code", "decompose", "fold_constants", "fold_writes", "optimize"]
 
 _KEEP_TAGS = frozenset({"inplace", "random", "nondeterministic", "dynamic_shape"})
 
 
 def optimize(graph: Graph) -> Graph:
-    """The default pipeline: fold constants, merge repeated computations, drop what nothing uses."""
-    return dead_code(common_subexpressions(fold_constants(graph)))
+    """The default pipeline: fold writes and constants, merge repeated computations, drop what nothing uses."""
+    return dead_code(common_subexpressions(fold_constants(fold_writes(graph))))
 
 
 def _written_classes(graph: Graph) -> set[int]:
@@ -53,6 +53,109 @@ def _sharing(graph: Graph, values: list[Value]) -> set[int]:
     roots = {find(v.index) for v in values}
     every = {v.index for v in graph.inputs} | {v.index for n in graph.nodes for v in n.outputs}
     return {i for i in every if find(i) in roots}
+
+
+def _view_classes(graph: Graph) -> dict[int, int]:
+    """Value index -> its buffer's class: the Values that share a buffer through views have one class."""
+    parent: dict[int, int] = {}
+
+    def find(i: int) -> int:
+        while parent.get(i, i) != i:
+            i = parent[i]
+        return i
+
+    for node in graph.nodes:
+        if node.kind == "op" and "view" in node.op.tags:
+            src = next(node.values_read(), None)
+            if src is not None:
+                for v in node.outputs:
+                    parent[find(v.index)] = find(src.index)
+    every = {v.index for v in graph.inputs} | {v.index for n in graph.nodes for v in n.outputs}  # a write's is its dst
+    return {i: find(i) for i in every}
+
+
+def _is_copy(node: Node) -> bool:
+    return node.kind == "op" and node.op.name == "_copy_from"
+
+
+def fold_writes(graph: Graph) -> Graph:
+    """Writes that only move a value into a buffer become dataflow, so that the value is not copied and the
+    ops on either side of the write may fuse. A write ``_copy_from(dst, src)`` qualifies when ``src`` is a
+    value the graph made that nothing but the write reads, of ``dst``'s shape, dtype and strides, and no view
+    of either buffer exists in the graph. Then:
+
+    * ``dst`` made by the graph too (a temporary, never ``.grad`` or ``.data``): the write goes, and the
+      nodes after it read ``src`` for ``dst`` (``(v.sqrt() / c).add_(eps)``: no copy);
+    * ``dst`` an input written again later with only ops in between: the first write goes, and the ops in
+      between read ``src`` for ``dst`` (``v.mul_(b2).addcmul_(g, g, value=1 - b2)``: one copy, not two).
+
+    Every other write stays, in its place: an input's last write is what the call does to it."""
+    nodes = list(graph.nodes)  # the ops between a dropped write and the next get renamed in place
+    readers: dict[int, int] = {}
+    for node in nodes:
+        for v in node.values_read():
+            readers[v.index] = readers.get(v.index, 0) + 1
+    for v in graph.outputs:
+        readers[v.index] = readers.get(v.index, 0) + 1
+    classes = _view_classes(graph)
+    sizes: dict[int, int] = {}
+    for c in classes.values():
+        sizes[c] = sizes.get(c, 0) + 1
+    shared = {i: sizes[c] for i, c in classes.items()}  # 1: no view shares the buffer
+    effects = {v.index for n in nodes if n.kind in ("set_grad", "set_data") for v in n.values_read()}
+    inputs = {v.index for v in graph.inputs}
+
+    def movable(dst: Value, src: Value) -> bool:
+        return (
+            src.source == "node"
+            and src.index not in inputs
+            and readers.get(src.index, 0) == 1
+            and shared.get(src.index, 1) == 1
+            and shared.get(dst.index, 1) == 1
+            and dst.index not in effects
+            and src.index not in effects
+            and (dst.shape, dst.dtype, dst.stride, dst.device) == (src.shape, src.dtype, src.stride, src.device)
+        )
+
+    def next_write(start: int, dst: Value) -> int | None:
+        """The position of the next write into ``dst`` after ``start``, if only ops come before it."""
+        for pos in range(start + 1, len(nodes)):
+            node = nodes[pos]
+            if node.kind != "op":
+                return None
+            if node.writes is not None and node.writes.index == dst.index:
+                return pos if _is_copy(node) else None
+        return None
+
+    rename: dict[int, Value] = {}
+    out: list[Node] = []
+    for pos, node in enumerate(nodes):
+        node = _renamed(node, rename)
+        if _is_copy(node):
+            dst, src = node.args[0], node.args[1]
+            if isinstance(dst, Value) and isinstance(src, Value) and movable(dst, src):
+                if dst.source == "node" and dst.index not in inputs:
+                    for k, v in rename.items():  # dst may itself stand for an earlier temporary
+                        if v is dst:
+                            rename[k] = src
+                    rename[dst.index] = src
+                    continue
+                later = next_write(pos, dst)
+                if later is not None:
+                    # until the next write, the input's value is src: the ops in between read it directly
+                    for p in range(pos + 1, later):
+                        n = nodes[p]
+                        if any(v.index == dst.index for v in n.values_read()):
+                            nodes[p] = _renamed(n, {dst.index: src})
+                    w = nodes[later]
+                    nodes[later] = Node(w.kind, w.op, (w.args[0], *_rename_args(w.args[1:], {dst.index: src})),
+                                        w.spec, w.outputs, w.expected)  # fmt: skip
+                    continue
+        out.append(node)
+    if len(out) == len(nodes):
+        return graph
+    outputs = [rename.get(v.index, v) for v in graph.outputs]
+    return graph.replace(nodes=out, outputs=outputs)
 
 
 def _pure(node: Node) -> bool:

@@ -7,12 +7,16 @@ the ``kiln_register_fused_updates`` hook (:mod:`kiln.hookspecs`), or code calls
 ``register_fused_update("adam", "cuda", fn)``, with ``fn`` of the same signature, and :func:`update`
 hands it the lists for parameters on that device type instead of running the per-parameter loop here.
 A fused function returns ``False`` to decline a call (having changed nothing): the loop runs instead.
-Scalar state (``step``) arrives as 0-d tensors and is incremented by the rule itself.
+Scalar state (``step``) arrives as 0-d tensors and is incremented by the rule itself. While kiln.compile
+traces, the count stays a tensor (as under ``torch.compile``): Adam's bias corrections, Adagrad's and
+Adamax's step sizes are then ops on it, so one trace serves every step. Read into Python, it would be
+guarded by value and every step traced again.
 """
 
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable
 
 import kiln
@@ -59,9 +63,30 @@ def update(name: str, params: list[Tensor], *lists, **hyper) -> None:
         _RULES[name](params, *lists, **hyper)
 
 
-def _step(step_t: Tensor) -> float:
+def _step(step_t: Tensor, traceable: bool = False) -> float | Tensor:
+    """Count a step: the new count as a Python number; with ``traceable`` (a rule whose arithmetic takes a
+    0-d tensor as well), while kiln.compile traces, the count as a 0-d float64 tensor: the bias corrections
+    cancel (``1 - 0.999**6``), and computed in the count's float32 they would lose five digits that the
+    Python float keeps."""
     step_t += 1
-    return step_t.item()
+    return step_t.double() if traceable and _tracing() else step_t.item()
+
+
+def _tracing() -> bool:
+    """Whether kiln.compile is tracing on this thread (kiln-compile is optional: absent, nothing traces)."""
+    if not kiln.backend.recording():
+        return False
+    compiler = sys.modules.get("kiln.compile")
+    is_compiling = getattr(compiler, "is_compiling", None)
+    return is_compiling is not None and is_compiling()
+
+
+def _addcdiv(param: Tensor, t1: Tensor, t2: Tensor, value) -> None:
+    """``param += value * t1 / t2`` for a number ``value``, or a 0-d tensor one (a traced step count's)."""
+    if isinstance(value, Tensor):
+        param.add_(t1 / t2 * value)
+    else:
+        param.addcdiv_(t1, t2, value=value)
 
 
 def _grad(param, grad, maximize, weight_decay, lr=None, decoupled_weight_decay=False):
@@ -77,10 +102,10 @@ def _grad(param, grad, maximize, weight_decay, lr=None, decoupled_weight_decay=F
     return grad
 
 
-def _adam_moments(exp_avg, exp_avg_sq, grad, step_t, beta1, beta2) -> tuple[float, float, float]:
+def _adam_moments(exp_avg, exp_avg_sq, grad, step_t, beta1, beta2) -> tuple:
     """Count the step and update Adam's running first and second moments of ``grad`` in place; returns
-    ``(step, bias_correction1, bias_correction2)``."""
-    step = _step(step_t)
+    ``(step, bias_correction1, bias_correction2)`` (numbers, or 0-d tensors while kiln.compile traces)."""
+    step = _step(step_t, traceable=True)
     exp_avg.lerp_(grad, 1 - beta1)
     exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
     return step, 1 - beta1**step, 1 - beta2**step
@@ -117,7 +142,7 @@ def adam(
             denom = (max_exp_avg_sqs[i].sqrt() / bias_correction2_sqrt).add_(eps)
         else:
             denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
-        param.addcdiv_(exp_avg, denom, value=-step_size)
+        _addcdiv(param, exp_avg, denom, -step_size)
 
 
 def rmsprop(
@@ -126,7 +151,7 @@ def rmsprop(
 ) -> None:  # fmt: skip
     """RMSprop, optionally centered and with momentum."""
     for i, param in enumerate(params):
-        _step(state_steps[i])
+        state_steps[i] += 1  # counted, never read: no value for a trace to guard
         grad = _grad(param, grads[i], maximize, weight_decay)
         square_avg = square_avgs[i]
         square_avg.mul_(alpha).addcmul_(grad, grad, value=1 - alpha)
@@ -149,17 +174,17 @@ def adagrad(params, grads, state_sums, state_steps, *, lr, weight_decay, lr_deca
     """Adagrad with learning-rate decay."""
     for i, param in enumerate(params):
         grad = _grad(param, grads[i], maximize, weight_decay)
-        step = _step(state_steps[i])
+        step = _step(state_steps[i], traceable=True)
         clr = lr / (1 + (step - 1) * lr_decay)
         state_sums[i].addcmul_(grad, grad, value=1)
         std = state_sums[i].sqrt().add_(eps)
-        param.addcdiv_(grad, std, value=-clr)
+        _addcdiv(param, grad, std, -clr)
 
 
 def adadelta(params, grads, square_avgs, acc_deltas, state_steps, *, lr, rho, eps, weight_decay, maximize) -> None:
     """Adadelta."""
     for i, param in enumerate(params):
-        _step(state_steps[i])
+        state_steps[i] += 1  # counted, never read: no value for a trace to guard
         grad = _grad(param, grads[i], maximize, weight_decay)
         square_avg, acc_delta = square_avgs[i], acc_deltas[i]
         square_avg.mul_(rho).addcmul_(grad, grad, value=1 - rho)
@@ -174,12 +199,12 @@ def adamax(params, grads, exp_avgs, exp_infs, state_steps, *, eps, beta1, beta2,
     """Adamax (Adam with the infinity norm)."""
     for i, param in enumerate(params):
         grad = _grad(param, grads[i], maximize, weight_decay)
-        step = _step(state_steps[i])
+        step = _step(state_steps[i], traceable=True)
         exp_avg, exp_inf = exp_avgs[i], exp_infs[i]
         exp_avg.lerp_(grad, 1 - beta1)
         exp_inf.copy_(maximum(exp_inf.mul_(beta2), grad.abs().add_(eps)))
         clr = lr / (1 - beta1**step)
-        param.addcdiv_(exp_avg, exp_inf, value=-clr)
+        _addcdiv(param, exp_avg, exp_inf, -clr)
 
 
 def nadam(
@@ -195,11 +220,11 @@ def nadam(
         mu_next = beta1 * (1.0 - 0.5 * (0.96 ** ((step + 1) * momentum_decay)))
         mu_product *= mu
         denom = exp_avg_sq.div(bias_correction2).sqrt()
-        mu_product_value = mu_product.item()
+        mu_product_value = mu_product if isinstance(step, Tensor) else mu_product.item()  # a tensor while traced
         mu_product_next = mu_product_value * mu_next
         denom.add_(eps)
-        param.addcdiv_(grad, denom, value=(-lr * (1.0 - mu) / (1.0 - mu_product_value)))
-        param.addcdiv_(exp_avg, denom, value=(-lr * mu_next) / (1.0 - mu_product_next))
+        _addcdiv(param, grad, denom, -lr * (1.0 - mu) / (1.0 - mu_product_value))
+        _addcdiv(param, exp_avg, denom, (-lr * mu_next) / (1.0 - mu_product_next))
 
 
 def radam(
@@ -216,7 +241,12 @@ def radam(
         bias_corrected_exp_avg = exp_avg / bias_correction1
         rho_inf = 2 / (1 - beta2) - 1
         rho_t = rho_inf - 2 * step * (beta2**step) / bias_correction2
-        if rho_t > 5.0:
+        if isinstance(step, Tensor):  # traced: both branches as ops, the rectified one chosen by where
+            rect = ((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t)).clamp(min=0).sqrt()
+            adaptive_lr = (bias_correction2**0.5) / exp_avg_sq.sqrt().add(eps)
+            step_t = bias_corrected_exp_avg * lr
+            param.sub_(kiln.where(rho_t > 5.0, step_t * adaptive_lr * rect, step_t))
+        elif rho_t > 5.0:
             rect = math.sqrt((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t))
             adaptive_lr = (bias_correction2**0.5) / exp_avg_sq.sqrt().add(eps)
             param.add_(bias_corrected_exp_avg * lr * adaptive_lr * rect, alpha=-1.0)
@@ -248,7 +278,7 @@ def rprop(params, grads, prevs, step_sizes, state_steps, *, step_size_min, step_
     for i, param in enumerate(params):
         grad = -grads[i] if maximize else grads[i]
         prev, step_size = prevs[i], step_sizes[i]
-        _step(state_steps[i])
+        state_steps[i] += 1  # counted, never read: no value for a trace to guard
         sign = grad.mul(prev).sign()
         flipped = sign < 0
         factor = kiln.ones_like(step_size).masked_fill_(sign > 0, etaplus).masked_fill_(flipped, etaminus)

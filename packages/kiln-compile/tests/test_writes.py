@@ -1,0 +1,184 @@
+"""Writes in compiled programs: the ``fold_writes`` pass turns writes that only move a value into dataflow
+(into a temporary the graph made; into an input that a later write overwrites), and a fused kernel stores
+straight into the tensor its result is written to. Each case compares with eager code, and the cases that
+must keep their copy (a view that sees the write, an input read through another layout, a value read
+elsewhere) check that they do. The version counter counts a direct store as it counts ``copy_``."""
+
+from __future__ import annotations
+
+import pytest
+
+import kiln
+import kiln.compile
+import kiln.plugins
+from kiln.compile._graph import Graph
+from kiln.compile._passes import fold_writes
+from kiln.compile._runtime import trace_call
+
+HAS_CODEGEN = any(getattr(c, "device_type", None) == "cpu" for c in kiln.plugins.compilers().values())
+
+
+def _graph(fn, *args) -> Graph:
+    entry, _ = trace_call(fn, args, {}, fullgraph=False)
+    (graph,) = entry.graphs
+    return graph
+
+
+def _copies(graph: Graph) -> int:
+    return sum(1 for n in graph.nodes if n.kind == "op" and n.op.name == "_copy_from")
+
+
+def _program(cf) -> str:
+    (entry,) = cf._entries
+    return entry.forward.source
+
+
+def _same(fn, make):
+    """``fn`` compiled and eager on fresh copies of ``make()``: equal results (or both None) and equal inputs
+    after, on the call that traces and on one that replays the program."""
+    cf = kiln.compile(fn)
+    for _ in range(2):
+        eager_args, compiled_args = make(), make()
+        want, got = fn(*eager_args), cf(*compiled_args)
+        assert (got is None) == (want is None)
+        for a, b in zip((got, *compiled_args), (want, *eager_args)):
+            if a is not None:
+                assert kiln.allclose(a, b, rtol=1e-6, atol=1e-7, equal_nan=True), (a, b)
+    return cf
+
+
+def test_a_write_into_a_temporary_becomes_dataflow():
+    def f(x):
+        return (x.sqrt() / 2).add_(1e-3) * x
+
+    x = kiln.rand(8) + 0.5
+    assert _copies(_graph(f, x)) == 1 and _copies(fold_writes(_graph(f, x))) == 0
+    _same(f, lambda: (kiln.arange(8.0) + 0.5,))
+
+
+def test_chained_writes_into_a_temporary_read_the_last_value():
+    """``ones_like(x).masked_fill_(a, 2).masked_fill_(b, 3)``: each later read sees the last write (the
+    renaming follows the chain, as Rprop's factor needs)."""
+
+    def f(x):
+        t = kiln.ones_like(x).masked_fill_(x > 0, 2.0).masked_fill_(x > 1, 3.0)
+        return t * x
+
+    x = kiln.linspace(-2, 2, 9)
+    assert _copies(fold_writes(_graph(f, x))) == 0
+    _same(f, lambda: (kiln.linspace(-2, 2, 9),))
+
+
+def test_an_input_written_twice_keeps_one_write():
+    def f(v, g):
+        v.mul_(0.9).addcmul_(g, g, value=0.1)
+        return v.sum()
+
+    v, g = kiln.rand(16), kiln.randn(16)
+    assert _copies(_graph(f, v, g)) == 2 and _copies(fold_writes(_graph(f, v, g))) == 1
+    _same(f, lambda: (kiln.linspace(0, 1, 16), kiln.linspace(-1, 2, 16)))
+
+
+def test_a_view_of_a_temporary_sees_its_write():
+    def f(x):
+        t = x * 2
+        row = t[0]
+        t.add_(1)
+        return row * 1
+
+    x = kiln.randn(3, 4)
+    assert _copies(fold_writes(_graph(f, x))) == 1
+    _same(f, lambda: (kiln.arange(12.0).reshape(3, 4),))
+
+
+def test_a_value_read_elsewhere_is_not_moved():
+    def f(x):
+        a = x * 2
+        t = x.clone()
+        t.copy_(a)
+        t.add_(1)
+        return t, a
+
+    x = kiln.randn(5)
+    folded = fold_writes(_graph(f, x))
+    assert _copies(folded) == 1  # the add_ into t folds; copy_(a) stays, since the return reads a
+    cf = _same(lambda x: f(x)[0], lambda: (kiln.arange(5.0),))
+    assert cf is not None
+    t, a = kiln.compile(f)(kiln.arange(5.0))
+    assert kiln.equal(a, kiln.arange(5.0) * 2) and kiln.equal(t, a + 1)
+
+
+def test_a_write_between_which_a_guard_runs_stays():
+    def f(v, g):
+        v.mul_(2)
+        if v.sum() > 0:  # a value read into Python: a guard between the writes
+            v.add_(g)
+        else:
+            v.sub_(g)
+        return v * 1
+
+    v, g = kiln.rand(4), kiln.rand(4)
+    graph = _graph(f, v, g)
+    assert _copies(fold_writes(graph)) == _copies(graph)
+
+
+@pytest.mark.skipif(not HAS_CODEGEN, reason="no code generator for cpu (kiln-cpu)")
+def test_a_fused_update_stores_into_its_input_and_counts_the_write():
+    def f(p, g):
+        p.add_(g * 0.1 + p * 0.5)
+
+    cf = _same(f, lambda: (kiln.linspace(-1, 1, 64).reshape(8, 8), kiln.linspace(2, 3, 64).reshape(8, 8)))
+    source = _program(cf)
+    assert "_written(" in source and "_write(" not in source, source
+    p, g = kiln.ones(8, 8), kiln.ones(8, 8)
+    before = p._version
+    cf(p, g)
+    assert p._version == before + 1 and kiln.allclose(p, kiln.full((8, 8), 1.6))
+
+
+@pytest.mark.skipif(not HAS_CODEGEN, reason="no code generator for cpu (kiln-cpu)")
+def test_a_store_into_a_tensor_saved_for_backward_is_caught():
+    w = kiln.ones(4, requires_grad=True)
+    buf = w.detach().clone()
+    y = (w * buf).sum()  # buf is saved for w's gradient
+
+    def f(b):
+        b.copy_(b * 2 + 1)
+
+    cf = kiln.compile(f)
+    cf(buf.clone())  # trace on another tensor
+    cf(buf)
+    assert "_written(" in _program(cf)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.backward()
+
+
+@pytest.mark.skipif(not HAS_CODEGEN, reason="no code generator for cpu (kiln-cpu)")
+def test_an_input_read_through_a_view_keeps_its_copy():
+    def f(p):
+        p.copy_(p.t() * 2 + p)
+
+    cf = _same(f, lambda: (kiln.arange(16.0).reshape(4, 4),))
+    assert "_written(" not in _program(cf)
+
+
+@pytest.mark.skipif(not HAS_CODEGEN, reason="no code generator for cpu (kiln-cpu)")
+def test_two_inputs_sharing_memory_in_other_layouts_are_stored_aside():
+    """``a`` and ``b = a.t()`` arrive as two inputs: the graph cannot see that they share memory, the kernel
+    can, and stores its result aside before copying it into ``a``."""
+
+    def f(a, b):
+        a.copy_(b * 2 + a)
+
+    def make():
+        a = kiln.arange(16.0).reshape(4, 4)
+        return a, a.t()
+
+    eager = make()
+    f(*eager)
+    cf = kiln.compile(f)
+    cf(*make())
+    got = make()
+    cf(*got)
+    assert "_written(" in _program(cf)
+    assert kiln.equal(got[0], eager[0])

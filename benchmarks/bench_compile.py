@@ -9,7 +9,8 @@ numpy. Cases:
 * training steps (forward, cross entropy, backward, SGD step) of the MLP and CNN of ``bench_cpu.py``
   (``training_models.py``): eager,
   the model compiled (``kiln.compile(model)``: forward and backward are each one program), and the whole step
-  compiled (``kiln.compile(step)``: forward, backward and the optimizer's writes in one program).
+  compiled (``kiln.compile(step)``: forward, backward and the optimizer's writes in one program); and the
+  whole step with Adam, eager against compiled (its update traced, against kiln-cpu's fused one eagerly).
 
 Each case first checks that compiled and eager kiln agree with PyTorch, then times ``per_call_seconds`` (the
 minimum per-call time over repeats; the first calls, which trace and compile, are excluded). Ratios:
@@ -20,6 +21,7 @@ and a fused chain at least 2x faster than kiln eager.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import sys
@@ -88,19 +90,22 @@ def _steps(kiln, torch, rng) -> list[dict]:
         return loss.detach()
 
     cases = []
-    for name, make, shape, _ in STEPS:
+    for (name, make, shape, _), (opt_name, lr) in itertools.product(STEPS, (("SGD", 1e-3), ("Adam", 1e-4))):
         x = rng.standard_normal(shape).astype(np.float32)
         y = rng.integers(0, 10, shape[0])
         t_model = make(torch.nn)
         state = {k: v.detach().numpy().copy() for k, v in t_model.state_dict().items()}
-        t_opt = torch.optim.SGD(t_model.parameters(), lr=1e-3)
+        t_opt = getattr(torch.optim, opt_name)(t_model.parameters(), lr=lr)
         xt, yt = torch.from_numpy(x), torch.from_numpy(y)
         xk, yk = kiln.from_numpy(x), kiln.from_numpy(y)
+        labels = {"model": "model compiled", "step": "whole step compiled"}
+        if opt_name != "SGD":  # the optimizer is what differs: the whole step alone
+            labels = {"step": f"whole step with {opt_name} compiled"}
         kinds = {}
-        for kind in ("eager", "model", "step"):
+        for kind in ("eager", *labels):
             model = make(kiln.nn)
             model.load_state_dict({k: kiln.from_numpy(v.copy()) for k, v in state.items()})
-            opt = kiln.optim.SGD(model.parameters(), lr=1e-3)
+            opt = getattr(kiln.optim, opt_name)(model.parameters(), lr=lr)
             if kind == "eager":
                 kinds[kind] = lambda m=model, o=opt, x=xk, y=yk: step(kiln, m, o, x, y)
             elif kind == "model":
@@ -108,20 +113,20 @@ def _steps(kiln, torch, rng) -> list[dict]:
             else:
                 whole = kiln.compile(lambda x, y, m=model, o=opt: step(kiln, m, o, x, y))
                 kinds[kind] = lambda w=whole, x=xk, y=yk: w(x, y)
-        for kind, label in (("model", "model compiled"), ("step", "whole step compiled")):
+        for kind, label in labels.items():
             cases.append(
                 {
                     "name": f"{name}, {label}",
-                    "what": "forward, cross entropy, backward, SGD step",
+                    "what": f"forward, cross entropy, backward, {opt_name} step",
                     "eager": kinds["eager"],
                     "compiled": kinds[kind],
                     "torch": lambda m=t_model, o=t_opt, x=xt, y=yt: step(torch, m, o, x, y),
                     "check": None,  # the three models train apart from here on; the first losses are compared
                 }
             )
-        first = [float(kinds["eager"]()), float(kinds["model"]()), float(kinds["step"]())]
+        first = [float(kinds[kind]()) for kind in ("eager", *labels)]
         want = float(step(torch, t_model, t_opt, xt, yt))
-        assert np.allclose(first, want, rtol=1e-4), (name, first, want)
+        assert np.allclose(first, want, rtol=1e-4), (name, opt_name, first, want)
     return cases
 
 

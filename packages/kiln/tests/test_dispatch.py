@@ -232,3 +232,20 @@ def test_an_op_without_tags_is_refused():
             """An op with no tags (refused)."""
 
     assert "_untagged" not in OPS
+
+
+def test_mark_written_counts_a_write_made_behind_the_dispatcher():
+    """A kernel that stored into an existing tensor through host_view counts the write with mark_written:
+    autograd then refuses a backward that saved the old values, as it does after copy_."""
+    import kiln.backend as kb
+
+    w = kiln.ones(3, requires_grad=True)
+    buf = kiln.full((3,), 2.0)
+    y = (w * buf).sum()  # saves buf for w's gradient
+    kb.host_view(buf)[:] = 5.0
+    version = buf._version
+    assert kb.mark_written(buf) is buf and buf._version == version + 1
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.backward()
+    with pytest.raises(TypeError, match="mark_written"):
+        kb.mark_written(buf.numpy())

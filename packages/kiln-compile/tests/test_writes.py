@@ -182,3 +182,43 @@ def test_two_inputs_sharing_memory_in_other_layouts_are_stored_aside():
     cf(*got)
     assert "_written(" in _program(cf)
     assert kiln.equal(got[0], eager[0])
+
+
+@pytest.mark.skipif(not HAS_CODEGEN, reason="no code generator for cpu (kiln-cpu)")
+def test_an_update_of_three_buffers_is_one_kernel_storing_into_each():
+    """Adam's shape: two moments updated in place, then read by the parameter's update. The reads after each
+    write read the written value (``fold_writes``), so one kernel computes all three and stores each into
+    its tensor: no copy is left."""
+
+    def f(p, g, m, v):
+        m.lerp_(g, 0.1)
+        v.mul_(0.999).addcmul_(g, g, value=0.001)
+        p.sub_(m / (v.sqrt() + 1e-8) * 0.01)
+
+    def make():
+        return (
+            kiln.linspace(-1, 1, 64).reshape(8, 8),
+            kiln.linspace(3, -2, 64).reshape(8, 8),
+            kiln.linspace(0, 0.5, 64).reshape(8, 8),
+            kiln.linspace(0.1, 0.2, 64).reshape(8, 8),
+        )
+
+    cf = _same(f, make)
+    source = _program(cf)
+    assert "_write(" not in source and source.count("_written(") == 3, source
+    assert source.count(", = c") == 1, source
+
+
+@pytest.mark.skipif(not HAS_CODEGEN, reason="no code generator for cpu (kiln-cpu)")
+def test_a_returned_value_is_not_stored_into_an_input():
+    """A value the call returns must be a new tensor: written into an input too, it is copied there."""
+
+    def f(p, g):
+        new = p * 0.5 + g
+        p.copy_(new)
+        return new
+
+    cf = _same(f, lambda: (kiln.linspace(-1, 1, 16), kiln.linspace(0, 1, 16)))
+    p, g = kiln.ones(16), kiln.ones(16)
+    out = cf(p, g)
+    assert out.data_ptr() != p.data_ptr() and kiln.equal(out, p)

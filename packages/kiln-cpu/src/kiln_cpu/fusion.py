@@ -189,14 +189,14 @@ def source(group) -> str:
 
 
 def _target(view: np.ndarray, arrays: list) -> np.ndarray:
-    """Where the loop stores an output meant for the tensor ``view`` shows: ``view`` itself, unless an input
-    overlaps its memory in another layout (a transposed or broadcast view of it: an element would be read
-    after it was stored); then a new array, copied into ``view`` after the loop."""
-    at = view.__array_interface__["data"][0]
+    """Where the loop stores an output meant for the tensor ``view`` shows: ``view`` itself, unless one of
+    the other inputs ``arrays`` overlaps its memory in another layout (a transposed or broadcast view of it:
+    an element would be read after it was stored); then a new array, copied into ``view`` after the loop."""
     for a in arrays:
-        same = a.__array_interface__["data"][0] == at and a.strides == view.strides and a.shape == view.shape
-        if not same and np.may_share_memory(a, view):
-            return np.empty(view.shape, view.dtype)
+        if np.may_share_memory(a, view):  # bounds only: cheap, and most inputs are elsewhere
+            same = a.shape == view.shape and a.strides == view.strides and a.ctypes.data == view.ctypes.data
+            if not same:
+                return np.empty(view.shape, view.dtype)
     return view
 
 
@@ -212,7 +212,10 @@ def _compile(group):
         arrays = [host_view(t) for t in tensors]
         given = out or [None] * len(out_dtypes)
         views = [None if t is None else host_view(t) for t in given]
-        outs = [np.empty(shape, d) if v is None else _target(v, arrays) for d, v in zip(out_dtypes, views)]
+        outs = [
+            np.empty(shape, d) if v is None else _target(v, [a for a, x in zip(arrays, tensors) if x is not t])
+            for d, v, t in zip(out_dtypes, views, given)
+        ]  # the target read as an input is itself: read at the same elements
         if all(a.flags.c_contiguous for a in arrays):
             flat = [a.reshape(-1) for a in arrays] + [o.reshape(-1) for o in outs]
             if all(a.shape == shape for a in arrays):

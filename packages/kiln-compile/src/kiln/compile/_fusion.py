@@ -167,6 +167,7 @@ class _Group:
         self.input_names: dict[int, str] = {}
         self.lines: list[tuple[str, str]] = []
         self.reduction: tuple | None = None  # (node position, kind, local name, Value, keepdim)
+        self.stores: dict[int, Value] = {}  # Value index of a group value -> the tensor the kernel stores it into
 
 
 def _expression(node: Node, group: _Group) -> str | None:
@@ -236,7 +237,17 @@ def lower(graph: Graph, names, codegens: dict[str, Callable]) -> dict[int, str |
             del open_groups[idx]
         done.append(group)
 
+    classes = _view_classes(graph)
     for pos, node in enumerate(graph.nodes):
+        target = _store_target(node, pos, open_groups, readers, classes, len(graph.nodes))
+        if target is not None:  # the group stores the value into the written tensor itself, and goes on
+            group, v, dst = target
+            for g in {id(g): g for g in open_groups.values()}.values():
+                if g is not group:
+                    close(g)
+            group.stores[v.index] = dst
+            group.positions.append(pos)
+            continue
         if node.kind != "op" or node.writes is not None:
             for g in {id(g): g for g in open_groups.values()}.values():
                 close(g)
@@ -249,6 +260,9 @@ def lower(graph: Graph, names, codegens: dict[str, Callable]) -> dict[int, str |
                 shape = tuple(node.spec.shape)
                 owners = [g for g in open_groups.values() if g.shape == shape and g.device == device][-1:]
             group = owners[0] if owners else _Group(tuple(node.spec.shape), device)
+            if any(v.index == d.index for v in node.values_read() for d in group.stores.values()):
+                close(group)  # it would read the stored tensor's old elements: its new values come later
+                group = _Group(tuple(node.spec.shape), device)
             expr = _expression(node, group) if group.reduction is None else None
             if expr is not None:
                 (out,) = node.outputs
@@ -291,41 +305,41 @@ def _full_reduction(node: Node, open_groups: dict) -> bool:
     return (len(args) < 4 or args[3] is None) and node.spec.dtype == src.dtype and src.dtype in _FLOAT
 
 
-def _store_target(graph: Graph, g: _Group, v: Value, readers: dict, classes: dict) -> tuple[int, Value] | None:
-    """``(position, dst)`` when what reads the group's output ``v`` is only the write ``_copy_from(dst, v)``
-    right after the group, into a C-contiguous tensor of ``v``'s shape and dtype that the group reads as
-    itself or not at all (never through a view): the kernel then stores into ``dst`` and the copy goes."""
-    after = max(g.positions) + 1
-    if readers.get(v.index, set()) != {after} or after >= len(graph.nodes):
+def _store_target(node: Node, pos: int, open_groups: dict, readers: dict, classes: dict, end: int):
+    """``(group, v, dst)`` when ``node`` is the write ``_copy_from(dst, v)`` of an open group's value ``v``
+    (not returned; read later only where :func:`~kiln.compile._passes.fold_writes` let the nodes after the
+    write read ``v`` for ``dst``, which then holds it), into a C-contiguous tensor of ``v``'s shape and
+    dtype that the group reads as itself or not at all (never through a view): the group's kernel then
+    stores ``v`` into ``dst``, counts the write (:func:`kiln.backend.mark_written`), and the copy goes."""
+    if node.kind != "op" or node.op.name != "_copy_from" or not isinstance(node.args[1], Value):
         return None
-    node = graph.nodes[after]
-    if node.kind != "op" or node.op.name != "_copy_from" or node.args[1] is not v:
-        return None
-    dst = node.args[0]
-    if not isinstance(dst, Value):
-        return None
-    buffer = classes.get(dst.index, dst.index)
-    if any(x is not dst and classes.get(x.index, x.index) == buffer for x in g.inputs):
+    dst, v = node.args[0], node.args[1]
+    group = open_groups.get(v.index)
+    if group is None or not isinstance(dst, Value) or end in readers.get(v.index, ()):
         return None
     if (dst.shape, dst.dtype, dst.device) != (v.shape, v.dtype, v.device) or dst.stride != contiguous_strides(
         dst.shape
     ):
         return None
-    return after, dst
+    buffer = classes.get(dst.index, dst.index)
+    if any(x is not dst and classes.get(x.index, x.index) == buffer for x in group.inputs):
+        return None
+    if dst.index in {d.index for d in group.stores.values()}:
+        return None
+    return group, v, dst
 
 
 def _emit(graph: Graph, groups: list[_Group], readers: dict, names, codegens: dict) -> dict[int, str | None]:
     out: dict[int, str | None] = {}
-    classes = _view_classes(graph)
     for g in groups:
-        if len(g.nodes) < 2:
-            continue
         members = set(g.positions)
         stored = []
         for node in g.nodes:
             for v in node.outputs:
-                if v.index in g.values and (readers.get(v.index, set()) - members):
+                if v.index in g.values and (v.index in g.stores or readers.get(v.index, set()) - members):
                     stored.append(v)
+        if len(g.nodes) < 2 and not g.stores:
+            continue  # one op and no store saved: its own kernel
         if g.reduction is None and not stored:
             continue
         if any(v.stride != contiguous_strides(v.shape) for v in stored):
@@ -341,14 +355,12 @@ def _emit(graph: Graph, groups: list[_Group], readers: dict, names, codegens: di
         device = g.nodes[0].outputs[0].device.type
         kernel = codegens[device](group)
         results = [v.name for v in stored] + ([g.reduction[3].name] if g.reduction is not None else [])
-        targets = [_store_target(graph, g, v, readers, classes) for v in stored]
-        into = ""
-        if any(targets):
-            into = f", out=[{', '.join(t[1].name if t else 'None' for t in targets)}]"
-            for t in targets:
-                if t:  # the kernel stored into dst: the write is counted, not made
-                    out[t[0]] = f"{t[1].name} = _written({t[1].name})"
+        targets = [g.stores.get(v.index) for v in stored]
+        into = f", out=[{', '.join(t.name if t else 'None' for t in targets)}]" if g.stores else ""
         call = f"{', '.join(results)}, = {names.const(kernel)}({', '.join(v.name for v in g.inputs)}{into})"
+        for t in targets:
+            if t is not None:  # the kernel stored into the tensor: the write is counted, not made
+                call += f"; {t.name} = _written({t.name})"
         last = max(g.positions)
         for p in g.positions:
             out[p] = call if p == last else None

@@ -87,9 +87,12 @@ def fold_writes(graph: Graph) -> Graph:
     * ``dst`` made by the graph too (a temporary, never ``.grad`` or ``.data``): the write goes, and the
       nodes after it read ``src`` for ``dst`` (``(v.sqrt() / c).add_(eps)``: no copy);
     * ``dst`` an input written again later with only ops in between: the first write goes, and the ops in
-      between read ``src`` for ``dst`` (``v.mul_(b2).addcmul_(g, g, value=1 - b2)``: one copy, not two).
+      between read ``src`` for ``dst`` (``v.mul_(b2).addcmul_(g, g, value=1 - b2)``: one copy, not two);
+    * ``dst`` an input otherwise: the write stays (it is what the call does to the input), and the nodes
+      after it, up to the next write into ``dst``, read ``src`` for ``dst``, so that what computes ``src``
+      and what reads it may fuse (an optimizer's moment, updated, then read by the parameter's update).
 
-    Every other write stays, in its place: an input's last write is what the call does to it."""
+    Every other write stays, in its place."""
     nodes = list(graph.nodes)  # the ops between a dropped write and the next get renamed in place
     readers: dict[int, int] = {}
     for node in nodes:
@@ -127,6 +130,25 @@ def fold_writes(graph: Graph) -> Graph:
                 return pos if _is_copy(node) else None
         return None
 
+    def forward_reads(start: int, end: int, dst: Value, src: Value) -> None:
+        """The nodes in ``(start, end)`` read ``src`` for ``dst``; a write's destination stays what it is."""
+        for p in range(start + 1, end):
+            n = nodes[p]
+            if any(v.index == dst.index for v in n.values_read()):
+                if n.writes is not None:  # a write from dst into another tensor (its destination is not dst)
+                    n = Node(n.kind, n.op, (n.args[0], *_rename_args(n.args[1:], {dst.index: src})), n.spec,
+                             n.outputs, n.expected)  # fmt: skip
+                else:
+                    n = _renamed(n, {dst.index: src})
+                nodes[p] = n
+
+    def window(start: int, dst: Value) -> int:
+        """The position of the next write into ``dst`` after ``start`` (the end of the graph if none)."""
+        for pos in range(start + 1, len(nodes)):
+            if nodes[pos].writes is not None and nodes[pos].writes.index == dst.index:
+                return pos
+        return len(nodes)
+
     rename: dict[int, Value] = {}
     out: list[Node] = []
     for pos, node in enumerate(nodes):
@@ -142,17 +164,13 @@ def fold_writes(graph: Graph) -> Graph:
                     continue
                 later = next_write(pos, dst)
                 if later is not None:
-                    # until the next write, the input's value is src: the ops in between read it directly
-                    for p in range(pos + 1, later):
-                        n = nodes[p]
-                        if any(v.index == dst.index for v in n.values_read()):
-                            nodes[p] = _renamed(n, {dst.index: src})
-                    w = nodes[later]
-                    nodes[later] = Node(w.kind, w.op, (w.args[0], *_rename_args(w.args[1:], {dst.index: src})),
-                                        w.spec, w.outputs, w.expected)  # fmt: skip
+                    # until the next write, the input's value is src: the ops in between, and that write's
+                    # value, read it directly
+                    forward_reads(pos, later + 1, dst, src)
                     continue
+                forward_reads(pos, window(pos, dst), dst, src)
         out.append(node)
-    if len(out) == len(nodes):
+    if out == graph.nodes:
         return graph
     outputs = [rename.get(v.index, v) for v in graph.outputs]
     return graph.replace(nodes=out, outputs=outputs)

@@ -222,3 +222,28 @@ def test_a_returned_value_is_not_stored_into_an_input():
     p, g = kiln.ones(16), kiln.ones(16)
     out = cf(p, g)
     assert out.data_ptr() != p.data_ptr() and kiln.equal(out, p)
+
+
+@pytest.mark.skipif(not HAS_CODEGEN, reason="no code generator for cpu (kiln-cpu)")
+def test_a_stored_tensor_read_by_another_kernel_is_stored_first():
+    """``new`` is read again after it is written into ``m`` (so the reads of ``m`` are not redirected to
+    it): the product that reads ``m`` must come after the kernel that stores into ``m``."""
+
+    def f(m, g, w):
+        new = m * 0.9 + g
+        m.copy_(new)
+        return (m @ w) + (new * 2).sum()
+
+    _same(f, lambda: (kiln.linspace(-1, 1, 16).reshape(4, 4), kiln.linspace(0, 2, 16).reshape(4, 4), kiln.eye(4)))
+
+
+@pytest.mark.skipif(not HAS_CODEGEN, reason="no code generator for cpu (kiln-cpu)")
+def test_a_value_read_after_its_target_is_written_again_keeps_its_own_tensor():
+    def f(m, g):
+        new = m * 0.5 + g
+        m.copy_(new)
+        m.add_(1)
+        return new * 3 + m
+
+    cf = _same(f, lambda: (kiln.linspace(-1, 1, 8), kiln.linspace(0, 2, 8)))
+    assert "_write(" in _program(cf)  # new is copied into m, not stored there: it is read after m.add_

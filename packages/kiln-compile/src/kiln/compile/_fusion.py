@@ -239,7 +239,7 @@ def lower(graph: Graph, names, codegens: dict[str, Callable]) -> dict[int, str |
 
     classes = _view_classes(graph)
     for pos, node in enumerate(graph.nodes):
-        target = _store_target(node, pos, open_groups, readers, classes, len(graph.nodes))
+        target = _store_target(graph.nodes, pos, open_groups, readers, classes)
         if target is not None:  # the group stores the value into the written tensor itself, and goes on
             group, v, dst = target
             for g in {id(g): g for g in open_groups.values()}.values():
@@ -281,14 +281,18 @@ def lower(graph: Graph, names, codegens: dict[str, Callable]) -> dict[int, str |
             group.positions.append(pos)
             group.nodes.append(node)
             joined = group
-        # anything else reading an open group's value closes that group (it must run first)
+        # anything else reading an open group's value, or a tensor it stores into, closes that group (it must
+        # run first)
         for v in node.values_read():
             g = open_groups.get(v.index)
             if g is not None and g is not joined:
                 close(g)
+            for g in {id(g): g for g in open_groups.values()}.values():
+                if g is not joined and any(d.index == v.index for d in g.stores.values()):
+                    close(g)
     for g in {id(g): g for g in open_groups.values()}.values():
         close(g)
-    return _emit(graph, done, readers, names, codegens)
+    return _emit(done, readers, names, codegens)
 
 
 def _full_reduction(node: Node, open_groups: dict) -> bool:
@@ -305,17 +309,21 @@ def _full_reduction(node: Node, open_groups: dict) -> bool:
     return (len(args) < 4 or args[3] is None) and node.spec.dtype == src.dtype and src.dtype in _FLOAT
 
 
-def _store_target(node: Node, pos: int, open_groups: dict, readers: dict, classes: dict, end: int):
-    """``(group, v, dst)`` when ``node`` is the write ``_copy_from(dst, v)`` of an open group's value ``v``
-    (not returned; read later only where :func:`~kiln.compile._passes.fold_writes` let the nodes after the
-    write read ``v`` for ``dst``, which then holds it), into a C-contiguous tensor of ``v``'s shape and
-    dtype that the group reads as itself or not at all (never through a view): the group's kernel then
-    stores ``v`` into ``dst``, counts the write (:func:`kiln.backend.mark_written`), and the copy goes."""
+def _store_target(nodes: list[Node], pos: int, open_groups: dict, readers: dict, classes: dict):
+    """``(group, v, dst)`` when ``nodes[pos]`` is the write ``_copy_from(dst, v)`` of an open group's value
+    ``v`` into a C-contiguous tensor of ``v``'s shape and dtype that the group reads as itself or not at all
+    (never through a view): the group's kernel then stores ``v`` into ``dst``, counts the write
+    (:func:`kiln.backend.mark_written`), and the copy goes. ``v`` then *is* ``dst``: it may be read after
+    the write only until ``dst`` is written again, and never returned (a call returns new tensors)."""
+    node = nodes[pos]
     if node.kind != "op" or node.op.name != "_copy_from" or not isinstance(node.args[1], Value):
         return None
     dst, v = node.args[0], node.args[1]
     group = open_groups.get(v.index)
-    if group is None or not isinstance(dst, Value) or end in readers.get(v.index, ()):
+    if group is None or not isinstance(dst, Value):
+        return None
+    again = next((p for p in range(pos + 1, len(nodes)) if _touches(nodes[p], dst)), len(nodes))
+    if max(readers.get(v.index, (pos,))) >= again:
         return None
     if (dst.shape, dst.dtype, dst.device) != (v.shape, v.dtype, v.device) or dst.stride != contiguous_strides(
         dst.shape
@@ -329,7 +337,14 @@ def _store_target(node: Node, pos: int, open_groups: dict, readers: dict, classe
     return group, v, dst
 
 
-def _emit(graph: Graph, groups: list[_Group], readers: dict, names, codegens: dict) -> dict[int, str | None]:
+def _touches(node: Node, dst: Value) -> bool:
+    """Whether ``node`` writes into ``dst`` or may change it behind the graph (``.data``, an effect)."""
+    if node.writes is not None:
+        return node.writes.index == dst.index
+    return node.kind == "set_data" and any(v.index == dst.index for v in node.values_read())
+
+
+def _emit(groups: list[_Group], readers: dict, names, codegens: dict) -> dict[int, str | None]:
     out: dict[int, str | None] = {}
     for g in groups:
         members = set(g.positions)

@@ -37,22 +37,9 @@ def _returned_classes(graph: Graph) -> set[int]:
 
 def _sharing(graph: Graph, values: list[Value]) -> set[int]:
     """Indices of every Value that shares a buffer with one of ``values`` (views followed both ways)."""
-    parent: dict[int, int] = {}
-
-    def find(i: int) -> int:
-        while parent.get(i, i) != i:
-            i = parent[i]
-        return i
-
-    for node in graph.nodes:
-        if node.kind == "op" and "view" in node.op.tags:
-            src = next(node.values_read(), None)
-            if src is not None:
-                for v in node.outputs:
-                    parent[find(v.index)] = find(src.index)
-    roots = {find(v.index) for v in values}
-    every = {v.index for v in graph.inputs} | {v.index for n in graph.nodes for v in n.outputs}
-    return {i for i in every if find(i) in roots}
+    classes = _view_classes(graph)
+    roots = {classes.get(v.index, v.index) for v in values}
+    return {i for i, c in classes.items() if c in roots}
 
 
 def _view_classes(graph: Graph) -> dict[int, int]:

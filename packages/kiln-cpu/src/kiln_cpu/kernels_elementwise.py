@@ -39,9 +39,10 @@ loop 6 us), ``_threshold_backward``'s reference makes three passes (32K float32:
 8K: 11 against 10 us; 1K: even)."""
 
 
-def _floor(multipass: bool) -> int:
-    """The elements from which an elementwise kernel runs its loops (empty tensors too, when it is 0)."""
-    return min(config.min_numel, config.multipass_min_numel) if multipass else config.min_numel
+def _multipass_floor() -> int:
+    """The elements from which the loops of an op in :data:`_SLOW_REFERENCE` run (empty tensors too, when
+    :data:`kiln_cpu.config.min_numel` is 0); other ops' start at ``min_numel`` (read inline: the hot path)."""
+    return min(config.min_numel, config.multipass_min_numel)
 
 
 # ------------------------------------------------------------------------------------------- binary
@@ -106,7 +107,7 @@ def _binary_kernel(name: str, served: tuple, pick, *, compare: bool = False):
         spec, a, b = args[0], args[1], args[2]
         shape = spec.shape
         d = spec.compute_dtype if compare else spec.dtype
-        if d not in served or math.prod(shape) < _floor(multipass):
+        if d not in served or math.prod(shape) < (_multipass_floor() if multipass else config.min_numel):
             return reference(*args)
         rest = args[3:]
         half = half_kind(d)
@@ -212,7 +213,11 @@ def _unary_kernel(name: str, served: tuple, op_code: int | None, params: dict | 
     def kernel(spec, a, *rest):
         d = spec.dtype
         code = op_code if not rest else (params or {}).get(rest)
-        if d not in served or code is None or math.prod(spec.shape) < _floor(multipass):
+        if (
+            d not in served
+            or code is None
+            or math.prod(spec.shape) < (_multipass_floor() if multipass else config.min_numel)
+        ):
             return reference(spec, a, *rest)
         if a._dtype is not d:
             return reference(spec, a, *rest)

@@ -75,3 +75,33 @@ def test_strided_inputs_take_the_strided_loop():
     (out,) = codegen(group)(view)
     np.testing.assert_array_equal(out.numpy(), x.T + 1)
     assert "def strided(" in source(group) and "def dense(" in source(group)
+
+
+@pytest.mark.parametrize("n", [5, 1500, 70000], ids=["short", "chunks", "long-rows"])
+def test_out_stores_into_the_given_tensor_even_an_input(n):
+    """``out=``: the output lands in the given tensor, one of the inputs here (each element read before it is
+    stored), on each loop: flat, dense with a broadcast input, and rows longer than the nested loops buffer."""
+    x = np.linspace(-3, 3, n, dtype=np.float32)
+    group = _group(
+        (n,), [((n,), "float32"), ((n,), "float32")], [("t0", "(x0 * float32(2.0) + x1)")], [("t0", "float32")]
+    )
+    a, b = kiln.from_numpy(x.copy()), kiln.from_numpy(x[::-1].copy())
+    (got,) = codegen(group)(a, b, out=[a])
+    assert got is a
+    np.testing.assert_allclose(a.numpy(), x * 2 + x[::-1], rtol=1e-6)
+    bcast = _group((2, n), [((2, n), "float32"), ((n,), "float32")], [("t0", "(x0 - x1)")], [("t0", "float32")])
+    m = kiln.from_numpy(np.stack([x, -x]))
+    (got,) = codegen(bcast)(m, kiln.from_numpy(x), out=[m])
+    assert got is m
+    np.testing.assert_allclose(m.numpy(), np.stack([x - x, -x - x]), rtol=1e-6)
+
+
+def test_out_overlapping_another_input_is_stored_aside():
+    """The target overlaps another input in another layout (its transpose): the loop stores aside, then the
+    result is copied in, so every element is computed from the old values."""
+    p = np.arange(16.0, dtype=np.float32).reshape(4, 4)
+    group = _group((4, 4), [((4, 4), "float32"), ((4, 4), "float32")], [("t0", "(x0 + x1)")], [("t0", "float32")])
+    a = kiln.from_numpy(p.copy())
+    (got,) = codegen(group)(a, a.t(), out=[a])
+    assert got is a
+    np.testing.assert_array_equal(a.numpy(), p + p.T)

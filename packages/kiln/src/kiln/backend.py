@@ -221,6 +221,9 @@ def mark_written(tensor: Tensor) -> Tensor:
     raises PyTorch's "modified by an inplace operation" error). Returns ``tensor``."""
     if not isinstance(tensor, Tensor):
         raise TypeError(f"mark_written() expects a kiln.Tensor, got {type(tensor).__name__}")
+    from kiln._ops.copy import _check_inplace_allowed
+
+    _check_inplace_allowed(tensor)  # as copy_ refuses: an inference tensor outside inference mode, say
     tensor._vc[0] += 1
     return tensor
 

@@ -255,12 +255,14 @@ def lower(graph: Graph, names, codegens: dict[str, Callable]) -> dict[int, str |
         device = node.outputs[0].device.type if node.outputs else None
         joined = None
         if device in codegens and node.op.name in EXPRESSIONS:
+            shape = tuple(node.spec.shape)
             owners = [open_groups[v.index] for v in node.values_read() if v.index in open_groups]
+            # the group of the node's own shape first: a 0-d operand's group (a bias correction) cannot take it
+            owners = [g for g in owners if g.shape == shape] or owners
             if not owners:  # independent of every open group: join the latest of its shape (siblings fuse too)
-                shape = tuple(node.spec.shape)
                 owners = [g for g in open_groups.values() if g.shape == shape and g.device == device][-1:]
             group = owners[0] if owners else _Group(tuple(node.spec.shape), device)
-            if any(v.index == d.index for v in node.values_read() for d in group.stores.values()):
+            if _reads_stored(node, group, classes):
                 close(group)  # it would read the stored tensor's old elements: its new values come later
                 group = _Group(tuple(node.spec.shape), device)
             expr = _expression(node, group) if group.reduction is None else None
@@ -287,9 +289,9 @@ def lower(graph: Graph, names, codegens: dict[str, Callable]) -> dict[int, str |
             g = open_groups.get(v.index)
             if g is not None and g is not joined:
                 close(g)
-            for g in {id(g): g for g in open_groups.values()}.values():
-                if g is not joined and any(d.index == v.index for d in g.stores.values()):
-                    close(g)
+        for g in {id(g): g for g in open_groups.values()}.values():
+            if g is not joined and _reads_stored(node, g, classes):
+                close(g)
     for g in {id(g): g for g in open_groups.values()}.values():
         close(g)
     return _emit(done, readers, names, codegens)
@@ -320,28 +322,39 @@ def _store_target(nodes: list[Node], pos: int, open_groups: dict, readers: dict,
         return None
     dst, v = node.args[0], node.args[1]
     group = open_groups.get(v.index)
-    if group is None or not isinstance(dst, Value):
-        return None
-    again = next((p for p in range(pos + 1, len(nodes)) if _touches(nodes[p], dst)), len(nodes))
-    if max(readers.get(v.index, (pos,))) >= again:
-        return None
+    if group is None or not isinstance(dst, Value) or group.reduction is not None or v.index in group.stores:
+        return None  # (a reduction's result may be read before the group's call, which a store moves later)
+    buffer, mine = classes.get(dst.index, dst.index), classes.get(v.index, v.index)
+    if any(c == mine and i != v.index for i, c in classes.items()):
+        return None  # a view of v would become a view of dst
+    again = next((p for p in range(pos + 1, len(nodes)) if _touches(nodes[p], buffer, classes)), len(nodes))
+    later = readers.get(v.index, {pos})
+    if max(later) >= again or any(p < len(nodes) and nodes[p].kind != "op" for p in later):
+        return None  # read after dst changes again, returned, or made a .grad or .data: v must stay its own
     if (dst.shape, dst.dtype, dst.device) != (v.shape, v.dtype, v.device) or dst.stride != contiguous_strides(
         dst.shape
     ):
         return None
-    buffer = classes.get(dst.index, dst.index)
     if any(x is not dst and classes.get(x.index, x.index) == buffer for x in group.inputs):
         return None
-    if dst.index in {d.index for d in group.stores.values()}:
+    if any(classes.get(d.index, d.index) == buffer for d in group.stores.values()):
         return None
     return group, v, dst
 
 
-def _touches(node: Node, dst: Value) -> bool:
-    """Whether ``node`` writes into ``dst`` or may change it behind the graph (``.data``, an effect)."""
+def _touches(node: Node, buffer: int, classes: dict) -> bool:
+    """Whether ``node`` writes into the buffer of class ``buffer`` (through any view of it) or changes it
+    behind the graph (``.data``)."""
     if node.writes is not None:
-        return node.writes.index == dst.index
-    return node.kind == "set_data" and any(v.index == dst.index for v in node.values_read())
+        return classes.get(node.writes.index, node.writes.index) == buffer
+    return node.kind == "set_data" and any(classes.get(v.index, v.index) == buffer for v in node.values_read())
+
+
+def _reads_stored(node: Node, group: _Group, classes: dict) -> bool:
+    """Whether ``node`` reads (through any view) a tensor ``group`` stores into: it must then run after the
+    group's call."""
+    stored = {classes.get(d.index, d.index) for d in group.stores.values()}
+    return bool(stored) and any(classes.get(v.index, v.index) in stored for v in node.values_read())
 
 
 def _emit(groups: list[_Group], readers: dict, names, codegens: dict) -> dict[int, str | None]:

@@ -106,11 +106,15 @@ class Graph:
         self.nodes = nodes
         self.outputs = outputs
         self.constants: dict[int, kiln.Tensor] = {}  # Value index -> tensor computed at compile time
+        # per input, the first input sharing its memory (the trace's guarded sharing); None: not known, so the
+        # passes take every input as possibly sharing memory with every other
+        self.input_aliases: tuple | None = None
 
     def replace(self, nodes: list[Node] | None = None, outputs: list[Value] | None = None) -> Graph:
         """A copy with other nodes or outputs (same inputs and constants): what passes return."""
         g = Graph(self.inputs, self.nodes if nodes is None else nodes, self.outputs if outputs is None else outputs)
         g.constants = dict(self.constants)
+        g.input_aliases = self.input_aliases
         return g
 
     @property

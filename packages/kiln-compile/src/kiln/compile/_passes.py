@@ -57,6 +57,13 @@ def _view_classes(graph: Graph) -> dict[int, int]:
             if src is not None:
                 for v in node.outputs:
                     parent[find(v.index)] = find(src.index)
+    # inputs sharing memory as the trace found (a tensor and its view passed as two arguments); unknown: all
+    aliases = graph.input_aliases or (0,) * len(graph.inputs)
+    first: dict[int, int] = {}
+    for v, a in zip(graph.inputs, aliases):
+        other = first.setdefault(a, v.index)
+        if other != v.index and find(v.index) != find(other):
+            parent[find(v.index)] = find(other)
     every = {v.index for v in graph.inputs} | {v.index for n in graph.nodes for v in n.outputs}  # a write's is its dst
     return {i: find(i) for i in every}
 
@@ -79,7 +86,10 @@ def fold_writes(graph: Graph) -> Graph:
       after it, up to the next write into ``dst``, read ``src`` for ``dst``, so that what computes ``src``
       and what reads it may fuse (an optimizer's moment, updated, then read by the parameter's update).
 
-    Every other write stays, in its place."""
+    Every other write stays, in its place. Inputs that share memory (as the trace found them, and its guard
+    keeps them) count as views of each other. A dropped write is not counted by the input's version counter
+    (one count for ``v.mul_(b).addcmul_(...)``, where eager code counts two): autograd only asks whether it
+    changed."""
     nodes = list(graph.nodes)  # the ops between a dropped write and the next get renamed in place
     readers: dict[int, int] = {}
     for node in nodes:
@@ -94,11 +104,15 @@ def fold_writes(graph: Graph) -> Graph:
     shared = {i: sizes[c] for i, c in classes.items()}  # 1: no view shares the buffer
     effects = {v.index for n in nodes if n.kind in ("set_grad", "set_data") for v in n.values_read()}
     inputs = {v.index for v in graph.inputs}
+    received: set[int] = set()  # Values now read in place of another: more readers than counted
 
     def movable(dst: Value, src: Value) -> bool:
         return (
             src.source == "node"
             and src.index not in inputs
+            and src.index not in received
+            and src.index not in graph.constants
+            and dst.index not in graph.constants
             and readers.get(src.index, 0) == 1
             and shared.get(src.index, 1) == 1
             and shared.get(dst.index, 1) == 1
@@ -119,6 +133,7 @@ def fold_writes(graph: Graph) -> Graph:
 
     def forward_reads(start: int, end: int, dst: Value, src: Value) -> None:
         """The nodes in ``(start, end)`` read ``src`` for ``dst``; a write's destination stays what it is."""
+        received.add(src.index)
         for p in range(start + 1, end):
             n = nodes[p]
             if any(v.index == dst.index for v in n.values_read()):
@@ -130,9 +145,11 @@ def fold_writes(graph: Graph) -> Graph:
                 nodes[p] = n
 
     def window(start: int, dst: Value) -> int:
-        """The position of the next write into ``dst`` after ``start`` (the end of the graph if none)."""
+        """The position of the next write into ``dst``'s buffer after ``start`` (the end of the graph if none)."""
+        buffer = classes.get(dst.index, dst.index)
         for pos in range(start + 1, len(nodes)):
-            if nodes[pos].writes is not None and nodes[pos].writes.index == dst.index:
+            n = nodes[pos]
+            if n.writes is not None and classes.get(n.writes.index, n.writes.index) == buffer:
                 return pos
         return len(nodes)
 
@@ -148,6 +165,7 @@ def fold_writes(graph: Graph) -> Graph:
                         if v is dst:
                             rename[k] = src
                     rename[dst.index] = src
+                    received.add(src.index)
                     continue
                 later = next_write(pos, dst)
                 if later is not None:

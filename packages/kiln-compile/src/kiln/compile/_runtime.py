@@ -280,6 +280,8 @@ def trace_call(fn: Callable, args: tuple, kwargs: dict, *, fullgraph: bool) -> t
     # which of the inputs and the tensors read by reference share memory: the passes assumed the traced sharing
     everything = [*exprs, *(gb.const(t) for t in entry.externals)]
     classes = _alias_classes([*tensors, *entry.externals])
+    if len(classes) == len(graph.inputs):
+        graph.input_aliases = classes  # the passes may rely on it: the guard below keeps it true
     if len(classes) > 1:
         gb.check(
             f"{gb.const(_alias_classes)}([{', '.join(everything)}]) == {gb.const(classes)}",

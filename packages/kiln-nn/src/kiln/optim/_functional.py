@@ -84,7 +84,7 @@ def _tracing() -> bool:
 def _addcdiv(param: Tensor, t1: Tensor, t2: Tensor, value) -> None:
     """``param += value * t1 / t2`` for a number ``value``, or a 0-d tensor one (a traced step count's)."""
     if isinstance(value, Tensor):
-        param.add_(t1 / t2 * value)
+        param.add_(value * t1 / t2)  # addcdiv's order
     else:
         param.addcdiv_(t1, t2, value=value)
 
@@ -220,7 +220,7 @@ def nadam(
         mu_next = beta1 * (1.0 - 0.5 * (0.96 ** ((step + 1) * momentum_decay)))
         mu_product *= mu
         denom = exp_avg_sq.div(bias_correction2).sqrt()
-        mu_product_value = mu_product if isinstance(step, Tensor) else mu_product.item()  # a tensor while traced
+        mu_product_value = mu_product.double() if isinstance(step, Tensor) else mu_product.item()  # traced: float64
         mu_product_next = mu_product_value * mu_next
         denom.add_(eps)
         _addcdiv(param, grad, denom, -lr * (1.0 - mu) / (1.0 - mu_product_value))

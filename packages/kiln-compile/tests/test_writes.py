@@ -349,3 +349,26 @@ def test_writes_that_must_keep_their_order(fn, make):
     if fn is _returned_view_of_stored:
         out, target = cf(*make())[0], make()[0]
         assert out.data_ptr() != target.data_ptr()
+
+
+@pytest.mark.skipif(not HAS_CODEGEN, reason="no code generator for cpu (kiln-cpu)")
+def test_a_code_generator_without_out_gets_its_values_copied(monkeypatch):
+    """A device's code generator written before ``out=`` existed: its kernels return new tensors, and the
+    program copies each into the tensor it is written to."""
+    (cpu,) = [c for c in kiln.plugins.compilers().values() if getattr(c, "device_type", None) == "cpu"]
+
+    class Old:
+        device_type = "cpu"
+
+        def __call__(self, group):
+            kernel = cpu(group)
+            return lambda *tensors: kernel(*tensors)
+
+    monkeypatch.setattr(kiln.plugins, "compilers", lambda: {"old": Old()})
+
+    def f(p, g):
+        p.add_(g * 0.1 + p * 0.5)
+
+    cf = _same(f, lambda: (kiln.linspace(-1, 1, 64).reshape(8, 8), kiln.linspace(2, 3, 64).reshape(8, 8)))
+    source = _program(cf)
+    assert "out=" not in source and "_write(" in source, source

@@ -14,6 +14,7 @@ NaN propagates through ``relu``, ``maximum``, ``clamp``; Python numbers take the
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 
 import kiln
@@ -357,6 +358,15 @@ def _reads_stored(node: Node, group: _Group, classes: dict) -> bool:
     return bool(stored) and any(classes.get(v.index, v.index) in stored for v in node.values_read())
 
 
+def _takes_out(kernel: Callable) -> bool:
+    """Whether a device's kernel takes ``out=`` (a code generator written before it existed does not)."""
+    try:
+        params = inspect.signature(kernel).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "out" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
 def _emit(groups: list[_Group], readers: dict, names, codegens: dict) -> dict[int, str | None]:
     out: dict[int, str | None] = {}
     for g in groups:
@@ -384,11 +394,14 @@ def _emit(groups: list[_Group], readers: dict, names, codegens: dict) -> dict[in
         kernel = codegens[device](group)
         results = [v.name for v in stored] + ([g.reduction[3].name] if g.reduction is not None else [])
         targets = [g.stores.get(v.index) for v in stored]
-        into = f", out=[{', '.join(t.name if t else 'None' for t in targets)}]" if g.stores else ""
+        takes_out = _takes_out(kernel)
+        into = f", out=[{', '.join(t.name if t else 'None' for t in targets)}]" if g.stores and takes_out else ""
         call = f"{', '.join(results)}, = {names.const(kernel)}({', '.join(v.name for v in g.inputs)}{into})"
-        for t in targets:
-            if t is not None:  # the kernel stored into the tensor: the write is counted, not made
+        for v, t in zip(stored, targets):
+            if t is not None and takes_out:  # the kernel stored into the tensor: the write is counted, not made
                 call += f"; {t.name} = _written({t.name})"
+            elif t is not None:  # a code generator without out=: the value is copied in, after the call
+                call += f"; {t.name} = _write({t.name}, {v.name})"
         last = max(g.positions)
         for p in g.positions:
             out[p] = call if p == last else None

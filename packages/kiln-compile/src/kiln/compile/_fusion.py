@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import kiln
 from kiln.compile._graph import Graph, Node, Value, contiguous_strides
-from kiln.compile._passes import _view_classes
+from kiln.compile._passes import _view_classes, next_change
 
 __all__ = ["EXPRESSIONS", "FUNCTIONS", "FusedGroup", "lower"]
 
@@ -328,7 +328,7 @@ def _store_target(nodes: list[Node], pos: int, open_groups: dict, readers: dict,
     buffer, mine = classes.get(dst.index, dst.index), classes.get(v.index, v.index)
     if any(c == mine and i != v.index for i, c in classes.items()):
         return None  # a view of v would become a view of dst
-    again = next((p for p in range(pos + 1, len(nodes)) if _touches(nodes[p], buffer, classes)), len(nodes))
+    again = next_change(nodes, pos, buffer, classes)
     later = readers.get(v.index, {pos})
     if max(later) >= again or any(p < len(nodes) and nodes[p].kind != "op" for p in later):
         return None  # read after dst changes again, returned, or made a .grad or .data: v must stay its own
@@ -341,14 +341,6 @@ def _store_target(nodes: list[Node], pos: int, open_groups: dict, readers: dict,
     if any(classes.get(d.index, d.index) == buffer for d in group.stores.values()):
         return None
     return group, v, dst
-
-
-def _touches(node: Node, buffer: int, classes: dict) -> bool:
-    """Whether ``node`` writes into the buffer of class ``buffer`` (through any view of it) or changes it
-    behind the graph (``.data``)."""
-    if node.writes is not None:
-        return classes.get(node.writes.index, node.writes.index) == buffer
-    return node.kind == "set_data" and any(classes.get(v.index, v.index) == buffer for v in node.values_read())
 
 
 def _reads_stored(node: Node, group: _Group, classes: dict) -> bool:

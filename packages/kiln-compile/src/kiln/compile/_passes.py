@@ -68,6 +68,19 @@ def _view_classes(graph: Graph) -> dict[int, int]:
     return {i: find(i) for i in every}
 
 
+def next_change(nodes: list[Node], start: int, buffer: int, classes: dict) -> int:
+    """The position of the first node after ``start`` that writes into the buffer of class ``buffer``
+    (through any view of it) or replaces it (``.data``); ``len(nodes)`` if none does."""
+    for pos in range(start + 1, len(nodes)):
+        node = nodes[pos]
+        if node.writes is not None:
+            if classes.get(node.writes.index, node.writes.index) == buffer:
+                return pos
+        elif node.kind == "set_data" and any(classes.get(v.index, v.index) == buffer for v in node.values_read()):
+            return pos
+    return len(nodes)
+
+
 def _is_copy(node: Node) -> bool:
     return node.kind == "op" and node.op.name == "_copy_from"
 
@@ -144,15 +157,6 @@ def fold_writes(graph: Graph) -> Graph:
                     n = _renamed(n, {dst.index: src})
                 nodes[p] = n
 
-    def window(start: int, dst: Value) -> int:
-        """The position of the next write into ``dst``'s buffer after ``start`` (the end of the graph if none)."""
-        buffer = classes.get(dst.index, dst.index)
-        for pos in range(start + 1, len(nodes)):
-            n = nodes[pos]
-            if n.writes is not None and classes.get(n.writes.index, n.writes.index) == buffer:
-                return pos
-        return len(nodes)
-
     rename: dict[int, Value] = {}
     out: list[Node] = []
     for pos, node in enumerate(nodes):
@@ -173,7 +177,7 @@ def fold_writes(graph: Graph) -> Graph:
                     # value, read it directly
                     forward_reads(pos, later + 1, dst, src)
                     continue
-                forward_reads(pos, window(pos, dst), dst, src)
+                forward_reads(pos, next_change(nodes, pos, classes.get(dst.index, dst.index), classes), dst, src)
         out.append(node)
     if out == graph.nodes:
         return graph

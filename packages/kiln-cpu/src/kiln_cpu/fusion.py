@@ -59,25 +59,6 @@ _ROW_MAX = 1 << 16  # the longest row the nested loops buffer (a longer one is s
 _NUMPY = {"float32": "float32", "float64": "float64", "bool": "bool_"}
 
 
-def _sum_rows(indent: str, m: str) -> list[str]:
-    """Add ``buf[:m]`` into ``acc`` with four running sums: the computing loop stays free of the reduction's
-    dependency (so it vectorizes), and four chains hide the additions' latency."""
-    return [
-        f"{indent}s0 = s1 = s2 = s3 = 0.0",
-        f"{indent}j = 0",
-        f"{indent}while j + 4 <= {m}:",
-        f"{indent}    s0 += buf[j]",
-        f"{indent}    s1 += buf[j + 1]",
-        f"{indent}    s2 += buf[j + 2]",
-        f"{indent}    s3 += buf[j + 3]",
-        f"{indent}    j += 4",
-        f"{indent}while j < {m}:",
-        f"{indent}    s0 += buf[j]",
-        f"{indent}    j += 1",
-        f"{indent}acc += (s0 + s1) + (s2 + s3)",
-    ]
-
-
 def source(group) -> str:
     """The module text of ``group``'s loops: ``flat`` (inputs of the full shape), ``dense`` (contiguous
     inputs, some broadcast: their strides are written into the loop, so the innermost one vectorizes) and
@@ -139,7 +120,7 @@ def source(group) -> str:
         if buffered:
             out += store(row, str(inner), target("s" if nd else "0"))
         if reduce is not None:
-            out += _sum_rows(row, str(inner))
+            out.append(f"{row}acc += sum_run(buf, {inner})")
         return out + ["    return acc"]
 
     full = _broadcast_strides(group.shape, group.shape)
@@ -153,7 +134,7 @@ def source(group) -> str:
     flat += body(["i"] * n_in, "j", "            ", True, "")
     flat += store("        ", "m", "_u(first + s)")
     if reduce is not None:
-        flat += _sum_rows("        ", "m")
+        flat.append("        acc += sum_run(buf, m)")
     flat.append("    return acc")
     reads = [index(_broadcast_strides(shape, group.shape), f"i{nd - 1}") for shape, _ in group.inputs]
     dense = nested("dense", reads, lambda last: index(full, last) if nd else "0")
@@ -172,7 +153,7 @@ def source(group) -> str:
             "from numba import njit",
             "from numpy import float32, float64",
             "",
-            "from kiln_cpu._fused_math import cos, erf, erfc, exp, expm1, log, log1p, sigmoid, sin, sqrt, tanh",
+            "from kiln_cpu._fused_math import cos, erf, erfc, exp, expm1, log, log1p, sigmoid, sin, sqrt, sum_run, tanh",
             "from kiln_cpu._jit_support import _u",
             "",
             "",

@@ -39,9 +39,9 @@ BACKENDS: dict[str, list[str]] = {
     "cuda-sim": ["-e", "packages/kiln-cuda[cu13]"],
 }
 # Packages a backend's own tests use, installed in its cell but not tested there (kiln-cuda's training tests
-# build kiln.nn models; kiln-nn's tests run in the cpu cells).
+# build kiln.nn models and compile them; kiln-nn's and kiln-compile's tests run in the cpu cells).
 BACKEND_SUPPORT: dict[str, list[str]] = {
-    "cuda-sim": ["-e", "packages/kiln-nn"],
+    "cuda-sim": ["-e", "packages/kiln-nn", "-e", "packages/kiln-compile"],  # fused kernels: test_fusion.py
 }
 # The device each backend's conformance run checks (`pytest --kiln-device=...`): "cpu" unless listed.
 BACKEND_DEVICE: dict[str, str] = {

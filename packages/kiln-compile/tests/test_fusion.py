@@ -131,6 +131,24 @@ def test_chain_becomes_one_kernel_and_intermediates_stay_internal():
 
 
 @pytest.mark.skipif(not HAS_CODEGEN, reason="no code generator for cpu (kiln-cpu)")
+def test_ops_after_a_reduced_chain_start_the_next_group():
+    """A group ends with its sum; the pointwise ops that read its values (or the sum) fuse into the next."""
+
+    def f(x, b):
+        y = x * kiln.sigmoid(x) + b
+        s = y.sum()
+        return s, kiln.tanh(y) * 0.5 - s
+
+    cf = kiln.compile(f)
+    x, b = kiln.randn(8, 16), kiln.randn(16)
+    got = cf(x, b)
+    src = cf._entries[0].forward.source
+    assert "_k(" not in src and _fused_calls(src) == 2, src
+    want = f(x, b)
+    assert all(kiln.allclose(g, w, atol=1e-5) for g, w in zip(got, want))
+
+
+@pytest.mark.skipif(not HAS_CODEGEN, reason="no code generator for cpu (kiln-cpu)")
 def test_a_value_read_in_between_is_stored_and_writes_split_groups():
     def f(x, buf):
         a = x * 2 + 1

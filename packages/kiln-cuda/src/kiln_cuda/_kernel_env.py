@@ -18,7 +18,7 @@ import numpy as np
 
 from kiln_cuda import _driver
 
-__all__ = ["bind", "caster", "HELPERS"]
+__all__ = ["bind", "caster", "leaf", "HELPERS"]
 
 # leaf name -> (libdevice float32, libdevice float64, NumPy function for the simulator)
 _LEAVES = {
@@ -92,12 +92,22 @@ def _bits_sim():
     return as_float, as_int
 
 
+def leaf(name: str, float_dtype: str):
+    """The math function ``name`` (a :data:`_LEAVES` key) for ``float_dtype`` ("float32"/"float64"): libdevice's
+    on a GPU, a NumPy function that keeps its argument's type under the simulator."""
+    lf, ld, npf = _LEAVES[name]
+    if _driver.SIM:
+        return npf if npf is not None else _sim_math(getattr(math, name))
+    from numba.cuda import libdevice
+
+    return getattr(libdevice, lf if float_dtype == "float32" else ld)
+
+
 def bind(ns: dict, float_dtype: str) -> None:
     """Fill a generated module's globals: leaves for ``float_dtype`` ("float32"/"float64"), casts, jit."""
-    f32 = float_dtype == "float32"
+    for name in _LEAVES:
+        ns[name + "_"] = leaf(name, float_dtype)
     if _driver.SIM:
-        for name, (_, _, npf) in _LEAVES.items():
-            ns[name + "_"] = npf if npf is not None else _sim_math(getattr(math, name))
         ns["as_float"], ns["as_int"] = _bits_sim()
         ns["errstate"] = np.errstate
         ns["shared_lock"] = threading.Lock()
@@ -106,8 +116,6 @@ def bind(ns: dict, float_dtype: str) -> None:
     else:
         from numba.cuda import libdevice
 
-        for name, (lf, ld, _) in _LEAVES.items():
-            ns[name + "_"] = getattr(libdevice, lf if f32 else ld)
         ns["as_float"] = libdevice.int_as_float
         ns["as_int"] = libdevice.float_as_int
         c = _driver.cuda()
@@ -121,6 +129,8 @@ def bind(ns: dict, float_dtype: str) -> None:
     ns["U16"] = caster("uint16")
     ns["caster"] = caster
     ns["INF"] = math.inf
+    ns["NAN"] = math.nan
+    ns["leaf"] = leaf
 
 
 # Scalar helpers shared by the generated kernels (device functions on the GPU), written once for both.

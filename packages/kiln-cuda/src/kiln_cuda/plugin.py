@@ -37,3 +37,10 @@ def kiln_register_kernels(register):
 
     for op_name, (kernel, dtypes) in {**kernels.KERNELS, **kernels_index.KERNELS, **kernels_nn.KERNELS}.items():
         register(op_name, device.NAME, kernel, dtypes=dtypes)
+
+
+def kiln_register_compilers(register):
+    """Register kiln-cuda's code generator for kiln.compile's fused groups on device ``cuda``."""
+    from kiln_cuda.fusion import codegen_fused
+
+    register("cuda-fused", codegen_fused)

@@ -266,7 +266,9 @@ def lower(graph: Graph, names, codegens: dict[str, Callable]) -> dict[int, str |
             if _reads_stored(node, group, classes):
                 close(group)  # it would read the stored tensor's old elements: its new values come later
                 group = _Group(tuple(node.spec.shape), device)
-            expr = _expression(node, group) if group.reduction is None else None
+            elif group.reduction is not None:  # a group ends with its reduction: the node starts the next one
+                group = _Group(tuple(node.spec.shape), device)
+            expr = _expression(node, group)
             if expr is not None:
                 (out,) = node.outputs
                 name = f"t{len(group.lines)}"

@@ -91,6 +91,23 @@ def _elementwise(n: int, record) -> None:
     record("sum 256M", kiln_time(lambda: ka.sum()), torch_time(lambda: ta.sum()), 4 * n, copy_ms / 2)
 
 
+def _compiled_chain(n: int, record) -> None:
+    """GPT-2's GELU written in ops over ``n`` floats: kiln eager (a kernel per op) and kiln.compile (kiln-cuda's
+    fused kernel), each against PyTorch eager."""
+    import kiln.compile
+
+    def gelu(lib, x):
+        return 0.5 * x * (1.0 + lib.tanh(0.7978845608028654 * (x + 0.044715 * lib.pow(x, 3.0))))
+
+    kx, tx = pair((n,))
+    compiled = kiln.compile(lambda x: gelu(kiln, x))
+    compiled(kx)  # traces
+    compiled(kx)  # compiles the fused kernel
+    t_ms = torch_time(lambda: gelu(torch, tx))
+    record("GELU in ops, eager", kiln_time(lambda: gelu(kiln, kx)), t_ms, 2 * 4 * n, None)
+    record("GELU in ops, kiln.compile", kiln_time(lambda: compiled(kx)), t_ms, 2 * 4 * n, None)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default="benchmarks/results/gpu.json")
@@ -102,11 +119,13 @@ def main() -> None:
         row = {"case": name, "kiln_ms": round(k_ms, 4), "torch_ms": round(t_ms, 4), "ratio": round(k_ms / t_ms, 3)}
         if nbytes is not None:
             row["kiln_GBps"] = round(nbytes / k_ms / 1e6, 1)
+        if copy_ms is not None:
             row["fraction_of_copy"] = round(copy_ms / k_ms, 3)
         rows.append(row)
         print(json.dumps(row), flush=True)
 
     _elementwise(args.elements, record)
+    _compiled_chain(args.elements // 4, record)
     kx, tx = pair((8192, 4096))
     record("softmax 8192x4096", kiln_time(lambda: KF.softmax(kx, -1)), torch_time(lambda: torch.softmax(tx, -1)))
     kw, tw = pair((4096,))

@@ -6,11 +6,13 @@ autograd recording — and calls ``kiln.backend.call_kernel(op, args, spec)``. W
 (which keeps autograd's version counters true), value guards compare what the trace read, and ops whose
 output shape depends on values recompute their spec and check the shape. Fused groups of pointwise nodes
 (:mod:`kiln.compile._fusion`) replace their nodes with one call of the kernel the device's code generator made.
+Each value the program made is deleted after its last use, so its memory is reused from there on.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -61,6 +63,31 @@ class _Names:
         return self.const(a)
 
 
+_NAME = re.compile(r"\bv(\d+)\b")
+
+
+def _free_dead(lines: list[str], graph: Graph) -> list[str]:
+    """``lines`` with a ``del`` after the last line that names each value the program made: its tensor goes
+    back to the device's allocator there, not when the program returns, and the allocator hands that memory
+    to the next tensor of its size (a whole training step held every activation and gradient until its end).
+    Inputs stay (the caller holds them), outputs are returned, and constants are the program's globals."""
+    keep = {v.index for v in (*graph.inputs, *graph.outputs)} | set(graph.constants)
+    last: dict[int, int] = {}
+    for i, line in enumerate(lines):
+        for m in _NAME.finditer(line):
+            last[int(m.group(1))] = i
+    dead: dict[int, list[int]] = {}
+    for index, i in last.items():
+        if index not in keep:
+            dead.setdefault(i, []).append(index)
+    out = []
+    for i, line in enumerate(lines):
+        out.append(line)
+        if i in dead:
+            out.append("del " + ", ".join(f"v{index}" for index in sorted(dead[i])))
+    return out
+
+
 def generate(graph: Graph, lower: Callable | None = None) -> Callable:
     """The graph as a Python function ``program(*inputs) -> tuple of outputs`` (run it under ``no_grad``).
 
@@ -96,7 +123,7 @@ def generate(graph: Graph, lower: Callable | None = None) -> Callable:
             lines.append(f"{node.args[0].name}.data = {names.render(node.args[1])}")
     params = ", ".join(v.name for v in graph.inputs)
     ret = ", ".join(v.name for v in graph.outputs)
-    body = "\n".join(f"    {line}" for line in lines) or "    pass"
+    body = "\n".join(f"    {line}" for line in _free_dead(lines, graph)) or "    pass"
     src = f"def program({params}):\n{body}\n    return ({ret}{',' if len(graph.outputs) == 1 else ''})\n"
     exec(compile(src, "<kiln.compile program>", "exec"), names.ns)  # noqa: S102 - our own generated source
     program = names.ns["program"]

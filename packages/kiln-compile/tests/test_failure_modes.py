@@ -4,8 +4,6 @@ state a call stores in Python, and whole training steps."""
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 
 import kiln
@@ -142,12 +140,14 @@ def test_whole_training_step_with_sgd_matches_eager(zero):
 
 
 @pytest.mark.parametrize(
-    "name", ["Adam", "AdamW", "NAdam", "RAdam", "Adagrad", "Adamax", "RMSprop", "Adadelta", "Rprop"]
+    "name",
+    ["Adam", "AdamW", "NAdam", "RAdam", "Adagrad", "Adamax", "RMSprop", "Adadelta", "Rprop", "ASGD", "Adafactor"],
 )
 def test_whole_training_step_with_a_step_counting_optimizer_compiles_and_matches_eager(name):
     """The optimizers that count steps keep the count a tensor while traced (the bias corrections as float64
-    ops on it), so one trace serves every step: no entry runs eagerly, and the parameters match eager's to
-    float32 rounding after eight steps, RAdam's switch to its rectified update (step 6) included. (No batch
+    ops on it, ASGD's averaging switch and Adafactor's clipping as ``where`` and ``clamp``), so one trace
+    serves every step: no entry runs eagerly, and the parameters match eager's to float32 rounding after
+    eight steps, RAdam's switch to its rectified update (step 6) included. (No batch
     norm here: the gradient of the bias before it is rounding noise, which Adam's normalised update
     amplifies into differences of 1e-3 between any two summation orders.)"""
 
@@ -164,20 +164,27 @@ def test_whole_training_step_with_a_step_counting_optimizer_compiles_and_matches
     ]
 
 
-def test_whole_training_step_with_asgd_stays_correct():
-    """ASGD reads its state into Python (its step sizes, its averaging switch): its step runs eagerly, and
-    correctly."""
+def test_compiled_asgd_starts_averaging_when_eager_does():
+    """ASGD's switch from copying the iterate to averaging it (after ``t0`` steps) is a ``where`` on its
+    state while traced: the averages match eager's on both sides of the switch, from one trace."""
+    opts = {}
 
-    def make(p):
-        return kiln.optim.ASGD(p, lr=0.01)
+    def make(compiled):
+        def build(p):
+            opts[compiled] = kiln.optim.ASGD(p, lr=0.05, t0=3, lambd=1e-3)
+            return opts[compiled]
 
-    want, m_e, _ = _step_losses(make, False, steps=4)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # traced per value, then eager
-        got, m_c, _ = _step_losses(make, True, steps=4)
+        return build
+
+    want, m_e, _ = _step_losses(make(False), False, steps=7, norm=False)
+    got, m_c, run = _step_losses(make(True), True, steps=7, norm=False)
     assert got == pytest.approx(want, rel=1e-6)
-    for a, b in zip(m_e.parameters(), m_c.parameters()):
-        assert kiln.allclose(a, b, atol=1e-6)
+    assert run.trace_count <= 3 and all(entry.forward is not None for entry in run._entries)
+    for p_e, p_c in zip(m_e.parameters(), m_c.parameters()):
+        s_e, s_c = opts[False].state[p_e], opts[True].state[p_c]
+        assert float(s_c["mu"]) == float(s_e["mu"]) < 1  # averaging by now
+        assert kiln.allclose(s_c["ax"], s_e["ax"], rtol=1e-6, atol=1e-7)
+        assert kiln.allclose(s_c["eta"], s_e["eta"], rtol=1e-7)
 
 
 def test_state_stored_in_python_is_not_replayed():

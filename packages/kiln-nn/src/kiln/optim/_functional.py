@@ -259,8 +259,15 @@ def asgd(params, grads, axs, mus, etas, state_steps, *, lambd, lr, t0, alpha, we
     averaging after ``t0`` steps."""
     for i, param in enumerate(params):
         grad = _grad(param, grads[i], maximize, weight_decay)
-        step = _step(state_steps[i])
+        step = _step(state_steps[i], traceable=True)
         eta, mu, ax = etas[i], mus[i], axs[i]
+        if isinstance(step, Tensor):  # traced: the same arithmetic on 0-d tensors, the switch a where
+            param.mul_(1 - lambd * eta.double())  # in float64, as eager's Python number, then cast
+            param.add_(grad * -eta)
+            ax.copy_(kiln.where(mu != 1, ax + param.sub(ax).mul_(mu), param))
+            eta.copy_(lr / ((1 + lambd * lr * step) ** alpha))
+            mu.copy_(1 / (step - t0).clamp(min=1))
+            continue
         param.mul_(1 - lambd * eta.item())
         param.add_(grad, alpha=-eta.item())
         if mu.item() != 1:
@@ -322,11 +329,17 @@ def adafactor(params, grads, row_vars, col_vars, variances, state_steps, *, d, l
 
     for i, param in enumerate(params):
         grad = -grads[i] if maximize else grads[i]
-        step = _step(state_steps[i])
+        step = _step(state_steps[i], traceable=True)
+        traced = isinstance(step, Tensor)  # the step sizes as float64 0-d tensors, never read into Python
         e1 = eps1 if eps1 is not None else kiln.finfo(param.dtype).eps
         beta2_complement = step**beta2_decay
-        rho = min(lr, 1 / (step**0.5))
-        alpha = max(eps2, vector_norm(param).item() / (param.numel() ** 0.5)) * rho
+        if traced:
+            beta2_complement = beta2_complement.to(param.dtype)  # what lerp_ casts a number weight to
+            rho = (1 / (step**0.5)).clamp(max=lr)
+            alpha = (vector_norm(param).double() / (param.numel() ** 0.5)).clamp(min=eps2) * rho
+        else:
+            rho = min(lr, 1 / (step**0.5))
+            alpha = max(eps2, vector_norm(param).item() / (param.numel() ** 0.5)) * rho
         if weight_decay != 0:
             param.mul_(1 - lr * weight_decay)
         if grad.dim() > 1:
@@ -339,6 +352,10 @@ def adafactor(params, grads, row_vars, col_vars, variances, state_steps, *, d, l
             variances[i].lerp_(grad * grad, beta2_complement)
             estimate = variances[i].clone()
         update = estimate.clamp_(min=e1 * e1).rsqrt_().mul_(grad)
+        if traced:
+            denom = (vector_norm(update).double() / ((update.numel() ** 0.5) * d)).clamp(min=1.0)
+            param.add_(update * (-alpha / denom).to(param.dtype))
+            continue
         denom = max(1.0, vector_norm(update).item() / ((update.numel() ** 0.5) * d))
         param.add_(update, alpha=-alpha / denom)
 

@@ -1,0 +1,211 @@
+"""Autograd's extension points against PyTorch: tensor hooks, custom Functions (save_for_backward,
+needs_input_grad, non-differentiable outputs) and the version-counter checks of in-place writes."""
+
+# ruff: noqa: B023 - lambdas made inside loops are called within the same iteration
+
+from __future__ import annotations
+
+import kiln_testutil as U
+import numpy as np
+import pytest
+import torch
+
+import kiln
+
+
+def leaves(values, dtype=kiln.float64):
+    """(kiln, torch) leaves requiring grad with the same values."""
+    return U.both(np.asarray(values, dtype=np.float64), dtype=dtype, requires_grad=True)
+
+
+# ---------------------------------------------------------------------------------------- hooks
+
+
+def test_tensor_hooks_modify_gradients():
+    kx, tx = leaves([1.0, 2.0, 3.0])
+    res = {}
+    for name, x in (("k", kx), ("t", tx)):
+        seen = []
+        h = x * x
+        handle = h.register_hook(lambda g: g * 10)
+        h.register_hook(lambda g: seen.append(g.clone()))
+        x.register_hook(lambda g: g + 1)
+        h.sin().sum().backward()
+        res[name] = seen
+        handle.remove()
+        x.grad = None
+        h2 = x * x
+        h2.sum().backward(retain_graph=True)
+        res[name + "_after_remove_on_new_graph"] = x.grad.clone()
+    U.assert_close(res["k"][0], res["t"][0])
+    U.assert_close(res["k_after_remove_on_new_graph"], res["t_after_remove_on_new_graph"])
+
+
+def test_hook_removed_before_backward_does_not_run():
+    kx, tx = leaves([1.0, 2.0])
+    for x in (kx, tx):
+        h = x * 2
+        handle = h.register_hook(lambda g: g * 100)
+        handle.remove()
+        h.sum().backward()
+    U.assert_close(kx.grad, tx.grad)
+
+
+def test_leaf_hook_sees_accumulated_gradient_once_per_backward():
+    kx, tx = leaves([1.0, 2.0])
+    calls = {"k": 0, "t": 0}
+    for name, x in (("k", kx), ("t", tx)):
+
+        def hook(g, name=name):
+            calls[name] += 1
+            return g * 2
+
+        x.register_hook(hook)
+        (x * x + x.exp() + 3 * x).sum().backward()
+    assert calls["k"] == calls["t"]
+    U.assert_close(kx.grad, tx.grad)
+
+
+def test_register_hook_on_tensor_without_grad_errors():
+    U.assert_same_error(
+        lambda: kiln.ones(2).register_hook(lambda g: g), lambda: torch.ones(2).register_hook(lambda g: g)
+    )
+
+
+# ---------------------------------------------------------------------------------------- custom Function
+
+
+NEEDS_INPUT_GRAD: dict = {}
+
+
+def _make_functions(lib):
+    class MyExp(lib.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, scale):
+            y = x.exp() * scale
+            ctx.save_for_backward(y)
+            ctx.scale = scale
+            return y
+
+        @staticmethod
+        def backward(ctx, grad):
+            (y,) = ctx.saved_tensors
+            return grad * y, None
+
+    class SplitArgmax(lib.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, w):
+            NEEDS_INPUT_GRAD[lib.__name__] = tuple(ctx.needs_input_grad)
+            idx = x.argmax()
+            ctx.mark_non_differentiable(idx)
+            ctx.save_for_backward(x, w)
+            return x * w, idx
+
+        @staticmethod
+        def backward(ctx, grad, grad_idx):
+            x, w = ctx.saved_tensors
+            gx = grad * w if ctx.needs_input_grad[0] else None
+            gw = grad * x if ctx.needs_input_grad[1] else None
+            return gx, gw
+
+    class WrongCount(lib.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, y):
+            return x + y
+
+        @staticmethod
+        def backward(ctx, grad):
+            return (grad,)
+
+    return MyExp, SplitArgmax, WrongCount
+
+
+KF = _make_functions(kiln)
+TF = _make_functions(torch)
+
+
+def test_custom_function_save_for_backward():
+    kx, tx = leaves([0.5, 1.0])
+    ky, ty = KF[0].apply(kx, 2.0), TF[0].apply(tx, 2.0)
+    U.assert_close(ky, ty)
+    assert type(ky.grad_fn).__name__ == type(ty.grad_fn).__name__ == "MyExpBackward"
+    assert ky.grad_fn.name() == ty.grad_fn.name()
+    (ky * ky).sum().backward()
+    (ty * ty).sum().backward()
+    U.assert_close(kx.grad, tx.grad)
+
+
+def test_custom_function_needs_input_grad_and_non_differentiable():
+    kx, tx = leaves([1.0, 3.0, 2.0])
+    kw, tw = U.both(np.array([2.0, 2.0, 2.0]))
+    kout, kidx = KF[1].apply(kx, kw)
+    tout, tidx = TF[1].apply(tx, tw)
+    U.assert_close((kout, kidx), (tout, tidx))
+    assert kidx.requires_grad == tidx.requires_grad is False
+    assert kout.grad_fn is not None
+    kout.sum().backward()
+    tout.sum().backward()
+    U.assert_close(kx.grad, tx.grad)
+    # needs_input_grad as seen inside forward
+    assert NEEDS_INPUT_GRAD["kiln"] == NEEDS_INPUT_GRAD["torch"] == (True, False)
+
+
+def test_custom_function_wrong_gradient_count():
+    kx, tx = leaves([1.0])
+    ky, ty = leaves([2.0])
+    U.assert_same_error(lambda: KF[2].apply(kx, ky).sum().backward(), lambda: TF[2].apply(tx, ty).sum().backward())
+
+
+def test_custom_function_no_grad_inputs_returns_plain_tensor():
+    k = KF[0].apply(kiln.ones(2), 1.0)
+    t = TF[0].apply(torch.ones(2), 1.0)
+    assert k.requires_grad == t.requires_grad is False and k.grad_fn is None
+
+
+def test_custom_function_saved_tensor_modified_inplace():
+    kx, tx = leaves([0.5, 1.0])
+    ky, ty = KF[0].apply(kx, 1.0), TF[0].apply(tx, 1.0)
+    with kiln.no_grad():
+        ky.mul_(2)
+    with torch.no_grad():
+        ty.mul_(2)
+    U.assert_same_error(lambda: ky.sum().backward(), lambda: ty.sum().backward())
+
+
+# ---------------------------------------------------------------------------------------- version counter / in-place errors
+
+
+VERSION_CASES = {
+    "sigmoid output modified": lambda L, x: (lambda y: (y.mul_(2), y)[1])(x.sigmoid()),
+    "exp output modified": lambda L, x: (lambda y: (y.add_(1), y)[1])(x.exp()),
+    "input of mul modified": lambda L, x: (lambda h: (lambda y: (h.add_(1), y)[1])(h * h))(x * 1),
+    "leaf saved then modified under no_grad": None,
+    "exp_ result modified again": lambda L, x: (lambda y: (y.exp_(), y.mul_(2), y)[2])(x * 1),
+    "relu_ result modified again": lambda L, x: (lambda y: (y.relu_(), y.add_(1), y)[2])(x * 1),
+    "tanh output modified through a view": lambda L, x: (lambda y: (y[0].zero_(), y)[1])(x.tanh()),
+}
+
+
+@pytest.mark.parametrize("name", list(VERSION_CASES))
+def test_version_counter_check(name):
+    """Backward through a saved tensor modified in place raises torch's error, with torch's details
+    (tensor type and shape, the node it is output of, versions)."""
+    kx, tx = leaves([0.5, -1.0, 2.0], dtype=kiln.float32)
+    if name == "leaf saved then modified under no_grad":
+        kw, tw = U.both(np.array([1.0, 2.0, 3.0], np.float32))
+        ky, ty = kx * kw, tx * tw
+        kw.add_(1)
+        tw.add_(1)
+    else:
+        ky, ty = VERSION_CASES[name](kiln, kx), VERSION_CASES[name](torch, tx)
+    info = U.assert_same_error(lambda: ky.sum().backward(), lambda: ty.sum().backward())
+    assert "one of the variables needed for gradient computation has been modified by an inplace operation" in str(
+        info.value
+    )
+
+
+def test_leaf_inplace_error_message():
+    info = U.assert_same_error(
+        lambda: kiln.ones(2, requires_grad=True).add_(1), lambda: torch.ones(2, requires_grad=True).add_(1)
+    )
+    assert "a leaf Variable that requires grad is being used in an in-place operation." in str(info.value)

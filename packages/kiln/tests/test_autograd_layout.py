@@ -1,0 +1,111 @@
+"""The layout and ownership of accumulated gradients (kiln.autograd.accumulate): a leaf's gradient takes
+its parameter's layout, products' gradients their operands', a first gradient is stolen only when
+nothing else holds it, and never aliases a gradient held elsewhere."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import kiln
+
+
+def test_accumulated_grad_takes_the_parameters_layout():
+    """A contiguous leaf's ``.grad`` is contiguous even when the backward produced a transposed gradient
+    (PyTorch's gradient layout contract: optimizers and fused updates see the parameter's layout)."""
+    for L in (kiln, torch):
+        w = L.ones(3, 5, requires_grad=True)
+        x = L.ones(4, 5)
+        (x @ w.t()).sum().backward()  # mm's weight gradient comes out transposed
+        assert w.grad.stride() == (5, 1), L
+        np.testing.assert_array_equal(w.grad.numpy(), np.full((3, 5), 4.0))
+
+
+def test_product_gradients_take_their_operands_layout():
+    """The gradient of a transposed (column-major) matrix operand comes out column-major, as PyTorch's mm
+    backward computes it: ``(g^T a)^T`` instead of ``a^T g``, so a Linear weight's gradient needs no
+    transposing copy."""
+    rng = np.random.default_rng(0)
+    a_np, w_np, b_np = rng.standard_normal((4, 5)), rng.standard_normal((3, 5)), rng.standard_normal(3)
+    for op in ("matmul", "mm", "addmm"):
+        strides = []
+        for L in (kiln, torch):
+            a, w, b = (L.tensor(v, requires_grad=True) for v in (a_np, w_np, b_np))
+            at, wt = a.t().t(), w.t()  # at: a view, row-major; wt: column-major
+            out = L.addmm(b, at, wt) if op == "addmm" else getattr(L, op)(at, wt)
+            ga, gw = L.autograd.grad(out.sum() * 1.0 + (out * out).sum(), (at, wt))
+            strides.append((ga.stride(), gw.stride()))
+            if L is kiln:
+                got = (ga.numpy(), gw.numpy())
+            else:
+                np.testing.assert_allclose(got[0], ga.numpy(), rtol=1e-12)
+                np.testing.assert_allclose(got[1], gw.numpy(), rtol=1e-12)
+        assert strides[0] == strides[1] == (((5, 1), (1, 5))), (op, strides)
+
+
+@pytest.mark.skipif(not __import__("kiln.autograd.accumulate").autograd.accumulate._STEAL, reason="CPython < 3.14 only")
+def test_sole_owner_test_of_a_leafs_first_gradient():
+    """A leaf's first gradient becomes its ``.grad`` without a copy only when the engine's buffer holds the
+    only reference to it and nothing else reaches its memory."""
+    from kiln.autograd.accumulate import _sole_owner
+
+    t = kiln.zeros(64, 80, requires_grad=True)
+    assert _sole_owner(t, [kiln.ones(64, 80)])
+    assert _sole_owner(t, [kiln.ones(5120).view(64, 80)])  # a view whose base nothing else holds
+    assert not _sole_owner(t, [kiln.from_numpy(np.ones((64, 80), np.float32))])  # behind a NumPy wrapper object
+    held = kiln.ones(64, 80)
+    assert not _sole_owner(t, [held])  # this test holds it too
+    base = kiln.ones(5120)
+    assert not _sole_owner(t, [base.view(64, 80)])  # another tensor shares the memory
+    user = np.ones((64, 80), np.float32)
+    assert not _sole_owner(t, [kiln.from_numpy(user)])  # a NumPy array the user holds
+    assert not _sole_owner(t, [kiln.from_numpy(user).detach()])
+    assert not _sole_owner(t, [kiln.from_numpy(np.ones((80, 64), np.float32)).t()])  # not the leaf's layout
+    assert not _sole_owner(t, [kiln.ones(64, 80, dtype=kiln.float64)])
+    assert not _sole_owner(kiln.zeros(80, 64, requires_grad=True).t(), [kiln.ones(64, 80)])
+    small = kiln.zeros(3, 4, requires_grad=True)
+    assert not _sole_owner(small, [kiln.ones(3, 4)])  # small: a copy costs less than the test
+
+
+def test_leaf_gradient_never_aliases_a_gradient_held_elsewhere():
+    """Gradients that the caller, a hook or retain_grad still hold are copied into ``.grad``: accumulating
+    a second backward in place never changes them (PyTorch's AccumulateGrad steals only what it alone
+    holds; it counts references to the gradient tensor alone, so ``v.view(3).backward(g)`` leaves PyTorch's
+    ``v.grad`` sharing ``g``'s memory: kiln counts the references to the memory too)."""
+    v = kiln.ones(3, requires_grad=True)
+    g = kiln.full((3,), 2.0)
+    for make in (lambda v: v, lambda v: v + 0, lambda v: v.view(3), lambda v: v * 1):
+        v.grad = None
+        make(v).backward(g)
+        make(v).backward(g)
+        assert g.tolist() == [2.0, 2.0, 2.0] and v.grad.tolist() == [4.0, 4.0, 4.0]
+    for L in (kiln, torch):
+        v = L.ones(3, requires_grad=True)
+        kept = []
+        v.grad = None
+        for _ in range(2):
+            y = v + 0
+            y.register_hook(kept.append)
+            y.sum().backward()
+        assert kept[0].tolist() == [1.0, 1.0, 1.0] and v.grad.tolist() == [2.0, 2.0, 2.0], L
+        v.grad = None
+        y = v * 1
+        y.retain_grad()
+        (y * 3).sum().backward(retain_graph=True)
+        (y * 3).sum().backward()
+        assert y.grad.tolist() == [6.0, 6.0, 6.0] and v.grad.tolist() == [6.0, 6.0, 6.0], L
+
+
+def test_linear_weight_gradient_is_taken_without_a_copy(monkeypatch):
+    """The gradients of a Linear-style product reach the leaves as the engine's own buffers."""
+    from kiln.autograd import accumulate, engine
+
+    seen = []
+    sole = accumulate._sole_owner
+    monkeypatch.setattr(engine, "_sole_owner", lambda t, grads: seen.append(sole(t, grads)) or seen[-1])
+    w = kiln.ones(64, 80, requires_grad=True)
+    b = kiln.ones(64, requires_grad=True)
+    kiln.addmm(b, kiln.ones(4, 80), w.t()).sum().backward()
+    assert seen == [False, accumulate._STEAL]  # the bias is too small to be worth the test
+    assert w.grad.is_contiguous() and (w.grad == 4.0).all() and (b.grad == 4.0).all()

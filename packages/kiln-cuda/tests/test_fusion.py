@@ -11,7 +11,7 @@ import kiln
 
 pytest.importorskip("kiln_compile")  # the nox cell installs kiln-compile beside kiln-cuda
 import kiln.compile
-from kiln_cuda import codegen
+from kiln_cuda import codegen, fusion
 
 
 @pytest.fixture
@@ -97,7 +97,7 @@ def test_float64_and_mixed_groups_call_each_function_at_its_own_precision():
     _close(got[0], want[0], rtol=1e-6)
     _close(got[1], want[1], rtol=1e-12)
     lines = [("t0", "erf(x0)"), ("t1", "(t0 + float32(1.0))"), ("t2", "log(t1) * exp(x1)"), ("t3", "sigmoid(x1 > x1)")]
-    typed = codegen._typed_lines(lines, {"x0": "float32", "x1": "float64"})
+    typed = fusion._typed_lines(lines, {"x0": "float32", "x1": "float64"})
     assert [e for _, e in typed] == [
         "erf_f32(x0)",
         "t0 + float32(1.0)",

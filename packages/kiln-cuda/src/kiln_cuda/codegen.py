@@ -29,8 +29,6 @@ __all__ = [
     "pointwise_kernel",
     "reduction_kernel",
     "matmul_kernel",
-    "fused_kernel",
-    "partial_sum_kernel",
     "cache_dir",
     "coalesce",
     "Operand",
@@ -144,6 +142,8 @@ def replay(name: str, described: tuple, types: tuple, cc: tuple[int, int] = (7, 
         if kind == "array":
             return nt.Array(numba.from_dtype(storage_dtype(_np_dtype(what))), 1, "A")
         return nt.boolean if what == "bool" else numba.from_dtype(_np_dtype(what))
+
+    import kiln_cuda.fusion  # noqa: F401 - adds the fused-group generators to _GENERATORS
 
     kernel = _GENERATORS[name](*[undescribe(d) for d in described])
     ptx, _ = _driver.cuda().compile_ptx(kernel.py_func, tuple(numba_type(t) for t in types), cc=cc)
@@ -701,154 +701,6 @@ def sort_kernel(op: Operand, acc_dtype: np.dtype, ldim: int, descending: bool, f
     return _remember("sort_kernel", (op, acc_dtype, ldim, descending, float_dtype), _load(src, float_dtype))
 
 
-# ------------------------------------------------------------------------------------------------ fused groups
-# kiln-compile's fused groups (kiln_cuda.fusion): lines of scalar Python over the inputs, each function call
-# written for its argument's float type (expf for float32, exp for float64, as the eager kernels call them).
-
-_FUSED_FUNCTIONS = ("exp", "log", "sqrt", "tanh", "sin", "cos", "expm1", "log1p", "erf", "erfc")
-_FUSED_SIGMOID = """
-def sigmoid_{t}(x):
-    return {T}(1) / ({T}(1) + exp_{t}(-x))
-"""
-
-
-def _typed_lines(lines, dtypes: dict) -> list[tuple[str, str]]:
-    """``lines`` with each call of a math function renamed for its argument's type (``exp`` ->
-    ``exp_f32`` / ``exp_f64``): the types follow the expressions from ``dtypes`` (input name -> dtype name)
-    as NumPy's scalar promotion does (float64 wins; comparisons are bool)."""
-    import ast
-
-    known = dict(dtypes)
-
-    def promote(*ts):
-        floats = [t for t in ts if t != "bool"]
-        return "float64" if "float64" in floats else ("float32" if floats else "bool")
-
-    def infer(node) -> str:
-        if isinstance(node, ast.Name):
-            return known.get(node.id, "float64")  # inf, nan: Python floats
-        if isinstance(node, ast.Constant):
-            return "bool" if isinstance(node.value, bool) else "float64"
-        if isinstance(node, ast.BinOp):
-            return promote(infer(node.left), infer(node.right))
-        if isinstance(node, ast.UnaryOp):
-            return "bool" if isinstance(node.op, ast.Not) else infer(node.operand)
-        if isinstance(node, (ast.Compare, ast.BoolOp)):
-            for child in [node.left, *node.comparators] if isinstance(node, ast.Compare) else node.values:
-                infer(child)
-            return "bool"
-        if isinstance(node, ast.IfExp):
-            infer(node.test)
-            return promote(infer(node.body), infer(node.orelse))
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-            name = node.func.id
-            arg = infer(node.args[0])
-            if name in ("float32", "float64"):
-                return name
-            if name in (*_FUSED_FUNCTIONS, "sigmoid"):
-                arg = "float32" if arg == "bool" else arg
-                node.func.id = f"{name}_{'f32' if arg == 'float32' else 'f64'}"
-            return arg
-        raise ValueError(f"kiln-cuda fusion: cannot type {ast.dump(node)}")
-
-    out = []
-    for name, expr in lines:
-        tree = ast.parse(expr, mode="eval")
-        known[name] = infer(tree.body)
-        out.append((name, ast.unparse(tree)))
-    return out
-
-
-def fused_kernel(lines, ops: list[Operand], outputs, reduced: str | None, ndim: int):
-    """The kernel of a kiln-compile fused group: ``kernel(n, shape, <per operand: array, offset, strides |
-    value>, <per output: array, offset>, partials)``; each of the ``n`` positions of ``shape`` reads the
-    operands (as ``x0, x1...``), computes ``lines`` and stores each ``(name, dtype)`` of ``outputs`` at the
-    output's offset plus the flat position (outputs are C-contiguous). With ``reduced`` (a line's name) each
-    block also adds that value over its positions in float64 and writes the sum to ``partials[block]``
-    (:func:`partial_sum_kernel` adds those in order)."""
-    lines = [tuple(line) for line in lines]
-    outputs = [tuple(o) for o in outputs]
-    params, loads, positions = ["n", "shape"], [], []
-    for k, o in enumerate(ops):
-        if o.is_scalar:
-            params.append(f"v{k}")
-            loads.append(f"x{k} = C{k}(v{k})")
-        else:
-            params += [f"in{k}", f"off{k}", f"st{k}"]
-            positions.append((f"p{k}", f"off{k}", f"st{k}"))
-            loads.append(f"x{k} = C{k}({_load_expr(f'in{k}', o, f'p{k}')})")
-    typed = _typed_lines(lines, {f"x{k}": o.compute.name for k, o in enumerate(ops)})
-    stores = []
-    for j, (name, _) in enumerate(outputs):
-        params += [f"out{j}", f"oo{j}"]
-        stores.append(f"out{j}[oo{j} + i] = O{j}({name})")
-    params.append("partials")
-    inner = [*_unravel("i", "shape", ndim, positions), *loads, *[f"{n} = {e}" for n, e in typed], *stores]
-    if reduced is not None:
-        inner.append(f"acc += F64({reduced})")
-    inner.append("i += step")
-    head = [f"C{k} = caster({o.compute.name!r})" for k, o in enumerate(ops)]
-    head += [f"O{j} = caster({d!r})" for j, (_, d) in enumerate(outputs)]
-    head += ["F64 = caster('float64')", "float32 = caster('float32')", "float64 = F64", "inf = INF", "nan = NAN"]
-    head += [
-        f"{f}_{t} = leaf({f!r}, {d!r})" for f in _FUSED_FUNCTIONS for t, d in (("f32", "float32"), ("f64", "float64"))
-    ]
-    head.append(f"THREADS = {_driver.THREADS}")
-    sigmoids = "".join(_FUSED_SIGMOID.format(t=t, T=T) for t, T in (("f32", "F32"), ("f64", "F64")))
-    src = (
-        "\n".join(head)
-        + "\n"
-        + sigmoids
-        + "\n\nsigmoid_f32 = device_jit(sigmoid_f32)\nsigmoid_f64 = device_jit(sigmoid_f64)\n\n\n"
-        + f"def kernel({', '.join(params)}):\n"
-        + (_shared(["sh = cuda.shared.array(THREADS, np.float64)"]) if reduced is not None else "")
-        + "    i = cuda.grid(1)\n"
-        + "    step = cuda.gridsize(1)\n"
-        + "    acc = F64(0)\n"
-        + "    while i < n:\n"
-        + _body(inner, 8)
-        + (_body(_block_sum("partials[cuda.blockIdx.x] = sh[0]"), 4) if reduced is not None else "")
-    )
-    return _remember("fused_kernel", (lines, ops, outputs, reduced, ndim), _load(src, "float32"))
-
-
-def _block_sum(result: str) -> list[str]:
-    """Kernel lines adding every thread's ``acc`` in shared memory ``sh`` (a tree: the same order on every
-    run), then ``result`` by thread 0."""
-    return [
-        "tid = cuda.threadIdx.x",
-        "sh[tid] = acc",
-        "cuda.syncthreads()",
-        "s = cuda.blockDim.x // 2",
-        "while s > 0:",
-        "    if tid < s:",
-        "        sh[tid] = sh[tid] + sh[tid + s]",
-        "    cuda.syncthreads()",
-        "    s = s // 2",
-        "if tid == 0:",
-        f"    {result}",
-    ]
-
-
-def partial_sum_kernel(out_dtype: np.dtype):
-    """``kernel(nb, partials, out, offset, divisor)``, one block: ``out[offset]`` = the sum of
-    ``partials[:nb]`` (float64, added in a fixed order) divided by ``divisor``, in ``out_dtype``."""
-    src = (
-        f"OT = caster({np.dtype(out_dtype).name!r})\n"
-        "F64 = caster('float64')\n"
-        f"THREADS = {_driver.THREADS}\n\n\n"
-        "def kernel(nb, partials, out, offset, divisor):\n"
-        + _shared(["sh = cuda.shared.array(THREADS, np.float64)"])
-        + "    acc = F64(0)\n"
-        + "    j = cuda.threadIdx.x\n"
-        + "    while j < nb:\n"
-        + "        acc += partials[j]\n"
-        + "        j += cuda.blockDim.x\n"
-        + _body(_block_sum("out[offset] = OT(sh[0] / divisor)"), 4)
-    )
-    return _remember("partial_sum_kernel", (np.dtype(out_dtype),), _load(src, "float32"))
-
-
 _GENERATORS = {
     "sort_kernel": sort_kernel,
     "pointwise_kernel": pointwise_kernel,
@@ -857,6 +709,4 @@ _GENERATORS = {
     "dot_kernel": dot_kernel,
     "scan_kernel": scan_kernel,
     "pool_kernel": pool_kernel,
-    "fused_kernel": fused_kernel,
-    "partial_sum_kernel": partial_sum_kernel,
-}
+}  # kiln_cuda.fusion adds its generators of fused-group kernels

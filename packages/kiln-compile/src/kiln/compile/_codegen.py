@@ -71,14 +71,15 @@ def _free_dead(lines: list[str], graph: Graph) -> list[str]:
     back to the device's allocator there, not when the program returns, and the allocator hands that memory
     to the next tensor of its size (a whole training step held every activation and gradient until its end).
     Inputs stay (the caller holds them), outputs are returned, and constants are the program's globals."""
-    keep = {v.index for v in (*graph.inputs, *graph.outputs)} | set(graph.constants)
+    made = {v.index for node in graph.nodes for v in node.outputs}
+    made -= {v.index for v in (*graph.inputs, *graph.outputs)} | set(graph.constants)
     last: dict[int, int] = {}
     for i, line in enumerate(lines):
         for m in _NAME.finditer(line):
             last[int(m.group(1))] = i
     dead: dict[int, list[int]] = {}
     for index, i in last.items():
-        if index not in keep:
+        if index in made:  # (a name inside a string argument is no value, and never deleted)
             dead.setdefault(i, []).append(index)
     out = []
     for i, line in enumerate(lines):

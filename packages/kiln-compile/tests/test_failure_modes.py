@@ -4,6 +4,8 @@ state a call stores in Python, and whole training steps."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 import kiln
@@ -185,6 +187,55 @@ def test_compiled_asgd_starts_averaging_when_eager_does():
         assert float(s_c["mu"]) == float(s_e["mu"]) < 1  # averaging by now
         assert kiln.allclose(s_c["ax"], s_e["ax"], rtol=1e-6, atol=1e-7)
         assert kiln.allclose(s_c["eta"], s_e["eta"], rtol=1e-7)
+
+
+@pytest.mark.parametrize("name", ["ASGD", "Adafactor", "Adam"])
+@pytest.mark.parametrize("dtype", [kiln.bfloat16, kiln.float32])
+def test_compiled_optimizer_steps_match_eager_bit_for_bit(name, dtype):
+    """The traced step sizes multiply in the compute dtype, as eager's Python numbers do (float32 for the
+    half types): a bfloat16 parameter ends where eager's does, not one rounding away."""
+
+    def run(compiled):
+        kiln.manual_seed(3)
+        p = kiln.randn(16, 8).to(dtype).requires_grad_()
+        opt = getattr(kiln.optim, name)([p], lr=0.5 if name == "Adafactor" else 0.05, weight_decay=0.1)
+        grads = [kiln.randn(16, 8).to(dtype) for _ in range(5)]
+
+        def step(g):
+            p.grad = g
+            opt.step()
+
+        fn = kiln.compile(step) if compiled else step
+        for g in grads:
+            fn(g)
+        return p.detach()
+
+    assert kiln.equal(run(True), run(False))
+
+
+def test_compiled_adafactor_keeps_eager_nan_handling():
+    """An infinite gradient makes the update's norm NaN: eager's ``max(1.0, nan)`` is 1.0, so only the
+    elements the infinity reaches become NaN, compiled as eagerly."""
+
+    def run(compiled):
+        kiln.manual_seed(4)
+        p = kiln.randn(3, 4).requires_grad_()
+        opt = kiln.optim.Adafactor([p], lr=0.1)
+        grads = [kiln.randn(3, 4) for _ in range(3)]
+        grads[2][1, 2] = math.inf
+
+        def step(g):
+            p.grad = g
+            opt.step()
+
+        fn = kiln.compile(step) if compiled else step
+        for g in grads:
+            fn(g)
+        return p.detach()
+
+    eager, compiled = run(False), run(True)
+    assert kiln.equal(compiled.isnan(), eager.isnan()) and not bool(eager.isnan().all())
+    assert kiln.allclose(compiled, eager, equal_nan=True)
 
 
 def test_state_stored_in_python_is_not_replayed():

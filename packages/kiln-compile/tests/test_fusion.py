@@ -149,6 +149,22 @@ def test_ops_after_a_reduced_chain_start_the_next_group():
 
 
 @pytest.mark.skipif(not HAS_CODEGEN, reason="no code generator for cpu (kiln-cpu)")
+def test_two_reductions_of_one_group():
+    """A loss of two means over one chain: the group takes the first, the second runs as its own op."""
+
+    def loss(p, t):
+        d = p - t
+        return (d * d).mean() + 0.5 * d.abs().mean(), (d * 2).sum()
+
+    cf = kiln.compile(loss)
+    p, t = kiln.randn(6, 5), kiln.randn(6, 5)
+    for _ in range(2):
+        got = cf(p, t)
+    want = loss(p, t)
+    assert all(kiln.allclose(g, w, rtol=1e-6) for g, w in zip(got, want))
+
+
+@pytest.mark.skipif(not HAS_CODEGEN, reason="no code generator for cpu (kiln-cpu)")
 def test_a_value_read_in_between_is_stored_and_writes_split_groups():
     def f(x, buf):
         a = x * 2 + 1

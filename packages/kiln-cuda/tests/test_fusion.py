@@ -102,8 +102,19 @@ def test_float64_and_mixed_groups_call_each_function_at_its_own_precision():
         "erf_f32(x0)",
         "t0 + float32(1.0)",
         "log_f32(t1) * exp_f64(x1)",
-        "sigmoid_f32(x1 > x1)",
+        "sigmoid_f32(float32(x1 > x1))",
     ]
+
+
+def test_math_of_a_boolean_input_is_float32():
+    """``exp`` of a bool tensor is float32 eagerly; the simulator's NumPy would compute it in float16."""
+    m = _cuda(np.array([True, False, True, False]))
+    x = _cuda(np.array([1.0, 2.0, 3.0, -1.0], np.float32))
+
+    def f(m, x):
+        return kiln.exp(m) * x + 1
+
+    _close(kiln.compile(f)(m, x), f(m, x), rtol=1e-6)
 
 
 def test_infinite_bounds_nan_and_boolean_outputs():

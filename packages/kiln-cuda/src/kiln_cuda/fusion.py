@@ -73,7 +73,9 @@ def _typed_lines(lines, dtypes: dict) -> list[tuple[str, str]]:
             if name in ("float32", "float64"):
                 return name
             if name in (*_FUSED_FUNCTIONS, "sigmoid"):
-                arg = "float32" if arg == "bool" else arg
+                if arg == "bool":  # computed in float32, as numba types it (NumPy's bool math is float16)
+                    node.args[0] = ast.Call(ast.Name("float32", ast.Load()), [node.args[0]], [])
+                    arg = "float32"
                 node.func.id = f"{name}_{'f32' if arg == 'float32' else 'f64'}"
             return arg
         raise ValueError(f"kiln-cuda fusion: cannot type {ast.dump(node)}")

@@ -301,10 +301,13 @@ def lower(graph: Graph, names, codegens: dict[str, Callable]) -> dict[int, str |
 
 
 def _full_reduction(node: Node, open_groups: dict) -> bool:
-    """``sum``/``mean`` of a whole open-group value, in its own dtype (``dim`` all dims, no ``dtype``)."""
+    """``sum``/``mean`` of a whole open-group value, in its own dtype (``dim`` all dims, no ``dtype``), when
+    that group has no reduction yet."""
     args = node.args
     if not args or not isinstance(args[0], Value) or args[0].index not in open_groups:
         return False
+    if open_groups[args[0].index].reduction is not None:
+        return False  # a group has one reduction: a second one of its values runs as its own op
     src = args[0]
     dims = args[1] if len(args) > 1 else None
     dims = (dims,) if isinstance(dims, int) else dims

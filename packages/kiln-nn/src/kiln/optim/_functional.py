@@ -81,10 +81,26 @@ def _tracing() -> bool:
     return is_compiling is not None and is_compiling()
 
 
+def _opmath(t: Tensor):
+    """The dtype eager ops compute ``t``'s dtype in: float32 for the half types, else its own."""
+    return kiln.float32 if t.dtype in (kiln.float16, kiln.bfloat16) else t.dtype
+
+
+def _py_max(t: Tensor, bound: float) -> Tensor:
+    """``max(bound, t)`` as Python's on the traced number ``t``: the bound where ``t`` is NaN."""
+    return kiln.where(t > bound, t, bound)
+
+
+def _py_min(t: Tensor, bound: float) -> Tensor:
+    """``min(bound, t)`` as Python's: the bound where ``t`` is NaN."""
+    return kiln.where(t < bound, t, bound)
+
+
 def _addcdiv(param: Tensor, t1: Tensor, t2: Tensor, value) -> None:
     """``param += value * t1 / t2`` for a number ``value``, or a 0-d tensor one (a traced step count's)."""
-    if isinstance(value, Tensor):
-        param.add_(value * t1 / t2)  # addcdiv's order
+    if isinstance(value, Tensor):  # addcdiv's order, in its compute dtype (float32 for the half types)
+        o = _opmath(param)
+        param.add_(value * t1.to(o) / t2.to(o))
     else:
         param.addcdiv_(t1, t2, value=value)
 
@@ -263,7 +279,7 @@ def asgd(params, grads, axs, mus, etas, state_steps, *, lambd, lr, t0, alpha, we
         eta, mu, ax = etas[i], mus[i], axs[i]
         if isinstance(step, Tensor):  # traced: the same arithmetic on 0-d tensors, the switch a where
             param.mul_(1 - lambd * eta.double())  # in float64, as eager's Python number, then cast
-            param.add_(grad * -eta)
+            param.add_(grad.to(_opmath(param)) * -eta)  # eager's alpha multiplies in the compute dtype
             ax.copy_(kiln.where(mu != 1, ax + param.sub(ax).mul_(mu), param))
             eta.copy_(lr / ((1 + lambd * lr * step) ** alpha))
             mu.copy_(1 / (step - t0).clamp(min=1))
@@ -333,10 +349,9 @@ def adafactor(params, grads, row_vars, col_vars, variances, state_steps, *, d, l
         traced = isinstance(step, Tensor)  # the step sizes as float64 0-d tensors, never read into Python
         e1 = eps1 if eps1 is not None else kiln.finfo(param.dtype).eps
         beta2_complement = step**beta2_decay
-        if traced:
-            beta2_complement = beta2_complement.to(param.dtype)  # what lerp_ casts a number weight to
-            rho = (1 / (step**0.5)).clamp(max=lr)
-            alpha = (vector_norm(param).double() / (param.numel() ** 0.5)).clamp(min=eps2) * rho
+        if traced:  # Python's max and min: a NaN norm gives the bound, as eager's
+            rho = _py_min(1 / (step**0.5), lr)
+            alpha = _py_max(vector_norm(param).double() / (param.numel() ** 0.5), eps2) * rho
         else:
             rho = min(lr, 1 / (step**0.5))
             alpha = max(eps2, vector_norm(param).item() / (param.numel() ** 0.5)) * rho
@@ -353,8 +368,8 @@ def adafactor(params, grads, row_vars, col_vars, variances, state_steps, *, d, l
             estimate = variances[i].clone()
         update = estimate.clamp_(min=e1 * e1).rsqrt_().mul_(grad)
         if traced:
-            denom = (vector_norm(update).double() / ((update.numel() ** 0.5) * d)).clamp(min=1.0)
-            param.add_(update * (-alpha / denom).to(param.dtype))
+            denom = _py_max(vector_norm(update).double() / ((update.numel() ** 0.5) * d), 1.0)
+            param.add_(update.to(_opmath(param)) * (-alpha / denom))
             continue
         denom = max(1.0, vector_norm(update).item() / ((update.numel() ** 0.5) * d))
         param.add_(update, alpha=-alpha / denom)

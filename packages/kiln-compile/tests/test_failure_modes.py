@@ -189,51 +189,52 @@ def test_compiled_asgd_starts_averaging_when_eager_does():
         assert kiln.allclose(s_c["eta"], s_e["eta"], rtol=1e-7)
 
 
+def _optimizer_steps(make_opt, shape, dtype, compiled: bool, seed: int, steps=5, edit=None) -> kiln.Tensor:
+    """One parameter of ``shape`` and ``dtype`` after ``make_opt([p])`` stepped once per seeded gradient
+    (``steps`` of them, changed by ``edit`` first), by a compiled or an eager ``step``."""
+    kiln.manual_seed(seed)
+    p = kiln.randn(*shape).to(dtype).requires_grad_()
+    opt = make_opt([p])
+    grads = [kiln.randn(*shape).to(dtype) for _ in range(steps)]
+    if edit is not None:
+        edit(grads)
+
+    def step(g):
+        p.grad = g
+        opt.step()
+
+    fn = kiln.compile(step) if compiled else step
+    for g in grads:
+        fn(g)
+    return p.detach()
+
+
 @pytest.mark.parametrize("name", ["ASGD", "Adafactor", "Adam"])
 @pytest.mark.parametrize("dtype", [kiln.bfloat16, kiln.float32])
 def test_compiled_optimizer_steps_match_eager_bit_for_bit(name, dtype):
     """The traced step sizes multiply in the compute dtype, as eager's Python numbers do (float32 for the
     half types): a bfloat16 parameter ends where eager's does, not one rounding away."""
 
-    def run(compiled):
-        kiln.manual_seed(3)
-        p = kiln.randn(16, 8).to(dtype).requires_grad_()
-        opt = getattr(kiln.optim, name)([p], lr=0.5 if name == "Adafactor" else 0.05, weight_decay=0.1)
-        grads = [kiln.randn(16, 8).to(dtype) for _ in range(5)]
+    def make(params):
+        return getattr(kiln.optim, name)(params, lr=0.5 if name == "Adafactor" else 0.05, weight_decay=0.1)
 
-        def step(g):
-            p.grad = g
-            opt.step()
-
-        fn = kiln.compile(step) if compiled else step
-        for g in grads:
-            fn(g)
-        return p.detach()
-
-    assert kiln.equal(run(True), run(False))
+    got, want = (_optimizer_steps(make, (16, 8), dtype, compiled, seed=3) for compiled in (True, False))
+    assert kiln.equal(got, want)
 
 
 def test_compiled_adafactor_keeps_eager_nan_handling():
     """An infinite gradient makes the update's norm NaN: eager's ``max(1.0, nan)`` is 1.0, so only the
     elements the infinity reaches become NaN, compiled as eagerly."""
 
-    def run(compiled):
-        kiln.manual_seed(4)
-        p = kiln.randn(3, 4).requires_grad_()
-        opt = kiln.optim.Adafactor([p], lr=0.1)
-        grads = [kiln.randn(3, 4) for _ in range(3)]
+    def make(params):
+        return kiln.optim.Adafactor(params, lr=0.1)
+
+    def infinite(grads):
         grads[2][1, 2] = math.inf
 
-        def step(g):
-            p.grad = g
-            opt.step()
-
-        fn = kiln.compile(step) if compiled else step
-        for g in grads:
-            fn(g)
-        return p.detach()
-
-    eager, compiled = run(False), run(True)
+    compiled, eager = (
+        _optimizer_steps(make, (3, 4), kiln.float32, c, seed=4, steps=3, edit=infinite) for c in (True, False)
+    )
     assert kiln.equal(compiled.isnan(), eager.isnan()) and not bool(eager.isnan().all())
     assert kiln.allclose(compiled, eager, equal_nan=True)
 

@@ -86,6 +86,37 @@ def test_post_autograd_mode_sees_forward_and_backward_ops():
     assert len(mode.seen) == mode.seen.__len__() and z.shape == (3,)
 
 
+def test_views_outside_every_mode_skip_the_dispatcher_and_inside_one_do_not(monkeypatch):
+    """``view``/``reshape``/``view_as`` run view's meta and kernel directly while every thread is in the
+    default state and nothing needs recording; a mode (a tracer, a profiler), no_grad elsewhere or an input
+    that requires grad sends them through the dispatcher, which the mode sees and autograd records."""
+    from kiln import _dispatch
+
+    calls = []
+    real = _dispatch.call_kernel
+
+    def spy(opdef, args, spec=None):
+        calls.append(opdef.name)
+        return real(opdef, args, spec)
+
+    monkeypatch.setattr(_dispatch, "call_kernel", spy)
+    x = kiln.arange(8.0)
+    v = x.view(2, 4)
+    r = x.reshape(4, 2)
+    a = x.view_as(v)
+    assert calls == [] and v._base is x and r._base is x and a.shape == (2, 4)
+    v[0, 0] = 5.0  # a view: the same storage and version counter
+    assert x[0].item() == 5.0 and x._version == v._version == 1
+    with CountingMode() as mode:
+        x.view(4, 2)
+    assert mode.seen == ["view"]
+    w = kiln.ones(4, requires_grad=True)
+    calls.clear()
+    assert w.view(2, 2).grad_fn.name() == "ViewBackward0" and calls == ["view"]
+    with pytest.raises(RuntimeError, match="shape '\\[3, 3\\]' is invalid for input of size 8"):
+        x.view(3, 3)  # the op's own errors
+
+
 def test_pre_autograd_mode_rewrites_and_autograd_sees_rewrite():
     x = kiln.tensor([1.0, 2.0], requires_grad=True)
     with DoubleAddMode():

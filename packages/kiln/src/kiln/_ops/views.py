@@ -12,7 +12,7 @@ import numbers
 import numpy as np
 
 from kiln import _dtype as dt
-from kiln._dispatch import op
+from kiln._dispatch import SparseArgument, op
 from kiln._memory_format import check_memory_format, contiguous_format, preserve_format
 from kiln._ops._meta import wrap_dim
 from kiln._spec import Spec, StridedSpec
@@ -183,12 +183,26 @@ def view(input: Tensor, size: Shape) -> Tensor:
 def _tensor_view(self, *shape):
     """View with a new shape: ``t.view(2, 3)``, ``t.view((2, -1))``; ``t.view(dtype)`` reinterprets the bytes."""
     if len(shape) != 1:  # t.view(2, 3): sizes as arguments (what _varargs_shape would find, without its call)
-        return view(self, _shape_arg(shape))
-    if isinstance(shape[0], dt.dtype):
+        size = _shape_arg(shape)
+    elif isinstance(shape[0], dt.dtype):
         from kiln._ops.copy import view_as_dtype
 
         return view_as_dtype(self, shape[0])
-    return view(self, _varargs_shape(shape))
+    else:
+        size = _varargs_shape(shape)
+    return _view_fast(self, size)
+
+
+def _view_fast(input: Tensor, size) -> Tensor:
+    """``view(input, size)``; where the dispatcher would only run the op's meta function and kernel (every
+    thread in the default state: no dispatch modes, grad mode on; no history to record), those two alone:
+    the dispatcher was a third of a small view's time."""
+    if not away[0] and not input._requires_grad:
+        try:
+            return _view_kernel(_view_meta(input, size), input)
+        except SparseArgument:  # a sparse tensor: the dispatcher hands it to its sparse implementation
+            pass
+    return view(input, size)
 
 
 Tensor.view = _tensor_view
@@ -198,7 +212,7 @@ def reshape(input: Tensor, shape) -> Tensor:
     """``input`` with a new shape: a view when the strides allow it, else a contiguous copy."""
     shape = infer_size(_shape_arg(shape), _numel(input._shape))
     if view_strides(input._shape, input._stride, shape) is not None:
-        return view(input, shape)
+        return _view_fast(input, shape)
     return view(clone(input, memory_format=contiguous_format), shape)
 
 
@@ -212,7 +226,7 @@ Tensor.reshape = _tensor_reshape
 
 def _view_as(self, other):
     """A view of this tensor with ``other``'s shape."""
-    return view(self, other._shape)
+    return _view_fast(self, other._shape)
 
 
 def _reshape_as(self, other):

@@ -215,7 +215,7 @@ class _Fused:
 
     def __init__(self, group) -> None:
         self.group = group
-        self.kernels: dict[tuple, object] = {}
+        self.kernels: dict = {}  # (scalar inputs, dims after coalescing) -> kernel; "sum" -> the blocks' adder
         self.dtypes = [getattr(kiln, d) for _, d in group.outputs]
 
     def __call__(self, *tensors: kiln.Tensor, out=None):
@@ -272,7 +272,9 @@ class _Fused:
         stream = current_stream(device.index)._raw
         codegen.launch(kernel, blocks, _driver.THREADS, stream, args)
         if result is not None:
-            total = partial_sum_kernel(np.dtype(result.dtype.numpy))
+            total = self.kernels.get("sum")
+            if total is None:
+                total = self.kernels["sum"] = partial_sum_kernel(np.dtype(result.dtype.numpy))
             divisor = np.float64(1.0 if g.reduction[0] == "sum" else n)
             sums = partials.untyped_storage().array
             codegen.launch(

@@ -141,6 +141,7 @@ def test_ops_after_a_reduced_chain_start_the_next_group():
 
     cf = kiln.compile(f)
     x, b = kiln.randn(8, 16), kiln.randn(16)
+    cf(x, b)  # traces, running f eagerly
     got = cf(x, b)
     src = cf._entries[0].forward.source
     assert "_k(" not in src and _fused_calls(src) == 2, src

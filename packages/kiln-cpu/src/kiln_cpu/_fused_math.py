@@ -29,8 +29,9 @@ def _typed(name: str, f32, f64):
     stub.__name__ = name
 
     # contract: the polynomials may use FMA, as kiln-cpu's eager kernels do (the same results as they give,
-    # from min_numel up, where they run; and a third faster). An overload is compiled apart, with its own flags, so the generated loop's own arithmetic
-    # still rounds op by op as eager kiln does; LLVM inlines it and the flags stay on its instructions.
+    # from min_numel up, where they run; and a third faster). An overload is compiled apart, with its own
+    # flags, so the generated loop's own arithmetic still rounds op by op as eager kiln does; LLVM inlines
+    # it and the flags stay on its instructions.
     @overload(stub, jit_options={"cache": True, "fastmath": {"contract"}})
     def _impl(x):
         if x == types.float32:

@@ -27,6 +27,7 @@ from kiln_cuda._kernel_env import HELPER_NAMES, HELPERS
 
 __all__ = [
     "pointwise_kernel",
+    "operand_reads",
     "reduction_kernel",
     "matmul_kernel",
     "cache_dir",
@@ -279,6 +280,27 @@ def _index_term(j: int, stride: str, size: str) -> str:
     return f"(x{j} + {size} if x{j} < 0 else x{j}) * {stride}"
 
 
+def operand_reads(ops: list[Operand]) -> tuple[list[str], list[tuple[str, str, str]], list[str]]:
+    """What a kernel needs to read ``ops`` as ``x0, x1...`` (cast by ``C0, C1...``): its parameters (per
+    operand: ``v{k}``, a value, or ``a{k}, o{k}, s{k}``, an array with its offset and strides, then a
+    ``(stride, size)`` pair per gather term), the positions :func:`_unravel` computes (``p{k}``), and the
+    load lines, indirect reads last (their index operands are loaded first)."""
+    params, positions, loads, late = [], [], [], []
+    for k, o in enumerate(ops):
+        if o.is_scalar:
+            params.append(f"v{k}")
+            loads.append(f"x{k} = C{k}(v{k})")
+        else:
+            params += [f"a{k}", f"o{k}", f"s{k}"]
+            positions.append((f"p{k}", f"o{k}", f"s{k}"))
+            where = f"p{k}"
+            for t, (j, _, _) in enumerate(o.gathers):
+                params += [f"gs{k}_{t}", f"gn{k}_{t}"]
+                where += " + " + _index_term(j, f"gs{k}_{t}", f"gn{k}_{t}")
+            (late if o.gathers else loads).append(f"x{k} = C{k}({_load_expr(f'a{k}', o, where)})")
+    return params, positions, loads + late
+
+
 def pointwise_kernel(
     expr: str,
     ops: list[Operand],
@@ -296,21 +318,9 @@ def pointwise_kernel(
     ``gathers`` move a read): scatter, index_copy and index_put are such kernels; with ``accumulate`` the
     write is an atomic add (scatter_add, index_add, index_put(accumulate=True)).
     """
-    params = ["n", "shape", "out", "oo", "ostr"]
-    positions = [("po", "oo", "ostr")]
-    loads, late = [], []
-    for k, o in enumerate(ops):
-        if o.is_scalar:
-            params.append(f"v{k}")
-            loads.append(f"x{k} = C{k}(v{k})")
-        else:
-            params += [f"a{k}", f"o{k}", f"s{k}"]
-            positions.append((f"p{k}", f"o{k}", f"s{k}"))
-            where = f"p{k}"
-            for t, (j, _, _) in enumerate(o.gathers):
-                params += [f"gs{k}_{t}", f"gn{k}_{t}"]
-                where += " + " + _index_term(j, f"gs{k}_{t}", f"gn{k}_{t}")
-            (late if o.gathers else loads).append(f"x{k} = C{k}({_load_expr(f'a{k}', o, where)})")
+    params, positions, loads = operand_reads(ops)
+    params[:0] = ["n", "shape", "out", "oo", "ostr"]
+    positions.insert(0, ("po", "oo", "ostr"))
     target = "po"
     for t, j in enumerate(scatter):
         params += [f"ss{t}", f"sn{t}"]
@@ -320,7 +330,6 @@ def pointwise_kernel(
     inner = [
         *_unravel("i", "shape", ndim, positions),
         *loads,
-        *late,
         store,
         "i += step",
     ]

@@ -23,6 +23,7 @@ import numpy as np
 import kiln
 from kiln_cuda import _driver, codegen
 from kiln_cuda.codegen import Operand
+from kiln_cuda.kernels import _operand
 from kiln_cuda.streams import current_stream
 
 __all__ = ["codegen_fused", "fused_kernel", "partial_sum_kernel"]
@@ -97,15 +98,8 @@ def fused_kernel(lines, ops: list[Operand], outputs, reduced: str | None, ndim: 
     (:func:`partial_sum_kernel` adds those in order)."""
     lines = [tuple(line) for line in lines]
     outputs = [tuple(o) for o in outputs]
-    params, loads, positions = ["n", "shape"], [], []
-    for k, o in enumerate(ops):
-        if o.is_scalar:
-            params.append(f"v{k}")
-            loads.append(f"x{k} = C{k}(v{k})")
-        else:
-            params += [f"in{k}", f"off{k}", f"st{k}"]
-            positions.append((f"p{k}", f"off{k}", f"st{k}"))
-            loads.append(f"x{k} = C{k}({codegen._load_expr(f'in{k}', o, f'p{k}')})")
+    params, positions, loads = codegen.operand_reads(ops)
+    params[:0] = ["n", "shape"]
     typed = _typed_lines(lines, {f"x{k}": o.compute.name for k, o in enumerate(ops)})
     stores = []
     for j, (name, _) in enumerate(outputs):
@@ -204,12 +198,6 @@ def _target(view: kiln.Tensor, others: list[kiln.Tensor], shape: tuple) -> kiln.
     return view
 
 
-def _strides(t: kiln.Tensor, shape: tuple) -> tuple:
-    """``t``'s element strides read as ``shape`` (0 along the dims it broadcasts over)."""
-    lead = len(shape) - t.dim()
-    return tuple(0 if i < lead or t.shape[i - lead] == 1 else t.stride(i - lead) for i in range(len(shape)))
-
-
 class _Fused:
     """The kernel of one group: ``kernel(*inputs, out=None)`` as kiln-compile's ``FusedGroup`` contract says."""
 
@@ -246,15 +234,12 @@ class _Fused:
     def _launch(self, tensors, outs, result, device) -> None:
         g = self.group
         shape, n = g.shape, math.prod(g.shape)
-        ops, arrays = [], []
-        for t, (_, dtype) in zip(tensors, g.inputs):
-            compute = np.dtype("bool" if dtype == "bool" else dtype)
-            if t.device.type == "cuda":
-                ops.append(Operand(compute=compute, array=True, storage_dtype=np.dtype(t.dtype.numpy)))
-                arrays.append(t)
-            else:  # a CPU number (a 0-d tensor: a step count, a learning rate)
-                ops.append(Operand(compute=compute, scalar=np.array(t.item()).astype(compute)[()]))
-        cshape, cstrides = codegen.coalesce(shape, [_strides(t, shape) for t in arrays])
+        # device arrays read through their (broadcast) strides; a CPU 0-d tensor (a step count) is a value
+        ops = [_operand(t, np.dtype(dtype), shape) for t, (_, dtype) in zip(tensors, g.inputs)]
+        arrays = [o for o in ops if not o.is_scalar]
+        cshape, cstrides = codegen.coalesce(shape, [o.strides for o in arrays])
+        for o, st in zip(arrays, cstrides):
+            o.strides = st
         key = (tuple(o.is_scalar for o in ops), len(cshape))
         kernel = self.kernels.get(key)
         if kernel is None:
@@ -263,9 +248,8 @@ class _Fused:
         blocks = _driver.blocks(n)
         partials = kiln.empty((blocks if result is not None else 1,), dtype=kiln.float64, device=device)
         args: list = [n, cshape]
-        strides = iter(cstrides)
-        for o, t in zip(ops, tensors):
-            args += [o.scalar] if o.is_scalar else [t.untyped_storage().array, t.storage_offset(), next(strides)]
+        for o in ops:
+            args += [o.scalar] if o.is_scalar else [o.array, o.offset, o.strides]
         for o in outs:
             args += [o.untyped_storage().array, o.storage_offset()]
         args.append(partials.untyped_storage().array)

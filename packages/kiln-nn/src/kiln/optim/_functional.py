@@ -82,8 +82,9 @@ def _tracing() -> bool:
 
 
 def _opmath(t: Tensor):
-    """The dtype eager ops compute ``t``'s dtype in: float32 for the half types, else its own."""
-    return kiln.float32 if t.dtype in (kiln.float16, kiln.bfloat16) else t.dtype
+    """The dtype kernels compute ``t``'s dtype in (:func:`kiln.backend.compute_dtype`: float32 for the half
+    types, else its own), as a kiln dtype."""
+    return getattr(kiln, kiln.backend.compute_dtype(t.dtype).name)
 
 
 def _py_max(t: Tensor, bound: float) -> Tensor:

@@ -5,6 +5,8 @@ arange, linspace, eye; rand/randn/randint shapes, dtypes, ranges and reproducibi
 
 from __future__ import annotations
 
+import re
+
 import kiln_testutil as U
 import numpy as np
 import pytest
@@ -132,6 +134,28 @@ def test_full_explicit_dtype_and_0d_tensor_fill():
     for dtype in U.ALL_DTYPES:
         U.assert_close(kiln.full((3,), 1, dtype=dtype), torch.full((3,), 1, dtype=U.K2T[dtype]))
     U.assert_close(kiln.full((2, 2), 2.7, dtype=kiln.int64), torch.full((2, 2), 2.7, dtype=torch.int64))
+
+
+_FILLS = [0.1, 65504.0, 65505.0, 70000, 3.39e38, 1e300, -3.5e38, -0.0, float("nan"), float("-inf"), 2**63, 2**64]
+
+
+@pytest.mark.parametrize("dtype", [kiln.float16, kiln.bfloat16, kiln.float32, kiln.float64], ids=U.dtype_id)
+@pytest.mark.parametrize("fill", [*_FILLS, -(2**63), -(2**63) - 1, True, -1], ids=repr)
+def test_full_casts_a_number_into_a_float_dtype_as_torch(dtype, fill):
+    """Filling a float tensor casts the number once, as PyTorch does (rounded to nearest, the sign of zero
+    kept; bit for bit), and refuses what PyTorch refuses, with its error: a finite number beyond the dtype's
+    largest value, a Python int beyond 64 bits. (PyTorch's fill of a single element rounds such a number to
+    infinity instead; kiln refuses it at every size.)"""
+    try:
+        t = torch.full((3,), fill, dtype=U.K2T[dtype])
+    except (RuntimeError, OverflowError) as exc:
+        with pytest.raises(type(exc), match=re.escape(str(exc))):
+            kiln.full((3,), fill, dtype=dtype)
+        return
+    k = kiln.full((3,), fill, dtype=dtype)
+    if dtype is kiln.bfloat16:  # NumPy has no bfloat16: compare the bits
+        k, t = k.view(kiln.int16), t.view(torch.int16)
+    assert k.numpy().tobytes() == t.numpy().tobytes()
 
 
 @pytest.mark.parametrize("layout", U.LAYOUTS)

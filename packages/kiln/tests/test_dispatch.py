@@ -87,9 +87,10 @@ def test_post_autograd_mode_sees_forward_and_backward_ops():
 
 
 def test_views_outside_every_mode_skip_the_dispatcher_and_inside_one_do_not(monkeypatch):
-    """``view``/``reshape``/``view_as`` run view's meta and kernel directly while every thread is in the
-    default state and nothing needs recording; a mode (a tracer, a profiler), no_grad elsewhere or an input
-    that requires grad sends them through the dispatcher, which the mode sees and autograd records."""
+    """``view``/``reshape``/``view_as``/``expand``/``expand_as`` run their op's meta and kernel directly when
+    no dispatch mode is active and nothing needs recording (no input that requires grad, or grad mode off);
+    a mode (a tracer, a profiler) or an input that requires grad with grad mode on sends them through the
+    dispatcher, which the mode sees and autograd records."""
     from kiln import _dispatch
 
     calls = []
@@ -115,6 +116,22 @@ def test_views_outside_every_mode_skip_the_dispatcher_and_inside_one_do_not(monk
     assert w.view(2, 2).grad_fn.name() == "ViewBackward0" and calls == ["view"]
     with pytest.raises(RuntimeError, match="shape '\\[3, 3\\]' is invalid for input of size 8"):
         x.view(3, 3)  # the op's own errors
+    one = kiln.ones(1)
+    calls.clear()
+    e = one.expand(2, 3)
+    assert calls == [] and e.stride() == (0, 0) and one.expand_as(e).shape == (2, 3) and calls == []
+    with kiln.no_grad():  # grad mode off: nothing to record, even for an input that requires grad
+        nv = w.view(4)
+        ne = w.view(1, 4).expand(3, 4)
+    assert calls == [] and nv.grad_fn is None and not ne.requires_grad and ne.shape == (3, 4)
+    assert nv._nograd_view  # still marked as a no_grad view of a base that requires grad
+    assert w.expand(2, 4).grad_fn.name() == "ExpandBackward0" and calls == ["expand"]
+    with CountingMode() as mode, kiln.no_grad():
+        one.expand(5)
+        x.view(8)
+    assert mode.seen == ["expand", "view"]
+    with pytest.raises(RuntimeError, match="must match the existing size"):
+        x.expand(3, 4)
 
 
 def test_pre_autograd_mode_rewrites_and_autograd_sees_rewrite():

@@ -529,6 +529,16 @@ def call(opdef: OpDef, args: tuple):
     return out
 
 
+def runs_bare(input: Tensor) -> bool:
+    """Whether :func:`call` would run only an op's meta function and kernel on ``input`` (its one tensor
+    argument): no dispatch mode on this thread, and no history to record (``input`` needs no gradient, or
+    grad mode is off). A view method may then call those two itself (``Tensor.view``, ``Tensor.expand``)."""
+    if not away[0]:
+        return not input._requires_grad
+    s = state
+    return not (s.pre_autograd_modes or s.post_autograd_modes or (input._requires_grad and s.grad_enabled))
+
+
 def _record(opdef: OpDef, args: tuple, out) -> None:
     global _record
     from kiln.autograd.graph import record

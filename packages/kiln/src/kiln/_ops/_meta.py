@@ -194,10 +194,13 @@ def check_inplace(self: Tensor, shape: tuple, dtype: dt.dtype) -> None:
         )
 
 
+_ALL_DIMS = tuple(tuple(range(n)) for n in range(65))  # every dim of a tensor of n dims: dim=None, made once
+
+
 def reduce_dims(dim, ndim: int) -> tuple[int, ...]:
     """Normalise a reduction's ``dim`` argument (None, int or sequence) to sorted unique dims."""
     if dim is None:
-        return tuple(range(ndim))
+        return _ALL_DIMS[ndim] if ndim < len(_ALL_DIMS) else tuple(range(ndim))
     if isinstance(dim, int):
         return (wrap_dim(dim, ndim),)
     dims = tuple(wrap_dim(d, ndim) for d in dim)

@@ -146,10 +146,27 @@ def _empty(size: tuple, dtype: dt.dtype, device) -> Tensor:
     """Uninitialised contiguous tensor (kernel of :func:`empty`)."""
 
 
+# the largest finite value of each float dtype narrower than a Python float, and PyTorch's name for its type
+_FLOAT_RANGE = {
+    dt.float16: (65504.0, "c10::Half"),
+    dt.bfloat16: ((2 - 2**-7) * 2.0**127, "c10::BFloat16"),
+    dt.float32: (float(np.finfo(np.float32).max), "float"),
+}
+
+
 def _check_fits(value, dtype: dt.dtype) -> None:
-    """PyTorch's check of a fill value for an integer dtype: it must fit, a negative one in an unsigned dtype
-    by its magnitude (``-1`` fills uint8 with 255, ``-256`` overflows)."""
-    if dtype.is_floating_point or dtype is dt.bool or isinstance(value, (bool, np.bool_)):
+    """PyTorch's checks of a fill value: a Python int must fit in 64 bits (signed, or unsigned when
+    positive); a finite number must not exceed a float dtype's largest value (PyTorch's fill of more than
+    one element refuses it; of one element, it rounds); for an integer dtype the value must fit, a negative
+    one in an unsigned dtype by its magnitude (``-1`` fills uint8 with 255, ``-256`` overflows)."""
+    if value.__class__ is int and not -(1 << 63) <= value < (1 << 64):
+        raise OverflowError("int too big to convert" if value > 0 else "can't convert negative int to unsigned")
+    if dtype.is_floating_point:
+        limit = _FLOAT_RANGE.get(dtype)
+        if limit is not None and math.isfinite(value) and abs(value) > limit[0]:
+            raise RuntimeError(f"value cannot be converted to type {limit[1]} without overflow")
+        return
+    if dtype is dt.bool or isinstance(value, (bool, np.bool_)):
         return
     info = np.iinfo(dtype.numpy)
     v = -value if info.min == 0 and value < 0 else value
@@ -162,11 +179,19 @@ def _full_meta(size, fill_value, dtype, device):
     return _empty_meta(size, dtype, device)
 
 
+# the float dtypes, into which ndarray.fill() rounds a Python number exactly as astype() does (as PyTorch casts)
+_FILLED_BY_CAST = frozenset(np.dtype(t) for t in (np.float16, np.float32, np.float64))
+
+
 def _full_kernel(spec, size, fill_value, dtype, device):
+    np_dtype = dtype.numpy
     if fill_value == 0 and not (isinstance(fill_value, float) and math.copysign(1.0, fill_value) < 0):
-        a = np.zeros(size, dtype.numpy)  # fresh zero pages from the OS: nothing to write (np.full writes each)
+        a = np.zeros(size, np_dtype)  # fresh zero pages from the OS: nothing to write (np.full writes each)
+    elif np_dtype in _FILLED_BY_CAST and fill_value.__class__ in (float, int, bool):  # a third of np.full's cost
+        a = np.empty(size, np_dtype)
+        a.fill(fill_value)
     else:  # cast as PyTorch casts (a negative value wraps in an unsigned dtype)
-        a = np.full(size, np.asarray(fill_value).astype(dtype.numpy), dtype.numpy)
+        a = np.full(size, np.asarray(fill_value).astype(np_dtype), np_dtype)
     if device is CPU:
         return from_array(a, dtype)
     return from_host(a, dtype, device)

@@ -40,6 +40,8 @@ Dims = "int | tuple[int, ...] | None"
 
 
 def _reduced_shape(shape: tuple, dims: tuple, keepdim: bool) -> tuple:
+    if len(dims) == len(shape) and not keepdim:  # dims are unique: all of them
+        return ()
     if keepdim:
         return tuple(1 if i in dims else s for i, s in enumerate(shape))
     return tuple(s for i, s in enumerate(shape) if i not in dims)

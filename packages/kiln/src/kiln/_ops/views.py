@@ -12,7 +12,7 @@ import numbers
 import numpy as np
 
 from kiln import _dtype as dt
-from kiln._dispatch import SparseArgument, op
+from kiln._dispatch import SparseArgument, op, runs_bare
 from kiln._memory_format import check_memory_format, contiguous_format, preserve_format
 from kiln._ops._meta import wrap_dim
 from kiln._spec import Spec, StridedSpec
@@ -190,19 +190,19 @@ def _tensor_view(self, *shape):
         return view_as_dtype(self, shape[0])
     else:
         size = _varargs_shape(shape)
-    return _view_fast(self, size)
+    return _bare_view(view, _view_meta, self, size)
 
 
-def _view_fast(input: Tensor, size) -> Tensor:
-    """``view(input, size)``; where the dispatcher would only run the op's meta function and kernel (every
-    thread in the default state: no dispatch modes, grad mode on; no history to record), those two alone:
-    the dispatcher was a third of a small view's time."""
-    if not away[0] and not input._requires_grad:
+def _bare_view(public, meta, input: Tensor, size) -> Tensor:
+    """``public(input, size)`` for a view op (``view``, ``expand``); where the dispatcher would only run the
+    op's meta function and kernel (:func:`kiln._dispatch.runs_bare`), those two alone: the dispatcher was a
+    third of a small view's time."""
+    if runs_bare(input):
         try:
-            return _view_kernel(_view_meta(input, size), input)
+            return _view_kernel(meta(input, size), input)
         except SparseArgument:  # a sparse tensor: the dispatcher hands it to its sparse implementation
             pass
-    return view(input, size)
+    return public(input, size)
 
 
 Tensor.view = _tensor_view
@@ -212,7 +212,7 @@ def reshape(input: Tensor, shape) -> Tensor:
     """``input`` with a new shape: a view when the strides allow it, else a contiguous copy."""
     shape = infer_size(_shape_arg(shape), _numel(input._shape))
     if view_strides(input._shape, input._stride, shape) is not None:
-        return _view_fast(input, shape)
+        return _bare_view(view, _view_meta, input, shape)
     return view(clone(input, memory_format=contiguous_format), shape)
 
 
@@ -226,7 +226,7 @@ Tensor.reshape = _tensor_reshape
 
 def _view_as(self, other):
     """A view of this tensor with ``other``'s shape."""
-    return _view_fast(self, other._shape)
+    return _bare_view(view, _view_meta, self, other._shape)
 
 
 def _reshape_as(self, other):
@@ -428,12 +428,12 @@ def expand(input: Tensor, size: Shape) -> Tensor:
 
 def _tensor_expand(self, *size):
     """``t.expand(3, -1)``: a view repeating size-1 dims (no copy)."""
-    return expand(self, _varargs_shape(size))
+    return _bare_view(expand, _expand_meta, self, _varargs_shape(size))
 
 
 def _expand_as(self, other):
     """This tensor expanded to ``other``'s shape."""
-    return expand(self, other._shape)
+    return _bare_view(expand, _expand_meta, self, other._shape)
 
 
 Tensor.expand = _tensor_expand

@@ -25,7 +25,7 @@ from kiln.autograd.grad_mode import (
     set_multithreading_enabled,
 )
 from kiln.autograd.gradcheck import GradcheckError, gradcheck, gradgradcheck
-from kiln.autograd.graph import Node
+from kiln.autograd.graph import Node, gradient_edge
 from kiln.autograd.variable import Variable, variable
 
 __all__ = [
@@ -63,10 +63,15 @@ def _as_tuple(x) -> tuple:
     return tuple(x)
 
 
-def _make_roots(outputs: tuple, grad_outputs: tuple, create_graph: bool) -> list:
+def _ones_like(t: Tensor) -> Tensor:
+    global _ones_like
     from kiln._ops.creation import ones_like
-    from kiln.autograd.graph import gradient_edge
 
+    _ones_like = ones_like  # bound on first use (kiln._ops imports this package): no import per backward
+    return ones_like(t)
+
+
+def _make_roots(outputs: tuple, grad_outputs: tuple, create_graph: bool) -> list:
     if grad_outputs and len(grad_outputs) != len(outputs):
         raise RuntimeError(
             f"Mismatch in number of gradients: got {len(grad_outputs)} gradients for {len(outputs)} outputs"
@@ -83,7 +88,7 @@ def _make_roots(outputs: tuple, grad_outputs: tuple, create_graph: bool) -> list
                 raise RuntimeError("grad can be implicitly created only for scalar outputs")
             if not out._dtype.is_floating_point:
                 raise RuntimeError(f"grad can be implicitly created only for real scalar outputs but got {out._dtype}")
-            g = ones_like(out)
+            g = _ones_like(out)
         else:
             if not isinstance(g, Tensor):
                 raise TypeError(f"grad_outputs must be Tensors or None, got {type(g).__name__}")

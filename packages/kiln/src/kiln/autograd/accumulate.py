@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from kiln._tensor import _SAME, Tensor, _numel
+from kiln._tensor import _SAME, Tensor, _numel, contiguous_strides
 from kiln.autograd.grad_mode import is_grad_enabled, no_grad
 from kiln.autograd.graph import RemovableHandle, _edge, _run_tensor_hooks
 
@@ -45,19 +45,20 @@ def set_layout_enforced(enabled: bool) -> None:
 
 def _contract_strides(t: Tensor) -> tuple[int, ...]:
     """The strides the contract gives ``t``'s gradient: ``t``'s own if ``t`` is non-overlapping and dense."""
-    from kiln._tensor import contiguous_strides
-
+    stride = t._stride
+    if stride == contiguous_strides(t._shape):  # the usual leaf: row-major, so dense
+        return stride
     expected = 1
-    for stride, size in sorted((st, n) for n, st in zip(t._shape, t._stride) if n != 1):
-        if stride != expected:
+    for st, size in sorted((st, n) for n, st in zip(t._shape, stride) if n != 1):
+        if st != expected:
             return contiguous_strides(t._shape)
         expected *= size
-    return t._stride
+    return stride
 
 
 def _obeys_layout(t: Tensor, g: Tensor) -> bool:
     want = _contract_strides(t)
-    return all(n == 1 or a == b for n, a, b in zip(g._shape, g._stride, want))
+    return g._stride == want or all(n == 1 or a == b for n, a, b in zip(g._shape, g._stride, want))
 
 
 def _copy_in_layout(t: Tensor, d: Tensor) -> Tensor:

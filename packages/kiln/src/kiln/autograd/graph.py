@@ -391,32 +391,24 @@ def _node_class(opdef, args: tuple) -> type:
 class OpNode(Node):
     """A node recorded for a kiln op; its backward formula comes from the op definition."""
 
-    __slots__ = ("op", "saved", "input_meta", "layout", "output_meta", "freed")
+    # saved: the formula's arguments by name (a tensor as a SavedTensor); seqs: the names among them that hold
+    # a sequence of SavedTensors (a tensor-list parameter, several outputs), unpacked entry by entry
+    __slots__ = ("op", "saved", "seqs", "input_meta", "layout", "output_meta", "freed", "wants")
 
     def apply(self, grads: tuple) -> tuple:
         opdef = self.op
         needs: BackwardNeeds = opdef._backward_needs
         if self.freed and any(_holds_saved(v) for v in self.saved.values()):
             raise RuntimeError(_FREED_MESSAGE)
+        saved = self.saved
         kwargs = {}
-        for name, value in self.saved.items():
-            if isinstance(value, SavedTensor):
-                value = value.unpack(self)
-            elif type(value) in (list, tuple):  # a tensor-list parameter, or several outputs
-                value = type(value)(v.unpack(self) if isinstance(v, SavedTensor) else v for v in value)
-            kwargs[name] = value
+        for name, value in saved.items():
+            kwargs[name] = value.unpack(self) if isinstance(value, SavedTensor) else value
+        for name in self.seqs:  # a tensor-list parameter, or several outputs
+            value = saved[name]
+            kwargs[name] = type(value)(v.unpack(self) if isinstance(v, SavedTensor) else v for v in value)
         if needs.needs_input_grad:
-            nf = self.next_functions
-            kwargs["needs_input_grad"] = tuple(
-                False
-                if entry is None
-                else (
-                    any(e is not None and nf[e][0] is not None for e in entry)
-                    if isinstance(entry, list)
-                    else nf[entry][0] is not None
-                )
-                for entry in self.layout
-            )
+            kwargs["needs_input_grad"] = _needs_input_grad(self.wants, len(self.layout))
         if needs.multi_grad:
             full = []
             for g, (shape, dtype, dev) in zip(grads, self.output_meta):
@@ -450,11 +442,29 @@ class OpNode(Node):
 
     def release(self) -> None:
         self.freed = True
-        for value in self.saved.values():
-            for v in value if isinstance(value, (list, tuple)) else (value,):
+        saved = self.saved
+        for value in saved.values():
+            if isinstance(value, SavedTensor):
+                value.freed = True
+                value.data = None
+        for name in self.seqs:
+            for v in saved[name]:
                 if isinstance(v, SavedTensor):
                     v.freed = True
                     v.data = None
+
+
+_NEEDS_INPUT_GRAD: dict[tuple[int, int], tuple[bool, ...]] = {}
+
+
+def _needs_input_grad(wants: int, n: int) -> tuple[bool, ...]:
+    """A formula's ``needs_input_grad``: for each of the op's ``n`` tensor parameters, whether bit k of
+    ``wants`` (set when the node was recorded: the parameter, or a tensor of its list, required grad) is set.
+    That is whether its edge leads anywhere, as the edges were made from the same test."""
+    r = _NEEDS_INPUT_GRAD.get((wants, n))
+    if r is None:
+        r = _NEEDS_INPUT_GRAD[(wants, n)] = tuple(bool(wants >> k & 1) for k in range(n))
+    return r
 
 
 def _holds_saved(value) -> bool:
@@ -555,6 +565,7 @@ def record(opdef, args: tuple, out) -> None:
     node = (cls or _node_class(opdef, args))(tuple(edges), opdef.num_outputs)
     node.op = opdef
     node.layout = layout
+    node.wants = wants_grad
     node.input_meta = input_meta
     node.freed = False
     if opdef.num_outputs > 1:
@@ -564,6 +575,7 @@ def record(opdef, args: tuple, out) -> None:
         outs = (out,)
         node.output_meta = [(out._shape, out._dtype, out._device)]
     saved = {}
+    seqs = []
     guards = needs.arg_guards
     if guards is None:
         guards = needs.read_guards()
@@ -575,6 +587,7 @@ def record(opdef, args: tuple, out) -> None:
             v = SavedTensor(v)
         elif isinstance(v, (list, tuple)) and any(isinstance(t, Tensor) for t in v):
             v = _save_list(v, bool(wants_grad & ~own))
+            seqs.append(name)
         saved[name] = v
     for name, idx, attr in needs.meta_names:
         v = args[idx]
@@ -597,7 +610,9 @@ def record(opdef, args: tuple, out) -> None:
             # every output is held as saved (freed after backward), the non-differentiable ones too (a
             # dropout's noise, a recurrent layer's workspace): held raw, they lived as long as the graph
             saved["result"] = tuple(SavedTensor(o, True, node) if o.grad_fn is node else SavedTensor(o) for o in outs)
+            seqs.append("result")
     node.saved = saved
+    node.seqs = seqs
 
 
 def _save_list(tensors, others: bool):

@@ -151,8 +151,8 @@ def _accumulate_into_leaf(
             t._grad = g
         elif owned:
             t._grad = g.detach()  # the memory is g's alone: no copy
-        else:  # a copy, in the layout of PyTorch's gradient layout contract
-            t._grad = _copy_in_layout(t, g.detach())
+        else:  # a copy, in the layout of PyTorch's gradient layout contract (of g without its history)
+            t._grad = _copy_in_layout(t, g.detach() if g._requires_grad else g)
     elif create_graph or t._grad._requires_grad:
         t._grad = t._grad + g
     elif is_grad_enabled():

@@ -42,6 +42,22 @@ def test_default_num_threads_follows_pytorch_order(clean_env, env, expected):
     assert _threads.default_num_threads() == (expected or cpus)
 
 
+def test_default_num_threads_follows_every_change_of_the_environment(clean_env):
+    """The count is remembered only while the variables hold: each change shows at the next call."""
+    import os
+
+    cpus = _threads.default_num_threads()
+    assert cpus == (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())
+    for value, expected in (("3", 3), (" 7 ", 7), ("0", cpus), ("3", 3)):
+        clean_env.setenv("OMP_NUM_THREADS", value)
+        assert _threads.default_num_threads() == expected
+    clean_env.setenv("MKL_NUM_THREADS", "2")
+    assert _threads.default_num_threads() == 2
+    clean_env.delenv("MKL_NUM_THREADS")
+    clean_env.delenv("OMP_NUM_THREADS")
+    assert _threads.default_num_threads() == cpus
+
+
 def test_get_num_threads_without_a_backend_reports_the_default(clean_env):
     clean_env.setenv("OMP_NUM_THREADS", "3")
     clean_env.setattr("kiln._plugins.threading_controls", lambda: {})

@@ -185,7 +185,7 @@ def parallel(fn: Callable, args: tuple, n: int, grain: int) -> None:
     least ``grain`` items that the threads take in turn; returns when all are done and re-raises the
     first error."""
     if n < 2 * grain:  # one range: on the calling thread, without reading the thread count (the
-        fn(*args, 0, n)  # environment's, until set_num_threads is called: several microseconds a read)
+        fn(*args, 0, n)  # environment's, until set_num_threads is called: half a microsecond a read)
         return
     threads = min(get_num_threads(), n // max(grain, 1))
     if threads <= 1:

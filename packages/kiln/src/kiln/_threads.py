@@ -25,17 +25,68 @@ def default_num_threads() -> int:
 
     As PyTorch: ``MKL_NUM_THREADS``, else ``OMP_NUM_THREADS``, then (kiln's addition) ``NUMBA_NUM_THREADS``,
     the first that holds a positive integer (a value that is not, such as ``0`` or ``abc``, is skipped,
-    as PyTorch ignores it); else every CPU this process may run on. Read at each call, so a backend's
-    ``get_num_threads`` reports the environment it runs in until :func:`set_num_threads` is called.
+    as PyTorch ignores it); else every CPU this process may run on (read once per process, as PyTorch
+    reads it once). The variables are read at each call, so a backend's ``get_num_threads`` reports the
+    environment it runs in until :func:`set_num_threads` is called; a product or a parallel loop asks
+    each time, so the reading is cheap (:func:`_environment`) and its result remembered while they hold.
     """
-    for name in _ENV_ORDER:
-        raw = os.environ.get(name, "").strip()
-        if raw.isdigit() and int(raw) > 0:
-            return int(raw)
-    try:
-        return len(os.sched_getaffinity(0)) or 1
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+    global _last
+    raw = _environment()
+    if _last[0] == raw:
+        return _last[1]
+    n = None
+    for value in raw:
+        value = (value or "").strip()
+        if value.isdigit() and int(value) > 0:
+            n = int(value)
+            break
+    if n is None:
+        n = _cpus()
+    _last = (raw, n)
+    return n
+
+
+_last: tuple = (None, 0)  # (the variables as last read, the count they gave)
+
+
+def _environment() -> tuple:
+    """The raw values of :data:`_ENV_ORDER` (None where unset). CPython's ``os.environ`` keeps them in a
+    dict of encoded names and values, read directly: ``os.environ.get`` raises and catches a ``KeyError``
+    for each name that is not set (0.7 us each); another mapping is read the public way."""
+    data = getattr(os.environ, "_data", None)
+    encode = getattr(os.environ, "encodekey", None)
+    if data.__class__ is dict and encode is not None:
+        keys = _ENCODED.get(encode)
+        if keys is None:
+            keys = _ENCODED[encode] = tuple(encode(name) for name in _ENV_ORDER)
+        return tuple([data.get(k) for k in keys])
+    return tuple([os.environ.get(name) for name in _ENV_ORDER])
+
+
+_ENCODED: dict = {}  # os.environ's key encoder -> the encoded names of _ENV_ORDER
+
+
+def _cpus() -> int:
+    """Every CPU this process may run on, read once (again in a forked child)."""
+    global _cpu_count
+    if _cpu_count is None:
+        try:
+            _cpu_count = len(os.sched_getaffinity(0)) or 1
+        except AttributeError:  # not Linux
+            _cpu_count = os.cpu_count() or 1
+    return _cpu_count
+
+
+_cpu_count: int | None = None
+
+
+def _forget_cpus() -> None:
+    global _cpu_count, _last
+    _cpu_count, _last = None, (None, 0)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_cpus)
 
 
 def check_num_threads(n: object) -> int:

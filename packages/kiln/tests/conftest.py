@@ -553,6 +553,23 @@ def _isolate_global_state():
 
 
 @pytest.fixture
+def alone_among_workers():
+    """Hold a lock file that every test taking this fixture holds while it runs, across pytest-xdist's
+    worker processes: the multiprocessing tests check that no shared-memory segment or error file in the
+    machine-wide directories outlives them, which a test on another worker creating its own meanwhile
+    would break."""
+    import fcntl
+    import tempfile
+
+    with open(os.path.join(tempfile.gettempdir(), "kiln_tests_multiprocessing.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@pytest.fixture
 def default_dtype():
     """Call with a kiln floating dtype to set it as the default in kiln and torch (restored after)."""
 

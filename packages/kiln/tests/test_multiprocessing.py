@@ -49,7 +49,7 @@ def _segment_fds() -> set[str]:
 
 
 @pytest.fixture(autouse=True)
-def no_leak():
+def no_leak(alone_among_workers):
     """No kiln segment name left in /dev/shm, nor a descriptor, once the test's tensors are gone."""
     names, fds = _shm_names(), _segment_fds()
     yield

@@ -32,7 +32,7 @@ def _error_files() -> set[str]:
 
 
 @pytest.fixture(autouse=True)
-def nothing_left_behind():
+def nothing_left_behind(alone_among_workers):
     """No child process and no error file outlives a test."""
     files = _error_files()
     yield

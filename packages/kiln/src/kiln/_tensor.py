@@ -739,8 +739,11 @@ def from_array(a: np.ndarray, dtype: dt.dtype) -> Tensor:
         a = a.astype(np_dtype, order="K")
     if a.flags.c_contiguous:
         shape = a.shape
+        stride = _CONTIGUOUS_STRIDES.get(shape)  # contiguous_strides(shape), without its call where known
+        if stride is None:
+            stride = contiguous_strides(shape)
         # ravel(): a view of a C-contiguous array, at a third of reshape(-1)'s cost
-        t = _make(a.ravel(), shape, contiguous_strides(shape), 0, dtype, CPU)
+        t = _make(a.ravel(), shape, stride, 0, dtype, CPU)
     else:
         stride = _dense_strides(a)
         if stride is None:

@@ -90,12 +90,6 @@ def _operands(a, b, np_dtype, result: dt.dtype | None = None) -> tuple:
     return a, b
 
 
-def _same_arrays(a, b, np_dtype: np.dtype) -> bool:
-    """Whether ``a`` and ``b`` are both arrays of ``np_dtype``: a ufunc then computes in it without being told
-    (the ``dtype=`` keyword costs a tenth of a microsecond)."""
-    return a.__class__ is np.ndarray and b.__class__ is np.ndarray and a.dtype is np_dtype and b.dtype is np_dtype
-
-
 def _check_operand(x, name: str, op_name: str) -> None:
     if not isinstance(x, Tensor) and not is_scalar(x):
         raise TypeError(f"{op_name}(): argument '{name}' must be Tensor or Number, not {type(x).__name__}")
@@ -205,9 +199,11 @@ def _alpha_ref(np_fn):
 
     def ref(spec, a, b, alpha=1):
         d = spec.dtype
-        compute = _compute_np(d)
-        if alpha == 1 and _same_arrays(a, b, compute):
-            return np_fn(a, b)
+        compute = _COMPUTE_NP.get(d)  # _compute_np(d), read without its call where known
+        if compute is None:
+            compute = _compute_np(d)
+        if alpha == 1 and a.__class__ is b.__class__ is np.ndarray and a.dtype is compute and b.dtype is compute:
+            return np_fn(a, b)  # arrays of the compute dtype: NumPy computes in it without the dtype= keyword
         a, b = _operands(a, b, compute, d)
         if d is dt.bool:
             return np.logical_or(a, np.logical_and(b, bool(alpha)))
@@ -262,9 +258,11 @@ Tensor.__rsub__ = _rsub
 def _mul_ref(spec, a, b):
     if spec.dtype is dt.bool:
         return np.logical_and(a, b)
-    compute = _compute_np(spec.dtype)
-    if _same_arrays(a, b, compute):
-        return np.multiply(a, b)
+    compute = _COMPUTE_NP.get(spec.dtype)
+    if compute is None:
+        compute = _compute_np(spec.dtype)
+    if a.__class__ is b.__class__ is np.ndarray and a.dtype is compute and b.dtype is compute:
+        return np.multiply(a, b)  # as in add's reference
     # no half-precision rounding of a Python scalar here: PyTorch multiplies (and divides) by it in float32
     a, b = _operands(a, b, compute)
     return np.multiply(a, b, dtype=compute)

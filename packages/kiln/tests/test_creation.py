@@ -137,22 +137,37 @@ def test_full_explicit_dtype_and_0d_tensor_fill():
 
 
 _FILLS = [0.1, 65504.0, 65505.0, 70000, 3.39e38, 1e300, -3.5e38, -0.0, float("nan"), float("-inf"), 2**63, 2**64]
+_FILLS += [2**60 + 2**36 + 1, -(2**60 + 2**36 + 1), 2**53 + 1]  # ints a double cannot hold: rounded once
 
 
+_FILLERS = {
+    "full": lambda lib, shape, v, d: lib.full(shape, v, dtype=d),
+    "fill_": lambda lib, shape, v, d: lib.zeros(shape, dtype=d).fill_(v),
+    "full_like": lambda lib, shape, v, d: lib.full_like(lib.zeros(shape, dtype=d), v),
+    "new_full": lambda lib, shape, v, d: lib.zeros(2, dtype=d).new_full(shape, v),
+    "fill_diagonal_": lambda lib, shape, v, d: lib.zeros(shape * 2, dtype=d).fill_diagonal_(v),
+}
+
+
+@pytest.mark.parametrize("shape", [(3,), (1,), (0,)], ids=str)
+@pytest.mark.parametrize("how", sorted(_FILLERS))
 @pytest.mark.parametrize("dtype", [kiln.float16, kiln.bfloat16, kiln.float32, kiln.float64], ids=U.dtype_id)
-@pytest.mark.parametrize("fill", [*_FILLS, -(2**63), -(2**63) - 1, True, -1], ids=repr)
-def test_full_casts_a_number_into_a_float_dtype_as_torch(dtype, fill):
+@pytest.mark.parametrize("fill", [*_FILLS, -(2**63), -(2**63) - 1, True, -1, 1 + 2j, 2 + 0j], ids=repr)
+def test_filling_casts_a_number_into_a_float_dtype_as_torch(fill, dtype, how, shape):
     """Filling a float tensor casts the number once, as PyTorch does (rounded to nearest, the sign of zero
     kept; bit for bit), and refuses what PyTorch refuses, with its error: a finite number beyond the dtype's
-    largest value, a Python int beyond 64 bits. (PyTorch's fill of a single element rounds such a number to
-    infinity instead; kiln refuses it at every size.)"""
+    largest value (except into one element of float16 or bfloat16, which PyTorch rounds to infinity), a
+    complex number with an imaginary part, a Python int beyond 64 bits."""
+    make = _FILLERS[how]
+    if isinstance(fill, complex) and how in ("full", "fill_", "new_full"):
+        pytest.skip("these take a real number only, in both libraries (their own TypeError)")
     try:
-        t = torch.full((3,), fill, dtype=U.K2T[dtype])
+        t = make(torch, shape, fill, U.K2T[dtype])
     except (RuntimeError, OverflowError) as exc:
         with pytest.raises(type(exc), match=re.escape(str(exc))):
-            kiln.full((3,), fill, dtype=dtype)
+            make(kiln, shape, fill, dtype)
         return
-    k = kiln.full((3,), fill, dtype=dtype)
+    k = make(kiln, shape, fill, dtype)
     if dtype is kiln.bfloat16:  # NumPy has no bfloat16: compare the bits
         k, t = k.view(kiln.int16), t.view(torch.int16)
     assert k.numpy().tobytes() == t.numpy().tobytes()

@@ -134,6 +134,25 @@ def test_views_outside_every_mode_skip_the_dispatcher_and_inside_one_do_not(monk
         x.expand(3, 4)
 
 
+def test_a_plugin_kernel_for_a_view_op_is_not_skipped(monkeypatch):
+    """The view methods skip the dispatcher only for the core's device-generic kernel: a kernel a plugin
+    registered for the device type (here put in the table by hand) still runs."""
+    from kiln._ops.views import _view_kernel, expand, view
+
+    seen = []
+
+    def plugin_kernel(spec, input, *args):
+        seen.append(spec.shape)
+        return _view_kernel(spec, input, *args)
+
+    x = kiln.arange(8.0)
+    for op in (view.op, expand.op):
+        monkeypatch.setitem(op.kernels, "cpu", plugin_kernel)
+        monkeypatch.setattr(op, "_checked", {})
+    assert x.view(2, 4).shape == (2, 4) and x[:1].expand(3, 2).shape == (3, 2)
+    assert seen == [(2, 4), (3, 2)]
+
+
 def test_pre_autograd_mode_rewrites_and_autograd_sees_rewrite():
     x = kiln.tensor([1.0, 2.0], requires_grad=True)
     with DoubleAddMode():

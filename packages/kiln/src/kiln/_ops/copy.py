@@ -23,7 +23,7 @@ from kiln._ops._meta import astype, broadcast_pair, check_inplace, is_scalar
 from kiln._ops.views import make_view
 from kiln._spec import Spec
 from kiln._state import post_modes, state
-from kiln._tensor import Tensor, _make, contiguous_strides, from_array, storage_span
+from kiln._tensor import Tensor, _make, _numel, contiguous_strides, from_array, storage_span
 
 TOP_LEVEL = ("copy_",)
 """The names ``kiln`` exports at its top level (as ``torch`` does)."""
@@ -260,8 +260,9 @@ def fill_(self: Tensor, value) -> Tensor:
         return _write(self, value)
     if not is_scalar(value):
         raise TypeError(f"fill_(): argument 'value' must be Number, not {type(value).__name__}")
-    from kiln._ops.creation import full
+    from kiln._ops.creation import _check_fits, full
 
+    _check_fits(value, self._dtype, _numel(self._shape))  # as filling all of self (one element may round)
     return _write(self, full((), value, dtype=self._dtype, device=self._device))
 
 

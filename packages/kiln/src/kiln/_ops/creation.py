@@ -146,25 +146,31 @@ def _empty(size: tuple, dtype: dt.dtype, device) -> Tensor:
     """Uninitialised contiguous tensor (kernel of :func:`empty`)."""
 
 
-# the largest finite value of each float dtype narrower than a Python float, and PyTorch's name for its type
-_FLOAT_RANGE = {
-    dt.float16: (65504.0, "c10::Half"),
-    dt.bfloat16: ((2 - 2**-7) * 2.0**127, "c10::BFloat16"),
-    dt.float32: (float(np.finfo(np.float32).max), "float"),
-}
+# PyTorch's name for each float dtype's type, and its largest finite value where a Python float can exceed it
+_FLOAT_NAMES = {dt.float16: "c10::Half", dt.bfloat16: "c10::BFloat16", dt.float32: "float", dt.float64: "double"}
+_FLOAT_MAX = {dt.float16: 65504.0, dt.bfloat16: (2 - 2**-7) * 2.0**127, dt.float32: float(np.finfo(np.float32).max)}
 
 
-def _check_fits(value, dtype: dt.dtype) -> None:
-    """PyTorch's checks of a fill value: a Python int must fit in 64 bits (signed, or unsigned when
-    positive); a finite number must not exceed a float dtype's largest value (PyTorch's fill of more than
-    one element refuses it; of one element, it rounds); for an integer dtype the value must fit, a negative
-    one in an unsigned dtype by its magnitude (``-1`` fills uint8 with 255, ``-256`` overflows)."""
+def _check_fits(value, dtype: dt.dtype, numel: int) -> None:
+    """PyTorch's checks of a value filling ``numel`` elements of ``dtype``: a Python int must fit in 64 bits
+    (signed, or unsigned when positive); into a float dtype, a complex number must have no imaginary part
+    and a finite number must not exceed the dtype's largest value (except into one element of float16 or
+    bfloat16, which PyTorch converts through a double and rounds to infinity); into an integer dtype, the
+    value must fit, a negative one in an unsigned dtype by its magnitude (``-1`` fills uint8 with 255,
+    ``-256`` overflows)."""
     if value.__class__ is int and not -(1 << 63) <= value < (1 << 64):
         raise OverflowError("int too big to convert" if value > 0 else "can't convert negative int to unsigned")
     if dtype.is_floating_point:
-        limit = _FLOAT_RANGE.get(dtype)
-        if limit is not None and math.isfinite(value) and abs(value) > limit[0]:
-            raise RuntimeError(f"value cannot be converted to type {limit[1]} without overflow")
+        # PyTorch fills one element of float16 or bfloat16 through a double, unchecked past it
+        through_double = numel == 1 and dtype in (dt.float16, dt.bfloat16)
+        if isinstance(value, complex):
+            bad = value.imag != 0
+        else:
+            limit = _FLOAT_MAX.get(dtype)
+            bad = limit is not None and not through_double and math.isfinite(value) and abs(value) > limit
+        if bad:
+            name = "double" if through_double else _FLOAT_NAMES[dtype]
+            raise RuntimeError(f"value cannot be converted to type {name} without overflow")
         return
     if dtype is dt.bool or isinstance(value, (bool, np.bool_)):
         return
@@ -175,11 +181,12 @@ def _check_fits(value, dtype: dt.dtype) -> None:
 
 
 def _full_meta(size, fill_value, dtype, device):
-    _check_fits(fill_value, dtype)
+    _check_fits(fill_value, dtype, math.prod(size))
     return _empty_meta(size, dtype, device)
 
 
-# the float dtypes, into which ndarray.fill() rounds a Python number exactly as astype() does (as PyTorch casts)
+# the float dtypes, into which ndarray.fill() rounds a Python float exactly as astype() does (as PyTorch
+# casts); not a Python int past 2**53, which fill() rounds twice (to a double first)
 _FILLED_BY_CAST = frozenset(np.dtype(t) for t in (np.float16, np.float32, np.float64))
 
 
@@ -187,11 +194,14 @@ def _full_kernel(spec, size, fill_value, dtype, device):
     np_dtype = dtype.numpy
     if fill_value == 0 and not (isinstance(fill_value, float) and math.copysign(1.0, fill_value) < 0):
         a = np.zeros(size, np_dtype)  # fresh zero pages from the OS: nothing to write (np.full writes each)
-    elif np_dtype in _FILLED_BY_CAST and fill_value.__class__ in (float, int, bool):  # a third of np.full's cost
+    elif np_dtype in _FILLED_BY_CAST and (  # a third of np.full's cost
+        fill_value.__class__ in (float, bool) or (fill_value.__class__ is int and -(2**53) <= fill_value <= 2**53)
+    ):
         a = np.empty(size, np_dtype)
         a.fill(fill_value)
-    else:  # cast as PyTorch casts (a negative value wraps in an unsigned dtype)
-        a = np.full(size, np.asarray(fill_value).astype(np_dtype), np_dtype)
+    else:  # cast as PyTorch casts (a negative value wraps in an unsigned dtype; a complex one, checked real)
+        value = fill_value.real if isinstance(fill_value, complex) and np_dtype.kind != "c" else fill_value
+        a = np.full(size, np.asarray(value).astype(np_dtype), np_dtype)
     if device is CPU:
         return from_array(a, dtype)
     return from_host(a, dtype, device)

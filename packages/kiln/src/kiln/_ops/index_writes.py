@@ -194,7 +194,9 @@ def fill_diagonal_(self: Tensor, fill_value, wrap: bool = False) -> Tensor:
         fill_value = fill_value.item()
     if not isinstance(fill_value, (numbers.Number, np.bool_)):
         raise TypeError(f"fill_diagonal_(): argument 'fill_value' must be Number, not {type(fill_value).__name__}")
-    _check_fits(fill_value, self._dtype)
+    _check_fits(fill_value, self._dtype, len(positions[0]))
+    if isinstance(fill_value, complex) and not self._dtype.is_complex:
+        fill_value = fill_value.real  # checked to be real above
     value = from_host(np.asarray(fill_value), self._dtype, self._device)  # cast (wrapping) as fill_ casts
     return self.index_put_(coords, value)
 

@@ -195,9 +195,9 @@ def _tensor_view(self, *shape):
 
 def _bare_view(public, meta, input: Tensor, size) -> Tensor:
     """``public(input, size)`` for a view op (``view``, ``expand``); where the dispatcher would only run the
-    op's meta function and kernel (:func:`kiln._dispatch.runs_bare`), those two alone: the dispatcher was a
-    third of a small view's time."""
-    if runs_bare(input):
+    op's meta function and its device-generic kernel (:func:`kiln._dispatch.runs_bare`, and no plugin kernel
+    registered for the device type), those two alone: the dispatcher was a third of a small view's time."""
+    if runs_bare(input) and public.op.kernels.get(input._device.type, _view_kernel) is _view_kernel:
         try:
             return _view_kernel(meta(input, size), input)
         except SparseArgument:  # a sparse tensor: the dispatcher hands it to its sparse implementation

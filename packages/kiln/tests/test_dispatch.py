@@ -146,9 +146,9 @@ def test_a_plugin_kernel_for_a_view_op_is_not_skipped(monkeypatch):
         return _view_kernel(spec, input, *args)
 
     x = kiln.arange(8.0)
-    for op in (view.op, expand.op):
-        monkeypatch.setitem(op.kernels, "cpu", plugin_kernel)
-        monkeypatch.setattr(op, "_checked", {})
+    for opdef in (view.op, expand.op):
+        monkeypatch.setitem(opdef.kernels, "cpu", plugin_kernel)
+        monkeypatch.setattr(opdef, "_checked", {})
     assert x.view(2, 4).shape == (2, 4) and x[:1].expand(3, 2).shape == (3, 2)
     assert seen == [(2, 4), (3, 2)]
 

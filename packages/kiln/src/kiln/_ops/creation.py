@@ -158,6 +158,8 @@ def _check_fits(value, dtype: dt.dtype, numel: int) -> None:
     bfloat16, which PyTorch converts through a double and rounds to infinity); into an integer dtype, the
     value must fit, a negative one in an unsigned dtype by its magnitude (``-1`` fills uint8 with 255,
     ``-256`` overflows)."""
+    if value == 0 or value == 1:  # zeros() and ones(): fit everywhere
+        return
     if value.__class__ is int and not -(1 << 63) <= value < (1 << 64):
         raise OverflowError("int too big to convert" if value > 0 else "can't convert negative int to unsigned")
     if dtype.is_floating_point:

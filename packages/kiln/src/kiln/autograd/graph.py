@@ -492,9 +492,12 @@ def _fit_to_input(g: Tensor, meta: tuple, node: Node, i: int) -> Tensor:
     return g
 
 
+_NO_EDGE = (None, 0)
+
+
 def _edge(t: Tensor) -> tuple:
     if not t._requires_grad:
-        return (None, 0)
+        return _NO_EDGE
     if t._base is not None and t.grad_fn is not None and t._view_vc != t._vc[0]:
         _refresh_view_history(t)
     if t.grad_fn is not None:
@@ -541,10 +544,12 @@ def record(opdef, args: tuple, out) -> None:
         a = args[i]
         if isinstance(a, Tensor):
             layout.append(len(edges))
-            edges.append(_edge(a))
             input_meta.append((a._shape, a._dtype, a._device))
             if a._requires_grad:
+                edges.append(_edge(a))
                 wants_grad |= bit
+            else:
+                edges.append(_NO_EDGE)  # what _edge(a) returns, without its call
         elif isinstance(a, (list, tuple)) and any(isinstance(t, Tensor) for t in a):
             sub = []  # None for a non-tensor entry (an index list's "whole dim")
             for t in a:

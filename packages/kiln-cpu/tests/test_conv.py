@@ -180,6 +180,17 @@ def test_weight_gradient_form(dtype, case, conv_spy, blocks):
     assert "by_weight" in conv_spy and "conv_by_weight_blocks" in conv_spy
 
 
+@pytest.mark.parametrize("b, kk, side, cg, cog", [(1, 9, 28, 64, 16), (3, 25, 32, 8, 64)], ids=["small-cin", "wide"])
+def test_weight_gradient_blocks_of_large_images_keep_both_operands_in_the_cache(b, kk, side, cg, cog):
+    # a block's product reads its columns (channels*kk rows) and the output's gradient (cog rows) over the
+    # same pixels; counting the columns alone made 9x14112x16 products at a quarter of BLAS's speed
+    isz = 4
+    imgs, chans, rows = kernels_conv._by_weight_plan(b, kk, side, side, cg, cog, isz)
+    depth = imgs * rows * side
+    assert chans == b and 1 <= imgs <= cg and 1 <= rows <= side and depth >= kernels_conv._MIN_DEPTH
+    assert (b * kk + cog) * depth * isz <= kernels_conv._BLOCK_BYTES
+
+
 BACKWARD = {
     # input shape, weight shape, stride, padding, dilation, groups
     "pad": ((2, 3, 8, 9), (4, 3, 3, 3), 1, 1, 1, 1),

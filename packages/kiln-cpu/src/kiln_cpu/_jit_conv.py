@@ -243,7 +243,7 @@ def conv_blocks(xs, xo, xst, c_in, h, w, wm, bias, out, cout, geom, plan, addr, 
                     for o in range(cog):
                         add = bias[g * cog + o]
                         for q in range(at + o * pix, at + o * pix + rp):
-                            out[q] += add
+                            out[_u(q)] += add
                 continue
             gemm(addr, ilp64, NO_TRANS, NO_TRANS, cog, kr, depth, one, a, depth, b, kr, zero, ptr(tmp, 0), kr)
             for i in range(k):  # each image's part of the product into place
@@ -253,10 +253,10 @@ def conv_blocks(xs, xo, xst, c_in, h, w, wm, bias, out, cout, geom, plan, addr, 
                     if bias.size:
                         add = bias[g * cog + o]
                         for q in range(rp):
-                            out[dst_at + q] = tmp[src_at + q] + add
+                            out[_u(dst_at + q)] = tmp[_u(src_at + q)] + add
                     else:
                         for q in range(rp):
-                            out[dst_at + q] = tmp[src_at + q]
+                            out[_u(dst_at + q)] = tmp[_u(src_at + q)]
 
 
 @njit(**_SERIAL)
@@ -294,7 +294,7 @@ def conv_transpose_blocks(xm, cin, hw, wt, out, geom, plan, addr, ilp64, lo, hi)
                         at = ((n0 + i) * cin + ci) * hw + y0 * w
                         to = ci * kr + i * rp
                         for q in range(rp):
-                            xin[to + q] = xm[at + q]
+                            xin[_u(to + q)] = xm[_u(at + q)]
                 src, ld = 0, kr
             for g in range(groups):
                 a = ptr(wt, g * cig * cog * kk)
@@ -352,7 +352,7 @@ def conv_by_weight_blocks(xs, xo, xst, h, w, gm, gst, partial, geom, plan, addr,
                                 fr = at + o * g0 + i * g1
                                 to = o * kr + i * rp
                                 for p in range(rp):
-                                    gbuf[to + p] = gm[fr + p]
+                                    gbuf[_u(to + p)] = gm[_u(fr + p)]
                         gp, ld = ptr(gbuf, 0), kr
                     beta = zero if c0 == first and blk == 0 else one
                     gemm(addr, ilp64, NO_TRANS, TRANS, nb * kk, cog, kr, one, ptr(buf, 0), kr, gp, ld, beta, acc, cog)

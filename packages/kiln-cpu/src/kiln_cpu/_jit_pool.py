@@ -121,7 +121,7 @@ def argmax_scatter(g, ind, outs, plane, out, bad, lo, hi):
         ob = r * plane
         gb = r * outs
         for q in range(plane):
-            out[ob + q] = zero
+            out[_u(ob + q)] = zero
         for o in range(outs):
             i = ind[gb + o]
             if i < 0 or i >= plane:

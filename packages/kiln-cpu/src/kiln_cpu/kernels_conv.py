@@ -152,13 +152,18 @@ def _conv_transpose(x, weight, s, p, d, groups, oh, ow, gemm_fn) -> np.ndarray:
     return out
 
 
-def _by_weight_plan(b: int, kk: int, kh: int, kw: int, cg: int, itemsize: int) -> tuple[int, int, int]:
+def _by_weight_plan(b: int, kk: int, kh: int, kw: int, cg: int, cog: int, itemsize: int) -> tuple[int, int, int]:
     """(images, channels, output rows) per block of the weight-gradient form, whose product is
-    (channels*kk, images*pixels) @ (images*pixels, Cout/groups): whole images while one fits, at least
-    :data:`_MIN_DEPTH` pixels deep (small images: fewer channels per block instead), else rows of one."""
+    (channels*kk, images*pixels) @ (images*pixels, Cout/groups). Images of at least :data:`_MIN_DEPTH`
+    pixels: whole images while both operands (the columns and the ``cog`` rows of the output's gradient)
+    fit in :data:`_BLOCK_BYTES`, else rows of one; a deeper product runs at a fraction of the speed once
+    they leave the cache (9x12544x16: 0.62 ms, against 0.16 ms as four products a quarter as deep).
+    Smaller images: :data:`_MIN_DEPTH` pixels deep, fewer channels per block while the columns alone
+    overflow the block (counting the gradient's rows there made 144-row products slower, 0.63 -> 0.68 ms
+    at 16x14x14 channels x pixels)."""
     pix = kh * kw
     if pix >= _MIN_DEPTH:
-        imgs, rows = _plan(b * kk, kh, kw, cg, itemsize)
+        imgs, rows = _plan(b * kk + cog, kh, kw, cg, itemsize)
         return imgs, b, rows
     imgs = min(cg, -(-_MIN_DEPTH // pix))
     chans = min(b, max(1, _BLOCK_BYTES // (kk * pix * imgs * itemsize)))
@@ -186,7 +191,7 @@ def _conv_by_weight(x, weight, s, p, d, groups, oh, ow, gemm_fn) -> np.ndarray:
     isz = gm.itemsize
     span = sum((size - 1) * st for size, st in zip(gm.shape, gm.strides)) // isz + 1
     gflat = np.lib.stride_tricks.as_strided(gm, shape=(span,), strides=(isz,))  # gm's memory, read in place
-    imgs, chans, rows = _by_weight_plan(b, kk, kh, kw, cg, isz)
+    imgs, chans, rows = _by_weight_plan(b, kk, kh, kw, cg, cog, isz)
     blocks = -(-kh // rows)
     chunks = max(1, min(_CHUNKS, _PARTIAL_BYTES // (ck * cout * isz)))
     per = -(-cg // chunks)

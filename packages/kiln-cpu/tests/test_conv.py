@@ -191,6 +191,47 @@ def test_weight_gradient_blocks_of_large_images_keep_both_operands_in_the_cache(
     assert (b * kk + cog) * depth * isz <= kernels_conv._BLOCK_BYTES
 
 
+def _im2col_numpy(x, kh, kw, ph, pw, dh, dw, y0, rows):
+    """The columns im2col_2d writes for output rows [y0, y0 + rows) at unit stride, from a zero-padded copy."""
+    n, c, h, w = x.shape
+    ow = w + 2 * pw - dw * (kw - 1)
+    padded = np.zeros((n, c, h + 2 * ph, w + 2 * pw), x.dtype)
+    padded[:, :, ph : ph + h, pw : pw + w] = x
+    cols = np.empty((kh * kw * c, n, rows, ow), x.dtype)  # (rows of the product, images, pixels)
+    for ci in range(c):
+        for i in range(kh):
+            for j in range(kw):
+                win = padded[:, ci, y0 + i * dh : y0 + i * dh + rows, j * dw : j * dw + ow]
+                cols[(ci * kh + i) * kw + j] = win
+    return cols.transpose(1, 0, 2, 3)  # (images, rows of the product, pixels): the (n, c) pairs' order
+
+
+@pytest.mark.parametrize(
+    "shape, kh, kw, ph, pw, dh, dw, y0, rows",
+    [
+        ((2, 3, 14, 14), 3, 3, 1, 1, 1, 1, 0, 14),  # "same" 3x3: the valid rows copied as one span
+        ((2, 2, 6, 6), 3, 3, 1, 1, 1, 1, 2, 3),  # a block of rows inside the image
+        ((1, 2, 5, 5), 3, 3, 2, 2, 2, 2, 0, 5),  # dilation 2
+        ((1, 1, 1, 1), 5, 5, 2, 2, 1, 1, 0, 1),  # offsets past both ends of a one-pixel row
+        ((1, 2, 3, 7), 7, 7, 3, 3, 1, 1, 1, 2),  # padding wider than the image is high
+        ((2, 2, 6, 6), 3, 3, 1, 2, 1, 1, 0, 6),  # wider output: the row-by-row loops
+    ],
+)
+def test_im2col_matches_a_padded_copy(shape, kh, kw, ph, pw, dh, dw, y0, rows):
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    n, c, h, w = shape
+    want = _im2col_numpy(x, kh, kw, ph, pw, dh, dw, y0, rows)
+    ow = want.shape[-1]
+    rp = rows * ow
+    cols = np.full(c * kh * kw * n * rp, np.nan, np.float32)
+    st = tuple(s // 4 for s in x.strides)
+    _jit_conv.im2col_2d(
+        x.reshape(-1), 0, st, c, h, w, cols, (rp, n * rp), kh, kw, 1, 1, ph, pw, dh, dw, y0, rows, ow, 0, n * c
+    )
+    got = cols.reshape(c * kh * kw, n, rp).transpose(1, 0, 2).reshape(want.shape)
+    np.testing.assert_array_equal(got, want)
+
+
 BACKWARD = {
     # input shape, weight shape, stride, padding, dilation, groups
     "pad": ((2, 3, 8, 9), (4, 3, 3, 3), 1, 1, 1, 1),

@@ -15,7 +15,10 @@ output plane per task, products added in order from zero (no ``fastmath``: no fu
 The valid output columns of each kernel offset are found once per offset, so the inner loops have no
 bounds test and, at unit stride, vectorise (a row with padding at its ends is one loop whose loads and
 stores are conditional: masked vector loads and stores, which touch nothing outside the row's valid
-part).
+part). Where the input's rows lie one after another and the output is as wide as the input at unit
+stride ("same" convolutions, and the weight-gradient form's columns), ``im2col_2d`` copies each offset's
+valid rows as one shifted span and then zeroes the columns that read past a row's ends
+(``_shifted_rows``): rows of 14 pixels are copied at twice the speed of the loop per row.
 """
 
 from __future__ import annotations
@@ -36,6 +39,33 @@ def _valid(off, sw, w, ow):
 
 
 @njit(**_SERIAL)
+def _shifted_rows(xs, base, h, w, crow, r0, rows, off, z0, z1, zero):
+    """crow[yy*w + z] = x[r0 + yy, z + off] for yy < rows, z < w (0 outside the image): the columns of one
+    kernel offset when the input's rows lie one after another from ``xs[base]`` and the output is as wide
+    as the input at unit stride. The valid rows are copied as one shifted span (a long vector loop, not
+    one short loop per row), then the columns that read past a row's ends (``[0, z0)`` and ``[z1, w)``)
+    are zeroed. The span starts and ends inside the valid rows, so it reads only the image's elements."""
+    ya = min(rows, max(0, -r0))
+    yb = max(ya, min(rows, h - r0))
+    for q in range(ya * w):
+        crow[_u(q)] = zero
+    for q in range(yb * w, rows * w):
+        crow[_u(q)] = zero
+    if yb == ya:
+        return
+    delta = base + r0 * w + off  # x's element of crow[k]: delta + k
+    for k in range(ya * w + max(0, -off), yb * w - max(0, off)):
+        crow[_u(k)] = xs[_u(delta + k)]
+    if z0 > 0 or z1 < w:
+        for yy in range(ya, yb):
+            d = yy * w
+            for z in range(z0):
+                crow[_u(d + z)] = zero
+            for z in range(z1, w):
+                crow[_u(d + z)] = zero
+
+
+@njit(**_SERIAL)
 def im2col_2d(xs, xo, xst, c_in, h, w, cols, cst, kh, kw, sh, sw, ph, pw, dh, dw, y0, rows, ow, lo, hi):
     """cols[n*cst[0] + ((c*kh + i)*kw + j)*cst[1] + yy*ow + z] = x[n, c, y*sh - ph + i*dh, z*sw - pw + j*dw]
     with y = y0 + yy, yy < rows (0 in the padding), for the (n, c) pairs t = n*c_in + c in [lo, hi).
@@ -48,6 +78,8 @@ def im2col_2d(xs, xo, xst, c_in, h, w, cols, cst, kh, kw, sh, sw, ph, pw, dh, dw
     c0, c1 = cst
     zero = zero_of(cols)
     step = sw * s3
+    # rows read as one span: unit strides, rows of the input one after another, as wide as the output's
+    span = sh == 1 and sw == 1 and s3 == 1 and s2 == w and ow == w
     for t in range(lo, hi):
         n = t // c_in
         c = t - n * c_in
@@ -57,6 +89,9 @@ def im2col_2d(xs, xo, xst, c_in, h, w, cols, cst, kh, kw, sh, sw, ph, pw, dh, dw
                 crow = cols[n * c0 + ((c * kh + i) * kw + j) * c1 :]
                 off = j * dw - pw  # input column of output column z: z*sw + off
                 z0, z1 = _valid(off, sw, w, ow)
+                if span:
+                    _shifted_rows(xs, base, h, w, crow, y0 - ph + i * dh, rows, off, z0, z1, zero)
+                    continue
                 full = z0 == 0 and z1 == ow
                 for yy in range(rows):
                     r = (y0 + yy) * sh - ph + i * dh

@@ -206,30 +206,56 @@ def _im2col_numpy(x, kh, kw, ph, pw, dh, dw, y0, rows):
     return cols.transpose(1, 0, 2, 3)  # (images, rows of the product, pixels): the (n, c) pairs' order
 
 
-@pytest.mark.parametrize(
-    "shape, kh, kw, ph, pw, dh, dw, y0, rows",
-    [
-        ((2, 3, 14, 14), 3, 3, 1, 1, 1, 1, 0, 14),  # "same" 3x3: the valid rows copied as one span
-        ((2, 2, 6, 6), 3, 3, 1, 1, 1, 1, 2, 3),  # a block of rows inside the image
-        ((1, 2, 5, 5), 3, 3, 2, 2, 2, 2, 0, 5),  # dilation 2
-        ((1, 1, 1, 1), 5, 5, 2, 2, 1, 1, 0, 1),  # offsets past both ends of a one-pixel row
-        ((1, 2, 3, 7), 7, 7, 3, 3, 1, 1, 1, 2),  # padding wider than the image is high
-        ((2, 2, 6, 6), 3, 3, 1, 2, 1, 1, 0, 6),  # wider output: the row-by-row loops
-    ],
-)
+IM2COL = [
+    ((2, 3, 14, 14), 3, 3, 1, 1, 1, 1, 0, 14),  # "same" 3x3: the valid rows copied as one span
+    ((2, 2, 6, 6), 3, 3, 1, 1, 1, 1, 2, 3),  # a block of rows inside the image
+    ((1, 2, 5, 5), 3, 3, 2, 2, 2, 2, 0, 5),  # dilation 2
+    ((1, 1, 1, 1), 5, 5, 2, 2, 1, 1, 0, 1),  # offsets past both ends of a one-pixel row
+    ((1, 2, 3, 7), 7, 7, 3, 3, 1, 1, 1, 2),  # padding wider than the image is high
+    ((2, 2, 6, 6), 3, 3, 1, 2, 1, 1, 0, 6),  # wider output: the row-by-row loops
+]
+
+
+def _im2col(x, kh, kw, ph, pw, dh, dw, y0, rows, ow):
+    """im2col_2d of all of ``x`` at unit stride into a new flat buffer (NaN where it writes nothing)."""
+    n, c, h, w = x.shape
+    rp = rows * ow
+    cols = np.full(c * kh * kw * n * rp, np.nan, x.dtype)
+    st = tuple(s // x.itemsize for s in x.strides)
+    geom = (kh, kw, 1, 1, ph, pw, dh, dw, y0, rows, ow)
+    _jit_conv.im2col_2d(x.reshape(-1), 0, st, c, h, w, cols, (rp, n * rp), *geom, 0, n * c)
+    return cols
+
+
+@pytest.mark.parametrize("shape, kh, kw, ph, pw, dh, dw, y0, rows", IM2COL)
 def test_im2col_matches_a_padded_copy(shape, kh, kw, ph, pw, dh, dw, y0, rows):
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
-    n, c, h, w = shape
+    n, c = shape[:2]
     want = _im2col_numpy(x, kh, kw, ph, pw, dh, dw, y0, rows)
-    ow = want.shape[-1]
-    rp = rows * ow
-    cols = np.full(c * kh * kw * n * rp, np.nan, np.float32)
-    st = tuple(s // 4 for s in x.strides)
-    _jit_conv.im2col_2d(
-        x.reshape(-1), 0, st, c, h, w, cols, (rp, n * rp), kh, kw, 1, 1, ph, pw, dh, dw, y0, rows, ow, 0, n * c
-    )
-    got = cols.reshape(c * kh * kw, n, rp).transpose(1, 0, 2).reshape(want.shape)
+    cols = _im2col(x, kh, kw, ph, pw, dh, dw, y0, rows, want.shape[-1])
+    got = cols.reshape(c * kh * kw, n, -1).transpose(1, 0, 2).reshape(want.shape)
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("shape, kh, kw, ph, pw, dh, dw, y0, rows", IM2COL)
+def test_col2im_adds_the_columns_inside_the_image_only(shape, kh, kw, ph, pw, dh, dw, y0, rows):
+    # col2im is im2col's adjoint: every column adds where im2col read it from, and the columns im2col
+    # filled with padding add nothing (here NaN, which must not reach the image)
+    n, c, h, w = shape
+    ow = w + 2 * pw - dw * (kw - 1)
+    inside = _im2col(np.ones(shape, np.float32), kh, kw, ph, pw, dh, dw, y0, rows, ow) == 1
+    cols = np.random.default_rng(1).standard_normal(inside.size).astype(np.float32)
+    cols[~inside] = np.nan
+    padded = np.zeros((n, c, h + 2 * ph, w + 2 * pw), np.float32)
+    by_offset = np.where(inside, cols, 0).reshape(c, kh, kw, n, rows, ow)
+    for i in range(kh):
+        for j in range(kw):
+            window = padded[:, :, y0 + i * dh : y0 + i * dh + rows, j * dw : j * dw + ow]
+            window += by_offset[:, i, j].transpose(1, 0, 2, 3)
+    out = np.zeros(shape, np.float32)
+    geom = (kh, kw, 1, 1, ph, pw, dh, dw, y0, rows, ow)
+    _jit_conv.col2im_2d(cols, (rows * ow, n * rows * ow), out, *geom, 0, n * c)
+    np.testing.assert_allclose(out, padded[:, :, ph : ph + h, pw : pw + w], rtol=1e-6, atol=1e-6)
 
 
 BACKWARD = {

@@ -489,19 +489,25 @@ class Tensor:
 
     def tolist(self):
         """The values as (nested) Python lists of Python numbers."""
-        # item(), bool(), int(), float() and index() read through here
+        return self._host_values().tolist()
+
+    def _host_values(self) -> np.ndarray:
+        """The values as a NumPy array on the host (half precision widened to float32), for reading into
+        Python: ``tolist``, ``item``, and through them ``bool()``, ``int()``, ``float()``, ``index()``. A
+        tracer hears of the read (``host_read``). A CPU tensor's own view: no detached tensor is built."""
         for mode in post_modes():
             mode.host_read(self, "tolist")
-        a = self.detach().cpu()._numpy()
+        a = (self if self._device is CPU else self.detach().cpu())._numpy()
         if self._dtype is dt.bfloat16 or self._dtype is dt.float16:
             a = a.astype(np.float32)
-        return a.tolist()
+        return a
 
     def item(self):
         """The value of a one-element tensor as a Python number."""
         if _numel(self._shape) != 1:
             raise RuntimeError(f"a Tensor with {_numel(self._shape)} elements cannot be converted to Scalar")
-        return self.tolist() if not self._shape else self.reshape(()).tolist()
+        a = self._host_values()
+        return (a if not self._shape else a.reshape(())).tolist()
 
     def __len__(self) -> int:
         if not self._shape:
@@ -511,7 +517,7 @@ class Tensor:
     def __iter__(self):
         if not self._shape:
             raise TypeError("iteration over a 0-d tensor")
-        return (self[i] for i in range(self._shape[0]))
+        return iter(self.unbind(0))  # as PyTorch iterates: the slices made at once
 
     def __bool__(self) -> bool:
         n = _numel(self._shape)

@@ -110,6 +110,7 @@ class Tensor:
     _grad: Any
     _grad_dtype: Any
     _hooks: Any
+    def _host_values(self) -> Any: ...
     def _indices(self) -> Tensor: ...
     _inference: Any
     @staticmethod

@@ -21,8 +21,9 @@ from kiln._device import device as Device
 from kiln._dispatch import call_below_autograd, op
 from kiln._ops._meta import astype, broadcast_pair, check_inplace, is_scalar
 from kiln._ops.views import make_view
+from kiln._reference import _quiet_enter, _quiet_exit
 from kiln._spec import Spec
-from kiln._state import post_modes, state
+from kiln._state import away, post_modes, state
 from kiln._tensor import Tensor, _make, _numel, contiguous_strides, from_array, storage_span
 
 TOP_LEVEL = ("copy_",)
@@ -194,7 +195,7 @@ def _copy_meta(self, src, non_blocking=False):
 def _copy_kernel(spec, self, src, non_blocking=False):
     """Reference ``copy_`` kernel: any source device into any destination device."""
     if self._device is CPU and src._device is CPU:
-        np.copyto(self._numpy(), src._numpy(), casting="unsafe")
+        np.copyto(self._numpy(), src._numpy(), casting="unsafe")  # (what _copy_on_host does, warnings on)
     else:
         write_from_host(self, np.broadcast_to(host_array(src), self._shape))
     return self
@@ -233,9 +234,62 @@ def _write(self: Tensor, src: Tensor, non_blocking: bool = False) -> Tensor:
     if state.grad_enabled and (self._requires_grad or src._requires_grad):
         return apply_inplace(self, lambda s: _copy_out_of_place(s, src), needs_self=False)
     _check_inplace_allowed(self)
-    call_below_autograd(_copy_from.op, (self, src, non_blocking))
+    if src._device is CPU and _writes_on_host(self):
+        _copy_on_host(self._numpy(), src._numpy())
+    else:
+        call_below_autograd(_copy_from.op, (self, src, non_blocking))
     self._vc[0] += 1
     return self
+
+
+def _copies_as_numpy(value, dtype: dt.dtype) -> bool:
+    """Whether NumPy's cast of the Python number ``value`` into ``dtype``'s storage is what filling through a
+    0-d tensor of ``dtype`` writes: a float or bool; an int a double holds exactly when ``dtype`` is floating
+    (NumPy rounds a larger one through a double, twice); not a negative int into unsigned storage (NumPy
+    refuses it); never into bfloat16 (its bits are converted by the kernel)."""
+    cls = value.__class__
+    if cls is int:
+        if dtype.is_floating_point:
+            return -_EXACT_INT <= value <= _EXACT_INT and dtype._np is not None
+        return value >= 0 or dtype.is_signed
+    return (cls is float or cls is bool) and dtype._np is not None
+
+
+_EXACT_INT = 2**53
+_core_copy = [None]  # the cpu kernel of ``_copy_from`` last found to be the core's own
+
+
+def _writes_on_host(self: Tensor) -> bool:
+    """Whether ``copy_`` or ``fill_`` may write into ``self`` on the host without the dispatcher: it needs no
+    gradient (autograd records nothing) and :func:`_host_writes`. ``s[i] = 1.0`` spent 13 us in the
+    dispatcher and a 0-d tensor made for the value."""
+    return not self._requires_grad and _host_writes(self)
+
+
+def _host_writes(self: Tensor) -> bool:
+    """Whether a write into ``self`` below autograd may skip the dispatcher and copy on the host
+    (:func:`_copy_on_host`), as the core's own ``_copy_from`` kernel would: ``self`` on the CPU, no dispatch
+    mode on this thread (a tracer sees every write), and no plugin kernel for ``_copy_from`` on ``cpu``."""
+    if away[0] or self._device is not CPU:
+        return False
+    kernel = _copy_from.op.kernels.get("cpu")
+    if kernel is not _core_copy[0]:
+        from kiln._plugins import kernel_owner
+
+        if kernel is None or kernel_owner("_copy_from", "cpu") != "kiln.reference":
+            return False
+        _core_copy[0] = kernel
+    return True
+
+
+def _copy_on_host(dst: np.ndarray, src) -> None:
+    """The core's CPU copy: ``src`` (an array or a Python number) cast into ``dst``, broadcast, silently
+    (NumPy's warnings off, as every reference kernel runs)."""
+    token = _quiet_enter()
+    try:
+        np.copyto(dst, src, casting="unsafe")
+    finally:
+        _quiet_exit(token)
 
 
 def _copy_out_of_place(s: Tensor, src: Tensor) -> Tensor:
@@ -263,6 +317,11 @@ def fill_(self: Tensor, value) -> Tensor:
     from kiln._ops.creation import _check_fits, full
 
     _check_fits(value, self._dtype, _numel(self._shape))  # as filling all of self (one element may round)
+    if _copies_as_numpy(value, self._dtype) and _writes_on_host(self):
+        _check_inplace_allowed(self)
+        _copy_on_host(self._numpy(), value)
+        self._vc[0] += 1
+        return self
     return _write(self, full((), value, dtype=self._dtype, device=self._device))
 
 
@@ -335,7 +394,10 @@ def apply_inplace(self: Tensor, compute, needs_self: bool) -> Tensor:
         out = out.detach()
         out.grad_fn = overwritten(self)
         out._requires_grad = True
-    call_below_autograd(_copy_from.op, (self, out.detach(), False))
+    if out._device is CPU and _host_writes(self):
+        _copy_on_host(self._numpy(), out._numpy())
+    else:
+        call_below_autograd(_copy_from.op, (self, out.detach(), False))
     self._vc[0] += 1
     if recording and out._requires_grad:
         if self._base is not None:

@@ -14,9 +14,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from kiln import _dtype as dt
-from kiln._dispatch import op
+from kiln._dispatch import SparseArgument, op
 from kiln._ops._meta import wrap_dim
 from kiln._ops.views import (
+    _index_view,
+    _runs_view_kernel,
     _shape_arg,
     _varargs_shape,
     _view_kernel,
@@ -272,6 +274,14 @@ def unbind(input: Tensor, dim: int = 0) -> tuple[Tensor, ...]:
     if input.dim() == 0:
         raise IndexError("Dimension specified as 0 but tensor has no dimensions")
     d = wrap_dim(dim, input.dim())
+    if _runs_view_kernel(_index_view, input):  # the views alone, without a dispatch per slice
+        try:
+            shape, stride = input._shape[:d] + input._shape[d + 1 :], input._stride[:d] + input._stride[d + 1 :]
+            step, offset = input._stride[d], input._offset
+        except SparseArgument:  # a sparse tensor: its selects go to the sparse implementation
+            pass
+        else:
+            return tuple(make_view(input, shape, stride, offset + i * step) for i in range(input._shape[d]))
     return tuple(select(input, d, i) for i in range(input._shape[d]))
 
 

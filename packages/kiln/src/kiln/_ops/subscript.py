@@ -19,7 +19,7 @@ import numpy as np
 
 from kiln import _dtype as dt
 from kiln._ops.index import _index
-from kiln._ops.views import _index_view, _normalize_key
+from kiln._ops.views import _normalize_key, basic_index
 from kiln._tensor import Tensor
 
 _BASIC = (int, slice, type(None), type(Ellipsis))
@@ -111,7 +111,7 @@ def _locate(self: Tensor, key) -> tuple[Tensor, list | None]:
         adv[i : i + 1] = [None] * fill
     norm = _normalize_key(tuple(basic), nd)  # validates (too many indices, 0-d, a second "...")
     trivial = len(norm) <= nd and all(isinstance(k, slice) and k == _ALL for k in norm)
-    view = self if trivial else _index_view(self, norm)
+    view = self if trivial else basic_index(self, norm)
     indices = [a for k, a in zip(basic, adv) if not isinstance(k, int) and a is not _COVERED]
     while indices and indices[-1] is None:
         indices.pop()
@@ -121,7 +121,7 @@ def _locate(self: Tensor, key) -> tuple[Tensor, list | None]:
 def getitem(self: Tensor, key):
     """``self[key]``: a view for basic keys, a copy (``IndexBackward0``) when tensors index it."""
     if _is_basic(key):
-        return _index_view(self, _normalize_key(key, len(self._shape)))
+        return basic_index(self, _normalize_key(key, len(self._shape)))
     view, indices = _locate(self, key)
     if indices is None:
         return view
@@ -138,7 +138,7 @@ def setitem(self: Tensor, key, value) -> None:
     if isinstance(value, (list, tuple, np.ndarray)):
         raise TypeError(f"can't assign a {_type_name(value)} to a {_tensor_type_name(self)}")
     if _is_basic(key):
-        view, indices = _index_view(self, _normalize_key(key, len(self._shape))), None
+        view, indices = basic_index(self, _normalize_key(key, len(self._shape))), None
     else:
         view, indices = _locate(self, key)
     if indices is None:

@@ -49,6 +49,7 @@ def make_view(base: Tensor, shape: tuple, stride: tuple, offset: int) -> Tensor:
     v._base = base if base._base is None else base._base
     v._view_vc = base._vc[0]  # the version at which v's history is current (see autograd.graph._edge)
     v._nograd_view = v._base._requires_grad and away[0] != 0 and not state.grad_enabled
+    v._inference = base._inference  # a view of an inference tensor is one, whatever the mode (PyTorch's rule)
     return v
 
 
@@ -194,15 +195,22 @@ def _tensor_view(self, *shape):
 
 
 def _bare_view(public, meta, input: Tensor, size) -> Tensor:
-    """``public(input, size)`` for a view op (``view``, ``expand``); where the dispatcher would only run the
-    op's meta function and its device-generic kernel (:func:`kiln._dispatch.runs_bare`, and no plugin kernel
-    registered for the device type), those two alone: the dispatcher was a third of a small view's time."""
-    if runs_bare(input) and public.op.kernels.get(input._device.type, _view_kernel) is _view_kernel:
+    """``public(input, size)`` for a view op (``view``, ``expand``, basic indexing); where the dispatcher
+    would only run the op's meta function and its device-generic kernel (:func:`_runs_view_kernel`), those
+    two alone: the dispatcher was a third of a small view's time."""
+    if _runs_view_kernel(public, input):
         try:
             return _view_kernel(meta(input, size), input)
         except SparseArgument:  # a sparse tensor: the dispatcher hands it to its sparse implementation
             pass
     return public(input, size)
+
+
+def _runs_view_kernel(public, input: Tensor) -> bool:
+    """Whether the dispatcher would only run the meta function of view op ``public`` and its device-generic
+    kernel on ``input``: :func:`kiln._dispatch.runs_bare`, and no plugin kernel registered for the device
+    type."""
+    return runs_bare(input) and public.op.kernels.get(input._device.type, _view_kernel) is _view_kernel
 
 
 Tensor.view = _tensor_view
@@ -514,6 +522,8 @@ def squeeze(input: Tensor, dim: int | tuple | None = None) -> Tensor:
 
 
 def _normalize_key(key, ndim: int) -> tuple:
+    if (key.__class__ is int or key.__class__ is slice) and ndim:  # x[i], x[a:b]: the common cases
+        return (key,)
     if not isinstance(key, tuple):
         key = (key,)
     out = []
@@ -610,6 +620,11 @@ def _index_backward_kernel(spec, grad, shape, key):
     return out
 
 
+def basic_index(input: Tensor, key: tuple) -> Tensor:
+    """``input[key]`` for a normalised basic key (ints, slices, ``None``: :func:`_normalize_key`), a view."""
+    return _bare_view(_index_view, _index_meta, input, key)
+
+
 def call_view(t: Tensor, key: tuple) -> Tensor:
     """The basic-indexing view without autograd (kernels use it to write into fresh tensors)."""
     return make_view(t, *_geometry(_index_meta(t, key)))
@@ -638,7 +653,7 @@ def select(input: Tensor, dim: int, index: int) -> Tensor:
         raise IndexError(
             f"select(): index {index} out of range for tensor of size {list(input._shape)} at dimension {d}"
         )
-    return _index_view(input, (slice(None),) * d + (int(index),))
+    return basic_index(input, (slice(None),) * d + (int(index),))
 
 
 def narrow(input: Tensor, dim: int, start: int, length: int) -> Tensor:
@@ -655,7 +670,7 @@ def narrow(input: Tensor, dim: int, start: int, length: int) -> Tensor:
         start += size
     if start + length > size:
         raise RuntimeError(f"start ({start}) + length ({length}) exceeds dimension size ({size}).")
-    return _index_view(input, (slice(None),) * d + (slice(start, start + length),))
+    return basic_index(input, (slice(None),) * d + (slice(start, start + length),))
 
 
 Tensor.select = select

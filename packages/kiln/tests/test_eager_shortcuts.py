@@ -107,8 +107,9 @@ def test_item_and_tolist_read_every_dtype(dtype):
 def test_item_of_a_tensor_that_requires_grad_reads_its_value():
     x = kiln.tensor(2.5, requires_grad=True)
     y = x * 2
-    assert x.item() == 2.5 and y.item() == 5.0 and float(y) == 5.0
-    assert y.grad_fn is not None  # reading built nothing into the graph
+    node = y.grad_fn
+    assert x.item() == 2.5 and y.item() == 5.0 and float(y) == 5.0 and y.tolist() == 5.0
+    assert y.grad_fn is node and x.grad_fn is None  # reading changed nothing in the graph
     y.backward()
     assert x.grad.item() == 2.0
 
@@ -143,15 +144,24 @@ def test_writing_a_tensor_casts_and_broadcasts_as_pytorch():
 
 def test_a_write_bumps_the_version_and_invalidates_what_backward_saved():
     for lib in (kiln, torch):
-        y = lib.tensor([1.0, 2.0, 3.0], requires_grad=True)
-        z = y * y  # saves y
+        w = lib.tensor([1.0, 2.0, 3.0], requires_grad=True)
+        y = lib.tensor([4.0, 5.0, 6.0])  # needs no gradient: written without the dispatcher in kiln
+        z = w * y  # saves y
         before = y._version
-        with lib.no_grad():
-            y[0] = 5.0
-            y[1:].fill_(2)
-        assert y._version == before + 2
+        y[0] = 5.0
+        y[1:].fill_(2)
+        y[2:].copy_(lib.tensor([1.0]))
+        assert y._version == before + 3
         with pytest.raises(RuntimeError, match="modified by an inplace operation"):
             z.sum().backward()
+
+
+def test_a_bool_tensor_takes_any_int():
+    for big in (2**63, 2**64 - 1, -(2**63)):
+        for x in (kiln.zeros(2, dtype=kiln.bool), torch.zeros(2, dtype=torch.bool)):
+            x.fill_(big)
+            x[0] = 0
+            assert x.tolist() == [False, True]
 
 
 def test_a_number_written_into_a_tensor_that_requires_grad_cuts_its_gradient():
@@ -185,6 +195,16 @@ def test_the_inplace_errors_still_hold():
             write()
     assert inf[:2].is_inference() and not view_of_normal.is_inference()  # a view is what its base is
     view_of_normal.fill_(1.0)
+    with kiln.inference_mode():
+        detached_in_mode = normal.detach()
+    for alias in (inf.detach(), inf.data, kiln.Tensor._make_subclass(kiln.Tensor, inf)):
+        assert alias.is_inference()  # detach(), .data and nn.Parameter share the base's kind too
+        with pytest.raises(RuntimeError, match="Inplace update to inference tensor outside InferenceMode"):
+            alias.add_(1)
+    assert not detached_in_mode.is_inference()
+    detached_in_mode.add_(1)
+    with pytest.raises(RuntimeError, match="Setting requires_grad=True on inference tensor outside InferenceMode"):
+        inf.detach().requires_grad_()
     leaf = kiln.zeros(3, requires_grad=True)
     with pytest.raises(RuntimeError, match="a leaf Variable that requires grad"):
         leaf[0] = 1.0

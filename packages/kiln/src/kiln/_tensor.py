@@ -303,6 +303,8 @@ class Tensor:
             )
         if requires_grad and not self._dtype.is_floating_point:
             raise RuntimeError("only Tensors of floating point dtype can require gradients")
+        if requires_grad and self._inference and not (away[0] and state.inference):
+            raise RuntimeError("Setting requires_grad=True on inference tensor outside InferenceMode is not allowed.")
         self._requires_grad = bool(requires_grad)
         return self
 
@@ -402,22 +404,6 @@ class Tensor:
     def detach(self) -> Tensor:
         """A new tensor sharing storage with this one, outside the autograd graph."""
         return Tensor._make_subclass(Tensor, self)
-
-    @staticmethod
-    def _make_subclass(cls: type, data: Tensor, require_grad: bool = False) -> Tensor:
-        """A ``cls`` instance sharing ``data``'s storage, geometry and version counter, outside the autograd
-        graph, with ``requires_grad=require_grad`` (PyTorch's ``Tensor._make_subclass``, which
-        ``nn.Parameter`` uses)."""
-        if not isinstance(data, Tensor):
-            raise TypeError(f"_make_subclass(): argument 'data' (position 2) must be Tensor, not {type(data).__name__}")
-        # shares storage and the version counter, but is no autograd view: writes to it are not tracked
-        out = _make(
-            data._storage, data._shape, data._stride, data._offset, data._dtype, data._device, data._vc, cls=cls
-        )
-        out._np = data._np
-        if require_grad:
-            out.requires_grad_(True)
-        return out
 
     def detach_(self) -> Tensor:
         """Detach this tensor from the graph in place, making it a leaf."""

@@ -245,17 +245,19 @@ def _write(self: Tensor, src: Tensor, non_blocking: bool = False) -> Tensor:
 def _copies_as_numpy(value, dtype: dt.dtype) -> bool:
     """Whether NumPy's cast of the Python number ``value`` into ``dtype``'s storage is what filling through a
     0-d tensor of ``dtype`` writes: a float or bool; an int a double holds exactly when ``dtype`` is floating
-    (NumPy rounds a larger one through a double, twice); not a negative int into unsigned storage (NumPy
-    refuses it); never into bfloat16 (its bits are converted by the kernel)."""
+    (NumPy rounds a larger one through a double, twice); an int an int64 holds otherwise, and not a negative
+    one into unsigned storage (NumPy refuses both: ``bool`` takes any int); never into bfloat16 (its bits are
+    converted by the kernel)."""
     cls = value.__class__
     if cls is int:
         if dtype.is_floating_point:
             return -_EXACT_INT <= value <= _EXACT_INT and dtype._np is not None
-        return value >= 0 or dtype.is_signed
+        return (value >= 0 or dtype.is_signed) and value < _INT64_END  # NumPy takes an int64 (bool: any int)
     return (cls is float or cls is bool) and dtype._np is not None
 
 
 _EXACT_INT = 2**53
+_INT64_END = 2**63
 _core_copy = [None]  # the cpu kernel of ``_copy_from`` last found to be the core's own
 
 

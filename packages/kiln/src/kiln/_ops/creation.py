@@ -740,9 +740,14 @@ def _legacy_tensor_new(cls, *args, **kwargs):
 
 
 def make_subclass(cls: type, data: Tensor, requires_grad: bool = False) -> Tensor:
-    """An instance of the Tensor subclass ``cls`` sharing ``data``'s storage (``Tensor._make_subclass``)."""
+    """An instance of the Tensor subclass ``cls`` sharing ``data``'s storage, geometry and version counter,
+    outside the autograd graph (PyTorch's ``Tensor._make_subclass``, behind ``detach()``, ``.data`` and
+    ``nn.Parameter``); an inference tensor's is one, whatever the mode, as a view of it is."""
+    if not isinstance(data, Tensor):
+        raise TypeError(f"_make_subclass(): argument 'data' (position 2) must be Tensor, not {type(data).__name__}")
     t = _make(data._storage, data._shape, data._stride, data._offset, data._dtype, data._device, data._vc, cls=cls)
     t._np = data._np
+    t._inference = data._inference
     if requires_grad:
         t.requires_grad_(True)
     return t

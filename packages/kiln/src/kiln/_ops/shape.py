@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from kiln import _dtype as dt
-from kiln._dispatch import SparseArgument, op
+from kiln._dispatch import op
 from kiln._ops._meta import wrap_dim
 from kiln._ops.views import (
     _index_view,
@@ -274,15 +274,12 @@ def unbind(input: Tensor, dim: int = 0) -> tuple[Tensor, ...]:
     if input.dim() == 0:
         raise IndexError("Dimension specified as 0 but tensor has no dimensions")
     d = wrap_dim(dim, input.dim())
+    n = input._shape[d]
     if _runs_view_kernel(_index_view, input):  # the views alone, without a dispatch per slice
-        try:
-            shape, stride = input._shape[:d] + input._shape[d + 1 :], input._stride[:d] + input._stride[d + 1 :]
-            step, offset = input._stride[d], input._offset
-        except SparseArgument:  # a sparse tensor: its selects go to the sparse implementation
-            pass
-        else:
-            return tuple(make_view(input, shape, stride, offset + i * step) for i in range(input._shape[d]))
-    return tuple(select(input, d, i) for i in range(input._shape[d]))
+        shape, stride = input._shape[:d] + input._shape[d + 1 :], input._stride[:d] + input._stride[d + 1 :]
+        step, offset = input._stride[d], input._offset
+        return tuple(make_view(input, shape, stride, offset + i * step) for i in range(n))
+    return tuple(select(input, d, i) for i in range(n))
 
 
 def unflatten(input: Tensor, dim: int, sizes) -> Tensor:

@@ -27,6 +27,7 @@ _BOTTOM = {
     "kiln._threads",
     "kiln._memory_format",
     "kiln._flags",
+    "kiln._lazy",
 }
 _DISPATCH = {
     "kiln._dispatch",
@@ -83,11 +84,15 @@ def layer(module: str) -> int:
 
 
 def imports(path: Path, *, module_level: bool) -> set[str]:
-    """The core modules ``path`` imports (``from kiln import _dtype`` counts as ``kiln._dtype`` alone)."""
+    """The core modules ``path`` imports (``from kiln import _dtype`` counts as ``kiln._dtype`` alone). A
+    function bound on first call (``kiln._lazy.first_call(globals(), "kiln.x", ...)``) is a call-time import
+    of its module."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     nodes = tree.body if module_level else list(ast.walk(tree))
     out: set[str] = set()
     for node in nodes:
+        if not module_level and _first_call_module(node):
+            out.add(_first_call_module(node))
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and node.module.startswith("kiln"):
             subs = [f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in MODULES]
             out.update(subs)
@@ -96,6 +101,20 @@ def imports(path: Path, *, module_level: bool) -> set[str]:
         elif isinstance(node, ast.Import):
             out.update(a.name for a in node.names if a.name.startswith("kiln"))
     return {m for m in out if m in MODULES}
+
+
+def _first_call_module(node: ast.AST) -> str | None:
+    """The module of a ``first_call(namespace, "module", ...)`` call, else None."""
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "first_call"
+        and len(node.args) >= 2
+        and isinstance(node.args[1], ast.Constant)
+        and isinstance(node.args[1].value, str)
+    ):
+        return node.args[1].value
+    return None
 
 
 def _upward(module_level: bool) -> dict[str, set[str]]:
@@ -140,3 +159,7 @@ def test_the_layer_check_can_fail(tmp_path):
     bad.write_text("from kiln._ops.views import view\n")
     assert layer("kiln._tensor") < layer("kiln._ops.views")
     assert imports(bad, module_level=True) == {"kiln._ops.views"}
+    deferred = tmp_path / "deferred.py"
+    deferred.write_text('from kiln._lazy import first_call\nview = first_call(globals(), "kiln._ops.views", "view")\n')
+    assert imports(deferred, module_level=True) == {"kiln._lazy"}  # bound at call time, not at import
+    assert "kiln._ops.views" in imports(deferred, module_level=False)

@@ -37,6 +37,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kiln._device import out_of_memory
+from kiln._lazy import first_call
 from kiln._modes import DispatchMode, call_with_modes
 from kiln._spec import Spec
 from kiln._state import away, state
@@ -539,12 +540,7 @@ def runs_bare(input: Tensor) -> bool:
     return not (s.pre_autograd_modes or s.post_autograd_modes or (input._requires_grad and s.grad_enabled))
 
 
-def _record(opdef: OpDef, args: tuple, out) -> None:
-    global _record
-    from kiln.autograd.graph import record
-
-    _record = record  # bound on first use: the autograd module imports this one
-    record(opdef, args, out)
+_record = first_call(globals(), "kiln.autograd.graph", "record", "_record")  # the autograd module imports this one
 
 
 def call_kernel(opdef: OpDef, args: tuple, spec=None):

@@ -12,6 +12,7 @@ import numpy as np
 
 from kiln import _dtype as dt
 from kiln._device import CPU, device
+from kiln._lazy import first_call
 from kiln._memory_format import check_memory_format, contiguous_format, preserve_format, strided
 from kiln._state import away, post_modes, state
 
@@ -576,9 +577,7 @@ class Tensor:
     # ------------------------------------------------------------------ device and dtype moves
     def to(self, *args, **kwargs) -> Tensor:
         """Convert dtype and/or move device: ``to(dtype)``, ``to(device)``, ``to(device, dtype)``, ``to(other)``."""
-        from kiln._ops.copy import tensor_to
-
-        return tensor_to(self, *args, **kwargs)
+        return _tensor_to(self, *args, **kwargs)
 
     def cpu(self) -> Tensor:
         """This tensor on the CPU (``self`` when it already is)."""
@@ -689,6 +688,7 @@ class Size(tuple):
 
 
 _new_tensor = object.__new__
+_tensor_to = first_call(globals(), "kiln._ops.copy", "tensor_to", "_tensor_to")
 
 
 def _make(storage, shape, stride, offset, dtype, device, version=None, cls=Tensor) -> Tensor:

@@ -19,12 +19,21 @@ from kiln import _dtype as dt
 from kiln._device import CPU, as_device
 from kiln._device import device as Device
 from kiln._dispatch import call_below_autograd, op
+from kiln._lazy import first_call
 from kiln._ops._meta import astype, broadcast_pair, check_inplace, is_scalar
 from kiln._ops.views import make_view
 from kiln._reference import _quiet_enter, _quiet_exit
 from kiln._spec import Spec
 from kiln._state import away, post_modes, state
 from kiln._tensor import Tensor, _make, _numel, contiguous_strides, from_array, storage_span
+
+# functions of the layers above, bound on first call (kiln._lazy): they import this module
+_check_fits = first_call(globals(), "kiln._ops.creation", "_check_fits")
+full = first_call(globals(), "kiln._ops.creation", "full")
+overwritten = first_call(globals(), "kiln.autograd.graph", "overwritten")
+rebind_saved_result = first_call(globals(), "kiln.autograd.graph", "rebind_saved_result")
+_register_retain_grad = first_call(globals(), "kiln.autograd.graph", "_register_retain_grad")
+rebase_view_history = first_call(globals(), "kiln.autograd.inplace", "rebase_view_history")
 
 TOP_LEVEL = ("copy_",)
 """The names ``kiln`` exports at its top level (as ``torch`` does)."""
@@ -316,8 +325,6 @@ def fill_(self: Tensor, value) -> Tensor:
         return _write(self, value)
     if not is_scalar(value):
         raise TypeError(f"fill_(): argument 'value' must be Number, not {type(value).__name__}")
-    from kiln._ops.creation import _check_fits, full
-
     _check_fits(value, self._dtype, _numel(self._shape))  # as filling all of self (one element may round)
     if _copies_as_numpy(value, self._dtype) and _writes_on_host(self):
         _check_inplace_allowed(self)
@@ -391,8 +398,6 @@ def apply_inplace(self: Tensor, compute, needs_self: bool) -> Tensor:
     check_inplace(self, out._shape, out._dtype)
     if recording and not out._requires_grad and self._requires_grad:
         # overwritten by values that need no gradient: the old history (taken before the write) gets zeros
-        from kiln.autograd.graph import overwritten
-
         out = out.detach()
         out.grad_fn = overwritten(self)
         out._requires_grad = True
@@ -403,15 +408,11 @@ def apply_inplace(self: Tensor, compute, needs_self: bool) -> Tensor:
     self._vc[0] += 1
     if recording and out._requires_grad:
         if self._base is not None:
-            from kiln.autograd.inplace import rebase_view_history
-
             rebase_view_history(self, out)
         else:
             self.grad_fn = out.grad_fn
             self._output_nr = out._output_nr
             self._requires_grad = True
-        from kiln.autograd.graph import _register_retain_grad, rebind_saved_result
-
         rebind_saved_result(out.grad_fn, self)  # a later write to self must invalidate what backward reads
         if self._retains_grad:
             _register_retain_grad(self)  # .grad follows the new value
@@ -442,8 +443,6 @@ def inplace_variant(fn, name: str, doc: str, needs_self: bool):
         check_inplace(self, out._shape, out._dtype)
         node = None
         if not differentiable and self.grad_fn is not None and state.grad_enabled:
-            from kiln.autograd.graph import overwritten
-
             node = overwritten(self)  # its values will no longer depend on the old history
         call_below_autograd(_copy_from.op, (self, out, False))
         self._vc[0] += 1

@@ -13,9 +13,12 @@ import numpy as np
 
 from kiln import _dtype as dt
 from kiln._dispatch import op
+from kiln._lazy import first_call
 from kiln._ops._meta import astype, broadcast_pair, common_device, is_scalar, result_type, scalar_type_name
 from kiln._spec import ComputeSpec, Spec
 from kiln._tensor import Tensor
+
+reciprocal = first_call(globals(), "kiln._ops.unary_math", "reciprocal")  # unary_math imports this module
 
 TOP_LEVEL = (
     "abs",
@@ -359,8 +362,6 @@ def _rdiv(self, other):
     """``other / self``: PyTorch computes it as ``self.reciprocal() * other`` (two roundings), and so does kiln."""
     if isinstance(other, Tensor):
         return div(other, self)
-    from kiln._ops.unary_math import reciprocal
-
     return mul(reciprocal(self), other)
 
 
@@ -623,8 +624,6 @@ def _in_float(input: Tensor) -> tuple[Tensor, dt.dtype]:
 
 def _sigmoid_decomposed(input):
     """``sigmoid`` in kiln ops: ``1 / (1 + exp(-x))``."""
-    from kiln._ops.unary_math import reciprocal
-
     x, d = _in_float(input)
     return reciprocal(exp(-x) + 1.0).to(d)
 

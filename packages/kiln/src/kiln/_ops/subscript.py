@@ -18,8 +18,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from kiln import _dtype as dt
+from kiln._ops.copy import copy_
+from kiln._ops.creation import tensor
 from kiln._ops.index import _index
-from kiln._ops.views import _normalize_key, basic_index
+from kiln._ops.views import _expand_meta, _normalize_key, basic_index
 from kiln._tensor import Tensor
 
 _BASIC = (int, slice, type(None), type(Ellipsis))
@@ -56,8 +58,6 @@ def _as_tuple(key) -> tuple:
 
 def _index_tensor(k, device) -> Tensor:
     """A sequence or array index as a tensor (an empty one is int64, as PyTorch makes it)."""
-    from kiln._ops.creation import tensor
-
     if isinstance(k, (list, tuple, range)) and len(k) == 0:
         return tensor([], dtype=dt.int64, device=device)
     try:
@@ -75,8 +75,6 @@ _COVERED = object()  # a dim a multi-dim mask covers after its first
 def _split(self: Tensor, key) -> tuple[list, list]:
     """(basic key, index per component): the basic key has a whole-dim slice for each dim an index
     tensor covers, and ``None`` for each Python bool (a new dim, indexed by a one-element mask)."""
-    from kiln._ops.creation import tensor
-
     basic, adv = [], []
     for k in _as_tuple(key):
         if isinstance(k, (np.ndarray, list, tuple, range)):
@@ -131,10 +129,6 @@ def getitem(self: Tensor, key):
 def setitem(self: Tensor, key, value) -> None:
     """``self[key] = value``: a copy into the basic view, or ``index_put_`` for tensor indices. A Python
     number is cast to ``self``'s dtype; a tensor value must match it (PyTorch's rule for index writes)."""
-    from kiln._ops.copy import copy_
-    from kiln._ops.creation import tensor
-    from kiln._ops.views import _expand_meta
-
     if isinstance(value, (list, tuple, np.ndarray)):
         raise TypeError(f"can't assign a {_type_name(value)} to a {_tensor_type_name(self)}")
     if _is_basic(key):

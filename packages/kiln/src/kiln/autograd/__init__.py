@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from kiln._lazy import first_call
 from kiln._tensor import Tensor
 from kiln.autograd import functional as functional  # kiln.autograd.functional after `import kiln`, as in torch
 from kiln.autograd.anomaly_mode import (
@@ -63,12 +64,7 @@ def _as_tuple(x) -> tuple:
     return tuple(x)
 
 
-def _ones_like(t: Tensor) -> Tensor:
-    global _ones_like
-    from kiln._ops.creation import ones_like
-
-    _ones_like = ones_like  # bound on first use (kiln._ops imports this package): no import per backward
-    return ones_like(t)
+_ones_like = first_call(globals(), "kiln._ops.creation", "ones_like", "_ones_like")  # kiln._ops imports this package
 
 
 def _make_roots(outputs: tuple, grad_outputs: tuple, create_graph: bool) -> list:

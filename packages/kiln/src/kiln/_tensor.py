@@ -398,9 +398,7 @@ class Tensor:
 
     def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None) -> None:
         """Compute the gradient of this tensor w.r.t. graph leaves (see :func:`kiln.autograd.backward`)."""
-        from kiln.autograd import backward
-
-        backward(self, gradient, retain_graph, create_graph, inputs=inputs)
+        _backward(self, gradient, retain_graph, create_graph, inputs=inputs)
 
     def detach(self) -> Tensor:
         """A new tensor sharing storage with this one, outside the autograd graph."""
@@ -689,6 +687,7 @@ class Size(tuple):
 
 _new_tensor = object.__new__
 _tensor_to = first_call(globals(), "kiln._ops.copy", "tensor_to", "_tensor_to")
+_backward = first_call(globals(), "kiln.autograd", "backward", "_backward")
 
 
 def _make(storage, shape, stride, offset, dtype, device, version=None, cls=Tensor) -> Tensor:

@@ -14,6 +14,7 @@ from kiln._dispatch import check_out_args, op, write_out
 from kiln._ops._meta import reduce_dims, scalar_type_name, wrap_dim
 from kiln._ops.comparison import eq, gt, lt
 from kiln._ops.elementwise import _compute_np, binary_meta, binary_reference, where
+from kiln._ops.views import _varargs_shape
 from kiln._spec import DimSpec, ReductionSpec
 from kiln._tensor import Tensor, _numel
 
@@ -564,8 +565,6 @@ def all(input: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:  # no
 
 def sum_to_size(input: Tensor, *size) -> Tensor:
     """Sum ``input`` down to ``size``, which it must be expandable from (undoes broadcasting)."""
-    from kiln._ops.views import _varargs_shape
-
     shape = _varargs_shape(size)
     if shape == input._shape:
         return input

@@ -22,6 +22,7 @@ import traceback
 import weakref
 from collections.abc import Callable
 
+from kiln._lazy import first_call
 from kiln._state import anomaly, state
 from kiln._tensor import Tensor, _make
 
@@ -413,8 +414,6 @@ class OpNode(Node):
             full = []
             for g, (shape, dtype, dev) in zip(grads, self.output_meta):
                 if g is None:
-                    from kiln._ops.creation import zeros
-
                     g = zeros(shape, dtype=dtype, device=dev)
                 full.append(g)
             result = opdef.backward(tuple(full), **kwargs)
@@ -474,12 +473,15 @@ def _holds_saved(value) -> bool:
     return isinstance(value, SavedTensor)
 
 
+# kiln._ops imports this module
+sum_to_size = first_call(globals(), "kiln._ops.reduction", "sum_to_size")
+zeros = first_call(globals(), "kiln._ops.creation", "zeros")
+
+
 def _fit_to_input(g: Tensor, meta: tuple, node: Node, i: int) -> Tensor:
     """Reduce a broadcast gradient to the input's shape and cast it to the input's dtype."""
     shape, dtype, _device = meta
     if g._shape != shape:
-        from kiln._ops.reduction import sum_to_size
-
         try:
             g = sum_to_size(g, shape)
         except RuntimeError as exc:

@@ -41,14 +41,32 @@ def _valid(off, sw, w, ow):
 
 
 @njit(**_SERIAL)
+def _rows_inside(r0, rows, h):
+    """The rows ``[ya, yb)`` of ``[0, rows)`` whose image row ``r0 + yy`` lies in ``[0, h)``."""
+    ya = min(rows, max(0, -r0))
+    return ya, max(ya, min(rows, h - r0))
+
+
+@njit(**_SERIAL)
+def _zero_edges(crow, ya, yb, w, z0, z1, zero):
+    """crow[yy*w + z] = zero for the rows ``[ya, yb)`` and the columns outside ``[z0, z1)``."""
+    if z0 > 0 or z1 < w:
+        for yy in range(ya, yb):
+            d = yy * w
+            for z in range(z0):
+                crow[_u(d + z)] = zero
+            for z in range(z1, w):
+                crow[_u(d + z)] = zero
+
+
+@njit(**_SERIAL)
 def _shifted_rows(xs, base, h, w, crow, r0, rows, off, z0, z1, zero):
     """crow[yy*w + z] = x[r0 + yy, z + off] for yy < rows, z < w (0 outside the image): the columns of one
     kernel offset when the input's rows lie one after another from ``xs[base]`` and the output is as wide
     as the input at unit stride. The valid rows are copied as one shifted span (a long vector loop, not
     one short loop per row), then the columns that read past a row's ends (``[0, z0)`` and ``[z1, w)``)
     are zeroed. The span starts and ends inside the valid rows, so it reads only the image's elements."""
-    ya = min(rows, max(0, -r0))
-    yb = max(ya, min(rows, h - r0))
+    ya, yb = _rows_inside(r0, rows, h)
     for q in range(ya * w):
         crow[_u(q)] = zero
     for q in range(yb * w, rows * w):
@@ -58,13 +76,7 @@ def _shifted_rows(xs, base, h, w, crow, r0, rows, off, z0, z1, zero):
     delta = base + r0 * w + off  # x's element of crow[k]: delta + k
     for k in range(ya * w + max(0, -off), yb * w - max(0, off)):
         crow[_u(k)] = xs[_u(delta + k)]
-    if z0 > 0 or z1 < w:
-        for yy in range(ya, yb):
-            d = yy * w
-            for z in range(z0):
-                crow[_u(d + z)] = zero
-            for z in range(z1, w):
-                crow[_u(d + z)] = zero
+    _zero_edges(crow, ya, yb, w, z0, z1, zero)
 
 
 @njit(**_SERIAL)
@@ -125,18 +137,10 @@ def _add_shifted_rows(img, h, w, crow, r0, rows, off, z0, z1):
     ``[z0, z1)`` are zeroed in ``crow`` first (scratch columns), so the valid rows add as one shifted span
     in which they add nothing (``img`` starts at +0.0 and never holds -0.0, so ``+ 0.0`` changes no
     element)."""
-    ya = min(rows, max(0, -r0))
-    yb = max(ya, min(rows, h - r0))
+    ya, yb = _rows_inside(r0, rows, h)
     if yb == ya or z0 >= z1:
         return
-    if z0 > 0 or z1 < w:
-        zero = zero_of(crow)
-        for yy in range(ya, yb):
-            d = yy * w
-            for z in range(z0):
-                crow[_u(d + z)] = zero
-            for z in range(z1, w):
-                crow[_u(d + z)] = zero
+    _zero_edges(crow, ya, yb, w, z0, z1, zero_of(crow))
     delta = r0 * w + off  # img's element of crow[k]: delta + k
     for k in range(ya * w + max(0, -off), yb * w - max(0, off)):
         img[_u(delta + k)] += crow[_u(k)]

@@ -204,7 +204,7 @@ def _copy_meta(self, src, non_blocking=False):
 def _copy_kernel(spec, self, src, non_blocking=False):
     """Reference ``copy_`` kernel: any source device into any destination device."""
     if self._device is CPU and src._device is CPU:
-        np.copyto(self._numpy(), src._numpy(), casting="unsafe")  # (what _copy_on_host does, warnings on)
+        _copy_on_host(self._numpy(), src._numpy())
     else:
         write_from_host(self, np.broadcast_to(host_array(src), self._shape))
     return self
@@ -279,8 +279,9 @@ def _writes_on_host(self: Tensor) -> bool:
 
 def _host_writes(self: Tensor) -> bool:
     """Whether a write into ``self`` below autograd may skip the dispatcher and copy on the host
-    (:func:`_copy_on_host`), as the core's own ``_copy_from`` kernel would: ``self`` on the CPU, no dispatch
-    mode on this thread (a tracer sees every write), and no plugin kernel for ``_copy_from`` on ``cpu``."""
+    (:func:`_copy_on_host`), as the core's own ``_copy_from`` kernel does: ``self`` on the CPU, every thread
+    in the default state (so no dispatch mode: a tracer sees every write), and no plugin kernel for
+    ``_copy_from`` on ``cpu``."""
     if away[0] or self._device is not CPU:
         return False
     kernel = _copy_from.op.kernels.get("cpu")
@@ -294,8 +295,9 @@ def _host_writes(self: Tensor) -> bool:
 
 
 def _copy_on_host(dst: np.ndarray, src) -> None:
-    """The core's CPU copy: ``src`` (an array or a Python number) cast into ``dst``, broadcast, silently
-    (NumPy's warnings off, as every reference kernel runs)."""
+    """The core's CPU copy (the ``_copy_from`` kernel's, and the writes that skip the dispatcher): ``src``
+    (an array or a Python number) cast into ``dst``, broadcast, silently (NumPy's warnings off, as every
+    reference kernel runs)."""
     token = _quiet_enter()
     try:
         np.copyto(dst, src, casting="unsafe")

@@ -113,7 +113,7 @@ def test_views_outside_every_mode_skip_the_dispatcher_and_inside_one_do_not(monk
     assert mode.seen == ["view"]
     w = kiln.ones(4, requires_grad=True)
     calls.clear()
-    assert w.view(2, 2).grad_fn.name() == "ViewBackward0" and calls == ["view"]
+    assert w.view(2, 2).grad_fn.name() == "ViewBackward0"  # recorded: the op's public function ran
     with pytest.raises(RuntimeError, match="shape '\\[3, 3\\]' is invalid for input of size 8"):
         x.view(3, 3)  # the op's own errors
     one = kiln.ones(1)
@@ -125,7 +125,7 @@ def test_views_outside_every_mode_skip_the_dispatcher_and_inside_one_do_not(monk
         ne = w.view(1, 4).expand(3, 4)
     assert calls == [] and nv.grad_fn is None and not ne.requires_grad and ne.shape == (3, 4)
     assert nv._nograd_view  # still marked as a no_grad view of a base that requires grad
-    assert w.expand(2, 4).grad_fn.name() == "ExpandBackward0" and calls == ["expand"]
+    assert w.expand(2, 4).grad_fn.name() == "ExpandBackward0"
     with CountingMode() as mode, kiln.no_grad():
         one.expand(5)
         x.view(8)
@@ -316,3 +316,96 @@ def test_mark_written_counts_a_write_made_behind_the_dispatcher():
         y.backward()
     with pytest.raises(TypeError, match="mark_written"):
         kb.mark_written(buf.numpy())
+
+
+def test_the_public_function_runs_calls_path_itself_and_leaves_the_rest_to_call(monkeypatch):
+    """On a thread in the default state an op's public function runs the meta function, the checked kernel
+    and autograd's recording itself; a mode, grad mode off, a kernel's first call and a sparse argument go
+    through ``call``. Both give the same results, errors and autograd history."""
+    from kiln import _dispatch
+
+    through_call = []  # call's path runs call_kernel; the public function's own does not
+    real = _dispatch.call_kernel
+
+    def spy(opdef, args, spec=None):
+        through_call.append(opdef.name)
+        return real(opdef, args, spec)
+
+    x = kiln.tensor([1.0, -2.0, 0.5], dtype=kiln.float64, requires_grad=True)
+    cube_op(x.detach())  # the kernel's first, checked call
+    monkeypatch.setattr(_dispatch, "call_kernel", spy)
+    y = cube_op(x, 2.0)
+    assert through_call == []
+    assert y.grad_fn.name() == "CubeOpBackward0" and y.tolist() == [2.0, -16.0, 0.25]
+    y.sum().backward()
+    assert x.grad.tolist() == [6.0, 24.0, 1.5]
+
+    class Sub(kiln.Tensor):
+        pass
+
+    p = kiln.Tensor._make_subclass(Sub, kiln.ones(2), True)  # a subclass that requires grad is recorded too
+    assert type(p) is Sub and cube_op(p).grad_fn.name() == "CubeOpBackward0"
+    with pytest.raises(TypeError, match="argument 'input' must be Tensor"):
+        cube_op([1.0])
+    with kiln.no_grad():
+        z = cube_op(x)
+    assert z.grad_fn is None and not z.requires_grad
+    with CountingMode() as mode:
+        cube_op(x.detach())
+    assert mode.seen == ["cube_op"]
+    OPS["cube_op"]._checked.clear()  # as when the kernel table changes: the next call is checked again
+    through_call.clear()
+    assert cube_op(x.detach()).tolist() == [1.0, -8.0, 0.125] and through_call == ["cube_op"]
+    through_call.clear()
+    cube_op(x.detach())
+    assert through_call == []  # checked again: the public function's own path from here on
+    s = kiln.tensor([[0.0, 2.0], [3.0, 0.0]]).to_sparse()
+    assert (s * 2).to_dense().tolist() == [[0.0, 4.0], [6.0, 0.0]]  # a sparse argument: call's sparse path
+
+
+def test_a_kernel_the_public_function_calls_raises_memory_errors_as_pytorch_does(monkeypatch):
+    """A kernel's MemoryError is PyTorch's RuntimeError on both paths (the public function's own, and call's)."""
+
+    def failing(spec, a, scale=1.0):
+        raise MemoryError
+
+    x = kiln.ones(3, dtype=kiln.float64)
+    cube_op(x)
+    opdef = OPS["cube_op"]
+    monkeypatch.setitem(opdef._checked.setdefault(kiln.float64, {}), "cpu", failing)
+    with pytest.raises(RuntimeError, match="can't allocate memory"):
+        cube_op(x)
+    with CountingMode(), pytest.raises(RuntimeError, match="can't allocate memory"):
+        monkeypatch.setitem(opdef.kernels, "cpu", failing)
+        opdef._checked.clear()
+        cube_op(x)
+
+
+def test_a_reference_kernel_with_a_fast_path_tests_the_size_itself():
+    """``reference_kernel(name, fast=..., min_numel=...)``: ``fast`` for outputs of at least ``min_numel()``
+    elements (the reference when it returns None), the reference below; ``fast`` alone: tried on every call."""
+    from kiln.backend import reference_kernel
+
+    seen = []
+
+    def fast(spec, a, b, *rest):
+        seen.append(spec.shape)
+        return None if spec.shape == (5,) else kiln.full(spec.shape, 7.0)
+
+    floor = [4]
+    kernel = reference_kernel("add", fast=fast, min_numel=lambda: floor[0])
+    add = kiln.backend.op("add")
+    for n, want in ((3, 2.0), (4, 7.0), (5, 2.0)):
+        a = kiln.ones(n)
+        assert kernel(add.meta(a, a, 1), a, a, 1).tolist() == [want] * n
+    assert seen == [(4,), (5,)]
+    floor[0] = 0  # read on every call
+    e = kiln.ones(0)
+    assert kernel(add.meta(e, e, 1), e, e, 1).shape == (0,) and seen[-1] == (0,)
+    always = reference_kernel("neg", fast=lambda spec, a: None)
+    assert always(kiln.backend.op("neg").meta(kiln.ones(2)), kiln.ones(2)).tolist() == [-1.0, -1.0]
+    with pytest.raises(TypeError, match="give fast too"):
+        reference_kernel("add", min_numel=lambda: 1)
+    view = kiln.backend.op("view")
+    generic = reference_kernel("view", fast=lambda spec, a, shape: None)  # a device-generic op's too
+    assert generic(view.meta(kiln.ones(4), (2, 2)), kiln.ones(4), (2, 2)).shape == (2, 2)

@@ -42,15 +42,16 @@ def loops(module: str):
     return get
 
 
+def min_numel() -> int:
+    """:data:`kiln_cpu.config.min_numel`, read on each call: the ``min_numel`` of the kernels made with
+    ``kiln.backend.reference_kernel(name, fast=..., min_numel=...)``, below which NumPy runs."""
+    return config.min_numel
+
+
 def with_fallback(name: str, body):
     """A kernel for op ``name`` that runs ``body(spec, *args)`` and hands the call to the reference kernel
     when ``body`` returns None (not taken)."""
-    reference = reference_kernel(name)
-
-    def kernel(spec, *args):
-        out = body(spec, *args)
-        return reference(spec, *args) if out is None else out
-
+    kernel = reference_kernel(name, fast=body)
     kernel.__name__ = f"kiln_cpu_{name}"
     kernel.__doc__ = f"Numba kernel for {name} (kiln-cpu)."
     return kernel

@@ -26,6 +26,7 @@ from kiln_cpu._kernel_support import (
     cast_flat,
     half_kind,
     loops,
+    min_numel,
     parallel,
 )
 
@@ -41,7 +42,7 @@ loop 6 us), ``_threshold_backward``'s reference makes three passes (32K float32:
 
 def _multipass_floor() -> int:
     """The elements from which the loops of an op in :data:`_SLOW_REFERENCE` run (empty tensors too, when
-    :data:`kiln_cpu.config.min_numel` is 0); other ops' start at ``min_numel`` (read inline: the hot path)."""
+    :data:`kiln_cpu.config.min_numel` is 0); other ops' start at ``min_numel``."""
     return min(config.min_numel, config.multipass_min_numel)
 
 
@@ -96,30 +97,24 @@ def _run_binary(code: int, a, b, c, shape: tuple, out_np: np.dtype, half: int) -
 
 def _binary_kernel(name: str, served: tuple, pick, *, compare: bool = False):
     """A kernel for binary op ``name``: ``pick(np_dtype, a, b, rest) -> (code, a, b, c)`` chooses the op
-    code and may fold scalars; the reference runs whatever this kernel does not take, and every call below
-    :data:`kiln_cpu.config.min_numel` elements unless ``name`` is in :data:`_SLOW_REFERENCE`."""
-    multipass = name in _SLOW_REFERENCE
-    reference = reference_kernel(name)
+    code and may fold scalars; the reference runs whatever the loops do not take, and every call below
+    :data:`kiln_cpu.config.min_numel` elements unless ``name`` is in :data:`_SLOW_REFERENCE` (the core's
+    reference kernel makes that test: ``reference_kernel(fast=..., min_numel=...)``)."""
 
-    def kernel(*args):
-        # (spec, a, b, *rest) as one tuple: handing it on whole, reference(*args), costs a third of a call
-        # that spreads it again (reference(spec, a, b, *rest)), and most small calls end in the reference
-        spec, a, b = args[0], args[1], args[2]
-        shape = spec.shape
+    def loops(spec, a, b, *rest):
         d = spec.compute_dtype if compare else spec.dtype
-        if d not in served or math.prod(shape) < (_multipass_floor() if multipass else config.min_numel):
-            return reference(*args)
-        rest = args[3:]
+        if d not in served:
+            return None
         half = half_kind(d)
         if half and name in ("add", "sub") and rest and rest[0] != 1:  # alpha: the reference's roundings
-            return reference(spec, a, b, *rest)
+            return None
         np_dtype = _F32 if half else d.numpy
         for x in (a, b):
             if isinstance(x, Tensor) and x._dtype is not d:
-                return reference(spec, a, b, *rest)
+                return None
         picked = pick(np_dtype, a, b, rest)
         if picked is None:
-            return reference(spec, a, b, *rest)
+            return None
         code, x, y, c = picked
         rounded = None if name in ("mul", "div") else d  # PyTorch's mul and div keep a scalar in float32
         if not isinstance(x, Tensor):
@@ -127,14 +122,19 @@ def _binary_kernel(name: str, served: tuple, pick, *, compare: bool = False):
         if not isinstance(y, Tensor):
             y = _scalar(y, np_dtype, rounded)
         out_np = spec.dtype.numpy
-        out = _run_binary(code, x, y, c, shape, np.dtype(np.uint16) if half and not compare else out_np, half)
-        if out is None:
-            return reference(spec, a, b, *rest)
-        return from_array(out.view(out_np), spec.dtype)
+        out = _run_binary(code, x, y, c, spec.shape, np.dtype(np.uint16) if half and not compare else out_np, half)
+        return None if out is None else from_array(out.view(out_np), spec.dtype)
 
+    kernel = reference_kernel(name, fast=loops, min_numel=_floor(name))
     kernel.__name__ = f"kiln_cpu_{name}"
     kernel.__doc__ = f"Numba kernel for {name} (kiln-cpu)."
     return kernel
+
+
+def _floor(name: str):
+    """The size test of an elementwise op's loops: :func:`_multipass_floor` for the ops of
+    :data:`_SLOW_REFERENCE`, :data:`kiln_cpu.config.min_numel` (read on each call) for the others."""
+    return _multipass_floor if name in _SLOW_REFERENCE else min_numel
 
 
 def _zero(np_dtype):
@@ -207,23 +207,15 @@ def _unary_kernel(name: str, served: tuple, op_code: int | None, params: dict | 
     parameters maps each value it takes to its own code (``params``: (value, ...) -> code). Calls below
     :data:`kiln_cpu.config.min_numel` elements run the reference, unless ``name`` is in
     :data:`_SLOW_REFERENCE`."""
-    multipass = name in _SLOW_REFERENCE
-    reference = reference_kernel(name)
 
-    def kernel(spec, a, *rest):
+    def loops(spec, a, *rest):
         d = spec.dtype
         code = op_code if not rest else (params or {}).get(rest)
-        if (
-            d not in served
-            or code is None
-            or math.prod(spec.shape) < (_multipass_floor() if multipass else config.min_numel)
-        ):
-            return reference(spec, a, *rest)
-        if a._dtype is not d:
-            return reference(spec, a, *rest)
-        out = run_unary(code, a, d)
-        return reference(spec, a, *rest) if out is None else out
+        if d not in served or code is None or a._dtype is not d:
+            return None
+        return run_unary(code, a, d)
 
+    kernel = reference_kernel(name, fast=loops, min_numel=_floor(name))
     kernel.__name__ = f"kiln_cpu_{name}"
     kernel.__doc__ = f"Numba kernel for {name} (kiln-cpu)."
     return kernel

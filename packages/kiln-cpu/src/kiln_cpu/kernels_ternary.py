@@ -17,14 +17,12 @@ operands of another dtype than the result (the reference casts them), small outp
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from kiln import Tensor
 from kiln.backend import compute_dtype as _compute_np
 from kiln.backend import from_array, reference_kernel
-from kiln_cpu import _opcodes, config
+from kiln_cpu import _opcodes
 from kiln_cpu._kernel_support import (
     _GRAIN,
     _INTS,
@@ -37,6 +35,7 @@ from kiln_cpu._kernel_support import (
     dense_strides,
     half_kind,
     loops,
+    min_numel,
     numpy_order,
     parallel,
 )
@@ -123,25 +122,24 @@ def _ternary_kernel(name: str, served: tuple, prepare, steps: str | None = None)
     ``d`` computed in NumPy dtype ``compute``; ``steps``: the op whose NumPy calls lay out the result
     (:func:`_layout`; ``name`` by default)."""
     steps = steps or name
-    reference = reference_kernel(name)
 
-    def kernel(spec, *args):
+    def loops(spec, *args):
         d = spec.dtype
-        if d not in served or math.prod(spec.shape) < config.min_numel:
-            return reference(spec, *args)
+        if d not in served:
+            return None
         half = half_kind(d)
         prepared = prepare(d, _compute_np(d), *args)
         if prepared is None:
-            return reference(spec, *args)
+            return None
         code, operands, c = prepared
         out_np = np.dtype(np.uint16) if half else d.numpy
         out = _run_ternary(
             code, operands, c, spec.shape, out_np, half, lambda: _layout(steps, spec.shape, args, bool(half))
         )
-        if out is None:
-            return reference(spec, *args)
-        return from_array(out.view(d.numpy), d)
+        return None if out is None else from_array(out.view(d.numpy), d)
 
+    # below min_numel elements the reference kernel runs NumPy itself, with no call of these loops between
+    kernel = reference_kernel(name, fast=loops, min_numel=min_numel)
     kernel.__name__ = f"kiln_cpu_{name}"
     kernel.__doc__ = f"Numba kernel for {name} (kiln-cpu)."
     return kernel

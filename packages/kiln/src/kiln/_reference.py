@@ -9,6 +9,7 @@ that its storage contract alone can implement (allocation, host copies, random f
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -59,6 +60,7 @@ def _quiet_floating_point():
 
 
 _quiet_enter, _quiet_exit = _quiet_floating_point()
+_prod = math.prod
 
 
 def quiet(fn: Callable) -> Callable:
@@ -76,13 +78,28 @@ def quiet(fn: Callable) -> Callable:
     return quiet_kernel
 
 
-def wrap_reference(opdef) -> Callable:
-    """Turn a NumPy reference function into a kernel: tensors in as arrays, arrays out as tensors."""
+def wrap_reference(opdef, fast: Callable | None = None, min_numel: Callable[[], int] | None = None) -> Callable:
+    """Turn a NumPy reference function into a kernel: tensors in as arrays, arrays out as tensors; with
+    ``fast``, ``fast(spec, *args)`` first (for outputs of at least ``min_numel()`` elements, when given; see
+    :func:`kiln.backend.reference_kernel`)."""
     fn = opdef.reference
+    single = opdef.num_outputs == 1
     if opdef.device_generic:  # a view computes no floating point values: nothing for NumPy to warn of
-        return fn if "view" in opdef.tags else quiet(fn)
+        generic = fn if "view" in opdef.tags else quiet(fn)
+        if fast is None:
+            return generic
+
+        def kernel(spec, *args):
+            if min_numel is None or _prod((spec if single else spec[0])[0]) >= min_numel():
+                r = fast(spec, *args)
+                if r is not None:
+                    return r
+            return generic(spec, *args)
+
+        kernel.__name__ = f"reference_{opdef.name}"
+        return kernel
     positions = opdef.tensor_params
-    if opdef.num_outputs == 1:
+    if single:
         wrap = from_array
     else:
 
@@ -92,6 +109,10 @@ def wrap_reference(opdef) -> Callable:
     if positions == (0, 1):  # binary ops, the hot path: no argument list to build
 
         def kernel(spec, a, b, *rest):
+            if fast is not None and (min_numel is None or _prod((spec if single else spec[0])[0]) >= min_numel()):
+                r = fast(spec, a, b, *rest)
+                if r is not None:
+                    return r
             if isinstance(a, Tensor):
                 a = a._numpy() if a._np is None else a._np  # the cached view, without a call
             if isinstance(b, Tensor):
@@ -112,6 +133,10 @@ def wrap_reference(opdef) -> Callable:
     elif positions == (0,):  # unary ops, reductions: one tensor argument, first
 
         def kernel(spec, a, *rest):
+            if fast is not None and (min_numel is None or _prod((spec if single else spec[0])[0]) >= min_numel()):
+                r = fast(spec, a, *rest)
+                if r is not None:
+                    return r
             if isinstance(a, Tensor):
                 a = a._numpy() if a._np is None else a._np
             else:
@@ -126,6 +151,10 @@ def wrap_reference(opdef) -> Callable:
     else:
 
         def kernel(spec, *args):
+            if fast is not None and (min_numel is None or _prod((spec if single else spec[0])[0]) >= min_numel()):
+                r = fast(spec, *args)
+                if r is not None:
+                    return r
             if positions:
                 args = list(args)
                 for i in positions:

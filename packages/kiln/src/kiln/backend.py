@@ -167,15 +167,25 @@ def ops(tag: str | None = None) -> dict[str, OpDef]:
     return {name: o for name, o in OPS.items() if tag in o.tags}
 
 
-def reference_kernel(name: str | OpDef) -> Callable:
+def reference_kernel(
+    name: str | OpDef, *, fast: Callable | None = None, min_numel: Callable[[], int] | None = None
+) -> Callable:
     """kiln's NumPy kernel for an op on device ``"cpu"``, with the kernel calling convention
-    (``kernel(spec, *args)``, CPU tensors in, a CPU tensor out)."""
+    (``kernel(spec, *args)``, CPU tensors in, a CPU tensor out).
+
+    With ``fast``: a kernel that calls ``fast(spec, *args)`` first and runs the reference when it returns
+    None (a plugin's kernel for the cases it takes). With ``min_numel`` too, ``fast`` is called only when the
+    (first) output has at least ``min_numel()`` elements: a plugin whose loops pay off only on large inputs
+    registers that (kiln-cpu's elementwise kernels), and a small call goes to NumPy with no call of the
+    plugin's in between, which would cost a tenth of a small op's time."""
     from kiln._reference import wrap_reference
 
     opdef = name if isinstance(name, OpDef) else op(name)
     if opdef.reference is None:
         raise ValueError(f"op {opdef.name!r} has no reference kernel")
-    return wrap_reference(opdef)
+    if min_numel is not None and fast is None:
+        raise TypeError("reference_kernel: min_numel is the size from which fast runs; give fast too")
+    return wrap_reference(opdef, fast, min_numel)
 
 
 def decomposition(name: str | OpDef) -> Callable | None:

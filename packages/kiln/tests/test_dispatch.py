@@ -319,9 +319,10 @@ def test_mark_written_counts_a_write_made_behind_the_dispatcher():
 
 
 def test_the_public_function_runs_calls_path_itself_and_leaves_the_rest_to_call(monkeypatch):
-    """On a thread in the default state an op's public function runs the meta function, the checked kernel
-    and autograd's recording itself; a mode, grad mode off, a kernel's first call and a sparse argument go
-    through ``call``. Both give the same results, errors and autograd history."""
+    """On a thread with no dispatch mode an op's public function runs the meta function, the checked kernel
+    and autograd's recording itself (in grad mode, ``no_grad`` and ``inference_mode``); a mode, a kernel's
+    first call and a sparse argument go through ``call``. Both give the same results, errors and autograd
+    history."""
     from kiln import _dispatch
 
     through_call = []  # call's path runs call_kernel; the public function's own does not
@@ -347,9 +348,14 @@ def test_the_public_function_runs_calls_path_itself_and_leaves_the_rest_to_call(
     assert type(p) is Sub and cube_op(p).grad_fn.name() == "CubeOpBackward0"
     with pytest.raises(TypeError, match="argument 'input' must be Tensor"):
         cube_op([1.0])
+    through_call.clear()  # (the backward's ops and the float32 call above were first calls)
     with kiln.no_grad():
         z = cube_op(x)
-    assert z.grad_fn is None and not z.requires_grad
+    with kiln.inference_mode():
+        i = cube_op(x)
+    assert z.grad_fn is None and not z.requires_grad and not z.is_inference()
+    assert i.grad_fn is None and not i.requires_grad and i.is_inference()
+    assert through_call == []  # grad mode off: the public function's own path too, recording nothing
     with CountingMode() as mode:
         cube_op(x.detach())
     assert mode.seen == ["cube_op"]

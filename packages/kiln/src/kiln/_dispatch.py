@@ -234,9 +234,9 @@ def _make_public(opdef: OpDef, doc_fn: Callable) -> Callable:
     """Generate the public function with the op's exact signature and :func:`call`'s path written into it.
 
     Argument binding by Python itself is far cheaper than ``inspect.Signature.bind`` on every call. On a
-    thread in the default state (no dispatch mode, grad mode on, no inference mode) the function runs the
-    meta function, the cached kernel and autograd's test itself (:func:`_lane`), a third of a small op's
-    time less than through :func:`call`, which serves every other call. The code is compiled once per
+    thread with no dispatch mode (in grad mode, ``no_grad`` or ``inference_mode``) the function runs the
+    meta function, the cached kernel and autograd's test itself (:func:`_lane`), a small op's time a tenth
+    less than through :func:`call`, which serves every other call. The code is compiled once per
     parameter layout and shared by every op with that layout (compiling per op would dominate
     ``import kiln``); each op gets its own globals, defaults and names.
     """
@@ -276,6 +276,7 @@ def _make_public(opdef: OpDef, doc_fn: Callable) -> Callable:
         "_op": opdef,
         "_meta": opdef.meta,
         "_away": away,
+        "_state": state,
         "_Sparse": SparseArgument,
         "_oom": out_of_memory,
         "_T": Tensor,
@@ -317,13 +318,15 @@ def _grad_tests(opdef: OpDef, params: list) -> tuple:
 
 
 def _lane(spread: str, args: str, num_outputs: int, grads: tuple) -> str:
-    """The body of a public op function for a thread in the default state: :func:`call`'s path (meta
-    function, the kernel ``call_kernel`` would find in the op's cache, autograd's test), written out so that
-    no call of ``call`` or ``call_kernel`` sits between the user and the kernel. Anything else (a dispatch
-    mode, a sparse argument, a kernel not yet checked) leaves for :func:`call`, below it."""
+    """The body of a public op function for a thread with no dispatch mode: :func:`call`'s path (meta
+    function, the kernel ``call_kernel`` would find in the op's cache, autograd's test and record), written
+    out so that no call of ``call`` or ``call_kernel`` sits between the user and the kernel. The thread-local
+    state is read only when some thread is away from the defaults (``away[0]``), as ``call`` reads it. Anything
+    else (a dispatch mode, a sparse argument, a kernel not yet checked) leaves for ``call``, below it."""
     first = "spec" if num_outputs == 1 else "spec[0]"
     lines = [
-        "    if not _away[0]:",
+        "    moded = _away[0]",
+        "    if not moded or not (_state.pre_autograd_modes or _state.post_autograd_modes):",
         "        try:",
         f"            spec = _meta({spread})",
         "        except _Sparse:",
@@ -338,7 +341,11 @@ def _lane(spread: str, args: str, num_outputs: int, grads: tuple) -> str:
     ]
     tests = [f"(isinstance({n}, _T) and {n}._requires_grad)" if kind == "tensor" else f"_rg({n})" for kind, n in grads]
     if tests:
-        lines += [f"            if {' or '.join(tests)}:", f"                _record(_op, {args}, result)"]
+        test = " or ".join(tests)
+        lines += [
+            f"            if ({test}) and (not moded or _state.grad_enabled):",
+            f"                _record(_op, {args}, result)",
+        ]
     lines.append("            return result")
     return "\n".join(lines)
 

@@ -263,3 +263,58 @@ def test_the_program_frees_each_value_after_its_last_use():
     assert peak < 6 * size, peak / size  # 13 intermediates of this size: only a few at a time
     want = f(x, w)
     assert all(kiln.allclose(g, e, atol=1e-6) for g, e in zip(got, want)) and got[2] is w
+
+
+def test_a_copy_the_trace_made_only_because_it_held_the_tensor_goes():
+    """Eager autograd hands a weight gradient to ``.grad`` without a copy when nothing else holds it; the
+    tracer holds every tensor, so the trace has the copy. The passes drop it (``.grad`` is then the product
+    itself, not a view of it), and keep every copy whose source is read, written, returned or an input."""
+    import kiln.nn as nn
+    from kiln.compile._passes import optimize
+    from kiln.compile._runtime import trace_call
+
+    def make():
+        kiln.manual_seed(0)
+        model = nn.Sequential(nn.Linear(12, 8), nn.ReLU(), nn.Linear(8, 3))
+        return model, kiln.optim.SGD(model.parameters(), lr=0.1)
+
+    x, y = kiln.randn(16, 12), kiln.randint(0, 3, (16,))
+
+    def stepper(model, opt):
+        def step(x, y):
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            return loss.detach()
+
+        return step
+
+    model, opt = make()
+    entry, _ = trace_call(stepper(model, opt), (x, y), {}, fullgraph=False)
+    copies = lambda g: [n for n in g.nodes if n.kind == "op" and n.op.name == "clone"]  # noqa: E731
+    traced, optimized = copies(entry.graphs[0]), copies(optimize(entry.graphs[0]))
+    assert len(traced) == 4 and len(optimized) == 2  # the weights' gradients; the biases' arrive as views
+    model, opt = make()
+    eager_model, eager_opt = make()
+    compiled, eager = kiln.compile(stepper(model, opt)), stepper(eager_model, eager_opt)
+    for _ in range(3):
+        assert kiln.allclose(compiled(x, y), eager(x, y), rtol=1e-5, atol=1e-6)
+    for p, q in zip(model.parameters(), eager_model.parameters()):
+        assert kiln.allclose(p, q, rtol=1e-5, atol=1e-6) and kiln.allclose(p.grad, q.grad, rtol=1e-5, atol=1e-6)
+    assert model[0].weight.grad._base is None
+
+    def kept(x):
+        a = x * 2
+        b = a.clone()  # a is written after: the copy stays
+        a.add_(1)
+        c = x * 3
+        return b, a, c, c.clone(), x.clone()  # c is returned: its copy stays; x is an input: so does its
+
+    graph = optimize(trace_call(kept, (kiln.ones(3),), {}, fullgraph=False)[0].graphs[0])
+    assert len(copies(graph)) == 3
+    ck, xin = kiln.compile(kept), kiln.ones(3)
+    for _ in range(2):
+        b, a, c, c2, x2 = ck(xin)
+        assert b.tolist() == [2.0] * 3 and a.tolist() == [3.0] * 3 and c2.tolist() == [3.0] * 3
+        assert c2.data_ptr() != c.data_ptr() and x2.data_ptr() != xin.data_ptr()

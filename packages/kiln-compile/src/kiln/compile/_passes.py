@@ -14,14 +14,23 @@ import kiln
 from kiln.backend import OpDef, call_kernel, decomposition
 from kiln.compile._graph import Graph, Node, Value, map_values
 
-__all__ = ["common_subexpressions", "dead_code", "decompose", "fold_constants", "fold_writes", "optimize"]
+__all__ = [
+    "common_subexpressions",
+    "dead_code",
+    "decompose",
+    "drop_last_copies",
+    "fold_constants",
+    "fold_writes",
+    "optimize",
+]
 
 _KEEP_TAGS = frozenset({"inplace", "random", "nondeterministic", "dynamic_shape"})
 
 
 def optimize(graph: Graph) -> Graph:
-    """The default pipeline: fold writes and constants, merge repeated computations, drop what nothing uses."""
-    return dead_code(common_subexpressions(fold_constants(fold_writes(graph))))
+    """The default pipeline: fold writes and constants, merge repeated computations, drop copies of values
+    nothing else reads, drop what nothing uses."""
+    return dead_code(drop_last_copies(common_subexpressions(fold_constants(fold_writes(graph)))))
 
 
 def _written_classes(graph: Graph) -> set[int]:
@@ -183,6 +192,61 @@ def fold_writes(graph: Graph) -> Graph:
         return graph
     outputs = [rename.get(v.index, v) for v in graph.outputs]
     return graph.replace(nodes=out, outputs=outputs)
+
+
+def drop_last_copies(graph: Graph) -> Graph:
+    """A ``clone`` of a buffer the graph made, which nothing reads or writes after the copy, becomes the
+    buffer itself: the copy was only needed because something else still held the buffer.
+
+    Eager autograd hands a gradient to a leaf's ``.grad`` without copying it when nothing else holds it, and
+    copies it otherwise; while tracing, the tracer holds every tensor, so the trace records the copy (a whole
+    weight gradient on every compiled step). The copy goes when its source has the layout of the tensor that
+    made the buffer (shape, strides, dtype, device: the same elements, so the copy would be that tensor; a
+    weight gradient arrives as ``t(transpose(m))`` of its product ``m``), and no view of that buffer is read,
+    written, returned or set as ``.grad`` or ``.data`` after the copy. The copy's readers then read the
+    maker's tensor."""
+    classes = _view_classes(graph)
+    made = {v.index: n for n in graph.nodes for v in n.outputs if n.kind == "op" and "view" not in n.op.tags}
+    members: dict[int, list[Value]] = {}
+    for n in graph.nodes:
+        for v in n.outputs:
+            members.setdefault(classes.get(v.index, v.index), []).append(v)
+    inputs = {v.index for v in graph.inputs}
+    last_use: dict[int, int] = {}  # buffer class -> the last node position that reads, writes or keeps it
+    for pos, n in enumerate(graph.nodes):
+        for v in (*n.values_read(), *n.outputs):
+            last_use[classes.get(v.index, v.index)] = pos
+    end = len(graph.nodes)
+    for v in graph.outputs:
+        last_use[classes.get(v.index, v.index)] = end
+    rename: dict[int, Value] = {}
+    nodes = []
+    for pos, node in enumerate(graph.nodes):
+        node = _renamed(node, rename)
+        if node.kind == "op" and node.op.name == "clone":
+            src, (out,) = node.args[0], node.outputs
+            buffer = classes.get(src.index, src.index) if isinstance(src, Value) else None
+            group = members.get(buffer, [])
+            owners = [v for v in group if v.index in made]  # the buffer's maker: the one non-view output
+            if (
+                buffer is not None
+                and src.source == "node"
+                and last_use.get(buffer) == pos  # (the clone's own read)
+                and not any(v.index in inputs or v.index in graph.constants for v in group)
+                and len(owners) == 1
+                and _layout(owners[0]) == _layout(src) == _layout(out)
+            ):
+                rename[out.index] = owners[0]  # (the maker's own tensor: a view of it would be seen as one)
+                continue
+        nodes.append(node)
+    if not rename:
+        return graph
+    outputs = [rename.get(v.index, v) for v in graph.outputs]
+    return graph.replace(nodes=nodes, outputs=outputs)
+
+
+def _layout(v: Value) -> tuple:
+    return (v.shape, v.stride, v.dtype, v.device)
 
 
 def _pure(node: Node) -> bool:

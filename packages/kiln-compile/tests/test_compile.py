@@ -313,6 +313,19 @@ def test_a_copy_the_trace_made_only_because_it_held_the_tensor_goes():
 
     graph = optimize(trace_call(kept, (kiln.ones(3),), {}, fullgraph=False)[0].graphs[0])
     assert len(copies(graph)) == 3
+
+    def chained(x):
+        m = x * 2
+        c1 = m.clone()  # m is read after: stays
+        c2 = c1.view(3).detach().clone()  # goes: reads c1, whose copy of m stays
+        return c2, m.sum(), (x * 3).clone().detach().clone()  # both go: the result is the product
+
+    graph = optimize(trace_call(chained, (kiln.ones(3),), {}, fullgraph=False)[0].graphs[0])
+    assert len(copies(graph)) == 1
+    cc = kiln.compile(chained)
+    for _ in range(3):
+        c2, s, c3 = cc(kiln.ones(3))
+        assert c2.tolist() == [2.0] * 3 and s.item() == 6.0 and c3.tolist() == [3.0] * 3 and c3._base is None
     ck, xin = kiln.compile(kept), kiln.ones(3)
     for _ in range(2):
         b, a, c, c2, x2 = ck(xin)

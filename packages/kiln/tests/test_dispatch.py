@@ -415,3 +415,24 @@ def test_a_reference_kernel_with_a_fast_path_tests_the_size_itself():
     view = kiln.backend.op("view")
     generic = reference_kernel("view", fast=lambda spec, a, shape: None)  # a device-generic op's too
     assert generic(view.meta(kiln.ones(4), (2, 2)), kiln.ones(4), (2, 2)).shape == (2, 2)
+
+
+def test_the_public_function_reads_the_op_record_on_each_call(monkeypatch):
+    """A meta function put in the record after the op was defined is the one that runs (as ``call`` reads
+    it), and an op parameter may not take the generated function's own names."""
+    x = kiln.ones(2, dtype=kiln.float64)
+    cube_op(x)
+
+    def refusing(input, scale=1.0):
+        raise TypeError("refused by the new meta")
+
+    monkeypatch.setattr(OPS["cube_op"], "meta", refusing)
+    with pytest.raises(TypeError, match="refused by the new meta"):
+        cube_op(x)
+    with pytest.raises(ValueError, match="taken by the generated public function"):
+
+        @op(meta=_cube_meta, reference=lambda spec, a, _lane_k=1.0: a, tags=("pointwise",))
+        def clashing_op(input: kiln.Tensor, _lane_k: float = 1.0) -> kiln.Tensor:
+            """An op whose parameter name the public function uses."""
+
+    assert "clashing_op" not in OPS

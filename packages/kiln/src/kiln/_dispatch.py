@@ -32,6 +32,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import sys
 import types
 from collections.abc import Callable
 from typing import Any
@@ -274,7 +275,7 @@ def _make_public(opdef: OpDef, doc_fn: Callable) -> Callable:
         "_call": call,
         "_call_out": call_out,
         "_op": opdef,
-        "_meta": opdef.meta,
+        "_dispatch": sys.modules[__name__],  # call_kernel read from it: replaceable, as call's is
         "_away": away,
         "_state": state,
         "_Sparse": SparseArgument,
@@ -321,32 +322,35 @@ def _lane(spread: str, args: str, num_outputs: int, grads: tuple) -> str:
     """The body of a public op function for a thread with no dispatch mode: :func:`call`'s path (meta
     function, the kernel ``call_kernel`` would find in the op's cache, autograd's test and record), written
     out so that no call of ``call`` or ``call_kernel`` sits between the user and the kernel. The thread-local
-    state is read only when some thread is away from the defaults (``away[0]``), as ``call`` reads it. Anything
-    else (a dispatch mode, a sparse argument, a kernel not yet checked) leaves for ``call``, below it."""
-    first = "spec" if num_outputs == 1 else "spec[0]"
+    state is read only when some thread is away from the defaults (``away[0]``), as ``call`` reads it. A
+    kernel not yet checked runs through ``call_kernel``; a dispatch mode or a sparse argument leaves for
+    ``call``, below it. Its local names start with ``_lane``, which no op parameter may (``_make_public``)."""
+    first = "_lane_spec" if num_outputs == 1 else "_lane_spec[0]"
     lines = [
-        "    moded = _away[0]",
-        "    if not moded or not (_state.pre_autograd_modes or _state.post_autograd_modes):",
+        "    _lane_moded = _away[0]",
+        "    if not _lane_moded or not (_state.pre_autograd_modes or _state.post_autograd_modes):",
         "        try:",
-        f"            spec = _meta({spread})",
+        f"            _lane_spec = _op.meta({spread})",
         "        except _Sparse:",
         f"            return _call(_op, {args})",
-        f"        by = _op._checked.get({first}[1])",
-        f"        k = None if by is None else by.get({first}[2].type)",
-        "        if k is not None:",
+        f"        _lane_by = _op._checked.get({first}[1])",
+        f"        _lane_k = None if _lane_by is None else _lane_by.get({first}[2].type)",
+        "        if _lane_k is None:  # its first call: checked",
+        f"            _lane_result = _dispatch.call_kernel(_op, {args}, _lane_spec)",
+        "        else:",
         "            try:",
-        f"                result = k(spec, {spread})",
-        "            except MemoryError as exc:",
-        "                raise _oom(exc) from None",
+        f"                _lane_result = _lane_k(_lane_spec, {spread})",
+        "            except MemoryError as _lane_exc:",
+        "                raise _oom(_lane_exc) from None",
     ]
     tests = [f"(isinstance({n}, _T) and {n}._requires_grad)" if kind == "tensor" else f"_rg({n})" for kind, n in grads]
     if tests:
         test = " or ".join(tests)
         lines += [
-            f"            if ({test}) and (not moded or _state.grad_enabled):",
-            f"                _record(_op, {args}, result)",
+            f"        if ({test}) and (not _lane_moded or _state.grad_enabled):",
+            f"            _record(_op, {args}, _lane_result)",
         ]
-    lines.append("            return result")
+    lines.append("        return _lane_result")
     return "\n".join(lines)
 
 
@@ -512,6 +516,9 @@ def op(
         if op_name in OPS:
             raise ValueError(f"op {op_name!r} is already defined")
         sig = inspect.signature(doc_fn)
+        clash = [name for name in sig.parameters if name.startswith("_lane")]
+        if clash:  # the public function's own locals (_lane)
+            raise ValueError(f"op {op_name!r}: parameter names {clash} are taken by the generated public function")
         if doc is not None:
             doc_fn.__doc__ = doc
         if not doc_fn.__doc__:

@@ -219,24 +219,36 @@ def drop_last_copies(graph: Graph) -> Graph:
     end = len(graph.nodes)
     for v in graph.outputs:
         last_use[classes.get(v.index, v.index)] = end
+    joined: dict[int, int] = {}  # a dropped copy's buffer class -> the class of the buffer it now is
+
+    def buffer_of(v: Value) -> int:
+        c = classes.get(v.index, v.index)
+        while c in joined:
+            c = joined[c]
+        return c
+
     rename: dict[int, Value] = {}
     nodes = []
     for pos, node in enumerate(graph.nodes):
         node = _renamed(node, rename)
-        if node.kind == "op" and node.op.name == "clone":
+        if node.kind == "op" and node.op.name == "clone" and isinstance(node.args[0], Value):
             src, (out,) = node.args[0], node.outputs
-            buffer = classes.get(src.index, src.index) if isinstance(src, Value) else None
+            buffer = buffer_of(src)
             group = members.get(buffer, [])
-            owners = [v for v in group if v.index in made]  # the buffer's maker: the one non-view output
+            # the buffer's maker: its one non-view output (a dropped copy's output is that maker now)
+            owners = [v for v in group if v.index in made and v.index not in rename]
             if (
-                buffer is not None
-                and src.source == "node"
+                src.source == "node"
                 and last_use.get(buffer) == pos  # (the clone's own read)
                 and not any(v.index in inputs or v.index in graph.constants for v in group)
                 and len(owners) == 1
                 and _layout(owners[0]) == _layout(src) == _layout(out)
             ):
                 rename[out.index] = owners[0]  # (the maker's own tensor: a view of it would be seen as one)
+                mine = classes.get(out.index, out.index)  # the copy's buffer, and its views, are the maker's now
+                joined[mine] = buffer
+                members[buffer] = group + members.pop(mine, [])
+                last_use[buffer] = max(pos, last_use.pop(mine, pos))
                 continue
         nodes.append(node)
     if not rename:

@@ -292,7 +292,7 @@ def test_a_copy_the_trace_made_only_because_it_held_the_tensor_goes():
 
     model, opt = make()
     entry, _ = trace_call(stepper(model, opt), (x, y), {}, fullgraph=False)
-    copies = lambda g: [n for n in g.nodes if n.kind == "op" and n.op.name == "clone"]  # noqa: E731
+    copies = lambda g: [n for n in g.nodes if n.kind == "op" and n.op.name == "clone"]
     traced, optimized = copies(entry.graphs[0]), copies(optimize(entry.graphs[0]))
     assert len(traced) == 4 and len(optimized) == 2  # the weights' gradients; the biases' arrive as views
     model, opt = make()

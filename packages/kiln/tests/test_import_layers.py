@@ -34,6 +34,7 @@ _DISPATCH = {
     "kiln._modes",
     "kiln._plugins",
     "kiln._reference",
+    "kiln._public",
     "kiln._device_module",
     "kiln.hookspecs",
 }
@@ -43,6 +44,7 @@ DEFERRED_UPWARD = {
     "kiln._threads": "set_num_threads reaches the backends' thread controls through the plugin manager",
     "kiln._tensor": "Tensor's methods (printing, backward, device moves, NumPy interop) are ops and autograd",
     "kiln._dispatch": "the dispatcher records autograd nodes; the autograd graph imports OpDef from it",
+    "kiln._public": "an op's public function records autograd nodes, as the dispatcher does",
     "kiln._plugins": "the built-in reference plugin defines every op; the CPU fallback copies through ops",
     "kiln._reference": "registering the reference kernels imports the ops that define them",
     "kiln._device_module": "kiln.<device>.manual_seed seeds that device's generator in kiln.random",

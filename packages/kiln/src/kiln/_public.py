@@ -1,0 +1,146 @@
+"""The public function of each op, generated from its signature with the dispatcher's path written in.
+
+:func:`make_public` is what ``kiln._dispatch.op`` calls for every op it defines: the function has the op's
+exact signature (Python binds the arguments) and, on a thread with no dispatch mode, runs the op's meta
+function, its checked kernel and autograd's record itself, leaving everything else to
+``kiln._dispatch.call`` (architecture page, "Ops and the dispatcher").
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+from collections.abc import Callable
+from typing import Any
+
+from kiln._device import out_of_memory
+from kiln._lazy import first_call
+from kiln._state import away, state
+from kiln._tensor import Tensor
+
+__all__ = ["LANE_PREFIX", "make_public"]
+
+LANE_PREFIX = "_lane"
+"""The generated function's local names start with it; an op parameter may not (``kiln._dispatch.op``)."""
+
+_CODE_BY_LAYOUT: dict[tuple, types.CodeType] = {}
+
+
+def make_public(opdef, doc_fn: Callable, takes_out: bool, calls: dict[str, Any]) -> Callable:
+    """Generate the public function of ``opdef`` with the op's exact signature and the dispatcher's path
+    written into it (``takes_out``: it takes ``out=``; ``calls``: the dispatcher's ``_call``, ``_call_out``,
+    ``_Sparse``, ``_rg`` and the ``_dispatch`` module, which the generated code calls).
+
+    Argument binding by Python itself is far cheaper than ``inspect.Signature.bind`` on every call. On a
+    thread with no dispatch mode (in grad mode, ``no_grad`` or ``inference_mode``) the function runs the
+    meta function, the cached kernel and autograd's test itself (:func:`_lane`), a small op's time a tenth
+    less than through ``kiln._dispatch.call``, which serves every other call. The code is compiled once
+    per parameter layout and shared by every op with that layout (compiling per op would dominate
+    ``import kiln``); each op gets its own globals, defaults and names.
+    """
+    params = list(opdef.signature.parameters.values())
+    grads = _grad_tests(opdef, params)
+    key = (tuple((p.name, p.kind, p.default is not p.empty) for p in params), takes_out, opdef.num_outputs, grads)
+    code = _CODE_BY_LAYOUT.get(key)
+    if code is None:
+        texts = []
+        seen_kwonly = False
+        for p in params:
+            if p.kind is p.KEYWORD_ONLY and not seen_kwonly:
+                texts.append("*")
+                seen_kwonly = True
+            texts.append(p.name + ("=None" if p.default is not p.empty else ""))  # real defaults set below
+        names = [p.name for p in params]
+        args = f"({', '.join(names)}{',' if len(names) == 1 else ''})"
+        lane = _lane(", ".join(names), args, opdef.num_outputs, grads)
+        if takes_out:
+            texts += ([] if seen_kwonly else ["*"]) + ["out=None"]
+            lane = "\n".join("    " + line for line in lane.splitlines())
+            body = f"    if out is None:\n{lane}\n        return _call(_op, {args})\n    return _call_out(_op, {args}, out)\n"
+        else:
+            body = f"{lane}\n    return _call(_op, {args})\n"
+        src = f"def op({', '.join(texts)}):\n{body}"
+        namespace: dict[str, Any] = {}
+        exec(compile(src, "<kiln op>", "exec"), namespace)  # noqa: S102 - generated from a signature
+        code = _CODE_BY_LAYOUT[key] = namespace["op"].__code__
+    positional_defaults = tuple(p.default for p in params if p.default is not p.empty and p.kind is not p.KEYWORD_ONLY)
+    keyword_defaults = {p.name: p.default for p in params if p.default is not p.empty and p.kind is p.KEYWORD_ONLY}
+    if takes_out:
+        keyword_defaults["out"] = None
+    namespace = {
+        **calls,  # _dispatch: call_kernel is read from the module, replaceable as call's is
+        "_op": opdef,
+        "_away": away,
+        "_state": state,
+        "_oom": out_of_memory,
+        "_T": Tensor,
+        "__builtins__": __builtins__,
+    }
+    namespace["_record"] = first_call(namespace, "kiln.autograd.graph", "record", "_record")
+    fn = types.FunctionType(
+        code.replace(co_name=opdef.name, co_qualname=opdef.name, co_filename=f"<kiln op {opdef.name}>"),
+        namespace,
+        opdef.name,
+        positional_defaults or None,
+    )
+    fn.__kwdefaults__ = keyword_defaults or None
+    fn.__doc__ = doc_fn.__doc__
+    fn.__module__ = doc_fn.__module__
+    fn.__qualname__ = opdef.name
+    fn.__signature__ = opdef.signature
+    if takes_out:
+        out_param = inspect.Parameter("out", inspect.Parameter.KEYWORD_ONLY, default=None)
+        fn.__signature__ = opdef.signature.replace(parameters=[*params, out_param])
+    fn.__wrapped__ = doc_fn
+    fn.op = opdef
+    return fn
+
+
+def _grad_tests(opdef, params: list) -> tuple:
+    """Per tensor parameter, how the public function tests it for ``requires_grad``: ``("tensor", name)`` or,
+    for a parameter that may hold a list of tensors, ``("any", name)``; empty for an op with no backward."""
+    if opdef._backward_needs is None:
+        return ()
+    tests = []
+    for i in opdef.tensor_params:
+        p = params[i]
+        note = p.annotation if isinstance(p.annotation, str) else repr(p.annotation)
+        many = any(word in note for word in ("Sequence", "list", "tuple", "Iterable"))
+        tests.append(("any" if many else "tensor", p.name))
+    return tuple(tests)
+
+
+def _lane(spread: str, args: str, num_outputs: int, grads: tuple) -> str:
+    """The body of a public op function for a thread with no dispatch mode: ``call``'s path (meta
+    function, the kernel ``call_kernel`` would find in the op's cache, autograd's test and record), written
+    out so that no call of ``call`` or ``call_kernel`` sits between the user and the kernel. The thread-local
+    state is read only when some thread is away from the defaults (``away[0]``), as ``call`` reads it. A
+    kernel not yet checked runs through ``call_kernel``; a dispatch mode or a sparse argument leaves for
+    ``call``, below it. Its local names start with :data:`LANE_PREFIX`, which no op parameter may."""
+    first = "_lane_spec" if num_outputs == 1 else "_lane_spec[0]"
+    lines = [
+        "    _lane_moded = _away[0]",
+        "    if not _lane_moded or not (_state.pre_autograd_modes or _state.post_autograd_modes):",
+        "        try:",
+        f"            _lane_spec = _op.meta({spread})",
+        "        except _Sparse:",
+        f"            return _call(_op, {args})",
+        f"        _lane_by = _op._checked.get({first}[1])",
+        f"        _lane_k = None if _lane_by is None else _lane_by.get({first}[2].type)",
+        "        if _lane_k is None:  # its first call: checked",
+        f"            _lane_result = _dispatch.call_kernel(_op, {args}, _lane_spec)",
+        "        else:",
+        "            try:",
+        f"                _lane_result = _lane_k(_lane_spec, {spread})",
+        "            except MemoryError as _lane_exc:",
+        "                raise _oom(_lane_exc) from None",
+    ]
+    tests = [f"(isinstance({n}, _T) and {n}._requires_grad)" if kind == "tensor" else f"_rg({n})" for kind, n in grads]
+    if tests:
+        test = " or ".join(tests)
+        lines += [
+            f"        if ({test}) and (not _lane_moded or _state.grad_enabled):",
+            f"            _record(_op, {args}, _lane_result)",
+        ]
+    lines.append("        return _lane_result")
+    return "\n".join(lines)

@@ -101,7 +101,7 @@ def _binary_kernel(name: str, served: tuple, pick, *, compare: bool = False):
     :data:`kiln_cpu.config.min_numel` elements unless ``name`` is in :data:`_SLOW_REFERENCE` (the core's
     reference kernel makes that test: ``reference_kernel(fast=..., min_numel=...)``)."""
 
-    def loops(spec, a, b, *rest):
+    def in_loops(spec, a, b, *rest):
         d = spec.compute_dtype if compare else spec.dtype
         if d not in served:
             return None
@@ -125,7 +125,7 @@ def _binary_kernel(name: str, served: tuple, pick, *, compare: bool = False):
         out = _run_binary(code, x, y, c, spec.shape, np.dtype(np.uint16) if half and not compare else out_np, half)
         return None if out is None else from_array(out.view(out_np), spec.dtype)
 
-    kernel = reference_kernel(name, fast=loops, min_numel=_floor(name))
+    kernel = reference_kernel(name, fast=in_loops, min_numel=_floor(name))
     kernel.__name__ = f"kiln_cpu_{name}"
     kernel.__doc__ = f"Numba kernel for {name} (kiln-cpu)."
     return kernel
@@ -208,14 +208,14 @@ def _unary_kernel(name: str, served: tuple, op_code: int | None, params: dict | 
     :data:`kiln_cpu.config.min_numel` elements run the reference, unless ``name`` is in
     :data:`_SLOW_REFERENCE`."""
 
-    def loops(spec, a, *rest):
+    def in_loops(spec, a, *rest):
         d = spec.dtype
         code = op_code if not rest else (params or {}).get(rest)
         if d not in served or code is None or a._dtype is not d:
             return None
         return run_unary(code, a, d)
 
-    kernel = reference_kernel(name, fast=loops, min_numel=_floor(name))
+    kernel = reference_kernel(name, fast=in_loops, min_numel=_floor(name))
     kernel.__name__ = f"kiln_cpu_{name}"
     kernel.__doc__ = f"Numba kernel for {name} (kiln-cpu)."
     return kernel

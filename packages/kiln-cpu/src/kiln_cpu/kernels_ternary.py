@@ -123,7 +123,7 @@ def _ternary_kernel(name: str, served: tuple, prepare, steps: str | None = None)
     (:func:`_layout`; ``name`` by default)."""
     steps = steps or name
 
-    def loops(spec, *args):
+    def in_loops(spec, *args):
         d = spec.dtype
         if d not in served:
             return None
@@ -139,7 +139,7 @@ def _ternary_kernel(name: str, served: tuple, prepare, steps: str | None = None)
         return None if out is None else from_array(out.view(d.numpy), d)
 
     # below min_numel elements the reference kernel runs NumPy itself, with no call of these loops between
-    kernel = reference_kernel(name, fast=loops, min_numel=min_numel)
+    kernel = reference_kernel(name, fast=in_loops, min_numel=min_numel)
     kernel.__name__ = f"kiln_cpu_{name}"
     kernel.__doc__ = f"Numba kernel for {name} (kiln-cpu)."
     return kernel

@@ -320,12 +320,12 @@ def test_mark_written_counts_a_write_made_behind_the_dispatcher():
 
 def test_the_public_function_runs_calls_path_itself_and_leaves_the_rest_to_call(monkeypatch):
     """On a thread with no dispatch mode an op's public function runs the meta function, the checked kernel
-    and autograd's recording itself (in grad mode, ``no_grad`` and ``inference_mode``); a mode, a kernel's
-    first call and a sparse argument go through ``call``. Both give the same results, errors and autograd
-    history."""
+    and autograd's recording itself (in grad mode, ``no_grad`` and ``inference_mode``); a kernel's first,
+    checked call goes through ``call_kernel``, and a mode or a sparse argument through ``call``. Both give
+    the same results, errors and autograd history."""
     from kiln import _dispatch
 
-    through_call = []  # call's path runs call_kernel; the public function's own does not
+    through_call = []  # call_kernel runs for call's path and a first call; not on the public function's own
     real = _dispatch.call_kernel
 
     def spy(opdef, args, spec=None):

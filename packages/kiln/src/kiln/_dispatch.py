@@ -426,14 +426,7 @@ def op(
         from kiln import _plugins
 
         _plugins.op_defined(opdef)
-        calls = {
-            "_call": call,
-            "_call_out": call_out,
-            "_Sparse": SparseArgument,
-            "_rg": _requires_grad,
-            "_dispatch": sys.modules[__name__],
-        }
-        public = make_public(opdef, doc_fn, _takes_out(opdef), calls)
+        public = make_public(opdef, doc_fn, sys.modules[__name__])
         opdef.public = public
         for m in methods:
             _bind_method(m, public)

@@ -26,10 +26,10 @@ LANE_PREFIX = "_lane"
 _CODE_BY_LAYOUT: dict[tuple, types.CodeType] = {}
 
 
-def make_public(opdef, doc_fn: Callable, takes_out: bool, calls: dict[str, Any]) -> Callable:
+def make_public(opdef, doc_fn: Callable, dispatch: types.ModuleType) -> Callable:
     """Generate the public function of ``opdef`` with the op's exact signature and the dispatcher's path
-    written into it (``takes_out``: it takes ``out=``; ``calls``: the dispatcher's ``_call``, ``_call_out``,
-    ``_Sparse``, ``_rg`` and the ``_dispatch`` module, which the generated code calls).
+    written into it (``dispatch``: the ``kiln._dispatch`` module, which imports this one, handed in by its
+    ``op`` decorator; the generated code calls into it).
 
     Argument binding by Python itself is far cheaper than ``inspect.Signature.bind`` on every call. On a
     thread with no dispatch mode (in grad mode, ``no_grad`` or ``inference_mode``) the function runs the
@@ -39,6 +39,7 @@ def make_public(opdef, doc_fn: Callable, takes_out: bool, calls: dict[str, Any])
     ``import kiln``); each op gets its own globals, defaults and names.
     """
     params = list(opdef.signature.parameters.values())
+    takes_out = dispatch._takes_out(opdef)
     grads = _grad_tests(opdef, params)
     key = (tuple((p.name, p.kind, p.default is not p.empty) for p in params), takes_out, opdef.num_outputs, grads)
     code = _CODE_BY_LAYOUT.get(key)
@@ -68,7 +69,11 @@ def make_public(opdef, doc_fn: Callable, takes_out: bool, calls: dict[str, Any])
     if takes_out:
         keyword_defaults["out"] = None
     namespace = {
-        **calls,  # _dispatch: call_kernel is read from the module, replaceable as call's is
+        "_call": dispatch.call,
+        "_call_out": dispatch.call_out,
+        "_Sparse": dispatch.SparseArgument,
+        "_rg": dispatch._requires_grad,
+        "_dispatch": dispatch,  # call_kernel is read from the module, replaceable as call's is
         "_op": opdef,
         "_meta": opdef.meta,  # kept in step with the record by OpDef.__setattr__ (a global: 50 ns less than _op.meta)
         "_away": away,

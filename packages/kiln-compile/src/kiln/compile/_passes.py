@@ -206,7 +206,7 @@ def drop_last_copies(graph: Graph) -> Graph:
     written, returned or set as ``.grad`` or ``.data`` after the copy. The copy's readers then read the
     maker's tensor."""
     classes = _view_classes(graph)
-    made = {v.index: n for n in graph.nodes for v in n.outputs if n.kind == "op" and "view" not in n.op.tags}
+    made = {v.index for n in graph.nodes for v in n.outputs if n.kind == "op" and "view" not in n.op.tags}
     members: dict[int, list[Value]] = {}
     for n in graph.nodes:
         for v in n.outputs:

@@ -295,3 +295,50 @@ def test_guard_failures_are_named():
     assert entry.guard.failures((kiln.ones(3),), {}) == [
         "args[0]: Tensor kiln.float32 on cpu, shape [2], strides (1,), offset 0, requires_grad=False"
     ]
+
+
+def test_the_entry_that_served_last_is_tried_first():
+    f = kiln.compile(lambda x: x * 2)
+    small, large = kiln.ones(2), kiln.ones(3)
+    _calls(f, small)
+    (first,) = f._entries
+    f(large)  # traced: a second entry, tried after the first
+    second = f._entries[1]
+    assert f._entries == [first, second]
+    assert f(large).tolist() == [2.0, 2.0, 2.0] and f._entries == [second, first]
+    assert f(large).tolist() == [2.0, 2.0, 2.0] and f._entries == [second, first]
+    assert f(small).tolist() == [2.0, 2.0] and f._entries == [first, second] and f.trace_count == 2
+
+
+def test_a_module_trees_state_is_tested_after_the_cheap_guards():
+    from kiln.compile._guards import module_state
+
+    m = kiln.nn.Sequential(kiln.nn.Linear(2, 2), kiln.nn.ReLU())
+    cm = kiln.compile(m)
+    _calls(cm, kiln.ones(1, 2))
+    (entry,) = cm._compiled._entries
+    (name,) = [k for k, v in entry.guard.__globals__.items() if v is module_state]
+    tests = [line.strip() for line in entry.guard.source.splitlines() if line.strip().startswith("if not")]
+    assert len(tests) > 3 and tests[-1].startswith(f"if not ({name}("), entry.guard.source
+    assert not any(t.startswith(f"if not ({name}(") for t in tests[:-1])
+
+
+def test_module_state_reads_the_tree_as_modules_does():
+    from kiln.compile._guards import _plain, _submodules
+
+    shared = kiln.nn.Linear(2, 2)
+    inner = kiln.nn.Sequential(shared, kiln.nn.Tanh())
+    tree = kiln.nn.Sequential(inner, shared, kiln.nn.ModuleList([kiln.nn.ReLU(), inner]))
+    tree.add_module("absent", None)
+    assert _submodules(tree) == list(tree.modules())
+
+    import collections
+    import enum
+
+    class Mode(enum.IntEnum):
+        A = 1
+
+    assert _plain(3) and _plain(Mode.A) and _plain((1, ("a", kiln.float32))) and _plain(kiln.device("cpu"))
+    assert (
+        not _plain(collections.OrderedDict()) and not _plain([1]) and not _plain((1, [2])) and not _plain(kiln.ones(1))
+    )

@@ -417,6 +417,64 @@ def test_a_reference_kernel_with_a_fast_path_tests_the_size_itself():
     assert generic(view.meta(kiln.ones(4), (2, 2)), kiln.ones(4), (2, 2)).shape == (2, 2)
 
 
+def test_a_same_dtype_binary_op_calls_its_ufunc_as_the_reference_computes_it():
+    """``add``, ``sub`` and ``mul`` on two arrays of the result's compute dtype (add's alpha 1) run their ufunc
+    in the reference kernel without the reference's frame: the same values, dtype and silence as the
+    reference's general path, which every other case (alpha, half types, mixed dtypes, scalars) still takes."""
+    import warnings
+
+    from kiln.backend import reference_kernel
+
+    rng = np.random.default_rng(0)
+    cases = []
+    for dtype in (kiln.float32, kiln.float64, kiln.int32, kiln.int64, kiln.bool, kiln.float16, kiln.bfloat16):
+        a = kiln.from_numpy(rng.standard_normal(6) * 9).to(dtype)
+        b = kiln.from_numpy(rng.standard_normal(6) * 9).to(dtype)
+        cases += [(dtype, a, b)]
+    cases.append((kiln.float64, kiln.ones(6, dtype=kiln.float32), kiln.ones(6, dtype=kiln.float64)))
+    big = kiln.full((3,), 3e38)
+    cases.append((kiln.float32, big, big))  # overflows to inf, as NumPy would warn of
+    for name, rests in (("add", ((1,), (2,), (1.0,))), ("sub", ((1,), (3,))), ("mul", ((),))):
+        opdef = kiln.backend.op(name)
+        kernel = reference_kernel(name)
+        for dtype, a, b in cases:
+            for rest in rests:
+                if dtype is kiln.bool and (name == "sub" or rest not in ((), (1,))):
+                    continue
+                spec = opdef.meta(a, b, *rest)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("error")
+                    got = kernel(spec, a, b, *rest)
+                with np.errstate(all="ignore"):
+                    want = opdef.reference(spec, a._numpy(), b._numpy(), *rest)
+                assert got.dtype is spec.dtype and got.shape == spec.shape, (name, dtype, rest)
+                np.testing.assert_array_equal(got._numpy(), np.asarray(want).astype(got._numpy().dtype))
+    inf = kiln.backend.op("add").meta(big, big, 1)
+    assert reference_kernel("add")(inf, big, big, 1).isinf().all()
+    assert (kiln.full((2,), 2**31 - 1, dtype=kiln.int32) + 1).tolist() == [-(2**31)] * 2  # wraps, as PyTorch
+
+
+def test_a_contiguous_array_of_the_dtype_is_wrapped_as_it_is():
+    """``from_array`` keeps a C-contiguous array of the tensor's NumPy dtype as its cached view (a 1-D one as
+    the storage itself) and copies or casts anything else."""
+    from kiln.backend import from_array
+
+    a = np.arange(4, dtype=np.float32)
+    t = from_array(a, kiln.float32)
+    assert t._numpy() is a and t._storage is a and t.stride() == (1,)
+    a[0] = 9
+    assert t.tolist() == [9.0, 1.0, 2.0, 3.0]
+    m = np.arange(6, dtype=np.float64).reshape(2, 3)
+    u = from_array(m, kiln.float64)
+    assert u._numpy() is m and np.shares_memory(u._storage, m) and u.stride() == (3, 1) and u.shape == (2, 3)
+    cast = from_array(m, kiln.float32)
+    assert cast.dtype is kiln.float32 and cast.tolist() == m.tolist() and cast._numpy().base is not m
+    tr = from_array(m.T, kiln.float64)
+    assert tr.stride() == (1, 3) and tr.tolist() == m.T.tolist()
+    assert from_array(np.float32(2.5), kiln.float32).shape == ()
+    assert from_array(np.zeros((0, 3), np.float32), kiln.float32).shape == (0, 3)
+
+
 def test_the_public_function_reads_the_op_record_on_each_call(monkeypatch):
     """A meta function put in the record after the op was defined is the one that runs (as ``call`` reads
     it), and an op parameter may not take the generated function's own names."""

@@ -184,3 +184,16 @@ def combine_categories(higher: dtype | None, lower: dtype | None) -> dtype | Non
     if higher is bool or lower.is_floating_point:
         return _PROMOTE[(higher, lower)]
     return higher
+
+
+COMPUTE_NUMPY: dict[dtype, np.dtype] = {}
+""":func:`compute_numpy`'s results, filled on first use (a hot path reads it with ``.get``, no call)."""
+
+
+def compute_numpy(d: dtype) -> np.dtype:
+    """The NumPy dtype a reference kernel computes a ``d`` result in: float32 for float16 and bfloat16 (as
+    PyTorch's CPU kernels do), ``d``'s own otherwise."""
+    c = COMPUTE_NUMPY.get(d)
+    if c is None:
+        c = COMPUTE_NUMPY[d] = np.dtype(np.float32) if d is float16 or d is bfloat16 else d.numpy
+    return c

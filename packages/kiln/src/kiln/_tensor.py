@@ -724,17 +724,17 @@ def from_array(a: np.ndarray, dtype: dt.dtype) -> Tensor:
     """
     if a.__class__ is not np.ndarray:
         a = np.asarray(a)
-    np_dtype = dtype._np if dtype._np is not None else dtype.numpy
-    have = a.dtype
-    if have is not np_dtype and have != np_dtype:  # NumPy's builtin dtypes are singletons: identity first
-        a = a.astype(np_dtype, order="K")
+    if a.dtype is not dtype._np:  # (NumPy's builtin dtypes are singletons: a ufunc's result passes at once)
+        np_dtype = dtype._np if dtype._np is not None else dtype.numpy
+        if a.dtype != np_dtype:
+            a = a.astype(np_dtype, order="K")
     if a.flags.c_contiguous:
         shape = a.shape
         stride = _CONTIGUOUS_STRIDES.get(shape)  # contiguous_strides(shape), without its call where known
         if stride is None:
             stride = contiguous_strides(shape)
-        # ravel(): a view of a C-contiguous array, at a third of reshape(-1)'s cost
-        t = _make(a.ravel(), shape, stride, 0, dtype, CPU)
+        # a 1-D array is its own storage; ravel() views any other, at a third of reshape(-1)'s cost
+        t = _make(a if len(shape) == 1 else a.ravel(), shape, stride, 0, dtype, CPU)
     else:
         stride = _dense_strides(a)
         if stride is None:

@@ -62,9 +62,8 @@ from kiln._dispatch import (
     composite,
     kernel_outputs_checked_always,
 )
-from kiln._dtype import ALL_DTYPES
+from kiln._dtype import ALL_DTYPES, compute_numpy
 from kiln._generated import generated_module
-from kiln._ops.elementwise import _compute_np
 from kiln._ops.normalization import _channel_layout, _group_layout, _layer_layout
 from kiln._ops.spatial_args import _adaptive_bounds, _window_positions
 from kiln._program import ExportedProgram, encode_argument, load_program, save_program
@@ -272,7 +271,7 @@ def from_array(array: np.ndarray, dtype=None) -> Tensor:
 def compute_dtype(dtype) -> np.dtype:
     """The NumPy dtype a kernel computes a ``dtype`` result in: float32 for float16 and bfloat16 (as
     PyTorch's CPU kernels do), the dtype itself otherwise."""
-    return _compute_np(dtype)
+    return compute_numpy(dtype)
 
 
 def adaptive_pool_bounds(size: int, output_size: int) -> tuple[np.ndarray, np.ndarray]:

@@ -12,6 +12,7 @@ anything differs (the caller then traces again). ``describe()`` lists the guards
 
 from __future__ import annotations
 
+import collections
 import functools
 import sys
 import types
@@ -39,11 +40,21 @@ def flatten(obj: Any, out: list) -> None:
         out.append(obj)
 
 
+_PLAIN_TYPES = frozenset({*_SCALARS, kiln.dtype, kiln.device})
+_NOT_PLAIN = frozenset({dict, collections.OrderedDict, list, set, kiln.Tensor})  # a module's own dicts and sets
+
+
 def _plain(v: Any) -> bool:
     """A value a guard compares by value: a Python scalar, a dtype, a device, or a tuple of them."""
-    if isinstance(v, (*_SCALARS, kiln.dtype, kiln.device)):
+    t = type(v)
+    if t in _PLAIN_TYPES:  # the exact types first: every guarded call tests each attribute of each module
         return True
-    return type(v) is tuple and all(_plain(x) for x in v)
+    if t is tuple:
+        return all(_plain(x) for x in v)
+    return t not in _NOT_PLAIN and isinstance(v, _PLAIN_BASES)
+
+
+_PLAIN_BASES = tuple(_PLAIN_TYPES)
 
 
 def module_class():
@@ -63,14 +74,34 @@ def module_state(module) -> tuple:
     """What a trace of ``module`` depends on besides its tensors' values: per submodule, its class, training
     flag, plain attributes, the identity of its parameters and buffers, and its hooks."""
     out = []
-    for sub in module.modules():
+    for sub in _submodules(module):
         d = sub.__dict__
-        attrs = tuple((k, v) for k, v in d.items() if _plain(v))  # private ones too (self._scale)
+        # private ones too (self._scale); the exact type tested here first, a call less per attribute
+        attrs = tuple(
+            [(k, v) for k, v in d.items() if type(v) in _PLAIN_TYPES or (type(v) not in _NOT_PLAIN and _plain(v))]
+        )
         params = tuple(id(p) for p in d.get("_parameters", {}).values())
         buffers = tuple(id(b) for b in d.get("_buffers", {}).values())
         hooks = tuple(tuple(d.get(h, ())) for h in _HOOKS)
         out.append((type(sub), sub.training, attrs, params, buffers, hooks))
     return tuple(out)
+
+
+def _submodules(module) -> list:
+    """``module.modules()``: the module and every submodule once, depth first in registration order, read
+    from the ``_modules`` dicts directly (a guard reads them on every call; ``named_modules`` builds a
+    dotted name per module)."""
+    out, seen, todo = [], set(), [module]
+    while todo:
+        m = todo.pop()
+        if id(m) in seen:
+            continue
+        seen.add(id(m))
+        out.append(m)
+        children = m.__dict__.get("_modules")
+        if children:
+            todo += [c for c in reversed(children.values()) if c is not None]
+    return out
 
 
 def optimizer_state(opt) -> tuple:
@@ -241,7 +272,7 @@ class GuardBuilder:
     """Collects the guards of one trace and generates their check."""
 
     def __init__(self) -> None:
-        self.lines: list[str] = []
+        self.lines: list[tuple[bool, str]] = []  # (late, source line)
         self.conditions: list[str] = []
         self.words: list[str] = []
         self.consts: dict[str, Any] = {}
@@ -253,9 +284,11 @@ class GuardBuilder:
         self.consts[name] = value
         return name
 
-    def check(self, condition: str, words: str) -> None:
-        """Add ``condition`` (a Python expression over ``args`` and ``kwargs``) as a guard, described by ``words``."""
-        self.lines.append(f"    if not ({condition}): return None")
+    def check(self, condition: str, words: str, *, late: bool = False) -> None:
+        """Add ``condition`` (a Python expression over ``args`` and ``kwargs``) as a guard, described by ``words``.
+        A ``late`` one (costly: a module tree's state) is tested after every other, so that a call another
+        entry serves is turned away by the cheap ones first."""
+        self.lines.append((late, f"    if not ({condition}): return None"))
         self.conditions.append(condition)
         self.words.append(words)
 
@@ -301,11 +334,11 @@ class GuardBuilder:
             )
         else:
             fn, what = optimizer_state, f"the hyperparameters and state of optimizer {type(obj).__name__}"
-        self.check(f"{self.const(fn)}({self.const(obj)}) == {self.const(fn(obj))}", what)
+        self.check(f"{self.const(fn)}({self.const(obj)}) == {self.const(fn(obj))}", what, late=True)
 
     def build(self, tensors: list[str]) -> Callable:
         """The guard function ``(args, kwargs) -> list of input tensors | None``."""
-        body = "\n".join(self.lines) or "    pass"
+        body = "\n".join(line for _late, line in sorted(self.lines, key=lambda x: x[0])) or "    pass"
         src = f"def guard(args, kwargs):\n{body}\n    return [{', '.join(tensors)}]\n"
         ns = dict(self.consts)
         ns.update(_meta=_meta, _MISSING=_MISSING, _same_array=_same_array)

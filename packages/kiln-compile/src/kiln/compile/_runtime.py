@@ -165,10 +165,13 @@ class CompiledFunction:
     def __call__(self, *args, **kwargs):
         if _config.disabled or is_compiling():
             return self._fn(*args, **kwargs)
-        for entry in self._entries:
+        entries = self._entries
+        for i, entry in enumerate(entries):
             inputs = entry.guard(args, kwargs)
             if inputs is None:
                 continue
+            if i:  # the entry that served last is tried first next time (a new list: other threads iterate the old)
+                self._entries = [entry, *(e for e in entries if e is not entry)]
             if entry.forward is None:
                 return self._fn(*args, **kwargs)
             try:
@@ -199,7 +202,7 @@ class CompiledFunction:
             except Exception as exc:
                 raise BackendCompilerFailed(f"kiln.compile: the backend failed: {exc}") from exc
         if entry.reason != "escaped":
-            self._entries.append(entry)
+            self._entries = [*self._entries, entry]
         return result
 
     @property

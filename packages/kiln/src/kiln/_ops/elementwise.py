@@ -57,25 +57,7 @@ Number = "int | float | bool"
 _HALF = (dt.float16, dt.bfloat16)
 
 
-_COMPUTE_NP: dict[dt.dtype, np.dtype] = {}
-
-
-def _compute_np(d: dt.dtype) -> np.dtype:
-    """The NumPy dtype a reference kernel computes in for result dtype ``d``."""
-    c = _COMPUTE_NP.get(d)
-    if c is None:
-        c = _COMPUTE_NP[d] = np.dtype(np.float32) if d in _HALF else d.numpy
-    return c
-
-
-def _same_arrays(a, b, d: dt.dtype) -> bool:
-    """Whether ``a`` and ``b`` are both arrays of the compute dtype of result dtype ``d``: a ufunc then computes
-    in it without the ``dtype=`` keyword, which costs a tenth of a microsecond (the hot path of small
-    same-dtype arithmetic)."""
-    c = _COMPUTE_NP.get(d)  # _compute_np(d) without its call, once known
-    if c is None:
-        c = _compute_np(d)
-    return a.__class__ is b.__class__ is np.ndarray and a.dtype is c and b.dtype is c
+_compute_np = dt.compute_numpy  # (imported from here by the other op modules)
 
 
 def _arg(x, np_dtype, result: dt.dtype | None = None):
@@ -212,8 +194,6 @@ def _alpha_ref(np_fn):
 
     def ref(spec, a, b, alpha=1):
         d = spec.dtype
-        if alpha == 1 and _same_arrays(a, b, d):
-            return np_fn(a, b)
         compute = _compute_np(d)
         a, b = _operands(a, b, compute, d)
         if d is dt.bool:
@@ -222,6 +202,7 @@ def _alpha_ref(np_fn):
             b = np.multiply(b, _arg(alpha, compute), dtype=compute)
         return np_fn(a, b, dtype=compute)
 
+    ref.same_dtype_ufunc = (np_fn, (1,))
     return ref
 
 
@@ -269,12 +250,13 @@ Tensor.__rsub__ = _rsub
 def _mul_ref(spec, a, b):
     if spec.dtype is dt.bool:
         return np.logical_and(a, b)
-    if _same_arrays(a, b, spec.dtype):
-        return np.multiply(a, b)
     compute = _compute_np(spec.dtype)
     # no half-precision rounding of a Python scalar here: PyTorch multiplies (and divides) by it in float32
     a, b = _operands(a, b, compute)
     return np.multiply(a, b, dtype=compute)
+
+
+_mul_ref.same_dtype_ufunc = (np.multiply, ())
 
 
 def _mul_backward(grad, input, other, needs_input_grad):

@@ -331,3 +331,35 @@ def test_a_copy_the_trace_made_only_because_it_held_the_tensor_goes():
         b, a, c, c2, x2 = ck(xin)
         assert b.tolist() == [2.0] * 3 and a.tolist() == [3.0] * 3 and c2.tolist() == [3.0] * 3
         assert c2.data_ptr() != c.data_ptr() and x2.data_ptr() != xin.data_ptr()
+
+
+def test_a_compiled_training_step_leaves_nothing_for_the_cycle_collector():
+    """Each step's activations and graph go when the step's tensors do, compiled model or whole step: a
+    cycle through the compiled node kept them (MBs per step) until a gc pass, and timeit-style loops,
+    which turn gc off, ran a compiled CNN 40% slower than eager."""
+    import gc
+
+    model = kiln.nn.Sequential(kiln.nn.Linear(4, 8), kiln.nn.ReLU(), kiln.nn.Linear(8, 3))
+    opt = kiln.optim.SGD(model.parameters(), lr=0.1)
+    x, y = kiln.randn(5, 4), kiln.tensor([0, 1, 2, 0, 1])
+
+    def step(m):
+        opt.zero_grad()
+        loss = kiln.nn.functional.cross_entropy(m(x), y)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    compiled = kiln.compile(model)
+    whole = kiln.compile(lambda: step(model))
+    for run in (lambda: step(compiled), whole):
+        for _ in range(3):
+            run()
+        gc.collect()
+        gc.disable()
+        try:
+            for _ in range(3):
+                run()
+            assert gc.collect() == 0
+        finally:
+            gc.enable()

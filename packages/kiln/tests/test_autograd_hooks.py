@@ -135,6 +135,44 @@ def test_custom_function_save_for_backward():
     U.assert_close(kx.grad, tx.grad)
 
 
+def test_a_custom_functions_graph_is_freed_without_the_cycle_collector():
+    """The node holds its ctx and the ctx its saved tensors: nothing points back, so dropping the output
+    frees them at once (a ctx -> node reference kept a compiled model's activations until a gc pass)."""
+    import gc
+    import weakref
+
+    class Saves(kiln.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            inner = x * 2
+            ctx.save_for_backward(inner, x)
+            ctx.keep = inner
+            return inner + 1
+
+        @staticmethod
+        def backward(ctx, grad):
+            inner, x = ctx.saved_tensors
+            assert kiln.equal(inner, x * 2)
+            return grad * 2
+
+    gc.collect()
+    gc.disable()
+    try:
+        x = kiln.ones(3, requires_grad=True)
+        y = Saves.apply(x)
+        saved = weakref.ref(y.grad_fn.ctx.keep)
+        y.sum().backward()
+        assert x.grad.tolist() == [2.0, 2.0, 2.0]
+        del y
+        assert saved() is None
+        y = Saves.apply(x)  # never run backward
+        saved = weakref.ref(y.grad_fn.ctx.keep)
+        del y
+        assert saved() is None and gc.collect() == 0
+    finally:
+        gc.enable()
+
+
 def test_custom_function_needs_input_grad_and_non_differentiable():
     kx, tx = leaves([1.0, 3.0, 2.0])
     kw, tw = U.both(np.array([2.0, 2.0, 2.0]))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import weakref
 from typing import Any
 
 from kiln._state import set_state
@@ -21,7 +22,7 @@ class FunctionCtx:
         self._dirty: set[int] = set()
         self.materialize_grads = True
         self.needs_input_grad: tuple[bool, ...] = ()
-        self._node: Node | None = None
+        self._node: weakref.ref[Node] | None = None  # weak: the node holds the ctx, and the ctx its saved tensors
 
     def save_for_backward(self, *tensors: Tensor | None) -> None:
         """Save tensors for ``backward``; read them back as ``ctx.saved_tensors``."""
@@ -33,7 +34,8 @@ class FunctionCtx:
     @property
     def saved_tensors(self) -> tuple:
         """The tensors given to :meth:`save_for_backward`, version-checked."""
-        return tuple(s.unpack(self._node) if isinstance(s, SavedTensor) else s for s in self._saved)
+        node = None if self._node is None else self._node()
+        return tuple(s.unpack(node) if isinstance(s, SavedTensor) else s for s in self._saved)
 
     def mark_non_differentiable(self, *tensors: Tensor) -> None:
         """Declare outputs that never get a gradient."""
@@ -149,7 +151,7 @@ class Function(metaclass=_FunctionMeta):
         node.fn_cls = cls
         node.ctx = ctx
         node._name = cls._backward_name
-        ctx._node = node
+        ctx._node = weakref.ref(node)  # node -> ctx -> node would keep every saved tensor until a gc pass
         arg_ids = {id(args[i]): args[i] for i in positions}
         new_outs = []
         meta = []

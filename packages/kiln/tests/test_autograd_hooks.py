@@ -173,6 +173,41 @@ def test_a_custom_functions_graph_is_freed_without_the_cycle_collector():
         gc.enable()
 
 
+def test_a_leaf_and_its_accumulator_node_make_no_cycle():
+    """A leaf holds its AccumulateGrad node weakly (the node holds the leaf): a leaf made per step goes with
+    its gradient when dropped, no gc pass needed; its post-accumulate hooks stay on the leaf across the
+    nodes each backward makes, and while a graph holds the node, it is the one every edge names."""
+    import gc
+    import weakref
+
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(2):
+            a = kiln.ones(3, requires_grad=True)
+            (a * 2).sum().backward()
+            grad = weakref.ref(a.grad)
+            del a
+            assert grad() is None
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
+    p = kiln.ones(2, requires_grad=True)
+    seen = []
+    handle = p.register_post_accumulate_grad_hook(lambda t: seen.append(t.grad.tolist()))
+    for k in (1.0, 2.0):
+        (p * k).sum().backward()
+        gc.collect()  # the node of this backward's graph is gone; the hook is not
+    assert seen == [[1.0, 1.0], [3.0, 3.0]]
+    y = p * 3
+    acc = y.grad_fn.next_functions[0][0]
+    assert type(acc).__name__ == "AccumulateGrad" and acc.variable is p
+    assert (p + 1).grad_fn.next_functions[0][0] is acc
+    handle.remove()
+    y.sum().backward()
+    assert len(seen) == 2 and p.grad.tolist() == [6.0, 6.0]
+
+
 def test_custom_function_needs_input_grad_and_non_differentiable():
     kx, tx = leaves([1.0, 3.0, 2.0])
     kw, tw = U.both(np.array([2.0, 2.0, 2.0]))

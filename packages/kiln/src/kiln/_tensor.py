@@ -113,7 +113,7 @@ class Tensor:
         "_grad_dtype": "the dtype a gradient must have: _SAME (the tensor's), a dtype, or None (any)",
         "grad_fn": "The autograd node that produced this tensor (None for leaves).",
         "_output_nr": "which output of grad_fn this is",
-        "_accumulator": "AccumulateGrad node of a leaf",
+        "_accumulator": "a leaf's weak reference to its AccumulateGrad node (kiln.autograd.graph.AccumulatorRef)",
         "_hooks": "gradient hooks of a leaf",
         "_retains_grad": "whether a non-leaf keeps .grad",
         "_inference": "made under inference_mode",

@@ -160,9 +160,9 @@ def _accumulate_into_leaf(
             t._grad.add_(g)
     else:  # the engine runs with gradients off already
         t._grad.add_(g)
-    acc = t._accumulator
-    if acc is not None and acc.post_accumulate_hooks:
-        for hook in list(acc.post_accumulate_hooks):
+    ref = t._accumulator
+    if ref is not None and ref.post_hooks:
+        for hook in list(ref.post_hooks):
             hook(t)
 
 
@@ -173,8 +173,9 @@ def register_post_accumulate_grad_hook(t: Tensor, hook: Callable) -> RemovableHa
         raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
     if t.grad_fn is not None:
         raise RuntimeError("post accumulate grad hooks cannot be registered on non-leaf tensors")
-    acc = _edge(t)[0]
-    if acc.post_accumulate_hooks is None:
-        acc.post_accumulate_hooks = []
-    acc.post_accumulate_hooks.append(hook)
-    return RemovableHandle(acc.post_accumulate_hooks, hook)
+    _edge(t)  # makes the leaf's AccumulatorRef, which keeps the hooks
+    ref = t._accumulator
+    if ref.post_hooks is None:
+        ref.post_hooks = []
+    ref.post_hooks.append(hook)
+    return RemovableHandle(ref.post_hooks, hook)

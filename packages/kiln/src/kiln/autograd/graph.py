@@ -132,13 +132,12 @@ class Node:
 class AccumulateGrad(Node):
     """The node of a leaf tensor that requires grad: adds incoming gradients into ``variable.grad``."""
 
-    __slots__ = ("variable", "post_accumulate_hooks")
+    __slots__ = ("variable",)
 
     def __init__(self, variable: Tensor):
         super().__init__(())
         self.variable = variable
         self._seq = float("inf")  # run as soon as ready, like PyTorch
-        self.post_accumulate_hooks: list | None = None  # Tensor.register_post_accumulate_grad_hook
 
     def name(self) -> str:
         return "kiln::autograd::AccumulateGrad"
@@ -504,10 +503,28 @@ def _edge(t: Tensor) -> tuple:
         _refresh_view_history(t)
     if t.grad_fn is not None:
         return (t.grad_fn, t._output_nr)
-    acc = t._accumulator
+    ref = t._accumulator
+    acc = None if ref is None else ref()
     if acc is None:
-        acc = t._accumulator = AccumulateGrad(t)
+        acc = AccumulateGrad(t)
+        t._accumulator = AccumulatorRef(acc, None if ref is None else ref.post_hooks)
     return (acc, 0)
+
+
+class AccumulatorRef(weakref.ref):
+    """A leaf's reference to its ``AccumulateGrad`` node (``Tensor._accumulator``): weak, as in PyTorch, since
+    the node holds the leaf (a strong one made leaf -> node -> leaf, and a leaf made per step stayed with its
+    gradient until a gc pass); the graphs that hold the node keep it, and a new one is made once none does.
+    ``post_hooks``: the leaf's ``register_post_accumulate_grad_hook`` hooks, which outlive the nodes."""
+
+    __slots__ = ("post_hooks",)
+
+    def __new__(cls, acc: AccumulateGrad, post_hooks: list | None):
+        return super().__new__(cls, acc)  # no callback (weakref.ref's second argument)
+
+    def __init__(self, acc: AccumulateGrad, post_hooks: list | None):
+        super().__init__(acc)
+        self.post_hooks = post_hooks
 
 
 def _refresh_view_history(view: Tensor) -> None:

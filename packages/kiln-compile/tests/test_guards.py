@@ -342,3 +342,53 @@ def test_module_state_reads_the_tree_as_modules_does():
     assert (
         not _plain(collections.OrderedDict()) and not _plain([1]) and not _plain((1, [2])) and not _plain(kiln.ones(1))
     )
+
+
+def test_an_entry_moved_to_the_front_keeps_what_another_thread_traced_meanwhile():
+    import threading
+    import time
+
+    f = kiln.compile(lambda x: x * 2)
+    f(kiln.ones(2))
+    f(kiln.ones(3))
+    first, _ = f._entries
+    guard, started = first.guard, threading.Event()
+
+    def slow_guard(args, kwargs):  # the other thread's call stops inside the first entry's guard
+        if threading.current_thread().name == "slow":
+            started.set()
+            time.sleep(0.3)
+        return guard(args, kwargs)
+
+    first.guard = slow_guard
+    slow = threading.Thread(target=lambda: f(kiln.ones(3)), name="slow")
+    slow.start()
+    assert started.wait(10)
+    f(kiln.ones(4))  # traced while the slow call holds the old list
+    slow.join(10)
+    assert len(f._entries) == 3 and f._entries[0].guard((kiln.ones(3),), {}) is not None
+    assert f(kiln.ones(4)).tolist() == [2.0] * 4 and f.trace_count == 3
+
+
+def test_a_module_attribute_of_an_unhashable_class_is_guarded():
+    class Meta(type):
+        def __eq__(cls, other):  # no __hash__: the class can't be a set member
+            return cls is other
+
+    class Config(metaclass=Meta):
+        pass
+
+    class Net(kiln.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.cfg = Config()
+            self.k = 2.0
+
+        def forward(self, x):
+            return x * self.k
+
+    net = Net()
+    cn = kiln.compile(net)
+    assert _calls(cn, kiln.ones(2)).tolist() == [2.0, 2.0]
+    net.k = 3.0
+    assert cn(kiln.ones(2)).tolist() == [3.0, 3.0] and cn._compiled.trace_count == 2

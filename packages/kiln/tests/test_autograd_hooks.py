@@ -175,8 +175,9 @@ def test_a_custom_functions_graph_is_freed_without_the_cycle_collector():
 
 def test_a_leaf_and_its_accumulator_node_make_no_cycle():
     """A leaf holds its AccumulateGrad node weakly (the node holds the leaf): a leaf made per step goes with
-    its gradient when dropped, no gc pass needed; its post-accumulate hooks stay on the leaf across the
-    nodes each backward makes, and while a graph holds the node, it is the one every edge names."""
+    its gradient when dropped, no gc pass needed, and so does a graph with a retain_grad() hook; the leaf's
+    post-accumulate hooks stay with it across the nodes each recorded graph makes for it, and while a graph
+    holds the node, it is the one every edge names."""
     import gc
     import weakref
 
@@ -189,6 +190,14 @@ def test_a_leaf_and_its_accumulator_node_make_no_cycle():
             grad = weakref.ref(a.grad)
             del a
             assert grad() is None
+        w = kiln.ones(3, requires_grad=True)
+        y = w * 2
+        y.retain_grad()  # its hook, on y's node, names the node weakly
+        y.sum().backward(retain_graph=True)
+        assert y.grad.tolist() == [1.0, 1.0, 1.0]
+        node = weakref.ref(y.grad_fn)
+        del y
+        assert node() is None
         assert gc.collect() == 0
     finally:
         gc.enable()

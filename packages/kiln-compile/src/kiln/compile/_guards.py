@@ -40,21 +40,21 @@ def flatten(obj: Any, out: list) -> None:
         out.append(obj)
 
 
-_PLAIN_TYPES = frozenset({*_SCALARS, kiln.dtype, kiln.device})
-_NOT_PLAIN = frozenset({dict, collections.OrderedDict, list, set, kiln.Tensor})  # a module's own dicts and sets
+_PLAIN_TYPES = (*_SCALARS, kiln.dtype, kiln.device)
+# the exact types by id (a class need not be hashable: a metaclass may define __eq__ alone); these classes
+# live as long as the process, so their ids stay theirs
+_PLAIN_IDS = frozenset(map(id, _PLAIN_TYPES))
+_NOT_PLAIN_IDS = frozenset(map(id, (dict, collections.OrderedDict, list, set, kiln.Tensor)))  # a module's own
 
 
 def _plain(v: Any) -> bool:
     """A value a guard compares by value: a Python scalar, a dtype, a device, or a tuple of them."""
-    t = type(v)
-    if t in _PLAIN_TYPES:  # the exact types first: every guarded call tests each attribute of each module
+    t = id(type(v))
+    if t in _PLAIN_IDS:  # the exact types first: every guarded call tests each attribute of each module
         return True
-    if t is tuple:
+    if type(v) is tuple:
         return all(_plain(x) for x in v)
-    return t not in _NOT_PLAIN and isinstance(v, _PLAIN_BASES)
-
-
-_PLAIN_BASES = tuple(_PLAIN_TYPES)
+    return t not in _NOT_PLAIN_IDS and isinstance(v, _PLAIN_TYPES)
 
 
 def module_class():
@@ -78,7 +78,11 @@ def module_state(module) -> tuple:
         d = sub.__dict__
         # private ones too (self._scale); the exact type tested here first, a call less per attribute
         attrs = tuple(
-            [(k, v) for k, v in d.items() if type(v) in _PLAIN_TYPES or (type(v) not in _NOT_PLAIN and _plain(v))]
+            [
+                (k, v)
+                for k, v in d.items()
+                if (i := id(type(v))) in _PLAIN_IDS or (i not in _NOT_PLAIN_IDS and _plain(v))
+            ]
         )
         params = tuple(id(p) for p in d.get("_parameters", {}).values())
         buffers = tuple(id(b) for b in d.get("_buffers", {}).values())

@@ -165,13 +165,12 @@ class CompiledFunction:
     def __call__(self, *args, **kwargs):
         if _config.disabled or is_compiling():
             return self._fn(*args, **kwargs)
-        entries = self._entries
-        for i, entry in enumerate(entries):
+        for i, entry in enumerate(self._entries):  # (a list replaced, never changed: other threads may iterate it)
             inputs = entry.guard(args, kwargs)
             if inputs is None:
                 continue
-            if i:  # the entry that served last is tried first next time (a new list: other threads iterate the old)
-                self._entries = [entry, *(e for e in entries if e is not entry)]
+            if i:  # the entry that serves is tried first next time
+                self._to_front(entry)
             if entry.forward is None:
                 return self._fn(*args, **kwargs)
             try:
@@ -202,8 +201,16 @@ class CompiledFunction:
             except Exception as exc:
                 raise BackendCompilerFailed(f"kiln.compile: the backend failed: {exc}") from exc
         if entry.reason != "escaped":
-            self._entries = [*self._entries, entry]
+            with self._lock:
+                self._entries = [*self._entries, entry]
         return result
+
+    def _to_front(self, entry: Entry) -> None:
+        """Put ``entry`` first, in the current list of entries."""
+        with self._lock:  # from the current list: one another thread just extended (or reset) stays so
+            current = self._entries
+            if entry in current and current[0] is not entry:
+                self._entries = [entry, *(e for e in current if e is not entry)]
 
     @property
     def trace_count(self) -> int:

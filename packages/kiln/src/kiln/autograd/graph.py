@@ -507,7 +507,8 @@ def _edge(t: Tensor) -> tuple:
     acc = None if ref is None else ref()
     if acc is None:
         acc = AccumulateGrad(t)
-        t._accumulator = AccumulatorRef(acc, None if ref is None else ref.post_hooks)
+        new = t._accumulator = AccumulatorRef(acc)
+        new.post_hooks = None if ref is None else ref.post_hooks
     return (acc, 0)
 
 
@@ -517,14 +518,7 @@ class AccumulatorRef(weakref.ref):
     gradient until a gc pass); the graphs that hold the node keep it, and a new one is made once none does.
     ``post_hooks``: the leaf's ``register_post_accumulate_grad_hook`` hooks, which outlive the nodes."""
 
-    __slots__ = ("post_hooks",)
-
-    def __new__(cls, acc: AccumulateGrad, post_hooks: list | None):
-        return super().__new__(cls, acc)  # no callback (weakref.ref's second argument)
-
-    def __init__(self, acc: AccumulateGrad, post_hooks: list | None):
-        super().__init__(acc)
-        self.post_hooks = post_hooks
+    __slots__ = ("post_hooks",)  # set by _edge, which makes every one (built in C: no Python frame per leaf)
 
 
 def _refresh_view_history(view: Tensor) -> None:
@@ -671,10 +665,11 @@ def _register_retain_grad(t: Tensor) -> None:
     _edge(t)
     ref = weakref.ref(t)
     node = t.grad_fn
+    node_ref = weakref.ref(node)  # the node holds this hook: a strong reference would be a cycle
 
     def retain(grad):
         tensor = ref()
-        if tensor is not None and tensor._retains_grad and tensor.grad_fn is node:
+        if tensor is not None and tensor._retains_grad and tensor.grad_fn is node_ref():
             g = grad if state.grad_enabled else grad.detach()
             if tensor._grad is None:
                 tensor._grad = g.clone() if not state.grad_enabled else g

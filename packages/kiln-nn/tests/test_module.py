@@ -384,3 +384,46 @@ def test_backward_hook_multiple_inputs_and_outputs_match_torch():
         return seen, x.grad.tolist()
 
     assert run(kiln) == run(torch)
+
+
+def test_training_steps_and_state_dicts_leave_nothing_for_the_cycle_collector():
+    """A step's graph, gradients and temporaries go when its tensors do (no reference cycle waits for a gc
+    pass): layers with state (batch norm, dropout, LSTM, attention), module and tensor hooks, Adam with a
+    scheduler, gradient clipping, inputs made per step, and a state-dict round trip."""
+    import gc
+
+    net = kiln.nn.Sequential(
+        kiln.nn.Linear(6, 8), kiln.nn.BatchNorm1d(8), kiln.nn.ReLU(), kiln.nn.Dropout(0.1), kiln.nn.Linear(8, 3)
+    )
+    lstm = kiln.nn.LSTM(6, 4, batch_first=True)
+    attn = kiln.nn.MultiheadAttention(6, 2, batch_first=True)
+    params = [*net.parameters(), *lstm.parameters(), *attn.parameters()]
+    opt = kiln.optim.Adam(params, lr=1e-3)
+    sched = kiln.optim.lr_scheduler.StepLR(opt, 2)
+    net[0].register_forward_hook(lambda m, i, o: None)
+    net[0].register_full_backward_hook(lambda m, gi, go: None)
+    net[4].weight.register_hook(lambda g: g * 1)
+
+    def step():
+        x = kiln.randn(5, 6, requires_grad=True)  # an input that itself takes a gradient, made per step
+        seq = kiln.randn(5, 3, 6)
+        opt.zero_grad()
+        out = net(x)
+        out.retain_grad()
+        loss = kiln.nn.functional.cross_entropy(out, kiln.tensor([0, 1, 2, 0, 1]))
+        loss = loss + lstm(seq)[0].sum() * 1e-3 + attn(seq, seq, seq)[0].sum() * 1e-3
+        loss.backward()
+        kiln.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        sched.step()
+        net.load_state_dict(net.state_dict())
+
+    step()
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(2):
+            step()
+        assert gc.collect() == 0
+    finally:
+        gc.enable()

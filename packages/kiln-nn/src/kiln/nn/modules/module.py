@@ -814,7 +814,7 @@ class Module:
                     )
 
         load(self, state_dict)
-        del load  # the recursive closure names itself: a cycle (and the state dict with it) until a gc pass
+        load = None  # the recursive closure names itself: a cycle (and the state dict with it) until a gc pass
         if strict:
             if unexpected_keys:
                 error_msgs.insert(

@@ -211,3 +211,19 @@ def test_small_inputs_run_the_loops_from_the_chain_threshold(loss_spy, monkeypat
         assert_same(F.nll_loss(x, t), reference(F.nll_loss, x, t))
         assert loss_spy == ran, shape
         loss_spy.clear()
+
+
+def test_a_mean_over_no_target_is_nan_or_zeros_without_a_warning(loss_spy):
+    """Every target ignored: the mean divides by a weight sum of 0, NaN forward and zero gradients (as the
+    reference), and no NumPy warning escapes, whose suppression only that case pays for."""
+    import warnings
+
+    x, _, _ = _case((6, 5), kiln.float32, 0)
+    xs = x.detach().requires_grad_()
+    ignored = kiln.from_numpy(np.full(6, -100, np.int64))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loss = F.nll_loss(xs, ignored)
+        loss.backward()
+    assert loss.isnan().item() and xs.grad.abs().sum().item() == 0
+    assert loss_spy.count("nll_rows") == 1 and loss_spy.count("nll_backward_fill") == 1

@@ -251,10 +251,16 @@ def through_float32(name: str, kernel):
     multi = opdef.num_outputs > 1
 
     def wrapped(spec, *args):
+        # the usual call, no half-precision result or operand, tested with no list or generator built (a
+        # microsecond a call on the small losses, norms and pools this wraps)
+        if not (any(s.dtype in HALF for s in spec) if multi else spec.dtype in HALF):
+            for a in args:
+                if isinstance(a, Tensor) and a._dtype in HALF:
+                    break
+            else:
+                return kernel(spec, *args)
         specs = spec if multi else (spec,)
         halves = [s.dtype if s.dtype in HALF else None for s in specs]
-        if not any(halves) and not any(isinstance(a, Tensor) and a._dtype in HALF for a in args):
-            return kernel(spec, *args)
         work = max(math.prod(a._shape) for a in args if isinstance(a, Tensor))
         if config.too_small(work, multipass=True):  # no widening where the loops would hand back anyway
             return reference(spec, *args)

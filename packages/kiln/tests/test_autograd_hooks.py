@@ -5,6 +5,9 @@ needs_input_grad, non-differentiable outputs) and the version-counter checks of 
 
 from __future__ import annotations
 
+import contextlib
+import gc
+
 import kiln_testutil as U
 import numpy as np
 import pytest
@@ -135,10 +138,22 @@ def test_custom_function_save_for_backward():
     U.assert_close(kx.grad, tx.grad)
 
 
+@contextlib.contextmanager
+def _collector_off():
+    """Python's cycle collector off for the block (reference counting alone frees what is dropped), after a
+    pass that clears what came before; the block ends by checking the collector finds nothing."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
+
+
 def test_a_custom_functions_graph_is_freed_without_the_cycle_collector():
     """The node holds its ctx and the ctx its saved tensors: nothing points back, so dropping the output
     frees them at once (a ctx -> node reference kept a compiled model's activations until a gc pass)."""
-    import gc
     import weakref
 
     class Saves(kiln.autograd.Function):
@@ -155,9 +170,7 @@ def test_a_custom_functions_graph_is_freed_without_the_cycle_collector():
             assert kiln.equal(inner, x * 2)
             return grad * 2
 
-    gc.collect()
-    gc.disable()
-    try:
+    with _collector_off():
         x = kiln.ones(3, requires_grad=True)
         y = Saves.apply(x)
         saved = weakref.ref(y.grad_fn.ctx.keep)
@@ -168,9 +181,7 @@ def test_a_custom_functions_graph_is_freed_without_the_cycle_collector():
         y = Saves.apply(x)  # never run backward
         saved = weakref.ref(y.grad_fn.ctx.keep)
         del y
-        assert saved() is None and gc.collect() == 0
-    finally:
-        gc.enable()
+        assert saved() is None
 
 
 def test_a_leaf_and_its_accumulator_node_make_no_cycle():
@@ -178,12 +189,9 @@ def test_a_leaf_and_its_accumulator_node_make_no_cycle():
     its gradient when dropped, no gc pass needed, and so does a graph with a retain_grad() hook; the leaf's
     post-accumulate hooks stay with it across the nodes each recorded graph makes for it, and while a graph
     holds the node, it is the one every edge names."""
-    import gc
     import weakref
 
-    gc.collect()
-    gc.disable()
-    try:
+    with _collector_off():
         for _ in range(2):
             a = kiln.ones(3, requires_grad=True)
             (a * 2).sum().backward()
@@ -198,9 +206,6 @@ def test_a_leaf_and_its_accumulator_node_make_no_cycle():
         node = weakref.ref(y.grad_fn)
         del y
         assert node() is None
-        assert gc.collect() == 0
-    finally:
-        gc.enable()
     p = kiln.ones(2, requires_grad=True)
     seen = []
     handle = p.register_post_accumulate_grad_hook(lambda t: seen.append(t.grad.tolist()))

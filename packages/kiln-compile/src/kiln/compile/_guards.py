@@ -76,14 +76,7 @@ def module_state(module) -> tuple:
     out = []
     for sub in _submodules(module):
         d = sub.__dict__
-        # private ones too (self._scale); the exact type tested here first, a call less per attribute
-        attrs = tuple(
-            [
-                (k, v)
-                for k, v in d.items()
-                if (i := id(type(v))) in _PLAIN_IDS or (i not in _NOT_PLAIN_IDS and _plain(v))
-            ]
-        )
+        attrs = tuple([(k, v) for k, v in d.items() if _plain(v)])  # private ones too (self._scale)
         params = tuple(id(p) for p in d.get("_parameters", {}).values())
         buffers = tuple(id(b) for b in d.get("_buffers", {}).values())
         hooks = tuple(tuple(d.get(h, ())) for h in _HOOKS)

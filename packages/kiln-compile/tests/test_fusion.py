@@ -1,6 +1,6 @@
 """Fusion: each op kiln-compile writes as an expression, fused into one kernel, gives the eager result — NaN,
-infinities, broadcasting, strided views, empty and 0-d tensors, both float dtypes — and a whole-tensor sum or
-mean fuses after a chain. Needs a code generator for ``cpu`` (kiln-cpu's); without one nothing fuses, which
+infinities, broadcasting, strided views, empty and 0-d tensors, both float dtypes — and a sum or mean (over
+every dim or some) fuses after a chain. Needs a code generator for ``cpu`` (kiln-cpu's); without one nothing fuses, which
 is checked too."""
 
 from __future__ import annotations
@@ -203,6 +203,142 @@ def test_backward_graph_fuses():
     entry = cf._entries[-1]
     assert "_threshold_backward" in [n.op.name for n in entry.graphs[1].nodes if n.kind == "op"]
     assert _fused_calls(entry.backward.source) >= 1, entry.backward.source
+
+
+@pytest.mark.skipif(not HAS_CODEGEN, reason="no code generator for cpu (kiln-cpu)")
+@pytest.mark.parametrize(
+    ("shape", "other", "dims", "keepdim", "kind"),
+    [
+        ((128, 24), (128, 24), 0, False, "sum"),  # a linear layer's bias gradient: the row of kept elements
+        ((6, 4, 5, 7), (4, 1, 1), (0, 2, 3), False, "sum"),  # a conv bias's: merged to (6, 4, 35)
+        ((6, 4, 5, 7), (6, 4, 5, 7), (1, 3), True, "mean"),  # kept and reduced dims alternate
+        ((3, 1, 5), (1, 1, 5), (-1,), True, "sum"),  # a size-1 dim, a negative dim
+        ((5, 6), (6,), (1,), False, "mean"),
+        ((0, 4, 3), (4, 1), (0, 2), False, "mean"),  # empty: NaN means, as eager's
+        ((0, 4, 3), (4, 1), (0,), True, "sum"),  # empty: zero sums
+    ],
+)
+def test_a_sum_over_some_dims_ends_the_group(shape, other, dims, keepdim, kind):
+    """A sum or mean over some dims of a chain's value fuses as its group's reduction, and the value read
+    elsewhere is stored by the same kernel; results match eager's, in both float dtypes."""
+    for dtype in (kiln.float32, kiln.float64):
+
+        def f(x, y):
+            t = kiln.relu(x * y + 1)
+            return t, getattr(t, kind)(dims, keepdim=keepdim)
+
+        cf = kiln.compile(f)
+        x, y = kiln.randn(shape, dtype=dtype), kiln.randn(other, dtype=dtype)
+        cf(x, y)
+        got = cf(x, y)
+        src = cf._entries[-1].forward.source
+        assert "_k(" not in src and _fused_calls(src) == 1, src
+        for g, w in zip(got, f(x, y)):
+            assert g.shape == w.shape and g.dtype == w.dtype
+            assert kiln.allclose(g, w, rtol=1e-5, atol=1e-5, equal_nan=True)
+    xt = kiln.randn(shape[::-1]).permute(*reversed(range(len(shape))))  # strided inputs: the nested loop
+    assert all(kiln.allclose(g, w, rtol=1e-5, atol=1e-5, equal_nan=True) for g, w in zip(cf(xt, y), f(xt, y)))
+
+
+@pytest.mark.skipif(not HAS_CODEGEN, reason="no code generator for cpu (kiln-cpu)")
+def test_a_bias_gradient_sum_moves_up_to_its_group():
+    """The backward of a linear layer after a ReLU reads the gated gradient twice: a matmul (for the weight)
+    between it and the bias's sum would close its group; the sum moves up and fuses, the matmul still
+    reads the stored value."""
+    lin = kiln.nn.Linear(6, 5)
+
+    def f(x):
+        return kiln.relu(lin(x)).square().sum()
+
+    cf = kiln.compile(f)
+    x = kiln.randn(8, 6)
+    cf(x)
+    cf(x).backward()
+    gw, gb = lin.weight.grad.clone(), lin.bias.grad.clone()
+    lin.zero_grad()
+    f(x).backward()
+    assert kiln.allclose(gw, lin.weight.grad, atol=1e-5) and kiln.allclose(gb, lin.bias.grad, atol=1e-5)
+    entry = cf._entries[-1]
+    sums = [n for n in entry.graphs[1].nodes if n.kind == "op" and n.op.name == "sum"]
+    assert sums, entry.graphs[1]
+    assert " sum" not in entry.backward.source and "c" in entry.backward.source
+    assert _fused_calls(entry.backward.source) >= 1, entry.backward.source
+
+
+def test_a_sum_moves_up_only_past_nodes_that_write_nothing_it_reads():
+    from kiln.compile._fusion import hoist_reductions
+
+    def f(x, buf):
+        t = x * 2
+        u = t.t().matmul(x)  # a reader in between: the sum may move past it
+        s1 = t.sum(0)
+        t2 = buf * 3
+        buf.add_(1)
+        s2 = buf.sum(0)  # the sum of an input (written in place): nothing to move up to
+        w = buf * 1
+        buf.mul_(2)
+        s3 = w.sum(0)  # may move up past the write: it reads w, not buf
+        e = buf.view(-1) * 1
+        ev = e.view(4, 3)
+        ev.add_(1)  # a write into e's buffer: the sum of e must stay after it
+        s4 = e.sum(0)
+        return u, s1, t2, s2, s3, s4
+
+    seen = []
+
+    def capture(graph, example_inputs):
+        seen.append(graph)
+        return graph
+
+    x, buf = kiln.randn(4, 3), kiln.randn(4, 3)
+    kiln.compile(f, backend=capture)(x, buf)
+    graph = seen[0]
+    hoisted = hoist_reductions(graph)
+    names = [n.op.name if n.kind == "op" else n.kind for n in hoisted.nodes]
+    assert names.index("sum") == names.index("mul") + 1, names  # the first sum right after x * 2
+    before = [n for n in graph.nodes]
+    assert sorted(map(id, before)) == sorted(map(id, hoisted.nodes))  # the same nodes, reordered
+    # every node after the values it reads (a write's output is its destination, made before it)
+    made: dict[int, int] = {}
+    for i, n in enumerate(hoisted.nodes):
+        assert all(made.get(v.index, -1) < i for v in n.values_read()), hoisted
+        for v in n.outputs:
+            made.setdefault(v.index, i)
+    sums = [i for i, n in enumerate(hoisted.nodes) if n.kind == "op" and n.op.name == "sum"]
+    writes = [i for i, n in enumerate(hoisted.nodes) if n.writes is not None]
+    assert sums[-1] > writes[-1], hoisted  # the sum of e after the write into its buffer
+    assert len([i for i in sums if i < writes[0]]) == 1, hoisted  # only s1 before the first write
+    assert hoist_reductions(hoisted).nodes == hoisted.nodes  # nothing left to move
+    assert all(kiln.allclose(g, w) for g, w in zip(hoisted(x.clone(), buf.clone()), graph(x.clone(), buf.clone())))
+
+
+@pytest.mark.skipif(not HAS_CODEGEN, reason="no code generator for cpu (kiln-cpu)")
+def test_partial_reductions_reach_only_a_code_generator_that_takes_them(monkeypatch):
+    """A device code generator written before ``FusedGroup.dims`` never receives a group with it: the sum
+    over some dims runs as its op's own kernel."""
+    from kiln.compile import _backends
+
+    (real,) = [c for c in kiln.plugins.compilers().values() if getattr(c, "device_type", None) == "cpu"]
+    groups = []
+
+    def old_codegen(group):  # no partial_reductions attribute
+        groups.append(group)
+        return real(group)
+
+    old_codegen.device_type = "cpu"
+    monkeypatch.setattr(_backends.kiln.plugins, "compilers", lambda: {"old": old_codegen})
+
+    def f(x):
+        t = kiln.exp(x) + 1
+        return t.sum(0), (t * 2).sum()
+
+    cf = kiln.compile(f)
+    x = kiln.randn(3, 4)
+    cf(x)
+    got = cf(x)
+    assert groups and all(g.dims is None for g in groups)
+    assert "_k(" in cf._entries[0].forward.source  # the sum over dim 0
+    assert all(kiln.allclose(g, w, rtol=1e-6) for g, w in zip(got, f(x)))
 
 
 def test_nothing_fuses_without_a_code_generator(monkeypatch):

@@ -4,6 +4,7 @@ with the group's fields: kiln-compile is not needed here): every loop variant ag
 from __future__ import annotations
 
 import types
+import warnings
 
 import numpy as np
 import pytest
@@ -13,10 +14,62 @@ import kiln.plugins
 from kiln_cpu.fusion import codegen, source
 
 
-def _group(shape, inputs, lines, outputs, reduction=None, keepdim=False):
+def _group(shape, inputs, lines, outputs, reduction=None, keepdim=False, **more):
+    """A group as an older kiln-compile makes it (no ``dims``), or with ``more`` fields (``dims``, and the
+    ``reduced_shape`` method kiln-compile's FusedGroup has)."""
     return types.SimpleNamespace(
-        shape=shape, inputs=inputs, lines=lines, outputs=outputs, reduction=reduction, keepdim=keepdim
+        shape=shape, inputs=inputs, lines=lines, outputs=outputs, reduction=reduction, keepdim=keepdim, **more
     )
+
+
+def _reduced_shape(shape, dims, keepdim):
+    return (
+        tuple(1 if d in dims else n for d, n in enumerate(shape))
+        if keepdim
+        else tuple(n for d, n in enumerate(shape) if d not in dims)
+    )
+
+
+@pytest.mark.parametrize(
+    ("shape", "bias", "dims", "keepdim", "kind", "loops"),
+    [
+        ((6, 4, 5, 7), (4, 1, 1), (0, 2, 3), False, "sum", ["range(6)", "range(4)", "range(35)"]),  # merged
+        ((6, 4, 5, 7), (7,), (0, 2), True, "mean", ["range(6)", "range(4)", "range(5)", "range(7)"]),
+        ((128, 24), (24,), (0,), False, "sum", ["range(128)", "range(24)"]),  # kept last dim: a row of sums
+        ((3, 1, 1, 8), (8,), (1, 3), True, "sum", ["range(3)", "range(8)"]),  # size-1 dims dropped
+        ((0, 4), (4,), (0,), False, "mean", None),  # empty: NaN
+    ],
+)
+def test_partial_reductions(shape, bias, dims, keepdim, kind, loops):
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal(shape).astype(np.float32)
+    b = rng.standard_normal(bias).astype(np.float32)
+    group = _group(
+        shape,
+        [(shape, "float32"), (bias, "float32")],
+        [("t0", "(x0 * x1)"), ("t1", "(float32(0.0) if t0 <= float32(0.0) else t0)")],
+        [("t1", "float32")],
+        (kind, "t1", "float32"),
+        keepdim,
+        dims=dims,
+        reduced_shape=lambda: _reduced_shape(shape, dims, keepdim),
+    )
+    text = source(group)
+    assert "def flat(" not in text  # a flat index does not say which kept element it adds into
+    if loops is not None:
+        dense = text.split("def dense(")[1].split("def strided(")[0]
+        assert [line.split(" in ")[1].rstrip(":") for line in dense.splitlines() if " in range(" in line][
+            : len(loops)
+        ] == loops, dense
+    want_t = np.maximum(x * b, 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # NumPy's mean of an empty slice: NaN, as wanted
+        want = getattr(want_t.astype(np.float64), kind)(axis=dims, keepdims=keepdim)
+    for xs in (x, np.ascontiguousarray(x.T).T):  # contiguous: the dense loop; transposed: the strided one
+        t, r = codegen(group)(kiln.from_numpy(xs), kiln.from_numpy(b))
+        np.testing.assert_allclose(t.numpy(), want_t, rtol=1e-6)
+        assert r.shape == want.shape and r.dtype is kiln.float32
+        np.testing.assert_allclose(r.numpy(), want.astype(np.float32), rtol=1e-5, atol=1e-6)
 
 
 def test_registered_for_cpu():

@@ -1,5 +1,5 @@
-"""kiln-compile's code generator for device ``"cpu"``: a fused group of pointwise ops (and a whole-tensor sum or
-mean after them) becomes one Numba loop.
+"""kiln-compile's code generator for device ``"cpu"``: a fused group of pointwise ops (and a sum or mean after
+them, over every dim or some) becomes one Numba loop.
 
 kiln-compile hands over a ``FusedGroup`` (plain data: the iteration shape, the inputs' shapes and dtypes,
 scalar expressions, the outputs to store, an optional reduction). The loop is written as Python source to a
@@ -54,6 +54,35 @@ def _broadcast_strides(shape: tuple, full: tuple) -> tuple:
     return tuple(reversed(strides))
 
 
+def _merge(shape: tuple, operands: list[tuple], reduced: tuple | None) -> tuple[tuple, list[tuple], tuple]:
+    """The iteration ``shape`` with its size-1 dims dropped (the last one kept if all are) and each run of
+    adjacent dims merged into one where every operand (element strides, 0 along a broadcast dim) steps
+    through them as through one dim, and all or none of them are ``reduced``: ``(shape, the operands'
+    strides, the reduced dims)``. A conv bias's gradient, (64, 16, 28, 28) summed over (0, 2, 3), loops over
+    (64, 16, 784): its rows are long enough for vector lanes."""
+    dims = [d for d, n in enumerate(shape) if n != 1] or list(range(len(shape)))[-1:]
+    out_shape: list[int] = []
+    out_strides: list[list[int]] = [[] for _ in operands]
+    out_reduced: list[int] = []
+    for d in dims:
+        red = reduced is not None and d in reduced
+        if (
+            out_shape
+            and red == (len(out_shape) - 1 in out_reduced)
+            and all(st[-1] == op[d] * shape[d] for st, op in zip(out_strides, operands))
+        ):
+            out_shape[-1] *= shape[d]
+            for st, op in zip(out_strides, operands):
+                st[-1] = op[d]
+            continue
+        out_shape.append(shape[d])
+        for st, op in zip(out_strides, operands):
+            st.append(op[d])
+        if red:
+            out_reduced.append(len(out_shape) - 1)
+    return tuple(out_shape), [tuple(st) for st in out_strides], tuple(out_reduced)
+
+
 _CHUNK = 1024  # elements the flat loop computes into its buffers before storing and summing them
 _ROW_MAX = 1 << 16  # the longest row the nested loops buffer (a longer one is stored as computed)
 _NUMPY = {"float32": "float32", "float64": "float64", "bool": "bool_"}
@@ -74,6 +103,7 @@ def source(group) -> str:
     n_in, n_out, nd = len(group.inputs), len(group.outputs), len(group.shape)
     arrays = [f"a{i}" for i in range(n_in)] + [f"b{j}" for j in range(n_out)]
     reduce = group.reduction[1] if group.reduction is not None else None
+    dims = getattr(group, "dims", None) if reduce is not None else None  # some dims: one float64 sum per kept element
 
     def body(reads: list[str], slot: str, indent: str, buffered: bool, write: str) -> list[str]:
         lines = [f"{indent}x{i} = a{i}[{r}]" for i, r in enumerate(reads)]
@@ -91,7 +121,9 @@ def source(group) -> str:
         return [f"{indent}for s in range({count}):"] + [f"{indent}    b{j}[{target}] = o{j}[s]" for j in range(n_out)]
 
     def start(name: str, params: list[str], buffer: int, buffered: bool) -> list[str]:
-        out = [f"@njit({_FLAGS})", f"def {name}({', '.join(params)}):", "    acc = 0.0"]
+        size = math.prod(n for d, n in enumerate(group.shape) if d not in dims) if dims is not None else 0
+        acc = f"np.zeros({size}, np.float64)" if dims is not None else "0.0"
+        out = [f"@njit({_FLAGS})", f"def {name}({', '.join(params)}):", f"    acc = {acc}"]
         if buffered:
             out += [f"    o{j} = np.empty({max(buffer, 1)}, np.{_NUMPY[d]})" for j, (_, d) in enumerate(group.outputs)]
         if reduce is not None:
@@ -100,49 +132,69 @@ def source(group) -> str:
 
     def index(strides: tuple, last: str) -> str:
         """The flat element index of ``(i0, ..., last)`` for these element strides."""
-        names = [f"i{k}" for k in range(nd - 1)] + [last]
+        names = [f"i{k}" for k in range(len(strides) - 1)] + [last]
         terms = [n if st == 1 else f"{n} * {st}" for n, st in zip(names, strides) if st]
         if len(terms) == 1 and terms[0].isidentifier():
             return terms[0]  # a loop variable: never negative, as LLVM sees
         return f"_u({' + '.join(terms)})" if terms else "0"
 
-    def nested(name: str, reads: list[str], target) -> list[str]:
-        inner = group.shape[-1] if nd else 1
+    def nested(name: str, shape: tuple, reduced, reads: list[str], target, kept: tuple) -> list[str]:
+        """Loops over ``shape`` (``reduced``: the dims the reduction adds over, None for every one)."""
+        nd = len(shape)
+        inner = shape[-1] if nd else 1
         buffered = inner <= _ROW_MAX
         last = f"i{nd - 1}" if nd else "0"
         out = start(name, arrays, inner, buffered)
         indent = "    "
         for k in range(nd):
-            out.append(f"{indent}for i{k} in range({group.shape[k]}):")
+            out.append(f"{indent}for i{k} in range({shape[k]}):")
             indent += "    "
         out += body(reads, last, indent, buffered, target(last))
         row = indent[:-4] if nd else "    "
         if buffered:
             out += store(row, str(inner), target("s" if nd else "0"))
-        if reduce is not None:
+        if dims is not None and nd - 1 in reduced:  # the row adds into one kept element
+            out.append(f"{row}acc[{index(kept, last)}] += sum_run(buf, {inner})")
+        elif dims is not None:  # the row adds into a row of kept elements
+            out += [f"{row}for s in range({inner}):", f"{row}    acc[{index(kept, 's')}] += buf[s]"]
+        elif reduce is not None:
             out.append(f"{row}acc += sum_run(buf, {inner})")
         return out + ["    return acc"]
 
-    full = _broadcast_strides(group.shape, group.shape)
-    flat = start("flat", ["n", *arrays], _CHUNK, True)
-    flat += [
-        f"    for first in range(0, n, {_CHUNK}):",
-        f"        m = min({_CHUNK}, n - first)",
-        "        for j in range(m):",
-        "            i = _u(first + j)",
-    ]
-    flat += body(["i"] * n_in, "j", "            ", True, "")
-    flat += store("        ", "m", "_u(first + s)")
-    if reduce is not None:
-        flat.append("        acc += sum_run(buf, m)")
-    flat.append("    return acc")
-    reads = [index(_broadcast_strides(shape, group.shape), f"i{nd - 1}") for shape, _ in group.inputs]
-    dense = nested("dense", reads, lambda last: index(full, last) if nd else "0")
+    shape = group.shape
+    full = _broadcast_strides(shape, shape)
+    # the element index into the kept elements (C order) of each position: stride 0 along the reduced dims
+    kept = _broadcast_strides(tuple(1 if dims and d in dims else n for d, n in enumerate(shape)), shape)
+    flat = []
+    if dims is None:  # (with some dims reduced, a flat index does not say which kept element it adds into)
+        flat = start("flat", ["n", *arrays], _CHUNK, True)
+        flat += [
+            f"    for first in range(0, n, {_CHUNK}):",
+            f"        m = min({_CHUNK}, n - first)",
+            "        for j in range(m):",
+            "            i = _u(first + j)",
+        ]
+        flat += body(["i"] * n_in, "j", "            ", True, "")
+        flat += store("        ", "m", "_u(first + s)")
+        if reduce is not None:
+            flat.append("        acc += sum_run(buf, m)")
+        flat.append("    return acc")
+    operands = [_broadcast_strides(s, shape) for s, _ in group.inputs] + [full, kept]
+    merged, strides, reduced = _merge(shape, operands, dims)
+    last = f"i{len(merged) - 1}"
+    dense = nested(
+        "dense",
+        merged,
+        reduced,
+        [index(st, last) for st in strides[:n_in]],
+        lambda last: index(strides[n_in], last) if merged else "0",
+        strides[n_in + 1],
+    )
 
     def point(last: str) -> str:
         return ", ".join([f"i{k}" for k in range(nd - 1)] + [last]) if nd else "()"
 
-    strided = nested("strided", [point(f"i{nd - 1}")] * n_in, point)
+    strided = nested("strided", shape, dims, [point(f"i{nd - 1}")] * n_in, point, kept)
     return "\n".join(
         [
             "# Generated by kiln-cpu (kiln_cpu.fusion) for a kiln.compile fused group; the file name is the hash",
@@ -187,7 +239,9 @@ def _compile(group):
     n = math.prod(shape)
     out_dtypes = [np.dtype(d) for _, d in group.outputs]
     reduction = group.reduction
-    keep = (1,) * len(shape) if group.keepdim else ()
+    dims = getattr(group, "dims", None)
+    keep = group.reduced_shape() if hasattr(group, "reduced_shape") else (1,) * len(shape) if group.keepdim else ()
+    count = n if dims is None else math.prod(shape[d] for d in dims)  # the elements each result adds
 
     def kernel(*tensors, out=None):
         arrays = [host_view(t) for t in tensors]
@@ -199,7 +253,7 @@ def _compile(group):
         ]  # the target read as an input is itself: read at the same elements
         if all(a.flags.c_contiguous for a in arrays):
             flat = [a.reshape(-1) for a in arrays] + [o.reshape(-1) for o in outs]
-            if all(a.shape == shape for a in arrays):
+            if dims is None and all(a.shape == shape for a in arrays):
                 acc = mod.flat(n, *flat)
             else:
                 acc = mod.dense(*flat)
@@ -211,8 +265,10 @@ def _compile(group):
         results = [from_array(o) if t is None else t for o, t in zip(outs, given)]
         if reduction is not None:
             kind, _, dtype = reduction
-            value = acc if kind == "sum" else (acc / n if n else math.nan)
-            results.append(from_array(np.full(keep, value, dtype=np.dtype(dtype))))
+            if kind == "mean":
+                acc = acc / count if count else acc * math.nan  # (an empty mean is NaN, as eager's)
+            value = np.asarray(acc, dtype=np.dtype(dtype)).reshape(keep)
+            results.append(from_array(value))
         return tuple(results)
 
     return kernel
@@ -222,6 +278,7 @@ class _CodeGenerator:
     """What kiln-cpu registers through ``kiln_register_compilers``: ``codegen(group) -> kernel``."""
 
     device_type = "cpu"
+    partial_reductions = True  # it sums over some dims of a group too (FusedGroup.dims)
 
     def __call__(self, group):
         """Compile ``group`` (a kiln.compile ``FusedGroup``) to a kernel taking and returning CPU tensors."""

@@ -21,7 +21,7 @@ from collections.abc import Callable
 import kiln
 import kiln.plugins
 from kiln.compile._codegen import generate
-from kiln.compile._fusion import EXPRESSIONS
+from kiln.compile._fusion import EXPRESSIONS, hoist_reductions
 from kiln.compile._fusion import lower as fusion_lower
 from kiln.compile._graph import Graph
 from kiln.compile._passes import decompose, optimize
@@ -37,6 +37,7 @@ def kiln_backend(graph: Graph, example_inputs: list) -> Callable:
     codegens = {c.device_type: c for c in kiln.plugins.compilers().values() if getattr(c, "device_type", None)}
     if codegens:  # pointwise ops the fusion has no expression for, written in ones it has (and folded again)
         graph = optimize(decompose(graph, keep=lambda op: op.name in EXPRESSIONS or "pointwise" not in op.tags))
+        graph = hoist_reductions(graph)
     return generate(graph, functools.partial(fusion_lower, codegens=codegens))
 
 

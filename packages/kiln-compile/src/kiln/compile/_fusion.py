@@ -1,4 +1,4 @@
-"""Fusion: chains of pointwise ops (and a whole-tensor ``sum`` or ``mean`` after them) become one kernel.
+"""Fusion: chains of pointwise ops (and a ``sum`` or ``mean`` after them) become one kernel.
 
 kiln-compile decides *what* fuses and writes each op as a scalar expression; the device's code generator
 (registered through ``kiln_register_compilers`` with a ``device_type``; kiln-cpu's makes one Numba loop)
@@ -21,7 +21,7 @@ import kiln
 from kiln.compile._graph import Graph, Node, Value, contiguous_strides
 from kiln.compile._passes import _view_classes, next_change
 
-__all__ = ["EXPRESSIONS", "FUNCTIONS", "FusedGroup", "lower"]
+__all__ = ["EXPRESSIONS", "FUNCTIONS", "FusedGroup", "hoist_reductions", "lower"]
 
 _FLOAT = {kiln.float32: "float32", kiln.float64: "float64"}
 
@@ -40,22 +40,41 @@ class FusedGroup:
       expressions, ``abs`` and the functions :data:`FUNCTIONS` (typed by their argument: float32 in, float32 out);
     * ``outputs``: ``(name, dtype name)`` stored into new tensors of ``shape``;
     * ``reduction``: None, or ``(kind, name, dtype name)`` with kind ``"sum"`` or ``"mean"``: one more output,
-      0-d (``keepdim``: ``shape`` with every size 1), the sum or mean of ``name`` over every element,
-      accumulated in float64;
-    * ``keepdim``: see ``reduction``.
+      the sum or mean of ``name`` over the dims ``dims``, accumulated in float64;
+    * ``dims``: None (every dim: the reduction's result is 0-d, or with ``keepdim`` ``shape`` with every size
+      1), or the sorted dims reduced over, some but not all of them (the result is ``shape`` without them, or
+      with ``keepdim`` with size 1 there). A group with ``dims`` reaches only a code generator whose
+      ``partial_reductions`` attribute is true; for the others such a sum stays its op's own kernel;
+    * ``keepdim``: see ``dims``.
     """
 
-    def __init__(self, shape, inputs, lines, outputs, reduction=None, keepdim=False) -> None:
+    def __init__(self, shape, inputs, lines, outputs, reduction=None, keepdim=False, dims=None) -> None:
         self.shape = tuple(shape)
         self.inputs = list(inputs)
         self.lines = list(lines)
         self.outputs = list(outputs)
         self.reduction = reduction
         self.keepdim = keepdim
+        self.dims = None if dims is None else tuple(dims)
+
+    def reduced_shape(self) -> tuple:
+        """The shape of the reduction's result."""
+        dims = range(len(self.shape)) if self.dims is None else self.dims
+        if self.keepdim:
+            return tuple(1 if d in dims else n for d, n in enumerate(self.shape))
+        return tuple(n for d, n in enumerate(self.shape) if d not in dims)
 
     def key(self) -> tuple:
         """Everything the generated code depends on (a code generator may cache by it)."""
-        return (self.shape, tuple(self.inputs), tuple(self.lines), tuple(self.outputs), self.reduction, self.keepdim)
+        return (
+            self.shape,
+            tuple(self.inputs),
+            tuple(self.lines),
+            tuple(self.outputs),
+            self.reduction,
+            self.keepdim,
+            self.dims,
+        )
 
 
 # ---------------------------------------------------------------------------------------------- expressions
@@ -157,6 +176,39 @@ EXPRESSIONS: dict[str, Callable] = {
 # ---------------------------------------------------------------------------------------------- planning
 
 
+def hoist_reductions(graph: Graph) -> Graph:
+    """The graph with each ``sum`` or ``mean`` of a fusable pointwise op's value moved up to right after that
+    op, so that it can end the op's fused group: a reader in between (the transposed gradient a weight
+    gradient's matmul reads, then the bias gradient's sum) would close the group first. A reduction moves
+    only past nodes that write nothing it reads, and only ops move: the program computes the same values."""
+    nodes = graph.nodes
+    made = {v.index: pos for pos, node in enumerate(nodes) for v in node.outputs}
+    classes = _view_classes(graph)
+    after: dict[int, list[Node]] = {}
+    moved: set[int] = set()
+    for pos, node in enumerate(nodes):
+        if node.kind != "op" or node.op.name not in ("sum", "mean") or not node.args:
+            continue
+        src = node.args[0]
+        at = made.get(src.index) if isinstance(src, Value) else None
+        if at is None or at == pos - 1 or nodes[at].kind != "op" or nodes[at].op.name not in EXPRESSIONS:
+            continue
+        read = list(node.values_read())
+        if any(made.get(v.index, -1) > at for v in read):
+            continue  # (another operand is made later)
+        if all(next_change(nodes, at, classes.get(v.index, v.index), classes) > pos for v in read):
+            after.setdefault(at, []).append(node)
+            moved.add(pos)
+    if not moved:
+        return graph
+    order = []
+    for pos, node in enumerate(nodes):
+        if pos not in moved:
+            order.append(node)
+            order += after.get(pos, [])
+    return graph.replace(nodes=order)
+
+
 class _Group:
     def __init__(self, shape: tuple, device: str) -> None:
         self.shape = shape
@@ -167,7 +219,7 @@ class _Group:
         self.inputs: list[Value] = []
         self.input_names: dict[int, str] = {}
         self.lines: list[tuple[str, str]] = []
-        self.reduction: tuple | None = None  # (node position, kind, local name, Value, keepdim)
+        self.reduction: tuple | None = None  # (node position, kind, local name, Value, keepdim, dims or None)
         self.stores: dict[int, Value] = {}  # Value index of a group value -> the tensor the kernel stores it into
 
 
@@ -278,11 +330,15 @@ def lower(graph: Graph, names, codegens: dict[str, Callable]) -> dict[int, str |
                 group.nodes.append(node)
                 open_groups[out.index] = group
                 joined = group
-        elif device in codegens and node.op.name in ("sum", "mean") and _full_reduction(node, open_groups):
+        elif (
+            device in codegens
+            and node.op.name in ("sum", "mean")
+            and ((dims := _fusable_reduction(node, open_groups, codegens[device])) is not False)
+        ):
             (src,) = [v for v in node.values_read()]
             group = open_groups[src.index]
             keepdim = node.args[2] if len(node.args) > 2 else False
-            group.reduction = (pos, node.op.name, group.values[src.index], node.outputs[0], keepdim)
+            group.reduction = (pos, node.op.name, group.values[src.index], node.outputs[0], keepdim, dims)
             group.positions.append(pos)
             group.nodes.append(node)
             joined = group
@@ -300,21 +356,32 @@ def lower(graph: Graph, names, codegens: dict[str, Callable]) -> dict[int, str |
     return _emit(done, readers, names, codegens)
 
 
-def _full_reduction(node: Node, open_groups: dict) -> bool:
-    """``sum``/``mean`` of a whole open-group value, in its own dtype (``dim`` all dims, no ``dtype``), when
-    that group has no reduction yet."""
+def _fusable_reduction(node: Node, open_groups: dict, codegen: Callable):
+    """Whether ``sum``/``mean`` of an open group's value (of the group's whole shape, in its own dtype: no
+    ``dtype``) ends that group, when it has no reduction yet: False if not, else the dims it reduces, None
+    for every dim. Some of the dims only where the device's code generator takes ``partial_reductions``."""
     args = node.args
     if not args or not isinstance(args[0], Value) or args[0].index not in open_groups:
         return False
-    if open_groups[args[0].index].reduction is not None:
+    group = open_groups[args[0].index]
+    if group.reduction is not None:
         return False  # a group has one reduction: a second one of its values runs as its own op
     src = args[0]
+    if (len(args) > 3 and args[3] is not None) or node.spec.dtype != src.dtype or src.dtype not in _FLOAT:
+        return False
+    nd = len(src.shape)
     dims = args[1] if len(args) > 1 else None
     dims = (dims,) if isinstance(dims, int) else dims
-    every = tuple(range(len(src.shape)))
-    if dims is not None and tuple(sorted(d % max(len(src.shape), 1) for d in dims)) != every:
+    if dims is None or (nd == 0 and tuple(dims) in ((), (0,), (-1,))):
+        return None
+    if not isinstance(dims, (tuple, list)) or not dims or any(type(d) is not int for d in dims):
+        return False  # (an empty dim list is a sum over everything in one version of PyTorch, nothing in another)
+    dims = tuple(sorted({d % nd for d in dims}))
+    if dims == tuple(range(nd)):
+        return None
+    if tuple(src.shape) != group.shape or not getattr(codegen, "partial_reductions", False):
         return False
-    return (len(args) < 4 or args[3] is None) and node.spec.dtype == src.dtype and src.dtype in _FLOAT
+    return dims
 
 
 def _store_target(nodes: list[Node], pos: int, open_groups: dict, readers: dict, classes: dict):
@@ -386,6 +453,7 @@ def _emit(groups: list[_Group], readers: dict, names, codegens: dict) -> dict[in
             [(g.values[v.index], "bool" if v.dtype is kiln.bool else _FLOAT[v.dtype]) for v in stored],
             None if g.reduction is None else (g.reduction[1], g.reduction[2], _FLOAT[g.reduction[3].dtype]),
             bool(g.reduction[4]) if g.reduction is not None and isinstance(g.reduction[4], bool) else False,
+            None if g.reduction is None else g.reduction[5],
         )
         device = g.nodes[0].outputs[0].device.type
         kernel = codegens[device](group)

@@ -158,3 +158,20 @@ def test_out_overlapping_another_input_is_stored_aside():
     (got,) = codegen(group)(a, a.t(), out=[a])
     assert got is a
     np.testing.assert_array_equal(a.numpy(), p + p.T)
+
+
+def test_merged_rows_stay_buffered():
+    """Dims merge only up to a row the loop buffers: an in-place update of a 256x784 weight with a 0-d step
+    size (an Adam step) keeps rows of 784, not one unbuffered row of 200704 (which does not vectorize)."""
+    group = _group(
+        (256, 784),
+        [((256, 784), "float32"), ((), "float32")],
+        [("t0", "(x0 * x1)")],
+        [("t0", "float32")],
+    )
+    dense = source(group).split("def dense(")[1].split("def strided(")[0]
+    assert "range(256)" in dense and "range(784)" in dense and "o0[" in dense, dense
+    p = np.ones((256, 784), np.float32)
+    target = kiln.from_numpy(p)
+    (out,) = codegen(group)(target, kiln.tensor(0.5), out=[target])
+    assert out is target and float(target.sum()) == 256 * 784 * 0.5

@@ -54,11 +54,16 @@ def _broadcast_strides(shape: tuple, full: tuple) -> tuple:
     return tuple(reversed(strides))
 
 
+_CHUNK = 1024  # elements the flat loop computes into its buffers before storing and summing them
+_ROW_MAX = 1 << 16  # the longest row the nested loops buffer (a longer one is stored as computed)
+_NUMPY = {"float32": "float32", "float64": "float64", "bool": "bool_"}
+
+
 def _merge(shape: tuple, operands: list[tuple], reduced: tuple | None) -> tuple[tuple, list[tuple], tuple]:
     """The iteration ``shape`` with its size-1 dims dropped (the last one kept if all are) and each run of
     adjacent dims merged into one where every operand (element strides, 0 along a broadcast dim) steps
-    through them as through one dim, and all or none of them are ``reduced``: ``(shape, the operands'
-    strides, the reduced dims)``. A conv bias's gradient, (64, 16, 28, 28) summed over (0, 2, 3), loops over
+    through them as through one dim, all or none of them are ``reduced``, and the merged dim is at most
+    :data:`_ROW_MAX` long: ``(shape, the operands' strides, the reduced dims)``. A conv bias's gradient, (64, 16, 28, 28) summed over (0, 2, 3), loops over
     (64, 16, 784): its rows are long enough for vector lanes."""
     dims = [d for d, n in enumerate(shape) if n != 1] or list(range(len(shape)))[-1:]
     out_shape: list[int] = []
@@ -68,6 +73,7 @@ def _merge(shape: tuple, operands: list[tuple], reduced: tuple | None) -> tuple[
         red = reduced is not None and d in reduced
         if (
             out_shape
+            and out_shape[-1] * shape[d] <= _ROW_MAX  # (a longer row is not buffered: see source())
             and red == (len(out_shape) - 1 in out_reduced)
             and all(st[-1] == op[d] * shape[d] for st, op in zip(out_strides, operands))
         ):
@@ -81,11 +87,6 @@ def _merge(shape: tuple, operands: list[tuple], reduced: tuple | None) -> tuple[
         if red:
             out_reduced.append(len(out_shape) - 1)
     return tuple(out_shape), [tuple(st) for st in out_strides], tuple(out_reduced)
-
-
-_CHUNK = 1024  # elements the flat loop computes into its buffers before storing and summing them
-_ROW_MAX = 1 << 16  # the longest row the nested loops buffer (a longer one is stored as computed)
-_NUMPY = {"float32": "float32", "float64": "float64", "bool": "bool_"}
 
 
 def source(group) -> str:

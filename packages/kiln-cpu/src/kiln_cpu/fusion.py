@@ -63,8 +63,9 @@ def _merge(shape: tuple, operands: list[tuple], reduced: tuple | None) -> tuple[
     """The iteration ``shape`` with its size-1 dims dropped (the last one kept if all are) and each run of
     adjacent dims merged into one where every operand (element strides, 0 along a broadcast dim) steps
     through them as through one dim, all or none of them are ``reduced``, and the merged dim is at most
-    :data:`_ROW_MAX` long: ``(shape, the operands' strides, the reduced dims)``. A conv bias's gradient, (64, 16, 28, 28) summed over (0, 2, 3), loops over
-    (64, 16, 784): its rows are long enough for vector lanes."""
+    :data:`_ROW_MAX` long: ``(shape, the operands' strides, the reduced dims)``. A conv bias's gradient,
+    (64, 16, 28, 28) summed over (0, 2, 3), loops over (64, 16, 784): its rows are long enough for vector
+    lanes."""
     dims = [d for d, n in enumerate(shape) if n != 1] or list(range(len(shape)))[-1:]
     out_shape: list[int] = []
     out_strides: list[list[int]] = [[] for _ in operands]

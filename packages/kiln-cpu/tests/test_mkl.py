@@ -119,9 +119,11 @@ def test_operand_layouts(case, expected):
 
 @pytest.fixture
 def mkl_spy(monkeypatch):
-    """Records each product MKL takes: the operands' shapes."""
+    """Records each product MKL takes: the operands' shapes. MKL takes products of any size here (the tests'
+    are small: :data:`kiln_cpu.config.mkl_min_macs` would leave them to NumPy)."""
     calls = []
     real = _mkl.matmul
+    monkeypatch.setattr(config, "mkl_min_macs", 0)
 
     def record(mkl, a, b):
         out = real(mkl, a, b)
@@ -203,6 +205,18 @@ def test_cases_mkl_leaves_to_numpy(case, mkl_spy, monkeypatch):
     assert str(got.dtype).removeprefix("kiln.") == str(expected.dtype).removeprefix("torch.")
     np.testing.assert_allclose(got.float().numpy(), expected.float().numpy(), rtol=2e-3, atol=2e-3)
     assert mkl_spy == []
+
+
+@needs_mkl
+def test_small_products_stay_with_numpy(mkl_spy, monkeypatch):
+    """Below ``mkl_min_macs`` multiply-adds NumPy's product runs (a ctypes call into MKL costs more than
+    MKL saves there); from it on MKL does, batches counted whole."""
+    monkeypatch.setattr(config, "mkl_min_macs", 4096)
+    small, large = (_tensor((16, 16)), _tensor((16, 15), seed=1)), (_tensor((16, 16)), _tensor((16, 16), seed=1))
+    batch = (_tensor((2, 16, 16)), _tensor((2, 16, 8), seed=1))
+    for a, b in (small, large, batch):
+        np.testing.assert_allclose(kiln.matmul(a, b).numpy(), np.matmul(a.numpy(), b.numpy()), rtol=1e-5, atol=1e-5)
+    assert mkl_spy == [((16, 16), (16, 16)), ((2, 16, 16), (2, 16, 8))]
 
 
 def _torch_dtype(d):

@@ -129,7 +129,8 @@ def _operand(x: np.ndarray) -> tuple[int, int] | None:
 def matmul(mkl: _MKL, a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
     """``a @ b`` of two float32 or two float64 arrays, both 2-d, or both 3-d with one batch size (each
     matrix readable by BLAS, a batch dim with a stride), by MKL into a new C-contiguous array; None
-    where it does not apply (the caller runs NumPy's product)."""
+    where it does not apply or the product has fewer than :data:`kiln_cpu.config.mkl_min_macs`
+    multiply-adds (the caller runs NumPy's product)."""
     dtype = a.dtype
     if b.dtype != dtype or dtype not in mkl.gemm or a.ndim != b.ndim or a.ndim not in (2, 3):
         return None
@@ -139,6 +140,8 @@ def matmul(mkl: _MKL, a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
         return None
     batch = a.shape[0] if a.ndim == 3 else 1
     if a.ndim == 3 and (b.shape[0] != batch or (batch > 1 and dtype not in mkl.gemm_batch)):
+        return None
+    if batch * m * n * k < config.mkl_min_macs:
         return None
     fa, fb = _operand(a), _operand(b)
     if fa is None or fb is None:

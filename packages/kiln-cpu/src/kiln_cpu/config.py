@@ -33,6 +33,13 @@ spin for a tenth of a second after each product they share, holding cores the ne
 (64x1568x10: 31 us against 46 us; 256x256x256, 16M: 156 us against 232 us)."""
 
 
+mkl_min_macs = 1 << 22
+"""Products of fewer multiply-adds than this run NumPy's OpenBLAS even where MKL is chosen (:data:`blas`):
+a call into MKL through ctypes costs about 8 us more than NumPy's product, which is more than MKL saves on
+a small one (Intel Xeon, one thread: 64x64x64 in 4.2 us by NumPy, 13.0 us by MKL; 128x128x128, 2M,
+32.4 against 37.3 us; 192x192x192, 7M, 97.8 against 92.5 us)."""
+
+
 blas = os.environ.get("KILN_CPU_BLAS", "").strip().lower() or "auto"
 """Which BLAS runs matmul, mm, bmm, addmm and baddbmm: ``"auto"`` (the default) uses Intel MKL where the
 ``mkl`` wheel is installed (``pip install kiln-cpu[mkl]``) and NumPy's OpenBLAS otherwise;

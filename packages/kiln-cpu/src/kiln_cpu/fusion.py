@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+import kiln
 from kiln.backend import from_array, generated_module, host_view
 
 __all__ = ["codegen", "cache_dir", "source"]
@@ -245,32 +246,41 @@ def _compile(group):
     keep = group.reduced_shape() if hasattr(group, "reduced_shape") else (1,) * len(shape) if group.keepdim else ()
     count = n if dims is None else math.prod(shape[d] for d in dims)  # the elements each result adds
 
+    kinds = [getattr(kiln, d) for _, d in group.outputs]  # the kiln dtypes: from_array then skips finding them
+    # every input of the group's own shape (the trace's, kept by its guards): contiguous ones take the flat loop
+    flat_loop = dims is None and all(tuple(s) == shape for s, _ in group.inputs)
+
     def kernel(*tensors, out=None):
         arrays = [host_view(t) for t in tensors]
-        given = out or [None] * len(out_dtypes)
-        views = [None if t is None else host_view(t) for t in given]
-        outs = [
-            np.empty(shape, d) if v is None else _target(v, [a for a, x in zip(arrays, tensors) if x is not t])
-            for d, v, t in zip(out_dtypes, views, given)
-        ]  # the target read as an input is itself: read at the same elements
-        if all(a.flags.c_contiguous for a in arrays):
-            flat = [a.reshape(-1) for a in arrays] + [o.reshape(-1) for o in outs]
-            if dims is None and all(a.shape == shape for a in arrays):
-                acc = mod.flat(n, *flat)
-            else:
-                acc = mod.dense(*flat)
+        if out is None:
+            views = None
+            outs = [np.empty(shape, d) for d in out_dtypes]
         else:
-            acc = mod.strided(*(np.broadcast_to(a, shape) for a in arrays), *outs)
-        for o, v in zip(outs, views):
-            if v is not None and o is not v:  # stored aside: an input overlapped the target
-                np.copyto(v, o)
-        results = [from_array(o) if t is None else t for o, t in zip(outs, given)]
+            views = [None if t is None else host_view(t) for t in out]
+            outs = [
+                np.empty(shape, d) if v is None else _target(v, [a for a, x in zip(arrays, tensors) if x is not t])
+                for d, v, t in zip(out_dtypes, views, out)
+            ]  # the target read as an input is itself: read at the same elements
+        for a in arrays:
+            if not a.flags.c_contiguous:
+                acc = mod.strided(*[np.broadcast_to(a, shape) for a in arrays], *outs)
+                break
+        else:
+            flat = [a.reshape(-1) for a in arrays]
+            flat += [o.reshape(-1) for o in outs]
+            acc = mod.flat(n, *flat) if flat_loop else mod.dense(*flat)
+        if views is None:
+            results = [from_array(o, k) for o, k in zip(outs, kinds)]
+        else:
+            for o, v in zip(outs, views):
+                if v is not None and o is not v:  # stored aside: an input overlapped the target
+                    np.copyto(v, o)
+            results = [from_array(o, k) if t is None else t for o, k, t in zip(outs, kinds, out)]
         if reduction is not None:
             kind, _, dtype = reduction
             if kind == "mean":
                 acc = acc / count if count else acc * math.nan  # (an empty mean is NaN, as eager's)
-            value = np.asarray(acc, dtype=np.dtype(dtype)).reshape(keep)
-            results.append(from_array(value))
+            results.append(from_array(np.asarray(acc, dtype=np.dtype(dtype)).reshape(keep), getattr(kiln, dtype)))
         return tuple(results)
 
     return kernel

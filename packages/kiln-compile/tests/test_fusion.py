@@ -6,6 +6,7 @@ is checked too."""
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -22,6 +23,12 @@ SPECIAL = [0.0, -0.0, 1.5, -2.25, 3.0, math.inf, -math.inf, math.nan, 1e-30, 40.
 
 def _special(dtype):
     return kiln.tensor(SPECIAL, dtype=dtype)
+
+
+def _op_calls(program) -> list[str]:
+    """The ops a generated program runs through their own kernels (``v2 = _k(c5, ...)``), by name."""
+    found = re.findall(r"_k\((c\d+),", program.source)
+    return [program.__globals__[c].name for c in found]
 
 
 def _fused_calls(program_source: str) -> int:
@@ -265,8 +272,11 @@ def test_a_bias_gradient_sum_moves_up_to_its_group():
     assert _fused_calls(entry.backward.source) >= 1, entry.backward.source
 
 
+@pytest.mark.skipif(not HAS_CODEGEN, reason="no code generator for cpu (kiln-cpu)")
 def test_a_sum_moves_up_only_past_nodes_that_write_nothing_it_reads():
     from kiln.compile._fusion import hoist_reductions
+
+    codegens = {"cpu": next(c for c in kiln.plugins.compilers().values() if getattr(c, "device_type", 0) == "cpu")}
 
     def f(x, buf):
         t = x * 2
@@ -293,7 +303,7 @@ def test_a_sum_moves_up_only_past_nodes_that_write_nothing_it_reads():
     x, buf = kiln.randn(4, 3), kiln.randn(4, 3)
     kiln.compile(f, backend=capture)(x, buf)
     graph = seen[0]
-    hoisted = hoist_reductions(graph)
+    hoisted = hoist_reductions(graph, codegens)
     names = [n.op.name if n.kind == "op" else n.kind for n in hoisted.nodes]
     assert names.index("sum") == names.index("mul") + 1, names  # the first sum right after x * 2
     before = [n for n in graph.nodes]
@@ -308,8 +318,80 @@ def test_a_sum_moves_up_only_past_nodes_that_write_nothing_it_reads():
     writes = [i for i, n in enumerate(hoisted.nodes) if n.writes is not None]
     assert sums[-1] > writes[-1], hoisted  # the sum of e after the write into its buffer
     assert len([i for i in sums if i < writes[0]]) == 1, hoisted  # only s1 before the first write
-    assert hoist_reductions(hoisted).nodes == hoisted.nodes  # nothing left to move
+    assert hoist_reductions(hoisted, codegens).nodes == hoisted.nodes  # nothing left to move
     assert all(kiln.allclose(g, w) for g, w in zip(hoisted(x.clone(), buf.clone()), graph(x.clone(), buf.clone())))
+
+
+@pytest.mark.skipif(not HAS_CODEGEN, reason="no code generator for cpu (kiln-cpu)")
+def test_a_sum_never_moves_past_an_op_that_writes_any_of_its_arguments():
+    """``_amp_non_finite_check_and_unscale_`` writes its second argument (found_inf), not only its first: a
+    sum of found_inf stays after it."""
+    unscale = kiln.backend.op("_amp_non_finite_check_and_unscale_")
+
+    def f(g, x, inv):
+        found = x * 0.0
+        unscale(g, found, inv)
+        return found.sum()
+
+    g, x, inv = kiln.tensor([1.0, math.inf, 2.0]), kiln.ones(1), kiln.ones(1)
+    cf = kiln.compile(f)
+    cf(g.clone(), x, inv)
+    assert cf(g.clone(), x, inv).item() == 1.0 == f(g.clone(), x, inv).item()
+
+
+@pytest.mark.skipif(not HAS_CODEGEN, reason="no code generator for cpu (kiln-cpu)")
+@pytest.mark.parametrize(
+    "case",
+    ["reached anyway", "a dtype= sum", "stored into a tensor"],
+)
+def test_a_sum_stays_where_moving_it_would_fuse_less(case):
+    """The hoist moves a reduction only where it helps: not when the group reaches it anyway, not when it
+    cannot fuse (it would only close the group early), not above the write of its value into a tensor (the
+    group stores there instead)."""
+
+    def f(a, b):
+        t = a * b
+        if case == "reached anyway":
+            return kiln.sigmoid(t) + 1, t.sum(0)
+        if case == "a dtype= sum":  # the transpose closes the group of mul and sigmoid; the sum cannot end it
+            u = kiln.sigmoid(t)
+            return u.t(), t.sum(0, dtype=kiln.float64)
+        b.mul_(0.9).add_(a)
+        return b.sum()
+
+    cf = kiln.compile(f)
+    a, b = kiln.randn(4, 3), kiln.randn(4, 3)
+    b2 = b.clone()
+    cf(a, b)
+    got = cf(a, b)
+    f(a, b2)
+    want = f(a, b2)
+    assert all(
+        kiln.allclose(g, w, atol=1e-5)
+        for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,))
+    )
+    assert kiln.allclose(b, b2)
+    src = cf._entries[-1].forward.source
+    if case == "reached anyway":
+        assert "_k(" not in src and _fused_calls(src) == 1, src
+    elif case == "stored into a tensor":
+        assert "out=[" in src and "_write(" not in src, src
+    else:  # the mul fuses with the sigmoid, not alone before a sum that cannot end its group
+        ops = _op_calls(cf._entries[-1].forward)
+        assert "sum" in ops and "mul" not in ops and _fused_calls(src) == 1, src
+
+
+@pytest.mark.skipif(not HAS_CODEGEN, reason="no code generator for cpu (kiln-cpu)")
+def test_a_keepdim_given_as_an_int_keeps_eager_shapes():
+    def f(x):
+        t = kiln.relu(x) * 2
+        return t.sum(0, 1), t.mean((0, 1), 1)
+
+    cf = kiln.compile(f)
+    x = kiln.randn(3, 4)
+    cf(x)
+    for g, w in zip(cf(x), f(x)):
+        assert g.shape == w.shape and kiln.allclose(g, w, rtol=1e-6)
 
 
 @pytest.mark.skipif(not HAS_CODEGEN, reason="no code generator for cpu (kiln-cpu)")

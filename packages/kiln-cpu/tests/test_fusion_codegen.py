@@ -15,18 +15,9 @@ from kiln_cpu.fusion import codegen, source
 
 
 def _group(shape, inputs, lines, outputs, reduction=None, keepdim=False, **more):
-    """A group as an older kiln-compile makes it (no ``dims``), or with ``more`` fields (``dims``, and the
-    ``reduced_shape`` method kiln-compile's FusedGroup has)."""
+    """A group as an older kiln-compile makes it (no ``dims``), or with ``more`` fields (``dims``)."""
     return types.SimpleNamespace(
         shape=shape, inputs=inputs, lines=lines, outputs=outputs, reduction=reduction, keepdim=keepdim, **more
-    )
-
-
-def _reduced_shape(shape, dims, keepdim):
-    return (
-        tuple(1 if d in dims else n for d, n in enumerate(shape))
-        if keepdim
-        else tuple(n for d, n in enumerate(shape) if d not in dims)
     )
 
 
@@ -52,7 +43,6 @@ def test_partial_reductions(shape, bias, dims, keepdim, kind, loops):
         (kind, "t1", "float32"),
         keepdim,
         dims=dims,
-        reduced_shape=lambda: _reduced_shape(shape, dims, keepdim),
     )
     text = source(group)
     assert "def flat(" not in text  # a flat index does not say which kept element it adds into

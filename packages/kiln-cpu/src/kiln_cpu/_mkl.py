@@ -209,7 +209,10 @@ def describe() -> str:
         numpy_blas = "NumPy's BLAS"
     mkl = active()
     if mkl is not None:
-        return f"{mkl.version} ({mkl.path}) for matmul, mm, bmm, addmm, baddbmm; {numpy_blas} for convolutions"
+        return (
+            f"{mkl.version} ({mkl.path}) for matmul, mm, bmm, addmm, baddbmm of {config.mkl_min_macs:,} "
+            f"multiply-adds or more; {numpy_blas} for smaller products and convolutions"
+        )
     if error():
         return f"{numpy_blas} (MKL is installed but failed to load: {error()})"
     if library_path() is not None:

@@ -42,7 +42,8 @@ a small one (Intel Xeon, one thread: 64x64x64 in 4.2 us by NumPy, 13.0 us by MKL
 
 blas = os.environ.get("KILN_CPU_BLAS", "").strip().lower() or "auto"
 """Which BLAS runs matmul, mm, bmm, addmm and baddbmm: ``"auto"`` (the default) uses Intel MKL where the
-``mkl`` wheel is installed (``pip install kiln-cpu[mkl]``) and NumPy's OpenBLAS otherwise;
+``mkl`` wheel is installed (``pip install kiln-cpu[mkl]``), for products of :data:`mkl_min_macs`
+multiply-adds or more, and NumPy's OpenBLAS otherwise;
 ``"openblas"`` keeps NumPy's. The environment variable ``KILN_CPU_BLAS`` sets the default. Convolutions
 always use NumPy's BLAS (:mod:`kiln_cpu._mkl`)."""
 

@@ -4,10 +4,11 @@ them, over every dim or some) becomes one Numba loop.
 kiln-compile hands over a ``FusedGroup`` (plain data: the iteration shape, the inputs' shapes and dtypes,
 scalar expressions, the outputs to store, an optional reduction). The loop is written as Python source to a
 file named by its hash under ``KILN_CPU_CACHE`` (default ``~/.cache/kiln/cpu``; kiln.backend's
-``generated_module``) and compiled with ``cache=True``, so a group compiles once per machine. Two functions
+``generated_module``) and compiled with ``cache=True``, so a group compiles once per machine. Three functions
 per group are compiled as needed: a flat loop (every input contiguous and of the full shape), a nested one
-over contiguous inputs some of which broadcast (their strides written into the source: the shapes are the
-trace's, fixed by its guards), and a nested loop over any strided views.
+over contiguous inputs (their strides written into the source: the shapes are the trace's, fixed by its
+guards), and a nested loop over any strided views. A sum or mean over some dims (``FusedGroup.dims``) adds
+into one float64 sum per kept element, in the nested loops only.
 """
 
 from __future__ import annotations
@@ -92,9 +93,10 @@ def _merge(shape: tuple, operands: list[tuple], reduced: tuple | None) -> tuple[
 
 
 def source(group) -> str:
-    """The module text of ``group``'s loops: ``flat`` (inputs of the full shape), ``dense`` (contiguous
-    inputs, some broadcast: their strides are written into the loop, so the innermost one vectorizes) and
-    ``strided`` (any views).
+    """The module text of ``group``'s loops: ``flat`` (inputs of the full shape; left out when the group
+    reduces some dims: a flat index does not say which kept element it adds into), ``dense`` (contiguous
+    inputs, any of them broadcast: their strides are written into the loop, over the dims :func:`_merge`
+    leaves, so the innermost one vectorizes) and ``strided`` (any views).
 
     Each run of values (1024 of ``flat``'s, a row of the others, up to :data:`_ROW_MAX`) is computed into
     small buffers, then stored into the outputs and added into the reduction's sum. LLVM vectorizes a loop
@@ -242,9 +244,13 @@ def _compile(group):
     n = math.prod(shape)
     out_dtypes = [np.dtype(d) for _, d in group.outputs]
     reduction = group.reduction
-    dims = getattr(group, "dims", None)
-    keep = group.reduced_shape() if hasattr(group, "reduced_shape") else (1,) * len(shape) if group.keepdim else ()
-    count = n if dims is None else math.prod(shape[d] for d in dims)  # the elements each result adds
+    dims = getattr(group, "dims", None)  # (a kiln-compile before partial reductions has no such field)
+    reduced = range(len(shape)) if dims is None else dims
+    if group.keepdim:
+        keep = tuple(1 if d in reduced else size for d, size in enumerate(shape))
+    else:
+        keep = tuple(size for d, size in enumerate(shape) if d not in reduced)
+    count = math.prod(shape[d] for d in reduced)  # the elements each result adds
 
     kinds = [getattr(kiln, d) for _, d in group.outputs]  # the kiln dtypes: from_array then skips finding them
     # every input of the group's own shape (the trace's, kept by its guards): contiguous ones take the flat loop

@@ -37,7 +37,7 @@ def kiln_backend(graph: Graph, example_inputs: list) -> Callable:
     codegens = {c.device_type: c for c in kiln.plugins.compilers().values() if getattr(c, "device_type", None)}
     if codegens:  # pointwise ops the fusion has no expression for, written in ones it has (and folded again)
         graph = optimize(decompose(graph, keep=lambda op: op.name in EXPRESSIONS or "pointwise" not in op.tags))
-        graph = hoist_reductions(graph)
+        graph = hoist_reductions(graph, codegens)
     return generate(graph, functools.partial(fusion_lower, codegens=codegens))
 
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import kiln
 from kiln.compile._graph import Graph, Node, Value, contiguous_strides
-from kiln.compile._passes import _view_classes, next_change
+from kiln.compile._passes import _is_copy, _view_classes, next_change
 
 __all__ = ["EXPRESSIONS", "FUNCTIONS", "FusedGroup", "hoist_reductions", "lower"]
 
@@ -43,7 +43,7 @@ class FusedGroup:
       the sum or mean of ``name`` over the dims ``dims``, accumulated in float64;
     * ``dims``: None (every dim: the reduction's result is 0-d, or with ``keepdim`` ``shape`` with every size
       1), or the sorted dims reduced over, some but not all of them (the result is ``shape`` without them, or
-      with ``keepdim`` with size 1 there). A group with ``dims`` reaches only a code generator whose
+      with ``keepdim``, a bool, with size 1 there). A group with ``dims`` reaches only a code generator whose
       ``partial_reductions`` attribute is true; for the others such a sum stays its op's own kernel;
     * ``keepdim``: see ``dims``.
     """
@@ -56,13 +56,6 @@ class FusedGroup:
         self.reduction = reduction
         self.keepdim = keepdim
         self.dims = None if dims is None else tuple(dims)
-
-    def reduced_shape(self) -> tuple:
-        """The shape of the reduction's result."""
-        dims = range(len(self.shape)) if self.dims is None else self.dims
-        if self.keepdim:
-            return tuple(1 if d in dims else n for d, n in enumerate(self.shape))
-        return tuple(n for d, n in enumerate(self.shape) if d not in dims)
 
     def key(self) -> tuple:
         """Everything the generated code depends on (a code generator may cache by it)."""
@@ -176,13 +169,22 @@ EXPRESSIONS: dict[str, Callable] = {
 # ---------------------------------------------------------------------------------------------- planning
 
 
-def hoist_reductions(graph: Graph) -> Graph:
-    """The graph with each ``sum`` or ``mean`` of a fusable pointwise op's value moved up to right after that
-    op, so that it can end the op's fused group: a reader in between (the transposed gradient a weight
-    gradient's matmul reads, then the bias gradient's sum) would close the group first. A reduction moves
-    only past nodes that write nothing it reads, and only ops move: the program computes the same values."""
+def hoist_reductions(graph: Graph, codegens: dict[str, Callable]) -> Graph:
+    """The graph with a ``sum`` or ``mean`` of a fusable pointwise op's value moved up to right after that op
+    where a reader in between would close the op's group before the reduction could end it (in a backward
+    graph, the transposed gradient a weight gradient's matmul reads comes before the bias gradient's sum).
+
+    A reduction moves only when it would fuse (its device's code generator takes it), when something in
+    between that cannot fuse reads the group's values (else the group reaches it anyway), not past the write
+    of its value into a tensor (the group stores into that tensor instead), and never past a node that may
+    write what it reads (every tensor argument of an in-place op counts). Only ops move: the program
+    computes the same values."""
     nodes = graph.nodes
-    made = {v.index: pos for pos, node in enumerate(nodes) for v in node.outputs}
+    made: dict[int, int] = {}
+    for pos, node in enumerate(nodes):
+        if node.writes is None:  # (a write's output is its destination, made before it)
+            for v in node.outputs:
+                made.setdefault(v.index, pos)
     classes = _view_classes(graph)
     after: dict[int, list[Node]] = {}
     moved: set[int] = set()
@@ -191,12 +193,26 @@ def hoist_reductions(graph: Graph) -> Graph:
             continue
         src = node.args[0]
         at = made.get(src.index) if isinstance(src, Value) else None
-        if at is None or at == pos - 1 or nodes[at].kind != "op" or nodes[at].op.name not in EXPRESSIONS:
+        if at is None or at >= pos - 1 or nodes[at].kind != "op" or nodes[at].op.name not in EXPRESSIONS:
             continue
+        if _reduction_dims(node, codegens.get(src.device.type)) is False:
+            continue  # it would not fuse: moving it would only close the group earlier
         read = list(node.values_read())
         if any(made.get(v.index, -1) > at for v in read):
             continue  # (another operand is made later)
-        if all(next_change(nodes, at, classes.get(v.index, v.index), classes) > pos for v in read):
+        between = nodes[at + 1 : pos]
+        pointwise = {src.index} | {
+            v.index for n in between if n.kind == "op" and n.op.name in EXPRESSIONS for v in n.outputs
+        }
+        if not any(
+            (n.kind != "op" or n.op.name not in EXPRESSIONS) and any(v.index in pointwise for v in n.values_read())
+            for n in between
+        ):
+            continue  # nothing in between closes the group: the reduction ends it where it is
+        if any(_is_copy(n) and n.args[1] is src for n in between):
+            continue  # the value is written into a tensor: the group stores it there (no reduction before)
+        buffers = {classes.get(v.index, v.index) for v in read}
+        if not any(_may_write(n, buffers, classes) for n in between):
             after.setdefault(at, []).append(node)
             moved.add(pos)
     if not moved:
@@ -207,6 +223,15 @@ def hoist_reductions(graph: Graph) -> Graph:
             order.append(node)
             order += after.get(pos, [])
     return graph.replace(nodes=order)
+
+
+def _may_write(node: Node, buffers: set[int], classes: dict) -> bool:
+    """Whether ``node`` may write into one of ``buffers`` (view classes): a ``.data`` replacement, or an
+    in-place op with any of its tensor arguments there (an op such as ``_amp_update_scale_`` writes more
+    than its first)."""
+    if node.kind == "set_data" or (node.kind == "op" and "inplace" in node.op.tags):
+        return any(classes.get(v.index, v.index) in buffers for v in node.values_read())
+    return False
 
 
 class _Group:
@@ -357,18 +382,29 @@ def lower(graph: Graph, names, codegens: dict[str, Callable]) -> dict[int, str |
 
 
 def _fusable_reduction(node: Node, open_groups: dict, codegen: Callable):
-    """Whether ``sum``/``mean`` of an open group's value (of the group's whole shape, in its own dtype: no
-    ``dtype``) ends that group, when it has no reduction yet: False if not, else the dims it reduces, None
-    for every dim. Some of the dims only where the device's code generator takes ``partial_reductions``."""
+    """Whether ``sum``/``mean`` of an open group's value ends that group, when it has no reduction yet: False
+    if not, else the dims it reduces (:func:`_reduction_dims`)."""
     args = node.args
     if not args or not isinstance(args[0], Value) or args[0].index not in open_groups:
         return False
-    group = open_groups[args[0].index]
-    if group.reduction is not None:
+    if open_groups[args[0].index].reduction is not None:
         return False  # a group has one reduction: a second one of its values runs as its own op
+    return _reduction_dims(node, codegen)
+
+
+def _reduction_dims(node: Node, codegen: Callable | None):
+    """Whether a ``sum``/``mean`` node can be a fused group's reduction on this device: False if not (no
+    code generator, a ``dtype=``, a non-float input, a ``keepdim`` that is not a bool, a dim list it does
+    not take), None when it reduces every dim, else the sorted dims it reduces (some of them: only for a
+    code generator that takes ``partial_reductions``)."""
+    args = node.args
     src = args[0]
-    if (len(args) > 3 and args[3] is not None) or node.spec.dtype != src.dtype or src.dtype not in _FLOAT:
+    if codegen is None or (len(args) > 3 and args[3] is not None):
         return False
+    if node.spec.dtype != src.dtype or src.dtype not in _FLOAT:
+        return False
+    if len(args) > 2 and type(args[2]) is not bool:
+        return False  # (eager takes any truthy keepdim; the group's is a bool)
     nd = len(src.shape)
     dims = args[1] if len(args) > 1 else None
     dims = (dims,) if isinstance(dims, int) else dims
@@ -379,9 +415,7 @@ def _fusable_reduction(node: Node, open_groups: dict, codegen: Callable):
     dims = tuple(sorted({d % nd for d in dims}))
     if dims == tuple(range(nd)):
         return None
-    if tuple(src.shape) != group.shape or not getattr(codegen, "partial_reductions", False):
-        return False
-    return dims
+    return dims if getattr(codegen, "partial_reductions", False) else False
 
 
 def _store_target(nodes: list[Node], pos: int, open_groups: dict, readers: dict, classes: dict):
@@ -452,7 +486,7 @@ def _emit(groups: list[_Group], readers: dict, names, codegens: dict) -> dict[in
             g.lines,
             [(g.values[v.index], "bool" if v.dtype is kiln.bool else _FLOAT[v.dtype]) for v in stored],
             None if g.reduction is None else (g.reduction[1], g.reduction[2], _FLOAT[g.reduction[3].dtype]),
-            bool(g.reduction[4]) if g.reduction is not None and isinstance(g.reduction[4], bool) else False,
+            bool(g.reduction[4]) if g.reduction is not None else False,
             None if g.reduction is None else g.reduction[5],
         )
         device = g.nodes[0].outputs[0].device.type

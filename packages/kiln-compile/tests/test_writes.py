@@ -372,3 +372,27 @@ def test_a_code_generator_without_out_gets_its_values_copied(monkeypatch):
     cf = _same(f, lambda: (kiln.linspace(-1, 1, 64).reshape(8, 8), kiln.linspace(2, 3, 64).reshape(8, 8)))
     source = _program(cf)
     assert "out=" not in source and "_write(" in source, source
+
+
+@pytest.mark.parametrize("backend", ["kiln", "eager", "debug"])
+def test_an_in_place_op_that_writes_more_than_its_first_argument(backend):
+    """``_amp_non_finite_check_and_unscale_`` writes ``found_inf`` (its second argument) too: two equal
+    expressions stay two tensors when one is written (common subexpressions), a sum of it stays after the
+    write, and the eager interpretation of the graph runs the op itself (not a copy into its first)."""
+    import math
+
+    unscale = kiln.backend.op("_amp_non_finite_check_and_unscale_")
+
+    def f(g, x, inv):
+        found = x * 0.0
+        other = x * 0.0
+        unscale(g, found, inv)
+        return found.sum(), other.sum(), g * 1
+
+    make = (kiln.tensor([1.0, math.inf, 2.0]), kiln.ones(1), kiln.full((1,), 0.5))
+    cf = kiln.compile(f, backend=backend)
+    for _ in range(2):
+        got = cf(*(t.clone() for t in make))
+        want = f(*(t.clone() for t in make))
+        assert [t.tolist() for t in got] == [t.tolist() for t in want]
+    assert [t.item() for t in got[:2]] == [1.0, 0.0]

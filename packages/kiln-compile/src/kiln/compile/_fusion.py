@@ -177,7 +177,8 @@ def hoist_reductions(graph: Graph, codegens: dict[str, Callable]) -> Graph:
     A reduction moves only when it would fuse (its device's code generator takes it), when something in
     between that cannot fuse reads the group's values (else the group reaches it anyway), not past the write
     of its value into a tensor (the group stores into that tensor instead), and never past a node that may
-    write what it reads (every tensor argument of an in-place op counts). Only ops move: the program
+    write what it reads (``Node.written``: every tensor argument of an in-place op but a copy's source).
+    Only ops move: the program
     computes the same values."""
     nodes = graph.nodes
     made: dict[int, int] = {}
@@ -212,7 +213,7 @@ def hoist_reductions(graph: Graph, codegens: dict[str, Callable]) -> Graph:
         if any(_is_copy(n) and n.args[1] is src for n in between):
             continue  # the value is written into a tensor: the group stores it there (no reduction before)
         buffers = {classes.get(v.index, v.index) for v in read}
-        if not any(_may_write(n, buffers, classes) for n in between):
+        if all(next_change(nodes, at, b, classes) > pos for b in buffers):
             after.setdefault(at, []).append(node)
             moved.add(pos)
     if not moved:
@@ -223,15 +224,6 @@ def hoist_reductions(graph: Graph, codegens: dict[str, Callable]) -> Graph:
             order.append(node)
             order += after.get(pos, [])
     return graph.replace(nodes=order)
-
-
-def _may_write(node: Node, buffers: set[int], classes: dict) -> bool:
-    """Whether ``node`` may write into one of ``buffers`` (view classes): a ``.data`` replacement, or an
-    in-place op with any of its tensor arguments there (an op such as ``_amp_update_scale_`` writes more
-    than its first)."""
-    if node.kind == "set_data" or (node.kind == "op" and "inplace" in node.op.tags):
-        return any(classes.get(v.index, v.index) in buffers for v in node.values_read())
-    return False
 
 
 class _Group:

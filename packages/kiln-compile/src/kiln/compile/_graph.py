@@ -76,10 +76,21 @@ class Node:
 
     @property
     def writes(self) -> Value | None:
-        """The buffer the node writes into, if it writes (``_copy_from``'s destination)."""
+        """The buffer the node writes into, if it writes (``_copy_from``'s destination; an in-place op's
+        first argument)."""
         if self.kind == "op" and "inplace" in self.op.tags:
             return self.args[0]
         return None
+
+    @property
+    def written(self) -> tuple[Value, ...]:
+        """Every buffer the node may write into: ``_copy_from``'s destination; for another in-place op each
+        of its tensor arguments (``_amp_non_finite_check_and_unscale_`` writes its ``found_inf`` too)."""
+        if self.kind != "op" or "inplace" not in self.op.tags:
+            return ()
+        if self.op.name == "_copy_from":
+            return (self.args[0],)
+        return tuple(self.values_read())
 
     def __repr__(self) -> str:
         if self.kind == "op":
@@ -140,7 +151,7 @@ class Graph:
 
 
 def _dispatch_op(node: Node, args: tuple):
-    if node.writes is not None:  # the core's write: through copy_, which keeps the version counter
+    if node.writes is not None and node.op.name == "_copy_from":  # through copy_: it keeps the version counter
         with kiln.no_grad():
             return args[0].copy_(args[1])
     return node.op(*args)

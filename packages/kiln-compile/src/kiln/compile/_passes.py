@@ -35,7 +35,7 @@ def optimize(graph: Graph) -> Graph:
 
 def _written_classes(graph: Graph) -> set[int]:
     """Indices of every Value that shares a buffer with one that is written (views followed both ways)."""
-    roots = [n.writes for n in graph.nodes if n.writes is not None]
+    roots = [v for n in graph.nodes for v in n.written]
     return _sharing(graph, roots + [n.args[0] for n in graph.nodes if n.kind == "set_data"])
 
 
@@ -78,12 +78,12 @@ def _view_classes(graph: Graph) -> dict[int, int]:
 
 
 def next_change(nodes: list[Node], start: int, buffer: int, classes: dict) -> int:
-    """The position of the first node after ``start`` that writes into the buffer of class ``buffer``
-    (through any view of it) or replaces it (``.data``); ``len(nodes)`` if none does."""
+    """The position of the first node after ``start`` that may write into the buffer of class ``buffer``
+    (through any view of it; :attr:`Node.written`) or replaces it (``.data``); ``len(nodes)`` if none does."""
     for pos in range(start + 1, len(nodes)):
         node = nodes[pos]
-        if node.writes is not None:
-            if classes.get(node.writes.index, node.writes.index) == buffer:
+        if node.written:
+            if any(classes.get(v.index, v.index) == buffer for v in node.written):
                 return pos
         elif node.kind == "set_data" and any(classes.get(v.index, v.index) == buffer for v in node.values_read()):
             return pos

@@ -311,16 +311,61 @@ def test_the_entry_that_served_last_is_tried_first():
 
 
 def test_a_module_trees_state_is_tested_after_the_cheap_guards():
-    from kiln.compile._guards import module_state
+    from kiln.compile._guards import ModuleStateGuard
 
     m = kiln.nn.Sequential(kiln.nn.Linear(2, 2), kiln.nn.ReLU())
     cm = kiln.compile(m)
     _calls(cm, kiln.ones(1, 2))
     (entry,) = cm._compiled._entries
-    (name,) = [k for k, v in entry.guard.__globals__.items() if v is module_state]
+    (name,) = [k for k, v in entry.guard.__globals__.items() if isinstance(v, ModuleStateGuard)]
     tests = [line.strip() for line in entry.guard.source.splitlines() if line.strip().startswith("if not")]
     assert len(tests) > 3 and tests[-1].startswith(f"if not ({name}("), entry.guard.source
     assert not any(t.startswith(f"if not ({name}(") for t in tests[:-1])
+
+
+def test_a_tensor_attribute_replaced_re_traces():
+    """A tensor kept as a plain attribute (neither parameter nor buffer: a mask, a positional table) is read
+    by reference: another tensor put there re-traces, never the old one's graph (which read the old one)."""
+
+    class Masked(kiln.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.mask = kiln.ones(3)
+
+        def forward(self, x):
+            return x * self.mask
+
+    m = Masked()
+    cm = kiln.compile(m)
+    x = kiln.ones(3)
+    assert _calls(cm, x).tolist() == [1.0] * 3
+    m.mask.mul_(3)  # the same tensor, new values: read by reference, no new trace
+    assert cm(x).tolist() == [3.0] * 3 and cm._compiled.trace_count == 1
+    m.mask = kiln.full((3,), 2.0)
+    assert cm(x).tolist() == [2.0] * 3 and cm._compiled.trace_count == 2
+
+
+def test_the_module_guard_compares_identities_first_then_values():
+    from kiln.compile._guards import ModuleStateGuard
+
+    m = kiln.nn.Sequential(kiln.nn.Linear(2, 2), kiln.nn.Dropout(0.25))
+    guard = ModuleStateGuard(m)
+    assert guard(m)
+    m[1].p = float("0.25")  # an equal new number: not the same object, the same state
+    assert guard(m)
+    m[1].p = 0.5
+    assert not guard(m)
+    m[1].p = 0.25
+    m[0].register_forward_hook(lambda *a: None)
+    assert not guard(m)
+    m2 = kiln.nn.Sequential(kiln.nn.Linear(2, 2), kiln.nn.Dropout(0.25))
+    guard2 = ModuleStateGuard(m2)
+    m2.add_module("extra", kiln.nn.ReLU())
+    assert not guard2(m2)
+    del m2.extra
+    assert guard2(m2)
+    m2[0].weight = kiln.nn.Parameter(kiln.zeros(2, 2))
+    assert not guard2(m2)
 
 
 def test_module_state_reads_the_tree_as_modules_does():

@@ -345,6 +345,34 @@ def test_a_tensor_attribute_replaced_re_traces():
     assert cm(x).tolist() == [2.0] * 3 and cm._compiled.trace_count == 2
 
 
+@pytest.mark.parametrize("kind", ["hook", "post-accumulate hook"])
+def test_a_hook_on_a_parameter_re_traces_a_step_that_runs_backward(kind):
+    """A whole training step runs backward inside the trace, so the hooks its parameters had then are in its
+    graph: one registered later (or removed) traces again, and runs as eagerly."""
+    lin = kiln.nn.Linear(2, 1)
+    opt = kiln.optim.SGD(lin.parameters(), lr=0.1)
+
+    def step(x):
+        opt.zero_grad()
+        lin(x).sum().backward()
+        opt.step()
+
+    cs = kiln.compile(step)
+    x = kiln.ones(4, 2)
+    _calls(cs, x)
+    traces = cs.trace_count
+    before = lin.weight.detach().clone()
+    if kind == "hook":
+        handle = lin.weight.register_hook(lambda g: g * 0)
+    else:
+        handle = lin.weight.register_post_accumulate_grad_hook(lambda p: p.grad.zero_())
+    cs(x)
+    assert kiln.equal(lin.weight, before) and cs.trace_count == traces + 1
+    handle.remove()
+    cs(x)
+    assert not kiln.equal(lin.weight, before)
+
+
 def test_the_module_guard_compares_identities_first_then_values():
     from kiln.compile._guards import ModuleStateGuard
 

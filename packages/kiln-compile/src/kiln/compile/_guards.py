@@ -368,9 +368,15 @@ class GuardBuilder:
             self.argument_objects.append((obj, path))
 
     def tensor(self, t: kiln.Tensor, expr: str, label: str) -> None:
-        """Guards on one tensor's class, dtype, device, shape, strides, offset and ``requires_grad``."""
+        """Guards on one tensor's class, dtype, device, shape, strides, offset and ``requires_grad``; for a
+        leaf that requires grad, on its gradient hooks too (:func:`_grad_hooks`)."""
         meta = (type(t), t.dtype, t.device, tuple(t.shape), t.stride(), t.storage_offset(), t.requires_grad)
         self.check(f"_meta({expr}) == {self.const(meta)}", f"{label}: {_describe_meta(meta)}")
+        if t.requires_grad and t.grad_fn is None:
+            hooks = _grad_hooks(t)
+            self.check(
+                f"_grad_hooks({expr}) == {self.const(hooks)}", f"{label}: its {len(hooks[0]) + len(hooks[1])} hooks"
+            )
 
     def object_state(self, obj: Any) -> None:
         """Guards on a module's or an optimizer's state (see :func:`module_state`)."""
@@ -391,7 +397,7 @@ class GuardBuilder:
         body = "\n".join(line for _late, line in sorted(self.lines, key=lambda x: x[0])) or "    pass"
         src = f"def guard(args, kwargs):\n{body}\n    return [{', '.join(tensors)}]\n"
         ns = dict(self.consts)
-        ns.update(_meta=_meta, _MISSING=_MISSING, _same_array=_same_array)
+        ns.update(_meta=_meta, _grad_hooks=_grad_hooks, _MISSING=_MISSING, _same_array=_same_array)
         exec(compile(src, "<kiln.compile guards>", "exec"), ns)  # noqa: S102 - our own generated source
         fn = ns["guard"]
         fn.source = src
@@ -409,6 +415,14 @@ def _holds(check: Callable, args, kwargs) -> bool:
 
 def _meta(t: kiln.Tensor) -> tuple:
     return (type(t), t.dtype, t.device, t.shape, t.stride(), t.storage_offset(), t.requires_grad)
+
+
+def _grad_hooks(t: kiln.Tensor) -> tuple:
+    """A leaf's gradient hooks and post-accumulate-grad hooks, the functions themselves: a trace whose
+    backward ran inside it ran the hooks the leaf had then, so another set must trace again."""
+    ref = t._accumulator
+    post = ref.post_hooks if ref is not None else None
+    return (tuple(t._hooks) if t._hooks else (), tuple(post) if post else ())
 
 
 def _describe_meta(meta: tuple) -> str:

@@ -373,6 +373,40 @@ def test_a_hook_on_a_parameter_re_traces_a_step_that_runs_backward(kind):
     assert not kiln.equal(lin.weight, before)
 
 
+@pytest.mark.parametrize("change", ["list replaced", "list entry set", "dict entry set", "tuple replaced", "sizes"])
+def test_a_modules_own_containers_are_guarded_by_their_entries(change):
+    """Tensors a module keeps in its own list, tuple or dict are read by reference, and numbers there by
+    value: another entry (set in place or in a new container) traces again."""
+
+    class Held(kiln.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.masks = [kiln.ones(3)]
+            self.table = {"scale": kiln.ones(3)}
+            self.pair = (kiln.ones(3), kiln.ones(3))
+            self.sizes = [3]
+
+        def forward(self, x):
+            return x * self.masks[0] * self.table["scale"] * self.pair[1] + self.sizes[0]
+
+    m = Held()
+    cm = kiln.compile(m)
+    x = kiln.ones(3)
+    assert _calls(cm, x).tolist() == [4.0] * 3
+    two = kiln.full((3,), 2.0)
+    if change == "list replaced":
+        m.masks = [two]
+    elif change == "list entry set":
+        m.masks[0] = two
+    elif change == "dict entry set":
+        m.table["scale"] = two
+    elif change == "tuple replaced":
+        m.pair = (m.pair[0], two)
+    else:
+        m.sizes[0] = 2
+    assert cm(x).tolist() == m(x).tolist() and cm._compiled.trace_count == 2
+
+
 def test_the_module_guard_compares_identities_first_then_values():
     from kiln.compile._guards import ModuleStateGuard
 

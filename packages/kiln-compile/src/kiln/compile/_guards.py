@@ -74,9 +74,11 @@ def module_state(module) -> tuple:
     """What a trace of ``module`` depends on besides its tensors' values: per submodule, its class, training
     flag, plain attributes (by value), tensor attributes that are neither parameters nor buffers (by
     identity: a trace reads such a tensor by reference, so another one put there must re-trace), the
+    entries of its own lists and dicts (plain ones by value, others by identity: ``self.masks[0]``), the
     identity of its parameters and buffers, and its hooks. Identities are unique only among living objects:
     compare states through :class:`ModuleStateGuard`, which keeps the traced ones alive."""
     out = []
+    internal = _module_internals()
     for sub in _submodules(module):
         d = sub.__dict__
         attrs = []
@@ -85,6 +87,8 @@ def module_state(module) -> tuple:
                 attrs.append((k, v))
             elif isinstance(v, kiln.Tensor):
                 attrs.append((k, _TENSOR, id(v)))
+            elif type(v) in _CONTAINERS and k not in internal:
+                attrs.append((k, _ENTRIES, tuple(x if _plain(x) else (_ENTRIES, id(x)) for x in _entries(v))))
         params = tuple(id(p) for p in d.get("_parameters", {}).values())
         buffers = tuple(id(b) for b in d.get("_buffers", {}).values())
         hooks = tuple(map(tuple, map(d.get, _HOOKS, _NO_HOOKS)))
@@ -93,7 +97,21 @@ def module_state(module) -> tuple:
 
 
 _TENSOR = "tensor"  # marks a tensor attribute's identity among the attributes' values
+_ENTRIES = "entries"  # marks a list's or dict's entries, and an entry's identity among them
+_CONTAINERS = (list, tuple, dict, collections.OrderedDict)  # (a tuple of plain values is itself plain)
 _NO_HOOKS = ((),) * len(_HOOKS)
+
+
+def _entries(v) -> list:
+    """A list's or tuple's entries, or a dict's keys and values in order."""
+    return [x for item in v.items() for x in item] if isinstance(v, dict) else list(v)
+
+
+@functools.cache
+def _module_internals() -> frozenset:
+    """The attributes every module has (its parameters, buffers, submodules and hooks: guarded apart)."""
+    cls = module_class()
+    return frozenset() if cls is None else frozenset(cls().__dict__)
 
 
 class ModuleStateGuard:
@@ -109,13 +127,23 @@ class ModuleStateGuard:
 
     def __init__(self, module) -> None:
         self.state = module_state(module)
-        self.subs = [(sub, type(sub), tuple(sub.__dict__.values()), _identities(sub)) for sub in _submodules(module)]
+        internal = _module_internals()
+        self.subs = []
+        for sub in _submodules(module):
+            d = sub.__dict__
+            # the entries of its own lists and dicts, kept alive too: they change in place
+            held = [(k, _entries(v)) for k, v in d.items() if type(v) in _CONTAINERS and k not in internal]
+            ids = tuple((k, tuple(map(id, entries))) for k, entries in held)
+            self.subs.append((sub, type(sub), tuple(d.values()), held, _identities(sub), ids))
 
     def __call__(self, module) -> bool:
         subs = _submodules(module)
         if len(subs) == len(self.subs):
-            for sub, (was, cls, _values, ids) in zip(subs, self.subs):
+            for sub, (was, cls, _values, _held, ids, entry_ids) in zip(subs, self.subs):
                 if sub is not was or type(sub) is not cls or _identities(sub) != ids:
+                    break
+                d = sub.__dict__
+                if entry_ids and any(tuple(map(id, _entries(d[k]))) != e for k, e in entry_ids):
                     break
             else:
                 return True

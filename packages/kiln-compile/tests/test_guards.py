@@ -407,6 +407,25 @@ def test_a_modules_own_containers_are_guarded_by_their_entries(change):
     assert cm(x).tolist() == m(x).tolist() and cm._compiled.trace_count == 2
 
 
+def test_a_parameter_added_to_an_optimizers_group_re_traces():
+    a, b = kiln.nn.Linear(2, 1), kiln.nn.Linear(2, 1)
+    opt = kiln.optim.SGD(a.parameters(), lr=0.1)
+
+    def step(x):
+        opt.zero_grad()
+        (a(x).sum() + b(x).sum()).backward()
+        opt.step()
+
+    cs = kiln.compile(step)
+    x = kiln.ones(4, 2)
+    _calls(cs, x)
+    traces = cs.trace_count
+    opt.param_groups[0]["params"].append(b.weight)
+    before = b.weight.detach().clone()
+    cs(x)
+    assert cs.trace_count == traces + 1 and not kiln.equal(b.weight, before)
+
+
 def test_the_module_guard_compares_identities_first_then_values():
     from kiln.compile._guards import ModuleStateGuard
 

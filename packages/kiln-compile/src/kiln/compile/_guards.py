@@ -181,10 +181,29 @@ def _submodules(module) -> list:
 
 
 def optimizer_state(opt) -> tuple:
-    """An optimizer's hyperparameters (every plain value of every group) and the identity of its state."""
-    groups = tuple(tuple((k, v) for k, v in g.items() if k != "params" and _plain(v)) for g in opt.param_groups)
+    """An optimizer's hyperparameters (every plain value of every group), the identity of each group's
+    parameters and of its state. Compare states through :class:`OptimizerStateGuard`, which keeps the
+    objects whose identities it holds alive."""
+    groups = tuple(
+        (tuple(map(id, g["params"])), tuple((k, v) for k, v in g.items() if k != "params" and _plain(v)))
+        for g in opt.param_groups
+    )
     state = tuple((id(p), tuple((k, id(v)) for k, v in s.items())) for p, s in opt.state.items())
     return (groups, state)
+
+
+class OptimizerStateGuard:
+    """``guard(opt)``: whether :func:`optimizer_state` of ``opt`` is what it was when the guard was made (a
+    parameter appended to a group, a hyperparameter or a state tensor changed traces again)."""
+
+    __slots__ = ("state", "held")
+
+    def __init__(self, opt) -> None:
+        self.state = optimizer_state(opt)
+        self.held = ([list(g["params"]) for g in opt.param_groups], [(p, dict(s)) for p, s in opt.state.items()])
+
+    def __call__(self, opt) -> bool:
+        return optimizer_state(opt) == self.state
 
 
 _LIMIT = 4096
@@ -413,12 +432,8 @@ class GuardBuilder:
             what = f"the state of module {type(obj).__name__} (training flags, attributes, parameters)"
             self.check(f"{self.const(ModuleStateGuard(obj))}({self.const(obj)})", what, late=True)
         else:
-            what = f"the hyperparameters and state of optimizer {type(obj).__name__}"
-            self.check(
-                f"{self.const(optimizer_state)}({self.const(obj)}) == {self.const(optimizer_state(obj))}",
-                what,
-                late=True,
-            )
+            what = f"the parameters, hyperparameters and state of optimizer {type(obj).__name__}"
+            self.check(f"{self.const(OptimizerStateGuard(obj))}({self.const(obj)})", what, late=True)
 
     def build(self, tensors: list[str]) -> Callable:
         """The guard function ``(args, kwargs) -> list of input tensors | None``."""

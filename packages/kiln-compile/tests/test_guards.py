@@ -407,6 +407,36 @@ def test_a_modules_own_containers_are_guarded_by_their_entries(change):
     assert cm(x).tolist() == m(x).tolist() and cm._compiled.trace_count == 2
 
 
+@pytest.mark.parametrize("change", ["class attribute", "method on the class", "forward on the instance", "function"])
+def test_code_and_class_attributes_a_module_runs_are_guarded(change):
+    """What a module's forward runs besides its instance's values: a class attribute, a method replaced on
+    the class or the instance, a function kept as an attribute. Each changed after the trace traces again."""
+
+    class Scaled(kiln.nn.Module):
+        scale = 1.0
+
+        def __init__(self):
+            super().__init__()
+            self.act = kiln.relu
+
+        def forward(self, x):
+            return self.act(x) * self.scale
+
+    m = Scaled()
+    cm = kiln.compile(m)
+    x = kiln.tensor([-1.0, 2.0])
+    assert _calls(cm, x).tolist() == [0.0, 2.0]
+    if change == "class attribute":
+        Scaled.scale = 3.0
+    elif change == "method on the class":
+        Scaled.forward = lambda self, x: x * 5
+    elif change == "forward on the instance":
+        m.forward = lambda x: x * 5
+    else:
+        m.act = kiln.tanh
+    assert cm(x).tolist() == m(x).tolist() and cm._compiled.trace_count == 2
+
+
 def test_a_parameter_added_to_an_optimizers_group_re_traces():
     a, b = kiln.nn.Linear(2, 1), kiln.nn.Linear(2, 1)
     opt = kiln.optim.SGD(a.parameters(), lr=0.1)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import operator
 import sys
 import types
 from collections.abc import Callable
@@ -74,8 +75,8 @@ def module_state(module) -> tuple:
     """What a trace of ``module`` depends on besides its tensors' values: per submodule, its class, training
     flag, plain attributes (by value), tensor attributes that are neither parameters nor buffers (by
     identity: a trace reads such a tensor by reference, so another one put there must re-trace), the
-    entries of its own lists and dicts (plain ones by value, others by identity: ``self.masks[0]``), the
-    identity of its parameters and buffers, and its hooks. Identities are unique only among living objects:
+    entries of its own lists and dicts (plain ones by value, others by identity: ``self.masks[0]``), any
+    other attribute by identity (a function), the identity of its parameters and buffers, and its hooks. Identities are unique only among living objects:
     compare states through :class:`ModuleStateGuard`, which keeps the traced ones alive."""
     out = []
     internal = _module_internals()
@@ -87,8 +88,12 @@ def module_state(module) -> tuple:
                 attrs.append((k, v))
             elif isinstance(v, kiln.Tensor):
                 attrs.append((k, _TENSOR, id(v)))
-            elif type(v) in _CONTAINERS and k not in internal:
+            elif k in internal:
+                continue
+            elif type(v) in _CONTAINERS:
                 attrs.append((k, _ENTRIES, tuple(x if _plain(x) else (_ENTRIES, id(x)) for x in _entries(v))))
+            else:  # a function (self.act = torch.relu; a replaced forward), a submodule's config object
+                attrs.append((k, _OBJECT, id(v)))
         params = tuple(id(p) for p in d.get("_parameters", {}).values())
         buffers = tuple(id(b) for b in d.get("_buffers", {}).values())
         hooks = tuple(map(tuple, map(d.get, _HOOKS, _NO_HOOKS)))
@@ -97,6 +102,7 @@ def module_state(module) -> tuple:
 
 
 _TENSOR = "tensor"  # marks a tensor attribute's identity among the attributes' values
+_OBJECT = "object"  # marks another object's identity among them
 _ENTRIES = "entries"  # marks a list's or dict's entries, and an entry's identity among them
 _CONTAINERS = (list, tuple, dict, collections.OrderedDict)  # (a tuple of plain values is itself plain)
 _NO_HOOKS = ((),) * len(_HOOKS)
@@ -121,14 +127,22 @@ class ModuleStateGuard:
     submodules, each with the same class, the same attribute names holding the very same objects (the guard
     keeps them alive, so an identity cannot be reused by another object), the same parameters, buffers and
     hooks. Only when that fails is the whole state compared by value (an attribute set again to an equal
-    new number passes there). A 3-module MLP's check: 11.6 us, against 16.8 us by value."""
+    new number passes there). A 3-module MLP's check: 11.6 us, against 16.8 us by value.
 
-    __slots__ = ("state", "subs")
+    The classes of the submodules (up to ``kiln.nn.Module``) must hold the very same attributes too, on
+    every call: a class attribute or method changed after the trace (``Model.scale = 3.0``) traces again."""
+
+    __slots__ = ("state", "subs", "classes")
 
     def __init__(self, module) -> None:
         self.state = module_state(module)
         internal = _module_internals()
         self.subs = []
+        base = module_class()
+        classes = {c: None for sub in _submodules(module) for c in type(sub).__mro__ if c is not base}
+        classes.pop(object, None)
+        # (a class's attributes, the objects they held, kept alive)
+        self.classes = [(vars(c), tuple(vars(c).values())) for c in classes]
         for sub in _submodules(module):
             d = sub.__dict__
             # the entries of its own lists and dicts, kept alive too: they change in place
@@ -137,6 +151,9 @@ class ModuleStateGuard:
             self.subs.append((sub, type(sub), tuple(d.values()), held, _identities(sub), ids))
 
     def __call__(self, module) -> bool:
+        for attrs, held in self.classes:  # (an attribute added, removed or set: another count or object)
+            if len(attrs) != len(held) or not all(map(operator.is_, attrs.values(), held)):
+                return False
         subs = _submodules(module)
         if len(subs) == len(self.subs):
             for sub, (was, cls, _values, _held, ids, entry_ids) in zip(subs, self.subs):

@@ -437,6 +437,25 @@ def test_code_and_class_attributes_a_module_runs_are_guarded(change):
     assert cm(x).tolist() == m(x).tolist() and cm._compiled.trace_count == 2
 
 
+def test_a_compiled_method_of_a_plain_object_guards_what_it_reads_of_self():
+    class Scaler:
+        def __init__(self):
+            self.k = 2.0
+            self.offset = kiln.zeros(2)
+
+        def run(self, x):
+            return x * self.k + self.offset
+
+    o = Scaler()
+    cr = kiln.compile(o.run)
+    x = kiln.ones(2)
+    assert _calls(cr, x).tolist() == [2.0, 2.0]
+    o.k = 4.0
+    assert cr(x).tolist() == [4.0, 4.0]
+    o.offset = kiln.ones(2)
+    assert cr(x).tolist() == [5.0, 5.0] and cr.trace_count == 3
+
+
 def test_a_parameter_added_to_an_optimizers_group_re_traces():
     a, b = kiln.nn.Linear(2, 1), kiln.nn.Linear(2, 1)
     opt = kiln.optim.SGD(a.parameters(), lr=0.1)

@@ -271,7 +271,8 @@ def _helpers(funcs: list) -> list:
 def reachable_objects(fn: Callable, leaves: list, gb: GuardBuilder) -> list:
     """Guard what ``fn`` reads besides its arguments, and return the modules and optimizers it can reach
     (arguments, its ``self``, its defaults, a partial's bound arguments, the globals and closures it
-    reads), whose state the caller guards.
+    reads), whose state the caller guards. The attributes the code names of the object a method is bound
+    to (not a module or optimizer) are guarded as an argument's are.
 
     Read from the code of ``fn`` and of the user functions it calls by name (:func:`_helpers`): each global
     and closure value those functions name is guarded by what it is: a Python value by value, a tensor, a
@@ -296,6 +297,8 @@ def reachable_objects(fn: Callable, leaves: list, gb: GuardBuilder) -> list:
         walker.function_reads(f, getattr(f, "__qualname__", "function"))
     for obj, path in gb.argument_objects:  # an argument's attributes the code names (opts.scale)
         walker.members(obj, path, path, 0)
+    if owner is not None and not (kinds and isinstance(owner, kinds)):  # a method's object: self.scale
+        walker.members(owner, gb.const(owner), f"the {type(owner).__name__} the method is bound to", 0)
     unique = {id(o): o for o in objects}
     return list(unique.values())
 

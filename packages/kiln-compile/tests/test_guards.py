@@ -456,6 +456,59 @@ def test_a_compiled_method_of_a_plain_object_guards_what_it_reads_of_self():
     assert cr(x).tolist() == [5.0, 5.0] and cr.trace_count == 3
 
 
+def test_module_state_a_forward_stores_settles_or_stays_cheap():
+    """A forward that stores its input's shape settles after two traces (sizes compare by value); a huge
+    list attribute is compared by identity and length, not entry by entry on every call; a module class
+    that cannot be hashed is guarded too; the guard keeps the parameters whose identities it compares
+    alive (a new parameter cannot take a replaced one's id)."""
+    import weakref
+
+    class Shaped(kiln.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.vocab = list(range(20_000))
+            self.weight = kiln.nn.Parameter(kiln.ones(3))
+
+        def forward(self, x):
+            self.in_shape = x.shape
+            return x * self.weight.shape[0]
+
+    m = Shaped()
+    cm = kiln.compile(m)
+    for _ in range(4):
+        cm(kiln.ones(2, 3))
+    assert cm._compiled.trace_count == 2
+    m.vocab = list(range(20_001))
+    cm(kiln.ones(2, 3))
+    assert cm._compiled.trace_count == 3
+    old = weakref.ref(m.weight)
+    m.weight = kiln.nn.Parameter(kiln.ones(7))
+    assert old() is not None  # held by the guards, so its id stays its own
+    assert cm(kiln.ones(2, 3)).tolist() == m(kiln.ones(2, 3)).tolist()
+
+    class Meta(type(kiln.nn.Module)):
+        def __eq__(cls, other):
+            return cls is other
+
+    class Unhashable(kiln.nn.Module, metaclass=Meta):
+        def forward(self, x):
+            return x * 2
+
+    assert _calls(kiln.compile(Unhashable()), kiln.ones(2)).tolist() == [2.0, 2.0]
+
+
+def test_a_hook_registered_after_a_forward_only_trace_runs_once_without_a_new_trace():
+    lin = kiln.nn.Linear(3, 2)
+    cm = kiln.compile(lin)
+    x = kiln.ones(4, 3)
+    for _ in range(2):
+        cm(x).sum().backward()
+    calls = []
+    lin.weight.register_hook(lambda g: calls.append(1))
+    cm(x).sum().backward()
+    assert calls == [1] and cm._compiled.trace_count == 1
+
+
 def test_a_parameter_added_to_an_optimizers_group_re_traces():
     a, b = kiln.nn.Linear(2, 1), kiln.nn.Linear(2, 1)
     opt = kiln.optim.SGD(a.parameters(), lr=0.1)
@@ -473,6 +526,24 @@ def test_a_parameter_added_to_an_optimizers_group_re_traces():
     before = b.weight.detach().clone()
     cs(x)
     assert cs.trace_count == traces + 1 and not kiln.equal(b.weight, before)
+
+
+def test_a_tensor_learning_rate_replaced_re_traces():
+    w = kiln.nn.Parameter(kiln.ones(3))
+    opt = kiln.optim.Adam([w], lr=kiln.tensor(0.1))
+
+    def step():
+        opt.zero_grad()
+        (w * w).sum().backward()
+        opt.step()
+
+    cs = kiln.compile(step)
+    for _ in range(3):
+        cs()
+    traces, before = cs.trace_count, w.detach().clone()
+    opt.param_groups[0]["lr"] = kiln.tensor(100.0)
+    cs()
+    assert cs.trace_count == traces + 1 and float((before - w).min()) > 50
 
 
 def test_the_module_guard_compares_identities_first_then_values():

@@ -49,11 +49,12 @@ _NOT_PLAIN_IDS = frozenset(map(id, (dict, collections.OrderedDict, list, set, ki
 
 
 def _plain(v: Any) -> bool:
-    """A value a guard compares by value: a Python scalar, a dtype, a device, or a tuple of them."""
+    """A value a guard compares by value: a Python scalar, a dtype, a device, or a tuple (a ``kiln.Size``)
+    of them."""
     t = id(type(v))
     if t in _PLAIN_IDS:  # the exact types first: every guarded call tests each attribute of each module
         return True
-    if type(v) is tuple:
+    if type(v) is tuple or type(v) is kiln.Size:  # (self.in_shape = x.shape: equal sizes, new objects)
         return all(_plain(x) for x in v)
     return t not in _NOT_PLAIN_IDS and isinstance(v, _PLAIN_TYPES)
 
@@ -75,8 +76,9 @@ def module_state(module) -> tuple:
     """What a trace of ``module`` depends on besides its tensors' values: per submodule, its class, training
     flag, plain attributes (by value), tensor attributes that are neither parameters nor buffers (by
     identity: a trace reads such a tensor by reference, so another one put there must re-trace), the
-    entries of its own lists and dicts (plain ones by value, others by identity: ``self.masks[0]``), any
-    other attribute by identity (a function), the identity of its parameters and buffers, and its hooks. Identities are unique only among living objects:
+    entries of its own lists and dicts (plain ones by value, others by identity: ``self.masks[0]``; one of
+    more than ``_LIMIT`` entries by its identity and length only), any other attribute by identity (a
+    function), the identity of its parameters and buffers, and its hooks. Identities are unique only among living objects:
     compare states through :class:`ModuleStateGuard`, which keeps the traced ones alive."""
     out = []
     internal = _module_internals()
@@ -90,6 +92,8 @@ def module_state(module) -> tuple:
                 attrs.append((k, _TENSOR, id(v)))
             elif k in internal:
                 continue
+            elif type(v) in _CONTAINERS and len(v) > _LIMIT:  # (a vocabulary: its object and length)
+                attrs.append((k, _OBJECT, id(v), len(v)))
             elif type(v) in _CONTAINERS:
                 attrs.append((k, _ENTRIES, tuple(x if _plain(x) else (_ENTRIES, id(x)) for x in _entries(v))))
             else:  # a function (self.act = torch.relu; a replaced forward), a submodule's config object
@@ -139,16 +143,25 @@ class ModuleStateGuard:
         internal = _module_internals()
         self.subs = []
         base = module_class()
-        classes = {c: None for sub in _submodules(module) for c in type(sub).__mro__ if c is not base}
-        classes.pop(object, None)
+        classes: dict[int, type] = {}  # by identity: a class need not be hashable
+        for sub in _submodules(module):
+            for c in type(sub).__mro__:
+                if c is not base and c is not object:
+                    classes.setdefault(id(c), c)
         # (a class's attributes, the objects they held, kept alive)
-        self.classes = [(vars(c), tuple(vars(c).values())) for c in classes]
+        self.classes = [(vars(c), tuple(vars(c).values())) for c in classes.values()]
         for sub in _submodules(module):
             d = sub.__dict__
             # the entries of its own lists and dicts, kept alive too: they change in place
-            held = [(k, _entries(v)) for k, v in d.items() if type(v) in _CONTAINERS and k not in internal]
+            held = [
+                (k, _entries(v))
+                for k, v in d.items()
+                if type(v) in _CONTAINERS and k not in internal and len(v) <= _LIMIT
+            ]
             ids = tuple((k, tuple(map(id, entries))) for k, entries in held)
-            self.subs.append((sub, type(sub), tuple(d.values()), held, _identities(sub), ids))
+            # its parameters and buffers too: their identities are compared
+            kept = (tuple(d.values()), held, *(tuple(d.get(n, {}).values()) for n in ("_parameters", "_buffers")))
+            self.subs.append((sub, type(sub), kept, _identities(sub), ids))
 
     def __call__(self, module) -> bool:
         for attrs, held in self.classes:  # (an attribute added, removed or set: another count or object)
@@ -156,7 +169,7 @@ class ModuleStateGuard:
                 return False
         subs = _submodules(module)
         if len(subs) == len(self.subs):
-            for sub, (was, cls, _values, _held, ids, entry_ids) in zip(subs, self.subs):
+            for sub, (was, cls, _kept, ids, entry_ids) in zip(subs, self.subs):
                 if sub is not was or type(sub) is not cls or _identities(sub) != ids:
                     break
                 d = sub.__dict__
@@ -198,15 +211,21 @@ def _submodules(module) -> list:
 
 
 def optimizer_state(opt) -> tuple:
-    """An optimizer's hyperparameters (every plain value of every group), the identity of each group's
-    parameters and of its state. Compare states through :class:`OptimizerStateGuard`, which keeps the
+    """An optimizer's hyperparameters (every plain value of every group, and its tensor ones by identity),
+    the identity of each group's parameters and of its state. Compare states through :class:`OptimizerStateGuard`, which keeps the
     objects whose identities it holds alive."""
-    groups = tuple(
-        (tuple(map(id, g["params"])), tuple((k, v) for k, v in g.items() if k != "params" and _plain(v)))
-        for g in opt.param_groups
-    )
+    groups = tuple((tuple(map(id, g["params"])), tuple(_hyperparameters(g))) for g in opt.param_groups)
     state = tuple((id(p), tuple((k, id(v)) for k, v in s.items())) for p, s in opt.state.items())
     return (groups, state)
+
+
+def _hyperparameters(group: dict):
+    """A parameter group's plain values by value, its tensor ones (``lr=kiln.tensor(0.1)``) by identity."""
+    for k, v in group.items():
+        if k != "params" and _plain(v):
+            yield (k, v)
+        elif isinstance(v, kiln.Tensor):
+            yield (k, _TENSOR, id(v))
 
 
 class OptimizerStateGuard:
@@ -217,7 +236,7 @@ class OptimizerStateGuard:
 
     def __init__(self, opt) -> None:
         self.state = optimizer_state(opt)
-        self.held = ([list(g["params"]) for g in opt.param_groups], [(p, dict(s)) for p, s in opt.state.items()])
+        self.held = ([dict(g) for g in opt.param_groups], [(p, dict(s)) for p, s in opt.state.items()])
 
     def __call__(self, opt) -> bool:
         return optimizer_state(opt) == self.state
@@ -435,10 +454,13 @@ class GuardBuilder:
             self.argument_objects.append((obj, path))
 
     def tensor(self, t: kiln.Tensor, expr: str, label: str) -> None:
-        """Guards on one tensor's class, dtype, device, shape, strides, offset and ``requires_grad``; for a
-        leaf that requires grad, on its gradient hooks too (:func:`_grad_hooks`)."""
+        """Guards on one tensor's class, dtype, device, shape, strides, offset and ``requires_grad``."""
         meta = (type(t), t.dtype, t.device, tuple(t.shape), t.stride(), t.storage_offset(), t.requires_grad)
         self.check(f"_meta({expr}) == {self.const(meta)}", f"{label}: {_describe_meta(meta)}")
+
+    def grad_hooks(self, t: kiln.Tensor, expr: str, label: str) -> None:
+        """For a leaf that requires grad, a guard on its gradient hooks (:func:`_grad_hooks`): for a trace that
+        ran backward inside it (outside, the engine runs the hooks a leaf has at the time)."""
         if t.requires_grad and t.grad_fn is None:
             hooks = _grad_hooks(t)
             self.check(

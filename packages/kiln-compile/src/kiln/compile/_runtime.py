@@ -287,6 +287,11 @@ def trace_call(fn: Callable, args: tuple, kwargs: dict, *, fullgraph: bool) -> t
     # external tensors read by reference: their metadata, and .grad where the call read or set it
     for i, t in enumerate(entry.externals):
         gb.tensor(t, gb.const(t), f"tensor read by reference #{i}")
+    if any(n.kind == "set_grad" or (n.kind == "op" and "backward" in n.op.tags) for n in graph.nodes):
+        # backward ran inside the call: the hooks its leaves had then are in the graph
+        named = [*zip(tensors, exprs), *((t, gb.const(t)) for t in entry.externals)]
+        for i, (t, expr) in enumerate(named):
+            gb.grad_hooks(t, expr, f"tensor #{i} of the call")
     # which of the inputs and the tensors read by reference share memory: the passes assumed the traced sharing
     everything = [*exprs, *(gb.const(t) for t in entry.externals)]
     classes = _alias_classes([*tensors, *entry.externals])

@@ -509,6 +509,43 @@ def test_a_hook_registered_after_a_forward_only_trace_runs_once_without_a_new_tr
     assert calls == [1] and cm._compiled.trace_count == 1
 
 
+SUBMODULE_SCALE = 1.0
+
+
+def test_what_a_submodules_helper_method_reads_and_a_parameters_dtype_are_guarded():
+    """A global read in a helper method of a user's submodule class (not in any forward's own text), and a
+    parameter no op reads whose dtype the code reads in Python: both changed after the trace trace again."""
+    global SUBMODULE_SCALE
+
+    class Inner(kiln.nn.Module):
+        def forward(self, x):
+            return self.helper(x)
+
+        def helper(self, x):
+            return x * SUBMODULE_SCALE
+
+    class Outer(kiln.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = Inner()
+            self.w = kiln.nn.Parameter(kiln.ones(2))
+
+        def forward(self, x):
+            return self.inner(x).to(self.w.dtype)
+
+    m = Outer()
+    cm = kiln.compile(m)
+    x = kiln.ones(2)
+    try:
+        assert _calls(cm, x).tolist() == [1.0, 1.0]
+        SUBMODULE_SCALE = 3.0
+        assert cm(x).tolist() == [3.0, 3.0]
+        m.double()
+        assert cm(x).dtype is kiln.float64 and cm._compiled.trace_count == 3
+    finally:
+        SUBMODULE_SCALE = 1.0
+
+
 def test_a_parameter_added_to_an_optimizers_group_re_traces():
     a, b = kiln.nn.Linear(2, 1), kiln.nn.Linear(2, 1)
     opt = kiln.optim.SGD(a.parameters(), lr=0.1)

@@ -314,12 +314,42 @@ def reachable_objects(fn: Callable, leaves: list, gb: GuardBuilder) -> list:
     walker.names = set().union(*(_names(f.__code__) for f in funcs)) if funcs else set()
     for f in funcs:
         walker.function_reads(f, getattr(f, "__qualname__", "function"))
+    # the methods of the user's module classes in the trees reached (a submodule's forward, a helper method,
+    # a property): what they read from globals and closures, as the function's own code
+    done = {id(f) for f in funcs}
+    more = [f for f in _helpers(_module_methods(objects, module_cls)) if id(f) not in done]
+    walker.names |= set().union(*(_names(f.__code__) for f in more)) if more else set()
+    for f in more:
+        walker.function_reads(f, getattr(f, "__qualname__", "function"))
     for obj, path in gb.argument_objects:  # an argument's attributes the code names (opts.scale)
         walker.members(obj, path, path, 0)
     if owner is not None and not (kinds and isinstance(owner, kinds)):  # a method's object: self.scale
         walker.members(owner, gb.const(owner), f"the {type(owner).__name__} the method is bound to", 0)
     unique = {id(o): o for o in objects}
     return list(unique.values())
+
+
+def _module_methods(objects: list, module_cls) -> list:
+    """The functions (methods, properties' getters) of the classes, up to ``nn.Module``, of the modules in
+    the trees of ``objects`` that the user defined (kiln's own classes are left out)."""
+    if module_cls is None:
+        return []
+    classes: dict[int, type] = {}
+    for obj in objects:
+        if isinstance(obj, module_cls):
+            for sub in _submodules(obj):
+                for c in type(sub).__mro__:
+                    if c is module_cls:
+                        break
+                    if not (c.__module__ or "").startswith("kiln"):
+                        classes.setdefault(id(c), c)
+    out = []
+    for c in classes.values():
+        for v in vars(c).values():
+            v = v.fget if isinstance(v, property) else getattr(v, "__func__", v)
+            if isinstance(v, types.FunctionType):
+                out.append(v)
+    return out
 
 
 class _Walker:

@@ -287,6 +287,12 @@ def trace_call(fn: Callable, args: tuple, kwargs: dict, *, fullgraph: bool) -> t
     # external tensors read by reference: their metadata, and .grad where the call read or set it
     for i, t in enumerate(entry.externals):
         gb.tensor(t, gb.const(t), f"tensor read by reference #{i}")
+    # the parameters and buffers no op read: their metadata still (self.w.dtype, self.w.shape[0] in Python)
+    read_ids = {id(t) for t in (*tensors, *entry.externals)}
+    for t in _parameters(objects, buffers=True):
+        if id(t) not in read_ids:
+            read_ids.add(id(t))
+            gb.tensor(t, gb.const(t), "a parameter or buffer no op read")
     if any(n.kind == "set_grad" or (n.kind == "op" and "backward" in n.op.tags) for n in graph.nodes):
         # backward ran inside the call: the hooks its leaves had then are in the graph
         named = [*zip(tensors, exprs), *((t, gb.const(t)) for t in entry.externals)]
@@ -399,14 +405,16 @@ def compile_entry(entry: Entry, backend: Callable) -> None:
         entry.backward = backend(entry.graphs[1], [])
 
 
-def _parameters(objects: list) -> list[kiln.Tensor]:
-    """The parameters of the modules and optimizers among ``objects``."""
+def _parameters(objects: list, buffers: bool = False) -> list[kiln.Tensor]:
+    """The parameters of the modules and optimizers among ``objects`` (and the modules' buffers)."""
     out = []
     for obj in objects:
         if hasattr(obj, "param_groups"):
             out += [p for g in obj.param_groups for p in g["params"]]
         elif hasattr(obj, "parameters"):
             out += list(obj.parameters())
+            if buffers and hasattr(obj, "buffers"):
+                out += [b for b in obj.buffers() if b is not None]
     return out
 
 

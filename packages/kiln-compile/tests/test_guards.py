@@ -546,6 +546,33 @@ def test_what_a_submodules_helper_method_reads_and_a_parameters_dtype_are_guarde
         SUBMODULE_SCALE = 1.0
 
 
+def test_objects_a_module_holds_are_guarded_inside():
+    """A config object a module holds (its attributes the code names) and a NumPy array (its values), both
+    changed in place after the trace, trace again."""
+
+    class Config:
+        def __init__(self):
+            self.scale = 1.0
+
+    class Held(kiln.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.cfg = Config()
+            self.arr = np.ones(2, np.float32)
+
+        def forward(self, x):
+            return x * self.cfg.scale + float(self.arr[0])
+
+    m = Held()
+    cm = kiln.compile(m)
+    x = kiln.ones(2)
+    assert _calls(cm, x).tolist() == [2.0, 2.0]
+    m.cfg.scale = 3.0
+    assert cm(x).tolist() == [4.0, 4.0]
+    m.arr[0] = 5.0
+    assert cm(x).tolist() == [8.0, 8.0] and cm._compiled.trace_count == 3
+
+
 def test_a_parameter_added_to_an_optimizers_group_re_traces():
     a, b = kiln.nn.Linear(2, 1), kiln.nn.Linear(2, 1)
     opt = kiln.optim.SGD(a.parameters(), lr=0.1)

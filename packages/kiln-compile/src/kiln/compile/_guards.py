@@ -321,12 +321,32 @@ def reachable_objects(fn: Callable, leaves: list, gb: GuardBuilder) -> list:
     walker.names |= set().union(*(_names(f.__code__) for f in more)) if more else set()
     for f in more:
         walker.function_reads(f, getattr(f, "__qualname__", "function"))
+    # what the modules hold beyond their own state: a config object's attributes the code names
+    # (self.cfg.scale), a NumPy array's values; the object itself is guarded by identity (ModuleStateGuard)
+    internal = _module_internals()
+    for obj in list(walker.objects):
+        if module_cls is not None and isinstance(obj, module_cls):
+            for sub in _submodules(obj):
+                for k, v in sub.__dict__.items():
+                    if k not in internal and _held_object(v, kinds):
+                        walker.members(v, gb.const(v), f"{type(sub).__name__}.{k}", 1)
     for obj, path in gb.argument_objects:  # an argument's attributes the code names (opts.scale)
         walker.members(obj, path, path, 0)
     if owner is not None and not (kinds and isinstance(owner, kinds)):  # a method's object: self.scale
         walker.members(owner, gb.const(owner), f"the {type(owner).__name__} the method is bound to", 0)
     unique = {id(o): o for o in objects}
     return list(unique.values())
+
+
+def _held_object(v: Any, kinds: tuple) -> bool:
+    """Whether a module attribute's value is an object whose insides a trace may read and a guard checks
+    (:meth:`_Walker.members`): a NumPy array, or a plain object with attributes (not a module, an optimizer,
+    a tensor, a container, a function or a class)."""
+    if type(v) is np.ndarray:
+        return True
+    if _plain(v) or isinstance(v, (kiln.Tensor, *_CONTAINERS, *kinds)) or callable(v):
+        return False
+    return hasattr(v, "__dict__") and not isinstance(v, types.ModuleType)
 
 
 def _module_methods(objects: list, module_cls) -> list:

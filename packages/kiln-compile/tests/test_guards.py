@@ -481,6 +481,9 @@ def test_module_state_a_forward_stores_settles_or_stays_cheap():
     m.vocab = list(range(20_001))
     cm(kiln.ones(2, 3))
     assert cm._compiled.trace_count == 3
+    m.vocab.append(0)  # in place: its length
+    cm(kiln.ones(2, 3))
+    assert cm._compiled.trace_count == 4
     old = weakref.ref(m.weight)
     m.weight = kiln.nn.Parameter(kiln.ones(7))
     assert old() is not None  # held by the guards, so its id stays its own

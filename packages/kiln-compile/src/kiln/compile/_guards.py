@@ -78,8 +78,8 @@ def module_state(module) -> tuple:
     identity: a trace reads such a tensor by reference, so another one put there must re-trace), the
     entries of its own lists and dicts (plain ones by value, others by identity: ``self.masks[0]``; one of
     more than ``_LIMIT`` entries by its identity and length only), any other attribute by identity (a
-    function), the identity of its parameters and buffers, and its hooks. Identities are unique only among living objects:
-    compare states through :class:`ModuleStateGuard`, which keeps the traced ones alive."""
+    function), the identity of its parameters and buffers, and its hooks. Identities are unique only among
+    living objects: compare states through :class:`ModuleStateGuard`, which keeps the traced ones alive."""
     out = []
     internal = _module_internals()
     for sub in _submodules(module):
@@ -153,12 +153,11 @@ class ModuleStateGuard:
         for sub in _submodules(module):
             d = sub.__dict__
             # the entries of its own lists and dicts, kept alive too: they change in place
-            held = [
-                (k, _entries(v))
-                for k, v in d.items()
-                if type(v) in _CONTAINERS and k not in internal and len(v) <= _LIMIT
-            ]
+            mine = [(k, v) for k, v in d.items() if type(v) in _CONTAINERS and k not in internal]
+            held = [(k, _entries(v)) for k, v in mine if len(v) <= _LIMIT]
+            # per container, its entries' identities; a larger one's length alone (as module_state has it)
             ids = tuple((k, tuple(map(id, entries))) for k, entries in held)
+            ids += tuple((k, len(v)) for k, v in mine if len(v) > _LIMIT)
             # its parameters and buffers too: their identities are compared
             kept = (tuple(d.values()), held, *(tuple(d.get(n, {}).values()) for n in ("_parameters", "_buffers")))
             self.subs.append((sub, type(sub), kept, _identities(sub), ids))
@@ -173,11 +172,17 @@ class ModuleStateGuard:
                 if sub is not was or type(sub) is not cls or _identities(sub) != ids:
                     break
                 d = sub.__dict__
-                if entry_ids and any(tuple(map(id, _entries(d[k]))) != e for k, e in entry_ids):
+                if entry_ids and any(_container_ids(d[k], e) != e for k, e in entry_ids):
                     break
             else:
                 return True
         return module_state(module) == self.state
+
+
+def _container_ids(v, was):
+    """What :class:`ModuleStateGuard` compares of a module's own container: its entries' identities, or, for
+    one of more than ``_LIMIT`` entries (``was`` an int), its length."""
+    return len(v) if type(was) is int else tuple(map(id, _entries(v)))
 
 
 def _identities(sub) -> tuple:
@@ -212,8 +217,8 @@ def _submodules(module) -> list:
 
 def optimizer_state(opt) -> tuple:
     """An optimizer's hyperparameters (every plain value of every group, and its tensor ones by identity),
-    the identity of each group's parameters and of its state. Compare states through :class:`OptimizerStateGuard`, which keeps the
-    objects whose identities it holds alive."""
+    the identity of each group's parameters and of its state. Compare states through
+    :class:`OptimizerStateGuard`, which keeps the objects whose identities it holds alive."""
     groups = tuple((tuple(map(id, g["params"])), tuple(_hyperparameters(g))) for g in opt.param_groups)
     state = tuple((id(p), tuple((k, id(v)) for k, v in s.items())) for p, s in opt.state.items())
     return (groups, state)

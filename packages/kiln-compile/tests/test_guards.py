@@ -634,6 +634,12 @@ def test_the_module_guard_compares_identities_first_then_values():
     assert guard2(m2)
     m2[0].weight = kiln.nn.Parameter(kiln.zeros(2, 2))
     assert not guard2(m2)
+    m3 = kiln.nn.Linear(2, 2)
+    m3.vocab = list(range(5000))  # more entries than are compared one by one: its length is
+    guard3 = ModuleStateGuard(m3)
+    assert guard3(m3)
+    m3.vocab.append(0)
+    assert not guard3(m3)
 
 
 def test_module_state_reads_the_tree_as_modules_does():

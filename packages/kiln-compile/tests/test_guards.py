@@ -373,7 +373,9 @@ def test_a_hook_on_a_parameter_re_traces_a_step_that_runs_backward(kind):
     assert not kiln.equal(lin.weight, before)
 
 
-@pytest.mark.parametrize("change", ["list replaced", "list entry set", "dict entry set", "tuple replaced", "sizes"])
+@pytest.mark.parametrize(
+    "change", ["list replaced", "list entry set", "dict entry set", "tuple replaced", "sizes", "nested"]
+)
 def test_a_modules_own_containers_are_guarded_by_their_entries(change):
     """Tensors a module keeps in its own list, tuple or dict are read by reference, and numbers there by
     value: another entry (set in place or in a new container) traces again."""
@@ -385,9 +387,11 @@ def test_a_modules_own_containers_are_guarded_by_their_entries(change):
             self.table = {"scale": kiln.ones(3)}
             self.pair = (kiln.ones(3), kiln.ones(3))
             self.sizes = [3]
+            self.nested = {"a": [kiln.ones(3)]}
 
         def forward(self, x):
-            return x * self.masks[0] * self.table["scale"] * self.pair[1] + self.sizes[0]
+            out = x * self.masks[0] * self.table["scale"] * self.pair[1] + self.sizes[0]
+            return out * self.nested["a"][0]
 
     m = Held()
     cm = kiln.compile(m)
@@ -402,6 +406,8 @@ def test_a_modules_own_containers_are_guarded_by_their_entries(change):
         m.table["scale"] = two
     elif change == "tuple replaced":
         m.pair = (m.pair[0], two)
+    elif change == "nested":
+        m.nested["a"][0] = two
     else:
         m.sizes[0] = 2
     assert cm(x).tolist() == m(x).tolist() and cm._compiled.trace_count == 2

@@ -112,9 +112,18 @@ _CONTAINERS = (list, tuple, dict, collections.OrderedDict)  # (a tuple of plain 
 _NO_HOOKS = ((),) * len(_HOOKS)
 
 
-def _entries(v) -> list:
-    """A list's or tuple's entries, or a dict's keys and values in order."""
-    return [x for item in v.items() for x in item] if isinstance(v, dict) else list(v)
+def _entries(v, depth: int = 0) -> list:
+    """A list's or tuple's entries, or a dict's keys and values in order, each nested list, tuple or dict
+    followed by its own entries (four levels: ``self.masks["a"][0]``)."""
+    items = [x for item in v.items() for x in item] if isinstance(v, dict) else list(v)
+    if depth >= 4 or not any(type(x) in _CONTAINERS for x in items):
+        return items
+    out = []
+    for x in items:
+        out.append(x)
+        if type(x) in _CONTAINERS:
+            out += _entries(x, depth + 1)
+    return out
 
 
 @functools.cache

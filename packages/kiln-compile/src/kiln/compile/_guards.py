@@ -151,15 +151,10 @@ class ModuleStateGuard:
         self.state = module_state(module)
         internal = _module_internals()
         self.subs = []
-        base = module_class()
-        classes: dict[int, type] = {}  # by identity: a class need not be hashable
-        for sub in _submodules(module):
-            for c in type(sub).__mro__:
-                if c is not base and c is not object:
-                    classes.setdefault(id(c), c)
+        subs = _submodules(module)
         # (a class's attributes, the objects they held, kept alive)
-        self.classes = [(vars(c), tuple(vars(c).values())) for c in classes.values()]
-        for sub in _submodules(module):
+        self.classes = [(vars(c), tuple(vars(c).values())) for c in _module_classes(subs)]
+        for sub in subs:
             d = sub.__dict__
             # the entries of its own lists and dicts, kept alive too: they change in place
             mine = [(k, v) for k, v in d.items() if type(v) in _CONTAINERS and k not in internal]
@@ -363,22 +358,28 @@ def _held_object(v: Any, kinds: tuple) -> bool:
     return hasattr(v, "__dict__") and not isinstance(v, types.ModuleType)
 
 
+def _module_classes(modules: list) -> list[type]:
+    """The distinct classes of ``modules`` and their bases, ``nn.Module`` and ``object`` left out (told apart
+    by identity: a class need not be hashable)."""
+    base = module_class()
+    found: dict[int, type] = {}
+    for m in modules:
+        for c in type(m).__mro__:
+            if c is not base and c is not object:
+                found.setdefault(id(c), c)
+    return list(found.values())
+
+
 def _module_methods(objects: list, module_cls) -> list:
     """The functions (methods, properties' getters) of the classes, up to ``nn.Module``, of the modules in
     the trees of ``objects`` that the user defined (kiln's own classes are left out)."""
     if module_cls is None:
         return []
-    classes: dict[int, type] = {}
-    for obj in objects:
-        if isinstance(obj, module_cls):
-            for sub in _submodules(obj):
-                for c in type(sub).__mro__:
-                    if c is module_cls:
-                        break
-                    if not (c.__module__ or "").startswith("kiln"):
-                        classes.setdefault(id(c), c)
+    trees = [sub for obj in objects if isinstance(obj, module_cls) for sub in _submodules(obj)]
     out = []
-    for c in classes.values():
+    for c in _module_classes(trees):
+        if (c.__module__ or "").startswith("kiln"):
+            continue
         for v in vars(c).values():
             v = v.fget if isinstance(v, property) else getattr(v, "__func__", v)
             if isinstance(v, types.FunctionType):

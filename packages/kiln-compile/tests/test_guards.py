@@ -717,3 +717,116 @@ def test_a_module_attribute_of_an_unhashable_class_is_guarded():
     assert _calls(cn, kiln.ones(2)).tolist() == [2.0, 2.0]
     net.k = 3.0
     assert cn(kiln.ones(2)).tolist() == [3.0, 3.0] and cn._compiled.trace_count == 2
+
+
+class _Scaler:
+    """A callable object (not a module)."""
+
+    def __init__(self):
+        self.k = 2.0
+
+    def __call__(self, x):
+        return x * self.k
+
+
+class _Slotted:
+    __slots__ = ("k",)
+
+    def __init__(self):
+        self.k = 2.0
+
+
+class _ClassConfig:
+    k = 2.0
+
+
+class _Getter:
+    @property
+    def k(self):
+        return 2.0
+
+
+class _TaggedList(list):
+    pass
+
+
+class _Holder(kiln.nn.Module):
+    """Runs ``read(self, x)``: what it holds is set up by each case."""
+
+    def __init__(self, read, **held):
+        super().__init__()
+        self.read = read
+        for k, v in held.items():
+            setattr(self, k, v)
+
+    def forward(self, x):
+        return self.read(self, x)
+
+
+FLAGS: set = set()
+
+
+def _stale_cases():
+    """(name, compiled function, change, the value it must then return for ones(64)): each change left the
+    old graph running before the guard that catches it. (Each change binds what it changes: ``m`` is
+    reassigned case after case.)"""
+    import functools
+
+    s = _Scaler()
+    yield "a callable object's attribute", kiln.compile(s), lambda: setattr(s, "k", 3.0), 3.0
+    m = _Holder(lambda self, x: x * self.cfg.k, cfg=_Slotted())
+    yield "a __slots__ attribute", kiln.compile(m), lambda m=m: setattr(m.cfg, "k", 3.0), 3.0
+    cls = type("Config", (), {"k": 2.0})  # (a class of its own: the case changes it)
+    m = _Holder(lambda self, x: x * self.cfg.k, cfg=cls())
+    yield "a held object's class attribute", kiln.compile(m), lambda cls=cls: setattr(cls, "k", 3.0), 3.0
+    m = _Holder(lambda self, x: x * self.cfg.k, cfg=_ClassConfig())
+    yield "an instance attribute shadowing it", kiln.compile(m), lambda m=m: setattr(m.cfg, "k", 4.0), 4.0
+    m = _Holder(lambda self, x: x * self.cfg.k, cfg=_Getter())
+    yield "a property replaced", kiln.compile(m), lambda: setattr(_Getter, "k", property(lambda s: 3.0)), 3.0
+    m = _Holder(lambda self, x: self.layers[0](x), layers=[kiln.nn.Dropout(0.5).eval()])
+    yield "a module in a plain list", kiln.compile(m), lambda m=m: m.layers[0].train(), "dropout"
+    m = _Holder(lambda self, x: x * self.cfgs[0].k, cfgs=[_Scaler()])
+    yield "an object in a module's list", kiln.compile(m), lambda m=m: setattr(m.cfgs[0], "k", 3.0), 3.0
+    m = _Holder(lambda self, x: x * (3.0 if 2 in self.skip else 2.0), skip={1})
+    yield "a module's set", kiln.compile(m), lambda m=m: m.skip.add(2), 3.0
+    m = _Holder(lambda self, x: x * self.vals[0], vals=_TaggedList([2.0]))
+    yield "a list subclass", kiln.compile(m), lambda m=m: m.vals.__setitem__(0, 3.0), 3.0
+    f = kiln.compile(lambda x: x * (3.0 if "big" in FLAGS else 2.0))
+    yield "a global set", f, lambda: FLAGS.add("big"), 3.0
+    m = _Holder(lambda self, x: x * getattr(self, "gain", 2.0))
+    yield "an nn.Module class attribute", kiln.compile(m), lambda: setattr(kiln.nn.Module, "gain", 3.0), 3.0
+    o = _Scaler()
+
+    def with_default(x, o=o):
+        return x * o.k
+
+    yield "a default's attribute", kiln.compile(with_default), lambda: setattr(o, "k", 3.0), 3.0
+
+    def with_defaults(x, k=2.0):
+        return x * k
+
+    yield "defaults replaced", kiln.compile(with_defaults), lambda: setattr(with_defaults, "__defaults__", (3.0,)), 3.0
+    o2 = _Scaler()
+    part = kiln.compile(functools.partial(lambda o, x: x * o.k, o2))
+    yield "a partial's bound object", part, lambda: setattr(o2, "k", 3.0), 3.0
+    p = functools.partial(lambda x, k: x * k, k=2.0)
+    yield "a partial's keyword", kiln.compile(p), lambda: p.keywords.__setitem__("k", 3.0), 3.0
+
+
+@pytest.mark.parametrize("case", list(_stale_cases()), ids=lambda c: c[0])
+def test_what_else_a_trace_reads_is_guarded(case):
+    _name, f, change, want = case
+    x = kiln.ones(64)
+    try:
+        first = _calls(f, x)
+        assert kiln.equal(first, x) if want == "dropout" else first.tolist() == [2.0] * 64
+        change()
+        got = f(x)
+        if want == "dropout":  # training: about half the entries dropped, the rest doubled
+            assert set(got.unique().tolist()) == {0.0, 2.0}
+        else:
+            assert got.tolist() == [want] * 64
+    finally:
+        if "gain" in vars(kiln.nn.Module):
+            del kiln.nn.Module.gain
+        FLAGS.clear()

@@ -396,3 +396,24 @@ def test_an_in_place_op_that_writes_more_than_its_first_argument(backend):
         want = f(*(t.clone() for t in make))
         assert [t.tolist() for t in got] == [t.tolist() for t in want]
     assert [t.item() for t in got[:2]] == [1.0, 0.0]
+
+
+def test_a_value_read_after_an_op_writes_an_input_through_another_argument_runs_eagerly():
+    """``_amp_non_finite_check_and_unscale_`` writes its ``found_inf`` argument as well as its first: a value
+    read into Python after it wrote an input is a read a replay could not redo (the write has run by
+    then), so the call runs eagerly with the reason, as after a write through the first argument."""
+    from kiln.backend import op
+
+    check = op("_amp_non_finite_check_and_unscale_")
+
+    def f(g, found_inf, inv):
+        h = g * 1.0  # made inside: only found_inf, an input, is written outside the graph
+        check(h, found_inf, inv)
+        return h * 0 if found_inf.item() else h
+
+    cf = kiln.compile(f)
+    found, inv = kiln.zeros(()), kiln.ones(())
+    assert cf(kiln.ones(3), found, inv).tolist() == [1.0] * 3
+    assert "after a write to an input" in cf._entries[0].reason and cf._entries[0].forward is None
+    out = cf(kiln.tensor([1.0, float("inf"), 1.0]), found, inv)
+    assert found.item() == 1.0 and kiln.isnan(out).any().item()

@@ -14,7 +14,7 @@ from typing import Any
 import kiln
 from kiln.backend import OpDef
 
-__all__ = ["Graph", "Node", "Value", "contiguous_strides", "map_values"]
+__all__ = ["Graph", "Node", "Value", "contiguous_strides", "map_values", "written_by"]
 
 
 def contiguous_strides(shape: tuple) -> tuple:
@@ -84,13 +84,8 @@ class Node:
 
     @property
     def written(self) -> tuple[Value, ...]:
-        """Every buffer the node may write into: ``_copy_from``'s destination; for another in-place op each
-        of its tensor arguments (``_amp_non_finite_check_and_unscale_`` writes its ``found_inf`` too)."""
-        if self.kind != "op" or "inplace" not in self.op.tags:
-            return ()
-        if self.op.name == "_copy_from":
-            return (self.args[0],)
-        return tuple(self.values_read())
+        """Every buffer the node may write into (:func:`written_by`)."""
+        return written_by(self.op, self.args, Value) if self.kind == "op" else ()
 
     def __repr__(self) -> str:
         if self.kind == "op":
@@ -192,12 +187,24 @@ def check_guard(t: kiln.Tensor, expected) -> None:
         raise GuardFailure
 
 
-def _values_in(args) -> Iterator[Value]:
+def written_by(op: OpDef, args, kind: type) -> tuple:
+    """What a call of ``op`` may write into, among its arguments of type ``kind`` (a :class:`Value` in a graph,
+    a tensor while tracing): nothing for an op that is not in-place, ``_copy_from``'s destination, and every
+    tensor argument of another in-place op (``_amp_non_finite_check_and_unscale_`` writes its ``found_inf``
+    too)."""
+    if "inplace" not in op.tags:
+        return ()
+    if op.name == "_copy_from":
+        return (args[0],)
+    return tuple(_values_in(args, kind))
+
+
+def _values_in(args, kind: type = Value) -> Iterator:
     for a in args:
-        if isinstance(a, Value):
+        if isinstance(a, kind):
             yield a
         elif isinstance(a, (list, tuple)):
-            yield from _values_in(a)
+            yield from _values_in(a, kind)
 
 
 def map_values(args, fn):

@@ -92,9 +92,9 @@ def module_state(module) -> tuple:
                 attrs.append((k, _TENSOR, id(v)))
             elif k in internal:
                 continue
-            elif type(v) in _CONTAINERS and len(v) > _LIMIT:  # (a vocabulary: its object and length)
+            elif isinstance(v, _CONTAINERS) and len(v) > _LIMIT:  # (a vocabulary: its object and length)
                 attrs.append((k, _OBJECT, id(v), len(v)))
-            elif type(v) in _CONTAINERS:
+            elif isinstance(v, _CONTAINERS):
                 attrs.append((k, _ENTRIES, tuple(x if _plain(x) else (_ENTRIES, id(x)) for x in _entries(v))))
             else:  # a function (self.act = torch.relu; a replaced forward), a submodule's config object
                 attrs.append((k, _OBJECT, id(v)))
@@ -108,20 +108,22 @@ def module_state(module) -> tuple:
 _TENSOR = "tensor"  # marks a tensor attribute's identity among the attributes' values
 _OBJECT = "object"  # marks another object's identity among them
 _ENTRIES = "entries"  # marks a list's or dict's entries, and an entry's identity among them
-_CONTAINERS = (list, tuple, dict, collections.OrderedDict)  # (a tuple of plain values is itself plain)
+# lists, tuples, dicts and sets, their subclasses too (an OrderedDict, a namedtuple); a tuple of plain values is
+# itself plain
+_CONTAINERS = (list, tuple, dict, set, frozenset)
 _NO_HOOKS = ((),) * len(_HOOKS)
 
 
 def _entries(v, depth: int = 0) -> list:
-    """A list's or tuple's entries, or a dict's keys and values in order, each nested list, tuple or dict
+    """A list's, tuple's or set's entries, or a dict's keys and values in order, each nested container
     followed by its own entries (four levels: ``self.masks["a"][0]``)."""
     items = [x for item in v.items() for x in item] if isinstance(v, dict) else list(v)
-    if depth >= 4 or not any(type(x) in _CONTAINERS for x in items):
+    if depth >= 4 or not any(isinstance(x, _CONTAINERS) for x in items):
         return items
     out = []
     for x in items:
         out.append(x)
-        if type(x) in _CONTAINERS:
+        if isinstance(x, _CONTAINERS):
             out += _entries(x, depth + 1)
     return out
 
@@ -142,8 +144,9 @@ class ModuleStateGuard:
     hooks. Only when that fails is the whole state compared by value (an attribute set again to an equal
     new number passes there). A 3-module MLP's check: 11.6 us, against 16.8 us by value.
 
-    The classes of the submodules (up to ``kiln.nn.Module``) must hold the very same attributes too, on
-    every call: a class attribute or method changed after the trace (``Model.scale = 3.0``) traces again."""
+    The classes of the submodules, ``kiln.nn.Module`` included, must hold the very same attributes too, on
+    every call: a class attribute or method changed after the trace (``Model.scale = 3.0``,
+    ``nn.Module.gain = 2.0``) traces again."""
 
     __slots__ = ("state", "subs", "classes")
 
@@ -157,7 +160,7 @@ class ModuleStateGuard:
         for sub in subs:
             d = sub.__dict__
             # the entries of its own lists and dicts, kept alive too: they change in place
-            mine = [(k, v) for k, v in d.items() if type(v) in _CONTAINERS and k not in internal]
+            mine = [(k, v) for k, v in d.items() if isinstance(v, _CONTAINERS) and k not in internal]
             held = [(k, _entries(v)) for k, v in mine if len(v) <= _LIMIT]
             # per container, its entries' identities; a larger one's length alone (as module_state has it)
             ids = tuple((k, tuple(map(id, entries))) for k, entries in held)
@@ -267,6 +270,10 @@ def _functions(fn: Callable, module_cls) -> tuple[Any, list]:
     see: the function, a module's ``forward``)."""
     func = getattr(fn, "__func__", fn)
     owner = getattr(fn, "__self__", None)
+    if owner is None and not isinstance(func, (types.FunctionType, type)):
+        call = _class_attribute(type(fn), "__call__")
+        if isinstance(call, types.FunctionType):  # a callable object: its __call__'s code, with it as self
+            owner, func = fn, call
     funcs = [func]
     if module_cls is not None and isinstance(owner, module_cls):  # a module's call: its forward's code too
         funcs.append(getattr(type(owner).forward, "__func__", type(owner).forward))
@@ -312,13 +319,18 @@ def reachable_objects(fn: Callable, leaves: list, gb: GuardBuilder) -> list:
     module_cls, opt_cls = module_class(), _optimizer_class()
     kinds = tuple(c for c in (module_cls, opt_cls) if c is not None)
     objects = [x for x in leaves if kinds and isinstance(x, kinds)]
-    while isinstance(fn, functools.partial):  # a partial's bound arguments are reachable too
+    walker = _Walker(gb, kinds, objects)
+    while isinstance(fn, functools.partial):  # a partial's bound arguments are read as arguments are
         objects += [x for x in (*fn.args, *fn.keywords.values()) if kinds and isinstance(x, kinds)]
+        name = gb.const(fn)  # (its args are a tuple, its keywords a dict, which changes in place)
+        walker.later += [(x, f"{name}.args[{i}]", f"bound argument {i}", False) for i, x in enumerate(fn.args)]
+        walker.later += [
+            (x, f"{name}.keywords.get({k!r}, _MISSING)", f"bound argument {k}", True) for k, x in fn.keywords.items()
+        ]
         fn = fn.func
     owner, funcs = _functions(fn, module_cls)
     if owner is not None and kinds and isinstance(owner, kinds):
         objects.append(owner)
-    walker = _Walker(gb, kinds, objects)
     funcs = _helpers(funcs)
     walker.names = set().union(*(_names(f.__code__) for f in funcs)) if funcs else set()
     for f in funcs:
@@ -331,14 +343,24 @@ def reachable_objects(fn: Callable, leaves: list, gb: GuardBuilder) -> list:
     for f in more:
         walker.function_reads(f, getattr(f, "__qualname__", "function"))
     # what the modules hold beyond their own state: a config object's attributes the code names
-    # (self.cfg.scale), a NumPy array's values; the object itself is guarded by identity (ModuleStateGuard)
+    # (self.cfg.scale), a NumPy array's values, a module kept in a plain list (not a submodule: its own
+    # state); the object itself is guarded by identity (ModuleStateGuard), as are a container's entries
     internal = _module_internals()
     for obj in list(walker.objects):
         if module_cls is not None and isinstance(obj, module_cls):
             for sub in _submodules(obj):
                 for k, v in sub.__dict__.items():
-                    if k not in internal and _held_object(v, kinds):
-                        walker.members(v, gb.const(v), f"{type(sub).__name__}.{k}", 1)
+                    if k in internal:
+                        continue
+                    held = _entries(v) if isinstance(v, _CONTAINERS) and len(v) <= _LIMIT else [v]
+                    for x in held:
+                        if _held_object(x, ()):
+                            walker.members(x, gb.const(x), f"{type(sub).__name__}.{k}", 1)
+    for value, path, words, changes in walker.later:  # defaults and a partial's bound arguments
+        if changes:  # in a dict: the value itself may be replaced
+            walker.value(value, path, words, 0)
+        elif not _plain(value):  # in a tuple whose identity is guarded: what the object holds
+            walker.members(value, path, words, 0)
     for obj, path in gb.argument_objects:  # an argument's attributes the code names (opts.scale)
         walker.members(obj, path, path, 0)
     if owner is not None and not (kinds and isinstance(owner, kinds)):  # a method's object: self.scale
@@ -348,43 +370,96 @@ def reachable_objects(fn: Callable, leaves: list, gb: GuardBuilder) -> list:
 
 
 def _held_object(v: Any, kinds: tuple) -> bool:
-    """Whether a module attribute's value is an object whose insides a trace may read and a guard checks
-    (:meth:`_Walker.members`): a NumPy array, or a plain object with attributes (not a module, an optimizer,
-    a tensor, a container, a function or a class)."""
+    """Whether a module attribute's value (or an entry of its container) is an object whose insides a trace
+    may read and a guard checks (:meth:`_Walker.members`): a NumPy array, a module or an optimizer (one
+    not among ``kinds``), or a plain object with attributes (not a tensor, a container, a function or a
+    class)."""
     if type(v) is np.ndarray:
         return True
-    if _plain(v) or isinstance(v, (kiln.Tensor, *_CONTAINERS, *kinds)) or callable(v):
+    module_cls, opt_cls = module_class(), _optimizer_class()
+    if isinstance(v, tuple(c for c in (module_cls, opt_cls) if c is not None)):
+        return not isinstance(v, kinds)
+    if _plain(v) or isinstance(v, (kiln.Tensor, *_CONTAINERS, *_CODE, types.ModuleType)):
         return False
-    return hasattr(v, "__dict__") and not isinstance(v, types.ModuleType)
+    return hasattr(v, "__dict__") or bool(_slots(type(v)))
 
 
 def _module_classes(modules: list) -> list[type]:
-    """The distinct classes of ``modules`` and their bases, ``nn.Module`` and ``object`` left out (told apart
-    by identity: a class need not be hashable)."""
-    base = module_class()
+    """The distinct classes of ``modules`` and their bases up to ``nn.Module`` (``object`` left out), told
+    apart by identity (a class need not be hashable)."""
     found: dict[int, type] = {}
     for m in modules:
         for c in type(m).__mro__:
-            if c is not base and c is not object:
+            if c is not object:
                 found.setdefault(id(c), c)
     return list(found.values())
 
 
 def _module_methods(objects: list, module_cls) -> list:
-    """The functions (methods, properties' getters) of the classes, up to ``nn.Module``, of the modules in
-    the trees of ``objects`` that the user defined (kiln's own classes are left out)."""
+    """The functions of the modules in the trees of ``objects``: those of their classes up to ``nn.Module``
+    that the user defined (methods, properties' getters; kiln's own classes are left out), and the user
+    functions the modules hold (``self.act = my_activation``, in a list too; not ``F.relu``)."""
     if module_cls is None:
         return []
     trees = [sub for obj in objects if isinstance(obj, module_cls) for sub in _submodules(obj)]
     out = []
     for c in _module_classes(trees):
-        if (c.__module__ or "").startswith("kiln"):
+        if _kiln_code(c):
             continue
         for v in vars(c).values():
             v = v.fget if isinstance(v, property) else getattr(v, "__func__", v)
             if isinstance(v, types.FunctionType):
                 out.append(v)
+    internal = _module_internals()
+    for sub in trees:
+        for k, v in sub.__dict__.items():
+            if k not in internal:
+                held = _entries(v) if isinstance(v, _CONTAINERS) and len(v) <= _LIMIT else [v]
+                funcs = (getattr(x, "__func__", x) for x in held)
+                out += [f for f in funcs if isinstance(f, types.FunctionType) and not _kiln_code(f)]
     return out
+
+
+def _kiln_code(obj) -> bool:
+    """Whether a class or function is kiln's own (its code's reads are not the user's: not walked)."""
+    return (getattr(obj, "__module__", None) or "").startswith("kiln")
+
+
+_CODE = (
+    types.FunctionType,
+    types.MethodType,
+    types.BuiltinFunctionType,
+    types.BuiltinMethodType,
+    type,
+    functools.partial,
+)  # what a guard compares by identity alone (a partial's bound arguments: only when it is the compiled one)
+
+
+def _slots(cls: type) -> list[str]:
+    """The ``__slots__`` names of ``cls`` and its bases."""
+    out = []
+    for c in cls.__mro__:
+        names = c.__dict__.get("__slots__", ())
+        out += [names] if isinstance(names, str) else list(names)
+    return out
+
+
+def _class_attribute(cls: type, name: str) -> Any:
+    """``name`` as found in the dicts along ``cls``'s MRO, descriptors unresolved (``_MISSING`` if absent)."""
+    for c in cls.__mro__:
+        if name in c.__dict__:
+            return c.__dict__[name]
+    return _MISSING
+
+
+def _static_attribute(obj: Any, name: str) -> Any:
+    """What ``obj.name`` is looked up as, without running it: the instance's own value, else the class's
+    (a function, a property, a class attribute), else ``_MISSING``. A guard compares its identity: another
+    method, property or instance attribute put there traces again."""
+    d = getattr(obj, "__dict__", None)
+    if d is not None and name in d:
+        return d[name]
+    return _class_attribute(type(obj), name)
 
 
 class _Walker:
@@ -394,6 +469,9 @@ class _Walker:
         self.gb, self.kinds, self.objects = gb, kinds, objects
         self.names: set[str] = set()
         self.seen: set[int] = set()
+        # (value, path, words, replaceable) read as arguments are, once every function's names are known: the
+        # functions' defaults, a partial's bound arguments
+        self.later: list[tuple[Any, str, str, bool]] = []
 
     def function_reads(self, f, who: str) -> None:
         g = f.__globals__
@@ -407,6 +485,13 @@ class _Walker:
             except ValueError:  # an empty cell
                 continue
             self.value(v, f"{self.gb.const(cell)}.cell_contents", f"closure value {i} of {who}", 0)
+        fname = self.gb.const(f) if f.__defaults__ or f.__kwdefaults__ else ""
+        if f.__defaults__:  # a tuple: the same one holds the same values (an object's insides guarded later)
+            self.gb.check(f"{fname}.__defaults__ is {self.gb.const(f.__defaults__)}", f"the defaults of {who}")
+            for i, x in enumerate(f.__defaults__):
+                self.later.append((x, f"{fname}.__defaults__[{i}]", f"default {i} of {who}", False))
+        for k, x in (f.__kwdefaults__ or {}).items():  # a dict: changes in place
+            self.later.append((x, f"_default({fname}, {k!r})", f"default {k} of {who}", True))
         defaults = (*(f.__defaults__ or ()), *(f.__kwdefaults__ or {}).values())
         self.objects += [x for x in defaults if self.kinds and isinstance(x, self.kinds)]
 
@@ -428,10 +513,13 @@ class _Walker:
         self.seen.add(id(v))
         if self.kinds and isinstance(v, self.kinds):
             self.objects.append(v)
-        elif t in (list, tuple, dict):
+        elif isinstance(v, _CONTAINERS):  # (a subclass too: an OrderedDict, a namedtuple)
             if len(v) > _LIMIT:
                 raise Unguardable(f"{words} is a {t.__name__} of {len(v)} entries (more than {_LIMIT})")
-            if t is dict:
+            if isinstance(v, (set, frozenset)):  # by value, each entry that is no Python value by identity
+                gb.check(f"_set_state({path}) == {gb.const(_set_state(v))}", f"{words} holds the same entries")
+                return
+            if isinstance(v, dict):
                 gb.check(f"tuple({path}) == {gb.const(tuple(v))}", f"{words} has keys {tuple(v)}")
                 items = [(f"{path}[{gb.const(k)}]", f"{words}[{k!r}]", x) for k, x in v.items()]
             else:
@@ -443,24 +531,79 @@ class _Walker:
             if v.size > _LIMIT:
                 raise Unguardable(f"{words} is a NumPy array of {v.size} elements (more than {_LIMIT})")
             gb.check(f"_same_array({path}, {gb.const(v.copy())})", f"{words} holds the same values")
-        elif isinstance(v, (types.ModuleType, types.FunctionType, type)) or not hasattr(v, "__dict__"):
-            if t is types.ModuleType:  # a module's plain values and tensors the code names (config.scale)
-                for name in sorted(self.names & v.__dict__.keys()):
-                    x = v.__dict__[name]
-                    if _plain(x) or isinstance(x, kiln.Tensor):
-                        self.value(x, f"getattr({path}, {name!r}, _MISSING)", f"{words}.{name}", depth + 1)
-        else:  # a plain object: the attributes the code names
-            for name in sorted(self.names & vars(v).keys()):
-                self.value(vars(v)[name], f"getattr({path}, {name!r}, _MISSING)", f"{words}.{name}", depth + 1)
+        elif t is types.ModuleType:  # a module's plain values and tensors the code names (config.scale)
+            for name in sorted(self.names & v.__dict__.keys()):
+                x = v.__dict__[name]
+                if _plain(x) or isinstance(x, kiln.Tensor):
+                    self.value(x, f"getattr({path}, {name!r}, _MISSING)", f"{words}.{name}", depth + 1)
+        elif not isinstance(v, _CODE) and (hasattr(v, "__dict__") or _slots(t)):
+            self.plain_object(v, path, words, depth)
+
+    def plain_object(self, v: Any, path: str, words: str, depth: int) -> None:
+        """The attributes the code names of a plain object: its own and its slots' by value (as arguments),
+        its class's plain values by value, its class's methods and properties by identity (their code read
+        too: what they read is guarded as the function's own reads). A callable object's ``__call__``
+        counts as named."""
+        cls = type(v)
+        call = _class_attribute(cls, "__call__")
+        if isinstance(call, types.FunctionType) and not _kiln_code(cls):
+            self.code(call)
+        slots = set(_slots(cls))
+        for name in sorted(self.names):
+            found = _static_attribute(v, name)
+            if found is _MISSING:
+                continue
+            own = name in getattr(v, "__dict__", {}) or (name in slots and type(found).__name__ == "member_descriptor")
+            lookup = f"getattr({path}, {name!r}, _MISSING)"
+            if own or _plain(found) or isinstance(found, kiln.Tensor):  # (a class's number: by value too)
+                try:
+                    x = getattr(v, name)
+                except AttributeError:  # an empty slot
+                    x = _MISSING
+                self.value(x, lookup, f"{words}.{name}", depth + 1)
+                continue
+            self.gb.check(
+                f"_static_attribute({path}, {name!r}) is {self.gb.const(found)}",
+                f"{words}.{name} is the same {type(found).__name__}",
+            )
+            fn = found.fget if isinstance(found, property) else getattr(found, "__func__", found)
+            if isinstance(fn, types.FunctionType) and not _kiln_code(cls):
+                self.code(fn)
+
+    def code(self, fn: types.FunctionType) -> None:
+        """Guard what ``fn`` reads from its globals and closure, as the compiled function's own reads; the
+        names it reads count for the objects met from here on."""
+        if id(fn) in self.seen:
+            return
+        self.seen.add(id(fn))
+        self.names |= _names(fn.__code__)
+        self.function_reads(fn, getattr(fn, "__qualname__", "function"))
 
 
 def _names(code: types.CodeType) -> set[str]:
-    """The names ``code`` reads (globals, attributes), its nested functions' included."""
+    """The names ``code`` reads (globals, attributes), its nested functions' included, and the strings it
+    holds that could name an attribute (``getattr(self, "gain")``)."""
     names = set(code.co_names)
     for c in code.co_consts:
         if isinstance(c, types.CodeType):
             names |= _names(c)
+        elif type(c) is str and c.isidentifier():
+            names.add(c)
     return names
+
+
+def _default(f: types.FunctionType, key: int | str) -> Any:
+    """Default ``key`` of ``f`` (an index into its positional defaults, or a keyword-only name), or
+    ``_MISSING`` once they changed shape."""
+    try:
+        return f.__defaults__[key] if type(key) is int else f.__kwdefaults__[key]
+    except (IndexError, KeyError, TypeError):
+        return _MISSING
+
+
+def _set_state(v) -> frozenset:
+    """A set's entries: each Python value by value, anything else by identity."""
+    return frozenset(x if _plain(x) else (_OBJECT, id(x)) for x in v)
 
 
 def _same_array(a, b) -> bool:
@@ -547,7 +690,15 @@ class GuardBuilder:
         body = "\n".join(line for _late, line in sorted(self.lines, key=lambda x: x[0])) or "    pass"
         src = f"def guard(args, kwargs):\n{body}\n    return [{', '.join(tensors)}]\n"
         ns = dict(self.consts)
-        ns.update(_meta=_meta, _grad_hooks=_grad_hooks, _MISSING=_MISSING, _same_array=_same_array)
+        ns.update(
+            _meta=_meta,
+            _grad_hooks=_grad_hooks,
+            _MISSING=_MISSING,
+            _same_array=_same_array,
+            _default=_default,
+            _set_state=_set_state,
+            _static_attribute=_static_attribute,
+        )
         exec(compile(src, "<kiln.compile guards>", "exec"), ns)  # noqa: S102 - our own generated source
         fn = ns["guard"]
         fn.source = src

@@ -23,7 +23,7 @@ from typing import Any
 
 import kiln
 from kiln.backend import DispatchMode, op
-from kiln.compile._graph import Graph, Node, Value
+from kiln.compile._graph import Graph, Node, Value, written_by
 
 __all__ = ["GraphBreakError", "Tracer", "user_frame"]
 
@@ -137,8 +137,7 @@ class Tracer(DispatchMode):
         out = redispatch(op, args)
         outs = (out,) if op.num_outputs == 1 else tuple(out)
         if "inplace" in op.tags:
-            dst = args[0]
-            if id(dst.untyped_storage()) in self.outside:
+            if any(id(t.untyped_storage()) in self.outside for t in written_by(op, args, kiln.Tensor)):
                 self.wrote_outside = True
             # the written buffer keeps its Value; an op returning it makes none
             values = tuple(self.values[id(o)] if id(o) in self.values else self._new_value(o) for o in outs)

@@ -764,6 +764,15 @@ class _Holder(kiln.nn.Module):
 
 
 FLAGS: set = set()
+PARTS: dict = {}
+
+
+class _Reader:
+    def __init__(self):
+        self.k = 2.0
+
+    def get(self):
+        return self.k
 
 
 def _stale_cases():
@@ -811,6 +820,16 @@ def _stale_cases():
     yield "a partial's bound object", part, lambda: setattr(o2, "k", 3.0), 3.0
     p = functools.partial(lambda x, k: x * k, k=2.0)
     yield "a partial's keyword", kiln.compile(p), lambda: p.keywords.__setitem__("k", 3.0), 3.0
+    PARTS["times"] = functools.partial(lambda x, k: x * k, k=2.0)
+    f = kiln.compile(lambda x: PARTS["times"](x))
+    yield "a global partial's keyword", f, lambda: PARTS["times"].keywords.__setitem__("k", 3.0), 3.0
+    cls = type("Config", (), {"k": 2.0})
+    PARTS["cls"] = cls
+    f = kiln.compile(lambda x: x * PARTS["cls"].k)
+    yield "a global class's attribute", f, lambda cls=cls: setattr(cls, "k", 3.0), 3.0
+    g = _Reader()
+    f = kiln.compile(lambda x: x * g.get())  # "k" is named by get(), read after g was met
+    yield "what a method of a global object reads", f, lambda: setattr(g, "k", 3.0), 3.0
 
 
 @pytest.mark.parametrize("case", list(_stale_cases()), ids=lambda c: c[0])

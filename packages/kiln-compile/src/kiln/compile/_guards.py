@@ -322,26 +322,23 @@ def reachable_objects(fn: Callable, leaves: list, gb: GuardBuilder) -> list:
     walker = _Walker(gb, kinds, objects)
     while isinstance(fn, functools.partial):  # a partial's bound arguments are read as arguments are
         objects += [x for x in (*fn.args, *fn.keywords.values()) if kinds and isinstance(x, kinds)]
-        name = gb.const(fn)  # (its args are a tuple, its keywords a dict, which changes in place)
-        walker.later += [(x, f"{name}.args[{i}]", f"bound argument {i}", False) for i, x in enumerate(fn.args)]
-        walker.later += [
-            (x, f"{name}.keywords.get({k!r}, _MISSING)", f"bound argument {k}", True) for k, x in fn.keywords.items()
-        ]
+        walker.later.append((fn, gb.const(fn), "the partial compiled", False))
         fn = fn.func
     owner, funcs = _functions(fn, module_cls)
     if owner is not None and kinds and isinstance(owner, kinds):
         objects.append(owner)
     funcs = _helpers(funcs)
-    walker.names = set().union(*(_names(f.__code__) for f in funcs)) if funcs else set()
     for f in funcs:
-        walker.function_reads(f, getattr(f, "__qualname__", "function"))
+        walker.add_names(_names(f.__code__))
+    for f in funcs:
+        walker.code(f)
     # the methods of the user's module classes in the trees reached (a submodule's forward, a helper method,
     # a property): what they read from globals and closures, as the function's own code
-    done = {id(f) for f in funcs}
-    more = [f for f in _helpers(_module_methods(objects, module_cls)) if id(f) not in done]
-    walker.names |= set().union(*(_names(f.__code__) for f in more)) if more else set()
+    more = _helpers(_module_methods(objects, module_cls))
     for f in more:
-        walker.function_reads(f, getattr(f, "__qualname__", "function"))
+        walker.add_names(_names(f.__code__))
+    for f in more:
+        walker.code(f)
     # what the modules hold beyond their own state: a config object's attributes the code names
     # (self.cfg.scale), a NumPy array's values, a module kept in a plain list (not a submodule: its own
     # state); the object itself is guarded by identity (ModuleStateGuard), as are a container's entries
@@ -467,8 +464,12 @@ class _Walker:
 
     def __init__(self, gb: GuardBuilder, kinds: tuple, objects: list) -> None:
         self.gb, self.kinds, self.objects = gb, kinds, objects
-        self.names: set[str] = set()
-        self.seen: set[int] = set()
+        self.names: set[str] = set()  # every name the code read so far names (see add_names)
+        self.seen: set[int] = set()  # the objects whose insides are guarded
+        self.walked: set[int] = set()  # the functions whose reads are guarded
+        # (object, path, words, depth) of the objects whose attributes the code names are guarded: a name
+        # found later (in a method's code read later) is looked up on each of them too
+        self.named: list[tuple[Any, str, str, int]] = []
         # (value, path, words, replaceable) read as arguments are, once every function's names are known: the
         # functions' defaults, a partial's bound arguments
         self.later: list[tuple[Any, str, str, bool]] = []
@@ -531,52 +532,81 @@ class _Walker:
             if v.size > _LIMIT:
                 raise Unguardable(f"{words} is a NumPy array of {v.size} elements (more than {_LIMIT})")
             gb.check(f"_same_array({path}, {gb.const(v.copy())})", f"{words} holds the same values")
-        elif t is types.ModuleType:  # a module's plain values and tensors the code names (config.scale)
-            for name in sorted(self.names & v.__dict__.keys()):
-                x = v.__dict__[name]
-                if _plain(x) or isinstance(x, kiln.Tensor):
-                    self.value(x, f"getattr({path}, {name!r}, _MISSING)", f"{words}.{name}", depth + 1)
+        elif isinstance(v, functools.partial):  # its bound arguments (a tuple; keywords: a dict), its code
+            gb.check(f"tuple({path}.keywords) == {gb.const(tuple(v.keywords))}", f"{words} binds the same keywords")
+            for i, x in enumerate(v.args):
+                self.members(x, f"{path}.args[{i}]", f"{words}, argument {i}", depth + 1)
+            for k, x in v.keywords.items():
+                self.value(x, f"{path}.keywords.get({k!r}, _MISSING)", f"{words}, argument {k}", depth + 1)
+            func = getattr(v.func, "__func__", v.func)
+            if isinstance(func, types.FunctionType) and not _kiln_code(func):
+                self.code(func)
+        elif t is types.ModuleType or (isinstance(v, type) and not _kiln_code(v) and v.__module__ != "builtins"):
+            self.named.append((v, path, words, depth))
+            self.attributes(v, path, words, depth, self.names)
         elif not isinstance(v, _CODE) and (hasattr(v, "__dict__") or _slots(t)):
-            self.plain_object(v, path, words, depth)
+            call = _class_attribute(t, "__call__")  # a callable object: its __call__ counts as named
+            if isinstance(call, types.FunctionType) and not _kiln_code(t):
+                self.code(call)
+            self.named.append((v, path, words, depth))
+            self.attributes(v, path, words, depth, self.names)
 
-    def plain_object(self, v: Any, path: str, words: str, depth: int) -> None:
-        """The attributes the code names of a plain object: its own and its slots' by value (as arguments),
-        its class's plain values by value, its class's methods and properties by identity (their code read
-        too: what they read is guarded as the function's own reads). A callable object's ``__call__``
-        counts as named."""
-        cls = type(v)
-        call = _class_attribute(cls, "__call__")
-        if isinstance(call, types.FunctionType) and not _kiln_code(cls):
-            self.code(call)
-        slots = set(_slots(cls))
-        for name in sorted(self.names):
-            found = _static_attribute(v, name)
+    def attributes(self, v: Any, path: str, words: str, depth: int, names: set[str]) -> None:
+        """Guards on the attributes among ``names`` of ``v``, a Python module, a user class or a plain object.
+
+        A Python module's plain values and tensors by value (``config.scale``). A plain object's attributes
+        as Python looks them up: its own and its slots' by value (as arguments); its class's plain values by
+        value; its class's methods and properties by identity, their code read in turn (what they read is
+        guarded as the function's own reads). A class's the same way, along its MRO. Other descriptors
+        (those of C types) are not guarded."""
+        gb = self.gb
+        for name in sorted(names):
+            lookup = f"getattr({path}, {name!r}, _MISSING)"
+            if type(v) is types.ModuleType:
+                x = v.__dict__.get(name, _MISSING)
+                if _plain(x) or isinstance(x, kiln.Tensor):
+                    self.value(x, lookup, f"{words}.{name}", depth + 1)
+                continue
+            if isinstance(v, type):
+                found, where = _class_attribute(v, name), f"_class_attribute({path}, {name!r})"
+                own = False
+            else:
+                found, where = _static_attribute(v, name), f"_static_attribute({path}, {name!r})"
+                own = name in getattr(v, "__dict__", {}) or (
+                    name in _slots(type(v)) and type(found).__name__ == "member_descriptor"
+                )
             if found is _MISSING:
                 continue
-            own = name in getattr(v, "__dict__", {}) or (name in slots and type(found).__name__ == "member_descriptor")
-            lookup = f"getattr({path}, {name!r}, _MISSING)"
             if own or _plain(found) or isinstance(found, kiln.Tensor):  # (a class's number: by value too)
                 try:
                     x = getattr(v, name)
                 except AttributeError:  # an empty slot
                     x = _MISSING
                 self.value(x, lookup, f"{words}.{name}", depth + 1)
-                continue
-            self.gb.check(
-                f"_static_attribute({path}, {name!r}) is {self.gb.const(found)}",
-                f"{words}.{name} is the same {type(found).__name__}",
-            )
-            fn = found.fget if isinstance(found, property) else getattr(found, "__func__", found)
-            if isinstance(fn, types.FunctionType) and not _kiln_code(cls):
-                self.code(fn)
+            elif isinstance(found, (types.FunctionType, property, staticmethod, classmethod)):
+                gb.check(f"{where} is {gb.const(found)}", f"{words}.{name} is the same {type(found).__name__}")
+                fn = found.fget if isinstance(found, property) else getattr(found, "__func__", found)
+                if isinstance(fn, types.FunctionType) and not _kiln_code(fn):
+                    self.code(fn)
+            elif not hasattr(type(found), "__get__"):  # a nested object, an enum member
+                self.value(found, where, f"{words}.{name}", depth + 1)
+
+    def add_names(self, names: set[str]) -> None:
+        """Count ``names`` as read by the code: each is looked up on the objects met so far too."""
+        new = names - self.names
+        if not new:
+            return
+        self.names |= new
+        for v, path, words, depth in list(self.named):
+            self.attributes(v, path, words, depth, new)
 
     def code(self, fn: types.FunctionType) -> None:
         """Guard what ``fn`` reads from its globals and closure, as the compiled function's own reads; the
-        names it reads count for the objects met from here on."""
-        if id(fn) in self.seen:
+        names it reads are looked up on the objects met (:meth:`add_names`)."""
+        if id(fn) in self.walked:
             return
-        self.seen.add(id(fn))
-        self.names |= _names(fn.__code__)
+        self.walked.add(id(fn))
+        self.add_names(_names(fn.__code__))
         self.function_reads(fn, getattr(fn, "__qualname__", "function"))
 
 
@@ -698,6 +728,7 @@ class GuardBuilder:
             _default=_default,
             _set_state=_set_state,
             _static_attribute=_static_attribute,
+            _class_attribute=_class_attribute,
         )
         exec(compile(src, "<kiln.compile guards>", "exec"), ns)  # noqa: S102 - our own generated source
         fn = ns["guard"]

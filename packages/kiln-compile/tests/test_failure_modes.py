@@ -426,3 +426,72 @@ def test_apply_runs_eagerly():
     for _ in range(3):
         assert cf(x).tolist() == [4.0, 4.0, 4.0]
     assert "NumPy" in cf._entries[0].reason
+
+
+@pytest.mark.parametrize("how", ["manual_seed", "generator", "set_rng_state"])
+def test_a_generator_reset_inside_runs_eagerly(how):
+    """Seeding inside the function makes every call's draws start from that seed; a replay would draw on
+    from the generator's current stream, so the call runs eagerly (PyTorch breaks the graph there too)."""
+    g = kiln.Generator()
+    saved = kiln.get_rng_state()
+
+    def f(x):
+        if how == "manual_seed":
+            kiln.manual_seed(1)
+            return x + kiln.rand(3)
+        if how == "generator":
+            g.manual_seed(1)
+            return x + kiln.rand(3, generator=g)
+        kiln.set_rng_state(saved)
+        return x + kiln.rand(3)
+
+    cf = kiln.compile(f)
+    got = [cf(kiln.ones(3)) for _ in range(3)]
+    assert all(kiln.equal(t, f(kiln.ones(3))) for t in got)
+    assert "seeded" in cf._entries[0].reason and cf._entries[0].forward is None
+    # (set_rng_state reads its state tensor into Python first: that read is the break reported)
+    with pytest.raises(kiln.compile.GraphBreakError, match="seeded" if how != "set_rng_state" else "breaks"):
+        kiln.compile(f, fullgraph=True)(kiln.ones(3))
+
+
+@pytest.mark.parametrize("change", ["list append", "dict entry", "attribute", "nested list", "numpy array"])
+def test_a_call_that_changes_its_python_arguments_runs_eagerly(change):
+    """A replay runs the graph, not the Python around it: a call given a fresh list (which passes the guards
+    on the list's structure) would not append to it. So a call that changes a container, an object or a
+    NumPy array among its arguments runs eagerly, with the reason."""
+    import numpy as np
+
+    class Box:
+        def __init__(self):
+            self.count, self.items = 0, []
+
+    def f(x, state):
+        y = x * 2
+        if change == "list append":
+            state.append(y)
+        elif change == "dict entry":
+            state["last"] = y
+        elif change == "attribute":
+            state.count += 1
+        elif change == "nested list":
+            state.items.append(y)
+        else:
+            state[0] += 1
+        return y
+
+    def fresh():
+        kinds = {"list append": list, "dict entry": dict, "numpy array": lambda: np.zeros(2)}
+        return kinds.get(change, Box)()
+
+    cf = kiln.compile(f)
+    for i in range(3):
+        want, got = fresh(), fresh()
+        f(kiln.full((2,), float(i)), want)
+        cf(kiln.full((2,), float(i)), got)
+        if change in ("attribute", "nested list"):
+            assert (got.count, len(got.items)) == (want.count, len(want.items))
+        elif change == "numpy array":
+            assert got.tolist() == want.tolist()
+        else:
+            assert len(got) == len(want) == 1
+    assert "changes a list, dict, set or object among its arguments" in cf._entries[0].reason

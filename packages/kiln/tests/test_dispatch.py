@@ -494,3 +494,26 @@ def test_the_public_function_reads_the_op_record_on_each_call(monkeypatch):
             """An op whose parameter name the public function uses."""
 
     assert "clashing_op" not in OPS
+
+
+def test_a_post_autograd_mode_is_told_when_a_generator_is_reset():
+    class Watch(DispatchMode):
+        def __init__(self):
+            self.reset = []
+
+        def generator_reset(self, generator):
+            self.reset.append(generator)
+
+    g = kiln.Generator()
+    state = g.get_state()
+    with Watch() as w:
+        kiln.manual_seed(3)
+        g.manual_seed(4)
+        g.set_state(state)
+        kiln.set_rng_state(kiln.get_rng_state())
+        kiln.rand(2)  # a draw is no reset
+    cpu = kiln.random.default_generator("cpu")
+    assert w.reset[0] is cpu and w.reset.count(g) == 2 and w.reset[-1] is cpu
+    told = len(w.reset)
+    g.manual_seed(5)  # no mode active: nobody told
+    assert len(w.reset) == told

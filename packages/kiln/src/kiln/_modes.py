@@ -53,6 +53,12 @@ class DispatchMode:
         same values, or a new draw from the same generator (then ``remake.random`` is True). A tracer records
         it; the default does nothing."""
 
+    def generator_reset(self, generator) -> None:
+        """Called (post-autograd modes only) when a generator's stream is reset while the mode is active
+        (``manual_seed``, ``Generator.manual_seed``, ``seed``, ``set_rng_state``, ``Generator.set_state``):
+        the draws after it depend on Python state no op records. A tracer cannot replay that and runs the
+        call eagerly; the default does nothing."""
+
     def __enter__(self):
         attr = _mode_attr(self.level)
         set_state(attr, getattr(state, attr) + (self,))

@@ -35,6 +35,7 @@ class Generator:
             raise RuntimeError(f"Overflow when unpacking long long ({seed})")
         self._seed = seed % 2**64
         self._rng = np.random.Generator(np.random.PCG64(self._seed))
+        _tell_modes(self)
         return self
 
     def seed(self) -> int:
@@ -64,10 +65,20 @@ class Generator:
         self._seed = payload["seed"]
         self._rng = np.random.Generator(np.random.PCG64())
         self._rng.bit_generator.state = payload["state"]
+        _tell_modes(self)
         return self
 
     def __repr__(self) -> str:
         return f"<kiln.Generator object on {self.device}>"
+
+
+def _tell_modes(generator: Generator) -> None:
+    """A generator's stream was reset: the active post-autograd modes are told
+    (``DispatchMode.generator_reset``)."""
+    from kiln._state import post_modes
+
+    for mode in post_modes():
+        mode.generator_reset(generator)
 
 
 def _uint8():

@@ -24,7 +24,7 @@ import numpy as np
 
 import kiln
 
-__all__ = ["GuardBuilder", "flatten"]
+__all__ = ["GuardBuilder", "flatten", "python_state"]
 
 _SCALARS = (int, float, bool, str, type(None), complex)
 
@@ -620,6 +620,63 @@ def _names(code: types.CodeType) -> set[str]:
         elif type(c) is str and c.isidentifier():
             names.add(c)
     return names
+
+
+class PythonState:
+    """What Python state a call's arguments hold (:func:`python_state`), compared by identities; it keeps
+    the objects it saw alive, so no identity it holds is another object's later."""
+
+    __slots__ = ("ids", "held")
+
+    def __init__(self) -> None:
+        self.ids: list = []
+        self.held: list = []
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, PythonState) and self.ids == other.ids
+
+    __hash__ = None
+
+
+def python_state(*roots: Any) -> PythonState:
+    """What Python state ``roots`` (a call's positional arguments and keywords) hold, for telling whether a
+    call changed it: each list's, tuple's, dict's and set's type and entries' identities, each plain
+    object's attributes' identities, each small NumPy array's bytes, nested ones followed (four levels;
+    a container of more than ``_LIMIT`` entries by its length). Modules, optimizers, tensors and code are
+    left out (their state is guarded apart)."""
+    state = PythonState()
+    seen: set[int] = set()
+    for root in roots:
+        _python_state(root, 0, state, seen)
+    return state
+
+
+def _python_state(obj: Any, depth: int, state: PythonState, seen: set) -> None:
+    if depth > 4 or _plain(obj) or isinstance(obj, (kiln.Tensor, *_CODE)) or id(obj) in seen:
+        return
+    seen.add(id(obj))
+    module_cls, opt_cls = module_class(), _optimizer_class()
+    if any(c is not None and isinstance(obj, c) for c in (module_cls, opt_cls)):
+        return
+    state.held.append(obj)
+    if isinstance(obj, _CONTAINERS) and len(obj) > _LIMIT:
+        state.ids.append((id(obj), type(obj), len(obj)))
+        return
+    if isinstance(obj, _CONTAINERS):
+        entries = [x for item in obj.items() for x in item] if isinstance(obj, dict) else list(obj)
+        state.ids.append((id(obj), type(obj), tuple(map(id, entries))))
+    elif type(obj) is np.ndarray:
+        state.ids.append((id(obj), obj.tobytes() if obj.size <= _LIMIT else obj.shape))
+        return
+    else:
+        d = getattr(obj, "__dict__", None)
+        entries = [] if not isinstance(d, dict) else list(d.values())
+        names = tuple(d) if isinstance(d, dict) else ()
+        entries += [getattr(obj, n, _MISSING) for n in _slots(type(obj))]
+        state.ids.append((id(obj), names, tuple(map(id, entries))))
+    state.held.append(entries)
+    for x in entries:
+        _python_state(x, depth + 1, state, seen)
 
 
 def _default(f: types.FunctionType, key: int | str) -> Any:

@@ -27,6 +27,7 @@ from kiln.compile._guards import (
     Unguardable,
     flatten,
     global_state,
+    python_state,
     reachable_objects,
 )
 from kiln.compile._trace import Tracer
@@ -258,9 +259,14 @@ def trace_call(fn: Callable, args: tuple, kwargs: dict, *, fullgraph: bool) -> t
     if not hasattr(_local, "tracers"):
         _local.tracers = []
     _local.tracers.append(tracer)
+    held = python_state(args, kwargs)  # (the objects stay alive: the call holds its arguments)
     try:
         with tracer:
             result = fn(*args, **kwargs)
+        if python_state(args, kwargs) != held:  # a guard passes on a fresh list: the replay would skip it
+            tracer.unsupported = tracer.unsupported or (
+                "it changes a list, dict, set or object among its arguments (Python side effects are not replayed)"
+            )
         out_leaves: list = []
         flatten(result, out_leaves)
         out_tensors = [x for x in out_leaves if isinstance(x, kiln.Tensor)]

@@ -167,6 +167,15 @@ class Tracer(DispatchMode):
         self.made[id(tensor)] = node
         self.nodes.append(node)
 
+    def generator_reset(self, generator):
+        """A generator is seeded (or its state set) during the call: the draws after it come from a stream
+        a replay would not reset, so the call runs eagerly (a graph break; with ``fullgraph=True``, an error)."""
+        if self.reading:
+            return
+        where = user_frame()
+        self._break("a random generator seeded or its state set (manual_seed, set_rng_state)", where)
+        self.unsupported = self.unsupported or f"a random generator is seeded or its state set at {where}"
+
     def host_read(self, tensor, how):
         """A value left for Python: a guard node (the replay checks the same values come out), or a break."""
         if self.reading:
@@ -267,15 +276,12 @@ def _geometry(t: kiln.Tensor) -> tuple:
     return (tuple(t.shape), t.stride(), t.storage_offset())
 
 
-_INTERNAL = ("kiln.compile", "kiln.autograd", "kiln_")
-
-
 def user_frame() -> str:
-    """``file:line`` of the innermost frame outside kiln's core and compiler (the user's line)."""
+    """``file:line`` of the innermost frame outside kiln and its packages (the user's line)."""
     frame = sys._getframe(1)
     while frame is not None:
         name = frame.f_globals.get("__name__", "")
-        internal = name == "kiln" or name.startswith("kiln._") or name.startswith(_INTERNAL)
+        internal = name == "kiln" or name.startswith(("kiln.", "kiln_"))
         if not internal:
             return f"{frame.f_code.co_filename}:{frame.f_lineno} (in {frame.f_code.co_name})"
         frame = frame.f_back

@@ -849,3 +849,88 @@ def test_what_else_a_trace_reads_is_guarded(case):
         if "gain" in vars(kiln.nn.Module):
             del kiln.nn.Module.gain
         FLAGS.clear()
+
+
+LIST_SCALE = 2.0
+
+
+def test_a_module_kept_in_a_plain_list_is_read_as_a_submodule_is():
+    """Its forward's globals and the objects it holds are guarded, not only its state."""
+
+    class Cfg:
+        def __init__(self):
+            self.k = 1.0
+
+    class Sub(kiln.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.cfg = Cfg()
+
+        def forward(self, x):
+            return x * LIST_SCALE + self.cfg.k
+
+    class Holder(kiln.nn.Module):
+        def __init__(self, layers):
+            super().__init__()
+            self.layers = layers  # a plain list: no submodule
+
+        def forward(self, x):
+            return self.layers[0](x)
+
+    global LIST_SCALE
+    m = Holder([Sub()])
+    cm = kiln.compile(m)
+    x = kiln.ones(2)
+    assert _calls(cm, x).tolist() == [3.0, 3.0]
+    try:
+        LIST_SCALE = 3.0
+        assert cm(x).tolist() == [4.0, 4.0]
+        m.layers[0].cfg.k = 5.0
+        assert cm(x).tolist() == [8.0, 8.0]
+    finally:
+        LIST_SCALE = 2.0
+
+
+def test_what_the_code_does_not_read_is_not_guarded():
+    """State the compiled call never reads must not fail its guards: a logger it calls (its methods are the
+    standard library's: not read, or every logger of the process would be guarded), a metric object the
+    model holds that the training loop calls outside, an optimizer the model keeps (a scheduler changes
+    its learning rate every step), NaN defaults, a set reassigned in another order."""
+    import logging
+
+    for i in range(50):
+        logging.getLogger(f"kiln-test-lib{i % 5}.sub{i}")
+    log = logging.getLogger("kiln-test-model")
+
+    class Meter:
+        def __init__(self):
+            self.count = 0
+
+        def __call__(self, v):
+            self.count += 1
+
+    class Net(kiln.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = kiln.nn.Linear(4, 2)
+            self.meter = Meter()
+            self.skip = {1, 9}
+            self.optimizer = kiln.optim.SGD(self.fc.parameters(), lr=0.1)
+
+        def forward(self, x, fill=float("nan")):
+            log.debug("forward")
+            return self.fc(x).nan_to_num(fill) * (2.0 if 9 in self.skip else 1.0)
+
+    net = Net()
+    sched = kiln.optim.lr_scheduler.StepLR(net.optimizer, 1, 0.5)
+    cm = kiln.compile(net)
+    x = kiln.randn(3, 4)
+    for i in range(10):
+        assert kiln.allclose(cm(x), net(x))
+        net.meter(1.0)
+        net.optimizer.step()  # (no gradients: nothing changes; the scheduler's order check passes)
+        sched.step()
+        net.skip = {9, 1} if i % 2 else {1, 9}
+        logging.getLogger(f"kiln-test-new{i}")
+    entry = cm._compiled._entries[0]
+    assert cm._compiled.trace_count == 1 and entry.guard.source.count("\n") < 40

@@ -494,4 +494,46 @@ def test_a_call_that_changes_its_python_arguments_runs_eagerly(change):
             assert got.tolist() == want.tolist()
         else:
             assert len(got) == len(want) == 1
-    assert "changes a list, dict, set or object among its arguments" in cf._entries[0].reason
+    # not kept: each call traced again (a cache filled once compiles on the next call)
+    assert cf.trace_count == 3 and not cf._entries
+    reason = kiln.compile.explain(f, kiln.ones(2), fresh()).reason
+    assert "changes a list, dict, set or object among its arguments" in reason
+
+
+def test_arguments_changed_once_compile_on_the_next_call():
+    """A lazily filled cache in an argument changes it on the first call only: that trace is not kept, and
+    the next call's trace is."""
+    import functools
+
+    class Ctx:
+        @functools.cached_property
+        def scale(self):
+            return 2.0
+
+    ctx = Ctx()
+    cf = kiln.compile(lambda x, c: x * c.scale)
+    for _ in range(4):
+        assert cf(kiln.ones(2), ctx).tolist() == [2.0, 2.0]
+    assert cf.trace_count == 2 and len(cf._entries) == 1 and cf._entries[0].forward is not None
+
+
+def test_a_generator_made_inside_runs_eagerly_and_a_default_one_made_on_first_use_does_not():
+    """``kiln.Generator()`` inside the call starts a stream each call (eager draws the same numbers every
+    call, a replay would draw on); a device's default generator made on first use inside the call is no
+    reset (kiln.random made it silently)."""
+
+    def fresh(x):
+        g = kiln.Generator()
+        return x + kiln.rand(3, generator=g)
+
+    cf = kiln.compile(fresh)
+    got = [cf(kiln.zeros(3)) for _ in range(3)]
+    assert all(kiln.equal(t, got[0]) for t in got) and "seeded" in cf._entries[0].reason
+    saved = kiln.random._DEFAULTS.pop(kiln.device("cpu"))
+    try:
+        cd = kiln.compile(lambda x: x + kiln.rand(3))
+        cd(kiln.zeros(3))
+        cd(kiln.zeros(3))
+        assert cd._entries[0].forward is not None and cd._entries[0].reason is None
+    finally:
+        kiln.random._DEFAULTS[kiln.device("cpu")] = saved

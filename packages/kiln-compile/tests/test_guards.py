@@ -934,3 +934,71 @@ def test_what_the_code_does_not_read_is_not_guarded():
         logging.getLogger(f"kiln-test-new{i}")
     entry = cm._compiled._entries[0]
     assert cm._compiled.trace_count == 1 and entry.guard.source.count("\n") < 40
+
+
+def test_what_helpers_hooks_and_other_user_modules_read_is_guarded(tmp_path, monkeypatch):
+    """A helper in another user module (``helpers.apply(self, x)``), a forward hook, and a held optimizer's
+    learning rate the forward reads: each is read as the function's own code is."""
+    import importlib
+    import sys
+
+    (tmp_path / "guard_test_helpers_mod.py").write_text("def apply(mod, x):\n    return x * mod.cfg.scale\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    helpers = importlib.import_module("guard_test_helpers_mod")
+    try:
+
+        class Cfg:
+            scale = 2.0
+
+        class Net(kiln.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.cfg = Cfg()
+                self.table = np.array([1.0])
+                self.fc = kiln.nn.Linear(2, 2)
+                self.opt = kiln.optim.SGD(self.fc.parameters(), lr=0.1)
+
+            def forward(self, x):
+                return helpers.apply(self, x) * self.opt.param_groups[0]["lr"]
+
+        net = Net()
+        net.register_forward_hook(lambda mod, args, out: out * float(mod.table[0]))
+        cm = kiln.compile(net)
+        x = kiln.ones(2)
+        assert kiln.allclose(_calls(cm, x), net(x))
+        net.cfg.scale = 5.0
+        assert kiln.allclose(cm(x), kiln.full((2,), 0.5))
+        net.table[0] = 3.0
+        assert kiln.allclose(cm(x), kiln.full((2,), 1.5))
+        net.opt.param_groups[0]["lr"] = 1.0
+        assert kiln.allclose(cm(x), kiln.full((2,), 15.0))
+    finally:
+        sys.modules.pop("guard_test_helpers_mod", None)
+
+
+def test_nan_arguments_and_odd_objects_keep_one_trace():
+    """NaN compares as NaN; a logger argument (its cache fills on first use) and an object whose
+    ``__getattr__`` raises ``KeyError`` neither make the call eager nor crash it."""
+    import logging
+
+    class Odd:
+        __slots__ = ("k",)
+
+        def __init__(self):
+            self.k = 2.0
+
+        def __getattr__(self, name):
+            raise KeyError(name)
+
+    log = logging.getLogger("kiln-test-arg-logger")
+    odd = Odd()
+
+    def f(x, fill, log, o):
+        log.info("step")
+        return x.nan_to_num(fill) * o.k
+
+    cf = kiln.compile(f)
+    x = kiln.tensor([float("nan"), 1.0])
+    for _ in range(4):
+        assert cf(x, float("nan"), log, odd).tolist()[1] == 2.0
+    assert cf.trace_count == 1 and cf._entries[0].forward is not None

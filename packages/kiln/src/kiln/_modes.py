@@ -54,8 +54,9 @@ class DispatchMode:
         it; the default does nothing."""
 
     def generator_reset(self, generator) -> None:
-        """Called (post-autograd modes only) when a generator's stream is reset while the mode is active
-        (``manual_seed``, ``Generator.manual_seed``, ``seed``, ``set_rng_state``, ``Generator.set_state``):
+        """Called (post-autograd modes only) when a generator's stream is started or reset while the mode is
+        active (``kiln.Generator()``, ``manual_seed``, ``Generator.manual_seed``, ``seed``,
+        ``set_rng_state``, ``Generator.set_state``; not a device's default generator made on first use):
         the draws after it depend on Python state no op records. A tracer cannot replay that and runs the
         call eagerly; the default does nothing."""
 

@@ -24,17 +24,20 @@ class Generator:
     """A pseudo-random number generator for one device (``torch.Generator``)."""
 
     def __init__(self, device: str | Device = "cpu"):
+        self._start(device, _DEFAULT_SEED)
+        _tell_modes(self)  # a stream started while a mode records: a replay would draw on from this one
+
+    def _start(self, device: str | Device, seed: int) -> None:
         self.device = as_device(device)
-        self._seed = _DEFAULT_SEED
-        self._rng = np.random.Generator(np.random.PCG64(self._seed))
+        self._seed = seed
+        self._rng = np.random.Generator(np.random.PCG64(seed))
 
     def manual_seed(self, seed: int) -> Generator:
         """Reset the stream from ``seed``; returns ``self``."""
         seed = int(seed)
         if seed < -(2**63) or seed >= 2**64:
             raise RuntimeError(f"Overflow when unpacking long long ({seed})")
-        self._seed = seed % 2**64
-        self._rng = np.random.Generator(np.random.PCG64(self._seed))
+        self._start(self.device, seed % 2**64)
         _tell_modes(self)
         return self
 
@@ -73,7 +76,7 @@ class Generator:
 
 
 def _tell_modes(generator: Generator) -> None:
-    """A generator's stream was reset: the active post-autograd modes are told
+    """A generator's stream was started or reset: the active post-autograd modes are told
     (``DispatchMode.generator_reset``)."""
     from kiln._state import post_modes
 
@@ -96,10 +99,15 @@ def default_generator(device: str | Device = CPU) -> Generator:
     if d.type != "cpu" and d.index is None:
         d = Device(d.type, 0)  # tensors live on "cuda:0", not "cuda": one generator for both spellings
     g = _DEFAULTS.get(d)
-    if g is None:
-        g = _DEFAULTS[d] = Generator(d)
-        if d is not CPU:
-            g.manual_seed(_DEFAULTS.setdefault(CPU, Generator(CPU)).initial_seed())
+    if g is None:  # (made on first use, maybe inside a traced call: the modes are not told, nothing was reset)
+        cpu = _DEFAULTS.get(CPU) or _DEFAULTS.setdefault(CPU, _new_default(CPU, _DEFAULT_SEED))
+        g = _DEFAULTS[d] = cpu if d is CPU else _new_default(d, cpu.initial_seed())
+    return g
+
+
+def _new_default(device: Device, seed: int) -> Generator:
+    g = Generator.__new__(Generator)
+    g._start(device, seed)
     return g
 
 

@@ -12,10 +12,12 @@ anything differs (the caller then traces again). ``describe()`` lists the guards
 
 from __future__ import annotations
 
+import array
 import collections
 import functools
 import operator
 import os
+import random
 import sys
 import sysconfig
 import types
@@ -26,7 +28,7 @@ import numpy as np
 
 import kiln
 
-__all__ = ["GuardBuilder", "flatten", "python_state"]
+__all__ = ["GuardBuilder", "flatten", "python_state", "user_file"]
 
 _SCALARS = (int, float, bool, str, type(None), complex)
 
@@ -285,22 +287,28 @@ def _functions(fn: Callable, module_cls) -> tuple[Any, list]:
 
 
 def _helpers(funcs: list) -> list:
-    """``funcs`` and the user functions their code reaches by name, transitively: the functions of the same
-    module (the same globals) or defined inside another function, found in globals and closures."""
+    """``funcs`` and the user functions their code reaches by name, transitively: those found in globals and
+    closures (of the same module, defined inside another function, or imported from another user module)
+    and those of a user module the code names (``helpers.apply(x)``)."""
     seen = {id(f): f for f in funcs}
     todo = list(funcs)
     while todo:
         f = todo.pop()
         g = f.__globals__
-        found = [g.get(n) for n in _names(f.__code__)]
+        names = _names(f.__code__)
+        found = [g.get(n) for n in names]
         for cell in f.__closure__ or ():
             try:
                 found.append(cell.cell_contents)
             except ValueError:  # an empty cell
                 continue
+        for m in [v for v in found if type(v) is types.ModuleType and user_file(getattr(v, "__file__", None))]:
+            found += [m.__dict__.get(n) for n in names]
         for v in found:
             v = getattr(v, "__func__", v)
-            user = isinstance(v, types.FunctionType) and (v.__globals__ is g or "<locals>" in v.__qualname__)
+            user = isinstance(v, types.FunctionType) and (
+                v.__globals__ is g or "<locals>" in v.__qualname__ or _user_code(v)
+            )
             if user and id(v) not in seen and len(seen) < 64:
                 seen[id(v)] = v
                 todo.append(v)
@@ -393,18 +401,17 @@ def reachable_objects(fn: Callable, leaves: list, gb: GuardBuilder) -> list:
 
 def _held_object(v: Any) -> bool:
     """Whether a module attribute's value (or an entry of its container) is an object whose insides a trace
-    may read and a guard checks (:meth:`_Walker.members`): a NumPy array, a module (one kept in a plain
-    list: not a submodule), or a plain object with attributes (not a tensor, a container, a function, a
-    class or an optimizer: a forward does not read an optimizer the model keeps, whose learning rate a
-    scheduler changes every step)."""
+    may read and a guard checks (:meth:`_Walker.members`, under a name the code reads): a NumPy array, a
+    module (one kept in a plain list: not a submodule) or an optimizer, or a plain object with attributes
+    (not a tensor, a container, a function or a class)."""
     if type(v) is np.ndarray:
         return True
     module_cls, opt_cls = module_class(), _optimizer_class()
-    if module_cls is not None and isinstance(v, module_cls):
+    if any(c is not None and isinstance(v, c) for c in (module_cls, opt_cls)):
         return True
     if _plain(v) or isinstance(v, (kiln.Tensor, *_CONTAINERS, *_CODE, types.ModuleType)):
         return False
-    return not (opt_cls is not None and isinstance(v, opt_cls)) and (hasattr(v, "__dict__") or bool(_slots(type(v))))
+    return _instance_dict(v) is not None or bool(_slots(type(v)))
 
 
 def _module_classes(modules: list) -> list[type]:
@@ -441,7 +448,9 @@ def _module_methods(objects: list, module_cls) -> list:
                 out.append(v)
     internal = _module_internals()
     for sub in trees:
-        for k, v in sub.__dict__.items():
+        d = sub.__dict__
+        hooks = [h for name in _HOOKS for h in (d.get(name) or {}).values()]  # (user hooks run in the call)
+        for k, v in [*d.items(), *(("hook", h) for h in hooks)]:
             if k not in internal:
                 held = _entries(v) if isinstance(v, _CONTAINERS) and len(v) <= _LIMIT else [v]
                 funcs = (getattr(x, "__func__", x) for x in held)
@@ -469,10 +478,14 @@ def _user_code(obj) -> bool:
         return False
     code = getattr(obj, "__code__", None)
     if code is not None:
-        file = code.co_filename
-    else:
-        file = getattr(sys.modules.get(getattr(obj, "__module__", None) or ""), "__file__", None)
-    if not file or file.startswith("<"):  # typed in, or made by exec: the user's
+        return user_file(code.co_filename)
+    return user_file(getattr(sys.modules.get(getattr(obj, "__module__", None) or ""), "__file__", None))
+
+
+def user_file(file: str | None) -> bool:
+    """Whether the source file ``file`` is the user's: not in the standard library's or installed packages'
+    directories (no file, or one made by ``exec``: the user's)."""
+    if not file or file.startswith("<"):
         return True
     return not os.path.normcase(os.path.realpath(file)).startswith(_library_dirs())
 
@@ -508,10 +521,20 @@ def _static_attribute(obj: Any, name: str) -> Any:
     """What ``obj.name`` is looked up as, without running it: the instance's own value, else the class's
     (a function, a property, a class attribute), else ``_MISSING``. A guard compares its identity: another
     method, property or instance attribute put there traces again."""
-    d = getattr(obj, "__dict__", None)
+    d = _instance_dict(obj)
     if d is not None and name in d:
         return d[name]
     return _class_attribute(type(obj), name)
+
+
+def _instance_dict(obj: Any) -> dict | None:
+    """``obj``'s own ``__dict__``, read past any ``__getattr__`` (one that raises ``KeyError`` too), or
+    None when it has none."""
+    try:
+        d = object.__getattribute__(obj, "__dict__")
+    except Exception:  # noqa: BLE001 - no instance dict (slots), or a descriptor that raises
+        return None
+    return d if isinstance(d, dict) else None
 
 
 class _Walker:
@@ -554,11 +577,8 @@ class _Walker:
     def value(self, v: Any, path: str, words: str, depth: int) -> None:
         gb = self.gb
         t = type(v)
-        if t is float and v != v:  # NaN equals nothing, itself included
-            gb.check(f"type({path}) is float and {path} != {path}", f"{words} is nan")
-            return
         if _plain(v):
-            gb.check(f"type({path}) is {gb.const(t)} and {path} == {gb.const(v)}", f"{words} == {v!r}")
+            gb.check(gb.equals(path, v), f"{words} == {v!r}")
             return
         gb.check(f"{path} is {gb.const(v)}", f"{words} is the same {t.__name__}")
         self.members(v, path, words, depth)
@@ -602,7 +622,7 @@ class _Walker:
         elif t is types.ModuleType or (isinstance(v, type) and _user_code(v)):
             self.named.append((v, path, words, depth))
             self.attributes(v, path, words, depth, self.names)
-        elif not isinstance(v, _CODE) and (hasattr(v, "__dict__") or _slots(t)):
+        elif not isinstance(v, _CODE) and (_instance_dict(v) is not None or _slots(t)):
             call = _class_attribute(t, "__call__")  # a callable object: its __call__ counts as named
             if isinstance(call, types.FunctionType) and _user_code(call):
                 self.code(call)
@@ -627,8 +647,8 @@ class _Walker:
                     self.value(x, lookup, f"{words}.{name}", depth + 1)
                 continue
             if not user:  # a library's object: its own attributes the code names, as before classes were read
-                d = getattr(v, "__dict__", None)
-                if isinstance(d, dict) and name in d:
+                d = _instance_dict(v)
+                if d is not None and name in d:
                     self.value(d[name], lookup, f"{words}.{name}", depth + 1)
                 continue
             if isinstance(v, type):
@@ -636,7 +656,7 @@ class _Walker:
                 own = False
             else:
                 found, where = _static_attribute(v, name), f"_static_attribute({path}, {name!r})"
-                own = name in getattr(v, "__dict__", {}) or (
+                own = name in (_instance_dict(v) or {}) or (
                     name in _slots(type(v)) and type(found).__name__ == "member_descriptor"
                 )
             if found is _MISSING:
@@ -690,11 +710,12 @@ class PythonState:
     """What Python state a call's arguments hold (:func:`python_state`), compared by identities; it keeps
     the objects it saw alive, so no identity it holds is another object's later."""
 
-    __slots__ = ("ids", "held")
+    __slots__ = ("ids", "held", "budget")
 
     def __init__(self) -> None:
         self.ids: list = []
         self.held: list = []
+        self.budget = 1 << 16  # entries recorded at most (a dataset passed as a list is not walked whole)
 
     def __eq__(self, other) -> bool:
         return isinstance(other, PythonState) and self.ids == other.ids
@@ -704,10 +725,11 @@ class PythonState:
 
 def python_state(*roots: Any) -> PythonState:
     """What Python state ``roots`` (a call's positional arguments and keywords) hold, for telling whether a
-    call changed it: each list's, tuple's, dict's and set's type and entries' identities, each plain
-    object's attributes' identities, each small NumPy array's bytes, nested ones followed (four levels;
-    a container of more than ``_LIMIT`` entries by its length). Modules, optimizers, tensors and code are
-    left out (their state is guarded apart)."""
+    call changed it: each list's, tuple's, dict's, set's and deque's type and entries' identities, each
+    user object's attributes' identities, the bytes of a small NumPy array, ``bytearray`` or ``array``,
+    the state of a NumPy or ``random`` generator, nested ones followed (four levels; a container of more
+    than ``_LIMIT`` entries by its length). Modules, optimizers, tensors, code, Python modules and other
+    libraries' objects (a logger fills a cache on first use) are left out."""
     state = PythonState()
     seen: set[int] = set()
     for root in roots:
@@ -715,29 +737,47 @@ def python_state(*roots: Any) -> PythonState:
     return state
 
 
+_BYTES = (bytearray, array.array)
+
+
 def _python_state(obj: Any, depth: int, state: PythonState, seen: set) -> None:
-    if depth > 4 or _plain(obj) or isinstance(obj, (kiln.Tensor, *_CODE)) or id(obj) in seen:
+    if depth > 4 or state.budget <= 0 or _plain(obj) or isinstance(obj, (kiln.Tensor, *_CODE, types.ModuleType)):
+        return
+    if id(obj) in seen:
         return
     seen.add(id(obj))
     module_cls, opt_cls = module_class(), _optimizer_class()
     if any(c is not None and isinstance(obj, c) for c in (module_cls, opt_cls)):
         return
     state.held.append(obj)
-    if isinstance(obj, _CONTAINERS) and len(obj) > _LIMIT:
+    entries: list = []
+    if isinstance(obj, (*_CONTAINERS, collections.deque)) and len(obj) > _LIMIT:
         state.ids.append((id(obj), type(obj), len(obj)))
         return
-    if isinstance(obj, _CONTAINERS):
+    if isinstance(obj, (*_CONTAINERS, collections.deque)):
         entries = [x for item in obj.items() for x in item] if isinstance(obj, dict) else list(obj)
         state.ids.append((id(obj), type(obj), tuple(map(id, entries))))
-    elif type(obj) is np.ndarray:
-        state.ids.append((id(obj), obj.tobytes() if obj.size <= _LIMIT else obj.shape))
+    elif isinstance(obj, (np.ndarray, *_BYTES)):
+        size = obj.size if isinstance(obj, np.ndarray) else len(obj)
+        state.ids.append(
+            (id(obj), bytes(obj.tobytes() if isinstance(obj, np.ndarray) else obj) if size <= _LIMIT else size)
+        )
         return
-    else:
-        d = getattr(obj, "__dict__", None)
-        entries = [] if not isinstance(d, dict) else list(d.values())
-        names = tuple(d) if isinstance(d, dict) else ()
-        entries += [getattr(obj, n, _MISSING) for n in _slots(type(obj))]
+    elif isinstance(obj, np.random.Generator):
+        state.ids.append((id(obj), repr(obj.bit_generator.state)))
+        return
+    elif isinstance(obj, random.Random):
+        state.ids.append((id(obj), obj.getstate()))
+        return
+    elif _user_code(type(obj)):
+        try:
+            d = _instance_dict(obj) or {}
+            entries, names = list(d.values()), tuple(d)
+            entries += [getattr(obj, n, _MISSING) for n in _slots(type(obj))]
+        except Exception:  # noqa: BLE001 - a __getattr__ that raises: the object is left out
+            return
         state.ids.append((id(obj), names, tuple(map(id, entries))))
+    state.budget -= len(entries)
     state.held.append(entries)
     for x in entries:
         _python_state(x, depth + 1, state, seen)
@@ -777,6 +817,13 @@ class GuardBuilder:
         self.consts[name] = value
         return name
 
+    def equals(self, path: str, v: Any) -> str:
+        """The condition that the Python value at ``path`` is ``v``: of its exact type, and equal (NaN, which
+        equals nothing, as NaN)."""
+        if type(v) is float and v != v:
+            return f"type({path}) is float and {path} != {path}"
+        return f"type({path}) is {self.const(type(v))} and {path} == {self.const(v)}"
+
     def check(self, condition: str, words: str, *, late: bool = False) -> None:
         """Add ``condition`` (a Python expression over ``args`` and ``kwargs``) as a guard, described by ``words``.
         A ``late`` one (costly: a module tree's state) is tested after every other, so that a call another
@@ -807,7 +854,7 @@ class GuardBuilder:
         elif obj is None:
             self.check(f"{path} is None", f"{path} is None")
         elif _plain(obj):
-            self.check(f"type({path}) is {self.const(t)} and {path} == {self.const(obj)}", f"{path} == {obj!r}")
+            self.check(self.equals(path, obj), f"{path} == {obj!r}")
         else:
             self.check(f"{path} is {self.const(obj)}", f"{path} is the same {t.__name__} object")
             self.argument_objects.append((obj, path))

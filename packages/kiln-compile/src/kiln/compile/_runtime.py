@@ -58,6 +58,9 @@ class Entry:
         self.forward: Callable | None = None  # None: this guard set runs eagerly (``reason`` says why)
         self.backward: Callable | None = None
         self.reason: str | None = None
+        # not kept: the next call traces again (the call changed its arguments, maybe once only: a cache
+        # filled on first use; one that changes them on every call reaches the cache limit and runs eagerly)
+        self.retrace = False
         self.graphs: list[Graph] = []
         self.breaks: list[tuple[str, str]] = []
         self.externals: list[kiln.Tensor] = []
@@ -167,7 +170,10 @@ class CompiledFunction:
         if _config.disabled or is_compiling():
             return self._fn(*args, **kwargs)
         for i, entry in enumerate(self._entries):  # (a list replaced, never changed: other threads may iterate it)
-            inputs = entry.guard(args, kwargs)
+            try:
+                inputs = entry.guard(args, kwargs)
+            except Exception:  # noqa: BLE001 - a guarded object's __getattr__ raised: the state is not the traced one
+                continue
             if inputs is None:
                 continue
             if i:  # the entry that serves is tried first next time
@@ -201,7 +207,7 @@ class CompiledFunction:
                 compile_entry(entry, self._backend)
             except Exception as exc:
                 raise BackendCompilerFailed(f"kiln.compile: the backend failed: {exc}") from exc
-        if entry.reason != "escaped":
+        if entry.reason != "escaped" and not entry.retrace:
             with self._lock:
                 self._entries = [*self._entries, entry]
         return result
@@ -264,6 +270,7 @@ def trace_call(fn: Callable, args: tuple, kwargs: dict, *, fullgraph: bool) -> t
         with tracer:
             result = fn(*args, **kwargs)
         if python_state(args, kwargs) != held:  # a guard passes on a fresh list: the replay would skip it
+            entry.retrace = True
             tracer.unsupported = tracer.unsupported or (
                 "it changes a list, dict, set or object among its arguments (Python side effects are not replayed)"
             )

@@ -24,6 +24,7 @@ from typing import Any
 import kiln
 from kiln.backend import DispatchMode, op
 from kiln.compile._graph import Graph, Node, Value, written_by
+from kiln.compile._guards import user_file
 
 __all__ = ["GraphBreakError", "Tracer", "user_frame"]
 
@@ -277,11 +278,12 @@ def _geometry(t: kiln.Tensor) -> tuple:
 
 
 def user_frame() -> str:
-    """``file:line`` of the innermost frame outside kiln and its packages (the user's line)."""
+    """``file:line`` of the innermost frame outside kiln, its packages, the standard library and installed
+    packages (the user's line; a ``contextlib`` frame between kiln's is not it)."""
     frame = sys._getframe(1)
     while frame is not None:
         name = frame.f_globals.get("__name__", "")
-        internal = name == "kiln" or name.startswith(("kiln.", "kiln_"))
+        internal = name == "kiln" or name.startswith(("kiln.", "kiln_")) or not user_file(frame.f_code.co_filename)
         if not internal:
             return f"{frame.f_code.co_filename}:{frame.f_lineno} (in {frame.f_code.co_name})"
         frame = frame.f_back

@@ -22,14 +22,8 @@ from kiln.autograd import Function
 from kiln.compile import _config
 from kiln.compile._backends import lookup_backend
 from kiln.compile._graph import Graph, GuardFailure, Value
-from kiln.compile._guards import (
-    GuardBuilder,
-    Unguardable,
-    flatten,
-    global_state,
-    python_state,
-    reachable_objects,
-)
+from kiln.compile._guards import GuardBuilder, Unguardable, flatten, global_state
+from kiln.compile._reads import python_state, reachable_objects
 from kiln.compile._trace import Tracer
 
 __all__ = ["CompiledFunction", "Entry", "is_compiling", "note_unsupported", "trace_call"]

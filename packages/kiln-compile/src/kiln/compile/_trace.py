@@ -24,7 +24,7 @@ from typing import Any
 import kiln
 from kiln.backend import DispatchMode, op
 from kiln.compile._graph import Graph, Node, Value, written_by
-from kiln.compile._guards import user_file
+from kiln.compile._reads import user_file
 
 __all__ = ["GraphBreakError", "Tracer", "user_frame"]
 

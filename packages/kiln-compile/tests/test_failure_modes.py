@@ -537,3 +537,20 @@ def test_a_generator_made_inside_runs_eagerly_and_a_default_one_made_on_first_us
         assert cd._entries[0].forward is not None and cd._entries[0].reason is None
     finally:
         kiln.random._DEFAULTS[kiln.device("cpu")] = saved
+
+
+def test_a_change_to_a_library_objects_attribute_is_seen():
+    """A ``SimpleNamespace`` (the standard library's) the call changes: its attributes are compared too."""
+    import types
+
+    def f(x, ns):
+        if ns.fresh:
+            ns.fresh = False
+        return x * 2
+
+    cf = kiln.compile(f)
+    ns = types.SimpleNamespace(fresh=True)
+    for _ in range(3):
+        ns.fresh = True
+        cf(kiln.ones(2), ns)
+        assert ns.fresh is False

@@ -943,9 +943,31 @@ def test_what_helpers_hooks_and_other_user_modules_read_is_guarded(tmp_path, mon
     import sys
 
     (tmp_path / "guard_test_helpers_mod.py").write_text("def apply(mod, x):\n    return x * mod.cfg.scale\n")
+    pkg = tmp_path / "guard_test_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "utils.py").write_text(
+        "FACTOR = 1.0\ndef scale(x):\n    return x * FACTOR\ndef step():\n    return BIG\nBIG = list(range(5000))\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     helpers = importlib.import_module("guard_test_helpers_mod")
+    utils = importlib.import_module("guard_test_pkg.utils")
     try:
+        # a package path (pkg.utils.scale), its global, the function replaced; a function of the same module
+        # that only shares a name with an attribute the code reads (opt.step) is not read
+        def f(x, opt):
+            opt.step()
+            return guard_test_pkg.utils.scale(x)
+
+        import guard_test_pkg  # (a closure variable of f)
+
+        opt = kiln.optim.SGD([kiln.zeros(1, requires_grad=True)], lr=0.1)
+        cf = kiln.compile(f)
+        assert _calls(cf, kiln.ones(2), opt).tolist() == [1.0, 1.0] and cf._entries[0].forward is not None
+        utils.FACTOR = 3.0
+        assert cf(kiln.ones(2), opt).tolist() == [3.0, 3.0]
+        utils.scale = lambda x: x * 10
+        assert cf(kiln.ones(2), opt).tolist() == [10.0, 10.0]
 
         class Cfg:
             scale = 2.0
@@ -973,7 +995,32 @@ def test_what_helpers_hooks_and_other_user_modules_read_is_guarded(tmp_path, mon
         net.opt.param_groups[0]["lr"] = 1.0
         assert kiln.allclose(cm(x), kiln.full((2,), 15.0))
     finally:
-        sys.modules.pop("guard_test_helpers_mod", None)
+        for name in ("guard_test_helpers_mod", "guard_test_pkg", "guard_test_pkg.utils"):
+            sys.modules.pop(name, None)
+
+
+def test_hooks_that_are_objects_are_read():
+    import functools
+
+    class Scale:
+        def __init__(self):
+            self.k = 1.0
+
+        def __call__(self, mod, args, out):
+            return out * self.k
+
+    state = {"k": 1.0}
+    sc = Scale()
+    lin = kiln.nn.Linear(2, 2)
+    lin.register_forward_hook(sc)
+    lin.register_forward_hook(functools.partial(lambda mod, args, out, f: out * f["k"], f=state))
+    cm = kiln.compile(lin)
+    x = kiln.ones(2)
+    assert kiln.allclose(_calls(cm, x), lin(x))
+    sc.k = 5.0
+    assert kiln.allclose(cm(x), lin(x))
+    state["k"] = 3.0
+    assert kiln.allclose(cm(x), lin(x)) and cm._compiled.trace_count == 3
 
 
 def test_nan_arguments_and_odd_objects_keep_one_trace():
@@ -999,6 +1046,7 @@ def test_nan_arguments_and_odd_objects_keep_one_trace():
 
     cf = kiln.compile(f)
     x = kiln.tensor([float("nan"), 1.0])
-    for _ in range(4):
-        assert cf(x, float("nan"), log, odd).tolist()[1] == 2.0
-    assert cf.trace_count == 1 and cf._entries[0].forward is not None
+    for fill in (float("nan"), np.float64("nan")):
+        for _ in range(4):
+            assert cf(x, fill, log, odd).tolist()[1] == 2.0
+    assert cf.trace_count == 2 and all(e.forward is not None for e in cf._entries)

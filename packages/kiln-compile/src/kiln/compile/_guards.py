@@ -352,8 +352,8 @@ class GuardBuilder:
     def equals(self, path: str, v: Any) -> str:
         """The condition that the Python value at ``path`` is ``v``: of its exact type, and equal (NaN, which
         equals nothing, as NaN)."""
-        if type(v) is float and v != v:
-            return f"type({path}) is float and {path} != {path}"
+        if v != v:  # (a NumPy float64 or a complex NaN too: told apart by its text)
+            return f"type({path}) is {self.const(type(v))} and repr({path}) == {self.const(repr(v))}"
         return f"type({path}) is {self.const(type(v))} and {path} == {self.const(v)}"
 
     def check(self, condition: str, words: str, *, late: bool = False) -> None:

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import array
 import collections
+import dis
 import functools
 import os
 import random
+import site
 import sys
 import sysconfig
 import types
@@ -65,33 +67,64 @@ def _functions(fn: Callable, module_cls) -> tuple[Any, list]:
     return owner, [f for f in funcs if getattr(f, "__code__", None) is not None]
 
 
+_MAX_HELPERS = 512
+"""The most user functions a walk reads; a call that reaches more cannot be guarded and runs eagerly."""
+
+
 def _helpers(funcs: list) -> list:
     """``funcs`` and the user functions their code reaches by name, transitively: those found in globals and
     closures (of the same module, defined inside another function, or imported from another user module)
-    and those of a user module the code names (``helpers.apply(x)``)."""
+    and those the code reads as an attribute of a user module (``helpers.apply(x)``). In a fixed order;
+    raises :class:`Unguardable` past :data:`_MAX_HELPERS`."""
     seen = {id(f): f for f in funcs}
     todo = list(funcs)
     while todo:
-        f = todo.pop()
+        f = todo.pop(0)
         g = f.__globals__
-        names = _names(f.__code__)
-        found = [g.get(n) for n in names]
+        code = f.__code__
+        found = [g.get(n) for n in sorted(_names(code))]
         for cell in f.__closure__ or ():
             try:
                 found.append(cell.cell_contents)
             except ValueError:  # an empty cell
                 continue
-        for m in [v for v in found if type(v) is types.ModuleType and user_file(getattr(v, "__file__", None))]:
-            found += [m.__dict__.get(n) for n in names]
+        cells = {}
+        for name, cell in zip(code.co_freevars, f.__closure__ or ()):
+            try:
+                cells[name] = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
+        found += _module_functions(code, {**g, **cells})
         for v in found:
             v = getattr(v, "__func__", v)
             user = isinstance(v, types.FunctionType) and (
                 v.__globals__ is g or "<locals>" in v.__qualname__ or _user_code(v)
             )
-            if user and id(v) not in seen and len(seen) < 64:
+            if user and id(v) not in seen:
+                if len(seen) >= _MAX_HELPERS:
+                    raise Unguardable(f"it reaches more than {_MAX_HELPERS} functions of its own")
                 seen[id(v)] = v
                 todo.append(v)
     return list(seen.values())
+
+
+def _module_functions(code: types.CodeType, g: dict) -> list:
+    """What ``code`` reads as an attribute of a user module it names as a global or a closure variable (in
+    ``g``: ``helpers.apply``, the attribute read right after the module), its nested functions' included."""
+    out = []
+    last = None
+    for ins in dis.get_instructions(code):
+        if ins.opname in ("LOAD_ATTR", "LOAD_METHOD") and type(last) is types.ModuleType:
+            last = last.__dict__.get(ins.argval)  # (a submodule: pkg.utils.scale)
+            out.append(last)
+        else:
+            last = g.get(ins.argval) if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF") else None
+        if type(last) is types.ModuleType and not user_file(getattr(last, "__file__", None)):
+            last = None
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            out += _module_functions(c, g)
+    return out
 
 
 def reachable_objects(fn: Callable, leaves: list, gb: GuardBuilder) -> list:
@@ -159,6 +192,15 @@ def reachable_objects(fn: Callable, leaves: list, gb: GuardBuilder) -> list:
             for k, v in sub.__dict__.items()
             if k in walker.names and k not in internal and (id(sub), k) not in held_done
         ]
+        # hooks that are objects (a callable, a partial): what they hold, as an argument's
+        for obj in trees:
+            for sub in _submodules(obj):
+                hooks = [h for name in _HOOKS for h in (sub.__dict__.get(name) or {}).values()]
+                pending += [
+                    (h, gb.const(h), f"a hook of {type(sub).__name__}", True)
+                    for h in hooks
+                    if not isinstance(h, (types.FunctionType, types.MethodType))
+                ]
         if not trees and not pending and not held:
             break
         for sub, k, v in held:
@@ -236,6 +278,10 @@ def _library_dirs() -> tuple[str, ...]:
     """The directories of the standard library and of installed packages."""
     paths = sysconfig.get_paths()
     found = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if paths.get(k)}
+    found.update(site.getsitepackages() if hasattr(site, "getsitepackages") else ())  # (dist-packages too)
+    user = site.getusersitepackages() if hasattr(site, "getusersitepackages") else None
+    if isinstance(user, str):
+        found.add(user)
     return tuple(os.path.join(os.path.normcase(os.path.realpath(d)), "") for d in found)
 
 
@@ -372,9 +418,11 @@ class _Walker:
         user = isinstance(v, type) or _user_code(type(v))
         for name in sorted(names):
             lookup = f"getattr({path}, {name!r}, _MISSING)"
-            if type(v) is types.ModuleType:
+            if type(v) is types.ModuleType:  # (a user module's functions and submodules too: pkg.utils.scale)
                 x = v.__dict__.get(name, _MISSING)
-                if _plain(x) or isinstance(x, kiln.Tensor):
+                user = isinstance(x, types.FunctionType) and _user_code(x)
+                user = user or (type(x) is types.ModuleType and user_file(getattr(x, "__file__", None)))
+                if _plain(x) or isinstance(x, kiln.Tensor) or user:
                     self.value(x, lookup, f"{words}.{name}", depth + 1)
                 continue
             if not user:  # a library's object: its own attributes the code names, as before classes were read
@@ -457,10 +505,10 @@ class PythonState:
 def python_state(*roots: Any) -> PythonState:
     """What Python state ``roots`` (a call's positional arguments and keywords) hold, for telling whether a
     call changed it: each list's, tuple's, dict's, set's and deque's type and entries' identities, each
-    user object's attributes' identities, the bytes of a small NumPy array, ``bytearray`` or ``array``,
-    the state of a NumPy or ``random`` generator, nested ones followed (four levels; a container of more
-    than ``_LIMIT`` entries by its length). Modules, optimizers, tensors, code, Python modules and other
-    libraries' objects (a logger fills a cache on first use) are left out."""
+    object's attributes' identities, the bytes of a small NumPy array, ``bytearray`` or ``array``, the
+    state of a NumPy or ``random`` generator, nested ones followed (four levels; a container of more than
+    ``_LIMIT`` entries by its length; another library's object one level: a logger fills a cache on first
+    use). Modules, optimizers, tensors, code and Python modules are left out."""
     state = PythonState()
     seen: set[int] = set()
     for root in roots:
@@ -500,7 +548,7 @@ def _python_state(obj: Any, depth: int, state: PythonState, seen: set) -> None:
     elif isinstance(obj, random.Random):
         state.ids.append((id(obj), obj.getstate()))
         return
-    elif _user_code(type(obj)):
+    else:
         try:
             d = _instance_dict(obj) or {}
             entries, names = list(d.values()), tuple(d)
@@ -508,6 +556,9 @@ def _python_state(obj: Any, depth: int, state: PythonState, seen: set) -> None:
         except Exception:  # noqa: BLE001 - a __getattr__ that raises: the object is left out
             return
         state.ids.append((id(obj), names, tuple(map(id, entries))))
+        if not _user_code(type(obj)):  # a library's object: its own attributes only (a logger's cache fills)
+            state.held.append(entries)
+            return
     state.budget -= len(entries)
     state.held.append(entries)
     for x in entries:

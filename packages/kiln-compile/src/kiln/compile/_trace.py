@@ -174,8 +174,10 @@ class Tracer(DispatchMode):
         if self.reading:
             return
         where = user_frame()
-        self._break("a random generator seeded or its state set (manual_seed, set_rng_state)", where)
-        self.unsupported = self.unsupported or f"a random generator is seeded or its state set at {where}"
+        self._break(
+            "a random generator started, seeded or its state set (Generator(), manual_seed, set_rng_state)", where
+        )
+        self.unsupported = self.unsupported or f"a random generator is started, seeded or its state set at {where}"
 
     def host_read(self, tensor, how):
         """A value left for Python: a guard node (the replay checks the same values come out), or a break."""

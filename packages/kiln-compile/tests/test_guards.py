@@ -1050,3 +1050,43 @@ def test_nan_arguments_and_odd_objects_keep_one_trace():
         for _ in range(4):
             assert cf(x, fill, log, odd).tolist()[1] == 2.0
     assert cf.trace_count == 2 and all(e.forward is not None for e in cf._entries)
+
+
+PARTIAL_SCALE = 1.0
+loss = None  # a global named like a dict key the compiled code uses (see the test below)
+
+
+def _scaled(x, alpha):
+    return x * alpha * PARTIAL_SCALE
+
+
+def test_a_partial_a_module_holds_is_read_and_a_string_is_no_global_read():
+    """A ``functools.partial`` kept as ``self.act``: its bound keywords and the globals its function reads
+    are guarded. A string constant (``out["loss"]``) is no read of the global of that name, which the
+    training loop reassigns every call."""
+    import functools
+
+    global PARTIAL_SCALE, loss
+
+    class Net(kiln.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.act = functools.partial(_scaled, alpha=1.0)
+
+        def forward(self, x):
+            out = {"loss": self.act(x)}
+            return out["loss"]
+
+    net = Net()
+    cm = kiln.compile(net)
+    x = kiln.ones(2)
+    try:
+        for _ in range(3):
+            loss = cm(x)
+        assert loss.tolist() == [1.0, 1.0] and cm._compiled.trace_count == 1
+        PARTIAL_SCALE = 2.0
+        assert cm(x).tolist() == [2.0, 2.0]
+        net.act.keywords["alpha"] = 3.0
+        assert cm(x).tolist() == [6.0, 6.0] and cm._compiled.trace_count == 3
+    finally:
+        PARTIAL_SCALE, loss = 1.0, None

@@ -2,12 +2,13 @@
 
 A trace depends on more than its tensors' values: on the structure of the arguments and every Python value
 among them, each tensor's shape, strides, dtype, device and ``requires_grad``, the grad mode, the default
-dtype and autocast, the Python numbers the function reads from its globals and closure, and the state of
+dtype and autocast, what the function's code reads (its globals, closure, defaults and the objects it
+names: :mod:`kiln.compile._reads`), and the state of
 the modules and optimizers it can reach (each submodule's ``training`` flag, its plain attributes, the
 identity of its parameters and buffers; each optimizer's hyperparameters and state tensors). The guard
 function checks all of that and returns the flat list of the graph's input tensors, or ``None`` when
 anything differs (the caller then traces again). ``describe()`` lists the guards in words for
-``kiln.compile.explain``. What the code reads is found by :mod:`kiln.compile._reads`.
+``kiln.compile.explain``.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ guards (:func:`reachable_objects`), and the snapshot of the Python state a call'
 The walk reads the code of the compiled function and of the user functions it reaches (helpers by name, in
 any user module; the methods of the user's module classes; the functions and hooks the modules hold; the
 methods and properties of the user's objects the code names). Each global, closure value, default and
-bound argument those functions name is guarded by what it is (:class:`_Walker`), and every attribute the
+bound argument that code loads is guarded by what it is (:class:`_Walker`), and every attribute the
 code names is looked up on every object met. Kiln's own code, the standard library's and installed
 packages' are not read (:func:`user_file`).
 """
@@ -49,7 +49,7 @@ from kiln.compile._guards import (
     module_class,
 )
 
-__all__ = ["PythonState", "python_state", "reachable_objects", "user_file"]
+__all__ = ["PythonState", "kiln_module", "python_state", "reachable_objects", "user_file"]
 
 
 def _functions(fn: Callable, module_cls) -> tuple[Any, list]:
@@ -64,7 +64,8 @@ def _functions(fn: Callable, module_cls) -> tuple[Any, list]:
     funcs = [func]
     if module_cls is not None and isinstance(owner, module_cls):  # a module's call: its forward's code too
         funcs.append(getattr(type(owner).forward, "__func__", type(owner).forward))
-    return owner, [f for f in funcs if getattr(f, "__code__", None) is not None]
+    # (kiln's own, Module._call_impl and kiln.nn's forwards: no user reads)
+    return owner, [f for f in funcs if getattr(f, "__code__", None) is not None and not _kiln_code(f)]
 
 
 _MAX_HELPERS = 512
@@ -82,18 +83,14 @@ def _helpers(funcs: list) -> list:
         f = todo.pop(0)
         g = f.__globals__
         code = f.__code__
-        found = [g.get(n) for n in sorted(_names(code))]
-        for cell in f.__closure__ or ():
-            try:
-                found.append(cell.cell_contents)
-            except ValueError:  # an empty cell
-                continue
+        found = [g.get(n) for n in sorted(_global_names(code))]
         cells = {}
         for name, cell in zip(code.co_freevars, f.__closure__ or ()):
             try:
                 cells[name] = cell.cell_contents
             except ValueError:  # an empty cell
                 continue
+        found += list(cells.values())
         found += _module_functions(code, {**g, **cells})
         for v in found:
             v = getattr(v, "__func__", v)
@@ -127,25 +124,31 @@ def _module_functions(code: types.CodeType, g: dict) -> list:
     return out
 
 
+def _kinds() -> tuple[type, ...]:
+    """The classes whose objects' state is guarded apart: ``kiln.nn.Module`` and ``kiln.optim.Optimizer``
+    (where imported)."""
+    return tuple(c for c in (module_class(), _optimizer_class()) if c is not None)
+
+
 def reachable_objects(fn: Callable, leaves: list, gb: GuardBuilder) -> list:
     """Guard what ``fn`` reads besides its arguments, and return the modules and optimizers it can reach
     (arguments, its ``self``, its defaults, a partial's bound arguments, the globals and closures it
-    reads), whose state the caller guards. The attributes the code names of the object a method is bound
-    to (not a module or optimizer) are guarded as an argument's are.
+    reads, what the modules reached hold), whose state the caller guards.
 
-    Read from the code of ``fn`` and of the user functions it calls by name (:func:`_helpers`): each global
-    and closure value those functions name is guarded by what it is: a Python value by value, a tensor, a
-    function, a module or any other object by identity; lists, tuples and dicts by their entries, NumPy
-    arrays by their contents, and the attributes those functions name of plain objects (the arguments'
-    too) and of Python modules. The values are the ones the trace starts from: a container the function appends to fails
-    its guard on the next call and traces again (Python runs only while tracing), until the cache limit.
-    Raises :class:`Unguardable` for a container too large to compare."""
-    module_cls, opt_cls = module_class(), _optimizer_class()
-    kinds = tuple(c for c in (module_cls, opt_cls) if c is not None)
+    Read from the code of ``fn`` and of the user functions it reaches (:func:`_helpers`; the methods of the
+    user's module classes, the functions and hooks the modules hold): each global and closure value that
+    code loads, each default and bound argument, is guarded by what it is (:meth:`_Walker.value`): a
+    Python value by value, a tensor, a function, a module or any other object by identity; lists, tuples,
+    dicts and sets (subclasses too) by their entries, NumPy arrays by their contents, and the attributes
+    the code names of Python modules, user classes and objects (their classes' methods and properties by
+    identity, their code read in turn). The values are the ones the trace starts from: a container the
+    function appends to fails its guard on the next call and traces again (Python runs only while
+    tracing), until the cache limit. Raises :class:`Unguardable` for a container or NumPy array too large
+    to compare, or past :data:`_MAX_HELPERS` functions."""
+    module_cls, kinds = module_class(), _kinds()
     objects = [x for x in leaves if kinds and isinstance(x, kinds)]
     walker = _Walker(gb, kinds, objects)
     while isinstance(fn, functools.partial):  # a partial's bound arguments are read as arguments are
-        objects += [x for x in (*fn.args, *fn.keywords.values()) if kinds and isinstance(x, kinds)]
         walker.later.append((fn, gb.const(fn), "the partial compiled", False))
         fn = fn.func
     owner, funcs = _functions(fn, module_cls)
@@ -195,18 +198,16 @@ def reachable_objects(fn: Callable, leaves: list, gb: GuardBuilder) -> list:
         # hooks that are objects (a callable, a partial): what they hold, as an argument's
         for obj in trees:
             for sub in _submodules(obj):
-                hooks = [h for name in _HOOKS for h in (sub.__dict__.get(name) or {}).values()]
                 pending += [
                     (h, gb.const(h), f"a hook of {type(sub).__name__}", True)
-                    for h in hooks
+                    for h in _hooks(sub)
                     if not isinstance(h, (types.FunctionType, types.MethodType))
                 ]
         if not trees and not pending and not held:
             break
         for sub, k, v in held:
             held_done.add((id(sub), k))
-            entries = _entries(v) if isinstance(v, _CONTAINERS) and len(v) <= _LIMIT else [v]
-            for x in entries:
+            for x in _held(v):
                 if _held_object(x):
                     walker.members(x, gb.const(x), f"{type(sub).__name__}.{k}", 1)
         # defaults, a partial's bound arguments, the arguments' objects, the object a method is bound to
@@ -220,15 +221,24 @@ def reachable_objects(fn: Callable, leaves: list, gb: GuardBuilder) -> list:
     return list(unique.values())
 
 
+def _hooks(sub) -> list:
+    """The hooks registered on the module ``sub`` (forward, forward-pre, backward, backward-pre)."""
+    return [h for name in _HOOKS for h in (sub.__dict__.get(name) or {}).values()]
+
+
+def _held(v: Any) -> list:
+    """What a module attribute holds: a container's entries (nested ones too; a container of more than
+    ``_LIMIT`` entries is compared by its length alone), or the value itself."""
+    return _entries(v) if isinstance(v, _CONTAINERS) and len(v) <= _LIMIT else [v]
+
+
 def _held_object(v: Any) -> bool:
     """Whether a module attribute's value (or an entry of its container) is an object whose insides a trace
     may read and a guard checks (:meth:`_Walker.members`, under a name the code reads): a NumPy array, a
-    module (one kept in a plain list: not a submodule) or an optimizer, or a plain object with attributes
-    (not a tensor, a container, a function or a class)."""
-    if type(v) is np.ndarray:
-        return True
-    module_cls, opt_cls = module_class(), _optimizer_class()
-    if any(c is not None and isinstance(v, c) for c in (module_cls, opt_cls)):
+    module (one kept in a plain list: not a submodule), an optimizer, a partial, or an object with
+    attributes (not a tensor, a container, a Python value, a function, a method, a class or a Python
+    module, which the module's own state compares by identity)."""
+    if type(v) is np.ndarray or isinstance(v, (*_kinds(), functools.partial)):
         return True
     if _plain(v) or isinstance(v, (kiln.Tensor, *_CONTAINERS, *_CODE, types.ModuleType)):
         return False
@@ -258,19 +268,22 @@ def _module_methods(objects: list, module_cls) -> list:
                 out.append(v)
     internal = _module_internals()
     for sub in trees:
-        d = sub.__dict__
-        hooks = [h for name in _HOOKS for h in (d.get(name) or {}).values()]  # (user hooks run in the call)
-        for k, v in [*d.items(), *(("hook", h) for h in hooks)]:
+        for k, v in [*sub.__dict__.items(), *(("hook", h) for h in _hooks(sub))]:  # (user hooks run in the call)
             if k not in internal:
-                held = _entries(v) if isinstance(v, _CONTAINERS) and len(v) <= _LIMIT else [v]
-                funcs = (getattr(x, "__func__", x) for x in held)
+                funcs = (getattr(x, "__func__", x) for x in _held(v))
                 out += [f for f in funcs if isinstance(f, types.FunctionType) and _user_code(f)]
     return out
 
 
+def kiln_module(name: str) -> bool:
+    """Whether the Python module named ``name`` is kiln's: ``kiln`` and its submodules, and the packages of
+    kiln's distributions and plugins (``kiln_cpu``, ``kiln_*``)."""
+    return name == "kiln" or name.startswith(("kiln.", "kiln_"))
+
+
 def _kiln_code(obj) -> bool:
     """Whether a class or function is kiln's own (its code's reads are not the user's: not walked)."""
-    return (getattr(obj, "__module__", None) or "").startswith("kiln")
+    return kiln_module(getattr(obj, "__module__", None) or "")
 
 
 @functools.cache
@@ -311,7 +324,7 @@ _CODE = (
     types.BuiltinMethodType,
     type,
     functools.partial,
-)  # what a guard compares by identity alone (a partial's bound arguments: only when it is the compiled one)
+)  # code: a guard compares it by identity alone (a partial's bound arguments and function are read apart)
 
 
 class _Walker:
@@ -332,7 +345,7 @@ class _Walker:
     def function_reads(self, f, who: str) -> None:
         g = f.__globals__
         gname = self.gb.const(g)
-        for name in sorted(_names(f.__code__)):
+        for name in sorted(_global_names(f.__code__)):
             if name in g:
                 self.value(g[name], f"{gname}.get({name!r}, _MISSING)", f"global {name}", 0)
         for i, cell in enumerate(f.__closure__ or ()):
@@ -348,8 +361,6 @@ class _Walker:
                 self.later.append((x, f"{fname}.__defaults__[{i}]", f"default {i} of {who}", False))
         for k, x in (f.__kwdefaults__ or {}).items():  # a dict: changes in place
             self.later.append((x, f"_default({fname}, {k!r})", f"default {k} of {who}", True))
-        defaults = (*(f.__defaults__ or ()), *(f.__kwdefaults__ or {}).values())
-        self.objects += [x for x in defaults if self.kinds and isinstance(x, self.kinds)]
 
     def value(self, v: Any, path: str, words: str, depth: int) -> None:
         gb = self.gb
@@ -473,6 +484,16 @@ class _Walker:
         self.function_reads(fn, getattr(fn, "__qualname__", "function"))
 
 
+def _global_names(code: types.CodeType) -> set[str]:
+    """The globals ``code`` loads (its nested functions' included): not its attribute names nor its strings
+    (a dict key ``"loss"`` is no read of a global ``loss``)."""
+    names = {ins.argval for ins in dis.get_instructions(code) if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            names |= _global_names(c)
+    return names
+
+
 def _names(code: types.CodeType) -> set[str]:
     """The names ``code`` reads (globals, attributes), its nested functions' included, and the strings it
     holds that could name an attribute (``getattr(self, "gain")``)."""
@@ -525,15 +546,14 @@ def _python_state(obj: Any, depth: int, state: PythonState, seen: set) -> None:
     if id(obj) in seen:
         return
     seen.add(id(obj))
-    module_cls, opt_cls = module_class(), _optimizer_class()
-    if any(c is not None and isinstance(obj, c) for c in (module_cls, opt_cls)):
+    if isinstance(obj, _kinds()):
         return
     state.held.append(obj)
     entries: list = []
-    if isinstance(obj, (*_CONTAINERS, collections.deque)) and len(obj) > _LIMIT:
-        state.ids.append((id(obj), type(obj), len(obj)))
-        return
     if isinstance(obj, (*_CONTAINERS, collections.deque)):
+        if len(obj) > _LIMIT:
+            state.ids.append((id(obj), type(obj), len(obj)))
+            return
         entries = [x for item in obj.items() for x in item] if isinstance(obj, dict) else list(obj)
         state.ids.append((id(obj), type(obj), tuple(map(id, entries))))
     elif isinstance(obj, (np.ndarray, *_BYTES)):

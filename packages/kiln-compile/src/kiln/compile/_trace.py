@@ -24,7 +24,7 @@ from typing import Any
 import kiln
 from kiln.backend import DispatchMode, op
 from kiln.compile._graph import Graph, Node, Value, written_by
-from kiln.compile._reads import user_file
+from kiln.compile._reads import kiln_module, user_file
 
 __all__ = ["GraphBreakError", "Tracer", "user_frame"]
 
@@ -285,7 +285,7 @@ def user_frame() -> str:
     frame = sys._getframe(1)
     while frame is not None:
         name = frame.f_globals.get("__name__", "")
-        internal = name == "kiln" or name.startswith(("kiln.", "kiln_")) or not user_file(frame.f_code.co_filename)
+        internal = kiln_module(name) or not user_file(frame.f_code.co_filename)
         if not internal:
             return f"{frame.f_code.co_filename}:{frame.f_lineno} (in {frame.f_code.co_name})"
         frame = frame.f_back

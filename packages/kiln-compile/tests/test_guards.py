@@ -1090,3 +1090,11 @@ def test_a_partial_a_module_holds_is_read_and_a_string_is_no_global_read():
         assert cm(x).tolist() == [6.0, 6.0] and cm._compiled.trace_count == 3
     finally:
         PARTIAL_SCALE, loss = 1.0, None
+
+
+def test_kiln_itself_is_not_read_as_user_code():
+    """``kiln.nn.functional.relu(x)`` in the compiled code: kiln's modules (an editable install lives
+    outside the installed packages' directories too) are not walked, so no guard reads ``kiln.nn``."""
+    cf = kiln.compile(lambda x: kiln.nn.functional.relu(x) * 2)
+    _calls(cf, kiln.ones(2))
+    assert "'functional'" not in cf._entries[0].guard.source and "'nn'" not in cf._entries[0].guard.source

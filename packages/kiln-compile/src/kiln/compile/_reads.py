@@ -116,7 +116,7 @@ def _module_functions(code: types.CodeType, g: dict) -> list:
             out.append(last)
         else:
             last = g.get(ins.argval) if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF") else None
-        if type(last) is types.ModuleType and not user_file(getattr(last, "__file__", None)):
+        if type(last) is types.ModuleType and not _user_module(last):
             last = None
     for c in code.co_consts:
         if isinstance(c, types.CodeType):
@@ -309,6 +309,12 @@ def _user_code(obj) -> bool:
     return user_file(getattr(sys.modules.get(getattr(obj, "__module__", None) or ""), "__file__", None))
 
 
+def _user_module(m: types.ModuleType) -> bool:
+    """Whether a Python module is the user's: not kiln's (an editable install of kiln lives outside the
+    installed packages' directories too), and not the standard library's or an installed package's."""
+    return not kiln_module(m.__name__) and user_file(getattr(m, "__file__", None))
+
+
 def user_file(file: str | None) -> bool:
     """Whether the source file ``file`` is the user's: not in the standard library's or installed packages'
     directories (no file, or one made by ``exec``: the user's)."""
@@ -432,7 +438,7 @@ class _Walker:
             if type(v) is types.ModuleType:  # (a user module's functions and submodules too: pkg.utils.scale)
                 x = v.__dict__.get(name, _MISSING)
                 user = isinstance(x, types.FunctionType) and _user_code(x)
-                user = user or (type(x) is types.ModuleType and user_file(getattr(x, "__file__", None)))
+                user = user or (type(x) is types.ModuleType and _user_module(x))
                 if _plain(x) or isinstance(x, kiln.Tensor) or user:
                     self.value(x, lookup, f"{words}.{name}", depth + 1)
                 continue

@@ -252,7 +252,8 @@ _NOT_CALLED = frozenset({"__init__", "__repr__", "__str__", "extra_repr", "__get
 def _module_methods(objects: list, module_cls) -> list:
     """The functions of the modules in the trees of ``objects``: those of their classes up to ``nn.Module``
     that the user defined (methods, properties' getters, not those a call does not run: ``__init__``,
-    ``extra_repr``...; kiln's own classes are left out), and the user functions the modules hold (``self.act = my_activation``, in a list too; not ``F.relu``)."""
+    ``extra_repr``...; kiln's own classes are left out), and the user functions the modules hold
+    (``self.act = my_activation``, in a list too; not ``F.relu``) and their hooks."""
     if module_cls is None:
         return []
     trees = [sub for obj in objects if isinstance(obj, module_cls) for sub in _submodules(obj)]

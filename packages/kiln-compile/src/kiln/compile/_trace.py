@@ -169,8 +169,9 @@ class Tracer(DispatchMode):
         self.nodes.append(node)
 
     def generator_reset(self, generator):
-        """A generator is seeded (or its state set) during the call: the draws after it come from a stream
-        a replay would not reset, so the call runs eagerly (a graph break; with ``fullgraph=True``, an error)."""
+        """A generator is started, seeded or has its state set during the call: the draws after it come from
+        a stream a replay would not reset, so the call runs eagerly (a graph break; with ``fullgraph=True``,
+        an error)."""
         if self.reading:
             return
         where = user_frame()

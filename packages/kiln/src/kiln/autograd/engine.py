@@ -4,11 +4,10 @@ accumulated into leaves, and the callbacks queued during the pass run at its end
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import threading
 import warnings
 from collections.abc import Callable, Sequence
+from heapq import heappop, heappush
 
 from kiln._state import anomaly, set_state
 from kiln._tensor import Tensor
@@ -76,19 +75,21 @@ def _propagate(
             if node is None:
                 continue
             capture[(id(node), nr)] = k
-    # Dependencies: how many edges reach each node (with inputs: only among nodes that lead to one).
-    deps: dict[Node, int] = {}
-    stack = [roots[0][0]] if len(roots) == 1 else list(dict.fromkeys(r[0] for r in roots))
-    seen = set(stack)
-    order: list[Node] = []
+    # Dependencies: how many edges reach each node (with inputs: only among nodes that lead to one). A node is
+    # in ``deps`` once met (the roots with 0), so ``deps`` is also the walk's set of nodes seen.
+    roots_nodes = [roots[0][0]] if len(roots) == 1 else list(dict.fromkeys(r[0] for r in roots))
+    deps: dict[Node, int] = dict.fromkeys(roots_nodes, 0)
+    stack = list(roots_nodes)
+    order: list[Node] = []  # every node met (needed only to prune for ``inputs``)
     while stack:
         node = stack.pop()
         order.append(node)
         for nxt, _ in node.next_functions:
             if nxt is not None:
-                deps[nxt] = deps.get(nxt, 0) + 1
-                if nxt not in seen:
-                    seen.add(nxt)
+                if nxt in deps:
+                    deps[nxt] += 1
+                else:
+                    deps[nxt] = 1
                     stack.append(nxt)
     needed: set | None = None
     if inputs is not None:
@@ -104,22 +105,22 @@ def _propagate(
                     if nxt is not None and nxt in needed:
                         deps[nxt] = deps.get(nxt, 0) + 1
 
+    # Ready nodes run latest-recorded first; the sequence numbers are unique, so the heap never compares nodes.
     buffers: dict[Node, list] = {}
     heap: list = []
-    counter = itertools.count()
     for node, nr, g in roots:
         buf = buffers.get(node)
         if buf is None:
             buf = buffers[node] = [None] * max(node.n_out, nr + 1)
         buf[nr] = g if buf[nr] is None else buf[nr] + g
     for node in buffers:
-        if deps.get(node, 0) == 0:
-            heapq.heappush(heap, (-node._seq, next(counter), node))
+        if not deps.get(node, 0):
+            heappush(heap, (-node._seq, node))
 
     prev = set_state("grad_enabled", bool(create_graph))
     try:
         while heap:
-            _, _, node = heapq.heappop(heap)
+            node = heappop(heap)[1]
             grads = buffers.pop(node)
             if node._tensor_pre_hooks:
                 for nr, hooks in node._tensor_pre_hooks.items():
@@ -177,9 +178,10 @@ def _propagate(
                     buf.extend([None] * (nr + 1 - len(buf)))
                 if g is not None:
                     buf[nr] = g if buf[nr] is None else buf[nr] + g
-                deps[nxt] -= 1
-                if deps[nxt] == 0:
-                    heapq.heappush(heap, (-nxt._seq, next(counter), nxt))
+                left = deps[nxt] - 1
+                deps[nxt] = left
+                if not left:
+                    heappush(heap, (-nxt._seq, nxt))
             outs = g = None  # the buffers hold the gradients now (the leaf ownership test counts holders)
     finally:
         set_state("grad_enabled", prev)

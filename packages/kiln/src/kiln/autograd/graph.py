@@ -27,6 +27,7 @@ from kiln._state import anomaly, state
 from kiln._tensor import Tensor, _make
 
 _seq = itertools.count()
+_LEAF_SEQ = 1 << 62  # added to a leaf's AccumulateGrad sequence number: above every op node's
 _FREED_MESSAGE = (
     "Trying to backward through the graph a second time (or directly access saved tensors after they have "
     "already been freed). Saved intermediate values of the graph are freed when you call .backward() or "
@@ -70,7 +71,7 @@ class Node:
         "_tensor_pre_hooks",
         "_pre_hooks",
         "_post_hooks",
-        "metadata",
+        "_metadata",
         "__weakref__",
     )
 
@@ -81,9 +82,17 @@ class Node:
         self._tensor_pre_hooks: dict[int, list] | None = None
         self._pre_hooks: list | None = None
         self._post_hooks: list | None = None
-        self.metadata: dict = {}
+        self._metadata: dict | None = None  # made on first use: most nodes never have any
         if anomaly["enabled"]:
             self.metadata["traceback_"] = traceback.format_stack()[:-3]
+
+    @property
+    def metadata(self) -> dict:
+        """A dict for the user's own annotations of the node (PyTorch's ``Node.metadata``); anomaly mode keeps
+        the forward's traceback in it."""
+        if self._metadata is None:
+            self._metadata = {}
+        return self._metadata
 
     def name(self) -> str:
         """The node's class-like name, e.g. ``'MulBackward0'``."""
@@ -137,7 +146,7 @@ class AccumulateGrad(Node):
     def __init__(self, variable: Tensor):
         super().__init__(())
         self.variable = variable
-        self._seq = float("inf")  # run as soon as ready, like PyTorch
+        self._seq += _LEAF_SEQ  # run as soon as ready, like PyTorch (and still unique: the engine's heap key)
 
     def name(self) -> str:
         return "kiln::autograd::AccumulateGrad"
@@ -398,17 +407,20 @@ class OpNode(Node):
     def apply(self, grads: tuple) -> tuple:
         opdef = self.op
         needs: BackwardNeeds = opdef._backward_needs
-        if self.freed and any(_holds_saved(v) for v in self.saved.values()):
-            raise RuntimeError(_FREED_MESSAGE)
         saved = self.saved
-        kwargs = {}
+        if self.freed and any(_holds_saved(v) for v in saved.values()):
+            raise RuntimeError(_FREED_MESSAGE)
+        kwargs = dict(saved)
         for name, value in saved.items():
-            kwargs[name] = value.unpack(self) if isinstance(value, SavedTensor) else value
+            if value.__class__ is SavedTensor:
+                kwargs[name] = value.unpack(self)
         for name in self.seqs:  # a tensor-list parameter, or several outputs
             value = saved[name]
             kwargs[name] = type(value)(v.unpack(self) if isinstance(v, SavedTensor) else v for v in value)
+        layout = self.layout  # None: tensor parameter k is edge k, for every k
+        nf, metas = self.next_functions, self.input_meta
         if needs.needs_input_grad:
-            kwargs["needs_input_grad"] = _needs_input_grad(self.wants, len(self.layout))
+            kwargs["needs_input_grad"] = _needs_input_grad(self.wants, len(nf) if layout is None else len(layout))
         if needs.multi_grad:
             full = []
             for g, (shape, dtype, dev) in zip(grads, self.output_meta):
@@ -418,19 +430,25 @@ class OpNode(Node):
             result = opdef.backward(tuple(full), **kwargs)
         else:
             result = opdef.backward(grads[0], **kwargs)
-        if len(self.layout) == 1 and not isinstance(result, tuple):
-            result = (result,)
-        out = [None] * len(self.next_functions)
-        for entry, g in zip(self.layout, result):
-            if entry is None or g is None:
-                continue
-            if isinstance(entry, list):
-                for e, gi in zip(entry, g):
-                    if e is not None and gi is not None:
-                        out[e] = gi
-            else:
-                out[entry] = g
-        nf, metas = self.next_functions, self.input_meta
+        if layout is None and isinstance(result, tuple) and len(result) == len(nf):
+            out = list(result)
+        elif layout is None and len(nf) == 1 and not isinstance(result, tuple):
+            out = [result]
+        else:
+            if layout is None:
+                layout = range(len(nf))
+            if len(layout) == 1 and not isinstance(result, tuple):
+                result = (result,)
+            out = [None] * len(nf)
+            for entry, g in zip(layout, result):
+                if entry is None or g is None:
+                    continue
+                if isinstance(entry, list):
+                    for e, gi in zip(entry, g):
+                        if e is not None and gi is not None:
+                            out[e] = gi
+                else:
+                    out[entry] = g
         for i, g in enumerate(out):
             if g is not None and nf[i][0] is not None:
                 meta = metas[i]
@@ -553,6 +571,7 @@ def record(opdef, args: tuple, out) -> None:
     layout = []
     wants_grad = 0  # bit k: tensor parameter k requires grad (what needs_input_grad[k] will say)
     bit = 1
+    plain = True  # every tensor parameter is one tensor: parameter k is edge k
     for i in opdef.tensor_params:
         a = args[i]
         if isinstance(a, Tensor):
@@ -573,25 +592,24 @@ def record(opdef, args: tuple, out) -> None:
                 edges.append(_edge(t))
                 input_meta.append((t._shape, t._dtype, t._device))
             layout.append(sub)
+            plain = False
             if any(isinstance(t, Tensor) and t._requires_grad for t in a):
                 wants_grad |= bit
         else:
             layout.append(None)
+            plain = False
         bit <<= 1
     name = opdef.grad_fn_name
     cls = _NODE_CLASSES.get(name) if name.__class__ is str else None  # else _node_class makes or names it
     node = (cls or _node_class(opdef, args))(tuple(edges), opdef.num_outputs)
     node.op = opdef
-    node.layout = layout
+    node.layout = None if plain else layout
     node.wants = wants_grad
     node.input_meta = input_meta
     node.freed = False
-    if opdef.num_outputs > 1:
-        outs = out
-        node.output_meta = [(o._shape, o._dtype, o._device) for o in outs]
-    else:
-        outs = (out,)
-        node.output_meta = [(out._shape, out._dtype, out._device)]
+    outs = out if opdef.num_outputs > 1 else (out,)
+    # a formula of several gradients is given zeros for those that do not arrive
+    node.output_meta = [(o._shape, o._dtype, o._device) for o in outs] if needs.multi_grad else None
     saved = {}
     seqs = []
     guards = needs.arg_guards

@@ -64,8 +64,24 @@ def test_sole_owner_test_of_a_leafs_first_gradient():
     assert not _sole_owner(t, [kiln.from_numpy(np.ones((80, 64), np.float32)).t()])  # not the leaf's layout
     assert not _sole_owner(t, [kiln.ones(64, 80, dtype=kiln.float64)])
     assert not _sole_owner(kiln.zeros(80, 64, requires_grad=True).t(), [kiln.ones(64, 80)])
+    # small gradients too, in the layouts kernels return (the whole walk is left to large ones)
     small = kiln.zeros(3, 4, requires_grad=True)
-    assert not _sole_owner(small, [kiln.ones(3, 4)])  # small: a copy costs less than the test
+    assert _sole_owner(small, [kiln.ones(3, 4)])
+    a, b = kiln.randn(3, 4), kiln.randn(3, 4)
+    assert _sole_owner(small, [a + b])  # a NumPy result: the storage views the array the tensor caches
+    cached = a + b
+    cached._numpy()
+    assert not _sole_owner(small, [cached])  # this test holds it
+    kept = a + b
+    array = kept.numpy()
+    assert not _sole_owner(small, [kept.detach()])  # the user holds its array
+    del array
+    flat = kiln.zeros(12, requires_grad=True)
+    assert _sole_owner(flat, [kiln.randn(12) * 2])  # 1-D: the array is the storage
+    kept = kiln.randn(12) * 2
+    array = kept.numpy()
+    assert not _sole_owner(flat, [kept.detach()])
+    assert not _sole_owner(small, [kiln.ones(12).view(3, 4)])  # a view of a small base: copied
 
 
 def test_leaf_gradient_never_aliases_a_gradient_held_elsewhere():

@@ -187,6 +187,19 @@ def import_seconds(module: str, *, repeat: int) -> float:
 # ------------------------------------------------------------------------------------------ output
 
 
+def cpu_model() -> str | None:
+    """The CPU's model name (Linux: ``/proc/cpuinfo``; elsewhere what the platform says): the per-op ratios
+    against PyTorch differ between CPU makes, so a record names the one it was measured on."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
 def machine_info(torch) -> dict:
     """Where a record was measured (``torch`` may be None: a kiln-only record)."""
     import kiln
@@ -195,6 +208,7 @@ def machine_info(torch) -> dict:
         "platform": platform.platform(),
         "machine": platform.machine(),
         "processor": platform.processor() or None,
+        "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
         "python_implementation": platform.python_implementation(),

@@ -222,6 +222,31 @@ def test_a_leaf_and_its_accumulator_node_make_no_cycle():
     assert len(seen) == 2 and p.grad.tolist() == [6.0, 6.0]
 
 
+@pytest.mark.parametrize(
+    "graph",
+    [
+        lambda a, b, c: a * b,
+        lambda a, b, c: a + b + c,
+        lambda a, b, c: c * (a + b),
+        lambda a, b, c: (a * 2 + b) * c,
+    ],
+)
+def test_leaves_accumulate_in_pytorchs_order(graph):
+    """Leaves whose gradients become ready together accumulate in the order they became ready, as in
+    PyTorch: what their post-accumulate and tensor hooks see of the others' ``.grad`` is PyTorch's."""
+
+    def order(lib):
+        leaves = [lib.ones(3, requires_grad=True) for _ in range(3)]
+        seen = []
+        for name, t in zip("abc", leaves):
+            t.register_hook(lambda g, name=name: seen.append("hook " + name))
+            t.register_post_accumulate_grad_hook(lambda p, name=name: seen.append(name))
+        graph(*leaves).sum().backward()
+        return seen
+
+    assert order(kiln) == order(torch)
+
+
 def test_custom_function_needs_input_grad_and_non_differentiable():
     kx, tx = leaves([1.0, 3.0, 2.0])
     kw, tw = U.both(np.array([2.0, 2.0, 2.0]))

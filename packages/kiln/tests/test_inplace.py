@@ -359,6 +359,29 @@ def test_inplace_on_leaf_allowed_under_no_grad():
     U.assert_close(k.grad, t.grad)
 
 
+@pytest.mark.parametrize("src_dtype", ["float32", "float64"])
+def test_setitem_loop_through_views_matches_torch(src_dtype):
+    """``s[i] = y`` in a loop (a recurrent layer writing its outputs into a buffer): the view autograd
+    re-derives after each write (made without the dispatcher, see ``recorded_view``) carries PyTorch's node
+    names and gradients, for a source of the buffer's dtype (no conversion: a fresh view node) and of
+    another one."""
+    kx, tx = U.both(np.arange(12.0).reshape(4, 3) / 7, dtype=getattr(kiln, src_dtype), requires_grad=True)
+    kw, tw = U.both(np.linspace(-1, 1, 12).reshape(4, 3), dtype=kiln.float32, requires_grad=True)
+    results = []
+    for lib, x, w in ((kiln, kx, kw), (torch, tx, tw)):
+        s = w * 1
+        for i in range(4):
+            s[i] = x[i] * (i + 1)
+        v = s[2]
+        v.copy_(x[0])
+        (s * s).sum().backward()
+        results.append((type(v.grad_fn).__name__, s.grad_fn.name().split("::")[-1], x.grad, w.grad))
+    (kv, ks, kxg, kwg), (tv, ts, txg, twg) = results
+    assert (kv, ks) == (tv, ts) == ("AsStridedBackward0", "CopySlices")
+    U.assert_close(kxg, txg)
+    U.assert_close(kwg, twg)
+
+
 def test_inplace_makes_non_leaf_history_like_torch():
     """After ``y.add_(z)`` a plain tensor joins the graph: requires_grad, grad_fn class name, is_leaf."""
     ky, ty = kiln.zeros(3), torch.zeros(3)

@@ -21,7 +21,7 @@ from kiln._device import device as Device
 from kiln._dispatch import call_below_autograd, op
 from kiln._lazy import first_call
 from kiln._ops._meta import astype, broadcast_pair, check_inplace, is_scalar
-from kiln._ops.views import make_view
+from kiln._ops.views import make_view, recorded_view, view
 from kiln._reference import _quiet_enter, _quiet_exit
 from kiln._spec import Spec
 from kiln._state import away, post_modes, state
@@ -307,11 +307,13 @@ def _copy_on_host(dst: np.ndarray, src) -> None:
 
 def _copy_out_of_place(s: Tensor, src: Tensor) -> Tensor:
     """``src`` broadcast and cast to ``s``'s geometry, with autograd edges to ``src`` only."""
-    out = src.to(s._device, s._dtype)
+    out = src if src._dtype is s._dtype and src._device == s._device else src.to(s._device, s._dtype)
     if out._shape != s._shape:
         return out.expand(s._shape)
+    if out is not src:
+        return out
     # a fresh node even when nothing converts, so ``self`` never takes over a leaf's (empty) history
-    return out.view_as(out) if out is src else out
+    return recorded_view(view, out, (out._shape,), out._shape, out._stride, out._offset)
 
 
 Tensor.copy_ = copy_

@@ -13,6 +13,7 @@ import numpy as np
 
 from kiln import _dtype as dt
 from kiln._dispatch import SparseArgument, op, runs_bare
+from kiln._lazy import first_call
 from kiln._memory_format import check_memory_format, contiguous_format, preserve_format
 from kiln._ops._meta import wrap_dim
 from kiln._spec import Spec, StridedSpec
@@ -204,6 +205,26 @@ def _bare_view(public, meta, input: Tensor, size) -> Tensor:
         except SparseArgument:  # a sparse tensor: the dispatcher hands it to its sparse implementation
             pass
     return public(input, size)
+
+
+def recorded_view(public, input: Tensor, args: tuple, shape: tuple, stride: tuple, offset: int) -> Tensor:
+    """``public(input, *args)`` for a view op whose result's geometry (``shape``, ``stride``, ``offset``) the
+    caller knows to be valid: the view and, when autograd records, the op's node, as the dispatcher makes them,
+    without the op's meta function (its argument checks) and the dispatcher, unless a dispatch mode is on
+    this thread or a plugin kernel serves ``input``'s device. Autograd re-derives views this way after an
+    in-place write (``s[i] = y`` spent a third of its time in the checks and dispatch of two such views)."""
+    opdef = public.op
+    if (not away[0] or not (state.pre_autograd_modes or state.post_autograd_modes)) and opdef.kernels.get(
+        input._device.type, opdef.reference
+    ) is opdef.reference:
+        v = make_view(input, shape, stride, offset)
+        if input._requires_grad and (not away[0] or state.grad_enabled):
+            _record(opdef, (input, *args), v)
+        return v
+    return public(input, *args)
+
+
+_record = first_call(globals(), "kiln.autograd.graph", "record", "_record")  # kiln.autograd imports this module
 
 
 def _runs_view_kernel(public, input: Tensor) -> bool:

@@ -8,6 +8,7 @@ import threading
 import warnings
 from collections.abc import Callable, Sequence
 from heapq import heappop, heappush
+from itertools import count
 
 from kiln._state import anomaly, set_state
 from kiln._tensor import Tensor
@@ -105,9 +106,11 @@ def _propagate(
                     if nxt is not None and nxt in needed:
                         deps[nxt] = deps.get(nxt, 0) + 1
 
-    # Ready nodes run latest-recorded first; the sequence numbers are unique, so the heap never compares nodes.
+    # Ready nodes run latest-recorded first; leaves (sequence number inf) as soon as ready, in the order they
+    # became ready (the counter, which also keeps the heap from comparing nodes)
     buffers: dict[Node, list] = {}
     heap: list = []
+    counter = count()
     for node, nr, g in roots:
         buf = buffers.get(node)
         if buf is None:
@@ -115,12 +118,12 @@ def _propagate(
         buf[nr] = g if buf[nr] is None else buf[nr] + g
     for node in buffers:
         if not deps.get(node, 0):
-            heappush(heap, (-node._seq, node))
+            heappush(heap, (-node._seq, next(counter), node))
 
     prev = set_state("grad_enabled", bool(create_graph))
     try:
         while heap:
-            node = heappop(heap)[1]
+            node = heappop(heap)[2]
             grads = buffers.pop(node)
             if node._tensor_pre_hooks:
                 for nr, hooks in node._tensor_pre_hooks.items():
@@ -181,8 +184,8 @@ def _propagate(
                 left = deps[nxt] - 1
                 deps[nxt] = left
                 if not left:
-                    heappush(heap, (-nxt._seq, nxt))
-            outs = g = None  # the buffers hold the gradients now (the leaf ownership test counts holders)
+                    heappush(heap, (-nxt._seq, next(counter), nxt))
+            outs = g = buf = None  # the buffers hold the gradients now (the leaf ownership test counts holders)
     finally:
         set_state("grad_enabled", prev)
     if accumulate and inputs is not None:

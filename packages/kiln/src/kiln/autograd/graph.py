@@ -27,7 +27,6 @@ from kiln._state import anomaly, state
 from kiln._tensor import Tensor, _make
 
 _seq = itertools.count()
-_LEAF_SEQ = 1 << 62  # added to a leaf's AccumulateGrad sequence number: above every op node's
 _FREED_MESSAGE = (
     "Trying to backward through the graph a second time (or directly access saved tensors after they have "
     "already been freed). Saved intermediate values of the graph are freed when you call .backward() or "
@@ -146,7 +145,7 @@ class AccumulateGrad(Node):
     def __init__(self, variable: Tensor):
         super().__init__(())
         self.variable = variable
-        self._seq += _LEAF_SEQ  # run as soon as ready, like PyTorch (and still unique: the engine's heap key)
+        self._seq = float("inf")  # run as soon as ready, like PyTorch (leaves in the order they became ready)
 
     def name(self) -> str:
         return "kiln::autograd::AccumulateGrad"
@@ -543,6 +542,7 @@ def _refresh_view_history(view: Tensor) -> None:
     """The base was written in place since this view's history was recorded: the view's values now
     come from the base's new history, so re-derive the view from it (PyTorch does the same)."""
     from kiln._ops.strided import as_strided
+    from kiln._ops.views import recorded_view
 
     base = view._base
     view._view_vc = view._vc[0]
@@ -551,7 +551,8 @@ def _refresh_view_history(view: Tensor) -> None:
     prev = state.grad_enabled
     state.grad_enabled = True
     try:
-        fresh = as_strided(base, view._shape, view._stride, view._offset)
+        geometry = (view._shape, view._stride, view._offset)
+        fresh = recorded_view(as_strided, base, geometry, *geometry)
     finally:
         state.grad_enabled = prev
     view.grad_fn = fresh.grad_fn

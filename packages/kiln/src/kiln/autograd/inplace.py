@@ -37,6 +37,7 @@ class CopySlices(Node):
 def rebase_view_history(view: Tensor, out: Tensor) -> None:
     """``view`` was overwritten in place with ``out`` (which carries the op's node): rewrite history."""
     from kiln._ops.strided import as_strided
+    from kiln._ops.views import recorded_view
 
     base = view._base
     node = CopySlices((_edge(base), *out.grad_fn.next_functions))
@@ -46,7 +47,8 @@ def rebase_view_history(view: Tensor, out: Tensor) -> None:
     base.grad_fn = node
     base._output_nr = 0
     base._requires_grad = True
-    fresh = as_strided(base, view._shape, view._stride, view._offset)
+    geometry = (view._shape, view._stride, view._offset)
+    fresh = recorded_view(as_strided, base, geometry, *geometry)
     view.grad_fn = fresh.grad_fn
     view._output_nr = 0
     view._requires_grad = True

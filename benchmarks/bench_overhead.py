@@ -154,6 +154,39 @@ def make_cases(kiln, torch) -> list[dict]:
         }
     )
 
+    # a hand-written loop's write with autograd (a recurrent layer filling its output buffer): s[i] = y
+    buf_np = np.zeros((16, 8), np.float32)
+    y_np = rng.standard_normal(8).astype(np.float32)
+    buf_k, y_k = kiln.from_numpy(buf_np.copy()), kiln.from_numpy(y_np.copy()).requires_grad_()
+    buf_t, y_t = from_numpy_torch(buf_np), from_numpy_torch(y_np)
+    y_t = y_t if y_t is None else y_t.requires_grad_()
+
+    def setitem_kiln():
+        s = buf_k.clone()
+        s[3] = y_k
+        return s
+
+    def setitem_torch():
+        s = buf_t.clone()
+        s[3] = y_t
+        return s
+
+    def setitem_numpy():
+        s = buf_np.copy()
+        s[3] = y_np
+        return s
+
+    np.testing.assert_array_equal(setitem_kiln().detach().numpy(), setitem_numpy())
+    cases.append(
+        {
+            "name": "setitem grad",
+            "what": "s = buf.clone(); s[3] = y, y (8 floats) requires grad, buf 16x8; NumPy: the same without autograd",
+            "kiln": setitem_kiln,
+            "torch": setitem_torch,
+            "numpy": setitem_numpy,
+        }
+    )
+
     m1_np = rng.standard_normal((64, 64)).astype(np.float32)
     m2_np = rng.standard_normal((64, 64)).astype(np.float32)
     m1_k, m2_k = kiln.from_numpy(m1_np.copy()), kiln.from_numpy(m2_np.copy())

@@ -81,6 +81,7 @@ def test_sole_owner_test_of_a_leafs_first_gradient():
     kept = kiln.randn(12) * 2
     array = kept.numpy()
     assert not _sole_owner(flat, [kept.detach()])
+    del array  # held to here
     assert not _sole_owner(small, [kiln.ones(12).view(3, 4)])  # a view of a small base: copied
 
 

@@ -21,7 +21,7 @@ from kiln._device import device as Device
 from kiln._dispatch import call_below_autograd, op
 from kiln._lazy import first_call
 from kiln._ops._meta import astype, broadcast_pair, check_inplace, is_scalar
-from kiln._ops.views import make_view, recorded_view, view
+from kiln._ops.views import make_view
 from kiln._reference import _quiet_enter, _quiet_exit
 from kiln._spec import Spec
 from kiln._state import away, post_modes, state
@@ -34,6 +34,7 @@ overwritten = first_call(globals(), "kiln.autograd.graph", "overwritten")
 rebind_saved_result = first_call(globals(), "kiln.autograd.graph", "rebind_saved_result")
 _register_retain_grad = first_call(globals(), "kiln.autograd.graph", "_register_retain_grad")
 rebase_view_history = first_call(globals(), "kiln.autograd.inplace", "rebase_view_history")
+copy_node = first_call(globals(), "kiln.autograd.inplace", "copy_node")
 
 TOP_LEVEL = ("copy_",)
 """The names ``kiln`` exports at its top level (as ``torch`` does)."""
@@ -306,14 +307,17 @@ def _copy_on_host(dst: np.ndarray, src) -> None:
 
 
 def _copy_out_of_place(s: Tensor, src: Tensor) -> Tensor:
-    """``src`` broadcast and cast to ``s``'s geometry, with autograd edges to ``src`` only."""
-    out = src if src._dtype is s._dtype and src._device == s._device else src.to(s._device, s._dtype)
+    """``src`` broadcast and cast to ``s``'s geometry; when ``src`` requires grad, with a ``CopyBackwards``
+    node (:func:`kiln.autograd.inplace.copy_node`), as PyTorch gives ``copy_``."""
+    out = src.detach()
+    if out._dtype is not s._dtype or out._device != s._device:
+        out = out.to(s._device, s._dtype)
     if out._shape != s._shape:
-        return out.expand(s._shape)
-    if out is not src:
-        return out
-    # a fresh node even when nothing converts, so ``self`` never takes over a leaf's (empty) history
-    return recorded_view(view, out, (out._shape,), out._shape, out._stride, out._offset)
+        out = out.expand(s._shape)
+    if src._requires_grad:
+        out.grad_fn = copy_node(s, src)
+        out._requires_grad = True
+    return out
 
 
 Tensor.copy_ = copy_

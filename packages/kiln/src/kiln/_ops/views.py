@@ -212,7 +212,7 @@ def recorded_view(public, input: Tensor, args: tuple, shape: tuple, stride: tupl
     caller knows to be valid: the view and, when autograd records, the op's node, as the dispatcher makes them,
     without the op's meta function (its argument checks) and the dispatcher, unless a dispatch mode is on
     this thread or a plugin kernel serves ``input``'s device. Autograd re-derives views this way after an
-    in-place write (``s[i] = y`` spent a third of its time in the checks and dispatch of two such views)."""
+    in-place write (``s[i] = y`` spent a sixth of its time in the checks and dispatch of that view)."""
     opdef = public.op
     if (not away[0] or not (state.pre_autograd_modes or state.post_autograd_modes)) and opdef.kernels.get(
         input._device.type, opdef.reference

@@ -11,9 +11,9 @@ import numbers
 
 import numpy as np
 
+from kiln import _dispatch
 from kiln import _dtype as dt
 from kiln._dispatch import SparseArgument, op, runs_bare
-from kiln._lazy import first_call
 from kiln._memory_format import check_memory_format, contiguous_format, preserve_format
 from kiln._ops._meta import wrap_dim
 from kiln._spec import Spec, StridedSpec
@@ -219,12 +219,9 @@ def recorded_view(public, input: Tensor, args: tuple, shape: tuple, stride: tupl
     ) is opdef.reference:
         v = make_view(input, shape, stride, offset)
         if input._requires_grad and (not away[0] or state.grad_enabled):
-            _record(opdef, (input, *args), v)
+            _dispatch._record(opdef, (input, *args), v)  # the dispatcher's own recording, as after a kernel
         return v
     return public(input, *args)
-
-
-_record = first_call(globals(), "kiln.autograd.graph", "record", "_record")  # kiln.autograd imports this module
 
 
 def _runs_view_kernel(public, input: Tensor) -> bool:

@@ -415,6 +415,22 @@ def test_copy_gives_pytorchs_copybackwards(dst_shape, src_shape, src_dtype, dst_
     U.assert_close(kyg, tyg)
 
 
+@pytest.mark.parametrize("dtype", ["int8", "int64", "bool"])
+def test_copy_into_an_integer_tensor_takes_no_history(dtype):
+    """A gradient does not flow through a cast to an integer or bool destination (PyTorch: no grad_fn, and
+    backward through it raises)."""
+    for lib in (kiln, torch):
+        x = lib.tensor([1.7, 2.2, -0.6], requires_grad=True)
+        q = lib.empty(3, dtype=getattr(lib, dtype))
+        q.copy_(x * 10)
+        b = lib.zeros(2, 3, dtype=getattr(lib, dtype))
+        b[0] = x
+        assert not q.requires_grad and q.grad_fn is None
+        assert not b.requires_grad and b.grad_fn is None and b.is_leaf
+        with pytest.raises(RuntimeError, match="does not require grad"):
+            (q.float() * 2).sum().backward()
+
+
 def test_inplace_makes_non_leaf_history_like_torch():
     """After ``y.add_(z)`` a plain tensor joins the graph: requires_grad, grad_fn class name, is_leaf."""
     ky, ty = kiln.zeros(3), torch.zeros(3)

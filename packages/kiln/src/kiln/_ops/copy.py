@@ -314,7 +314,7 @@ def _copy_out_of_place(s: Tensor, src: Tensor) -> Tensor:
         out = out.to(s._device, s._dtype)
     if out._shape != s._shape:
         out = out.expand(s._shape)
-    if src._requires_grad:
+    if src._requires_grad and s._dtype.is_floating_point:  # an integer or bool destination takes no history
         out.grad_fn = copy_node(s, src)
         out._requires_grad = True
     return out

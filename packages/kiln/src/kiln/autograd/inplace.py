@@ -29,7 +29,10 @@ class CopyBackwards(Node):
 
     def apply(self, grads: tuple) -> tuple:
         (grad,) = grads
-        g = grad if grad._device == self.source_meta[2] else grad.to(self.source_meta[2])
+        _shape, dtype, device = self.source_meta
+        # cast first, then sum over the broadcast dims in the source's dtype (PyTorch's order: a float32 source
+        # written into bfloat16 is summed in float32)
+        g = grad if grad._device == device and grad._dtype is dtype else grad.to(device, dtype)
         g = _fit_to_input(g, self.source_meta, self, len(self.next_functions) - 1)
         if len(self.next_functions) == 1:
             return (g,)

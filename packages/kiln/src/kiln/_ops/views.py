@@ -214,9 +214,9 @@ def recorded_view(public, input: Tensor, args: tuple, shape: tuple, stride: tupl
     this thread or a plugin kernel serves ``input``'s device. Autograd re-derives views this way after an
     in-place write (``s[i] = y`` spent a sixth of its time in the checks and dispatch of that view)."""
     opdef = public.op
-    if (not away[0] or not (state.pre_autograd_modes or state.post_autograd_modes)) and opdef.kernels.get(
-        input._device.type, opdef.reference
-    ) is opdef.reference:
+    if (not away[0] or not (state.pre_autograd_modes or state.post_autograd_modes)) and _generic_kernel_serves(
+        opdef, input
+    ):
         v = make_view(input, shape, stride, offset)
         if input._requires_grad and (not away[0] or state.grad_enabled):
             _dispatch._record(opdef, (input, *args), v)  # the dispatcher's own recording, as after a kernel
@@ -228,7 +228,13 @@ def _runs_view_kernel(public, input: Tensor) -> bool:
     """Whether the dispatcher would only run the meta function of view op ``public`` and its device-generic
     kernel on ``input``: :func:`kiln._dispatch.runs_bare`, and no plugin kernel registered for the device
     type."""
-    return runs_bare(input) and public.op.kernels.get(input._device.type, _view_kernel) is _view_kernel
+    return runs_bare(input) and _generic_kernel_serves(public.op, input)
+
+
+def _generic_kernel_serves(opdef, input: Tensor) -> bool:
+    """Whether a view op's device-generic kernel (its reference) serves ``input``'s device: no plugin kernel
+    is registered for the device type."""
+    return opdef.kernels.get(input._device.type, opdef.reference) is opdef.reference
 
 
 Tensor.view = _tensor_view

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from kiln._lazy import first_call
 from kiln._tensor import Tensor
-from kiln.autograd.graph import _NO_EDGE, Node, _edge, _fit_to_input
+from kiln.autograd.graph import _NO_EDGE, Node, _edge, _fit_to_input, _refresh_view_history
 
 _zeros_like = first_call(globals(), "kiln._ops.creation", "zeros_like", "_zeros_like")  # kiln._ops imports this
 
@@ -73,9 +73,6 @@ class CopySlices(Node):
 
 def rebase_view_history(view: Tensor, out: Tensor) -> None:
     """``view`` was overwritten in place with ``out`` (which carries the op's node): rewrite history."""
-    from kiln._ops.strided import as_strided
-    from kiln._ops.views import recorded_view
-
     base = view._base
     node = CopySlices((_edge(base), *out.grad_fn.next_functions))
     node.base_geometry = (base._shape, base._stride, base._offset)
@@ -84,9 +81,5 @@ def rebase_view_history(view: Tensor, out: Tensor) -> None:
     base.grad_fn = node
     base._output_nr = 0
     base._requires_grad = True
-    geometry = (view._shape, view._stride, view._offset)
-    fresh = recorded_view(as_strided, base, geometry, *geometry)
-    view.grad_fn = fresh.grad_fn
-    view._output_nr = 0
     view._requires_grad = True
-    view._view_vc = view._vc[0]
+    _refresh_view_history(view)  # the view, from the base's new history

@@ -76,6 +76,8 @@ def make_cases(kiln, torch) -> list[dict]:
     ah_t, bh_t = a_t.to(torch.bfloat16), b_t.to(torch.bfloat16)
     ah_np, bh_np = ah_k.numpy(), bh_k.numpy()
     c_np = a_np > 0
+    d_np = a_np.copy()
+    d_k, d_t = kiln.from_numpy(a_np.copy()), torch.from_numpy(a_np.copy())
     c_k, c_t = kiln.from_numpy(c_np.copy()), torch.from_numpy(c_np.copy())
 
     def sigmoid_np(x):
@@ -117,6 +119,31 @@ def make_cases(kiln, torch) -> list[dict]:
             lambda: kiln.lerp(a_k, b_k, 0.3),
             lambda: torch.lerp(a_t, b_t, 0.3),
             lambda: a_np + np.float32(0.3) * (b_np - a_np),
+        ),
+        # in place: each library writes into its own copy of a (the updates keep the values finite and normal)
+        (
+            "add_ 16M",
+            "d.add_(b, alpha=1e-3), float32, 16M (a hand-written SGD step; NumPy: d += 1e-3 * b)",
+            3 * N * f4,
+            lambda: d_k.add_(b_k, alpha=1e-3),
+            lambda: d_t.add_(b_t, alpha=1e-3),
+            lambda: np.add(d_np, np.float32(1e-3) * b_np, out=d_np),
+        ),
+        (
+            "mul_ 16M",
+            "d.mul_(0.999), float32, 16M",
+            2 * N * f4,
+            lambda: d_k.mul_(0.999),
+            lambda: d_t.mul_(0.999),
+            lambda: np.multiply(d_np, np.float32(0.999), out=d_np),
+        ),
+        (
+            "addcmul_ 16M",
+            "d.addcmul_(b, b, value=1e-3), float32, 16M (NumPy: d += 1e-3 * b * b)",
+            3 * N * f4,
+            lambda: d_k.addcmul_(b_k, b_k, value=1e-3),
+            lambda: d_t.addcmul_(b_t, b_t, value=1e-3),
+            lambda: np.add(d_np, np.float32(1e-3) * b_np * b_np, out=d_np),
         ),
         ("sum 16M", "a.sum(), float32, 16M", N * f4, lambda: a_k.sum(), lambda: a_t.sum(), lambda: a_np.sum()),
         ("max 16M", "a.max(), float32, 16M", N * f4, lambda: a_k.max(), lambda: a_t.max(), lambda: a_np.max()),

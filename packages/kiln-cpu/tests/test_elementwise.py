@@ -150,12 +150,67 @@ def test_result_keeps_the_layout_of_dense_operands():
     assert out.is_contiguous() is False
 
 
-def test_in_place_variants_use_the_kernels(spy):
+# the in-place forms of BINARY's arithmetic ops (``add_``...): their loops write over ``self``
+INPLACE_BINARY = {
+    "add": lambda a, b: a.add_(b),
+    "add-alpha": lambda a, b: a.add_(b, alpha=0.5 if _is_float(a, b) else 3),
+    "sub-alpha": lambda a, b: a.sub_(b, alpha=-2.5 if _is_float(a, b) else -7),
+    "mul": lambda a, b: a.mul_(b),
+    "div": lambda a, b: a.div_(b),
+    "div-floor": lambda a, b: a.div_(b, rounding_mode="floor"),
+}
+# the layouts whose result has self's shape; "flat" results run the in-place flat loop
+INPLACE_LAYOUTS = ["contiguous", "transposed", "mixed", "strided", "broadcast-row", "0-d", "0-d-other"]
+INPLACE_DTYPES = [kiln.float32, kiln.int64, kiln.bfloat16]
+
+
+@pytest.mark.parametrize("layout", INPLACE_LAYOUTS)
+@pytest.mark.parametrize("dtype", INPLACE_DTYPES, ids=str)
+@pytest.mark.parametrize("name", list(INPLACE_BINARY))
+def test_binary_in_place_loops_match_out_of_place(name, dtype, layout, spy):
+    """``a.add_(b)`` writes, bit for bit, what ``a + b`` computes (checked against the reference above),
+    into ``a``'s own memory, in the in-place loops."""
+    fn, served, code = BINARY[name]
+    a, b, expected_layout = _layouts(dtype)[layout]
+    if name == "div" and not dtype.is_floating_point:
+        pytest.skip("true division of integers makes a float result, which an integer self cannot take")
+    if _is_int_division(name, dtype):
+        b = b.abs() + 1
+    expected = fn(a, b)
+    ptr, version = a.data_ptr(), a._version
+    spy.clear()
+    assert INPLACE_BINARY[name](a, b) is a
+    assert_same(a, expected, layout=False)
+    assert (a.data_ptr(), a._version) == (ptr, version + 1)
+    ran = [c for c in spy if c[0] == "binary"]
+    in_place = {"flat": "flat_inplace", "strided": "strided"}[expected_layout]
+    assert ran == ([("binary", code, in_place, *_half(dtype))] if dtype in served else [])
+
+
+def test_in_place_loops_leave_operands_that_overlap_self_to_numpy(spy):
+    """An operand reading ``self``'s memory in other places than ``self`` (where PyTorch lets it: not both
+    dense) is not given to a loop that would read values it already overwrote; the same tensor is."""
+    base = make((6, 14), kiln.float32)
+    a, b = base[:, ::2], base[:, 1::2]
+    expected = reference(lambda x, y: x * y, a, b)
+    a.mul_(b)
+    assert_same(a, expected, layout=False)
+    assert spy == []
+    x = make((6, 7), kiln.float32)
+    expected = reference(lambda t: t + t, x)
+    x.add_(x)
+    assert_same(x, expected)
+    assert [c[2] for c in spy] == ["flat_inplace"]
+
+
+def test_in_place_variants_use_the_in_place_loops(spy):
     a = make((6, 7), kiln.float32)
     expected = reference(lambda x: x * 2.0 + 1.0, a)
+    ptr = a.data_ptr()
     a.mul_(2.0).add_(1.0)
     assert_same(a, expected)
-    assert [c[2] for c in spy] == ["scalar", "scalar"]
+    assert a.data_ptr() == ptr
+    assert [c[2] for c in spy] == ["scalar_inplace", "scalar_inplace"]
 
 
 # ------------------------------------------------------------------------------------------- unary
@@ -208,6 +263,24 @@ def test_unary_matches_reference(name, dtype, layout, spy):
         assert ran == [("unary", getattr(_opcodes, name.upper()), expected_layout, *_half(dtype))]
     else:
         assert ran == []
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "strided", "0-d"])
+@pytest.mark.parametrize("dtype", INPLACE_DTYPES, ids=str)
+@pytest.mark.parametrize("name", ["neg", "abs", "relu", "sqrt", "exp", "sigmoid"])
+def test_unary_in_place_loops_match_out_of_place(name, dtype, layout, spy):
+    served = UNARY[name][0]
+    x, expected_layout = _unary_layouts(dtype)[layout]
+    if dtype not in served:
+        pytest.skip(f"{name} of {dtype} makes another dtype or runs the reference")
+    expected = getattr(kiln, name)(x)
+    ptr = x.data_ptr()
+    spy.clear()
+    assert getattr(x, f"{name}_")() is x
+    assert_same(x, expected, layout=False)
+    assert x.data_ptr() == ptr
+    in_place = {"flat": "flat_inplace", "strided": "strided"}[expected_layout]
+    assert [c for c in spy if c[0] == "unary"] == [("unary", getattr(_opcodes, name.upper()), in_place, *_half(dtype))]
 
 
 @pytest.mark.parametrize("code", [_opcodes.EXP, _opcodes.NEG])

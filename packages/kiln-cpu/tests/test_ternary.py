@@ -64,6 +64,47 @@ def test_ternary_matches_reference(name, dtype, layout, spy):
     assert ran == ([] if expected is None else [("ternary", code, expected, *_half(dtype))])
 
 
+# in-place forms: self is the first operand, so a layout whose first operand is expanded does not apply
+INPLACE = {
+    "addcmul": lambda x, y, z: x.addcmul_(y, z, value=0.75),
+    "addcdiv": lambda x, y, z: x.addcdiv_(y, z, value=-1.3),
+    "lerp": lambda x, y, z: x.lerp_(y, z),
+    "clamp": lambda x, y, z: x.clamp_(y, z),
+    "clamp_min": lambda x, y, z: x.clamp_min_(y),
+}
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "mixed", "strided", "broadcast", "0-d"])
+@pytest.mark.parametrize("dtype", [kiln.float32, kiln.bfloat16], ids=str)
+@pytest.mark.parametrize("name", list(INPLACE))
+def test_in_place_loops_match_out_of_place(name, dtype, layout, spy):
+    """``x.addcmul_(y, z)`` writes, bit for bit, what ``addcmul(x, y, z)`` computes, into ``x``'s memory."""
+    fn, _, code = OPS[name]
+    operands, expected_layout = _layouts(dtype)[layout]
+    expected = fn(*operands)
+    x = operands[0]
+    ptr = x.data_ptr()
+    spy.clear()
+    assert INPLACE[name](*operands) is x
+    assert_same(x, expected, layout=False)
+    assert x.data_ptr() == ptr
+    in_place = {"flat": "flat_inplace", "strided": "strided"}[expected_layout]
+    assert [c for c in spy if c[0] == "ternary"] == [("ternary", code, in_place, *_half(dtype))]
+
+
+def test_in_place_numbers_and_a_shared_operand(spy):
+    x, y = make((6, 7), kiln.float32, 0), make((6, 7), kiln.float32, 1)
+    for method, fn in (
+        (lambda t: t.lerp_(y, 0.3), lambda t: kiln.lerp(t, y, 0.3)),
+        (lambda t: t.clamp_(-0.5, 0.5), lambda t: t.clamp(-0.5, 0.5)),
+        (lambda t: t.addcmul_(t, t, value=0.5), lambda t: kiln.addcmul(t, t, t, value=0.5)),
+    ):
+        expected = reference(fn, x)
+        method(x)
+        assert_same(x, expected)
+    assert [c[2] for c in spy if c[0] == "ternary"] == ["flat_inplace"] * 3
+
+
 @pytest.mark.parametrize("dtype", FLOAT + HALF, ids=str)
 def test_python_numbers_take_the_references_values(dtype, spy):
     """A number operand of ``where`` and ``clamp`` is rounded to the tensor's precision first, ``lerp``'s

@@ -203,6 +203,55 @@ def test_dtype_narrowed_kernels_and_precedence():
     assert _plugins.kernel_owner("neg", "cpu") == owner
 
 
+def test_inplace_kernels_of_a_plugin_come_first_and_may_decline():
+    """``register(op, device, kernel, inplace=True)``: the in-place variant (``mul_``) asks the plugin's
+    in-place kernel first; one that returns None leaves the call to the next registration (the reference's
+    ufunc), and to the out-of-place kernel and a copy where none takes it."""
+    calls = []
+
+    class InPlace:
+        def kiln_register_kernels(self, register):
+            def mul_(spec, a, b):
+                calls.append(tuple(a.shape))
+                if a.numel() < 4:
+                    return None  # declined: nothing written
+                np.multiply(a.numpy(), b if not isinstance(b, kiln.Tensor) else b.numpy(), out=a.numpy())
+                return a
+
+            register("mul", "cpu", mul_, dtypes=(kiln.float64,), inplace=True)
+
+    _plugins.register_plugin(InPlace(), name="inplace-mul")
+    try:
+        big, small = kiln.ones(2, 3, dtype=kiln.float64), kiln.ones(3, dtype=kiln.float64)
+        big.mul_(3.0)
+        small.mul_(kiln.full((3,), 2.0, dtype=kiln.float64))
+        kiln.ones(2, 3).mul_(2.0)  # float32: not the plugin's
+        assert calls == [(2, 3), (3,)]
+        assert big.tolist() == [[3.0] * 3] * 2 and small.tolist() == [2.0] * 3
+        assert big._version == 1 and small._version == 1
+        with kiln.enable_grad():
+            x = kiln.ones(2, 3, dtype=kiln.float64, requires_grad=True) * 1
+            x.mul_(2.0)  # autograd records: the out-of-place kernel and a copy, no in-place kernel
+        assert calls == [(2, 3), (3,)] and x.grad_fn is not None
+    finally:
+        _plugins.unregister_plugin("inplace-mul")
+    kiln.ones(2, 3, dtype=kiln.float64).mul_(2.0)
+    assert calls == [(2, 3), (3,)]
+
+
+def test_an_inplace_kernel_needs_an_op_with_an_inplace_variant():
+    class Wrong:
+        def kiln_register_kernels(self, register):
+            register("matmul", "cpu", lambda spec, a, b: None, inplace=True)
+
+    info = _plugins.register_plugin(Wrong(), name="wrong-inplace")
+    try:
+        assert "ValueError: op 'matmul' has no in-place variant" in info.error  # the plugin loads whole or not at all
+        assert not OPS["matmul"].inplace_kernels
+    finally:
+        _plugins.unregister_plugin("wrong-inplace")
+
+
 def test_thread_controls_come_from_backends():
     calls = []
 

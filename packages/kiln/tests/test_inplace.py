@@ -359,6 +359,113 @@ def test_inplace_on_leaf_allowed_under_no_grad():
     U.assert_close(k.grad, t.grad)
 
 
+# ---------------------------------------------------------------------------------------- in-place kernels
+
+# the write, on a fresh 4x6 tensor of 0..23 in each library (PyTorch's result where the operand reads the
+# written memory in other places and either is not dense depends on its loop order: no such case here)
+_OVERLAPS = {
+    "shifted rows": lambda x: x[1:].add_(x[:-1]),
+    "shifted copy": lambda x: x[1:].copy_(x[:-1]),
+    "own row broadcast": lambda x: x.mul_(x[0]),
+    "neighbouring blocks (not dense)": lambda x: x.view(2, 12)[:, :4].sub_(x.view(2, 12)[:, 4:8]),
+    "own transpose": lambda x: x.view(24)[:16].view(4, 4).add_(x.view(24)[:16].view(4, 4).t()),
+    "lerp toward own shift": lambda x: x.view(24)[1:].lerp_(x.view(24)[:-1], 0.5),
+    "addcmul with own shift": lambda x: x.view(24)[2:].addcmul_(x.view(24)[:-2], x.view(24)[1:-1]),
+    "self": lambda x: x.add_(x),
+    "self alpha": lambda x: x.sub_(x, alpha=0.5),
+    "self as every operand": lambda x: x.addcdiv_(x, x + 1, value=2),
+    "same memory, same layout": lambda x: x.mul_(x.view(24).view(4, 6)),
+    "copy of itself": lambda x: x.copy_(x[:]),
+    "interleaved (not dense)": lambda x: x[:, ::2].add_(x[:, 1::2]),
+    "disjoint halves": lambda x: x[:2].add_(x[2:]),
+    "reversed rows (a copy)": lambda x: x.add_(x.flip(0)),
+}
+
+
+@pytest.mark.parametrize("case", list(_OVERLAPS))
+def test_inplace_reading_its_own_memory_matches_torch(case):
+    """An in-place op whose operand shares memory with ``self``: PyTorch's error where the operand reads
+    the written memory in other places (both dense: a partial overlap), PyTorch's values otherwise."""
+    fn = _OVERLAPS[case]
+    k, t = U.both(np.arange(24.0).reshape(4, 6))
+    try:
+        fn(t)
+    except RuntimeError:
+        U.assert_same_error(lambda: fn(k), lambda: fn(torch.arange(24.0).reshape(4, 6)), exact=True)
+        U.assert_close(k, t)  # nothing written
+        return
+    assert fn(k) is not None
+    U.assert_close(k, t)
+    assert k._version == t._version
+
+
+@pytest.mark.parametrize("shape", [(5, 7), (48, 50)], ids=["small", "large"])
+@pytest.mark.parametrize("dtype", [kiln.float32, kiln.float64, kiln.bfloat16], ids=U.dtype_id)
+def test_inplace_writes_into_self_as_torch(shape, dtype):
+    """In-place ops with nothing to record write into ``self``'s own memory (large tensors: kiln-cpu's
+    in-place loops where it is installed; small ones: NumPy's ufuncs or out of place), as PyTorch does."""
+    cases = {
+        "add_": lambda a, b, L: a.add_(b),
+        "add_ alpha": lambda a, b, L: a.add_(b, alpha=-0.25),
+        "sub_ row": lambda a, b, L: a.sub_(b[0]),
+        "mul_ scalar": lambda a, b, L: a.mul_(0.9),
+        "div_": lambda a, b, L: a.div_(b.abs() + 1),
+        "addcmul_": lambda a, b, L: a.addcmul_(b, b, value=0.5),
+        "addcdiv_": lambda a, b, L: a.addcdiv_(b, b.abs() + 1, value=-2),
+        "lerp_": lambda a, b, L: a.lerp_(b, 0.25),
+        "clamp_": lambda a, b, L: a.clamp_(-0.5, 0.75),
+        "clamp_min_ tensor": lambda a, b, L: a.clamp_min_(b),
+        "exp_": lambda a, b, L: a.exp_(),
+        "sigmoid_": lambda a, b, L: a.sigmoid_(),
+        "relu_": lambda a, b, L: a.relu_(),
+        "neg_": lambda a, b, L: a.neg_(),
+        "sqrt_": lambda a, b, L: a.abs_().sqrt_(),
+    }
+    for layout in ("contiguous", "transposed", "strided"):
+        for name, fn in cases.items():
+            x = U.make_pair(shape, dtype, layout=layout, seed=7)
+            y = U.make_pair(shape, dtype, seed=8)
+            ptr = x.k.data_ptr()
+            _apply_both(x, lambda a: fn(a, y.k, kiln), lambda a: fn(a, y.t, torch))
+            assert x.k.data_ptr() == ptr, f"{name} ({layout}) moved self"
+
+
+def test_inplace_update_of_a_parameter_under_no_grad_matches_torch():
+    """A hand-written optimizer's step: ``p.add_(g, alpha=-lr)`` on leaves that require grad, in
+    ``no_grad``, large enough for kiln-cpu's in-place loops; the history stays as it was."""
+    rng = np.random.default_rng(0)
+    w, g = rng.standard_normal((64, 40)).astype(np.float32), rng.standard_normal((64, 40)).astype(np.float32)
+    pk, pt = U.both(w, requires_grad=True)
+    for lib, p in ((kiln, pk), (torch, pt)):
+        grad = lib.tensor(g)
+        with lib.no_grad():
+            p.add_(grad, alpha=-0.1)
+            p.mul_(0.99).addcmul_(grad, grad, value=-0.01)
+    U.assert_close(pk, pt)
+    assert pk.is_leaf and pk.requires_grad and pk.grad_fn is None
+    assert pk._version == pt._version
+
+
+def test_a_tracer_sees_an_inplace_op_as_the_op_and_a_copy():
+    """Under a dispatch mode the in-place kernels stand aside: a tracer sees the op and the write."""
+    from kiln._modes import DispatchMode
+
+    class Seen(DispatchMode):
+        def __init__(self):
+            self.ops = []
+
+        def dispatch(self, op, args, redispatch):
+            self.ops.append(op.name)
+            return redispatch(op, args)
+
+    x, y = kiln.ones(64, 40), kiln.ones(64, 40)
+    with Seen() as seen:
+        x.add_(y, alpha=2)
+        x.exp_()
+    assert seen.ops == ["add", "_copy_from", "exp", "_copy_from"]
+    assert x[0, 0].item() == pytest.approx(np.exp(3.0))
+
+
 @pytest.mark.parametrize("src_dtype", ["float32", "float64"])
 def test_setitem_loop_through_views_matches_torch(src_dtype):
     """``s[i] = y`` in a loop (a recurrent layer writing its outputs into a buffer): the view autograd

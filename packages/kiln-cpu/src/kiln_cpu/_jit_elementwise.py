@@ -66,6 +66,21 @@ def _make_binary(code, half):
         for i in range(hi - lo):
             ov[i] = store(out_half, binop(code, load(half, av[i]), s, c))
 
+    # In-place forms (``add_``): the result overwrites ``a``. One array read and written, where ``flat`` would
+    # get the same array twice and LLVM's overlap check would send it to the loop's scalar form.
+    def flat_inplace(a, b, c, lo, hi):
+        """``a <op>= b``, both dense with the same layout, over [lo, hi)."""
+        av = a[lo:hi]
+        bv = b[lo:hi]
+        for i in range(hi - lo):
+            av[i] = store(out_half, binop(code, load(half, av[i]), load(half, bv[i]), c))
+
+    def scalar_inplace(a, s, c, lo, hi):
+        """``a <op>= s``, a dense array and a scalar in the compute dtype."""
+        av = a[lo:hi]
+        for i in range(hi - lo):
+            av[i] = store(out_half, binop(code, load(half, av[i]), s, c))
+
     def strided(a, ao, ast, b, bo, bst, out, ost, shape, c, lo, hi):
         """Any strides (in elements; broadcast dims have stride 0) over 1-d storages with offsets,
         shapes coalesced to 4-d; ``out`` is a fresh dense buffer, ``ost`` its strides. Tasks [lo, hi)
@@ -88,6 +103,8 @@ def _make_binary(code, half):
     return {
         "flat": njit(**opts)(flat),
         "scalar": njit(**opts)(flat_scalar),
+        "flat_inplace": njit(**opts)(flat_inplace),
+        "scalar_inplace": njit(**opts)(scalar_inplace),
         "strided": njit(**opts)(strided),
     }
 
@@ -112,6 +129,16 @@ def _make_unary(code, hin, hout):
             for i in range(e - b):
                 ov[i] = store(hout, cast_value(hout, out, unop(code, load(hin, av[i]))))
 
+    def flat_inplace(a, lo, hi):
+        """``a = op(a)`` over [lo, hi) of a dense array (``exp_``): one array, as the binary in-place loops."""
+        block = STREAM_BLOCK // a.itemsize if heavy else 1 << 62
+        for b in range(lo, hi, block):
+            e = min(hi, b + block)
+            prefetch_next(a, e, hi)
+            av = a[b:e]
+            for i in range(e - b):
+                av[i] = store(hout, cast_value(hout, a, unop(code, load(hin, av[i]))))
+
     def strided(a, ao, ast, out, ost, shape, lo, hi):
         """Any strides (in elements) over a 1-d storage with an offset, shapes coalesced to 4-d; ``out``
         a fresh dense buffer with strides ``ost``."""
@@ -127,7 +154,7 @@ def _make_unary(code, hin, hout):
                 x = load(hin, a[_u(pa + m * sa)])
                 out[_u(po + m * so)] = store(hout, cast_value(hout, out, unop(code, x)))
 
-    return {"flat": njit(**opts)(flat), "strided": njit(**opts)(strided)}
+    return {"flat": njit(**opts)(flat), "flat_inplace": njit(**opts)(flat_inplace), "strided": njit(**opts)(strided)}
 
 
 def _make_ternary(code, hout, kinds, scalars):
@@ -149,6 +176,18 @@ def _make_ternary(code, hout, kinds, scalars):
             z = load(k2, ev[0] if s2 else ev[i])
             ov[i] = store(hout, cast_value(hout, out, ternop(code, x, y, z, c)))
 
+    def flat_inplace(a, b, e, c, lo, hi):
+        """The flat loop writing its result over ``a`` (a dense tensor: ``addcmul_``), one array read and
+        written, as the binary in-place loops."""
+        av = a[lo:hi]
+        bv = b if s1 else b[lo:hi]
+        ev = e if s2 else e[lo:hi]
+        for i in range(hi - lo):
+            x = load(k0, av[i])
+            y = load(k1, bv[0] if s1 else bv[i])
+            z = load(k2, ev[0] if s2 else ev[i])
+            av[i] = store(hout, cast_value(hout, a, ternop(code, x, y, z, c)))
+
     def strided(a, ao, ast, b, bo, bst, e, eo, est, out, ost, shape, c, lo, hi):
         """Any strides, as the binary strided loop (:func:`_make_binary`), over three operands."""
         _, n1, n2, n3 = shape
@@ -166,13 +205,18 @@ def _make_ternary(code, hout, kinds, scalars):
                 z = load(k2, e[_u(pe + m * se)])
                 out[_u(po + m * so)] = store(hout, cast_value(hout, out, ternop(code, x, y, z, c)))
 
-    return {"flat": njit(**_SERIAL)(flat), "strided": njit(**_SERIAL)(strided)}
+    return {
+        "flat": njit(**_SERIAL)(flat),
+        "flat_inplace": njit(**_SERIAL)(flat_inplace),
+        "strided": njit(**_SERIAL)(strided),
+    }
 
 
 def ternary(code: int, layout: str, hout: int = 0, kinds: tuple = (0, 0, 0), scalars: tuple = (False,) * 3):
-    """The dispatcher for ternary op ``code`` in ``layout`` ("flat", "strided"), see :func:`_make_ternary`
-    (the strided loop reads scalars through stride 0: ``scalars`` only shapes the flat one)."""
-    key = (code, hout, kinds, scalars if layout == "flat" else (False,) * 3)
+    """The dispatcher for ternary op ``code`` in ``layout`` ("flat", "flat_inplace", "strided"), see
+    :func:`_make_ternary` (the strided loop reads scalars through stride 0: ``scalars`` only shapes the flat
+    ones)."""
+    key = (code, hout, kinds, scalars if layout != "strided" else (False,) * 3)
     kernels = _TERNARY.get(key)
     if kernels is None:
         kernels = _TERNARY[key] = _make_ternary(code, hout, kinds, key[3])
@@ -185,7 +229,8 @@ _TERNARY: dict[tuple, dict] = {}
 
 
 def binary(code: int, layout: str, half: int = 0):
-    """The dispatcher for binary op ``code`` in ``layout`` ("flat", "scalar", "strided"); ``half``: F16 or
+    """The dispatcher for binary op ``code`` in ``layout`` ("flat", "scalar", "flat_inplace", "scalar_inplace",
+    "strided"); ``half``: F16 or
     BF16 for half-precision storages (uint16 views, computed in float32), else 0."""
     kernels = _BINARY.get((code, half))
     if kernels is None:
@@ -202,7 +247,7 @@ def _unary_loops(code: int, hin: int, hout: int) -> dict:
 
 
 def unary(code: int, layout: str, half: int = 0):
-    """The dispatcher for unary op ``code`` in ``layout`` ("flat", "strided"); ``half`` as for
+    """The dispatcher for unary op ``code`` in ``layout`` ("flat", "flat_inplace", "strided"); ``half`` as for
     :func:`binary`."""
     return _unary_loops(code, half, half)[layout]
 

@@ -134,19 +134,24 @@ def _operand(x, shape: tuple) -> tuple:
     return buf, off, strides
 
 
-def _run_strided(get_kernel, shape: tuple, operands: list, out_np: np.dtype, extra: tuple = (), order=None):
+def _run_strided(get_kernel, shape: tuple, operands: list, out_np: np.dtype, extra: tuple = (), order=None, into=None):
     """Run the strided loop ``get_kernel()`` as ``kernel(*(storage, offset, strides4) per operand, out,
     out_strides4, shape4, *extra, lo, hi)`` over tasks of up to ``_jit_elementwise._BLOCK`` innermost elements, into
     a new array of ``shape`` laid out as NumPy (and PyTorch) lay out a result of the operands (or in dim
-    ``order``, outermost first, where given); None (nothing run) if more than 4 dims remain after
-    merging."""
+    ``order``, outermost first, where given), or into the tensor ``into`` of that shape (an in-place
+    kernel's ``self``; the caller has checked that no operand overlaps it but in the same places); None
+    (nothing run) if more than 4 dims remain after merging."""
     ops = [_operand(x, shape) for x in operands]
-    if order is None:
-        order = numpy_order(shape, [o[2] for o in ops])
-    dense = np.empty([shape[d] for d in order], out_np)
-    out = dense.transpose(np.argsort(order))
-    if dense.size:
+    if into is not None:
+        buf, off, out_strides = _operand(into, shape)
+        flat, out = buf[off:], into
+    else:
+        if order is None:
+            order = numpy_order(shape, [o[2] for o in ops])
+        dense = np.empty([shape[d] for d in order], out_np)
+        flat, out = dense.reshape(-1), dense.transpose(np.argsort(order))
         out_strides = tuple(s // dense.itemsize for s in out.strides)
+    if 0 not in shape:
         merged = _coalesce(shape, [out_strides] + [o[2] for o in ops])
         if merged is None:
             return None
@@ -156,9 +161,59 @@ def _run_strided(get_kernel, shape: tuple, operands: list, out_np: np.dtype, ext
             args += [buf, off, st]
         block = _elementwise()._BLOCK
         tasks = shape4[0] * shape4[1] * shape4[2] * -(-shape4[3] // block)
-        kernel_args = (*args, dense.reshape(-1), so, shape4, *extra)
+        kernel_args = (*args, flat, so, shape4, *extra)
         parallel(get_kernel(), kernel_args, tasks, max(1, _GRAIN // min(shape4[3], block)))
     return out
+
+
+def apart(x, into: Tensor) -> bool:
+    """Whether an operand of an in-place loop over ``into`` is safe to read while the loop writes: not a
+    tensor, ``into`` itself, a tensor that reads ``into``'s memory in the same places (the same storage,
+    offset, shape and strides), or one whose memory lies elsewhere."""
+    if not isinstance(x, Tensor) or x is into:
+        return True
+    if (
+        x._storage is into._storage
+        and x._offset == into._offset
+        and x._stride == into._stride
+        and x._shape == into._shape
+    ):
+        return True
+    return not np.may_share_memory(x._storage, into._storage)
+
+
+def inplace_kernel(name: str, in_loops):
+    """The in-place kernel (``add_``) of an elementwise op whose loops ``in_loops(spec, *args, into=None)``
+    write into ``into`` when given: they run from :data:`kiln_cpu.config.multipass_min_numel` elements,
+    or from :data:`kiln_cpu.config.min_numel` where the core's NumPy in-place kernel takes the call (a ufunc
+    with ``out=``: add, sub and mul without ``alpha``, not half precision); below that, and where a tensor
+    operand overlaps ``self`` in other places (:func:`apart`), None: not taken."""
+    plain = getattr(op_record(name).reference, "same_dtype_ufunc", None)
+    ufunc_rest = None if plain is None else plain[1]
+
+    def inplace(spec, a, *args):
+        numpy_takes = ufunc_rest is not None and args[1:] == ufunc_rest and spec.dtype not in HALF
+        floor = config.min_numel if numpy_takes else min(config.min_numel, config.multipass_min_numel)
+        if math.prod(a._shape) < max(floor, 1):
+            return None
+        for x in args:
+            if not apart(x, a):
+                return None
+        return in_loops(spec, a, *args, into=a)
+
+    inplace.__name__ = f"kiln_cpu_{name}_"
+    inplace.__doc__ = f"Numba in-place kernel for {name}_ (kiln-cpu)."
+    return inplace
+
+
+def inplace_table(table: dict) -> dict[str, tuple]:
+    """The in-place kernels of a family's kernel table (op name -> (kernel, dtypes)): one per op that has
+    an in-place variant and whose kernel carries its loops (``kernel.in_loops``)."""
+    return {
+        name: (inplace_kernel(name, kernel.in_loops), dtypes)
+        for name, (kernel, dtypes) in table.items()
+        if getattr(kernel, "in_loops", None) is not None and op_record(name).inplace
+    }
 
 
 def numpy_order(shape: tuple, strides: list[tuple]) -> list[int]:

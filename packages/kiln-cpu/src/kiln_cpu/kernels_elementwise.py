@@ -25,6 +25,7 @@ from kiln_cpu._kernel_support import (
     bits,
     cast_flat,
     half_kind,
+    inplace_table,
     loops,
     min_numel,
     parallel,
@@ -58,10 +59,11 @@ def _init_swapped(j) -> None:
     )
 
 
-def _run_binary(code: int, a, b, c, shape: tuple, out_np: np.dtype, half: int) -> np.ndarray | None:
+def _run_binary(code: int, a, b, c, shape: tuple, out_np: np.dtype, half: int, into=None) -> np.ndarray | None:
     """``a <op> b`` over ``shape`` (``a``/``b``: tensors of the compute dtype, or of a half-precision dtype
     computed in float32 (``half``), or scalars of the compute dtype) into a new array of ``out_np``
-    (uint16 for half-precision results); None: not taken."""
+    (uint16 for half-precision results), or into ``a`` itself when it is ``into`` (an in-place kernel's
+    ``self``); None: not taken (nothing written)."""
     j = _kernels()
     a_arr = isinstance(a, Tensor)
     b_arr = isinstance(b, Tensor)
@@ -73,6 +75,12 @@ def _run_binary(code: int, a, b, c, shape: tuple, out_np: np.dtype, half: int) -
         x = bits(a._numpy())
         fa = _flat(x)
         if fa is not None and (not b_arr or (b._shape == shape and b._stride == a._stride)):
+            if into is not None:  # a is into: the in-place loops (one array read and written)
+                if b_arr:
+                    parallel(j.binary(code, "flat_inplace", half), (fa, _flat(bits(b._numpy())), c), fa.size, _GRAIN)
+                else:
+                    parallel(j.binary(code, "scalar_inplace", half), (fa, b, c), fa.size, _GRAIN)
+                return x
             out = np.empty_like(x, dtype=out_np)
             fo = _flat(out)
             if fo is not None:
@@ -92,7 +100,7 @@ def _run_binary(code: int, a, b, c, shape: tuple, out_np: np.dtype, half: int) -
                 x = stored.view(np.uint16)
             operands.append(x)
         a, b = operands
-    return _run_strided(lambda: j.binary(code, "strided", half), shape, [a, b], out_np, (c,))
+    return _run_strided(lambda: j.binary(code, "strided", half), shape, [a, b], out_np, (c,), into=into)
 
 
 def _binary_kernel(name: str, served: tuple, pick, *, compare: bool = False):
@@ -101,7 +109,7 @@ def _binary_kernel(name: str, served: tuple, pick, *, compare: bool = False):
     :data:`kiln_cpu.config.min_numel` elements unless ``name`` is in :data:`_SLOW_REFERENCE` (the core's
     reference kernel makes that test: ``reference_kernel(fast=..., min_numel=...)``)."""
 
-    def in_loops(spec, a, b, *rest):
+    def in_loops(spec, a, b, *rest, into=None):
         d = spec.compute_dtype if compare else spec.dtype
         if d not in served:
             return None
@@ -122,12 +130,17 @@ def _binary_kernel(name: str, served: tuple, pick, *, compare: bool = False):
         if not isinstance(y, Tensor):
             y = _scalar(y, np_dtype, rounded)
         out_np = spec.dtype.numpy
-        out = _run_binary(code, x, y, c, spec.shape, np.dtype(np.uint16) if half and not compare else out_np, half)
-        return None if out is None else from_array(out.view(out_np), spec.dtype)
+        out = _run_binary(
+            code, x, y, c, spec.shape, np.dtype(np.uint16) if half and not compare else out_np, half, into
+        )
+        if out is None or into is not None:
+            return None if out is None else into
+        return from_array(out.view(out_np), spec.dtype)
 
     kernel = reference_kernel(name, fast=in_loops, min_numel=_floor(name))
     kernel.__name__ = f"kiln_cpu_{name}"
     kernel.__doc__ = f"Numba kernel for {name} (kiln-cpu)."
+    kernel.in_loops = in_loops
     return kernel
 
 
@@ -172,27 +185,32 @@ def _pick_div(np_dtype, a, b, rest):
 # -------------------------------------------------------------------------------------------- unary
 
 
-def run_unary(code: int, a: Tensor, d: kiln.dtype) -> Tensor | None:
+def run_unary(code: int, a: Tensor, d: kiln.dtype, inplace: bool = False) -> Tensor | None:
     """Unary loop ``code`` over tensor ``a`` of dtype ``d`` into a new tensor in ``a``'s layout (dense
-    inputs) or NumPy's result order; None where the loops do not take the layout (the caller runs the
-    reference)."""
+    inputs) or NumPy's result order, or into ``a`` itself (``inplace``: then ``a`` is returned); None where
+    the loops do not take the layout (the caller runs the reference)."""
     x = a._numpy()
     j = _kernels()
     half = half_kind(d)
-    if not half and x.flags.c_contiguous:  # the common case, in fewer steps (pow's small tensors)
+    if not half and x.flags.c_contiguous and not inplace:  # the common case, in fewer steps (pow's small tensors)
         out = np.empty_like(x)
         parallel(j.unary(code, "flat", 0), (x.reshape(-1), out.reshape(-1)), x.size, _GRAIN)
         return from_array(out, d)
     x = bits(x)
     fx = _flat(x)
+    if fx is not None and inplace:
+        parallel(j.unary(code, "flat_inplace", half), (fx,), fx.size, _GRAIN)
+        return a
     if fx is not None:
         out = np.empty_like(x)
         fo = _flat(out)
         if fo is not None:
             parallel(j.unary(code, "flat", half), (fx, fo), fo.size, _GRAIN)
             return from_array(out.view(d.numpy), d)
-    out = _run_strided(lambda: j.unary(code, "strided", half), a._shape, [a], x.dtype)
-    return None if out is None else from_array(out.view(d.numpy), d)
+    out = _run_strided(lambda: j.unary(code, "strided", half), a._shape, [a], x.dtype, into=a if inplace else None)
+    if out is None or inplace:
+        return None if out is None else a
+    return from_array(out.view(d.numpy), d)
 
 
 def run_binary(code: int, a, b, c, shape: tuple, d: kiln.dtype) -> Tensor | None:
@@ -208,16 +226,17 @@ def _unary_kernel(name: str, served: tuple, op_code: int | None, params: dict | 
     :data:`kiln_cpu.config.min_numel` elements run the reference, unless ``name`` is in
     :data:`_SLOW_REFERENCE`."""
 
-    def in_loops(spec, a, *rest):
+    def in_loops(spec, a, *rest, into=None):
         d = spec.dtype
         code = op_code if not rest else (params or {}).get(rest)
         if d not in served or code is None or a._dtype is not d:
             return None
-        return run_unary(code, a, d)
+        return run_unary(code, a, d, inplace=into is not None)
 
     kernel = reference_kernel(name, fast=in_loops, min_numel=_floor(name))
     kernel.__name__ = f"kiln_cpu_{name}"
     kernel.__doc__ = f"Numba kernel for {name} (kiln-cpu)."
+    kernel.in_loops = in_loops
     return kernel
 
 
@@ -294,6 +313,12 @@ def _fused_dropout_kernel():
     kernel.__name__ = "kiln_cpu__fused_dropout"
     kernel.__doc__ = "Numba kernel for _fused_dropout: draws compared, scaled and applied in one pass (kiln-cpu)."
     return kernel
+
+
+def inplace_kernels() -> dict[str, tuple]:
+    """The in-place kernels of the elementwise ops that have an in-place variant (comparisons aside): op
+    name -> (kernel, dtypes served), made from :func:`kernels`' table (:func:`inplace_table`)."""
+    return inplace_table({k: v for k, v in kernels().items() if k not in _opcodes.COMPARISONS})
 
 
 def kernels() -> dict[str, tuple]:

@@ -34,6 +34,7 @@ from kiln_cpu._kernel_support import (
     bits,
     dense_strides,
     half_kind,
+    inplace_table,
     loops,
     min_numel,
     numpy_order,
@@ -93,17 +94,26 @@ def _layout(name: str, shape: tuple, args: tuple, widened: bool) -> list:
     return out[2]
 
 
-def _run_ternary(code: int, operands: list, c, shape: tuple, out_np: np.dtype, hout: int, order) -> np.ndarray | None:
+def _run_ternary(
+    code: int, operands: list, c, shape: tuple, out_np: np.dtype, hout: int, order, into=None
+) -> np.ndarray | None:
     """Ternary op ``code`` over ``shape`` (``operands``: tensors, or NumPy scalars in the compute dtype)
     into a new array of ``out_np`` (uint16 bits for a half-precision result, kind ``hout``): in the
-    layout every tensor operand shares when they share a dense one, else in dim order ``order()``;
-    None: not taken (more than 4 dims after merging)."""
+    layout every tensor operand shares when they share a dense one, else in dim order ``order()``; or into
+    the first operand itself when it is ``into`` (an in-place kernel's ``self``); None: not taken (more
+    than 4 dims after merging)."""
     j = _kernels()
     kinds = tuple(half_kind(x._dtype) if isinstance(x, Tensor) else 0 for x in operands)
     tensors = [x for x in operands if isinstance(x, Tensor)]
     lead = tensors[0]
     if all(t._shape == shape and t._stride == lead._stride for t in tensors):
         arrays = [_flat(bits(t._numpy())) for t in tensors]
+        if all(a is not None for a in arrays) and into is not None:  # lead is into: one array read and written
+            flats = iter(arrays)
+            args = [next(flats) if isinstance(x, Tensor) else np.array([x]) for x in operands]
+            scalars = tuple(not isinstance(x, Tensor) for x in operands)
+            parallel(j.ternary(code, "flat_inplace", hout, kinds, scalars), (*args, c), arrays[0].size, _GRAIN)
+            return into
         if all(a is not None for a in arrays):
             out = np.empty_like(bits(lead._numpy()), dtype=out_np)  # the operands' layout
             fo = _flat(out)
@@ -113,7 +123,15 @@ def _run_ternary(code: int, operands: list, c, shape: tuple, out_np: np.dtype, h
                 scalars = tuple(not isinstance(x, Tensor) for x in operands)
                 parallel(j.ternary(code, "flat", hout, kinds, scalars), (*args, fo, c), fo.size, _GRAIN)
                 return out
-    return _run_strided(lambda: j.ternary(code, "strided", hout, kinds), shape, operands, out_np, (c,), order())
+    return _run_strided(
+        lambda: j.ternary(code, "strided", hout, kinds),
+        shape,
+        operands,
+        out_np,
+        (c,),
+        None if into is not None else order(),
+        into=into,
+    )
 
 
 def _ternary_kernel(name: str, served: tuple, prepare, steps: str | None = None):
@@ -123,7 +141,7 @@ def _ternary_kernel(name: str, served: tuple, prepare, steps: str | None = None)
     (:func:`_layout`; ``name`` by default)."""
     steps = steps or name
 
-    def in_loops(spec, *args):
+    def in_loops(spec, *args, into=None):
         d = spec.dtype
         if d not in served:
             return None
@@ -134,14 +152,17 @@ def _ternary_kernel(name: str, served: tuple, prepare, steps: str | None = None)
         code, operands, c = prepared
         out_np = np.dtype(np.uint16) if half else d.numpy
         out = _run_ternary(
-            code, operands, c, spec.shape, out_np, half, lambda: _layout(steps, spec.shape, args, bool(half))
+            code, operands, c, spec.shape, out_np, half, lambda: _layout(steps, spec.shape, args, bool(half)), into
         )
-        return None if out is None else from_array(out.view(d.numpy), d)
+        if out is None or into is not None:
+            return out
+        return from_array(out.view(d.numpy), d)
 
     # below min_numel elements the reference kernel runs NumPy itself, with no call of these loops between
     kernel = reference_kernel(name, fast=in_loops, min_numel=min_numel)
     kernel.__name__ = f"kiln_cpu_{name}"
     kernel.__doc__ = f"Numba kernel for {name} (kiln-cpu)."
+    kernel.in_loops = in_loops
     return kernel
 
 
@@ -201,6 +222,11 @@ def _prepare_clamp(d, compute, input, min=None, max=None):
             return None
         bounds.append(b)
     return _opcodes.CLAMP, [input, *bounds], compute.type(0)
+
+
+def inplace_kernels() -> dict[str, tuple]:
+    """The in-place kernels (``addcmul_``, ``lerp_``, ``clamp_``...): op name -> (kernel, dtypes served)."""
+    return inplace_table(kernels())
 
 
 def kernels() -> dict[str, tuple]:

@@ -11,12 +11,14 @@ def kiln_register_kernels(register):
     """Register kiln-cpu's Numba kernels for ``cpu``, narrowed to the output dtypes they serve (and set
     glibc's allocator thresholds for tensor-sized arrays: :mod:`kiln_cpu._malloc`)."""
     from kiln_cpu._malloc import tune
-    from kiln_cpu.registry import kernels
+    from kiln_cpu.registry import inplace_kernels, kernels
 
     tune()
 
     for op_name, (kernel, dtypes) in kernels().items():
         register(op_name, "cpu", kernel, dtypes=dtypes)
+    for op_name, (kernel, dtypes) in inplace_kernels().items():
+        register(op_name, "cpu", kernel, dtypes=dtypes, inplace=True)
 
 
 def kiln_register_threading(register):

@@ -32,3 +32,11 @@ def kernels() -> dict[str, tuple]:
     for module in (*modules, kernels_ternary, kernels_amp, kernels_pow, kernels_rnn):
         table.update(module.kernels())
     return table
+
+
+def inplace_kernels() -> dict[str, tuple]:
+    """Every in-place kernel kiln-cpu provides (``register(..., inplace=True)``): op name -> (kernel,
+    dtypes served)."""
+    from kiln_cpu import kernels_elementwise, kernels_ternary
+
+    return {**kernels_elementwise.inplace_kernels(), **kernels_ternary.inplace_kernels()}

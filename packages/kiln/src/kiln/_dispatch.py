@@ -39,7 +39,7 @@ from typing import Any
 from kiln._device import out_of_memory
 from kiln._lazy import first_call
 from kiln._modes import DispatchMode, call_with_modes
-from kiln._public import LANE_PREFIX, make_public
+from kiln._public import LANE_PREFIX, make_binder, make_public
 from kiln._spec import Spec
 from kiln._state import away, state
 from kiln._tensor import Tensor
@@ -121,6 +121,8 @@ class OpDef:
         "reference",
         "autocast",
         "kernels",
+        "inplace_kernels",
+        "bind",
         "tensor_params",
         "param_names",
         "num_outputs",
@@ -176,6 +178,9 @@ class OpDef:
         self.reference = reference
         self.autocast = autocast
         self.kernels: dict[str, Callable] = {}
+        # device type -> the in-place variant's kernel (kiln._plugins._chain), where a backend registered one
+        self.inplace_kernels: dict[str, Callable] = {}
+        self.bind = None  # the op's arguments as one tuple, defaults filled in (kiln._public.make_binder)
         self.num_outputs = num_outputs
         self.differentiable_outputs = differentiable_outputs
         self.param_names = tuple(signature.parameters)
@@ -428,6 +433,8 @@ def op(
         _plugins.op_defined(opdef)
         public = make_public(opdef, doc_fn, sys.modules[__name__])
         opdef.public = public
+        if inplace:
+            opdef.bind = make_binder(opdef)
         for m in methods:
             _bind_method(m, public)
         return public

@@ -113,6 +113,8 @@ _plugins: dict[str, PluginInfo] = {}
 _devices: dict[str, DeviceType] = {}
 # (op name, device type) -> [(dtypes or None, kernel, plugin name)] in precedence order
 _kernels: dict[tuple[str, str], list[tuple[Any, Callable, str]]] = {}
+# the same, for in-place kernels (``register(..., inplace=True)``): ``add_``'s write into ``self``
+_inplace_kernels: dict[tuple[str, str], list[tuple[Any, Callable, str]]] = {}
 _modes: dict[str, Any] = {}
 _collectives: dict[str, Any] = {}
 _compilers: dict[str, Any] = {}
@@ -364,10 +366,11 @@ def _discard(info: PluginInfo) -> None:
     name = info.name
     for dev in info.devices:
         _devices.pop(dev, None)
-    for key in list(_kernels):
-        _kernels[key] = [e for e in _kernels[key] if e[2] != name]
-        if not _kernels[key]:
-            del _kernels[key]
+    for table in (_kernels, _inplace_kernels):
+        for key in list(table):
+            table[key] = [e for e in table[key] if e[2] != name]
+            if not table[key]:
+                del table[key]
     for table, names in (
         (_modes, info.modes),
         (_collectives, info.collectives),
@@ -431,15 +434,18 @@ def _device_registrar(info: PluginInfo, pending: list, prepend: bool = False):
 def _kernel_registrar(info: PluginInfo, pending: list, prepend: bool = False):
     from kiln._dispatch import OPS
 
-    def register(op_name: str, device_type: str, kernel: Callable, dtypes=None) -> None:
+    def register(op_name: str, device_type: str, kernel: Callable, dtypes=None, *, inplace: bool = False) -> None:
         if op_name not in OPS:
             raise KeyError(f"kiln has no op named {op_name!r}")
         if not callable(kernel):
             raise TypeError(f"kernel for {op_name!r} on {device_type!r} is not callable")
+        if inplace and not OPS[op_name].inplace:
+            raise ValueError(f"op {op_name!r} has no in-place variant to register an in-place kernel for")
         dts = None if dtypes is None else frozenset(dtypes)
+        table = _inplace_kernels if inplace else _kernels
 
         def commit():
-            entries = _kernels.setdefault((op_name, device_type), [])
+            entries = table.setdefault((op_name, device_type), [])
             entries.insert(0, (dts, kernel, info.name)) if prepend else entries.append((dts, kernel, info.name))
             ops = info.kernels.setdefault(device_type, [])
             if op_name not in ops:  # an op registered for several dtype sets is listed once
@@ -526,12 +532,17 @@ def op_defined(opdef) -> None:
     if not _loaded or opdef.reference is None:
         return
     with _lock:
-        from kiln._reference import wrap_reference
+        from kiln._reference import inplace_reference, wrap_reference
 
         _kernels.setdefault((opdef.name, "cpu"), []).append((None, wrap_reference(opdef), REFERENCE_PLUGIN))
         _plugins[REFERENCE_PLUGIN].kernels.setdefault("cpu", []).append(opdef.name)
         opdef.kernels["cpu"] = _select(opdef, "cpu", _kernels[(opdef.name, "cpu")])
         opdef._checked.clear()
+        inplace = inplace_reference(opdef) if opdef.inplace else None
+        if inplace is not None:
+            entries = _inplace_kernels.setdefault((opdef.name, "cpu"), [])
+            entries.append((None, inplace, REFERENCE_PLUGIN))
+            opdef.inplace_kernels["cpu"] = _chain(entries)
 
 
 def refresh_kernels() -> None:
@@ -548,9 +559,30 @@ def _install_kernels() -> None:
 
     for opdef in OPS.values():
         opdef.kernels.clear()
+        opdef.inplace_kernels.clear()
         opdef._checked.clear()  # the checked-kernel cache goes too: new kernels are checked on first use
     for (op_name, dev_type), entries in _kernels.items():
         OPS[op_name].kernels[dev_type] = _select(OPS[op_name], dev_type, entries)
+    for (op_name, dev_type), entries in _inplace_kernels.items():
+        OPS[op_name].inplace_kernels[dev_type] = _chain(entries)
+
+
+def _chain(entries: list) -> Callable:
+    """One in-place kernel for a (op, device type): the registrations in precedence order, each asked in
+    turn (those narrowed to dtypes only for ``self``'s dtype) until one takes the call; None if none does."""
+    if len(entries) == 1 and entries[0][0] is None:
+        return entries[0][1]
+
+    def chained(spec, *args):
+        d = spec.dtype
+        for dtypes, kernel, _plugin in entries:
+            if dtypes is None or d in dtypes:
+                done = kernel(spec, *args)
+                if done is not None:
+                    return done
+        return None
+
+    return chained
 
 
 def _select(opdef, dev_type: str, entries: list) -> Callable:

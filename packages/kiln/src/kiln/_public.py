@@ -18,7 +18,7 @@ from kiln._lazy import first_call
 from kiln._state import away, state
 from kiln._tensor import Tensor
 
-__all__ = ["LANE_PREFIX", "make_public"]
+__all__ = ["LANE_PREFIX", "make_binder", "make_public"]
 
 LANE_PREFIX = "_lane"
 """The generated function's local names start with it; an op parameter may not (``kiln._dispatch.op``)."""
@@ -44,15 +44,7 @@ def make_public(opdef, doc_fn: Callable, dispatch: types.ModuleType) -> Callable
     key = (tuple((p.name, p.kind, p.default is not p.empty) for p in params), takes_out, opdef.num_outputs, grads)
     code = _CODE_BY_LAYOUT.get(key)
     if code is None:
-        texts = []
-        seen_kwonly = False
-        for p in params:
-            if p.kind is p.KEYWORD_ONLY and not seen_kwonly:
-                texts.append("*")
-                seen_kwonly = True
-            texts.append(p.name + ("=None" if p.default is not p.empty else ""))  # real defaults set below
-        names = [p.name for p in params]
-        args = f"({', '.join(names)}{',' if len(names) == 1 else ''})"
+        texts, seen_kwonly, names, args = _parameters(params)
         lane = _lane(", ".join(names), args, opdef.num_outputs, grads)
         if takes_out:
             texts += ([] if seen_kwonly else ["*"]) + ["out=None"]
@@ -60,15 +52,11 @@ def make_public(opdef, doc_fn: Callable, dispatch: types.ModuleType) -> Callable
             body = f"    if out is None:\n{lane}\n        return _call(_op, {args})\n    return _call_out(_op, {args}, out)\n"
         else:
             body = f"{lane}\n    return _call(_op, {args})\n"
-        src = f"def op({', '.join(texts)}):\n{body}"
-        namespace: dict[str, Any] = {}
-        exec(compile(src, "<kiln op>", "exec"), namespace)  # noqa: S102 - generated from a signature
-        code = _CODE_BY_LAYOUT[key] = namespace["op"].__code__
-    positional_defaults = tuple(p.default for p in params if p.default is not p.empty and p.kind is not p.KEYWORD_ONLY)
-    keyword_defaults = {p.name: p.default for p in params if p.default is not p.empty and p.kind is p.KEYWORD_ONLY}
+        code = _CODE_BY_LAYOUT[key] = _compiled(f"def op({', '.join(texts)}):\n{body}")
+    positional_defaults, keyword_defaults = _defaults(params)
     if takes_out:
         keyword_defaults["out"] = None
-    namespace = {
+    namespace: dict[str, Any] = {
         "_call": dispatch.call,
         "_call_out": dispatch.call_out,
         "_Sparse": dispatch.SparseArgument,
@@ -100,6 +88,54 @@ def make_public(opdef, doc_fn: Callable, dispatch: types.ModuleType) -> Callable
     fn.__wrapped__ = doc_fn
     fn.op = opdef
     return fn
+
+
+def make_binder(opdef) -> Callable:
+    """A function with the op's signature (less ``out=``) that returns its arguments as the tuple the op's
+    meta function and kernels take, defaults filled in: what an in-place variant needs to call an
+    in-place kernel (``Tensor.add_``'s ``(self, other, alpha)``). Compiled once per parameter layout."""
+    params = list(opdef.signature.parameters.values())
+    key = ("bind", tuple((p.name, p.kind, p.default is not p.empty) for p in params))
+    code = _CODE_BY_LAYOUT.get(key)
+    if code is None:
+        texts, _seen_kwonly, _names, args = _parameters(params)
+        code = _CODE_BY_LAYOUT[key] = _compiled(f"def op({', '.join(texts)}):\n    return {args}\n")
+    positional_defaults, keyword_defaults = _defaults(params)
+    fn = types.FunctionType(  # named as the op: a wrong argument's TypeError reads as the public function's
+        code.replace(co_name=opdef.name, co_qualname=opdef.name, co_filename=f"<kiln op {opdef.name}>"),
+        {"__builtins__": __builtins__},
+        opdef.name,
+        positional_defaults or None,
+    )
+    fn.__kwdefaults__ = keyword_defaults or None
+    return fn
+
+
+def _parameters(params: list) -> tuple[list[str], bool, list[str], str]:
+    """The parameter list of a generated function (defaults as None, set on the function afterwards),
+    whether it has a keyword-only part, the parameter names, and the source of their tuple."""
+    texts = []
+    seen_kwonly = False
+    for p in params:
+        if p.kind is p.KEYWORD_ONLY and not seen_kwonly:
+            texts.append("*")
+            seen_kwonly = True
+        texts.append(p.name + ("=None" if p.default is not p.empty else ""))  # real defaults set by the caller
+    names = [p.name for p in params]
+    return texts, seen_kwonly, names, f"({', '.join(names)}{',' if len(names) == 1 else ''})"
+
+
+def _defaults(params: list) -> tuple[tuple, dict]:
+    """A generated function's ``__defaults__`` and ``__kwdefaults__``: the op's own defaults."""
+    positional = tuple(p.default for p in params if p.default is not p.empty and p.kind is not p.KEYWORD_ONLY)
+    keyword = {p.name: p.default for p in params if p.default is not p.empty and p.kind is p.KEYWORD_ONLY}
+    return positional, keyword
+
+
+def _compiled(src: str) -> types.CodeType:
+    namespace: dict[str, Any] = {}
+    exec(compile(src, "<kiln op>", "exec"), namespace)  # noqa: S102 - generated from a signature
+    return namespace["op"].__code__
 
 
 def _grad_tests(opdef, params: list) -> tuple:

@@ -191,14 +191,56 @@ def kiln_register_devices(register):
     )
 
 
+def inplace_reference(opdef) -> Callable | None:
+    """The in-place kernel (``add_``: see ``kiln_register_kernels``) of a binary op whose reference is one
+    NumPy ufunc (``same_dtype_ufunc``: add, sub, mul), else None: the ufunc with ``out=`` set to ``self``'s
+    array, where the operands are arrays of the compute dtype or plain Python numbers (half-precision
+    results, which compute in float32, and bool results are declined). NumPy buffers an operand that
+    overlaps ``out``, so a write that reads itself shifted (``x[1:].add_(x[:-1])``) is right."""
+    plain = getattr(opdef.reference, "same_dtype_ufunc", None)
+    if plain is None or opdef.num_outputs != 1 or opdef.tensor_params != (0, 1):
+        return None
+    ufunc, plain_rest = plain
+
+    def kernel(spec, a, b, *rest):
+        c = COMPUTE_NUMPY.get(spec.dtype)
+        if rest != plain_rest or c is None or c.kind == "b":
+            return None
+        x = a._numpy() if a._np is None else a._np
+        if x.dtype is not c:
+            return None
+        if isinstance(b, Tensor):
+            b = b._numpy() if b._np is None else b._np
+            if b.dtype is not c:
+                return None
+        elif b.__class__ is int and c.kind in "iu":
+            b = np.array(b).astype(c)[()]  # wraps as PyTorch's integer scalars do (the reference's _arg)
+        elif not (b.__class__ is float or b.__class__ is int):
+            return None
+        token = _quiet_enter()
+        try:
+            ufunc(x, b, out=x, dtype=c)
+        finally:
+            _quiet_exit(token)
+        return a
+
+    kernel.__name__ = f"reference_{opdef.name}_"
+    kernel.__doc__ = f"NumPy reference in-place kernel for {opdef.name}_."
+    return kernel
+
+
 def kiln_register_kernels(register):
-    """Register the NumPy reference kernel of every op for ``cpu``."""
+    """Register the NumPy reference kernel of every op for ``cpu``, and the in-place kernels of the ops
+    whose reference is one ufunc (:func:`inplace_reference`)."""
     from kiln import _ops  # noqa: F401 - defines every op
     from kiln._dispatch import OPS
 
     for opdef in OPS.values():
         if opdef.reference is not None:
             register(opdef.name, "cpu", wrap_reference(opdef))
+            inplace = inplace_reference(opdef) if opdef.inplace else None
+            if inplace is not None:
+                register(opdef.name, "cpu", inplace, inplace=True)
 
 
 def kiln_register_extensions(register):

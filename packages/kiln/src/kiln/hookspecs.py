@@ -20,7 +20,15 @@ def kiln_register_devices(register):
 
 @hookspec
 def kiln_register_kernels(register):
-    """Register kernels: ``register(op_name, device_type, kernel, dtypes=None)`` (``dtypes``: output dtypes)."""
+    """Register kernels: ``register(op_name, device_type, kernel, dtypes=None)`` (``dtypes``: output dtypes).
+
+    ``register(op_name, device_type, kernel, dtypes=None, inplace=True)`` registers the kernel of the op's
+    in-place variant (``add_`` for ``add``): ``kernel(spec, self, *args)`` writes the op's result into
+    ``self`` and returns it, or returns None, having written nothing, where it does not take the call. The
+    core calls it only where nothing is recorded (no autograd history, no dispatch mode) and the result
+    has ``self``'s shape and dtype (``spec``); the kernel must give the values of the out-of-place kernel
+    followed by a copy, also where an argument shares memory with ``self``. Otherwise, and where every
+    registered in-place kernel declines, the core computes out of place and copies."""
 
 
 @hookspec

@@ -18,7 +18,7 @@ import numpy as np
 from kiln import _dtype as dt
 from kiln._device import CPU, as_device
 from kiln._device import device as Device
-from kiln._dispatch import call_below_autograd, op
+from kiln._dispatch import SparseArgument, call_below_autograd, op
 from kiln._lazy import first_call
 from kiln._ops._meta import astype, broadcast_pair, check_inplace, is_scalar
 from kiln._ops.views import make_view
@@ -236,6 +236,7 @@ def copy_(self: Tensor, src, non_blocking: bool = False) -> Tensor:
         src = tensor(src, dtype=self._dtype, device=self._device)
     _copy_meta(self, src)
     _check_no_overlap(self)
+    _check_partial_overlap(self, src)
     return _write(self, src, non_blocking)
 
 
@@ -388,6 +389,44 @@ def _check_no_overlap(self: Tensor) -> None:
             )
 
 
+def _check_partial_overlap(self: Tensor, src) -> None:
+    """PyTorch's check of a write's inputs (TensorIterator's): an input tensor that shares storage with the
+    written-to ``self`` must read it either in the same places (the same tensor, or the same memory laid
+    out alike) or not at all. Where either is not dense and free of internal overlap, PyTorch does not
+    decide, and neither does this."""
+    if src is self or not isinstance(src, Tensor):
+        return
+    try:
+        if src._storage is not self._storage:
+            return
+    except SparseArgument:  # a sparse COO tensor: no strided storage to share
+        return
+    n, m = _numel(self._shape), _numel(src._shape)
+    if n == 0 or m == 0 or not _dense(self) or not _dense(src):
+        return
+    a, b = self._offset, src._offset
+    if a == b and n == m:
+        partial = self._stride != src._stride
+    else:
+        partial = a < b + m and b < a + n
+    if partial:
+        raise RuntimeError(
+            "unsupported operation: some elements of the input tensor and the written-to tensor refer to a single "
+            "memory location. Please clone() the tensor before performing the operation."
+        )
+
+
+def _dense(t: Tensor) -> bool:
+    """Whether ``t``'s elements fill a block of memory, each once, in some dim order (PyTorch's
+    ``is_non_overlapping_and_dense``)."""
+    expected = 1
+    for size, stride in sorted((p for p in zip(t._shape, t._stride) if p[0] != 1), key=lambda p: p[1]):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
 def apply_inplace(self: Tensor, compute, needs_self: bool) -> Tensor:
     """Run an in-place op: ``compute(self_value)`` out of place, write it into ``self``, take its history.
 
@@ -427,9 +466,31 @@ def apply_inplace(self: Tensor, compute, needs_self: bool) -> Tensor:
     return self
 
 
+def _write_in_place(opdef, kernel, args: tuple, self: Tensor) -> Tensor | None:
+    """Run an in-place kernel on the bound arguments (``self`` first) after the op's meta function, which
+    raises the op's own errors; None (nothing written) where the result's shape or dtype is not ``self``'s
+    or the kernel declines."""
+    try:
+        spec = opdef.meta(*args)
+    except SparseArgument:
+        return None
+    if spec.shape != self._shape or spec.dtype is not self._dtype or kernel(spec, *args) is None:
+        return None
+    self._vc[0] += 1
+    return self
+
+
 def inplace_variant(fn, name: str, doc: str, needs_self: bool):
-    """The in-place method ``name`` of the out-of-place op ``fn`` (``add`` -> ``add_``)."""
-    differentiable = fn.op._backward_needs is not None
+    """The in-place method ``name`` of the out-of-place op ``fn`` (``add`` -> ``add_``).
+
+    Where nothing is recorded (no autograd history to move, no dispatch mode) and the result has
+    ``self``'s shape and dtype, a device's in-place kernel (``OpDef.inplace_kernels``) writes the result
+    into ``self`` directly; otherwise, or where the kernel declines, the op runs out of place and its result
+    is copied in."""
+    opdef = fn.op
+    differentiable = opdef._backward_needs is not None
+    kernels = opdef.inplace_kernels
+    bind = opdef.bind
 
     def method(self, *args, **kwargs):
         if state.pre_autograd_modes:  # autocast casts out-of-place ops only, as in PyTorch
@@ -439,6 +500,10 @@ def inplace_variant(fn, name: str, doc: str, needs_self: bool):
             finally:
                 state.pre_autograd_modes = saved
         _check_no_overlap(self)
+        for a in args:
+            _check_partial_overlap(self, a)
+        for a in kwargs.values():
+            _check_partial_overlap(self, a)
         if (
             differentiable
             and state.grad_enabled
@@ -447,6 +512,12 @@ def inplace_variant(fn, name: str, doc: str, needs_self: bool):
             return apply_inplace(self, lambda s: fn(s, *args, **kwargs), needs_self)
         # eq_, logical_and_, ...: nothing to record, so even a leaf that requires grad may be written
         _check_inplace_allowed(self, leaf_ok=not differentiable)
+        if kernels and bind is not None and (not away[0] or not state.post_autograd_modes):
+            kernel = kernels.get(self._device.type)
+            if kernel is not None and (differentiable or self.grad_fn is None or not state.grad_enabled):
+                done = _write_in_place(opdef, kernel, bind(self, *args, **kwargs), self)
+                if done is not None:
+                    return done
         out = fn(self, *args, **kwargs)
         check_inplace(self, out._shape, out._dtype)
         node = None

@@ -522,6 +522,51 @@ def test_copy_gives_pytorchs_copybackwards(dst_shape, src_shape, src_dtype, dst_
     U.assert_close(kyg, tyg)
 
 
+# writes whose values do not depend on the old ones: PyTorch names each node after its op
+_REPLACING_WRITES = {
+    "fill_": lambda y, L: y.fill_(1),
+    "fill_ 0-d": lambda y, L: y.fill_(L.tensor(2.0)),
+    "fill_ 0-d that requires grad": lambda y, L: y.fill_(L.tensor(2.0, requires_grad=True)),
+    "zero_": lambda y, L: y.zero_(),
+    "copy_": lambda y, L: y.copy_(L.zeros(3)),
+    "t[i] = number": lambda y, L: y.__setitem__(0, 5.0),
+    "view fill_": lambda y, L: y[1:].fill_(2),
+    "view zero_": lambda y, L: y[1:].zero_(),
+    "view copy_": lambda y, L: y[1:].copy_(L.zeros(2)),
+    "eq_ number": lambda y, L: y.eq_(2.0),
+    "eq_ tensor": lambda y, L: y.eq_(L.ones(3)),
+    "lt_ tensor": lambda y, L: y.lt_(L.ones(3)),
+    "uniform_": lambda y, L: y.uniform_(),
+    "normal_": lambda y, L: y.normal_(),
+    "view normal_": lambda y, L: y[1:].normal_(),
+    "bernoulli_ float": lambda y, L: y.bernoulli_(0.5),
+    "bernoulli_ tensor": lambda y, L: y.bernoulli_(L.full((3,), 0.5)),
+    "exponential_": lambda y, L: y.exponential_(),
+    "geometric_": lambda y, L: y.geometric_(0.5),
+    "cauchy_": lambda y, L: y.cauchy_(),
+    "log_normal_": lambda y, L: y.log_normal_(),
+    "random_": lambda y, L: y.random_(),
+    "random_(to)": lambda y, L: y.random_(5),
+    "random_(from, to)": lambda y, L: y.random_(1, 5),
+}
+
+
+@pytest.mark.parametrize("case", list(_REPLACING_WRITES))
+def test_replacing_writes_give_pytorchs_nodes(case):
+    """The node a write that replaces a tensor's values gives it: PyTorch's name and edges, and zeros for
+    the old history."""
+    got = []
+    for lib in (kiln, torch):
+        x = lib.ones(3, requires_grad=True)
+        y = x * 2
+        _REPLACING_WRITES[case](y, lib)
+        node = y.grad_fn
+        edges = [None if n is None else n.name().split("::")[-1] for n, _ in node.next_functions]
+        y.sum().backward()
+        got.append((node.name().split("::")[-1], edges, x.grad.tolist()))
+    assert got[0] == got[1]
+
+
 @pytest.mark.parametrize("dtype", ["int8", "int64", "bool"])
 def test_copy_into_an_integer_tensor_takes_no_history(dtype):
     """A gradient does not flow through a cast to an integer or bool destination (PyTorch: no grad_fn, and

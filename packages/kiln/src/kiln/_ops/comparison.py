@@ -56,6 +56,8 @@ def _compare(name: str, np_fn, methods: tuple[str, ...], doc: str, decompose=Non
         doc=doc,
         methods=(name, *methods),
         decompose=decompose,
+        # not differentiable: the name of the node its in-place form (eq_) gives a tensor with history, PyTorch's
+        grad_fn_name=lambda args: f"{name.capitalize()}Backward{1 if isinstance(args[1], Tensor) else 0}",
     )
     def comparison(input: Tensor, other: Tensor | Number) -> Tensor:
         pass

@@ -30,7 +30,6 @@ from kiln._tensor import Tensor, _make, _numel, contiguous_strides, from_array, 
 # functions of the layers above, bound on first call (kiln._lazy): they import this module
 _check_fits = first_call(globals(), "kiln._ops.creation", "_check_fits")
 full = first_call(globals(), "kiln._ops.creation", "full")
-overwritten = first_call(globals(), "kiln.autograd.graph", "overwritten")
 rebind_saved_result = first_call(globals(), "kiln.autograd.graph", "rebind_saved_result")
 _register_retain_grad = first_call(globals(), "kiln.autograd.graph", "_register_retain_grad")
 rebase_view_history = first_call(globals(), "kiln.autograd.inplace", "rebase_view_history")
@@ -230,7 +229,7 @@ def copy_(self: Tensor, src, non_blocking: bool = False) -> Tensor:
     """Copy ``src`` into ``self`` in place (broadcasting, casting, across devices); returns ``self``."""
     if not isinstance(src, Tensor):
         if is_scalar(src):
-            return fill_(self, src)
+            return _fill(self, src, None, reads=1)
         from kiln._ops.creation import tensor
 
         src = tensor(src, dtype=self._dtype, device=self._device)
@@ -240,10 +239,15 @@ def copy_(self: Tensor, src, non_blocking: bool = False) -> Tensor:
     return _write(self, src, non_blocking)
 
 
-def _write(self: Tensor, src: Tensor, non_blocking: bool = False) -> Tensor:
-    """The body of ``copy_`` and ``fill_``: write ``src`` into ``self``, recording autograd if needed."""
+def _write(
+    self: Tensor, src: Tensor, non_blocking: bool = False, label: str | None = None, operands: tuple | None = None
+) -> Tensor:
+    """The body of ``copy_``, ``fill_`` and the in-place samplers: write ``src`` into ``self``, recording
+    autograd if needed (a node named ``label``, PyTorch's ``FillBackward2``, ``NormalBackward0``..., by default
+    ``copy_``'s, with an edge per tensor of ``operands``, the tensors the call read: ``(src,)`` by default)."""
     if state.grad_enabled and (self._requires_grad or src._requires_grad):
-        return apply_inplace(self, lambda s: _copy_out_of_place(s, src), needs_self=False)
+        reads = (src,) if operands is None else operands
+        return apply_inplace(self, lambda s: _copy_out_of_place(s, src, label, reads), needs_self=False)
     _check_inplace_allowed(self)
     if src._device is CPU and _writes_on_host(self):
         _copy_on_host(self._numpy(), src._numpy())
@@ -307,16 +311,17 @@ def _copy_on_host(dst: np.ndarray, src) -> None:
         _quiet_exit(token)
 
 
-def _copy_out_of_place(s: Tensor, src: Tensor) -> Tensor:
-    """``src`` broadcast and cast to ``s``'s geometry; when ``src`` requires grad, with a ``CopyBackwards``
-    node (:func:`kiln.autograd.inplace.copy_node`), as PyTorch gives ``copy_``."""
+def _copy_out_of_place(s: Tensor, src: Tensor, label: str | None, operands: tuple) -> Tensor:
+    """``src`` broadcast and cast to ``s``'s geometry, with the write's ``CopyBackwards`` node
+    (:func:`kiln.autograd.inplace.copy_node`: named ``label``, an edge per tensor of ``operands``) where
+    ``s`` or ``src`` requires grad. An integer or bool destination takes no history."""
     out = src.detach()
     if out._dtype is not s._dtype or out._device != s._device:
         out = out.to(s._device, s._dtype)
     if out._shape != s._shape:
         out = out.expand(s._shape)
-    if src._requires_grad and s._dtype.is_floating_point:  # an integer or bool destination takes no history
-        out.grad_fn = copy_node(s, src)
+    if (src._requires_grad or s._requires_grad) and s._dtype.is_floating_point:
+        out.grad_fn = copy_node(s, src, label, operands)
         out._requires_grad = True
     return out
 
@@ -326,12 +331,20 @@ Tensor.copy_ = copy_
 
 def fill_(self: Tensor, value) -> Tensor:
     """Set every element to ``value`` in place; returns ``self`` (overlapping elements are fine here)."""
+    return _fill(self, value, "FillBackward2")
+
+
+def _fill(self: Tensor, value, label: str | None, reads: int = 0) -> Tensor:
+    """``fill_``, its autograd node named ``label`` for a number ``value`` (PyTorch's names: ``fill_`` gives
+    ``FillBackward2``, ``zero_`` ``ZeroBackward0``; a 0-d tensor ``value`` gives ``FillBackward3``), with
+    ``reads`` edges for the value (1 where PyTorch makes a tensor of it: ``copy_``, ``t[i] = 2.0``, whose
+    node is ``copy_``'s: ``label`` None)."""
     if isinstance(value, Tensor):
         if value.dim() != 0:
             raise RuntimeError(
                 f"fill_ only supports 0-dimension value tensor but got tensor with {value.dim()} dimensions."
             )
-        return _write(self, value)
+        return _write(self, value, label="FillBackward3")
     if not is_scalar(value):
         raise TypeError(f"fill_(): argument 'value' must be Number, not {type(value).__name__}")
     _check_fits(value, self._dtype, _numel(self._shape))  # as filling all of self (one element may round)
@@ -340,12 +353,13 @@ def fill_(self: Tensor, value) -> Tensor:
         _copy_on_host(self._numpy(), value)
         self._vc[0] += 1
         return self
-    return _write(self, full((), value, dtype=self._dtype, device=self._device))
+    src = full((), value, dtype=self._dtype, device=self._device)
+    return _write(self, src, label=label, operands=(src,) * reads)
 
 
 def zero_(self: Tensor) -> Tensor:
     """Set every element to zero in place; returns ``self``."""
-    return fill_(self, 0)
+    return _fill(self, 0, "ZeroBackward0")
 
 
 Tensor.fill_ = fill_
@@ -446,7 +460,7 @@ def apply_inplace(self: Tensor, compute, needs_self: bool) -> Tensor:
     if recording and not out._requires_grad and self._requires_grad:
         # overwritten by values that need no gradient: the old history (taken before the write) gets zeros
         out = out.detach()
-        out.grad_fn = overwritten(self)
+        out.grad_fn = copy_node(self)
         out._requires_grad = True
     if out._device is CPU and _host_writes(self):
         _copy_on_host(self._numpy(), out._numpy())
@@ -522,7 +536,11 @@ def inplace_variant(fn, name: str, doc: str, needs_self: bool):
         check_inplace(self, out._shape, out._dtype)
         node = None
         if not differentiable and self.grad_fn is not None and state.grad_enabled:
-            node = overwritten(self)  # its values will no longer depend on the old history
+            # its values no longer depend on the old history, which gets zeros (eq_: PyTorch's EqBackward1)
+            name = opdef.grad_fn_name
+            label = name((self, *args)) if callable(name) else name
+            read = tuple(a for a in args if isinstance(a, Tensor))
+            node = copy_node(self, None, label, read, through_base=False)
         call_below_autograd(_copy_from.op, (self, out, False))
         self._vc[0] += 1
         if node is not None:

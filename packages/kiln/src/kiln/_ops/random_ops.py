@@ -553,10 +553,13 @@ _TYPE_NAMES = {  # the ScalarType names PyTorch's distribution messages print
 }
 
 
-def _sample_into(self: Tensor, generator, draw) -> Tensor:
-    """Write ``draw(rng, shape)`` (host values) into ``self`` through ``copy_``'s path; returns ``self``."""
+def _sample_into(self: Tensor, generator, draw, label: str, operands: tuple = ()) -> Tensor:
+    """Write ``draw(rng, shape)`` (host values) into ``self`` through ``copy_``'s path; returns ``self``.
+    Autograd's node for the old history is named ``label`` (PyTorch's: ``NormalBackward0``...), with an
+    edge per tensor parameter of the sampler (``operands``)."""
     gen, shape, d, dev = _generator(generator, self._device), self._shape, self._dtype, self._device
-    return _write(self, _drawn(lambda: from_host(np.asarray(draw(gen._rng, shape)), d, dev)))
+    src = _drawn(lambda: from_host(np.asarray(draw(gen._rng, shape)), d, dev))
+    return _write(self, src, label=label, operands=operands)
 
 
 def _inplace_checks(self: Tensor, name: str) -> None:
@@ -610,7 +613,9 @@ def uniform_(self: Tensor, from_: float = 0.0, to: float = 1.0, *, generator=Non
             f"from={_g(lo)} which result in to-from to exceed the limit"
         )
     compute = _float_compute(d)
-    return _sample_into(self, generator, lambda rng, shape: lo + (hi - lo) * rng.random(shape, dtype=compute))
+    return _sample_into(
+        self, generator, lambda rng, shape: lo + (hi - lo) * rng.random(shape, dtype=compute), "UniformBackward0"
+    )
 
 
 def normal_(self: Tensor, mean: float = 0.0, std: float = 1.0, *, generator=None) -> Tensor:
@@ -627,7 +632,7 @@ def normal_(self: Tensor, mean: float = 0.0, std: float = 1.0, *, generator=None
         with np.errstate(invalid="ignore", over="ignore"):
             return mean + std * z if std else np.full(shape, mean, compute)
 
-    return _sample_into(self, generator, draw)
+    return _sample_into(self, generator, draw, "NormalBackward0")
 
 
 def bernoulli_(self: Tensor, p: Tensor | float = 0.5, *, generator=None) -> Tensor:
@@ -641,7 +646,8 @@ def bernoulli_(self: Tensor, p: Tensor | float = 0.5, *, generator=None) -> Tens
     else:
         probs = _float_param(p, "p", "bernoulli_")
         _check_bernoulli_p(probs)
-    return _sample_into(self, generator, lambda rng, shape: _bernoulli_draw(probs, shape, rng))
+    label, operands = ("BernoulliBackward1", (p,)) if isinstance(p, Tensor) else ("BernoulliBackward2", ())
+    return _sample_into(self, generator, lambda rng, shape: _bernoulli_draw(probs, shape, rng), label, operands)
 
 
 def exponential_(self: Tensor, lambd: float = 1.0, *, generator=None) -> Tensor:
@@ -651,7 +657,9 @@ def exponential_(self: Tensor, lambd: float = 1.0, *, generator=None) -> Tensor:
     if not lambd > 0.0:
         raise RuntimeError(f"exponential_ expects lambda > 0.0, but found lambda={_g(lambd)}")
     _continuous_only(self, "Exponential", scalar_type_name(self._dtype))
-    return _sample_into(self, generator, lambda rng, shape: rng.standard_exponential(shape) / lambd)
+    return _sample_into(
+        self, generator, lambda rng, shape: rng.standard_exponential(shape) / lambd, "ExponentialBackward0"
+    )
 
 
 def geometric_(self: Tensor, p: float, *, generator=None) -> Tensor:
@@ -663,7 +671,7 @@ def geometric_(self: Tensor, p: float, *, generator=None) -> Tensor:
         raise RuntimeError(f"geometric_ expects p to be in (0, 1), but got p={_g(p)}")
     if self._dtype is dt.bool:
         raise NotImplementedError("\"geometric_cpu\" not implemented for 'Bool'")
-    return _sample_into(self, generator, lambda rng, shape: rng.geometric(p, shape))
+    return _sample_into(self, generator, lambda rng, shape: rng.geometric(p, shape), "GeometricBackward0")
 
 
 def cauchy_(self: Tensor, median: float = 0.0, sigma: float = 1.0, *, generator=None) -> Tensor:
@@ -673,7 +681,9 @@ def cauchy_(self: Tensor, median: float = 0.0, sigma: float = 1.0, *, generator=
     if not sigma > 0.0:
         raise RuntimeError(f"cauchy_ expects sigma > 0.0, but found sigma={_g(sigma)}")
     _continuous_only(self, "Cauchy", dt.CPP_TYPE_NAMES[self._dtype])
-    return _sample_into(self, generator, lambda rng, shape: median + sigma * rng.standard_cauchy(shape))
+    return _sample_into(
+        self, generator, lambda rng, shape: median + sigma * rng.standard_cauchy(shape), "CauchyBackward0"
+    )
 
 
 def log_normal_(self: Tensor, mean: float = 1.0, std: float = 2.0, *, generator=None) -> Tensor:
@@ -688,7 +698,7 @@ def log_normal_(self: Tensor, mean: float = 1.0, std: float = 2.0, *, generator=
         with np.errstate(over="ignore"):
             return np.exp(mean + std * rng.standard_normal(shape))
 
-    return _sample_into(self, generator, draw)
+    return _sample_into(self, generator, draw, "LogNormalBackward0")
 
 
 def _random_bounds(d: dt.dtype) -> tuple[int, int]:
@@ -765,7 +775,8 @@ def random_(self: Tensor, *args, generator=None, **kwargs) -> Tensor:
                 raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={lo} >= to={to}")
             hi_inc = to - 1
         _check_random_range(d, lo, hi_inc)
-    return _sample_into(self, generator, lambda rng, shape: rng.integers(lo, hi_inc, shape, endpoint=True))
+    label = "RandomBackward0" if "from" in given else "RandomBackward1" if "to" in given else "RandomBackward2"
+    return _sample_into(self, generator, lambda rng, shape: rng.integers(lo, hi_inc, shape, endpoint=True), label)
 
 
 for _fn in (uniform_, normal_, bernoulli_, exponential_, geometric_, cauchy_, log_normal_, random_):

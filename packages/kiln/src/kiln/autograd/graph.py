@@ -154,26 +154,6 @@ class AccumulateGrad(Node):
         return ()
 
 
-class Overwritten(Node):
-    """History of values overwritten in place by something that needs no gradient (``fill_``, ``eq_``,
-    ``copy_`` from a constant): the old history still gets a gradient, of zeros, as in PyTorch."""
-
-    __slots__ = ()
-
-    def name(self) -> str:
-        return "CopyBackwards"
-
-    def apply(self, grads: tuple) -> tuple:
-        from kiln._ops.creation import zeros_like
-
-        return tuple(zeros_like(grads[0]) for _ in self.next_functions)
-
-
-def overwritten(t: Tensor) -> Overwritten:
-    """The node for ``t`` after an in-place write that made its values independent of its history."""
-    return Overwritten((_edge(t),) if t._requires_grad else ())
-
-
 def _op_name(node: Node) -> str:
     return re.sub(r"Backward\d*$", "", node.name())
 

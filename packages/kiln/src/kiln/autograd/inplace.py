@@ -18,34 +18,57 @@ _zeros_like = first_call(globals(), "kiln._ops.creation", "zeros_like", "_zeros_
 
 
 class CopyBackwards(Node):
-    """The history of a tensor ``copy_`` wrote a source that requires grad into. Edges: ``self``'s old
-    history (whose values the write replaced: it gets zeros), then the source; a write into a view has the
-    source's edge alone, since the :class:`CopySlices` node of its base routes the old history."""
+    """The history of a tensor whose values an in-place write replaced: ``copy_`` (PyTorch's
+    ``CopyBackwards``), and the writes whose values do not depend on the old ones, which PyTorch names
+    after their op (``fill_``: ``FillBackward2``, ``zero_``: ``ZeroBackward0``, ``eq_``: ``EqBackward1``,
+    ``normal_``: ``NormalBackward0``; :func:`copy_node`'s ``label``).
 
-    __slots__ = ("source_meta",)
+    Edges: ``self``'s old history, which gets zeros (none for a view: the :class:`CopySlices` node of its
+    base routes that), then one per tensor the write read (``operands``): the source's history where the
+    write copies a source that requires grad (the gradient, cast to the source's dtype and device and
+    summed over the dims the write broadcast it along), else no edge."""
+
+    __slots__ = ("source_meta", "label", "has_self")
 
     def name(self) -> str:
-        return "kiln::autograd::CopyBackwards"
+        return self.label
 
     def apply(self, grads: tuple) -> tuple:
         (grad,) = grads
-        _shape, dtype, device = self.source_meta
-        # cast first, then sum over the broadcast dims in the source's dtype (PyTorch's order: a float32 source
-        # written into bfloat16 is summed in float32)
-        g = grad if grad._device == device and grad._dtype is dtype else grad.to(device, dtype)
-        g = _fit_to_input(g, self.source_meta, self, len(self.next_functions) - 1)
-        if len(self.next_functions) == 1:
-            return (g,)
-        return (None if self.next_functions[0][0] is None else _zeros_like(grad), g)
+        out = []
+        if self.has_self:
+            out.append(None if self.next_functions[0][0] is None else _zeros_like(grad))
+        if self.source_meta is not None:
+            _shape, dtype, device = self.source_meta
+            # cast first, then sum over the broadcast dims in the source's dtype (PyTorch's order: a float32
+            # source written into bfloat16 is summed in float32)
+            g = grad if grad._device == device and grad._dtype is dtype else grad.to(device, dtype)
+            out.append(_fit_to_input(g, self.source_meta, self, len(out)))
+        out.extend(None for _ in range(len(self.next_functions) - len(out)))
+        return tuple(out)
 
 
-def copy_node(self: Tensor, src: Tensor) -> CopyBackwards:
-    """The node of ``self.copy_(src)`` for a ``src`` that requires grad (made before the write)."""
-    if self._base is not None:
-        node = CopyBackwards((_edge(src),))
+def copy_node(
+    self: Tensor,
+    src: Tensor | None = None,
+    label: str | None = None,
+    operands: tuple = (),
+    through_base: bool = True,
+) -> CopyBackwards:
+    """The node of an in-place write into ``self`` (made before the write): of ``copy_(src)``, whose source's
+    edge carries the gradient when it requires grad, or of a write that read ``operands`` (tensors; no edge
+    each) and no source that requires grad. ``label``: the node's name (None: ``copy_``'s). A view's node
+    has no edge to its old history when its base's :class:`CopySlices` routes that (``through_base``)."""
+    view = self._base is not None and through_base
+    edges = [] if view else [_edge(self) if self._requires_grad else _NO_EDGE]
+    meta = None
+    if src is not None and src._requires_grad:
+        edges.append(_edge(src))
+        meta = (src._shape, src._dtype, src._device)
     else:
-        node = CopyBackwards((_edge(self) if self._requires_grad else _NO_EDGE, _edge(src)))
-    node.source_meta = (src._shape, src._dtype, src._device)
+        edges.extend(_NO_EDGE for _ in operands)
+    node = CopyBackwards(tuple(edges))
+    node.source_meta, node.label, node.has_self = meta, label or "kiln::autograd::CopyBackwards", not view
     return node
 
 

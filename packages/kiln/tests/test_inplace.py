@@ -583,6 +583,21 @@ def test_copy_into_an_integer_tensor_takes_no_history(dtype):
             (q.float() * 2).sum().backward()
 
 
+def test_retain_grad_on_a_base_follows_writes_through_its_views():
+    """``y.retain_grad()``, then in-place writes into views of ``y``: ``y.grad`` is the gradient of its
+    latest values, as PyTorch's."""
+    got = []
+    for lib in (kiln, torch):
+        x = lib.tensor([1.0, 2.0, 3.0], requires_grad=True)
+        y = x * 2
+        y.retain_grad()
+        y[0].mul_(3)
+        y[1:].add_(x[1:])
+        (y * y).sum().backward()
+        got.append((y.grad.tolist(), x.grad.tolist()))
+    assert got[0] == got[1]
+
+
 def test_inplace_makes_non_leaf_history_like_torch():
     """After ``y.add_(z)`` a plain tensor joins the graph: requires_grad, grad_fn class name, is_leaf."""
     ky, ty = kiln.zeros(3), torch.zeros(3)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from kiln._lazy import first_call
 from kiln._tensor import Tensor
-from kiln.autograd.graph import _NO_EDGE, Node, _edge, _fit_to_input, _refresh_view_history
+from kiln.autograd.graph import _NO_EDGE, Node, _edge, _fit_to_input, _refresh_view_history, _register_retain_grad
 
 _zeros_like = first_call(globals(), "kiln._ops.creation", "zeros_like", "_zeros_like")  # kiln._ops imports this
 
@@ -104,5 +104,7 @@ def rebase_view_history(view: Tensor, out: Tensor) -> None:
     base.grad_fn = node
     base._output_nr = 0
     base._requires_grad = True
+    if base._retains_grad:
+        _register_retain_grad(base)  # base.grad follows its new history, as PyTorch's
     view._requires_grad = True
     _refresh_view_history(view)  # the view, from the base's new history

@@ -368,17 +368,23 @@ def test_index_put(case, dtype, accumulate, index_spy):
 
 @pytest.mark.parametrize("dtype", [kiln.int32, kiln.int64], ids=str)
 def test_setitem_int_dtypes(dtype, index_spy):
+    """Integer dtypes through the write loop (``index_put``); ``t[i] = v`` writes the same values into ``t``
+    itself (the core's in-place kernel: NumPy's assignment, with no copy of ``t``)."""
     x = make((4, 5), dtype, 1)
-    i = kiln.tensor([3, 0, 3])
+    i, j = kiln.tensor([3, 0, 3]), kiln.tensor([4, -5])
+    v, w = kiln.tensor(7, dtype=dtype), make((4, 2), dtype, 2)
 
     def put(t):
-        t = t.clone()
-        t[i] = kiln.tensor(7, dtype=dtype)
-        t[:, kiln.tensor([4, -5])] = make((4, 2), dtype, 2)
-        return t
+        return index_put(index_put(t, (i,), v), (None, j), w)
 
-    _check(put, x)
+    expected = _check(put, x)
     assert index_spy.count("write") == 2
+    t = x.clone()
+    ptr = t.data_ptr()
+    t[i] = v
+    t[:, j] = w
+    assert_same(t, expected)
+    assert t.data_ptr() == ptr
 
 
 def test_index_put_out_of_range_raises_as_reference(index_spy):

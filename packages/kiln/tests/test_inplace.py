@@ -430,6 +430,94 @@ def test_inplace_writes_into_self_as_torch(shape, dtype):
             assert x.k.data_ptr() == ptr, f"{name} ({layout}) moved self"
 
 
+_INDEX_WRITES = {
+    "index_add_": lambda x, L: x.index_add_(0, L.tensor([4, 0, 4, 2]), L.ones(4, 6, dtype=x.dtype)),
+    "index_add_ alpha": lambda x, L: x.index_add_(1, L.tensor([5, 1]), L.full((5, 2), 2, dtype=x.dtype), alpha=3),
+    "index_copy_": lambda x, L: x.index_copy_(0, L.tensor([3, 1]), L.zeros(2, 6, dtype=x.dtype)),
+    "index_fill_": lambda x, L: x.index_fill_(1, L.tensor([0, 5, -1]), 7),
+    "index_put_": lambda x, L: x.index_put_((L.tensor([0, 4]), L.tensor([1, 2])), L.tensor(9, dtype=x.dtype)),
+    "index_put_ accumulate": lambda x, L: x.index_put_((L.tensor([1, 1, 3]),), L.ones(6, dtype=x.dtype), True),
+    "x[idx] = v": lambda x, L: _set(x, L.tensor([4, 2]), L.full((2, 6), 5, dtype=x.dtype)),
+    "x[:, idx] = number": lambda x, L: _set(x, (slice(None), L.tensor([0, 3])), 8),
+    "x[mask] = v": lambda x, L: _set(x, x > 10, L.tensor(0, dtype=x.dtype)),
+    "scatter_": lambda x, L: x.scatter_(1, L.tensor([[0, 5], [1, 4]]), L.full((2, 2), 6, dtype=x.dtype)),
+    "scatter_ value": lambda x, L: x.scatter_(0, L.tensor([[4, 0, 2]]), 3),
+    "scatter_add_": lambda x, L: x.scatter_add_(0, L.tensor([[1, 1], [4, 1]]), L.ones(2, 2, dtype=x.dtype)),
+    "masked_fill_": lambda x, L: x.masked_fill_(x > 12, -1),
+    "masked_fill_ 0-d": lambda x, L: x.masked_fill_(L.tensor([True, False, True, False, False, True]), L.tensor(4)),
+}
+
+
+def _set(x, key, value):
+    x[key] = value
+    return x
+
+
+@pytest.mark.parametrize("case", list(_INDEX_WRITES))
+@pytest.mark.parametrize("dtype", [kiln.float32, kiln.int64, kiln.bfloat16], ids=U.dtype_id)
+def test_index_writes_in_place_as_torch(case, dtype):
+    """Index writes with nothing to record write into ``self``'s memory, touching only the indexed elements
+    (the reference's in-place kernels), with PyTorch's values, duplicates included."""
+    fn = _INDEX_WRITES[case]
+    for layout in ("contiguous", "transposed", "strided"):
+        x = U.make_pair((5, 6), dtype, layout=layout, seed=3, low=0, high=20)
+        ptr = x.k.data_ptr()
+        _apply_both(x, lambda a: fn(a, kiln), lambda a: fn(a, torch))
+        assert x.k.data_ptr() == ptr
+
+
+def test_index_writes_run_the_in_place_kernels(monkeypatch):
+    """Each index write with nothing to record goes to its op's in-place kernel on the CPU, which takes it."""
+    import kiln.backend as kb
+
+    ran = []
+    for name in ("index_add", "index_copy", "index_fill", "index_put", "scatter", "scatter_add", "masked_fill"):
+        record = kb.op(name)
+        kernel = record.inplace_kernels["cpu"]
+
+        def spy(spec, *args, _kernel=kernel, _name=name):
+            done = _kernel(spec, *args)
+            ran.append((_name, done is args[0]))
+            return done
+
+        monkeypatch.setitem(record.inplace_kernels, "cpu", spy)
+    x = kiln.zeros(5, 6)
+    for case in ("index_add_", "index_copy_", "index_fill_", "x[idx] = v", "scatter_", "scatter_add_", "masked_fill_"):
+        _INDEX_WRITES[case](x, kiln)
+    assert ran == [
+        ("index_add", True),
+        ("index_copy", True),
+        ("index_fill", True),
+        ("index_put", True),
+        ("scatter", True),
+        ("scatter_add", True),
+        ("masked_fill", True),
+    ]
+
+
+@pytest.mark.parametrize(
+    "write",
+    [
+        lambda x, L: x.index_add_(0, L.tensor([1, 5]), L.ones(2, 6)),
+        lambda x, L: x.index_copy_(0, L.tensor([1, -1]), L.ones(2, 6)),
+        lambda x, L: x.index_fill_(1, L.tensor([2, 6]), 1.0),
+        lambda x, L: x.index_put_((L.tensor([0, 5]),), L.tensor(1.0), True),
+        lambda x, L: x.scatter_(0, L.tensor([[0, 5]]), L.ones(1, 2)),
+        lambda x, L: x.scatter_add_(1, L.tensor([[0, 6]]), L.ones(1, 2)),
+    ],
+    ids=["index_add_", "index_copy_", "index_fill_", "index_put_", "scatter_", "scatter_add_"],
+)
+def test_index_writes_out_of_range_write_nothing(write):
+    """An index out of range: PyTorch's error type, and not one element written (PyTorch may have written
+    the elements before the bad index)."""
+    k, t = U.both(np.arange(30.0).reshape(5, 6), dtype=kiln.float32)
+    err = U.torch_error(lambda: write(t, torch))
+    with pytest.raises(type(err)):
+        write(k, kiln)
+    np.testing.assert_array_equal(k.numpy(), np.arange(30.0).reshape(5, 6))
+    assert k._version == 0
+
+
 def test_inplace_update_of_a_parameter_under_no_grad_matches_torch():
     """A hand-written optimizer's step: ``p.add_(g, alpha=-lr)`` on leaves that require grad, in
     ``no_grad``, large enough for kiln-cpu's in-place loops; the history stays as it was."""

@@ -39,7 +39,7 @@ from typing import Any
 from kiln._device import out_of_memory
 from kiln._lazy import first_call
 from kiln._modes import DispatchMode, call_with_modes
-from kiln._public import LANE_PREFIX, make_binder, make_public
+from kiln._public import LANE_PREFIX, make_public
 from kiln._spec import Spec
 from kiln._state import away, state
 from kiln._tensor import Tensor
@@ -180,7 +180,9 @@ class OpDef:
         self.kernels: dict[str, Callable] = {}
         # device type -> the in-place variant's kernel (kiln._plugins._chain), where a backend registered one
         self.inplace_kernels: dict[str, Callable] = {}
-        self.bind = None  # the op's arguments as one tuple, defaults filled in (kiln._public.make_binder)
+        # the op's arguments as one tuple, defaults filled in (kiln._public.make_binder): set for the ops that
+        # have an in-place variant (kiln._ops.copy.inplace_variant), which calls in-place kernels through it
+        self.bind = None
         self.num_outputs = num_outputs
         self.differentiable_outputs = differentiable_outputs
         self.param_names = tuple(signature.parameters)
@@ -433,8 +435,6 @@ def op(
         _plugins.op_defined(opdef)
         public = make_public(opdef, doc_fn, sys.modules[__name__])
         opdef.public = public
-        if inplace:
-            opdef.bind = make_binder(opdef)
         for m in methods:
             _bind_method(m, public)
         return public

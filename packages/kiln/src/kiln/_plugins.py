@@ -439,7 +439,7 @@ def _kernel_registrar(info: PluginInfo, pending: list, prepend: bool = False):
             raise KeyError(f"kiln has no op named {op_name!r}")
         if not callable(kernel):
             raise TypeError(f"kernel for {op_name!r} on {device_type!r} is not callable")
-        if inplace and not OPS[op_name].inplace:
+        if inplace and OPS[op_name].bind is None:
             raise ValueError(f"op {op_name!r} has no in-place variant to register an in-place kernel for")
         dts = None if dtypes is None else frozenset(dtypes)
         table = _inplace_kernels if inplace else _kernels
@@ -538,7 +538,7 @@ def op_defined(opdef) -> None:
         _plugins[REFERENCE_PLUGIN].kernels.setdefault("cpu", []).append(opdef.name)
         opdef.kernels["cpu"] = _select(opdef, "cpu", _kernels[(opdef.name, "cpu")])
         opdef._checked.clear()
-        inplace = inplace_reference(opdef) if opdef.inplace else None
+        inplace = inplace_reference(opdef) if opdef.bind is not None else None
         if inplace is not None:
             entries = _inplace_kernels.setdefault((opdef.name, "cpu"), [])
             entries.append((None, inplace, REFERENCE_PLUGIN))

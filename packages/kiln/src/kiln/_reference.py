@@ -192,13 +192,23 @@ def kiln_register_devices(register):
 
 
 def inplace_reference(opdef) -> Callable | None:
-    """The in-place kernel (``add_``: see ``kiln_register_kernels``) of a binary op whose reference is one
-    NumPy ufunc (``same_dtype_ufunc``: add, sub, mul), else None: the ufunc with ``out=`` set to ``self``'s
-    array, where the operands are arrays of the compute dtype or plain Python numbers (half-precision
-    results, which compute in float32, and bool results are declined). NumPy buffers an operand that
-    overlaps ``out``, so a write that reads itself shifted (``x[1:].add_(x[:-1])``) is right."""
+    """The in-place kernel (``add_``: see ``kiln_register_kernels``) of an op whose reference can write into
+    ``self``'s own array, else None:
+
+    * a binary op whose reference is one NumPy ufunc (``same_dtype_ufunc``: add, sub, mul): the ufunc with
+      ``out=`` set to ``self``'s array, where the operands are arrays of the compute dtype or plain Python
+      numbers (half-precision results, which compute in float32, and bool results are declined). NumPy
+      buffers an operand that overlaps ``out``, so a write that reads itself shifted is right;
+    * an op whose reference is a write into a copy of its input (``write_into``: ``index_add``,
+      ``index_copy``, ``index_fill``, ``index_put``, ``scatter``, ``scatter_add``, ``masked_fill``): that write
+      into ``self``'s array, where it holds the compute dtype. Each checks its indices before writing."""
+    if opdef.num_outputs != 1:
+        return None
+    into = getattr(opdef.reference, "write_into", None)
+    if into is not None:
+        return _write_into_kernel(opdef, into)
     plain = getattr(opdef.reference, "same_dtype_ufunc", None)
-    if plain is None or opdef.num_outputs != 1 or opdef.tensor_params != (0, 1):
+    if plain is None or opdef.tensor_params != (0, 1):
         return None
     ufunc, plain_rest = plain
 
@@ -229,16 +239,40 @@ def inplace_reference(opdef) -> Callable | None:
     return kernel
 
 
+def _write_into_kernel(opdef, into: Callable) -> Callable:
+    """The in-place kernel running ``into(spec, self_array, *args)`` (the tensor arguments as arrays)."""
+    positions = tuple(i - 1 for i in opdef.tensor_params if i > 0)
+
+    def kernel(spec, a, *args):
+        x = a._numpy()
+        if x.dtype is not COMPUTE_NUMPY.get(spec.dtype):
+            return None
+        if positions:
+            args = list(args)
+            for i in positions:
+                args[i] = _to_numpy_arg(args[i])
+        token = _quiet_enter()
+        try:
+            into(spec, x, *args)
+        finally:
+            _quiet_exit(token)
+        return a
+
+    kernel.__name__ = f"reference_{opdef.name}_"
+    kernel.__doc__ = f"NumPy reference in-place kernel for {opdef.name}_."
+    return kernel
+
+
 def kiln_register_kernels(register):
     """Register the NumPy reference kernel of every op for ``cpu``, and the in-place kernels of the ops
-    whose reference is one ufunc (:func:`inplace_reference`)."""
+    with an in-place variant whose reference can write into ``self`` (:func:`inplace_reference`)."""
     from kiln import _ops  # noqa: F401 - defines every op
     from kiln._dispatch import OPS
 
     for opdef in OPS.values():
         if opdef.reference is not None:
             register(opdef.name, "cpu", wrap_reference(opdef))
-            inplace = inplace_reference(opdef) if opdef.inplace else None
+            inplace = inplace_reference(opdef) if opdef.bind is not None else None
             if inplace is not None:
                 register(opdef.name, "cpu", inplace, inplace=True)
 

@@ -22,6 +22,7 @@ from kiln._dispatch import SparseArgument, call_below_autograd, op
 from kiln._lazy import first_call
 from kiln._ops._meta import astype, broadcast_pair, check_inplace, is_scalar
 from kiln._ops.views import make_view
+from kiln._public import make_binder
 from kiln._reference import _quiet_enter, _quiet_exit
 from kiln._spec import Spec
 from kiln._state import away, post_modes, state
@@ -504,6 +505,8 @@ def inplace_variant(fn, name: str, doc: str, needs_self: bool):
     opdef = fn.op
     differentiable = opdef._backward_needs is not None
     kernels = opdef.inplace_kernels
+    if opdef.bind is None:
+        opdef.bind = make_binder(opdef)
     bind = opdef.bind
 
     def method(self, *args, **kwargs):
@@ -526,7 +529,7 @@ def inplace_variant(fn, name: str, doc: str, needs_self: bool):
             return apply_inplace(self, lambda s: fn(s, *args, **kwargs), needs_self)
         # eq_, logical_and_, ...: nothing to record, so even a leaf that requires grad may be written
         _check_inplace_allowed(self, leaf_ok=not differentiable)
-        if kernels and bind is not None and (not away[0] or not state.post_autograd_modes):
+        if kernels and (not away[0] or not state.post_autograd_modes):
             kernel = kernels.get(self._device.type)
             if kernel is not None and (differentiable or self.grad_fn is None or not state.grad_enabled):
                 done = _write_in_place(opdef, kernel, bind(self, *args, **kwargs), self)

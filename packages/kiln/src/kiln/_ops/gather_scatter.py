@@ -121,9 +121,13 @@ def _scatter_meta(name):
 
 def _scatter_ref(accumulate):
     def ref(spec, a, dim, index, src=None, value=None):
+        return into(spec, _nd(a).astype(_compute_np(spec.dtype), copy=True), dim, index, src, value)
+
+    def into(spec, out, dim, index, src=None, value=None):
+        """The write into ``out`` (``input``'s values in the compute dtype), checked first."""
         d = spec.dim
         compute = _compute_np(spec.dtype)
-        out = _nd(a).astype(compute, copy=True)
+        out = _nd(out)
         i1 = _nd(index).astype(np.int64)
         if i1.size == 0:
             return out.reshape(spec.shape)
@@ -142,6 +146,7 @@ def _scatter_ref(accumulate):
             out[tuple(pos)] = s
         return out.reshape(spec.shape)
 
+    ref.write_into = into  # the reference in-place kernel writes into self's own array (kiln._reference)
     return ref
 
 

@@ -129,9 +129,14 @@ def _index_add_meta(input, dim, index, source, alpha=1):
 
 
 def _index_add_ref(spec, a, dim, index, source, alpha=1):
+    return _index_add_into(spec, _nd(a).astype(_compute_np(spec.dtype), copy=True), dim, index, source, alpha)
+
+
+def _index_add_into(spec, out, dim, index, source, alpha=1):
+    """``index_add``'s write into ``out`` (``input``'s values in the compute dtype), checked first."""
     d = spec.dim
     compute = _compute_np(spec.dtype)
-    out = _nd(a).astype(compute, copy=True)
+    out = _nd(out)
     i = index.reshape(-1).astype(np.int64)
     _check_bounds(i, out.shape[d], d)
     s = source.astype(compute).reshape(out.shape[:d] + (i.size,) + out.shape[d + 1 :])
@@ -172,8 +177,13 @@ def _index_fill_meta(input, dim, index, value):
 
 
 def _index_fill_ref(spec, a, dim, index, value):
+    return _index_fill_into(spec, a.copy(), dim, index, value)
+
+
+def _index_fill_into(spec, out, dim, index, value):
+    """``index_fill``'s write into ``out`` (``input``'s values), checked first."""
     d = spec.dim
-    out = _nd(a).copy()
+    out = _nd(out)
     i = _wrap_bounds(index.reshape(-1).astype(np.int64), out.shape[d], d, IndexError)
     pos = [slice(None)] * out.ndim
     pos[d] = i
@@ -245,12 +255,20 @@ def _masked_fill_meta(input, mask, value):
 
 
 def _masked_fill_ref(spec, a, mask, value):
+    return np.where(mask, _masked_fill_value(spec, a, value), a)
+
+
+def _masked_fill_into(spec, out, mask, value):
+    """``masked_fill``'s write into ``out`` (``input``'s values)."""
+    np.copyto(out, _masked_fill_value(spec, out, value), where=mask)
+    return out
+
+
+def _masked_fill_value(spec, a, value):
     v = value if isinstance(value, np.ndarray) else np.asarray(value)
     if v.dtype.kind in "iub" and a.dtype.kind in "iu":
-        v = v.astype(np.int64).astype(a.dtype)  # integers wrap (-1 -> 255 for uint8), as in PyTorch
-    else:
-        v = v.astype(_compute_np(spec.dtype)).astype(a.dtype)
-    return np.where(mask, v, a)
+        return v.astype(np.int64).astype(a.dtype)  # integers wrap (-1 -> 255 for uint8), as in PyTorch
+    return v.astype(_compute_np(spec.dtype)).astype(a.dtype)
 
 
 def _masked_fill_backward(grad, mask, value):
@@ -360,8 +378,13 @@ def _index_copy_meta(input, dim, index, source):
 
 
 def _index_copy_ref(spec, a, dim, index, source):
+    return _index_copy_into(spec, a.copy(), dim, index, source)
+
+
+def _index_copy_into(spec, out, dim, index, source):
+    """``index_copy``'s write into ``out`` (``input``'s values), checked first."""
     d = spec.dim
-    out = _nd(a).copy()
+    out = _nd(out)
     i = index.reshape(-1).astype(np.int64)
     size = out.shape[d]
     bad = (i < 0) | (i >= size)
@@ -630,9 +653,13 @@ def _index_put_meta(input, indices, values, accumulate=False):
 
 
 def _index_put_ref(spec, a, indices, values, accumulate=False):
+    return _index_put_into(spec, a.astype(_compute_np(spec.dtype), copy=True), indices, values, accumulate)
+
+
+def _index_put_into(spec, out, indices, values, accumulate=False):
+    """``index_put``'s write into ``out`` (``input``'s values in the compute dtype), checked first."""
     compute = _compute_np(spec.dtype)
-    out = a.astype(compute, copy=True)
-    key = _np_key(list(indices), a.shape)
+    key = _np_key(list(indices), out.shape)
     v = np.broadcast_to(values.astype(compute), spec.index_shape)
     if accumulate:
         np.add.at(out, key, v)
@@ -709,3 +736,13 @@ def masked_scatter(input: Tensor, mask: Tensor, source: Tensor) -> Tensor:
 Tensor.masked_scatter_ = inplace_variant(
     masked_scatter, "masked_scatter_", "In-place version of :func:`kiln.masked_scatter`.", False
 )
+
+
+for _ref, _into in (
+    (_index_add_ref, _index_add_into),
+    (_index_fill_ref, _index_fill_into),
+    (_index_copy_ref, _index_copy_into),
+    (_index_put_ref, _index_put_into),
+    (_masked_fill_ref, _masked_fill_into),
+):
+    _ref.write_into = _into  # the reference in-place kernel writes into self's own array (kiln._reference)

@@ -203,21 +203,28 @@ def test_dtype_narrowed_kernels_and_precedence():
     assert _plugins.kernel_owner("neg", "cpu") == owner
 
 
-def test_inplace_kernels_of_a_plugin_come_first_and_may_decline():
-    """``register(op, device, kernel, inplace=True)``: the in-place variant (``mul_``) asks the plugin's
-    in-place kernel first; one that returns None leaves the call to the next registration (the reference's
-    ufunc), and to the out-of-place kernel and a copy where none takes it."""
+def test_inplace_kernels_of_a_plugin_serve_its_op_and_may_decline():
+    """``register(op, device, kernel, inplace=True)``: the in-place variant (``mul_``) calls the in-place
+    kernel of the plugin whose kernel runs the op; one that returns None leaves the call to that kernel
+    and a copy, and so does a call that autograd records."""
     calls = []
 
     class InPlace:
         def kiln_register_kernels(self, register):
+            def mul(spec, a, b):
+                calls.append(("mul", tuple(a.shape)))
+                return kiln.from_numpy(
+                    np.multiply(a.detach().numpy(), b if not isinstance(b, kiln.Tensor) else b.numpy())
+                )
+
             def mul_(spec, a, b):
-                calls.append(tuple(a.shape))
+                calls.append(("mul_", tuple(a.shape)))
                 if a.numel() < 4:
                     return None  # declined: nothing written
                 np.multiply(a.numpy(), b if not isinstance(b, kiln.Tensor) else b.numpy(), out=a.numpy())
                 return a
 
+            register("mul", "cpu", mul, dtypes=(kiln.float64,))
             register("mul", "cpu", mul_, dtypes=(kiln.float64,), inplace=True)
 
     _plugins.register_plugin(InPlace(), name="inplace-mul")
@@ -226,17 +233,38 @@ def test_inplace_kernels_of_a_plugin_come_first_and_may_decline():
         big.mul_(3.0)
         small.mul_(kiln.full((3,), 2.0, dtype=kiln.float64))
         kiln.ones(2, 3).mul_(2.0)  # float32: not the plugin's
-        assert calls == [(2, 3), (3,)]
+        assert calls == [("mul_", (2, 3)), ("mul_", (3,)), ("mul", (3,))]
         assert big.tolist() == [[3.0] * 3] * 2 and small.tolist() == [2.0] * 3
         assert big._version == 1 and small._version == 1
-        with kiln.enable_grad():
-            x = kiln.ones(2, 3, dtype=kiln.float64, requires_grad=True) * 1
-            x.mul_(2.0)  # autograd records: the out-of-place kernel and a copy, no in-place kernel
-        assert calls == [(2, 3), (3,)] and x.grad_fn is not None
+        calls.clear()
+        x = kiln.ones(2, 3, dtype=kiln.float64, requires_grad=True) * 1
+        x.mul_(2.0)  # autograd records: the out-of-place kernel and a copy
+        assert ("mul_", (2, 3)) not in calls and x.grad_fn is not None
     finally:
         _plugins.unregister_plugin("inplace-mul")
+    calls.clear()
     kiln.ones(2, 3, dtype=kiln.float64).mul_(2.0)
-    assert calls == [(2, 3), (3,)]
+    assert calls == []
+
+
+def test_a_plugin_overriding_an_op_serves_its_inplace_variant_too():
+    """A plugin's ``add`` kernel, registered without an in-place one, runs ``add_`` as well (then a copy):
+    the in-place kernels of the plugins it took precedence over stand aside, for the dtypes it serves."""
+
+    class Override:
+        def kiln_register_kernels(self, register):
+            register("add", "cpu", lambda spec, a, b, alpha=1: kiln.from_numpy(a.numpy() + alpha * b + 100))
+            register("exp", "cpu", lambda spec, a: kiln.full(a.shape, 7.0), dtypes=(kiln.float32,))
+
+    _plugins.register_plugin(Override(), name="override-add")
+    try:
+        x = kiln.ones(3000)
+        assert x.add_(1)[0].item() == 102.0
+        assert kiln.ones(3000).exp_()[0].item() == 7.0
+        assert kiln.ones(3000, dtype=kiln.float64).exp_()[0].item() == pytest.approx(np.e)  # not its dtype
+    finally:
+        _plugins.unregister_plugin("override-add")
+    assert kiln.ones(3000).add_(1)[0].item() == 2.0
 
 
 def test_an_inplace_kernel_needs_an_op_with_an_inplace_variant():

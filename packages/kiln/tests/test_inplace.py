@@ -377,9 +377,18 @@ _OVERLAPS = {
     "same memory, same layout": lambda x: x.mul_(x.view(24).view(4, 6)),
     "copy of itself": lambda x: x.copy_(x[:]),
     "interleaved (not dense)": lambda x: x[:, ::2].add_(x[:, 1::2]),
+    "add_ an element of itself": lambda x: x.add_(x[0, 1]),
+    "clamp_ to its own elements": lambda x: x.clamp_(x[0, 1], x[3, 3]),
+    "masked_fill_ with an element of itself": lambda x: x.masked_fill_(x > 5, x[0, 1]),
+    "index_fill_ with an element of itself": lambda x: x.index_fill_(0, torch_or_kiln(x).tensor([2]), x[3, 3]),
+    "x[mask] = an element of x": lambda x: _set(x, x > 5, x[0, 1]),
     "disjoint halves": lambda x: x[:2].add_(x[2:]),
     "reversed rows (a copy)": lambda x: x.add_(x.flip(0)),
 }
+
+
+def torch_or_kiln(x):
+    return torch if isinstance(x, torch.Tensor) else kiln
 
 
 @pytest.mark.parametrize("case", list(_OVERLAPS))
@@ -516,6 +525,110 @@ def test_index_writes_out_of_range_write_nothing(write):
         write(k, kiln)
     np.testing.assert_array_equal(k.numpy(), np.arange(30.0).reshape(5, 6))
     assert k._version == 0
+
+
+def test_index_writes_from_self_give_the_out_of_place_values():
+    """An index write whose source is a view of ``self`` (which PyTorch refuses where both are dense) reads
+    the source before writing, as the out-of-place op does."""
+    for write in (
+        lambda x, out: (
+            kiln.index_copy(x, 0, kiln.tensor([3, 0]), x[1:3]) if out else x.index_copy_(0, kiln.tensor([3, 0]), x[1:3])
+        ),
+        lambda x, out: (
+            kiln.index_add(x, 0, kiln.tensor([1, 2]), x[1:3]) if out else x.index_add_(0, kiln.tensor([1, 2]), x[1:3])
+        ),
+        lambda x, out: (
+            kiln.scatter_add(x, 1, kiln.tensor([[1, 2]]), x[:1, :2])
+            if out
+            else x.scatter_add_(1, kiln.tensor([[1, 2]]), x[:1, :2])
+        ),
+        lambda x, out: (
+            kiln.index_put(x, (kiln.tensor([0, 3]),), x[1:3], True)
+            if out
+            else x.index_put_((kiln.tensor([0, 3]),), x[1:3], True)
+        ),
+    ):
+        x = kiln.arange(24.0).reshape(4, 6)
+        expected = write(x.clone(), True)
+        write(x, False)
+        np.testing.assert_array_equal(x.numpy(), expected.numpy())
+    b = kiln.tensor([True, False, True])
+    expected = kiln.masked_fill(b, b, False)
+    b.masked_fill_(b, False)
+    assert b.tolist() == expected.tolist() == [False, False, False]
+
+
+@pytest.mark.parametrize("name", ["exp", "log", "sin", "cos", "tanh", "sigmoid", "erf", "sqrt", "neg", "relu"])
+@pytest.mark.parametrize("dtype", [kiln.float32, kiln.float64, kiln.bfloat16], ids=U.dtype_id)
+def test_inplace_gives_the_out_of_place_bits(name, dtype):
+    """``x.exp_()`` is ``x.exp()`` written into ``x``, bit for bit, at every size (whichever kernels serve
+    the sizes: NumPy's, or kiln-cpu's loops with their own polynomials)."""
+    for n in (7, 2000, 70000):
+        x = kiln.linspace(0.01, 3, n, dtype=dtype)
+        expected = getattr(x, name)()
+        y = x.clone()
+        getattr(y, f"{name}_")()
+        np.testing.assert_array_equal(y.float().numpy(), expected.float().numpy(), err_msg=f"{name}_ on {n}")
+
+
+@pytest.mark.parametrize(
+    "write",
+    [
+        lambda a, L: a.add_(1, alpha=None),
+        lambda a, L: a.add_(1, alpha=[2.0]),
+        lambda a, L: a.sub_(a, alpha="a"),
+        lambda a, L: L.add(a, 1, alpha=None),
+        lambda a, L: a.add_(a.t(), foo=1),
+        lambda a, L: a.add_(),
+    ],
+    ids=["alpha None", "alpha list", "alpha str", "out of place", "bad keyword", "missing argument"],
+)
+def test_inplace_argument_errors_as_torch(write):
+    """A wrong argument of an in-place op: PyTorch's TypeError, before anything else is checked (the
+    operand here overlaps self too), at a size kiln-cpu's loops would take, and nothing written."""
+    k, t = kiln.ones(50, 50), torch.ones(50, 50)
+    err = U.torch_error(lambda: write(t, torch))
+    with pytest.raises(type(err)):
+        write(k, kiln)
+    assert k._version == 0 and bool((k == 1).all())
+
+
+def test_inplace_checks_come_in_pytorchs_order():
+    """A leaf that requires grad, written with an operand that overlaps it: PyTorch's leaf error first."""
+    for fn in (lambda w: w.add_(w.t()), lambda w: w.copy_(w.t()), lambda w: w[1:].add_(w[:-1])):
+        U.assert_same_error(
+            lambda: fn(kiln.ones(3, 3, requires_grad=True)), lambda: fn(torch.ones(3, 3, requires_grad=True))
+        )
+
+
+def test_an_operand_that_requires_grad_given_by_keyword_is_recorded():
+    got = []
+    for lib in (kiln, torch):
+        w = lib.ones(3, requires_grad=True)
+        y, z = lib.zeros(3), lib.zeros(3)
+        y.add_(other=w, alpha=2)
+        z.clamp_(min=w)
+        (y * z).sum().backward()
+        got.append((y.grad_fn.name(), z.grad_fn.name(), w.grad.tolist()))
+    assert got[0] == got[1]
+
+
+def test_inplace_into_read_only_memory_raises_numpys_error():
+    """A tensor over a read-only array (``from_numpy`` of one): NumPy's ValueError, whichever kernel runs."""
+    for n in (10, 3000):
+        a = np.ones(n, np.float32)
+        a.flags.writeable = False
+        with pytest.warns(UserWarning, match="not writable"):
+            x = kiln.from_numpy(a)
+        for write in (
+            lambda t: t.exp_(),
+            lambda t: t.add_(1, alpha=2),
+            lambda t: t.clamp_(0, 0.5),
+            lambda t: t.mul_(2),
+        ):
+            with pytest.raises(ValueError, match="read-only"):
+                write(x)
+        assert (a == 1).all()
 
 
 def test_inplace_update_of_a_parameter_under_no_grad_matches_torch():

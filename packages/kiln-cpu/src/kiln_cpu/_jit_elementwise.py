@@ -15,9 +15,7 @@ from numba.extending import register_jitable
 from kiln_cpu._jit_half import load, store
 from kiln_cpu._jit_scalar_ops import binop, cast_value, ternop, unop
 from kiln_cpu._jit_support import _SERIAL, STREAM_BLOCK, _u, prefetch_next
-from kiln_cpu._opcodes import CAST, COS, EQ, ERF, EXP, GE, GELU, GELU_TANH, LOG, POW, SIGMOID, SIN, TANH
-
-_HEAVY_UNARY = frozenset((EXP, LOG, SIN, COS, TANH, SIGMOID, ERF, GELU, GELU_TANH))
+from kiln_cpu._opcodes import CAST, EQ, GE, POW, TRANSCENDENTAL
 
 # ------------------------------------------------------------------------------- elementwise kernels
 #
@@ -115,7 +113,7 @@ def _make_unary(code, hin, hout):
     opts = {**_SERIAL, "fastmath": {"contract"}}
 
     # blocks with prefetching for the transcendentals; one flat loop for the rest, bound by the memory
-    heavy = code in _HEAVY_UNARY
+    heavy = code in TRANSCENDENTAL
 
     def flat(a, out, lo, hi):
         """A dense operand: flat loops over [lo, hi), in blocks of :data:`STREAM_BLOCK` bytes that prefetch

@@ -139,8 +139,13 @@ def _run_strided(get_kernel, shape: tuple, operands: list, out_np: np.dtype, ext
     out_strides4, shape4, *extra, lo, hi)`` over tasks of up to ``_jit_elementwise._BLOCK`` innermost elements, into
     a new array of ``shape`` laid out as NumPy (and PyTorch) lay out a result of the operands (or in dim
     ``order``, outermost first, where given), or into the tensor ``into`` of that shape (an in-place
-    kernel's ``self``; the caller has checked that no operand overlaps it but in the same places); None
-    (nothing run) if more than 4 dims remain after merging."""
+    kernel's ``self``, from :data:`kiln_cpu.config.min_numel` elements; the caller has checked that no
+    operand overlaps it but in the same places); None (nothing run) if more than 4 dims remain after
+    merging."""
+    if into is not None and math.prod(shape) < config.min_numel:
+        # writing the array it reads keeps a strided loop in its scalar form (LLVM's overlap check fails):
+        # below the size where threads pay for that, NumPy's in-place ufunc or a copy is faster
+        return None
     ops = [_operand(x, shape) for x in operands]
     if into is not None:
         buf, off, out_strides = _operand(into, shape)
@@ -182,35 +187,44 @@ def apart(x, into: Tensor) -> bool:
     return not np.may_share_memory(x._storage, into._storage)
 
 
-def inplace_kernel(name: str, in_loops):
-    """The in-place kernel (``add_``) of an elementwise op whose loops ``in_loops(spec, *args, into=None)``
-    write into ``into`` when given: they run from :data:`kiln_cpu.config.multipass_min_numel` elements,
-    or from :data:`kiln_cpu.config.min_numel` where the core's NumPy in-place kernel takes the call (a ufunc
-    with ``out=``: add, sub and mul without ``alpha``, not half precision); below that, and where a tensor
-    operand overlaps ``self`` in other places (:func:`apart`), None: not taken."""
-    plain = getattr(op_record(name).reference, "same_dtype_ufunc", None)
-    ufunc_rest = None if plain is None else plain[1]
+def inplace_kernel(name: str, kernel):
+    """The in-place kernel (``add_``) of an elementwise op whose kernel carries its loops
+    (``kernel.in_loops(spec, *args, into=None)``, which write into ``into`` when given), so ``add_`` gives
+    what ``add`` gives: loops that give the reference's bits (``kernel.exact``: all but the transcendentals'
+    polynomials) run from :data:`kiln_cpu.config.multipass_min_numel` elements, where no copy of the
+    result is made to pay for their call; the others where the op's kernel runs them (``kernel.floor``).
+    Elsewhere, and where a tensor operand overlaps ``self`` in other places (:func:`apart`) or ``self`` is
+    read-only, the core's NumPy in-place kernel where it has one (add, sub, mul), else None (not taken)."""
+    in_loops, floor = kernel.in_loops, kernel.floor
+    if getattr(kernel, "exact", True):
+        floor = _exact_floor
+    reference = reference_kernel(name, inplace=True)
 
     def inplace(spec, a, *args):
-        numpy_takes = ufunc_rest is not None and args[1:] == ufunc_rest and spec.dtype not in HALF
-        floor = config.min_numel if numpy_takes else min(config.min_numel, config.multipass_min_numel)
-        if math.prod(a._shape) < max(floor, 1):
-            return None
-        for x in args:
-            if not apart(x, a):
-                return None
-        return in_loops(spec, a, *args, into=a)
+        if math.prod(a._shape) >= max(floor(), 1) and a._numpy().flags.writeable:
+            for x in args:
+                if not apart(x, a):
+                    break
+            else:
+                done = in_loops(spec, a, *args, into=a)
+                if done is not None:
+                    return done
+        return None if reference is None else reference(spec, a, *args)
 
     inplace.__name__ = f"kiln_cpu_{name}_"
     inplace.__doc__ = f"Numba in-place kernel for {name}_ (kiln-cpu)."
     return inplace
 
 
+def _exact_floor() -> int:
+    return min(config.min_numel, config.multipass_min_numel)
+
+
 def inplace_table(table: dict) -> dict[str, tuple]:
     """The in-place kernels of a family's kernel table (op name -> (kernel, dtypes)): one per op that has
     an in-place variant and whose kernel carries its loops (``kernel.in_loops``)."""
     return {
-        name: (inplace_kernel(name, kernel.in_loops), dtypes)
+        name: (inplace_kernel(name, kernel), dtypes)
         for name, (kernel, dtypes) in table.items()
         if getattr(kernel, "in_loops", None) is not None and op_record(name).inplace
     }

@@ -15,6 +15,9 @@ POW = 17  # x ** y (float32 in float64, rounded once; integers wrap): kiln_cpu._
 
 NEG, ABS, RELU, EXP, LOG, SQRT, SIN, COS, TANH, SIGMOID, ERF, GELU, GELU_TANH = range(13)
 CAST = 13  # the value itself: with another output dtype, a conversion
+# the transcendentals: kiln-cpu's own polynomials, within a few ulps of the reference's NumPy (the other
+# unary loops, like the binary and ternary ones, give the reference's bits)
+TRANSCENDENTAL = frozenset((EXP, LOG, SIN, COS, TANH, SIGMOID, ERF, GELU, GELU_TANH))
 # x ** e for the exponents PyTorch computes without the general pow: x*x, x*x*x, 1/x, 1/sqrt(x), 1/(x*x)
 SQUARE, CUBE, RECIPROCAL, RSQRT, INV_SQUARE = range(14, 19)
 

@@ -140,7 +140,7 @@ def _binary_kernel(name: str, served: tuple, pick, *, compare: bool = False):
     kernel = reference_kernel(name, fast=in_loops, min_numel=_floor(name))
     kernel.__name__ = f"kiln_cpu_{name}"
     kernel.__doc__ = f"Numba kernel for {name} (kiln-cpu)."
-    kernel.in_loops = in_loops
+    kernel.in_loops, kernel.floor = in_loops, _floor(name)  # the in-place kernel's (inplace_kernel)
     return kernel
 
 
@@ -236,7 +236,8 @@ def _unary_kernel(name: str, served: tuple, op_code: int | None, params: dict | 
     kernel = reference_kernel(name, fast=in_loops, min_numel=_floor(name))
     kernel.__name__ = f"kiln_cpu_{name}"
     kernel.__doc__ = f"Numba kernel for {name} (kiln-cpu)."
-    kernel.in_loops = in_loops
+    kernel.in_loops, kernel.floor = in_loops, _floor(name)  # the in-place kernel's (inplace_kernel)
+    kernel.exact = op_code not in _opcodes.TRANSCENDENTAL
     return kernel
 
 

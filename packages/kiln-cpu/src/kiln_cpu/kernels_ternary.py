@@ -162,7 +162,7 @@ def _ternary_kernel(name: str, served: tuple, prepare, steps: str | None = None)
     kernel = reference_kernel(name, fast=in_loops, min_numel=min_numel)
     kernel.__name__ = f"kiln_cpu_{name}"
     kernel.__doc__ = f"Numba kernel for {name} (kiln-cpu)."
-    kernel.in_loops = in_loops
+    kernel.in_loops, kernel.floor = in_loops, min_numel  # the in-place kernel's (inplace_kernel)
     return kernel
 
 

@@ -37,6 +37,10 @@ def kernels() -> dict[str, tuple]:
 def inplace_kernels() -> dict[str, tuple]:
     """Every in-place kernel kiln-cpu provides (``register(..., inplace=True)``): op name -> (kernel,
     dtypes served)."""
-    from kiln_cpu import kernels_elementwise, kernels_ternary
+    from kiln_cpu import kernels_elementwise, kernels_index, kernels_ternary
 
-    return {**kernels_elementwise.inplace_kernels(), **kernels_ternary.inplace_kernels()}
+    return {
+        **kernels_elementwise.inplace_kernels(),
+        **kernels_ternary.inplace_kernels(),
+        **kernels_index.inplace_kernels(),
+    }

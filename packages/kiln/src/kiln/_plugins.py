@@ -542,7 +542,7 @@ def op_defined(opdef) -> None:
         if inplace is not None:
             entries = _inplace_kernels.setdefault((opdef.name, "cpu"), [])
             entries.append((None, inplace, REFERENCE_PLUGIN))
-            opdef.inplace_kernels["cpu"] = _chain(entries)
+            opdef.inplace_kernels["cpu"] = _inplace_select(opdef.name, "cpu", entries)
 
 
 def refresh_kernels() -> None:
@@ -564,25 +564,29 @@ def _install_kernels() -> None:
     for (op_name, dev_type), entries in _kernels.items():
         OPS[op_name].kernels[dev_type] = _select(OPS[op_name], dev_type, entries)
     for (op_name, dev_type), entries in _inplace_kernels.items():
-        OPS[op_name].inplace_kernels[dev_type] = _chain(entries)
+        OPS[op_name].inplace_kernels[dev_type] = _inplace_select(op_name, dev_type, entries)
 
 
-def _chain(entries: list) -> Callable:
-    """One in-place kernel for a (op, device type): the registrations in precedence order, each asked in
-    turn (those narrowed to dtypes only for ``self``'s dtype) until one takes the call; None if none does."""
-    if len(entries) == 1 and entries[0][0] is None:
-        return entries[0][1]
+def _inplace_select(op_name: str, dev_type: str, entries: list) -> Callable:
+    """One in-place kernel for a (op, device type): the in-place kernel of the plugin whose kernel runs the op
+    there for ``self``'s dtype (its first registration for that dtype), so an in-place variant computes
+    what the op computes. A plugin that overrides an op but not its in-place form leaves the in-place
+    variant to that kernel and a copy (None: no in-place kernel)."""
+    out_entries = _kernels.get((op_name, dev_type), [])
+    picked: dict = {}
 
-    def chained(spec, *args):
+    def pick(d):
+        owner = next((p for dts, _k, p in out_entries if dts is None or d in dts), None)
+        k = next((k for dts, k, p in entries if p == owner and (dts is None or d in dts)), None)
+        picked[d] = k
+        return k
+
+    def inplace(spec, *args):
         d = spec.dtype
-        for dtypes, kernel, _plugin in entries:
-            if dtypes is None or d in dtypes:
-                done = kernel(spec, *args)
-                if done is not None:
-                    return done
-        return None
+        k = picked[d] if d in picked else pick(d)
+        return None if k is None else k(spec, *args)
 
-    return chained
+    return inplace
 
 
 def _select(opdef, dev_type: str, entries: list) -> Callable:

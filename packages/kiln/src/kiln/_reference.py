@@ -192,55 +192,21 @@ def kiln_register_devices(register):
 
 
 def inplace_reference(opdef) -> Callable | None:
-    """The in-place kernel (``add_``: see ``kiln_register_kernels``) of an op whose reference can write into
-    ``self``'s own array, else None:
-
-    * a binary op whose reference is one NumPy ufunc (``same_dtype_ufunc``: add, sub, mul): the ufunc with
-      ``out=`` set to ``self``'s array, where the operands are arrays of the compute dtype or plain Python
-      numbers (half-precision results, which compute in float32, and bool results are declined). NumPy
-      buffers an operand that overlaps ``out``, so a write that reads itself shifted is right;
-    * an op whose reference is a write into a copy of its input (``write_into``: ``index_add``,
-      ``index_copy``, ``index_fill``, ``index_put``, ``scatter``, ``scatter_add``, ``masked_fill``): that write
-      into ``self``'s array, where it holds the compute dtype. Each checks its indices before writing."""
-    if opdef.num_outputs != 1:
-        return None
+    """The reference's in-place kernel (``add_``: see ``kiln_register_kernels``) of an op whose reference
+    can write its result into ``self``'s own array (``write_into``: ``add``, ``sub`` and ``mul`` as NumPy
+    ufuncs with ``out=``; ``index_add``, ``index_copy``, ``index_fill``, ``index_put``, ``scatter``,
+    ``scatter_add`` and ``masked_fill`` into the indexed elements alone), else None. It takes ``self`` where
+    its array holds the compute dtype (not half precision, which computes in float32), and gives the
+    reference's values, also where an operand shares memory with ``self``."""
     into = getattr(opdef.reference, "write_into", None)
-    if into is not None:
-        return _write_into_kernel(opdef, into)
-    plain = getattr(opdef.reference, "same_dtype_ufunc", None)
-    if plain is None or opdef.tensor_params != (0, 1):
+    if into is None or opdef.num_outputs != 1:
         return None
-    ufunc, plain_rest = plain
-
-    def kernel(spec, a, b, *rest):
-        c = COMPUTE_NUMPY.get(spec.dtype)
-        if rest != plain_rest or c is None or c.kind == "b":
-            return None
-        x = a._numpy() if a._np is None else a._np
-        if x.dtype is not c:
-            return None
-        if isinstance(b, Tensor):
-            b = b._numpy() if b._np is None else b._np
-            if b.dtype is not c:
-                return None
-        elif b.__class__ is int and c.kind in "iu":
-            b = np.array(b).astype(c)[()]  # wraps as PyTorch's integer scalars do (the reference's _arg)
-        elif not (b.__class__ is float or b.__class__ is int):
-            return None
-        token = _quiet_enter()
-        try:
-            ufunc(x, b, out=x, dtype=c)
-        finally:
-            _quiet_exit(token)
-        return a
-
-    kernel.__name__ = f"reference_{opdef.name}_"
-    kernel.__doc__ = f"NumPy reference in-place kernel for {opdef.name}_."
-    return kernel
+    return _write_into_kernel(opdef, into)
 
 
 def _write_into_kernel(opdef, into: Callable) -> Callable:
-    """The in-place kernel running ``into(spec, self_array, *args)`` (the tensor arguments as arrays)."""
+    """The in-place kernel running ``into(spec, self_array, *args)`` (the tensor arguments as arrays), which
+    writes the reference's result of ``(self, *args)`` into ``self_array``."""
     positions = tuple(i - 1 for i in opdef.tensor_params if i > 0)
 
     def kernel(spec, a, *args):

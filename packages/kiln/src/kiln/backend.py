@@ -167,21 +167,34 @@ def ops(tag: str | None = None) -> dict[str, OpDef]:
 
 
 def reference_kernel(
-    name: str | OpDef, *, fast: Callable | None = None, min_numel: Callable[[], int] | None = None
-) -> Callable:
+    name: str | OpDef,
+    *,
+    fast: Callable | None = None,
+    min_numel: Callable[[], int] | None = None,
+    inplace: bool = False,
+) -> Callable | None:
     """kiln's NumPy kernel for an op on device ``"cpu"``, with the kernel calling convention
     (``kernel(spec, *args)``, CPU tensors in, a CPU tensor out).
+
+    With ``inplace=True``: the reference's in-place kernel of the op's in-place variant
+    (``kernel(spec, self, *args)``, see :func:`kiln.hookspecs.kiln_register_kernels`), or None where it has
+    none; a plugin that registers the op's kernel for ``"cpu"`` registers this, or its own that falls back
+    on it, for the in-place variant to write in place.
 
     With ``fast``: a kernel that calls ``fast(spec, *args)`` first and runs the reference when it returns
     None (a plugin's kernel for the cases it takes). With ``min_numel`` too, ``fast`` is called only when the
     (first) output has at least ``min_numel()`` elements: a plugin whose loops pay off only on large inputs
     registers that (kiln-cpu's elementwise kernels), and a small call goes to NumPy with no call of the
     plugin's in between, which would cost a tenth of a small op's time."""
-    from kiln._reference import wrap_reference
+    from kiln._reference import inplace_reference, wrap_reference
 
     opdef = name if isinstance(name, OpDef) else op(name)
     if opdef.reference is None:
         raise ValueError(f"op {opdef.name!r} has no reference kernel")
+    if inplace:
+        if fast is not None or min_numel is not None:
+            raise TypeError("reference_kernel: fast and min_numel are for the out-of-place kernel")
+        return inplace_reference(opdef) if opdef.bind is not None else None
     if min_numel is not None and fast is None:
         raise TypeError("reference_kernel: min_numel is the size from which fast runs; give fast too")
     return wrap_reference(opdef, fast, min_numel)

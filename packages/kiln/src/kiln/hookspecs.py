@@ -25,10 +25,11 @@ def kiln_register_kernels(register):
     ``register(op_name, device_type, kernel, dtypes=None, inplace=True)`` registers the kernel of the op's
     in-place variant (``add_`` for ``add``): ``kernel(spec, self, *args)`` writes the op's result into
     ``self`` and returns it, or returns None, having written nothing, where it does not take the call. The
-    core calls it only where nothing is recorded (no autograd history, no dispatch mode) and the result
-    has ``self``'s shape and dtype (``spec``); the kernel must give the values of the out-of-place kernel
-    followed by a copy, also where an argument shares memory with ``self``. Otherwise, and where every
-    registered in-place kernel declines, the core computes out of place and copies."""
+    core calls it only where nothing is recorded (no autograd history, no dispatch mode), the result has
+    ``self``'s shape and dtype (``spec``), and the same plugin's kernel runs the op for that dtype; it must
+    give the values of that kernel followed by a copy, also where an argument shares memory with ``self``
+    (``kiln.backend.reference_kernel(name, inplace=True)``: the reference's, to fall back on). Otherwise,
+    and where the kernel declines, the core computes out of place and copies."""
 
 
 @hookspec

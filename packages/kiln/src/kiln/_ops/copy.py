@@ -236,6 +236,7 @@ def copy_(self: Tensor, src, non_blocking: bool = False) -> Tensor:
         src = tensor(src, dtype=self._dtype, device=self._device)
     _copy_meta(self, src)
     _check_no_overlap(self)
+    _check_inplace_allowed(self)  # PyTorch's order: the leaf's error before the overlap's
     _check_partial_overlap(self, src)
     return _write(self, src, non_blocking)
 
@@ -450,7 +451,7 @@ def apply_inplace(self: Tensor, compute, needs_self: bool) -> Tensor:
     """
     _check_inplace_allowed(self)
     recording = state.grad_enabled
-    if recording and needs_self and self._requires_grad:
+    if recording and needs_self:  # the formula reads self's old value, for any input's gradient
         from kiln._ops.views import clone
 
         inp = clone(self)
@@ -504,6 +505,7 @@ def inplace_variant(fn, name: str, doc: str, needs_self: bool):
     is copied in."""
     opdef = fn.op
     differentiable = opdef._backward_needs is not None
+    pointwise = "pointwise" in opdef.tags
     kernels = opdef.inplace_kernels
     if opdef.bind is None:
         opdef.bind = make_binder(opdef)
@@ -516,23 +518,24 @@ def inplace_variant(fn, name: str, doc: str, needs_self: bool):
                 return method(self, *args, **kwargs)
             finally:
                 state.pre_autograd_modes = saved
+        bound = bind(self, *args, **kwargs)  # a wrong argument: the TypeError comes first, as in PyTorch
         _check_no_overlap(self)
-        for a in args:
-            _check_partial_overlap(self, a)
-        for a in kwargs.values():
-            _check_partial_overlap(self, a)
-        if (
+        recording = (
             differentiable
             and state.grad_enabled
-            and (self._requires_grad or any(isinstance(a, Tensor) and a._requires_grad for a in args))
-        ):
-            return apply_inplace(self, lambda s: fn(s, *args, **kwargs), needs_self)
+            and (self._requires_grad or any(isinstance(a, Tensor) and a._requires_grad for a in bound))
+        )
         # eq_, logical_and_, ...: nothing to record, so even a leaf that requires grad may be written
         _check_inplace_allowed(self, leaf_ok=not differentiable)
+        if pointwise:  # PyTorch's elementwise writes refuse an operand partially overlapping self
+            for a in bound:
+                _check_partial_overlap(self, a)
+        if recording:
+            return apply_inplace(self, lambda s: fn(s, *args, **kwargs), needs_self)
         if kernels and (not away[0] or not state.post_autograd_modes):
             kernel = kernels.get(self._device.type)
             if kernel is not None and (differentiable or self.grad_fn is None or not state.grad_enabled):
-                done = _write_in_place(opdef, kernel, bind(self, *args, **kwargs), self)
+                done = _write_in_place(opdef, kernel, bound, self)
                 if done is not None:
                     return done
         out = fn(self, *args, **kwargs)
@@ -541,8 +544,8 @@ def inplace_variant(fn, name: str, doc: str, needs_self: bool):
         if not differentiable and self.grad_fn is not None and state.grad_enabled:
             # its values no longer depend on the old history, which gets zeros (eq_: PyTorch's EqBackward1)
             name = opdef.grad_fn_name
-            label = name((self, *args)) if callable(name) else name
-            read = tuple(a for a in args if isinstance(a, Tensor))
+            label = name(bound) if callable(name) else name
+            read = tuple(a for a in bound[1:] if isinstance(a, Tensor))
             node = copy_node(self, None, label, read, through_base=False)
         call_below_autograd(_copy_from.op, (self, out, False))
         self._vc[0] += 1

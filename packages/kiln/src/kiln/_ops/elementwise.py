@@ -133,7 +133,7 @@ def binary_meta(op_name: str, *, float_result: bool = False, bool_result: bool =
         if float_result and not dtype.is_floating_point:
             dtype = dt.get_default_dtype()
         if alpha and extra and extra[0] != 1:
-            _alpha_check(dtype, extra[0])
+            _alpha_check(dtype, extra[0], op_name)
         if bool_result:
             return ComputeSpec((shape, dt.bool, dev, dtype))  # extra field: the compute dtype
         return Spec((shape, dtype, dev))
@@ -153,7 +153,9 @@ def binary_reference(np_fn):
     return ref
 
 
-def _alpha_check(dtype: dt.dtype, alpha) -> None:
+def _alpha_check(dtype: dt.dtype, alpha, op_name: str) -> None:
+    if not is_scalar(alpha):
+        raise TypeError(f"{op_name}(): argument 'alpha' must be Number, not {type(alpha).__name__}")
     if isinstance(alpha, bool) and dtype is not dt.bool:
         raise RuntimeError("Boolean alpha only supported for Boolean results.")
     if not dtype.is_floating_point and isinstance(alpha, float):
@@ -177,7 +179,7 @@ def _sub_meta(input, other, alpha=1):
             "a mask, use the `~` or `logical_not()` operator instead."
         )
     if alpha != 1:
-        _alpha_check(spec.dtype, alpha)
+        _alpha_check(spec.dtype, alpha, "sub")
     return spec
 
 
@@ -192,17 +194,22 @@ def _alpha_ref(np_fn):
     """The reference of ``add``/``sub``: ``np_fn(a, alpha * b)`` in the compute dtype, the product rounded
     first; a bool ``add`` is ``a or (b and alpha)`` (the meta refuses bool ``sub``)."""
 
-    def ref(spec, a, b, alpha=1):
+    def ref(spec, a, b, alpha=1, out=None):
         d = spec.dtype
         compute = _compute_np(d)
         a, b = _operands(a, b, compute, d)
         if d is dt.bool:
-            return np.logical_or(a, np.logical_and(b, bool(alpha)))
+            return np.logical_or(a, np.logical_and(b, bool(alpha)), out=out)
         if alpha != 1:
             b = np.multiply(b, _arg(alpha, compute), dtype=compute)
-        return np_fn(a, b, dtype=compute)
+        return np_fn(a, b, dtype=compute, out=out)
+
+    def into(spec, out, b, alpha=1):
+        """The write into ``out`` (``input``'s values): NumPy's ufunc buffers an operand that overlaps it."""
+        ref(spec, out, b, alpha, out=out)
 
     ref.same_dtype_ufunc = (np_fn, (1,))
+    ref.write_into = into  # the reference in-place kernel writes into self's own array (kiln._reference)
     return ref
 
 
@@ -247,16 +254,17 @@ def _rsub(self, other):
 Tensor.__rsub__ = _rsub
 
 
-def _mul_ref(spec, a, b):
+def _mul_ref(spec, a, b, out=None):
     if spec.dtype is dt.bool:
-        return np.logical_and(a, b)
+        return np.logical_and(a, b, out=out)
     compute = _compute_np(spec.dtype)
     # no half-precision rounding of a Python scalar here: PyTorch multiplies (and divides) by it in float32
     a, b = _operands(a, b, compute)
-    return np.multiply(a, b, dtype=compute)
+    return np.multiply(a, b, dtype=compute, out=out)
 
 
 _mul_ref.same_dtype_ufunc = (np.multiply, ())
+_mul_ref.write_into = lambda spec, out, b: _mul_ref(spec, out, b, out=out)  # into self's array (kiln._reference)
 
 
 def _mul_backward(grad, input, other, needs_input_grad):

@@ -260,6 +260,8 @@ def _masked_fill_ref(spec, a, mask, value):
 
 def _masked_fill_into(spec, out, mask, value):
     """``masked_fill``'s write into ``out`` (``input``'s values)."""
+    if np.may_share_memory(mask, out):  # a bool self masked by itself: read before anything is written
+        mask = mask.copy()
     np.copyto(out, _masked_fill_value(spec, out, value), where=mask)
     return out
 
@@ -392,6 +394,8 @@ def _index_copy_into(spec, out, dim, index, source):
         raise IndexError(f"index_copy_(): index {int(i[bad][0])} is out of bounds for dimension {d} with size {size}")
     pos = [slice(None)] * out.ndim
     pos[d] = i
+    if np.may_share_memory(source, out):  # a source in self's own memory: read before anything is written
+        source = source.copy()
     out[tuple(pos)] = source.reshape(out.shape[:d] + (i.size,) + out.shape[d + 1 :])
     return out.reshape(spec.shape)
 

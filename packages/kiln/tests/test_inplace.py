@@ -382,6 +382,19 @@ _OVERLAPS = {
     "masked_fill_ with an element of itself": lambda x: x.masked_fill_(x > 5, x[0, 1]),
     "index_fill_ with an element of itself": lambda x: x.index_fill_(0, torch_or_kiln(x).tensor([2]), x[3, 3]),
     "x[mask] = an element of x": lambda x: _set(x, x > 5, x[0, 1]),
+    "index_copy_ from its own rows": lambda x: x.index_copy_(0, torch_or_kiln(x).tensor([1, 0]), x[:2]),
+    "index_copy_ from itself": lambda x: x.index_copy_(0, torch_or_kiln(x).tensor([0, 1, 2, 3]), x),
+    "index_add_ from its own rows": lambda x: x.index_add_(0, torch_or_kiln(x).tensor([1, 0]), x[:2]),
+    "x[idx] = its own rows": lambda x: _set(x, torch_or_kiln(x).tensor([1, 2]), x[0:2]),
+    "x[idx] = itself": lambda x: _set(x, torch_or_kiln(x).tensor([0, 1, 2, 3]), x),
+    "x[idx] = a row of x elsewhere": lambda x: _set(x, torch_or_kiln(x).tensor([1]), x[0]),
+    "x[idx] = an element of x": lambda x: _set(x, torch_or_kiln(x).tensor([1]), x[0, 0]),
+    "scatter_ from itself": lambda x: x.scatter_(0, torch_or_kiln(x).zeros(4, 6, dtype=torch_or_kiln(x).int64), x),
+    "scatter_add_ from its own row": lambda x: x.scatter_add_(
+        0, torch_or_kiln(x).zeros(1, 6, dtype=torch_or_kiln(x).int64), x[1:2]
+    ),
+    "masked_fill_ by its own shifted mask": lambda x: (lambda b: b[1:].masked_fill_(b[:-1], True))(x > 5),
+    "disjoint index_copy_": lambda x: x[2:].index_copy_(0, torch_or_kiln(x).tensor([0]), x[:1]),
     "disjoint halves": lambda x: x[:2].add_(x[2:]),
     "reversed rows (a copy)": lambda x: x.add_(x.flip(0)),
 }
@@ -528,25 +541,13 @@ def test_index_writes_out_of_range_write_nothing(write):
 
 
 def test_index_writes_from_self_give_the_out_of_place_values():
-    """An index write whose source is a view of ``self`` (which PyTorch refuses where both are dense) reads
-    the source before writing, as the out-of-place op does."""
+    """An index write whose source is a view of ``self`` that PyTorch lets through (not dense: it cannot
+    tell) reads the source before writing, as the out-of-place op does."""
+    idx, rows = kiln.tensor([0, 5]), kiln.tensor([0, 3])
     for write in (
-        lambda x, out: (
-            kiln.index_copy(x, 0, kiln.tensor([3, 0]), x[1:3]) if out else x.index_copy_(0, kiln.tensor([3, 0]), x[1:3])
-        ),
-        lambda x, out: (
-            kiln.index_add(x, 0, kiln.tensor([1, 2]), x[1:3]) if out else x.index_add_(0, kiln.tensor([1, 2]), x[1:3])
-        ),
-        lambda x, out: (
-            kiln.scatter_add(x, 1, kiln.tensor([[1, 2]]), x[:1, :2])
-            if out
-            else x.scatter_add_(1, kiln.tensor([[1, 2]]), x[:1, :2])
-        ),
-        lambda x, out: (
-            kiln.index_put(x, (kiln.tensor([0, 3]),), x[1:3], True)
-            if out
-            else x.index_put_((kiln.tensor([0, 3]),), x[1:3], True)
-        ),
+        lambda x, out: kiln.index_copy(x, 1, idx, x[:, 1:5:3]) if out else x.index_copy_(1, idx, x[:, 1:5:3]),
+        lambda x, out: kiln.index_add(x, 1, idx, x[:, 1:5:3]) if out else x.index_add_(1, idx, x[:, 1:5:3]),
+        lambda x, out: kiln.index_put(x, (rows,), x[::2], True) if out else x.index_put_((rows,), x[::2], True),
     ):
         x = kiln.arange(24.0).reshape(4, 6)
         expected = write(x.clone(), True)
@@ -554,7 +555,7 @@ def test_index_writes_from_self_give_the_out_of_place_values():
         np.testing.assert_array_equal(x.numpy(), expected.numpy())
     b = kiln.tensor([True, False, True])
     expected = kiln.masked_fill(b, b, False)
-    b.masked_fill_(b, False)
+    b.masked_fill_(b, False)  # the mask is self: the same places, which PyTorch allows
     assert b.tolist() == expected.tolist() == [False, False, False]
 
 
@@ -581,7 +582,14 @@ def test_inplace_gives_the_out_of_place_bits(name, dtype):
         lambda a, L: a.add_(a.t(), foo=1),
         lambda a, L: a.add_(),
     ],
-    ids=["alpha None", "alpha list", "alpha str", "out of place", "bad keyword", "missing argument"],
+    ids=[
+        "alpha None",
+        "alpha list",
+        "alpha str",
+        "out of place",
+        "bad keyword",
+        "missing argument",
+    ],
 )
 def test_inplace_argument_errors_as_torch(write):
     """A wrong argument of an in-place op: PyTorch's TypeError, before anything else is checked (the
@@ -591,6 +599,12 @@ def test_inplace_argument_errors_as_torch(write):
     with pytest.raises(type(err)):
         write(k, kiln)
     assert k._version == 0 and bool((k == 1).all())
+
+
+def test_a_0d_tensor_alpha_is_a_number():
+    for lib in (kiln, torch):
+        assert lib.ones(3).add_(lib.ones(3), alpha=lib.tensor(2.0)).tolist() == [3.0] * 3
+        assert lib.sub(lib.ones(3), 1, alpha=lib.tensor(2)).tolist() == [-1.0] * 3
 
 
 def test_inplace_checks_come_in_pytorchs_order():
@@ -625,6 +639,9 @@ def test_inplace_into_read_only_memory_raises_numpys_error():
             lambda t: t.add_(1, alpha=2),
             lambda t: t.clamp_(0, 0.5),
             lambda t: t.mul_(2),
+            lambda t: t.index_add_(0, kiln.tensor([0]), kiln.ones(1)),
+            lambda t: t.index_put_((kiln.tensor([1]),), kiln.tensor(2.0), True),
+            lambda t: t.scatter_add_(0, kiln.tensor([2]), kiln.ones(1)),
         ):
             with pytest.raises(ValueError, match="read-only"):
                 write(x)
@@ -736,6 +753,7 @@ _REPLACING_WRITES = {
     "view copy_": lambda y, L: y[1:].copy_(L.zeros(2)),
     "eq_ number": lambda y, L: y.eq_(2.0),
     "eq_ tensor": lambda y, L: y.eq_(L.ones(3)),
+    "eq_ tensor that requires grad": lambda y, L: y.eq_(L.ones(3, requires_grad=True)),
     "lt_ tensor": lambda y, L: y.lt_(L.ones(3)),
     "uniform_": lambda y, L: y.uniform_(),
     "normal_": lambda y, L: y.normal_(),

@@ -211,8 +211,8 @@ def _write_into_kernel(opdef, into: Callable) -> Callable:
 
     def kernel(spec, a, *args):
         x = a._numpy()
-        if x.dtype is not COMPUTE_NUMPY.get(spec.dtype):
-            return None
+        if x.dtype is not COMPUTE_NUMPY.get(spec.dtype) or not x.flags.writeable:
+            return None  # a read-only self: out of place, then the copy raises NumPy's error
         if positions:
             args = list(args)
             for i in positions:

@@ -405,12 +405,17 @@ def _check_no_overlap(self: Tensor) -> None:
             )
 
 
-def _check_partial_overlap(self: Tensor, src) -> None:
+def _check_partial_overlap(self: Tensor, src, full: bool = False) -> None:
     """PyTorch's check of a write's inputs (TensorIterator's): an input tensor that shares storage with the
     written-to ``self`` must read it either in the same places (the same tensor, or the same memory laid
-    out alike) or not at all. Where either is not dense and free of internal overlap, PyTorch does not
-    decide, and neither does this."""
-    if src is self or not isinstance(src, Tensor):
+    out alike) or not at all; ``full``: not at all (PyTorch's ``assert_no_overlap``, which the index writes
+    apply to their indices and sources). Where either is not dense and free of internal overlap, PyTorch
+    does not decide, and neither does this."""
+    if not isinstance(src, Tensor):
+        return
+    if src is self:
+        if full:
+            raise RuntimeError(_OVERLAP_MESSAGE)
         return
     try:
         if src._storage is not self._storage:
@@ -422,14 +427,17 @@ def _check_partial_overlap(self: Tensor, src) -> None:
         return
     a, b = self._offset, src._offset
     if a == b and n == m:
-        partial = self._stride != src._stride
+        overlap = full or self._stride != src._stride
     else:
-        partial = a < b + m and b < a + n
-    if partial:
-        raise RuntimeError(
-            "unsupported operation: some elements of the input tensor and the written-to tensor refer to a single "
-            "memory location. Please clone() the tensor before performing the operation."
-        )
+        overlap = a < b + m and b < a + n
+    if overlap:
+        raise RuntimeError(_OVERLAP_MESSAGE)
+
+
+_OVERLAP_MESSAGE = (
+    "unsupported operation: some elements of the input tensor and the written-to tensor refer to a single "
+    "memory location. Please clone() the tensor before performing the operation."
+)
 
 
 def _dense(t: Tensor) -> bool:
@@ -496,8 +504,13 @@ def _write_in_place(opdef, kernel, args: tuple, self: Tensor) -> Tensor | None:
     return self
 
 
-def inplace_variant(fn, name: str, doc: str, needs_self: bool):
+def inplace_variant(fn, name: str, doc: str, needs_self: bool, overlaps: dict | None = None):
     """The in-place method ``name`` of the out-of-place op ``fn`` (``add`` -> ``add_``).
+
+    ``overlaps``: parameter name -> ``"partial"`` or ``"any"``, the overlap with ``self`` PyTorch refuses in
+    that argument (a tensor, or a list of them: :func:`_check_partial_overlap`), or a function of the bound
+    arguments returning one of those or None (none checked); by default every tensor argument of an
+    elementwise op (tagged ``pointwise``) may not overlap partially, and nothing is checked for other ops.
 
     Where nothing is recorded (no autograd history to move, no dispatch mode) and the result has
     ``self``'s shape and dtype, a device's in-place kernel (``OpDef.inplace_kernels``) writes the result
@@ -505,7 +518,10 @@ def inplace_variant(fn, name: str, doc: str, needs_self: bool):
     is copied in."""
     opdef = fn.op
     differentiable = opdef._backward_needs is not None
-    pointwise = "pointwise" in opdef.tags
+    if overlaps is None:
+        pointwise = "pointwise" in opdef.tags
+        overlaps = {opdef.param_names[i]: "partial" for i in opdef.tensor_params[1:]} if pointwise else {}
+    checks = tuple((opdef.param_names.index(p), kind) for p, kind in overlaps.items())
     kernels = opdef.inplace_kernels
     if opdef.bind is None:
         opdef.bind = make_binder(opdef)
@@ -527,9 +543,12 @@ def inplace_variant(fn, name: str, doc: str, needs_self: bool):
         )
         # eq_, logical_and_, ...: nothing to record, so even a leaf that requires grad may be written
         _check_inplace_allowed(self, leaf_ok=not differentiable)
-        if pointwise:  # PyTorch's elementwise writes refuse an operand partially overlapping self
-            for a in bound:
-                _check_partial_overlap(self, a)
+        for i, kind in checks:  # the overlaps with self PyTorch refuses, after the checks above (its order)
+            if callable(kind):
+                kind = kind(bound)
+            a = bound[i]
+            for t in a if kind is not None and isinstance(a, (list, tuple)) else (a,) if kind else ():
+                _check_partial_overlap(self, t, kind == "any")
         if recording:
             return apply_inplace(self, lambda s: fn(s, *args, **kwargs), needs_self)
         if kernels and (not away[0] or not state.post_autograd_modes):

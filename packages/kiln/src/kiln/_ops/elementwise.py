@@ -154,7 +154,7 @@ def binary_reference(np_fn):
 
 
 def _alpha_check(dtype: dt.dtype, alpha, op_name: str) -> None:
-    if not is_scalar(alpha):
+    if not is_scalar(alpha) and not (isinstance(alpha, Tensor) and not alpha._shape):  # a 0-d tensor is a number
         raise TypeError(f"{op_name}(): argument 'alpha' must be Number, not {type(alpha).__name__}")
     if isinstance(alpha, bool) and dtype is not dt.bool:
         raise RuntimeError("Boolean alpha only supported for Boolean results.")

@@ -185,12 +185,10 @@ def scatter_add(input: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor:
 
 # ---------------------------------------------------------------------------------------- in place
 
-for _fn, _needs_self in (
-    (scatter, False),
-    (scatter_add, False),
-):
+for _fn in (scatter, scatter_add):  # PyTorch refuses an index or a source in self's memory
     _name = f"{_fn.op.name}_"
-    setattr(Tensor, _name, inplace_variant(_fn, _name, f"In-place version of :func:`kiln.{_fn.op.name}`.", _needs_self))
+    _doc = f"In-place version of :func:`kiln.{_fn.op.name}`."
+    setattr(Tensor, _name, inplace_variant(_fn, _name, _doc, False, {"index": "any", "src": "any"}))
 
 
 # ---------------------------------------------------------------------------------------- composites

@@ -347,13 +347,14 @@ def take(input: Tensor, index: Tensor) -> Tensor:
     """``input`` as if flattened, at ``index`` (int64; negative counts from the end); shaped like ``index``."""
 
 
-for _fn, _needs_self in (
-    (index_add, False),
-    (index_fill, False),
-    (masked_fill, False),
+for _fn, _overlaps in (  # the overlaps with self PyTorch refuses (a number-like 0-d value is read first)
+    (index_add, {"index": "any", "source": "any"}),
+    (index_fill, {"index": "any"}),
+    (masked_fill, {"mask": "partial"}),
 ):
     _name = f"{_fn.op.name}_"
-    setattr(Tensor, _name, inplace_variant(_fn, _name, f"In-place version of :func:`kiln.{_fn.op.name}`.", _needs_self))
+    _doc = f"In-place version of :func:`kiln.{_fn.op.name}`."
+    setattr(Tensor, _name, inplace_variant(_fn, _name, _doc, False, _overlaps))
 
 # ---------------------------------------------------------------------------------------- index_copy
 
@@ -483,7 +484,13 @@ def masked_select(input: Tensor, mask: Tensor) -> Tensor:
 Tensor.nonzero = nonzero
 
 _name = "index_copy_"
-setattr(Tensor, _name, inplace_variant(index_copy, _name, "In-place version of :func:`kiln.index_copy`.", False))
+setattr(
+    Tensor,
+    _name,
+    inplace_variant(
+        index_copy, _name, "In-place version of :func:`kiln.index_copy`.", False, {"index": "any", "source": "any"}
+    ),
+)
 
 
 # ---------------------------------------------------------------------------------------- repeat_interleave
@@ -689,7 +696,25 @@ def index_put(input: Tensor, indices: Sequence[Tensor], values: Tensor, accumula
     """A copy of ``input`` with ``values`` written (or, ``accumulate``, added) at ``input[indices]``."""
 
 
-Tensor.index_put_ = inplace_variant(index_put, "index_put_", "In-place version of :func:`kiln.index_put`.", False)
+Tensor.index_put_ = inplace_variant(
+    index_put,
+    "index_put_",
+    "In-place version of :func:`kiln.index_put`.",
+    False,
+    {"indices": "any", "values": lambda args: None if _fills_a_mask(args[1], args[2]) else "any"},
+)
+
+
+def _fills_a_mask(indices, values) -> bool:
+    """``x[mask] = v`` with one boolean mask and a 0-d value: PyTorch's ``masked_fill_``, which reads the
+    value as a number (so it may be an element of ``x``)."""
+    return (
+        len(indices) == 1
+        and isinstance(indices[0], Tensor)
+        and indices[0]._dtype in (dt.bool, dt.uint8)
+        and isinstance(values, Tensor)
+        and not values._shape
+    )
 
 
 def _masked_scatter_meta(input, mask, source):

@@ -15,6 +15,7 @@ from kiln._tensor import Tensor
 from kiln.autograd.graph import _NO_EDGE, Node, _edge, _fit_to_input, _refresh_view_history, _register_retain_grad
 
 _zeros_like = first_call(globals(), "kiln._ops.creation", "zeros_like", "_zeros_like")  # kiln._ops imports this
+_zeros = first_call(globals(), "kiln._ops.creation", "zeros", "_zeros")
 
 
 class CopyBackwards(Node):
@@ -28,7 +29,7 @@ class CopyBackwards(Node):
     write copies a source that requires grad (the gradient, cast to the source's dtype and device and
     summed over the dims the write broadcast it along), else no edge."""
 
-    __slots__ = ("source_meta", "label", "has_self")
+    __slots__ = ("source_meta", "operand_meta", "label", "has_self")
 
     def name(self) -> str:
         return self.label
@@ -44,7 +45,8 @@ class CopyBackwards(Node):
             # source written into bfloat16 is summed in float32)
             g = grad if grad._device == device and grad._dtype is dtype else grad.to(device, dtype)
             out.append(_fit_to_input(g, self.source_meta, self, len(out)))
-        out.extend(None for _ in range(len(self.next_functions) - len(out)))
+        for meta in self.operand_meta:  # operands the values do not depend on: zeros where they require grad
+            out.append(None if meta is None else _zeros(meta[0], dtype=meta[1], device=meta[2]))
         return tuple(out)
 
 
@@ -56,19 +58,21 @@ def copy_node(
     through_base: bool = True,
 ) -> CopyBackwards:
     """The node of an in-place write into ``self`` (made before the write): of ``copy_(src)``, whose source's
-    edge carries the gradient when it requires grad, or of a write that read ``operands`` (tensors; no edge
-    each) and no source that requires grad. ``label``: the node's name (None: ``copy_``'s). A view's node
+    edge carries the gradient when it requires grad, or of a write that read ``operands`` (tensors, whose
+    values the result does not depend on: zeros for those that require grad) and no source that does. ``label``: the node's name (None: ``copy_``'s). A view's node
     has no edge to its old history when its base's :class:`CopySlices` routes that (``through_base``)."""
     view = self._base is not None and through_base
     edges = [] if view else [_edge(self) if self._requires_grad else _NO_EDGE]
-    meta = None
+    meta, others = None, ()
     if src is not None and src._requires_grad:
         edges.append(_edge(src))
         meta = (src._shape, src._dtype, src._device)
     else:
-        edges.extend(_NO_EDGE for _ in operands)
+        others = tuple((a._shape, a._dtype, a._device) if a._requires_grad else None for a in operands)
+        edges.extend(_NO_EDGE if m is None else _edge(a) for a, m in zip(operands, others))
     node = CopyBackwards(tuple(edges))
-    node.source_meta, node.label, node.has_self = meta, label or "kiln::autograd::CopyBackwards", not view
+    node.source_meta, node.operand_meta = meta, others
+    node.label, node.has_self = label or "kiln::autograd::CopyBackwards", not view
     return node
 
 

@@ -607,6 +607,24 @@ def test_a_0d_tensor_alpha_is_a_number():
         assert lib.sub(lib.ones(3), 1, alpha=lib.tensor(2)).tolist() == [-1.0] * 3
 
 
+def test_comparisons_in_place_follow_pytorchs_autograd_rules():
+    """``eq_`` has PyTorch's zero formula: refused on a leaf that requires grad and on its views, and a
+    tensor that needs no grad takes ``EqBackward1`` from an operand that does (``logical_and_``, with no
+    formula, may write a leaf)."""
+    for fn in (lambda a: a.eq_(1.0), lambda a: a[:].lt_(1.0)):
+        U.assert_same_error(lambda: fn(kiln.ones(3, requires_grad=True)), lambda: fn(torch.ones(3, requires_grad=True)))
+    got = []
+    for lib in (kiln, torch):
+        s = lib.ones(3, requires_grad=True)
+        y = lib.zeros(3)
+        y.eq_(s)
+        leaf = lib.ones(3, requires_grad=True)
+        leaf.logical_and_(lib.ones(3))
+        y.sum().backward()
+        got.append((y.grad_fn.name(), y.requires_grad, s.grad.tolist(), leaf.is_leaf, leaf.grad_fn))
+    assert got[0] == got[1]
+
+
 def test_inplace_checks_come_in_pytorchs_order():
     """A leaf that requires grad, written with an operand that overlaps it: PyTorch's leaf error first."""
     for fn in (lambda w: w.add_(w.t()), lambda w: w.copy_(w.t()), lambda w: w[1:].add_(w[:-1])):
@@ -754,6 +772,8 @@ _REPLACING_WRITES = {
     "eq_ number": lambda y, L: y.eq_(2.0),
     "eq_ tensor": lambda y, L: y.eq_(L.ones(3)),
     "eq_ tensor that requires grad": lambda y, L: y.eq_(L.ones(3, requires_grad=True)),
+    "view eq_": lambda y, L: y[1:].eq_(2.0),
+    "view lt_ tensor": lambda y, L: y[:2].lt_(L.ones(2)),
     "lt_ tensor": lambda y, L: y.lt_(L.ones(3)),
     "uniform_": lambda y, L: y.uniform_(),
     "normal_": lambda y, L: y.normal_(),

@@ -451,11 +451,13 @@ def _dense(t: Tensor) -> bool:
     return True
 
 
-def apply_inplace(self: Tensor, compute, needs_self: bool) -> Tensor:
+def apply_inplace(self: Tensor, compute, needs_self: bool, label: str | None = None, operands: tuple = ()) -> Tensor:
     """Run an in-place op: ``compute(self_value)`` out of place, write it into ``self``, take its history.
 
     ``needs_self``: the op's backward formula reads ``self``'s old value, which the write destroys, so
-    autograd is given a copy of it instead.
+    autograd is given a copy of it instead. A result that needs no gradient (the comparisons' ``eq_``)
+    replaces ``self``'s values: ``self`` takes a node named ``label`` (PyTorch's ``EqBackward1``), which
+    gives zeros to its old history and to the tensors of ``operands`` that require grad.
     """
     _check_inplace_allowed(self)
     recording = state.grad_enabled
@@ -467,10 +469,15 @@ def apply_inplace(self: Tensor, compute, needs_self: bool) -> Tensor:
         inp = self
     out = compute(inp)
     check_inplace(self, out._shape, out._dtype)
-    if recording and not out._requires_grad and self._requires_grad:
+    if (
+        recording
+        and not out._requires_grad
+        and self._dtype.is_floating_point
+        and (self._requires_grad or any(a._requires_grad for a in operands))
+    ):
         # overwritten by values that need no gradient: the old history (taken before the write) gets zeros
         out = out.detach()
-        out.grad_fn = copy_node(self)
+        out.grad_fn = copy_node(self, None, label, operands)
         out._requires_grad = True
     if out._device is CPU and _host_writes(self):
         _copy_on_host(self._numpy(), out._numpy())
@@ -518,6 +525,9 @@ def inplace_variant(fn, name: str, doc: str, needs_self: bool, overlaps: dict | 
     is copied in."""
     opdef = fn.op
     differentiable = opdef._backward_needs is not None
+    # a record that names the node of an op with no formula: PyTorch's in-place form replaces self's values
+    # with a zero gradient (the comparisons: eq_ gives EqBackward0/1), as a differentiable op records
+    replaces = not differentiable and callable(opdef.grad_fn_name)
     if overlaps is None:
         pointwise = "pointwise" in opdef.tags
         overlaps = {opdef.param_names[i]: "partial" for i in opdef.tensor_params[1:]} if pointwise else {}
@@ -537,18 +547,21 @@ def inplace_variant(fn, name: str, doc: str, needs_self: bool, overlaps: dict | 
         bound = bind(self, *args, **kwargs)  # a wrong argument: the TypeError comes first, as in PyTorch
         _check_no_overlap(self)
         recording = (
-            differentiable
+            (differentiable or replaces)
             and state.grad_enabled
             and (self._requires_grad or any(isinstance(a, Tensor) and a._requires_grad for a in bound))
         )
-        # eq_, logical_and_, ...: nothing to record, so even a leaf that requires grad may be written
-        _check_inplace_allowed(self, leaf_ok=not differentiable)
+        # logical_and_, ...: nothing to record, so even a leaf that requires grad may be written
+        _check_inplace_allowed(self, leaf_ok=not differentiable and not replaces)
         for i, kind in checks:  # the overlaps with self PyTorch refuses, after the checks above (its order)
             if callable(kind):
                 kind = kind(bound)
             a = bound[i]
             for t in a if kind is not None and isinstance(a, (list, tuple)) else (a,) if kind else ():
                 _check_partial_overlap(self, t, kind == "any")
+        if recording and replaces:
+            read = tuple(a for a in bound[1:] if isinstance(a, Tensor))
+            return apply_inplace(self, lambda s: fn(s, *args, **kwargs), False, opdef.grad_fn_name(bound), read)
         if recording:
             return apply_inplace(self, lambda s: fn(s, *args, **kwargs), needs_self)
         if kernels and (not away[0] or not state.post_autograd_modes):
@@ -560,12 +573,9 @@ def inplace_variant(fn, name: str, doc: str, needs_self: bool, overlaps: dict | 
         out = fn(self, *args, **kwargs)
         check_inplace(self, out._shape, out._dtype)
         node = None
-        if not differentiable and self.grad_fn is not None and state.grad_enabled:
-            # its values no longer depend on the old history, which gets zeros (eq_: PyTorch's EqBackward1)
-            name = opdef.grad_fn_name
-            label = name(bound) if callable(name) else name
-            read = tuple(a for a in bound[1:] if isinstance(a, Tensor))
-            node = copy_node(self, None, label, read, through_base=False)
+        if not differentiable and not replaces and self.grad_fn is not None and state.grad_enabled:
+            # its values no longer depend on the old history, which gets zeros
+            node = copy_node(self, None, opdef.grad_fn_name, through_base=False)
         call_below_autograd(_copy_from.op, (self, out, False))
         self._vc[0] += 1
         if node is not None:

@@ -8,11 +8,50 @@ digest of all of kiln-cpu's sources, so an edit here never leaves stale machine 
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic, overload, register_jitable
+
+
+def _lock_cache_index() -> None:
+    """Serialise Numba's on-disk cache index across processes (an exclusive ``flock`` on a file beside
+    it, where the platform has one). Numba reads the index, picks the first free data file name and
+    writes both back: two processes compiling specialisations of one function at once (pytest-xdist's
+    workers, over nox's shared cache) could pick the same name, and the index then mapped one's
+    signature to the other's machine code, which a later process loaded and failed to call ("can't
+    unbox array"). Under the lock each reads what the other wrote."""
+    try:
+        import fcntl
+
+        from numba.core.caching import IndexDataCacheFile
+    except ImportError:  # no flock (Windows), or a Numba without this class: as Numba is
+        return
+    if getattr(IndexDataCacheFile.save, "kiln_locked", False):
+        return
+
+    def locked(method):
+        def run(self, *args):
+            try:
+                fh = open(os.path.join(self._cache_path, ".kiln-index.lock"), "a")  # noqa: SIM115
+            except OSError:  # a read-only cache folder: Numba's own handling
+                return method(self, *args)
+            with fh:
+                fcntl.flock(fh, fcntl.LOCK_EX)
+                return method(self, *args)  # closing the file releases the lock
+
+        run.kiln_locked = True
+        run.__name__ = method.__name__
+        return run
+
+    IndexDataCacheFile.save = locked(IndexDataCacheFile.save)
+    IndexDataCacheFile.load = locked(IndexDataCacheFile.load)
+
+
+_lock_cache_index()
 
 _SERIAL = {"cache": True, "nogil": True, "error_model": "numpy"}
 _UNCOUNTED = {**_SERIAL, "_nrt": False}

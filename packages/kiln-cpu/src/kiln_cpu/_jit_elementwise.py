@@ -228,8 +228,7 @@ _TERNARY: dict[tuple, dict] = {}
 
 def binary(code: int, layout: str, half: int = 0):
     """The dispatcher for binary op ``code`` in ``layout`` ("flat", "scalar", "flat_inplace", "scalar_inplace",
-    "strided"); ``half``: F16 or
-    BF16 for half-precision storages (uint16 views, computed in float32), else 0."""
+    "strided"); ``half``: F16 or BF16 for half-precision storages (uint16 views, computed in float32), else 0."""
     kernels = _BINARY.get((code, half))
     if kernels is None:
         kernels = _BINARY[(code, half)] = _make_binary(code, half)

@@ -221,13 +221,23 @@ def _exact_floor() -> int:
 
 
 def inplace_table(table: dict) -> dict[str, tuple]:
-    """The in-place kernels of a family's kernel table (op name -> (kernel, dtypes)): one per op that has
-    an in-place variant and whose kernel carries its loops (``kernel.in_loops``)."""
-    return {
-        name: (inplace_kernel(name, kernel), dtypes)
-        for name, (kernel, dtypes) in table.items()
-        if getattr(kernel, "in_loops", None) is not None and op_record(name).inplace
-    }
+    """The in-place kernels for kiln-cpu's kernel table (op name -> (kernel, dtypes)), for the ops with an
+    in-place variant: a kernel that carries its loops (``kernel.in_loops``) gets :func:`inplace_kernel`;
+    another (the index writes: its loops write into a copy) the core's NumPy in-place kernel, which gives
+    the same values and writes the indexed elements alone. The comparisons' in-place results (bool) never
+    have a float ``self``'s dtype: none."""
+    out = {}
+    for name, (kernel, dtypes) in table.items():
+        if name in _opcodes.COMPARISONS:
+            continue
+        if getattr(kernel, "in_loops", None) is not None:
+            if op_record(name).inplace:
+                out[name] = (inplace_kernel(name, kernel), dtypes)
+            continue
+        reference = reference_kernel(name, inplace=True)
+        if reference is not None:
+            out[name] = (reference, dtypes)
+    return out
 
 
 def numpy_order(shape: tuple, strides: list[tuple]) -> list[int]:

@@ -25,7 +25,6 @@ from kiln_cpu._kernel_support import (
     bits,
     cast_flat,
     half_kind,
-    inplace_table,
     loops,
     min_numel,
     parallel,
@@ -75,19 +74,15 @@ def _run_binary(code: int, a, b, c, shape: tuple, out_np: np.dtype, half: int, i
         x = bits(a._numpy())
         fa = _flat(x)
         if fa is not None and (not b_arr or (b._shape == shape and b._stride == a._stride)):
+            fb = _flat(bits(b._numpy())) if b_arr else b
+            layout = "flat" if b_arr else "scalar"
             if into is not None:  # a is into: the in-place loops (one array read and written)
-                if b_arr:
-                    parallel(j.binary(code, "flat_inplace", half), (fa, _flat(bits(b._numpy())), c), fa.size, _GRAIN)
-                else:
-                    parallel(j.binary(code, "scalar_inplace", half), (fa, b, c), fa.size, _GRAIN)
+                parallel(j.binary(code, f"{layout}_inplace", half), (fa, fb, c), fa.size, _GRAIN)
                 return x
             out = np.empty_like(x, dtype=out_np)
             fo = _flat(out)
             if fo is not None:
-                if b_arr:
-                    parallel(j.binary(code, "flat", half), (fa, _flat(bits(b._numpy())), fo, c), fo.size, _GRAIN)
-                else:
-                    parallel(j.binary(code, "scalar", half), (fa, b, fo, c), fo.size, _GRAIN)
+                parallel(j.binary(code, layout, half), (fa, fb, fo, c), fo.size, _GRAIN)
                 return out
     if half:  # the strided loop reads a scalar operand as stored: half-precision bits, if it has them
         operands = []
@@ -314,12 +309,6 @@ def _fused_dropout_kernel():
     kernel.__name__ = "kiln_cpu__fused_dropout"
     kernel.__doc__ = "Numba kernel for _fused_dropout: draws compared, scaled and applied in one pass (kiln-cpu)."
     return kernel
-
-
-def inplace_kernels() -> dict[str, tuple]:
-    """The in-place kernels of the elementwise ops that have an in-place variant (comparisons aside): op
-    name -> (kernel, dtypes served), made from :func:`kernels`' table (:func:`inplace_table`)."""
-    return inplace_table({k: v for k, v in kernels().items() if k not in _opcodes.COMPARISONS})
 
 
 def kernels() -> dict[str, tuple]:

@@ -26,7 +26,7 @@ import numpy as np
 
 import kiln
 from kiln import Tensor
-from kiln.backend import from_array, reference_kernel
+from kiln.backend import from_array
 from kiln_cpu import _threads, config
 from kiln_cpu._kernel_support import _GRAIN, loops, parallel, with_fallback
 
@@ -406,18 +406,6 @@ def _index_put(spec, input, indices, values, accumulate=False):
     if not _run(mode, shape, k, data, mo[1], li[0], li[1], plain, mv[1], n, wrap, one_):
         return None
     return from_array(out, d_out)
-
-
-def inplace_kernels() -> dict[str, tuple]:
-    """The in-place kernels of the index writes these kernels serve (``index_add_``, ``x[idx] = v``...): the
-    core's NumPy ones, which write the indexed elements into ``self`` (the loops here write into a copy,
-    and give the same values): op name -> (kernel, dtypes)."""
-    table = kernels()
-    return {name: (reference_kernel(name, inplace=True), table[name][1]) for name in INPLACE}
-
-
-INPLACE = ("scatter", "scatter_add", "index_add", "index_put")
-"""The ops of :func:`kernels` with an in-place variant."""
 
 
 def kernels() -> dict[str, tuple]:

@@ -34,7 +34,6 @@ from kiln_cpu._kernel_support import (
     bits,
     dense_strides,
     half_kind,
-    inplace_table,
     loops,
     min_numel,
     numpy_order,
@@ -108,19 +107,16 @@ def _run_ternary(
     lead = tensors[0]
     if all(t._shape == shape and t._stride == lead._stride for t in tensors):
         arrays = [_flat(bits(t._numpy())) for t in tensors]
-        if all(a is not None for a in arrays) and into is not None:  # lead is into: one array read and written
+        if all(a is not None for a in arrays):
             flats = iter(arrays)
             args = [next(flats) if isinstance(x, Tensor) else np.array([x]) for x in operands]
             scalars = tuple(not isinstance(x, Tensor) for x in operands)
-            parallel(j.ternary(code, "flat_inplace", hout, kinds, scalars), (*args, c), arrays[0].size, _GRAIN)
-            return into
-        if all(a is not None for a in arrays):
+            if into is not None:  # lead is into: one array read and written
+                parallel(j.ternary(code, "flat_inplace", hout, kinds, scalars), (*args, c), arrays[0].size, _GRAIN)
+                return into
             out = np.empty_like(bits(lead._numpy()), dtype=out_np)  # the operands' layout
             fo = _flat(out)
             if fo is not None:
-                flats = iter(arrays)
-                args = [next(flats) if isinstance(x, Tensor) else np.array([x]) for x in operands]
-                scalars = tuple(not isinstance(x, Tensor) for x in operands)
                 parallel(j.ternary(code, "flat", hout, kinds, scalars), (*args, fo, c), fo.size, _GRAIN)
                 return out
     return _run_strided(
@@ -222,11 +218,6 @@ def _prepare_clamp(d, compute, input, min=None, max=None):
             return None
         bounds.append(b)
     return _opcodes.CLAMP, [input, *bounds], compute.type(0)
-
-
-def inplace_kernels() -> dict[str, tuple]:
-    """The in-place kernels (``addcmul_``, ``lerp_``, ``clamp_``...): op name -> (kernel, dtypes served)."""
-    return inplace_table(kernels())
 
 
 def kernels() -> dict[str, tuple]:

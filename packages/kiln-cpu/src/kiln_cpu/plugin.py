@@ -15,9 +15,10 @@ def kiln_register_kernels(register):
 
     tune()
 
-    for op_name, (kernel, dtypes) in kernels().items():
+    table = kernels()
+    for op_name, (kernel, dtypes) in table.items():
         register(op_name, "cpu", kernel, dtypes=dtypes)
-    for op_name, (kernel, dtypes) in inplace_kernels().items():
+    for op_name, (kernel, dtypes) in inplace_kernels(table).items():
         register(op_name, "cpu", kernel, dtypes=dtypes, inplace=True)
 
 

@@ -34,13 +34,9 @@ def kernels() -> dict[str, tuple]:
     return table
 
 
-def inplace_kernels() -> dict[str, tuple]:
-    """Every in-place kernel kiln-cpu provides (``register(..., inplace=True)``): op name -> (kernel,
-    dtypes served)."""
-    from kiln_cpu import kernels_elementwise, kernels_index, kernels_ternary
+def inplace_kernels(table: dict) -> dict[str, tuple]:
+    """Every in-place kernel kiln-cpu provides (``register(..., inplace=True)``) for its kernel ``table``
+    (:func:`kernels`): op name -> (kernel, dtypes served) (:func:`kiln_cpu._kernel_support.inplace_table`)."""
+    from kiln_cpu._kernel_support import inplace_table
 
-    return {
-        **kernels_elementwise.inplace_kernels(),
-        **kernels_ternary.inplace_kernels(),
-        **kernels_index.inplace_kernels(),
-    }
+    return inplace_table(table)

@@ -178,7 +178,7 @@ class OpDef:
         self.reference = reference
         self.autocast = autocast
         self.kernels: dict[str, Callable] = {}
-        # device type -> the in-place variant's kernel (kiln._plugins._chain), where a backend registered one
+        # device type -> the in-place variant's kernel (kiln._plugins._inplace_select), where a backend registered one
         self.inplace_kernels: dict[str, Callable] = {}
         # the op's arguments as one tuple, defaults filled in (kiln._public.make_binder): set for the ops that
         # have an in-place variant (kiln._ops.copy.inplace_variant), which calls in-place kernels through it
@@ -390,7 +390,9 @@ def op(
       Parameters annotated with ``Tensor`` are the op's tensor inputs; autograd records edges for them.
     * ``name`` and ``doc`` override the function's own (for op families defined in a loop).
     * ``grad_fn_name`` names the autograd node (PyTorch's name, e.g. ``"MmBackward0"``; a function of
-      the call's arguments when the name depends on the overload).
+      the call's arguments when the name depends on the overload). An op with no ``backward`` that names
+      its node with a function (the comparisons) has PyTorch's zero formula in place: ``eq_`` records that
+      node, which gives zeros, where the op would record none (``kiln._ops.copy.inplace_variant``).
     * ``tags``: what kind of op it is (keys of :data:`TAGS`; at least one).
     * ``inplace``: the op has an in-place variant (``add_``, and ``__iadd__`` for operators); whether
       that variant saves ``self`` for autograd is derived from ``backward`` (:attr:`OpDef.inplace_saves_self`).

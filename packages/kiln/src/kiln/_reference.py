@@ -46,6 +46,16 @@ def _to_numpy_arg(a):
     return a
 
 
+def _arrays(args: tuple, positions: tuple):
+    """``args`` with the tensors at ``positions`` (and in lists there) as NumPy arrays."""
+    if not positions:
+        return args
+    args = list(args)
+    for i in positions:
+        args[i] = _to_numpy_arg(args[i])
+    return args
+
+
 def _quiet_floating_point():
     """Enter/exit callables that make NumPy compute IEEE specials (1/0, log(-1)) silently, as PyTorch
     does. NumPy's own ``errstate`` costs over a microsecond per call; setting its context variable
@@ -163,10 +173,7 @@ def wrap_reference(opdef, fast: Callable | None = None, min_numel: Callable[[], 
                 r = fast(spec, *args)
                 if r is not None:
                     return r
-            if positions:
-                args = list(args)
-                for i in positions:
-                    args[i] = _to_numpy_arg(args[i])
+            args = _arrays(args, positions)
             token = _quiet_enter()
             try:
                 return wrap(fn(spec, *args), spec if wrap is not from_array else spec.dtype)
@@ -208,20 +215,13 @@ def _write_into_kernel(opdef, into: Callable) -> Callable:
     """The in-place kernel running ``into(spec, self_array, *args)`` (the tensor arguments as arrays), which
     writes the reference's result of ``(self, *args)`` into ``self_array``."""
     positions = tuple(i - 1 for i in opdef.tensor_params if i > 0)
+    write = quiet(into)
 
     def kernel(spec, a, *args):
         x = a._numpy()
         if x.dtype is not COMPUTE_NUMPY.get(spec.dtype) or not x.flags.writeable:
             return None  # a read-only self: out of place, then the copy raises NumPy's error
-        if positions:
-            args = list(args)
-            for i in positions:
-                args[i] = _to_numpy_arg(args[i])
-        token = _quiet_enter()
-        try:
-            into(spec, x, *args)
-        finally:
-            _quiet_exit(token)
+        write(spec, x, *_arrays(args, positions))
         return a
 
     kernel.__name__ = f"reference_{opdef.name}_"

@@ -525,8 +525,8 @@ def inplace_variant(fn, name: str, doc: str, needs_self: bool, overlaps: dict | 
     is copied in."""
     opdef = fn.op
     differentiable = opdef._backward_needs is not None
-    # a record that names the node of an op with no formula: PyTorch's in-place form replaces self's values
-    # with a zero gradient (the comparisons: eq_ gives EqBackward0/1), as a differentiable op records
+    # a record that names the node of an op with no formula by a function: PyTorch's in-place form replaces
+    # self's values with a zero gradient (the comparisons: eq_ gives EqBackward0/1; see kiln._dispatch.op)
     replaces = not differentiable and callable(opdef.grad_fn_name)
     if overlaps is None:
         pointwise = "pointwise" in opdef.tags
@@ -556,8 +556,10 @@ def inplace_variant(fn, name: str, doc: str, needs_self: bool, overlaps: dict | 
         for i, kind in checks:  # the overlaps with self PyTorch refuses, after the checks above (its order)
             if callable(kind):
                 kind = kind(bound)
+            if kind is None:
+                continue
             a = bound[i]
-            for t in a if kind is not None and isinstance(a, (list, tuple)) else (a,) if kind else ():
+            for t in a if isinstance(a, (list, tuple)) else (a,):
                 _check_partial_overlap(self, t, kind == "any")
         if recording and replaces:
             read = tuple(a for a in bound[1:] if isinstance(a, Tensor))

@@ -182,7 +182,7 @@ def test_registration_errors_match_torch():
 def _nonleaf_param():
     base = kiln.ones(2, requires_grad=True)
     p = nn.Parameter(kiln.ones(2))
-    p.grad_fn = (base * 2).grad_fn
+    p._grad_fn = (base * 2).grad_fn  # no public way makes a non-leaf Parameter
     return p
 
 

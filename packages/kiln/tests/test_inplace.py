@@ -725,6 +725,41 @@ def test_setitem_loop_through_views_matches_torch(src_dtype):
     U.assert_close(kwg, twg)
 
 
+def test_a_view_takes_its_bases_new_history_when_read():
+    """A view whose base was written in place afterwards reads as an ``AsStridedBackward0`` view of the base's
+    new history (PyTorch re-derives it when ``grad_fn`` is read or the view is used), and its gradient flows
+    through the write."""
+    kl, tl = U.both(np.arange(6.0).reshape(3, 2) / 5, dtype=kiln.float64, requires_grad=True)
+    names, grads = [], []
+    for leaf in (kl, tl):
+        x = leaf.clone()
+        v = x[0]
+        before = type(v.grad_fn).__name__
+        x.mul_(2)
+        names.append((before, type(v.grad_fn).__name__, v.requires_grad, v.is_leaf))
+        (v * 3).sum().backward()
+        grads.append(leaf.grad)
+    assert names[0] == names[1] == ("SelectBackward0", "AsStridedBackward0", True, False)
+    U.assert_close(grads[0], grads[1])
+
+
+def test_a_view_written_twice_takes_each_history():
+    """``w = s[1]; w.copy_(y); w.mul_(y)``: the second write reads the view's history left by the first (made
+    when the write reads it, not at the first write), and both reach ``y``'s gradient as in PyTorch."""
+    ky, ty = U.both(np.array([0.5, -2.0]), dtype=kiln.float32, requires_grad=True)
+    results = []
+    for lib, y in ((kiln, ky), (torch, ty)):
+        s = lib.zeros(4, 2)
+        w = s[1]
+        w.copy_(y)
+        w.mul_(y)
+        (s * s).sum().backward(retain_graph=True)
+        (w * 3).sum().backward()
+        results.append((type(w.grad_fn).__name__, s.grad_fn.name().split("::")[-1], w._version, y.grad))
+    assert results[0][:3] == results[1][:3] == ("AsStridedBackward0", "CopySlices", 2)
+    U.assert_close(results[0][3], results[1][3])
+
+
 @pytest.mark.parametrize(
     ("dst_shape", "src_shape", "src_dtype", "dst_history"),
     [

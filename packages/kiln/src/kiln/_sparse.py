@@ -30,7 +30,7 @@ __all__ = ["layout", "sparse_coo", "sparse_coo_tensor", "spmm", "strided"]
 
 # The dense attributes a sparse tensor leaves unset (reading one raises SparseArgument); the others
 # (_dtype, _device, _inference) it has, and grad_fn/_requires_grad are properties over its values.
-_DENSE = frozenset(Tensor.__slots__) - {"_dtype", "_device", "_inference", "grad_fn", "_requires_grad"}
+_DENSE = frozenset(Tensor.__slots__) - {"_dtype", "_device", "_inference", "_grad_fn", "_requires_grad"}
 
 
 def _no_storage(attr: str) -> SparseArgument:
@@ -191,6 +191,10 @@ class SparseTensor(Tensor):
     def grad_fn(self):
         """The autograd node that produced the values (None for a leaf)."""
         return self._sp_values.grad_fn
+
+    @property
+    def _grad_fn(self):
+        return self._sp_values._grad_fn
 
     @property
     def _requires_grad(self) -> bool:

@@ -111,7 +111,7 @@ class Tensor:
         "_requires_grad": "whether autograd records operations on it",
         "_grad": "the gradient accumulated by backward (the ``grad`` property)",
         "_grad_dtype": "the dtype a gradient must have: _SAME (the tensor's), a dtype, or None (any)",
-        "grad_fn": "The autograd node that produced this tensor (None for leaves).",
+        "_grad_fn": "the autograd node that produced this tensor, as last recorded (the ``grad_fn`` property)",
         "_output_nr": "which output of grad_fn this is",
         "_accumulator": "a leaf's weak reference to its AccumulateGrad node (kiln.autograd.graph.AccumulatorRef)",
         "_hooks": "gradient hooks of a leaf",
@@ -201,6 +201,15 @@ class Tensor:
     is_mkldnn = property(lambda self: False, doc="False: kiln has no oneDNN (MKL-DNN) layout.")
     is_quantized = property(lambda self: False, doc="False: kiln has no quantized dtypes.")
     is_nested = property(lambda self: False, doc="False: kiln has no nested (jagged) tensors.")
+
+    @property
+    def grad_fn(self):
+        """The autograd node that produced this tensor (None for leaves). A view whose base was written in
+        place since its history was recorded takes its history from the base's new one first, as an
+        ``AsStridedBackward0`` view of it (PyTorch's rule, applied when it is read, as PyTorch does)."""
+        if self._base is not None and self._view_vc != self._vc[0] and self._requires_grad:
+            _refresh_view(self)
+        return self._grad_fn
 
     @property
     def is_leaf(self) -> bool:
@@ -408,7 +417,7 @@ class Tensor:
         """Detach this tensor from the graph in place, making it a leaf."""
         if self._base is not None and self._base._requires_grad:
             raise RuntimeError("Can't detach views in-place. Use detach() instead.")
-        self.grad_fn = None
+        self._grad_fn = None
         self._requires_grad = False
         return self
 
@@ -688,6 +697,7 @@ class Size(tuple):
 _new_tensor = object.__new__
 _tensor_to = first_call(globals(), "kiln._ops.copy", "tensor_to", "_tensor_to")
 _backward = first_call(globals(), "kiln.autograd", "backward", "_backward")
+_refresh_view = first_call(globals(), "kiln.autograd.graph", "_refresh_view_history", "_refresh_view")
 
 
 def _make(storage, shape, stride, offset, dtype, device, version=None, cls=Tensor) -> Tensor:
@@ -707,7 +717,7 @@ def _make(storage, shape, stride, offset, dtype, device, version=None, cls=Tenso
     t._requires_grad = False
     t._grad = None
     t._grad_dtype = _SAME
-    t.grad_fn = None
+    t._grad_fn = None
     t._output_nr = 0
     t._accumulator = None
     t._hooks = None

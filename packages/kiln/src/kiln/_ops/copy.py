@@ -323,7 +323,7 @@ def _copy_out_of_place(s: Tensor, src: Tensor, label: str | None, operands: tupl
     if out._shape != s._shape:
         out = out.expand(s._shape)
     if (src._requires_grad or s._requires_grad) and s._dtype.is_floating_point:
-        out.grad_fn = copy_node(s, src, label, operands)
+        out._grad_fn = copy_node(s, src, label, operands)
         out._requires_grad = True
     return out
 
@@ -477,7 +477,7 @@ def apply_inplace(self: Tensor, compute, needs_self: bool, label: str | None = N
     ):
         # overwritten by values that need no gradient: the old history (taken before the write) gets zeros
         out = out.detach()
-        out.grad_fn = copy_node(self, None, label, operands)
+        out._grad_fn = copy_node(self, None, label, operands)
         out._requires_grad = True
     if out._device is CPU and _host_writes(self):
         _copy_on_host(self._numpy(), out._numpy())
@@ -488,10 +488,10 @@ def apply_inplace(self: Tensor, compute, needs_self: bool, label: str | None = N
         if self._base is not None:
             rebase_view_history(self, out)
         else:
-            self.grad_fn = out.grad_fn
+            self._grad_fn = out._grad_fn
             self._output_nr = out._output_nr
             self._requires_grad = True
-        rebind_saved_result(out.grad_fn, self)  # a later write to self must invalidate what backward reads
+        rebind_saved_result(out._grad_fn, self)  # a later write to self must invalidate what backward reads
         if self._retains_grad:
             _register_retain_grad(self)  # .grad follows the new value
     return self
@@ -581,7 +581,7 @@ def inplace_variant(fn, name: str, doc: str, needs_self: bool, overlaps: dict | 
         call_below_autograd(_copy_from.op, (self, out, False))
         self._vc[0] += 1
         if node is not None:
-            self.grad_fn, self._output_nr = node, 0
+            self._grad_fn, self._output_nr = node, 0
         return self
 
     method.__name__ = method.__qualname__ = name

@@ -100,7 +100,7 @@ def _become(self: Tensor, view: Tensor) -> Tensor:
     self._shape, self._stride, self._offset = view._shape, view._stride, view._offset
     self._np = None  # the cached NumPy view has the old geometry
     if view.grad_fn is not None:
-        self.grad_fn, self._output_nr = view.grad_fn, view._output_nr
+        self._grad_fn, self._output_nr = view.grad_fn, view._output_nr
     return self
 
 

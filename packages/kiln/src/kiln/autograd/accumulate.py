@@ -116,7 +116,7 @@ def _sole_owner(t: Tensor, grads: list) -> bool:
     if not (
         _STEAL
         and type(g) is Tensor
-        and g.grad_fn is None
+        and g._grad_fn is None
         and not g._hooks
         and g._offset == 0
         and g._dtype is t._dtype

@@ -122,21 +122,26 @@ def _propagate(
 
     prev = set_state("grad_enabled", bool(create_graph))
     try:
-        while heap:
-            node = heappop(heap)[2]
+        node = None  # the next node to run when it is the only one ready (kept out of the heap: a chain's nodes)
+        while True:
+            if node is None:
+                if not heap:
+                    break
+                node = heappop(heap)[2]
             grads = buffers.pop(node)
-            if node._tensor_pre_hooks:
-                for nr, hooks in node._tensor_pre_hooks.items():
-                    if nr < len(grads) and grads[nr] is not None and hooks:
-                        grads[nr] = _run_tensor_hooks(hooks, grads[nr])
+            hooks = node._node_hooks
+            if hooks is not None and hooks.tensor_pre:
+                for nr, fns in hooks.tensor_pre.items():
+                    if nr < len(grads) and grads[nr] is not None and fns:
+                        grads[nr] = _run_tensor_hooks(fns, grads[nr])
             if capture:
                 for nr, g in enumerate(grads):
                     k = capture.get((id(node), nr))
                     if k is not None and g is not None:
-                        if isinstance(node, AccumulateGrad) and node.variable._hooks:
+                        if node.__class__ is AccumulateGrad and node.variable._hooks:
                             g = _run_tensor_hooks(node.variable._hooks, g)
                         captured[k] = g
-            if isinstance(node, AccumulateGrad):
+            if node.__class__ is AccumulateGrad:
                 if inputs is None:
                     if grads[0] is not None:
                         owned = not create_graph and _sole_owner(node.variable, grads)
@@ -145,32 +150,38 @@ def _propagate(
                     k = capture.get((id(node), 0))
                     if k is not None and captured[k] is not None:  # hooks already ran when it was captured
                         _accumulate_into_leaf(node.variable, captured[k], create_graph, run_hooks=False)
+                node = None
                 continue
             if needed is not None and node not in needed:
+                node = None
                 continue
-            if node._pre_hooks:
-                for h in node._pre_hooks:
+            if hooks is not None and hooks.pre:
+                for h in hooks.pre:
                     r = h(tuple(grads))
                     if r is not None:
                         grads = list(r)
-            for g in grads:  # (not grads.count(None): that compares with ==, a tensor op)
-                if g is not None:
-                    break
+            if len(grads) == 1:
+                g = grads[0]
             else:
-                g = None
+                for g in grads:  # (not grads.count(None): that compares with ==, a tensor op)
+                    if g is not None:
+                        break
+                else:
+                    g = None
             if g is None:  # no gradient reached the node
                 outs = (None,) * len(node.next_functions)
             elif anomaly["enabled"]:
                 outs = _apply_node_under_anomaly(node, tuple(grads))
             else:
                 outs = node.apply(tuple(grads))
-            if node._post_hooks:
-                for h in node._post_hooks:
+            if hooks is not None and hooks.post:
+                for h in hooks.post:
                     r = h(outs, tuple(grads))
                     if r is not None:
                         outs = tuple(r)
             if not keep_graph:
                 node.release()
+            ready = None  # a node this one made ready, while it is the only node ready
             for (nxt, nr), g in zip(node.next_functions, outs):
                 if nxt is None or (needed is not None and nxt not in needed):
                     continue
@@ -184,8 +195,15 @@ def _propagate(
                 left = deps[nxt] - 1
                 deps[nxt] = left
                 if not left:
-                    heappush(heap, (-nxt._seq, next(counter), nxt))
-            outs = g = buf = None  # the buffers hold the gradients now (the leaf ownership test counts holders)
+                    if ready is None and not heap:
+                        ready = nxt
+                    else:  # several ready: the heap orders them (the one held out first, as it became ready first)
+                        if ready is not None:
+                            heappush(heap, (-ready._seq, next(counter), ready))
+                            ready = None
+                        heappush(heap, (-nxt._seq, next(counter), nxt))
+            node = ready
+            outs = g = buf = ready = None  # the buffers hold the gradients now (the leaf ownership test counts holders)
     finally:
         set_state("grad_enabled", prev)
     if accumulate and inputs is not None:

@@ -164,7 +164,7 @@ class Function(metaclass=_FunctionMeta):
                 o = o.detach()  # an input returned as is: a view, so the input's own history is untouched
             meta.append((o._shape, o._dtype, o._device))
             if id(o) not in ctx._non_differentiable and o._dtype.is_floating_point:
-                o.grad_fn = node
+                o._grad_fn = node
                 o._requires_grad = True
                 o._output_nr = k
             new_outs.append(o)

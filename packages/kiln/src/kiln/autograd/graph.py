@@ -56,6 +56,18 @@ class RemovableHandle:
         self.remove()
 
 
+class NodeHooks:
+    """A node's hooks, made on its first: ``tensor_pre`` (output number -> the hooks of the tensor that is
+    that output), ``pre`` (``register_prehook``) and ``post`` (``register_hook``)."""
+
+    __slots__ = ("tensor_pre", "pre", "post")
+
+    def __init__(self):
+        self.tensor_pre: dict[int, list] = {}
+        self.pre: list = []
+        self.post: list = []
+
+
 class Node:
     """A recorded operation in the graph (``tensor.grad_fn``).
 
@@ -63,24 +75,13 @@ class Node:
     where the input needs no gradient).
     """
 
-    __slots__ = (
-        "next_functions",
-        "n_out",
-        "_seq",
-        "_tensor_pre_hooks",
-        "_pre_hooks",
-        "_post_hooks",
-        "_metadata",
-        "__weakref__",
-    )
+    __slots__ = ("next_functions", "n_out", "_seq", "_node_hooks", "_metadata", "__weakref__")
 
     def __init__(self, next_functions: tuple, n_out: int = 1):
         self.next_functions = next_functions
         self.n_out = n_out
         self._seq = next(_seq)
-        self._tensor_pre_hooks: dict[int, list] | None = None
-        self._pre_hooks: list | None = None
-        self._post_hooks: list | None = None
+        self._node_hooks: NodeHooks | None = None  # made on the first hook: the engine tests this one slot
         self._metadata: dict | None = None  # made on first use: most nodes never have any
         if anomaly["enabled"]:
             self.metadata["traceback_"] = traceback.format_stack()[:-3]
@@ -104,24 +105,25 @@ class Node:
     def release(self) -> None:
         """Free saved tensors (after a backward without ``retain_graph``)."""
 
+    def _hooks_made(self) -> NodeHooks:
+        if self._node_hooks is None:
+            self._node_hooks = NodeHooks()
+        return self._node_hooks
+
     def register_hook(self, fn: Callable) -> RemovableHandle:
         """``fn(grad_inputs, grad_outputs)`` runs after the node; a non-None return replaces grad_inputs."""
-        if self._post_hooks is None:
-            self._post_hooks = []
-        self._post_hooks.append(fn)
-        return RemovableHandle(self._post_hooks, fn)
+        hooks = self._hooks_made().post
+        hooks.append(fn)
+        return RemovableHandle(hooks, fn)
 
     def register_prehook(self, fn: Callable) -> RemovableHandle:
         """``fn(grad_outputs)`` runs before the node; a non-None return replaces grad_outputs."""
-        if self._pre_hooks is None:
-            self._pre_hooks = []
-        self._pre_hooks.append(fn)
-        return RemovableHandle(self._pre_hooks, fn)
+        hooks = self._hooks_made().pre
+        hooks.append(fn)
+        return RemovableHandle(hooks, fn)
 
     def _add_tensor_pre_hook(self, output_nr: int, fn: Callable) -> RemovableHandle:
-        if self._tensor_pre_hooks is None:
-            self._tensor_pre_hooks = {}
-        hooks = self._tensor_pre_hooks.setdefault(output_nr, [])
+        hooks = self._hooks_made().tensor_pre.setdefault(output_nr, [])
         hooks.append(fn)
         return RemovableHandle(hooks, fn)
 
@@ -199,7 +201,7 @@ class SavedTensor:
         if self.is_output and state.grad_enabled:
             alias = _make(data._storage, data._shape, data._stride, data._offset, data._dtype, data._device, data._vc)
             alias._np = data._np
-            alias.grad_fn = self.node()
+            alias._grad_fn = self.node()
             alias._requires_grad = True
             alias._output_nr = self.output_nr
             return alias
@@ -392,7 +394,10 @@ class OpNode(Node):
         kwargs = dict(saved)
         for name, value in saved.items():
             if value.__class__ is SavedTensor:
-                kwargs[name] = value.unpack(self)
+                data = value.data
+                if value.is_output or value.freed or data._vc[0] != value.version:
+                    data = value.unpack(self)  # an error, or an output's alias; else unpack returns data
+                kwargs[name] = data
         for name in self.seqs:  # a tensor-list parameter, or several outputs
             value = saved[name]
             kwargs[name] = type(value)(v.unpack(self) if isinstance(v, SavedTensor) else v for v in value)
@@ -496,10 +501,10 @@ _NO_EDGE = (None, 0)
 def _edge(t: Tensor) -> tuple:
     if not t._requires_grad:
         return _NO_EDGE
-    if t._base is not None and t.grad_fn is not None and t._view_vc != t._vc[0]:
+    if t._base is not None and t._view_vc != t._vc[0]:
         _refresh_view_history(t)
-    if t.grad_fn is not None:
-        return (t.grad_fn, t._output_nr)
+    if t._grad_fn is not None:
+        return (t._grad_fn, t._output_nr)
     ref = t._accumulator
     acc = None if ref is None else ref()
     if acc is None:
@@ -535,7 +540,7 @@ def _refresh_view_history(view: Tensor) -> None:
         fresh = recorded_view(as_strided, base, geometry, *geometry)
     finally:
         state.grad_enabled = prev
-    view.grad_fn = fresh.grad_fn
+    view._grad_fn = fresh._grad_fn
     view._output_nr = 0
 
 
@@ -615,7 +620,7 @@ def record(opdef, args: tuple, out) -> None:
     for k in opdef.differentiable_outputs:
         o = outs[k]
         if o._dtype.is_floating_point:
-            o.grad_fn = node
+            o._grad_fn = node
             o._requires_grad = True
             o._output_nr = k
     if needs.result and not needs.result_guard & wants_grad:
@@ -626,7 +631,7 @@ def record(opdef, args: tuple, out) -> None:
         else:
             # every output is held as saved (freed after backward), the non-differentiable ones too (a
             # dropout's noise, a recurrent layer's workspace): held raw, they lived as long as the graph
-            saved["result"] = tuple(SavedTensor(o, True, node) if o.grad_fn is node else SavedTensor(o) for o in outs)
+            saved["result"] = tuple(SavedTensor(o, True, node) if o._grad_fn is node else SavedTensor(o) for o in outs)
             seqs.append("result")
     node.saved = saved
     node.seqs = seqs

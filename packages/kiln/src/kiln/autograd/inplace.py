@@ -5,14 +5,16 @@
 ``self``'s old history gets zeros. When an in-place op writes into a view, the *base* tensor's values change, so the base gets a new
 history: a :class:`CopySlices` node that routes the incoming gradient for the written region through
 the in-place op's own node and passes the rest straight to the base's old history. The view then
-becomes a fresh ``as_strided`` view of the base, so later uses of either see the new history.
+becomes a fresh ``as_strided`` view of the base, so later uses of either see the new history: made when the
+view's history is next read (``grad_fn``, or an op that records it), as PyTorch does, since most such views
+(``s[i] = y``'s) are never used again.
 """
 
 from __future__ import annotations
 
 from kiln._lazy import first_call
 from kiln._tensor import Tensor
-from kiln.autograd.graph import _NO_EDGE, Node, _edge, _fit_to_input, _refresh_view_history, _register_retain_grad
+from kiln.autograd.graph import _NO_EDGE, Node, _edge, _fit_to_input, _register_retain_grad
 
 _zeros_like = first_call(globals(), "kiln._ops.creation", "zeros_like", "_zeros_like")  # kiln._ops imports this
 _zeros = first_call(globals(), "kiln._ops.creation", "zeros", "_zeros")
@@ -101,14 +103,13 @@ class CopySlices(Node):
 def rebase_view_history(view: Tensor, out: Tensor) -> None:
     """``view`` was overwritten in place with ``out`` (which carries the op's node): rewrite history."""
     base = view._base
-    node = CopySlices((_edge(base), *out.grad_fn.next_functions))
+    node = CopySlices((_edge(base), *out._grad_fn.next_functions))
     node.base_geometry = (base._shape, base._stride, base._offset)
     node.view_geometry = (view._shape, view._stride, view._offset)
-    node.fn = out.grad_fn
-    base.grad_fn = node
+    node.fn = out._grad_fn
+    base._grad_fn = node
     base._output_nr = 0
     base._requires_grad = True
     if base._retains_grad:
         _register_retain_grad(base)  # base.grad follows its new history, as PyTorch's
-    view._requires_grad = True
-    _refresh_view_history(view)  # the view, from the base's new history
+    view._requires_grad = True  # its history, an as_strided view of the base's new one, is made when read

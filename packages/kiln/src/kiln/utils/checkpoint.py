@@ -372,7 +372,7 @@ def _checkpoint_without_reentrant(
     for k, t in enumerate(flat):
         if inside(t.grad_fn) and id(t) not in new:
             d = t.detach()
-            d.grad_fn = node
+            d._grad_fn = node
             d._requires_grad = True
             d._output_nr = k
             new[id(t)] = d

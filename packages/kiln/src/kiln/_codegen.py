@@ -403,6 +403,8 @@ def tensor_pyi() -> str:
             functions.append(_function(name, value))
         elif type(value) is object:
             sentinels.append(f"{name}: object\n")
+        elif isinstance(value, types.BuiltinFunctionType) and not name.startswith("__"):
+            sentinels.append(f"{name}: Callable[..., Any]\n")  # a builtin under a module name (_numel: math.prod)
         elif type(value) in (list, dict, tuple, set, frozenset) and not name.startswith("__"):
             sentinels.append(f"{name}: {type(value).__name__}\n")  # tables other modules import
     size_body = _class_body(module.Size)

@@ -8,6 +8,8 @@ methods and operators to this class when each op is defined.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from kiln import _dtype as dt
@@ -82,11 +84,7 @@ def _check_grad(t: Tensor, g) -> None:
         )
 
 
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
+_numel = math.prod  # the number of elements of a shape (a tuple of ints; 1 for ``()``), without a Python frame
 
 
 class Tensor:

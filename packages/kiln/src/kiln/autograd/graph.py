@@ -227,7 +227,7 @@ class BackwardNeeds:
         "arg_names",
         "arg_index",
         "arg_bits",
-        "arg_guards",
+        "save_plan",
         "meta_names",
         "result",
         "result_guard",
@@ -240,10 +240,11 @@ class BackwardNeeds:
         self.arg_names = arg_names
         self.arg_index = arg_index
         self.arg_bits = arg_bits  # per argument: its bit among the tensor parameters (0: not one)
-        # per argument: a bit mask of the tensor inputs (bit k: ``needs_input_grad[k]``) whose gradient
-        # reads it, or -1 when the formula reads it whatever needs a gradient (see :func:`_read_guards`);
-        # read off the formula's source on the op's first recording (:meth:`read_guards`), not at import
-        self.arg_guards = None
+        # per argument, (its name, its op parameter index, its guard, its bit): the guard is a bit mask of the
+        # tensor inputs (bit k: ``needs_input_grad[k]``) whose gradient reads it, or -1 when the formula reads it
+        # whatever needs a gradient (see :func:`_read_guards`); read off the formula's source on the op's first
+        # recording (:meth:`read_guards`), not at import
+        self.save_plan = None
         self.meta_names = meta_names  # (formula parameter, op parameter index, attribute)
         self.result = result
         self.result_guard = -1  # the same for ``result``
@@ -251,15 +252,16 @@ class BackwardNeeds:
         self.multi_grad = multi_grad
 
     def read_guards(self) -> tuple:
-        """Fill ``arg_guards`` and ``result_guard`` (once); returns ``arg_guards``."""
+        """Fill ``save_plan`` and ``result_guard`` (once); returns ``save_plan``."""
 
         def mask(guard: frozenset[int] | None) -> int:
             return -1 if guard is None else sum(1 << k for k in guard)
 
         guards = _read_guards(self.formula, [*self.arg_names, "result"])
         self.result_guard = mask(guards.get("result"))
-        self.arg_guards = tuple(mask(guards.get(n)) for n in self.arg_names)
-        return self.arg_guards
+        arg_guards = (mask(guards.get(n)) for n in self.arg_names)
+        self.save_plan = tuple(zip(self.arg_names, self.arg_index, arg_guards, self.arg_bits))
+        return self.save_plan
 
 
 def backward_needs(opdef, fn: Callable) -> BackwardNeeds:
@@ -554,42 +556,43 @@ def record(opdef, args: tuple, out) -> None:
     needs: BackwardNeeds = opdef._backward_needs
     edges = []
     input_meta = []
-    layout = []
+    layout = None  # made at the first tensor parameter that is not one tensor: before it, parameter k is edge k
     wants_grad = 0  # bit k: tensor parameter k requires grad (what needs_input_grad[k] will say)
     bit = 1
-    plain = True  # every tensor parameter is one tensor: parameter k is edge k
     for i in opdef.tensor_params:
         a = args[i]
         if isinstance(a, Tensor):
-            layout.append(len(edges))
+            if layout is not None:
+                layout.append(len(edges))
             input_meta.append((a._shape, a._dtype, a._device))
             if a._requires_grad:
                 edges.append(_edge(a))
                 wants_grad |= bit
             else:
                 edges.append(_NO_EDGE)  # what _edge(a) returns, without its call
-        elif isinstance(a, (list, tuple)) and any(isinstance(t, Tensor) for t in a):
-            sub = []  # None for a non-tensor entry (an index list's "whole dim")
-            for t in a:
-                if not isinstance(t, Tensor):
-                    sub.append(None)
-                    continue
-                sub.append(len(edges))
-                edges.append(_edge(t))
-                input_meta.append((t._shape, t._dtype, t._device))
-            layout.append(sub)
-            plain = False
-            if any(isinstance(t, Tensor) and t._requires_grad for t in a):
-                wants_grad |= bit
         else:
-            layout.append(None)
-            plain = False
+            if layout is None:
+                layout = list(range(len(edges)))
+            if isinstance(a, (list, tuple)) and any(isinstance(t, Tensor) for t in a):
+                sub = []  # None for a non-tensor entry (an index list's "whole dim")
+                for t in a:
+                    if not isinstance(t, Tensor):
+                        sub.append(None)
+                        continue
+                    sub.append(len(edges))
+                    edges.append(_edge(t))
+                    input_meta.append((t._shape, t._dtype, t._device))
+                layout.append(sub)
+                if any(isinstance(t, Tensor) and t._requires_grad for t in a):
+                    wants_grad |= bit
+            else:
+                layout.append(None)
         bit <<= 1
     name = opdef.grad_fn_name
     cls = _NODE_CLASSES.get(name) if name.__class__ is str else None  # else _node_class makes or names it
     node = (cls or _node_class(opdef, args))(tuple(edges), opdef.num_outputs)
     node.op = opdef
-    node.layout = None if plain else layout
+    node.layout = layout
     node.wants = wants_grad
     node.input_meta = input_meta
     node.freed = False
@@ -597,11 +600,11 @@ def record(opdef, args: tuple, out) -> None:
     # a formula of several gradients is given zeros for those that do not arrive
     node.output_meta = [(o._shape, o._dtype, o._device) for o in outs] if needs.multi_grad else None
     saved = {}
-    seqs = []
-    guards = needs.arg_guards
-    if guards is None:
-        guards = needs.read_guards()
-    for name, idx, guard, own in zip(needs.arg_names, needs.arg_index, guards, needs.arg_bits):
+    seqs = None  # a list once some saved entry is a sequence
+    plan = needs.save_plan
+    if plan is None:
+        plan = needs.read_guards()
+    for name, idx, guard, own in plan:
         v = args[idx]
         if not guard & wants_grad:
             v = None  # only the gradient of an input that needs none reads it: not saved (PyTorch's rule)
@@ -609,7 +612,7 @@ def record(opdef, args: tuple, out) -> None:
             v = SavedTensor(v)
         elif isinstance(v, (list, tuple)) and any(isinstance(t, Tensor) for t in v):
             v = _save_list(v, bool(wants_grad & ~own))
-            seqs.append(name)
+            seqs = [name] if seqs is None else [*seqs, name]
         saved[name] = v
     for name, idx, attr in needs.meta_names:
         v = args[idx]
@@ -632,9 +635,9 @@ def record(opdef, args: tuple, out) -> None:
             # every output is held as saved (freed after backward), the non-differentiable ones too (a
             # dropout's noise, a recurrent layer's workspace): held raw, they lived as long as the graph
             saved["result"] = tuple(SavedTensor(o, True, node) if o._grad_fn is node else SavedTensor(o) for o in outs)
-            seqs.append("result")
+            seqs = ["result"] if seqs is None else [*seqs, "result"]
     node.saved = saved
-    node.seqs = seqs
+    node.seqs = seqs or ()
 
 
 def _save_list(tensors, others: bool):

@@ -321,3 +321,33 @@ def test_leaf_inplace_error_message():
         lambda: kiln.ones(2, requires_grad=True).add_(1), lambda: torch.ones(2, requires_grad=True).add_(1)
     )
     assert "a leaf Variable that requires grad is being used in an in-place operation." in str(info.value)
+
+
+def test_function_output_that_is_a_view_written_in_forward():
+    """A custom Function whose forward writes a view of its result in place and returns both: the view's
+    history is the Function's node (output 0), not an ``as_strided`` view of the base, and the gradient of
+    output 0 goes to output 0 (it went to output 1 before, so a[:2] received 100 instead of 1)."""
+    results = []
+    for lib in (kiln, torch):
+
+        class F(lib.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                y = x.clone()
+                w = y[0]
+                w.mul_(2)
+                return w, y
+
+            @staticmethod
+            def backward(ctx, gw, gy):
+                g = gy * 100
+                g[0] = g[0] + gw
+                return g
+
+        a = lib.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+        w, y = F.apply(a * 1)
+        names = (type(w.grad_fn).__name__, type(y.grad_fn).__name__, w._version)
+        (w.sum() + 0 * y.sum()).backward()
+        results.append((names, a.grad))
+    assert results[0][0] == results[1][0] == ("FBackward", "FBackward", 1)
+    U.assert_close(results[0][1], results[1][1])

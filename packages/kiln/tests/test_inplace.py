@@ -760,6 +760,35 @@ def test_a_view_written_twice_takes_each_history():
     U.assert_close(results[0][3], results[1][3])
 
 
+def test_retain_grad_on_a_view_follows_its_history_across_a_base_write():
+    """``retain_grad`` on a view keeps the gradient of the history the view had when a use recorded it (a
+    write to the base after that use changes nothing for it), and moves to the view's new history once the
+    view is used after the write, as in PyTorch; a base that is itself a view keeps its ``.grad`` too."""
+    results = []
+    for lib in (kiln, torch):
+        a = lib.tensor(np.arange(1.0, 7.0), requires_grad=True)
+        x = (a * 1).reshape(2, 3) * 1
+        v = x[0]
+        v.retain_grad()
+        y = v.sum() * 3
+        x[1].mul_(2)  # after v's use: v.grad is the gradient of that use
+        y.backward()
+        used_before = v.grad.clone()
+        x = (a * 1).reshape(2, 3) * 1
+        v = x[0]
+        v.retain_grad()
+        x.mul_(2)
+        (v * v).sum().backward()  # used after the write: v.grad is the gradient of the new history
+        used_after = v.grad.clone()
+        x = (a * 1).reshape(2, 3)
+        x.retain_grad()
+        x[1].mul_(3)
+        (x * x).sum().backward()
+        results.append((used_before, used_after, x.grad))
+    for k, t in zip(results[0], results[1]):
+        U.assert_close(k, t)
+
+
 @pytest.mark.parametrize(
     ("dst_shape", "src_shape", "src_dtype", "dst_history"),
     [

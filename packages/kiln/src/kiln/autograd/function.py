@@ -167,6 +167,7 @@ class Function(metaclass=_FunctionMeta):
                 o._grad_fn = node
                 o._requires_grad = True
                 o._output_nr = k
+                o._view_vc = o._vc[0]  # a view written in forward: its history is this node's, not its base's
             new_outs.append(o)
         node.output_meta = [m if m is not None else ((), None, None) for m in meta]
         # saved tensors that are outputs must not keep themselves alive through the node

@@ -544,6 +544,8 @@ def _refresh_view_history(view: Tensor) -> None:
         state.grad_enabled = prev
     view._grad_fn = fresh._grad_fn
     view._output_nr = 0
+    if view._retains_grad:
+        _register_retain_grad(view)  # .grad follows the new history (the old node's hook stands down)
 
 
 def gradient_edge(t: Tensor) -> tuple:
@@ -676,7 +678,7 @@ def _register_retain_grad(t: Tensor) -> None:
 
     def retain(grad):
         tensor = ref()
-        if tensor is not None and tensor._retains_grad and tensor.grad_fn is node_ref():
+        if tensor is not None and tensor._retains_grad and tensor._grad_fn is node_ref():
             g = grad if state.grad_enabled else grad.detach()
             if tensor._grad is None:
                 tensor._grad = g.clone() if not state.grad_enabled else g

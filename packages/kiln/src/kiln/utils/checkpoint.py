@@ -310,6 +310,14 @@ def _checkpoint_without_reentrant(
         with forward_ctx:
             return function(*args, **kwargs)
     rng_state = _get_rng() if preserve_rng_state else None
+    # the edges by which the function's graph reaches what was there before it ran (taken first: an argument
+    # that is a view of a base written since takes its history now, outside the function's nodes)
+    arg_edges: dict = {}
+    flat_args: list = []
+    _flatten((args, kwargs), flat_args)
+    for a in flat_args:
+        if a.requires_grad:
+            arg_edges.setdefault(_edge(a), a)
     start = next(_seq)
     with forward_ctx:
         outputs = function(*args, **kwargs)
@@ -319,13 +327,6 @@ def _checkpoint_without_reentrant(
     def inside(node) -> bool:
         return node is not None and not isinstance(node, AccumulateGrad) and node._seq > start
 
-    # the edges by which the function's graph reaches what was there before it ran
-    arg_edges: dict = {}
-    flat_args: list = []
-    _flatten((args, kwargs), flat_args)
-    for a in flat_args:
-        if a.requires_grad:
-            arg_edges.setdefault(_edge(a), a)
     sources: list = []
     source_index: dict = {}
     seen: set = set()

@@ -789,6 +789,30 @@ def test_retain_grad_on_a_view_follows_its_history_across_a_base_write():
         U.assert_close(k, t)
 
 
+@pytest.mark.parametrize("name", ["exp_", "sigmoid_", "tanh_", "relu_"])
+@pytest.mark.parametrize("kept", [True, False])
+def test_double_backward_through_an_inplace_op_on_a_view(name, kept):
+    """An op that saves its result, in place on a view (kept in a variable or a temporary): a second-order
+    gradient reaches the op's node both through the base's ``CopySlices`` and through the saved result, so
+    ``CopySlices`` lets go of the node without freeing what it saved (it raised "backward through the graph a
+    second time"), as PyTorch's does."""
+    results = []
+    for lib in (kiln, torch):
+        a = lib.tensor([1.0, 2.0, 3.0, 4.0], dtype=lib.float64, requires_grad=True)
+        x = a * 1.5
+        v = x[:2]
+        getattr(v if kept else x[:2], name)()
+        (g,) = lib.autograd.grad((x * x).sum(), a, create_graph=True)
+        results.append((g, lib.autograd.grad(g.sum(), a)[0]))
+    for k, t in zip(results[0], results[1]):
+        U.assert_close(k, t)
+    x = kiln.ones(4, requires_grad=True) * 2
+    x[:2].exp_()
+    x.sum().backward()
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        x.sum().backward()
+
+
 @pytest.mark.parametrize(
     ("dst_shape", "src_shape", "src_dtype", "dst_history"),
     [

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from kiln._lazy import first_call
 from kiln._tensor import Tensor
-from kiln.autograd.graph import _NO_EDGE, Node, _edge, _fit_to_input, _register_retain_grad
+from kiln.autograd.graph import _FREED_MESSAGE, _NO_EDGE, Node, _edge, _fit_to_input, _register_retain_grad
 
 _zeros_like = first_call(globals(), "kiln._ops.creation", "zeros_like", "_zeros_like")  # kiln._ops imports this
 _zeros = first_call(globals(), "kiln._ops.creation", "zeros", "_zeros")
@@ -90,14 +90,19 @@ class CopySlices(Node):
         from kiln._ops.strided import _strided_gather, _strided_zero
 
         (grad,) = grads
+        fn = self.fn
+        if fn is None:
+            raise RuntimeError(_FREED_MESSAGE)
         # Positions are storage positions: the base's geometry places ``grad``, the view's selects.
         region = _strided_gather(grad, self.base_geometry, self.view_geometry)
-        fn_grads = self.fn.apply((region,))
+        fn_grads = fn.apply((region,))
         rest = _strided_zero(grad, self.base_geometry, self.view_geometry)
         return (rest, *fn_grads)
 
     def release(self) -> None:
-        self.fn.release()
+        """Let go of the in-place op's node (as PyTorch's ``CopySlices`` does), without freeing what it saved:
+        a double backward may still reach that node directly, through the op's saved result."""
+        self.fn = None
 
 
 def rebase_view_history(view: Tensor, out: Tensor) -> None:

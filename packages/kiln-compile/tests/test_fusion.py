@@ -170,7 +170,8 @@ def test_two_reductions_of_one_group():
     for _ in range(2):
         got = cf(p, t)
     want = loss(p, t)
-    assert all(kiln.allclose(g, w, rtol=1e-6) for g, w in zip(got, want))
+    # (d * 2).sum() may cancel to near 0, where float32 sums in two orders differ by more than rtol alone
+    assert all(kiln.allclose(g, w, rtol=1e-6, atol=1e-5) for g, w in zip(got, want))
 
 
 @pytest.mark.skipif(not HAS_CODEGEN, reason="no code generator for cpu (kiln-cpu)")

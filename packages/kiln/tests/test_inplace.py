@@ -813,6 +813,52 @@ def test_double_backward_through_an_inplace_op_on_a_view(name, kept):
         x.sum().backward()
 
 
+def test_retain_grad_on_a_view_written_in_place_counts_once():
+    """``v.retain_grad(); v.exp_()``: the write re-derives the view's history and moves its hook there once
+    (it was registered twice, and ``v.grad`` doubled)."""
+    grads = []
+    for lib in (kiln, torch):
+        a = lib.tensor([1.0, 2.0, 3.0, 4.0], dtype=lib.float64, requires_grad=True)
+        x = a * 1
+        v = x[1:3]
+        v.retain_grad()
+        v.exp_()
+        y = (v * 1).sum()
+        y.backward(retain_graph=True)
+        first = v.grad.clone()
+        y.backward()
+        grads.append((first, v.grad))
+    for k, t in zip(grads[0], grads[1]):
+        U.assert_close(k, t)
+
+
+def test_second_order_through_an_inplace_op_on_a_view_goes_through_copyslices():
+    """The saved result of an in-place op on a view takes the view's history (through the base's
+    ``CopySlices``), as PyTorch saves it: intermediates that retain grad get their second-order gradients,
+    and once the first-order graph is freed a second-order backward raises, as in PyTorch."""
+    results = []
+    for lib in (kiln, torch):
+        a = lib.tensor([1.0, 2.0, 3.0, 4.0], dtype=lib.float64, requires_grad=True)
+        x = a * 1
+        x.retain_grad()
+        v = x[1:3]
+        v.retain_grad()
+        v.exp_()
+        (g,) = lib.autograd.grad((x * x).sum(), a, create_graph=True)
+        (g * g).sum().backward()
+        results.append((x.grad, v.grad, a.grad))
+        x = a.clone()
+        v = x[1:3]
+        v.exp_()
+        loss = (x * x).sum()
+        (g,) = lib.autograd.grad(loss, a, create_graph=True)
+        loss.backward()  # frees the first-order graph
+        with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+            (g * g).sum().backward()
+    for k, t in zip(results[0], results[1]):
+        U.assert_close(k, t)
+
+
 @pytest.mark.parametrize(
     ("dst_shape", "src_shape", "src_dtype", "dst_history"),
     [

@@ -201,7 +201,7 @@ class SavedTensor:
         if self.is_output and state.grad_enabled:
             alias = _make(data._storage, data._shape, data._stride, data._offset, data._dtype, data._device, data._vc)
             alias._np = data._np
-            alias._grad_fn = self.node()
+            alias._grad_fn = self.node() or owner  # a history held weakly and gone: the saving node's
             alias._requires_grad = True
             alias._output_nr = self.output_nr
             return alias
@@ -213,10 +213,13 @@ _META_SUFFIXES = ("shape", "dtype", "device", "stride", "offset")
 
 def rebind_saved_result(node: Node, t: Tensor) -> None:
     """An in-place op's result now lives in ``t``: make the node's saved ``result`` (if any) refer to
-    ``t``'s storage and version, so a later in-place write to ``t`` is caught."""
+    ``t``'s storage and version, so a later in-place write to ``t`` is caught. Written through a view, the
+    result's history (what a double backward differentiates it through) is the view's new one, an
+    ``as_strided`` view of its base's ``CopySlices``, as PyTorch saves it; held weakly, as the op's node is
+    (once the view and its history are gone, the op's node)."""
     saved = getattr(node, "saved", None)
     if saved is not None and isinstance(saved.get("result"), SavedTensor):
-        saved["result"] = SavedTensor(t, True, node)
+        saved["result"] = SavedTensor(t, True, t.grad_fn if t._base is not None else node)
 
 
 class BackwardNeeds:
@@ -671,9 +674,14 @@ def _register_tensor_hook(t: Tensor, hook: Callable) -> RemovableHandle:
 def _register_retain_grad(t: Tensor) -> None:
     """Store the gradient flowing into ``t``'s current history in ``t.grad``; called again whenever an
     in-place op gives ``t`` a new history (the hook on the old node then stands down)."""
-    _edge(t)
+    _edge(t)  # (a stale view's history is re-derived here, which registers the hook on the new node)
     ref = weakref.ref(t)
     node = t.grad_fn
+    hooks = node._node_hooks
+    if hooks is not None and any(
+        getattr(h, "_kiln_retain_grad", None) is ref for h in hooks.tensor_pre.get(t._output_nr, ())
+    ):
+        return  # registered already: once per node, or the gradient would be added twice
     node_ref = weakref.ref(node)  # the node holds this hook: a strong reference would be a cycle
 
     def retain(grad):
@@ -686,7 +694,7 @@ def _register_retain_grad(t: Tensor) -> None:
                 tensor._grad = tensor._grad + g
         return None
 
-    retain._kiln_retain_grad = True
+    retain._kiln_retain_grad = ref  # (the tensor it retains for, weakly)
     node._add_tensor_pre_hook(t._output_nr, retain)
 
 

@@ -21,22 +21,9 @@ _NP_NAMES = {dt.float32: "float", dt.float64: "double", dt.float16: "c10::Half",
 
 
 def _matmul_meta(input, other):
-    # the usual call first: two matrices of one float dtype on one device, their inner sizes equal
-    if input.__class__ is Tensor and other.__class__ is Tensor:
-        a, b = input._shape, other._shape
-        d = input._dtype
-        if (
-            len(a) == 2
-            and len(b) == 2
-            and a[1] == b[0]
-            and other._dtype is d
-            and d.is_floating_point
-            and other._device is input._device
-        ):
-            return Spec(((a[0], b[1]), d, input._device))
-    for name, x in (("input", input), ("other", other)):
-        if not isinstance(x, Tensor):
-            raise TypeError(f"matmul(): argument '{name}' must be Tensor, not {type(x).__name__}")
+    if not isinstance(input, Tensor) or not isinstance(other, Tensor):
+        name, x = ("input", input) if not isinstance(input, Tensor) else ("other", other)
+        raise TypeError(f"matmul(): argument '{name}' must be Tensor, not {type(x).__name__}")
     a, b = input._shape, other._shape
     if not a or not b:
         raise RuntimeError(f"both arguments to matmul need to be at least 1D, but they are {len(a)}D and {len(b)}D")
@@ -47,7 +34,7 @@ def _matmul_meta(input, other):
         )
     if input._dtype is dt.bool:
         raise NotImplementedError(f"\"addmm_impl_cpu_\" not implemented for '{scalar_type_name(dt.bool)}'")
-    dev = common_device("matmul", input, other)
+    dev = input._device if input._device is other._device else common_device("matmul", input, other)
     if len(a) == 1 and len(b) == 1:
         if a[0] != b[0]:
             raise RuntimeError(

@@ -412,9 +412,6 @@ Tensor.mT = property(_mT, doc="The last two dims transposed.")
 def _expand_meta(input, size):
     size = _shape_arg(size)
     nd = len(input._shape)
-    if not nd and (not size or min(size) >= 0) and _numel(size) < _INT64_END:
-        # a 0-d tensor (a full reduction's gradient): every dim is new, of stride 0
-        return StridedSpec((size, input._dtype, input._device, (0,) * len(size), input._offset))
     if len(size) < nd:
         raise RuntimeError(
             f"expand({input.type()}{{{list(input._shape)}}}, size={list(size)}): the number of sizes provided "

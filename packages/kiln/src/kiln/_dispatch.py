@@ -42,7 +42,7 @@ from kiln._modes import DispatchMode, call_with_modes
 from kiln._public import LANE_PREFIX, make_public
 from kiln._spec import Spec
 from kiln._state import away, state
-from kiln._tensor import Tensor
+from kiln._tensor import Tensor, stale_view_requires_grad
 
 __all__ = [
     "AUTOCAST_POLICIES",
@@ -485,9 +485,9 @@ def call(opdef: OpDef, args: tuple):
         for i in opdef.tensor_params:
             a = args[i]
             if isinstance(a, Tensor):
-                if a._requires_grad:
+                if a._requires_grad or (a._base is not None and a._view_vc != a._vc[0] and stale_view_requires_grad(a)):
                     break
-            elif isinstance(a, (list, tuple)) and any(isinstance(t, Tensor) and t._requires_grad for t in a):
+            elif isinstance(a, (list, tuple)) and any(isinstance(t, Tensor) and t.requires_grad for t in a):
                 break
         else:
             return out
@@ -499,10 +499,13 @@ def runs_bare(input: Tensor) -> bool:
     """Whether :func:`call` would run only an op's meta function and kernel on ``input`` (its one tensor
     argument): no dispatch mode on this thread, and no history to record (``input`` needs no gradient, or
     grad mode is off). A view method may then call those two itself (``Tensor.view``, ``Tensor.expand``)."""
+    needs = input._requires_grad or (
+        input._base is not None and input._view_vc != input._vc[0] and stale_view_requires_grad(input)
+    )
     if not away[0]:
-        return not input._requires_grad
+        return not needs
     s = state
-    return not (s.pre_autograd_modes or s.post_autograd_modes or (input._requires_grad and s.grad_enabled))
+    return not (s.pre_autograd_modes or s.post_autograd_modes or (needs and s.grad_enabled))
 
 
 _record = first_call(globals(), "kiln.autograd.graph", "record", "_record")  # the autograd module imports this one

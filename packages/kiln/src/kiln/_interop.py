@@ -119,7 +119,7 @@ def tensor_dlpack_device(t: Tensor) -> tuple[int, int]:
 def tensor_dlpack(t: Tensor, stream=None, **kwargs):
     """A DLPack capsule viewing ``t``'s memory (CPU tensors); keywords ``max_version``, ``dl_device``
     and ``copy`` follow the array API standard."""
-    if t._requires_grad:
+    if t.requires_grad:
         raise BufferError("Can't export tensors that require gradient, use tensor.detach()")
     if t._device is not CPU:
         raise BufferError(f"kiln cannot export {t._device} tensors through DLPack yet")
@@ -195,7 +195,7 @@ def tensor_cuda_array_interface(t: Tensor) -> dict:
             f"Can't get __cuda_array_interface__ on non-CUDA tensor type: {t.type()} If CUDA data is required use "
             "tensor.cuda() to copy tensor to device memory."
         )
-    if t._requires_grad:
+    if t.requires_grad:
         raise RuntimeError(
             "Can't get __cuda_array_interface__ on Variable that requires grad. If gradients aren't required, use "
             "var.detach() to get Variable that doesn't require grad."
@@ -232,4 +232,4 @@ def reduce_tensor(t: Tensor):
         raise RuntimeError(
             "Can't pickle a tensor that is part of an autograd graph (it has a grad_fn); detach() it first."
         )
-    return (_rebuild, (np.array(host_array(t)), t._dtype.name, t._requires_grad, str(t._device)))
+    return (_rebuild, (np.array(host_array(t)), t._dtype.name, t.requires_grad, str(t._device)))

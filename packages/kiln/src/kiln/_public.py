@@ -16,7 +16,7 @@ from typing import Any
 from kiln._device import out_of_memory
 from kiln._lazy import first_call
 from kiln._state import away, state
-from kiln._tensor import Tensor
+from kiln._tensor import Tensor, stale_view_requires_grad
 
 __all__ = ["LANE_PREFIX", "make_binder", "make_public"]
 
@@ -68,6 +68,7 @@ def make_public(opdef, doc_fn: Callable, dispatch: types.ModuleType) -> Callable
         "_state": state,
         "_oom": out_of_memory,
         "_T": Tensor,
+        "_stale": stale_view_requires_grad,
         "__builtins__": __builtins__,
     }
     namespace["_record"] = first_call(namespace, "kiln.autograd.graph", "record", "_record")
@@ -177,7 +178,13 @@ def _lane(spread: str, args: str, num_outputs: int, grads: tuple) -> str:
         "            except MemoryError as _lane_exc:",
         "                raise _oom(_lane_exc) from None",
     ]
-    tests = [f"(isinstance({n}, _T) and {n}._requires_grad)" if kind == "tensor" else f"_rg({n})" for kind, n in grads]
+    # a view that needs no gradient asks its base when the base was written since (stale_view_requires_grad)
+    tests = [
+        f"(isinstance({n}, _T) and ({n}._requires_grad or ({n}._base is not None and {n}._view_vc != {n}._vc[0] and _stale({n}))))"
+        if kind == "tensor"
+        else f"_rg({n})"
+        for kind, n in grads
+    ]
     if tests:
         test = " or ".join(tests)
         lines += [

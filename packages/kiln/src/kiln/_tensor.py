@@ -50,6 +50,23 @@ def storage_span(shape: tuple[int, ...], stride: tuple[int, ...]) -> int:
 _SAME = object()  # a tensor's grad_dtype when not set: the tensor's own dtype
 
 
+def stale_view_requires_grad(t: Tensor) -> bool:
+    """Whether ``t``, a view that needed no gradient, needs one now: its base was written in place since the
+    view's history was recorded (its ``_view_vc`` is behind the shared version counter) and the base now
+    requires grad. PyTorch's views ask their base; kiln's hot paths read ``t._requires_grad`` and call this
+    only for a view (``t._base is not None``) that does not require grad. It sets ``t._requires_grad``
+    (the history is re-derived when it is read: :func:`kiln.autograd.graph._edge`), or, when the base needs
+    no gradient, marks the view current so the test is not repeated (only a write can give the base a
+    history, and a write moves the counter again)."""
+    if t._view_vc == t._vc[0]:
+        return False
+    if t._base._requires_grad:
+        t._requires_grad = True
+        return True
+    t._view_vc = t._vc[0]
+    return False
+
+
 def _check_grad(t: Tensor, g) -> None:
     """PyTorch's checks of an assignment ``t.grad = g``: a tensor of ``t``'s grad_dtype, device and size
     (an optimizer would otherwise broadcast a wrong-shaped gradient into the parameter)."""
@@ -204,8 +221,13 @@ class Tensor:
     def grad_fn(self):
         """The autograd node that produced this tensor (None for leaves). A view whose base was written in
         place since its history was recorded takes its history from the base's new one first, as an
-        ``AsStridedBackward0`` view of it (PyTorch's rule, applied when it is read, as PyTorch does)."""
-        if self._base is not None and self._view_vc != self._vc[0] and self._requires_grad:
+        ``AsStridedBackward0`` view of it (PyTorch's rule, applied when it is read, as PyTorch does); a view
+        that needed no gradient needs one from then on if its base does."""
+        if (
+            self._base is not None
+            and self._view_vc != self._vc[0]
+            and (self._requires_grad or stale_view_requires_grad(self))
+        ):
             _refresh_view(self)
         return self._grad_fn
 
@@ -293,8 +315,9 @@ class Tensor:
     # ------------------------------------------------------------------ autograd state
     @property
     def requires_grad(self) -> bool:
-        """Whether gradients are recorded for this tensor."""
-        return self._requires_grad
+        """Whether gradients are recorded for this tensor (a view's too once its base, written in place,
+        requires grad: :func:`stale_view_requires_grad`)."""
+        return self._requires_grad or (self._base is not None and stale_view_requires_grad(self))
 
     @requires_grad.setter
     def requires_grad(self, value: bool) -> None:
@@ -362,7 +385,7 @@ class Tensor:
 
     def retain_grad(self) -> None:
         """Keep ``.grad`` for this non-leaf tensor after backward."""
-        if not self._requires_grad:
+        if not self.requires_grad:
             raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
         if self.grad_fn is None or self._retains_grad:
             return
@@ -381,7 +404,7 @@ class Tensor:
 
         Returns a handle whose ``remove()`` unregisters the hook.
         """
-        if not self._requires_grad:
+        if not self.requires_grad:
             raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
         from kiln.autograd.graph import _register_tensor_hook
 
@@ -461,7 +484,7 @@ class Tensor:
             mode.host_read(self, "numpy")
         if force:
             return self.detach().cpu().resolve_conj()._numpy().copy()
-        if self._requires_grad:
+        if self.requires_grad:
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
         return self._numpy()
 

@@ -63,7 +63,7 @@ def _clamp_spec(name: str, kernel: str, input, low, high):
     if as_numbers:
         # PyTorch has a Tensor overload and a Number overload: a tensor bound next to a number must convert
         # to a Number (0-d, not requiring grad), and then counts as one for type promotion
-        if any(t._shape or t._requires_grad for t in tensors):
+        if any(t._shape or t.requires_grad for t in tensors):
             raise TypeError(
                 f"{name}() received an invalid combination of arguments - a Tensor bound with a Number bound "
                 "(only a 0-d tensor that does not require grad converts to a Number)"

@@ -247,7 +247,7 @@ def _write(
     """The body of ``copy_``, ``fill_`` and the in-place samplers: write ``src`` into ``self``, recording
     autograd if needed (a node named ``label``, PyTorch's ``FillBackward2``, ``NormalBackward0``..., by default
     ``copy_``'s, with an edge per tensor of ``operands``, the tensors the call read: ``(src,)`` by default)."""
-    if state.grad_enabled and (self._requires_grad or src._requires_grad):
+    if state.grad_enabled and (self.requires_grad or src.requires_grad):
         reads = (src,) if operands is None else operands
         return apply_inplace(self, lambda s: _copy_out_of_place(s, src, label, reads), needs_self=False)
     _check_inplace_allowed(self)
@@ -282,7 +282,7 @@ def _writes_on_host(self: Tensor) -> bool:
     """Whether ``copy_`` or ``fill_`` may write into ``self`` on the host without the dispatcher: it needs no
     gradient (autograd records nothing) and :func:`_host_writes`. ``s[i] = 1.0`` spent 13 us in the
     dispatcher and a 0-d tensor made for the value."""
-    return not self._requires_grad and _host_writes(self)
+    return not self.requires_grad and _host_writes(self)
 
 
 def _host_writes(self: Tensor) -> bool:
@@ -322,7 +322,7 @@ def _copy_out_of_place(s: Tensor, src: Tensor, label: str | None, operands: tupl
         out = out.to(s._device, s._dtype)
     if out._shape != s._shape:
         out = out.expand(s._shape)
-    if (src._requires_grad or s._requires_grad) and s._dtype.is_floating_point:
+    if (src.requires_grad or s.requires_grad) and s._dtype.is_floating_point:
         out._grad_fn = copy_node(s, src, label, operands)
         out._requires_grad = True
     return out
@@ -473,7 +473,7 @@ def apply_inplace(self: Tensor, compute, needs_self: bool, label: str | None = N
         recording
         and not out._requires_grad
         and self._dtype.is_floating_point
-        and (self._requires_grad or any(a._requires_grad for a in operands))
+        and (self.requires_grad or any(a.requires_grad for a in operands))
     ):
         # overwritten by values that need no gradient: the old history (taken before the write) gets zeros
         out = out.detach()
@@ -549,7 +549,7 @@ def inplace_variant(fn, name: str, doc: str, needs_self: bool, overlaps: dict | 
         recording = (
             (differentiable or replaces)
             and state.grad_enabled
-            and (self._requires_grad or any(isinstance(a, Tensor) and a._requires_grad for a in bound))
+            and (self.requires_grad or any(isinstance(a, Tensor) and a.requires_grad for a in bound))
         )
         # logical_and_, ...: nothing to record, so even a leaf that requires grad may be written
         _check_inplace_allowed(self, leaf_ok=not differentiable and not replaces)

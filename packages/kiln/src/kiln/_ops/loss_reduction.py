@@ -59,7 +59,7 @@ def _reduce(loss: Tensor, reduction: str) -> Tensor:
 
 
 def _not_differentiable(fn: str, arg: str, t) -> None:
-    if isinstance(t, Tensor) and t._requires_grad and state.grad_enabled:
+    if isinstance(t, Tensor) and t.requires_grad and state.grad_enabled:
         raise RuntimeError(
             f"The function '{fn}' is not differentiable with respect to argument '{arg}'. "
             "This input cannot have requires_grad True."

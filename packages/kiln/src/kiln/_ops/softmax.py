@@ -135,10 +135,10 @@ def _vjp_of_composite(formula, inputs: tuple, cotangents: tuple, needs: tuple) -
                 xs.append(None if t is None else t.detach())
                 continue
             targets.append(len(xs))
-            xs.append(t.view_as(t) if create and t._requires_grad else t.detach().requires_grad_(True))
+            xs.append(t.view_as(t) if create and t.requires_grad else t.detach().requires_grad_(True))
         outs = formula(*xs) if targets else ()
     outs = outs if isinstance(outs, tuple) else (outs,)
-    pairs = [(o, c) for o, c in zip(outs, cotangents) if o is not None and c is not None and o._requires_grad]
+    pairs = [(o, c) for o, c in zip(outs, cotangents) if o is not None and c is not None and o.requires_grad]
     result: list = [None] * len(inputs)
     if pairs:
         got = autograd_grad(

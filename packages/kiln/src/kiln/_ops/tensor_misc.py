@@ -92,7 +92,7 @@ def _apply_each(self: Tensor, name: str, fn, others: tuple) -> Tensor:
     if self._device is not CPU:
         raise TypeError(f"{name} is only implemented on CPU tensors")
     for t in (self, *others):
-        if t._requires_grad:
+        if t.requires_grad:
             raise RuntimeError(
                 f"Can't call {name}() on Variable that requires grad. Use var.detach().{name}() instead."
             )

@@ -199,11 +199,11 @@ def _bare_view(public, meta, input: Tensor, size) -> Tensor:
     """``public(input, size)`` for a view op (``view``, ``expand``, basic indexing); where the dispatcher
     would only run the op's meta function and its device-generic kernel (:func:`_runs_view_kernel`), those
     two alone: the dispatcher was a third of a small view's time."""
-    if _runs_view_kernel(public, input):
-        try:
+    try:
+        if _runs_view_kernel(public, input):
             return _view_kernel(meta(input, size), input)
-        except SparseArgument:  # a sparse tensor: the dispatcher hands it to its sparse implementation
-            pass
+    except SparseArgument:  # a sparse tensor: the dispatcher hands it to its sparse implementation
+        pass
     return public(input, size)
 
 
@@ -218,7 +218,7 @@ def recorded_view(public, input: Tensor, args: tuple, shape: tuple, stride: tupl
         opdef, input
     ):
         v = make_view(input, shape, stride, offset)
-        if input._requires_grad and (not away[0] or state.grad_enabled):
+        if input.requires_grad and (not away[0] or state.grad_enabled):
             _dispatch._record(opdef, (input, *args), v)  # the dispatcher's own recording, as after a kernel
         return v
     return public(input, *args)

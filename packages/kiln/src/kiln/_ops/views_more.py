@@ -159,7 +159,7 @@ def resize_(self: Tensor, *sizes, memory_format=contiguous_format) -> Tensor:
     (unchanged when the shape is), more storage when it needs more (new elements are uninitialised, and
     other tensors that shared the old storage keep it). Not for tensors that require grad."""
     shape = _varargs_shape(sizes)
-    if self._requires_grad:
+    if self.requires_grad:
         raise RuntimeError("cannot resize variables that require grad")
     if memory_format not in (None, contiguous_format):
         if memory_format is preserve_format:

@@ -77,7 +77,7 @@ def _make_roots(outputs: tuple, grad_outputs: tuple, create_graph: bool) -> list
         if not isinstance(out, Tensor):
             raise TypeError(f"outputs must be Tensors, got {type(out).__name__}")
         g = grad_outputs[i] if grad_outputs else None
-        if not out._requires_grad:
+        if not out.requires_grad:
             raise RuntimeError(f"element {i} of tensors does not require grad and does not have a grad_fn")
         if g is None:
             if out.numel() != 1:
@@ -176,7 +176,7 @@ def grad(
     for t in ins:
         if not isinstance(t, Tensor):
             raise TypeError(f"inputs must be Tensors, got {type(t).__name__}")
-        if not t._requires_grad:
+        if not t.requires_grad:
             raise RuntimeError("One of the differentiated Tensors does not require grad")
     if retain_graph is None:
         retain_graph = create_graph

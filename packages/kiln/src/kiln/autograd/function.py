@@ -134,7 +134,7 @@ class Function(metaclass=_FunctionMeta):
         """Run ``forward`` and record a node whose backward is ``cls.backward``."""
         ctx = FunctionCtx()
         positions = [i for i, a in enumerate(args) if isinstance(a, Tensor)]
-        ctx.needs_input_grad = tuple(isinstance(a, Tensor) and a._requires_grad for a in args)
+        ctx.needs_input_grad = tuple(isinstance(a, Tensor) and a.requires_grad for a in args)
         ctx._input_positions = positions
         ctx._input_meta = [(args[i]._shape, args[i]._dtype, args[i]._device) for i in positions]
         prev = set_state("grad_enabled", False)

@@ -121,7 +121,7 @@ def gradcheck(
     """
     _check_options(torch_options)
     inputs = _as_tuple(inputs)
-    tensor_idx = [i for i, t in enumerate(inputs) if isinstance(t, Tensor) and t._requires_grad]
+    tensor_idx = [i for i, t in enumerate(inputs) if isinstance(t, Tensor) and t.requires_grad]
     if not tensor_idx:
         raise ValueError(
             "gradcheck expects at least one input tensor to require gradient, but none of them have requires_grad=True."
@@ -171,7 +171,7 @@ def gradgradcheck(
         grad_outputs = tuple(tensor(rng.standard_normal(o._shape), dtype=o._dtype, requires_grad=True) for o in outs)
     else:
         grad_outputs = _as_tuple(grad_outputs)
-    diff_idx = [i for i, t in enumerate(inputs) if isinstance(t, Tensor) and t._requires_grad]
+    diff_idx = [i for i, t in enumerate(inputs) if isinstance(t, Tensor) and t.requires_grad]
     n_in = len(inputs)
 
     def first_grads(*args):

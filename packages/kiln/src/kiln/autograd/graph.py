@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 from kiln._lazy import first_call
 from kiln._state import anomaly, state
-from kiln._tensor import Tensor, _make
+from kiln._tensor import Tensor, _make, stale_view_requires_grad
 
 _seq = itertools.count()
 _FREED_MESSAGE = (
@@ -504,7 +504,7 @@ _NO_EDGE = (None, 0)
 
 
 def _edge(t: Tensor) -> tuple:
-    if not t._requires_grad:
+    if not t._requires_grad and (t._base is None or not stale_view_requires_grad(t)):
         return _NO_EDGE
     if t._base is not None and t._view_vc != t._vc[0]:
         _refresh_view_history(t)
@@ -528,6 +528,14 @@ class AccumulatorRef(weakref.ref):
     __slots__ = ("post_hooks",)  # set by _edge, which makes every one (built in C: no Python frame per leaf)
 
 
+_NOGRAD_VIEW_WRITTEN = (
+    "A view was created in no_grad mode and its base or another view of its base has been modified inplace with "
+    "grad mode enabled. Given that this use case is ambiguous and error-prone, it is forbidden. You can clarify "
+    "your code by moving both the view and the inplace either both inside the no_grad block (if you don't want "
+    "the inplace to be tracked) or both outside (if you want the inplace to be tracked)."
+)
+
+
 def _refresh_view_history(view: Tensor) -> None:
     """The base was written in place since this view's history was recorded: the view's values now
     come from the base's new history, so re-derive the view from it (PyTorch does the same)."""
@@ -535,6 +543,8 @@ def _refresh_view_history(view: Tensor) -> None:
     from kiln._ops.views import recorded_view
 
     base = view._base
+    if view._nograd_view and base._requires_grad:
+        raise RuntimeError(_NOGRAD_VIEW_WRITTEN)
     view._view_vc = view._vc[0]
     if not base._requires_grad:
         return
@@ -570,7 +580,7 @@ def record(opdef, args: tuple, out) -> None:
             if layout is not None:
                 layout.append(len(edges))
             input_meta.append((a._shape, a._dtype, a._device))
-            if a._requires_grad:
+            if a._requires_grad or (a._base is not None and a._view_vc != a._vc[0] and stale_view_requires_grad(a)):
                 edges.append(_edge(a))
                 wants_grad |= bit
             else:

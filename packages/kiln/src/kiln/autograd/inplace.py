@@ -64,13 +64,13 @@ def copy_node(
     values the result does not depend on: zeros for those that require grad) and no source that does. ``label``: the node's name (None: ``copy_``'s). A view's node
     has no edge to its old history when its base's :class:`CopySlices` routes that (``through_base``)."""
     view = self._base is not None and through_base
-    edges = [] if view else [_edge(self) if self._requires_grad else _NO_EDGE]
+    edges = [] if view else [_edge(self)]
     meta, others = None, ()
-    if src is not None and src._requires_grad:
+    if src is not None and src.requires_grad:
         edges.append(_edge(src))
         meta = (src._shape, src._dtype, src._device)
     else:
-        others = tuple((a._shape, a._dtype, a._device) if a._requires_grad else None for a in operands)
+        others = tuple((a._shape, a._dtype, a._device) if a.requires_grad else None for a in operands)
         edges.extend(_NO_EDGE if m is None else _edge(a) for a, m in zip(operands, others))
     node = CopyBackwards(tuple(edges))
     node.source_meta, node.operand_meta = meta, others

@@ -46,7 +46,7 @@ def reduce_tensor(tensor: Tensor):
 
     Moves the storage to shared memory first when it is not (in place, with every view of it).
     """
-    if tensor._requires_grad and tensor.grad_fn is not None:
+    if tensor.requires_grad and tensor.grad_fn is not None:
         raise RuntimeError(
             "Cowardly refusing to serialize non-leaf tensor which requires_grad, since autograd does not support "
             "crossing process boundaries.  If you just want to transfer the data, call detach() on the tensor "
@@ -58,7 +58,7 @@ def reduce_tensor(tensor: Tensor):
     rest = (
         where,
         (tensor._shape, tensor._stride, tensor._offset, tensor._dtype.name),
-        tensor._requires_grad,
+        tensor.requires_grad,
         type(tensor),
         dict(vars(tensor)) if type(tensor) is not Tensor else None,
     )

@@ -1,0 +1,181 @@
+"""A view made before its base gained a history, by an in-place write through the base or another view,
+needs a gradient from then on (PyTorch's views ask their base), against PyTorch: reads of the view, writes
+into it, and the paths that skip the dispatcher. Before, such a view kept ``requires_grad=False``: a use
+dropped its gradient silently, or a write into it left the base's old history in place."""
+
+from __future__ import annotations
+
+import kiln_testutil as U
+import numpy as np
+import pytest
+import torch
+
+import kiln
+
+
+def _leaf(lib, values):
+    return (kiln.tensor if lib is kiln else torch.tensor)(values, dtype=lib.float64, requires_grad=True)
+
+
+def _written_base(lib, y):
+    """``x`` of zeros, a view ``v = x[1:3]`` made first, then ``x`` written from ``y``: ``x.mul_`` after an add."""
+    x = lib.zeros(4, dtype=lib.float64)
+    v = x[1:3]
+    x.add_(1.5)
+    x.mul_(y)
+    return x, v
+
+
+# name -> fn(lib, y) -> (tensor whose sum is differentiated, what else to compare); y: a leaf of 4 elements
+SCENARIOS = {
+    "read after a base write": lambda lib, y: (_written_base(lib, y)[1] * 3, None),
+    "read after a write through another view": lambda lib, y: _other_view_write(lib, y),
+    "view of a view": lambda lib, y: (_view_of_view(lib, y), None),
+    "the view in an op with another input that requires grad": lambda lib, y: _with_other(lib, y),
+    "a view of the view by the fast view path": lambda lib, y: (_written_base(lib, y)[1].view(2, 1) * 2, None),
+    "expand of the view": lambda lib, y: (_written_base(lib, y)[1].expand(3, 2) * 1, None),
+    "the view in a tensor list": lambda lib, y: (lib.cat([_written_base(lib, y)[1], y[:1]]) * 2, None),
+    "the view into a custom Function": lambda lib, y: (_Double[lib].apply(_written_base(lib, y)[1]), None),
+    "a recurrence over views made first": lambda lib, y: (_recurrence(lib, y), None),
+    "a zero_ of the view": lambda lib, y: _written_then(lib, y, lambda v: v.zero_()),
+    "a fill_ of the view": lambda lib, y: _written_then(lib, y, lambda v: v.fill_(2.0)),
+    "a copy_ of a constant into the view": lambda lib, y: _written_then(lib, y, lambda v: v.copy_(lib.ones(2))),
+    "an in-place op on the view": lambda lib, y: _written_then(lib, y, lambda v: v.mul_(2)),
+    "a setitem into the view": lambda lib, y: _written_then(lib, y, lambda v: v.__setitem__(0, 7.0)),
+    "copy_ from the view": lambda lib, y: _copy_from_view(lib, y),
+}
+
+
+def _other_view_write(lib, y):
+    x = lib.zeros(4, dtype=lib.float64)
+    v = x[:2]
+    x[1:3] = y[:2]
+    return v * 2, None
+
+
+def _view_of_view(lib, y):
+    x = lib.zeros(4, dtype=lib.float64)
+    v = x[:3]
+    w = v[1:]
+    x[2:3] = y[:1]
+    return w * 5
+
+
+def _with_other(lib, y):
+    _, v = _written_base(lib, y)
+    z = _leaf(lib, [0.5, -1.0])
+    return z * v, z
+
+
+def _recurrence(lib, y):
+    """A hand-written recurrence whose steps read views of the state buffer made before any write."""
+    h = lib.zeros(4, 2, dtype=lib.float64)
+    rows = [h[t] for t in range(4)]
+    h[0] = y[:2]
+    for t in range(3):
+        h[t + 1] = (rows[t] + y[t + 1]).tanh()  # (a product would save rows[t], which the next write changes)
+    return h
+
+
+def _written_then(lib, y, write):
+    x, v = _written_base(lib, y)
+    if lib is torch:  # PyTorch refuses an in-place write into such a view as into "a leaf Variable that requires
+        _ = v.grad_fn  # grad" until its history is read; kiln writes it (and this test reads nothing first)
+    write(v)
+    return x + x.sum(), None  # (x * x alone would give a zeroed element a zero gradient whatever its history)
+
+
+def _copy_from_view(lib, y):
+    _, v = _written_base(lib, y)
+    out = lib.zeros(2, dtype=lib.float64)
+    out.copy_(v)
+    return out, None
+
+
+class _DoubleK(kiln.autograd.Function):
+    @staticmethod
+    def forward(ctx, a):
+        return a * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 2
+
+
+class _DoubleT(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a):
+        return a * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 2
+
+
+_Double = {kiln: _DoubleK, torch: _DoubleT}
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_a_view_needs_a_gradient_once_its_base_does(name):
+    results = []
+    for lib in (kiln, torch):
+        y = _leaf(lib, [0.5, -2.0, 1.25, 3.0])
+        out, other = SCENARIOS[name](lib, y)
+        assert out.requires_grad, lib.__name__
+        (out * out).sum().backward()
+        results.append((out.detach(), y.grad, None if other is None else other.grad))
+    (k_out, k_grad, k_other), (t_out, t_grad, t_other) = results
+    U.assert_close(k_out, t_out)
+    assert t_grad is not None
+    U.assert_close(k_grad, t_grad)
+    if t_other is not None:
+        U.assert_close(k_other, t_other)
+
+
+def test_the_view_reports_its_new_state():
+    """``requires_grad``, ``grad_fn``, ``is_leaf``, ``retain_grad`` and ``numpy()`` of such a view, as in PyTorch."""
+    results = []
+    for lib in (kiln, torch):
+        y = _leaf(lib, [0.5, -2.0, 1.25, 3.0])
+        _, v = _written_base(lib, y)
+        state = (v.requires_grad, type(v.grad_fn).__name__, v.is_leaf)
+        v.retain_grad()
+        (v * 4).sum().backward()
+        with pytest.raises(RuntimeError, match="requires grad"):
+            v.numpy()
+        results.append((state, v.grad))
+    assert results[0][0] == results[1][0] == (True, "AsStridedBackward0", False)
+    U.assert_close(results[0][1], results[1][1])
+
+
+@pytest.mark.parametrize("how", ["no write", "a write under no_grad", "a base that needs no gradient"])
+def test_a_view_stays_without_gradient_where_its_base_needs_none(how):
+    """Only a base that requires grad gives its views one: a write under ``no_grad`` gives the base no
+    history, and a base written from values that need no gradient needs none."""
+    for lib in (kiln, torch):
+        y = _leaf(lib, [0.5, -2.0, 1.25, 3.0])
+        x = lib.zeros(4, dtype=lib.float64)
+        v = x[1:3]
+        if how == "a write under no_grad":
+            with lib.no_grad():
+                x.mul_(y)
+        elif how == "a base that needs no gradient":
+            x.add_(lib.ones(4, dtype=lib.float64))
+        assert not v.requires_grad and v.grad_fn is None, lib.__name__
+        assert not (v * 2).requires_grad, lib.__name__
+        np.testing.assert_array_equal(v.detach().numpy(), x[1:3].detach().numpy())
+
+
+def test_a_view_made_under_no_grad_refuses_its_bases_new_history():
+    """A view of a parameter made under ``no_grad``, whose base is written afterwards, needs a gradient and
+    refuses to take one: PyTorch's error, when its history is read or it is used."""
+    for lib in (kiln, torch):
+        p = _leaf(lib, [1.0, 2.0, 3.0])
+        with lib.no_grad():
+            v = p[:2]
+            p.add_(1)
+        assert v.requires_grad, lib.__name__
+        with pytest.raises(RuntimeError, match="A view was created in no_grad mode and its base"):
+            _ = v.grad_fn
+        with pytest.raises(RuntimeError, match="A view was created in no_grad mode and its base"):
+            (v * 2).sum()

@@ -133,6 +133,16 @@ def test_a_view_moves_its_base_too():
     assert v.tolist() == [[3.0, 3.0], [3.0, 3.0]]
 
 
+def test_a_live_sparse_tensor_does_not_stop_a_move():
+    """Moving a tensor that has views walks the live tensors for those sharing its memory: a sparse COO tensor
+    among them (no strided storage of its own) is passed over, not an error."""
+    sparse = kiln.sparse_coo_tensor(kiln.tensor([[0, 1]]), kiln.tensor([1.0, 2.0]), (3,))
+    x = kiln.zeros(4, 4)
+    v = x[1:3]
+    x.share_memory_()
+    assert v.is_shared() and sparse.to_dense().tolist() == [1.0, 2.0, 0.0]
+
+
 def test_autograd_still_works_on_moved_tensors():
     w = kiln.ones(3, requires_grad=True)
     y = (w * kiln.arange(3.0)).sum()

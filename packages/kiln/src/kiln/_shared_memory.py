@@ -307,7 +307,11 @@ def _storage_group(t: Tensor) -> list[Tensor]:
     candidates = [  # type(), not isinstance(): some objects warn when their __class__ is read
         o
         for o in gc.get_objects()
-        if issubclass(type(o), Tensor) and o is not t and o._device is CPU and type(o._storage) is np.ndarray
+        if issubclass(type(o), Tensor)
+        and o is not t
+        and not o.is_sparse  # (a sparse COO tensor has no storage of its own: its parts are candidates)
+        and o._device is CPU
+        and type(o._storage) is np.ndarray
     ]
     spans = {}
     for o in candidates:

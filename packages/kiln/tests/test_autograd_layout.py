@@ -22,6 +22,24 @@ def test_accumulated_grad_takes_the_parameters_layout():
         np.testing.assert_array_equal(w.grad.numpy(), np.full((3, 5), 4.0))
 
 
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "size-1 dims", "overlapping"])
+def test_a_broadcast_gradient_is_copied_in_the_leafs_layout(layout):
+    """``x.sum().backward()`` reaches the leaf with an expanded gradient (stride 0), which is copied: into a
+    row-major ``.grad`` for a row-major or overlapping leaf, into the leaf's own strides for a dense one."""
+    results = []
+    for L in (kiln, torch):
+        base = L.arange(12.0).reshape(3, 4)
+        x = {
+            "contiguous": base,
+            "transposed": base.t(),
+            "size-1 dims": base.reshape(3, 1, 4, 1),
+            "overlapping": L.zeros(1).expand(3, 4),
+        }[layout].detach().requires_grad_()
+        (x.sum() * 2).backward()
+        results.append((x.grad.stride(), x.grad.tolist()))
+    assert results[0] == results[1]
+
+
 def test_product_gradients_take_their_operands_layout():
     """The gradient of a transposed (column-major) matrix operand comes out column-major, as PyTorch's mm
     backward computes it: ``(g^T a)^T`` instead of ``a^T g``, so a Linear weight's gradient needs no

@@ -29,12 +29,16 @@ def test_a_broadcast_gradient_is_copied_in_the_leafs_layout(layout):
     results = []
     for L in (kiln, torch):
         base = L.arange(12.0).reshape(3, 4)
-        x = {
-            "contiguous": base,
-            "transposed": base.t(),
-            "size-1 dims": base.reshape(3, 1, 4, 1),
-            "overlapping": L.zeros(1).expand(3, 4),
-        }[layout].detach().requires_grad_()
+        x = (
+            {
+                "contiguous": base,
+                "transposed": base.t(),
+                "size-1 dims": base.reshape(3, 1, 4, 1),
+                "overlapping": L.zeros(1).expand(3, 4),
+            }[layout]
+            .detach()
+            .requires_grad_()
+        )
         (x.sum() * 2).backward()
         results.append((x.grad.stride(), x.grad.tolist()))
     assert results[0] == results[1]

@@ -236,3 +236,39 @@ def test_setitem_gradcheck():
 
     assert kiln.autograd.gradcheck(f, (x, v))
     assert kiln.autograd.gradgradcheck(f, (x, v))
+
+
+def _set(x, key, value):
+    x[key] = value
+    return x
+
+
+# name -> fn(lib, x) for a byte mask (uint8): deprecated where PyTorch indexes with it, refused where it fills
+BYTE_MASK_CASES = {
+    "getitem": lambda L, x, m: x[m],
+    "getitem with an int": lambda L, x, m: x.reshape(2, 3)[m[:2], 1],
+    "setitem of values": lambda L, x, m: _set(x.clone(), m, L.tensor([7.0, 8.0, 9.0])),
+    "index_put_ accumulating a 0-d value": lambda L, x, m: x.clone().index_put_((m,), L.tensor(5.0), True),
+    "setitem of a number": lambda L, x, m: _set(x.clone(), m, 7.0),
+    "setitem of a 0-d tensor": lambda L, x, m: _set(x.clone(), m, L.tensor(7.0)),
+    "index_put of a 0-d value": lambda L, x, m: x.index_put((m,), L.tensor(5.0)),
+}
+
+
+@pytest.mark.parametrize("case", list(BYTE_MASK_CASES))
+def test_a_byte_mask_is_deprecated_and_does_not_fill(case):
+    """A uint8 mask indexes with PyTorch's deprecation warning, and a lone one with a 0-d value (PyTorch's
+    ``masked_fill_``) raises PyTorch's error, with no warning first."""
+    results = []
+    for lib in (kiln, torch):
+        x = lib.arange(6.0)
+        m = lib.tensor([1, 0, 1, 0, 0, 1], dtype=lib.uint8)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                out = BYTE_MASK_CASES[case](lib, x, m)
+            except RuntimeError as exc:
+                out = str(exc)
+        warned = {str(w.message).split(" (Triggered")[0].replace("torch.", "kiln.") for w in caught}
+        results.append((out if isinstance(out, str) else out.tolist(), warned))
+    assert results[0] == results[1]

@@ -9,6 +9,7 @@ everything else is checked in the meta functions. Backward formulas are written 
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -240,11 +241,16 @@ def _check_scalar_fits(value, d: dt.dtype) -> None:
         raise RuntimeError(f"value cannot be converted to type {_OVERFLOW_NAMES[d]} without overflow")
 
 
-def _masked_fill_meta(input, mask, value):
+def _check_fill_mask(mask: Tensor) -> None:
+    """``masked_fill``'s mask is boolean (so is ``x[mask] = v``'s, with one mask and a 0-d value: PyTorch fills)."""
     if mask._dtype is not dt.bool:
         raise RuntimeError(
             f"masked_fill_ only supports boolean masks, but got mask with dtype {dt.CPP_TYPE_NAMES[mask._dtype]}"
         )
+
+
+def _masked_fill_meta(input, mask, value):
+    _check_fill_mask(mask)
     _check_scalar_fits(value, input._dtype)
     if isinstance(value, Tensor) and value._shape:
         raise RuntimeError(
@@ -564,6 +570,10 @@ def _check_indices(input, indices) -> tuple:
     for i in indices:
         if i is not None and i._dtype not in _INDEX_TENSOR_DTYPES:
             raise IndexError("tensors used as indices must be long, int, byte or bool tensors")
+    if any(i is not None and i._dtype is dt.uint8 for i in indices):
+        warnings.warn(
+            "indexing with dtype kiln.uint8 is now deprecated, please use a dtype kiln.bool instead.", UserWarning, 3
+        )
     ndim = sum(1 if i is None or i._dtype not in (dt.bool, dt.uint8) else max(len(i._shape), 1) for i in indices)
     if ndim > nd:
         raise IndexError(f"too many indices for tensor of dimension {nd} (got {ndim})")
@@ -645,6 +655,8 @@ def _index(input: Tensor, indices: Sequence[Tensor]) -> Tensor:
 
 
 def _index_put_meta(input, indices, values, accumulate=False):
+    if not accumulate and _fills_a_mask(indices, values):
+        _check_fill_mask(indices[0])
     shape = _check_indices(input, indices)
     if values._dtype is not input._dtype:
         raise RuntimeError(

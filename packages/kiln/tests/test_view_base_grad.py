@@ -179,3 +179,116 @@ def test_a_view_made_under_no_grad_refuses_its_bases_new_history():
             _ = v.grad_fn
         with pytest.raises(RuntimeError, match="A view was created in no_grad mode and its base"):
             (v * 2).sum()
+
+
+def _dtype_views(lib, y):
+    x = lib.ones(2)
+    iv = x.view(lib.int32)
+    back = x.view(lib.int32).view(lib.float32)
+    x.mul_(y)
+    return iv, back
+
+
+def test_a_dtype_view_takes_no_history():
+    """``view(dtype)`` makes no autograd view (PyTorch gives it no ``_base``): a write that gives the tensor
+    a history leaves it, and a float view of it, without a gradient, and its values readable."""
+    results = []
+    for lib in (kiln, torch):
+        y = lib.tensor([0.5, -2.0], requires_grad=True)
+        iv, back = _dtype_views(lib, y)
+        results.append((iv._base is None, iv.requires_grad, iv.grad_fn, back.requires_grad, iv.numpy().tolist()))
+    assert results[0] == results[1]
+
+
+def test_a_view_follows_its_base_until_it_is_used():
+    """Asking ``requires_grad`` changes nothing: a base that stops requiring grad takes its views' flag
+    with it, and such a view is no leaf that gathers a gradient."""
+    for lib in (kiln, torch):
+        x = lib.ones(4, dtype=lib.float64)
+        v = x[:2]
+        x.requires_grad_(True)
+        with lib.no_grad():
+            x.mul_(2)
+        assert v.requires_grad, lib.__name__
+        x.requires_grad_(False)
+        assert (v.requires_grad, v.is_leaf) == (False, True), lib.__name__
+        with pytest.raises(RuntimeError, match="does not require grad"):
+            (v * 3).sum().backward()
+
+
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode"])
+def test_a_view_made_without_grad_mode_names_its_mode(mode):
+    """PyTorch's errors for a view made under ``no_grad`` or ``inference_mode`` of a parameter: written in
+    place itself, or used after its base was written; ``repr`` shows ``grad_fn=<Invalid>`` and pickling works."""
+    import pickle
+
+    messages = []
+    for lib in (kiln, torch):
+        p = _leaf(lib, [1.0, 2.0, 3.0])
+        with getattr(lib, mode)():
+            v, w = p[:2], p[1:]
+        caught = []
+        with pytest.raises(RuntimeError) as info:
+            v.mul_(_leaf(lib, [1.0, 1.0]))
+        caught.append(str(info.value))
+        with lib.no_grad():
+            p.add_(1)
+        with pytest.raises(RuntimeError) as info:
+            _ = w.grad_fn
+        caught.append(str(info.value))
+        assert repr(w).endswith("grad_fn=<Invalid>)"), lib.__name__
+        back = pickle.loads(pickle.dumps(w))
+        assert (back.tolist(), back.requires_grad) == ([3.0, 4.0], True), lib.__name__
+        messages.append(caught)
+    assert messages[0] == messages[1]
+
+
+def test_a_sparse_tensor_of_such_a_view_needs_a_gradient():
+    results = []
+    for lib in (kiln, torch):
+        y = _leaf(lib, [0.5, -2.0, 1.25, 3.0])
+        _, v = _written_base(lib, y)
+        s = lib.sparse_coo_tensor(lib.tensor([[0, 2]]), v, (3,), check_invariants=True)
+        s.to_dense().sum().backward()
+        results.append((s.requires_grad, y.grad))
+    assert results[0][0] is results[1][0] is True
+    U.assert_close(results[0][1], results[1][1])
+
+
+def _dirty_function(lib, write: bool):
+    class Scale(lib.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            if write:
+                a.mul_(2)
+            ctx.mark_dirty(a)
+            return a
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 2
+
+    return Scale
+
+
+@pytest.mark.parametrize("input_kind", ["a view", "a tensor", "a tensor that needs no gradient"])
+@pytest.mark.parametrize("write", [True, False], ids=["written", "only marked"])
+def test_a_function_that_marks_its_input_dirty(input_kind, write):
+    """``ctx.mark_dirty``: the marked input counts one more write (PyTorch's version), and a marked view
+    gives its base a ``CopySlices`` history through the Function's node, so the base's gradient goes
+    through the Function (before, the base kept its old history: a wrong gradient)."""
+    results = []
+    for lib in (kiln, torch):
+        y = _leaf(lib, [0.5, -2.0, 1.25, 3.0])
+        x = y * 1 if input_kind != "a tensor that needs no gradient" else lib.ones(4, dtype=lib.float64)
+        a = x[1:3] if input_kind == "a view" else x
+        out = _dirty_function(lib, write).apply(a)
+        names = (type(out.grad_fn).__name__, type(x.grad_fn).__name__, out is a, x._version)
+        if x.requires_grad:
+            (x * lib.arange(4.0, dtype=lib.float64)).sum().backward()
+        results.append((names, y.grad))
+    assert results[0][0] == results[1][0]
+    if results[1][1] is None:
+        assert results[0][1] is None
+    else:
+        U.assert_close(results[0][1], results[1][1])

@@ -499,13 +499,16 @@ def runs_bare(input: Tensor) -> bool:
     """Whether :func:`call` would run only an op's meta function and kernel on ``input`` (its one tensor
     argument): no dispatch mode on this thread, and no history to record (``input`` needs no gradient, or
     grad mode is off). A view method may then call those two itself (``Tensor.view``, ``Tensor.expand``)."""
-    needs = input._requires_grad or (
-        input._base is not None and input._view_vc != input._vc[0] and stale_view_requires_grad(input)
+    if away[0]:
+        s = state
+        if s.pre_autograd_modes or s.post_autograd_modes:
+            return False
+        if not s.grad_enabled:
+            return True
+    return not (
+        input._requires_grad
+        or (input._base is not None and input._view_vc != input._vc[0] and stale_view_requires_grad(input))
     )
-    if not away[0]:
-        return not needs
-    s = state
-    return not (s.pre_autograd_modes or s.post_autograd_modes or (needs and s.grad_enabled))
 
 
 _record = first_call(globals(), "kiln.autograd.graph", "record", "_record")  # the autograd module imports this one

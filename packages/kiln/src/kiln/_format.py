@@ -203,8 +203,13 @@ def format_tensor(t) -> str:
         # PyTorch hides the dtypes it infers from data
         if t._dtype not in (default, dt.int64, dt.bool):
             suffixes.append(f"dtype={t._dtype!r}")
-    if t.grad_fn is not None:
-        suffixes.append(f"grad_fn=<{t.grad_fn.name()}>")
-    elif t._requires_grad:
-        suffixes.append("requires_grad=True")
+    try:
+        fn = t.grad_fn
+    except RuntimeError:  # a view whose base was written since, which may not take its base's history
+        suffixes.append("grad_fn=<Invalid>")  # (PyTorch's repr of it)
+    else:
+        if fn is not None:
+            suffixes.append(f"grad_fn=<{fn.name()}>")
+        elif t.requires_grad:
+            suffixes.append("requires_grad=True")
     return _add_suffixes(prefix + body, suffixes, len(prefix))

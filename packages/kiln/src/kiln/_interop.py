@@ -228,7 +228,7 @@ def reduce_tensor(t: Tensor):
     """Pickle support: values as a NumPy array plus dtype, device and requires_grad."""
     from kiln._ops.copy import host_array
 
-    if t.grad_fn is not None:
+    if t._grad_fn is not None:  # (the slot: a stale view's history is not re-derived to be refused)
         raise RuntimeError(
             "Can't pickle a tensor that is part of an autograd graph (it has a grad_fn); detach() it first."
         )

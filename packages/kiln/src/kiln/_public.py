@@ -188,7 +188,7 @@ def _lane(spread: str, args: str, num_outputs: int, grads: tuple) -> str:
     if tests:
         test = " or ".join(tests)
         lines += [
-            f"        if ({test}) and (not _lane_moded or _state.grad_enabled):",
+            f"        if (not _lane_moded or _state.grad_enabled) and ({test}):",
             f"            _record(_op, {args}, _lane_result)",
         ]
     lines.append("        return _lane_result")

@@ -456,10 +456,10 @@ def sparse_coo_tensor(
         lin = linear_index(indices, size[:sparse_dim])
         if not bool((lin[1:] > lin[:-1]).all()):
             raise RuntimeError("cannot set is_coalesced to true if indices correspond to uncoalesced COO tensor")
-    if requires_grad and not values._requires_grad:
+    if requires_grad and not values.requires_grad:
         values = values.detach().requires_grad_(True)
     else:  # an object of its own (requires_grad_ on the result must not reach the caller's tensor)
-        values = values.view(values._shape) if values._requires_grad else values.detach()
+        values = values.view(values._shape) if values.requires_grad else values.detach()
     return _make_sparse(indices, values, size, coalesced)
 
 

@@ -54,10 +54,12 @@ def stale_view_requires_grad(t: Tensor) -> bool:
     """Whether ``t``, a view that needed no gradient, needs one now: its base was written in place since the
     view's history was recorded (its ``_view_vc`` is behind the shared version counter) and the base now
     requires grad. PyTorch's views ask their base; kiln's hot paths read ``t._requires_grad`` and call this
-    only for a view (``t._base is not None``) that does not require grad. It sets ``t._requires_grad``
-    (the history is re-derived when it is read: :func:`kiln.autograd.graph._edge`), or, when the base needs
-    no gradient, marks the view current so the test is not repeated (only a write can give the base a
-    history, and a write moves the counter again)."""
+    only for a view (``t._base is not None``) that does not require grad, where autograd records (an op
+    under grad mode, the edge it records, ``grad_fn``): it sets ``t._requires_grad``, and the history is
+    re-derived right after (:func:`kiln.autograd.graph._edge`); or, when the base needs no gradient, it
+    marks the view current so the test is not repeated (only a write can give the base a history, and a
+    write moves the counter again). The ``requires_grad`` property and the writes' tests ask the same
+    question without changing the view."""
     if t._view_vc == t._vc[0]:
         return False
     if t._base._requires_grad:
@@ -122,7 +124,7 @@ class Tensor:
         "_vc": "version counter cell shared by views",
         "_base": "the tensor this one is an autograd view of",
         "_view_vc": "version at which a view's history was recorded",
-        "_nograd_view": "a view made under no_grad of a base that requires grad",
+        "_nograd_view": "a view made under no_grad (1) or inference_mode (2) of a base that requires grad (else 0)",
         "_requires_grad": "whether autograd records operations on it",
         "_grad": "the gradient accumulated by backward (the ``grad`` property)",
         "_grad_dtype": "the dtype a gradient must have: _SAME (the tensor's), a dtype, or None (any)",
@@ -316,8 +318,10 @@ class Tensor:
     @property
     def requires_grad(self) -> bool:
         """Whether gradients are recorded for this tensor (a view's too once its base, written in place,
-        requires grad: :func:`stale_view_requires_grad`)."""
-        return self._requires_grad or (self._base is not None and stale_view_requires_grad(self))
+        requires grad: :func:`stale_view_requires_grad`, which an op using the view calls)."""
+        return self._requires_grad or (
+            self._base is not None and self._view_vc != self._vc[0] and self._base._requires_grad
+        )
 
     @requires_grad.setter
     def requires_grad(self, value: bool) -> None:
@@ -734,7 +738,7 @@ def _make(storage, shape, stride, offset, dtype, device, version=None, cls=Tenso
     t._vc = [0] if version is None else version
     t._base = None
     t._view_vc = 0
-    t._nograd_view = False
+    t._nograd_view = 0
     t._requires_grad = False
     t._grad = None
     t._grad_dtype = _SAME

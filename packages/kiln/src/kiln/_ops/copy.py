@@ -21,7 +21,7 @@ from kiln._device import device as Device
 from kiln._dispatch import SparseArgument, call_below_autograd, op
 from kiln._lazy import first_call
 from kiln._ops._meta import astype, broadcast_pair, check_inplace, is_scalar
-from kiln._ops.views import make_view
+from kiln._ops.views import nograd_view_error
 from kiln._public import make_binder
 from kiln._reference import _quiet_enter, _quiet_exit
 from kiln._spec import Spec
@@ -247,7 +247,12 @@ def _write(
     """The body of ``copy_``, ``fill_`` and the in-place samplers: write ``src`` into ``self``, recording
     autograd if needed (a node named ``label``, PyTorch's ``FillBackward2``, ``NormalBackward0``..., by default
     ``copy_``'s, with an edge per tensor of ``operands``, the tensors the call read: ``(src,)`` by default)."""
-    if state.grad_enabled and (self.requires_grad or src.requires_grad):
+    if state.grad_enabled and (
+        self._requires_grad
+        or (self._base is not None and self.requires_grad)
+        or src._requires_grad
+        or (src._base is not None and src.requires_grad)
+    ):
         reads = (src,) if operands is None else operands
         return apply_inplace(self, lambda s: _copy_out_of_place(s, src, label, reads), needs_self=False)
     _check_inplace_allowed(self)
@@ -282,7 +287,7 @@ def _writes_on_host(self: Tensor) -> bool:
     """Whether ``copy_`` or ``fill_`` may write into ``self`` on the host without the dispatcher: it needs no
     gradient (autograd records nothing) and :func:`_host_writes`. ``s[i] = 1.0`` spent 13 us in the
     dispatcher and a 0-d tensor made for the value."""
-    return not self.requires_grad and _host_writes(self)
+    return not (self._requires_grad or (self._base is not None and self.requires_grad)) and _host_writes(self)
 
 
 def _host_writes(self: Tensor) -> bool:
@@ -382,12 +387,7 @@ def _check_inplace_allowed(self: Tensor, leaf_ok: bool = False) -> None:
     if state.grad_enabled and self._requires_grad and self.grad_fn is None and self._base is None:
         raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
     if state.grad_enabled and self._nograd_view:
-        raise RuntimeError(
-            "A view was created in no_grad mode and is being modified inplace with grad mode enabled. Given that "
-            "this use case is ambiguous and error-prone, it is forbidden. You can clarify your code by moving both "
-            "the view and the inplace either both inside the no_grad block (if you don't want the inplace to be "
-            "tracked) or both outside (if you want the inplace to be tracked)."
-        )
+        raise nograd_view_error(self, base_written=False)
     if state.grad_enabled and self._base is not None and self._base._requires_grad and self._base.grad_fn is None:
         raise RuntimeError("a view of a leaf Variable that requires grad is being used in an in-place operation.")
 
@@ -473,7 +473,11 @@ def apply_inplace(self: Tensor, compute, needs_self: bool, label: str | None = N
         recording
         and not out._requires_grad
         and self._dtype.is_floating_point
-        and (self.requires_grad or any(a.requires_grad for a in operands))
+        and (
+            self._requires_grad
+            or (self._base is not None and self.requires_grad)
+            or any(a.requires_grad for a in operands)
+        )
     ):
         # overwritten by values that need no gradient: the old history (taken before the write) gets zeros
         out = out.detach()
@@ -549,7 +553,11 @@ def inplace_variant(fn, name: str, doc: str, needs_self: bool, overlaps: dict | 
         recording = (
             (differentiable or replaces)
             and state.grad_enabled
-            and (self.requires_grad or any(isinstance(a, Tensor) and a.requires_grad for a in bound))
+            and (
+                self._requires_grad
+                or (self._base is not None and self.requires_grad)
+                or any(isinstance(a, Tensor) and a.requires_grad for a in bound)
+            )
         )
         # logical_and_, ...: nothing to record, so even a leaf that requires grad may be written
         _check_inplace_allowed(self, leaf_ok=not differentiable and not replaces)
@@ -600,7 +608,7 @@ def view_as_dtype(self: Tensor, dtype: dt.dtype) -> Tensor:
         )
     if self._device is not CPU:
         raise RuntimeError("view(dtype) is only supported on the CPU")
-    v = make_view(self, self._shape, self._stride, self._offset)
-    v._storage = self._storage.view(dtype.numpy)
-    v._dtype = dtype
+    # not an autograd view (PyTorch's view(dtype) has no _base): it takes no history from self's, ever
+    v = _make(self._storage.view(dtype.numpy), self._shape, self._stride, self._offset, dtype, self._device, self._vc)
+    v._inference = self._inference
     return v

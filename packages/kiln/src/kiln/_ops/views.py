@@ -49,9 +49,27 @@ def make_view(base: Tensor, shape: tuple, stride: tuple, offset: int) -> Tensor:
     v = _make(base._storage, shape, stride, offset, base._dtype, base._device, base._vc)
     v._base = base if base._base is None else base._base
     v._view_vc = base._vc[0]  # the version at which v's history is current (see autograd.graph._edge)
-    v._nograd_view = v._base._requires_grad and away[0] != 0 and not state.grad_enabled
+    # 1: made under no_grad, 2: under inference_mode, of a base that requires grad (0: neither)
+    v._nograd_view = (
+        (2 if state.inference else 1) if v._base._requires_grad and away[0] and not state.grad_enabled else 0
+    )
     v._inference = base._inference  # a view of an inference tensor is one, whatever the mode (PyTorch's rule)
     return v
+
+
+def nograd_view_error(view: Tensor, base_written: bool) -> RuntimeError:
+    """PyTorch's error for a view made under no_grad or inference_mode (``view._nograd_view``) of a base that
+    requires grad, written in place with grad mode on (``base_written``: the base or another of its views)."""
+    inference = view._nograd_view == 2
+    mode, block = ("inference", "inference_mode") if inference else ("no_grad", "no_grad")
+    what = "its base or another view of its base has been modified" if base_written else "is being modified"
+    when = "in normal mode" if inference else "with grad mode enabled"
+    return RuntimeError(
+        f"A view was created in {mode} mode and {what} inplace {when}. Given that this use case is ambiguous and "
+        "error-prone, it is forbidden. You can clarify your code by moving both the view and the inplace either "
+        f"both inside the {block} block (if you don't want the inplace to be tracked) or both outside (if you want "
+        "the inplace to be tracked)."
+    )
 
 
 def _view_kernel(spec, input, *args):

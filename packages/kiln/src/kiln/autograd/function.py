@@ -9,6 +9,7 @@ from typing import Any
 from kiln._state import set_state
 from kiln._tensor import Tensor
 from kiln.autograd.graph import Node, SavedTensor, _edge
+from kiln.autograd.inplace import rebase_view_history
 
 __all__ = ["Function", "FunctionCtx", "once_differentiable"]
 
@@ -19,7 +20,7 @@ class FunctionCtx:
     def __init__(self):
         self._saved: tuple = ()
         self._non_differentiable: set[int] = set()
-        self._dirty: set[int] = set()
+        self._dirty: dict[int, Tensor] = {}
         self.materialize_grads = True
         self.needs_input_grad: tuple[bool, ...] = ()
         self._node: weakref.ref[Node] | None = None  # weak: the node holds the ctx, and the ctx its saved tensors
@@ -43,7 +44,7 @@ class FunctionCtx:
 
     def mark_dirty(self, *tensors: Tensor) -> None:
         """Declare inputs that ``forward`` modified in place."""
-        self._dirty.update(id(t) for t in tensors)
+        self._dirty.update((id(t), t) for t in tensors)
 
     def set_materialize_grads(self, value: bool) -> None:
         """Whether ``None`` output gradients become zeros before ``backward`` (default True)."""
@@ -146,8 +147,10 @@ class Function(metaclass=_FunctionMeta):
         single = not isinstance(outputs, tuple)
         outs = (outputs,) if single else outputs
         if not record:
+            _count_dirty(ctx)
             return outputs
         node = cls._node_class(tuple(_edge(args[i]) for i in positions), len(outs))
+        _count_dirty(ctx)  # after the edges: the node's input is a dirty view's history before the marking
         node.fn_cls = cls
         node.ctx = ctx
         node._name = cls._backward_name
@@ -167,7 +170,12 @@ class Function(metaclass=_FunctionMeta):
                 o._grad_fn = node
                 o._requires_grad = True
                 o._output_nr = k
-                o._view_vc = o._vc[0]  # a view written in forward: its history is this node's, not its base's
+                if id(o) in ctx._dirty and o._base is not None and len(outs) == 1:
+                    # an input view written in place: its base's history goes through the node (CopySlices), as
+                    # after an in-place op on a view, and the view's is re-derived from the base's when read
+                    rebase_view_history(o, o)
+                else:
+                    o._view_vc = o._vc[0]  # a view written in forward: its history is this node's, not its base's
             new_outs.append(o)
         node.output_meta = [m if m is not None else ((), None, None) for m in meta]
         # saved tensors that are outputs must not keep themselves alive through the node
@@ -177,6 +185,12 @@ class Function(metaclass=_FunctionMeta):
             for t in ctx._saved
         )
         return new_outs[0] if single else tuple(new_outs)
+
+
+def _count_dirty(ctx: FunctionCtx) -> None:
+    """PyTorch counts ``mark_dirty`` as a write of its own: one more version for each dirty tensor."""
+    for t in ctx._dirty.values():
+        t._vc[0] += 1
 
 
 def once_differentiable(fn):

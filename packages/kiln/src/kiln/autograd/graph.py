@@ -528,23 +528,15 @@ class AccumulatorRef(weakref.ref):
     __slots__ = ("post_hooks",)  # set by _edge, which makes every one (built in C: no Python frame per leaf)
 
 
-_NOGRAD_VIEW_WRITTEN = (
-    "A view was created in no_grad mode and its base or another view of its base has been modified inplace with "
-    "grad mode enabled. Given that this use case is ambiguous and error-prone, it is forbidden. You can clarify "
-    "your code by moving both the view and the inplace either both inside the no_grad block (if you don't want "
-    "the inplace to be tracked) or both outside (if you want the inplace to be tracked)."
-)
-
-
 def _refresh_view_history(view: Tensor) -> None:
     """The base was written in place since this view's history was recorded: the view's values now
     come from the base's new history, so re-derive the view from it (PyTorch does the same)."""
     from kiln._ops.strided import as_strided
-    from kiln._ops.views import recorded_view
+    from kiln._ops.views import nograd_view_error, recorded_view
 
     base = view._base
     if view._nograd_view and base._requires_grad:
-        raise RuntimeError(_NOGRAD_VIEW_WRITTEN)
+        raise nograd_view_error(view, base_written=True)
     view._view_vc = view._vc[0]
     if not base._requires_grad:
         return

@@ -228,7 +228,11 @@ def reduce_tensor(t: Tensor):
     """Pickle support: values as a NumPy array plus dtype, device and requires_grad."""
     from kiln._ops.copy import host_array
 
-    if t._grad_fn is not None:  # (the slot: a stale view's history is not re-derived to be refused)
+    try:
+        fn = t.grad_fn
+    except RuntimeError:  # a view made under no_grad whose base was written: PyTorch pickles it as it reads
+        fn = None
+    if fn is not None:
         raise RuntimeError(
             "Can't pickle a tensor that is part of an autograd graph (it has a grad_fn); detach() it first."
         )

@@ -56,16 +56,11 @@ def stale_view_requires_grad(t: Tensor) -> bool:
     requires grad. PyTorch's views ask their base; kiln's hot paths read ``t._requires_grad`` and call this
     only for a view (``t._base is not None``) that does not require grad, where autograd records (an op
     under grad mode, the edge it records, ``grad_fn``): it sets ``t._requires_grad``, and the history is
-    re-derived right after (:func:`kiln.autograd.graph._edge`); or, when the base needs no gradient, it
-    marks the view current so the test is not repeated (only a write can give the base a history, and a
-    write moves the counter again). The ``requires_grad`` property and the writes' tests ask the same
-    question without changing the view."""
-    if t._view_vc == t._vc[0]:
-        return False
-    if t._base._requires_grad:
+    re-derived right after (:func:`kiln.autograd.graph._edge`). The ``requires_grad`` property and the
+    writes' tests ask the same question without changing the view."""
+    if t._view_vc != t._vc[0] and t._base._requires_grad:
         t._requires_grad = True
         return True
-    t._view_vc = t._vc[0]
     return False
 
 

@@ -646,7 +646,7 @@ def _index_ref(spec, a, indices):
 
 
 def _index_backward(grad, input_shape, indices):
-    return index_put(_zeros(input_shape, grad), indices, grad, True), None
+    return index_put(_zeros(input_shape, grad), _bool_masks(indices), grad, True), None
 
 
 @op(tags=("index",), meta=_index_meta, reference=_index_ref, backward=_index_backward, grad_fn_name="IndexBackward0")
@@ -655,7 +655,7 @@ def _index(input: Tensor, indices: Sequence[Tensor]) -> Tensor:
 
 
 def _index_put_meta(input, indices, values, accumulate=False):
-    if not accumulate and _fills_a_mask(indices, values):
+    if not accumulate and _fills_a_mask(indices, values) and indices[0]._shape:  # (a 0-d mask: a Python bool)
         _check_fill_mask(indices[0])
     shape = _check_indices(input, indices)
     if values._dtype is not input._dtype:
@@ -692,8 +692,15 @@ def _index_put_into(spec, out, indices, values, accumulate=False):
 
 
 def _index_put_backward(grad, indices, values, accumulate):
+    indices = _bool_masks(indices)
     g_self = grad if accumulate else index_put(grad, indices, _zeros((), grad), False)
     return g_self, None, _index(grad, indices)
+
+
+def _bool_masks(indices):
+    """``indices`` with uint8 masks as bool ones (the backward formulas' own indexing: no deprecation warning,
+    and a mask filled with a 0-d zero is a bool one)."""
+    return type(indices)(i.bool() if isinstance(i, Tensor) and i._dtype is dt.uint8 else i for i in indices)
 
 
 @op(

@@ -149,6 +149,8 @@ class Function(metaclass=_FunctionMeta):
         if not record:
             _count_dirty(ctx)
             return outputs
+        if ctx._dirty:
+            _check_dirty(ctx, outs)
         node = cls._node_class(tuple(_edge(args[i]) for i in positions), len(outs))
         _count_dirty(ctx)  # after the edges: the node's input is a dirty view's history before the marking
         node.fn_cls = cls
@@ -170,7 +172,7 @@ class Function(metaclass=_FunctionMeta):
                 o._grad_fn = node
                 o._requires_grad = True
                 o._output_nr = k
-                if id(o) in ctx._dirty and o._base is not None and len(outs) == 1:
+                if id(o) in ctx._dirty and o._base is not None:  # (the only tensor returned: _check_dirty)
                     # an input view written in place: its base's history goes through the node (CopySlices), as
                     # after an in-place op on a view, and the view's is re-derived from the base's when read
                     rebase_view_history(o, o)
@@ -185,6 +187,33 @@ class Function(metaclass=_FunctionMeta):
             for t in ctx._saved
         )
         return new_outs[0] if single else tuple(new_outs)
+
+
+def _check_dirty(ctx: FunctionCtx, outs: tuple) -> None:
+    """PyTorch's refusals of a recorded Function's in-place writes (``mark_dirty``): of a leaf that requires
+    grad or a view of one, of a view made under no_grad, of an input it does not return, and of a view
+    when it returns more than one tensor (its base's ``CopySlices`` would route one output's gradient)."""
+    from kiln._ops.copy import _check_inplace_allowed
+
+    returned = {id(o) for o in outs if isinstance(o, Tensor)}
+    if any(key not in returned for key in ctx._dirty):
+        raise RuntimeError(
+            "Some elements marked as dirty during the forward method were not returned as output. The inputs "
+            "that are modified inplace must all be outputs of the Function."
+        )
+    for t in ctx._dirty.values():
+        if t._requires_grad and t._base is None and t._grad_fn is None:  # (PyTorch's words for a Function)
+            raise RuntimeError("a leaf Variable that requires grad has been used in an in-place operation.")
+        _check_inplace_allowed(t)
+        if t._base is not None and len(returned) > 1:
+            raise RuntimeError(
+                "If your Function modifies inplace an input that is a view of another Tensor, your Function cannot "
+                "return more than one Tensor. This is not supported by the current autograd engine. You should "
+                "either make sure the input is not a view (using .clone() for example) or make your Function only "
+                "return one Tensor (potentially splitting it into two Functions: one doing the inplace that returns "
+                "a single Tensor and a second one that does the other operations). You can ask on the forum "
+                "https://discuss.pytorch.org/ if you need help to do this change."
+            )
 
 
 def _count_dirty(ctx: FunctionCtx) -> None:

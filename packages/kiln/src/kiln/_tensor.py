@@ -51,13 +51,10 @@ _SAME = object()  # a tensor's grad_dtype when not set: the tensor's own dtype
 
 
 def stale_view_requires_grad(t: Tensor) -> bool:
-    """Whether ``t``, a view that needed no gradient, needs one now: its base was written in place since the
-    view's history was recorded (its ``_view_vc`` is behind the shared version counter) and the base now
-    requires grad. PyTorch's views ask their base; kiln's hot paths read ``t._requires_grad`` and call this
-    only for a view (``t._base is not None``) that does not require grad, where autograd records (an op
-    under grad mode, the edge it records, ``grad_fn``): it sets ``t._requires_grad``, and the history is
-    re-derived right after (:func:`kiln.autograd.graph._edge`). The ``requires_grad`` property and the
-    writes' tests ask the same question without changing the view."""
+    """Whether ``t``, a view that needs no gradient, needs one now that its base, written in place since,
+    requires grad (PyTorch's views ask their base). Called where autograd records, it sets the flag and the
+    history is re-derived right after (:func:`kiln.autograd.graph._edge`); the ``requires_grad`` property
+    and the writes' tests ask the same question without changing the view."""
     if t._view_vc != t._vc[0] and t._base._requires_grad:
         t._requires_grad = True
         return True

@@ -230,7 +230,7 @@ def reduce_tensor(t: Tensor):
 
     try:
         fn = t.grad_fn
-    except RuntimeError:  # a view made under no_grad whose base was written: PyTorch pickles it as it reads
+    except RuntimeError:  # a view made under no_grad whose base was written since: PyTorch pickles it
         fn = None
     if fn is not None:
         raise RuntimeError(

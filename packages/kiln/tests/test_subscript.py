@@ -252,6 +252,10 @@ BYTE_MASK_CASES = {
     "setitem of a number": lambda L, x, m: _set(x.clone(), m, 7.0),
     "setitem of a 0-d tensor": lambda L, x, m: _set(x.clone(), m, L.tensor(7.0)),
     "index_put of a 0-d value": lambda L, x, m: x.index_put((m,), L.tensor(5.0)),
+    "setitem of one value after a whole dim": lambda L, x, m: _set(x.clone().reshape(2, 3), (slice(None), m[:3]), 7.0),
+    "setitem of a one-element tensor": lambda L, x, m: _set(x.clone(), m, L.tensor([7.0])),
+    "setitem of a number with an int": lambda L, x, m: _set(x.clone().reshape(3, 2), (m[:3], 1), 7.0),
+    "setitem of a row of values": lambda L, x, m: _set(x.clone().reshape(3, 2), m[:3], L.tensor([[7.0, 8.0]])),
 }
 
 

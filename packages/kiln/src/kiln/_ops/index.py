@@ -655,8 +655,8 @@ def _index(input: Tensor, indices: Sequence[Tensor]) -> Tensor:
 
 
 def _index_put_meta(input, indices, values, accumulate=False):
-    if not accumulate and _fills_a_mask(indices, values) and indices[0]._shape:  # (a 0-d mask: a Python bool)
-        _check_fill_mask(indices[0])
+    if not accumulate:
+        _check_byte_mask_fill(indices, values)
     shape = _check_indices(input, indices)
     if values._dtype is not input._dtype:
         raise RuntimeError(
@@ -695,6 +695,16 @@ def _index_put_backward(grad, indices, values, accumulate):
     indices = _bool_masks(indices)
     g_self = grad if accumulate else index_put(grad, indices, _zeros((), grad), False)
     return g_self, None, _index(grad, indices)
+
+
+def _check_byte_mask_fill(indices, values) -> None:
+    """PyTorch fills with ``masked_fill_`` (which refuses a uint8 mask) where one value is written through one
+    mask and whole dims: ``x[m] = 7``, ``x[:, m] = t([7.])`` (a 0-d mask indexes as a Python bool)."""
+    if _numel(values._shape) != 1:
+        return
+    given = [i for i in indices if i is not None]
+    if len(given) == 1 and given[0]._dtype is dt.uint8 and given[0]._shape:
+        _check_fill_mask(given[0])
 
 
 def _bool_masks(indices):

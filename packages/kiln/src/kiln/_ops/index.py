@@ -241,8 +241,7 @@ def _check_scalar_fits(value, d: dt.dtype) -> None:
         raise RuntimeError(f"value cannot be converted to type {_OVERFLOW_NAMES[d]} without overflow")
 
 
-def _check_fill_mask(mask: Tensor) -> None:
-    """``masked_fill``'s mask is boolean (so is ``x[mask] = v``'s, with one mask and a 0-d value: PyTorch fills)."""
+def _check_fill_mask(mask: Tensor) -> None:  # (also x[mask] = v's where PyTorch fills: _check_byte_mask_fill)
     if mask._dtype is not dt.bool:
         raise RuntimeError(
             f"masked_fill_ only supports boolean masks, but got mask with dtype {dt.CPP_TYPE_NAMES[mask._dtype]}"
@@ -557,6 +556,7 @@ Tensor.repeat_interleave = repeat_interleave
 # ---------------------------------------------------------------------------------------- index / index_put
 
 _INDEX_TENSOR_DTYPES = (dt.int64, dt.int32, dt.uint8, dt.bool)
+_BYTE_INDEX_DEPRECATED = "indexing with dtype kiln.uint8 is now deprecated, please use a dtype kiln.bool instead."
 
 
 def _check_indices(input, indices) -> tuple:
@@ -571,9 +571,7 @@ def _check_indices(input, indices) -> tuple:
         if i is not None and i._dtype not in _INDEX_TENSOR_DTYPES:
             raise IndexError("tensors used as indices must be long, int, byte or bool tensors")
     if any(i is not None and i._dtype is dt.uint8 for i in indices):
-        warnings.warn(
-            "indexing with dtype kiln.uint8 is now deprecated, please use a dtype kiln.bool instead.", UserWarning, 3
-        )
+        warnings.warn(_BYTE_INDEX_DEPRECATED, UserWarning, 3)
     ndim = sum(1 if i is None or i._dtype not in (dt.bool, dt.uint8) else max(len(i._shape), 1) for i in indices)
     if ndim > nd:
         raise IndexError(f"too many indices for tensor of dimension {nd} (got {ndim})")
@@ -655,8 +653,7 @@ def _index(input: Tensor, indices: Sequence[Tensor]) -> Tensor:
 
 
 def _index_put_meta(input, indices, values, accumulate=False):
-    if not accumulate:
-        _check_byte_mask_fill(indices, values)
+    _check_byte_mask_fill(indices, values, accumulate)
     shape = _check_indices(input, indices)
     if values._dtype is not input._dtype:
         raise RuntimeError(
@@ -697,19 +694,16 @@ def _index_put_backward(grad, indices, values, accumulate):
     return g_self, None, _index(grad, indices)
 
 
-def _check_byte_mask_fill(indices, values) -> None:
-    """PyTorch fills with ``masked_fill_`` (which refuses a uint8 mask) where one value is written through one
-    mask and whole dims: ``x[m] = 7``, ``x[:, m] = t([7.])`` (a 0-d mask indexes as a Python bool)."""
-    if _numel(values._shape) != 1:
-        return
-    given = [i for i in indices if i is not None]
-    if len(given) == 1 and given[0]._dtype is dt.uint8 and given[0]._shape:
-        _check_fill_mask(given[0])
+def _check_byte_mask_fill(indices, values, accumulate) -> None:
+    """PyTorch writes one value through one mask and whole dims with ``masked_fill_``, which refuses a uint8
+    mask: ``x[m] = 7``, ``x[:, m] = t([7.])`` (a 0-d mask indexes as a Python bool)."""
+    masks = [i for i in indices if i is not None and i._dtype is dt.uint8 and i._shape]
+    if not accumulate and _numel(values._shape) == 1 and len(masks) == 1 == sum(i is not None for i in indices):
+        _check_fill_mask(masks[0])
 
 
 def _bool_masks(indices):
-    """``indices`` with uint8 masks as bool ones (the backward formulas' own indexing: no deprecation warning,
-    and a mask filled with a 0-d zero is a bool one)."""
+    """``indices`` with uint8 masks as bool ones: a backward formula's indexing (no warning; it fills with 0)."""
     return type(indices)(i.bool() if isinstance(i, Tensor) and i._dtype is dt.uint8 else i for i in indices)
 
 

@@ -35,7 +35,7 @@ SCENARIOS = {
     "a view of the view by the fast view path": lambda lib, y: (_written_base(lib, y)[1].view(2, 1) * 2, None),
     "expand of the view": lambda lib, y: (_written_base(lib, y)[1].expand(3, 2) * 1, None),
     "the view in a tensor list": lambda lib, y: (lib.cat([_written_base(lib, y)[1], y[:1]]) * 2, None),
-    "the view into a custom Function": lambda lib, y: (_Double[lib].apply(_written_base(lib, y)[1]), None),
+    "the view into a custom Function": lambda lib, y: (_double(lib).apply(_written_base(lib, y)[1]), None),
     "a recurrence over views made first": lambda lib, y: (_recurrence(lib, y), None),
     "a zero_ of the view": lambda lib, y: _written_then(lib, y, lambda v: v.zero_()),
     "a fill_ of the view": lambda lib, y: _written_then(lib, y, lambda v: v.fill_(2.0)),
@@ -92,27 +92,17 @@ def _copy_from_view(lib, y):
     return out, None
 
 
-class _DoubleK(kiln.autograd.Function):
-    @staticmethod
-    def forward(ctx, a):
-        return a * 2
+def _double(lib):
+    class Double(lib.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            return a * 2
 
-    @staticmethod
-    def backward(ctx, g):
-        return g * 2
+        @staticmethod
+        def backward(ctx, g):
+            return g * 2
 
-
-class _DoubleT(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, a):
-        return a * 2
-
-    @staticmethod
-    def backward(ctx, g):
-        return g * 2
-
-
-_Double = {kiln: _DoubleK, torch: _DoubleT}
+    return Double
 
 
 @pytest.mark.parametrize("name", list(SCENARIOS))

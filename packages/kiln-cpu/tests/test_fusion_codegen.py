@@ -3,6 +3,8 @@ with the group's fields: kiln-compile is not needed here): every loop variant ag
 
 from __future__ import annotations
 
+import itertools
+import re
 import types
 import warnings
 
@@ -24,10 +26,10 @@ def _group(shape, inputs, lines, outputs, reduction=None, keepdim=False, **more)
 @pytest.mark.parametrize(
     ("shape", "bias", "dims", "keepdim", "kind", "loops"),
     [
-        ((6, 4, 5, 7), (4, 1, 1), (0, 2, 3), False, "sum", ["range(6)", "range(4)", "range(35)"]),  # merged
-        ((6, 4, 5, 7), (7,), (0, 2), True, "mean", ["range(6)", "range(4)", "range(5)", "range(7)"]),
-        ((128, 24), (24,), (0,), False, "sum", ["range(128)", "range(24)"]),  # kept last dim: a row of sums
-        ((3, 1, 1, 8), (8,), (1, 3), True, "sum", ["range(3)", "range(8)"]),  # size-1 dims dropped
+        ((6, 4, 5, 7), (4, 1, 1), (0, 2, 3), False, "sum", [6, 4, 35]),  # merged
+        ((6, 4, 5, 7), (7,), (0, 2), True, "mean", [6, 4, 5, 7]),
+        ((128, 24), (24,), (0,), False, "sum", [128, 24]),  # kept last dim: a row of sums
+        ((3, 1, 1, 8), (8,), (1, 3), True, "sum", [3, 8]),  # size-1 dims dropped
         ((0, 4), (4,), (0,), False, "mean", None),  # empty: NaN
     ],
 )
@@ -44,19 +46,21 @@ def test_partial_reductions(shape, bias, dims, keepdim, kind, loops):
         keepdim,
         dims=dims,
     )
-    text = source(group)
+    text, _, _ = source(group)
     assert "def flat(" not in text  # a flat index does not say which kept element it adds into
-    if loops is not None:
+    dynamic = types.SimpleNamespace(**{**vars(group), "dynamic": True})
+    assert re.search(r"range\(\d+\)", text) and not re.search(r"range\(\d+\)", source(dynamic)[0])  # sizes read
+    if loops is not None:  # the dense loop's sizes, written into its text
         dense = text.split("def dense(")[1].split("def strided(")[0]
         assert [line.split(" in ")[1].rstrip(":") for line in dense.splitlines() if " in range(" in line][
             : len(loops)
-        ] == loops, dense
+        ] == [f"range({n})" for n in loops], dense
     want_t = np.maximum(x * b, 0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # NumPy's mean of an empty slice: NaN, as wanted
         want = getattr(want_t.astype(np.float64), kind)(axis=dims, keepdims=keepdim)
-    for xs in (x, np.ascontiguousarray(x.T).T):  # contiguous: the dense loop; transposed: the strided one
-        t, r = codegen(group)(kiln.from_numpy(xs), kiln.from_numpy(b))
+    for g, xs in itertools.product((group, dynamic), (x, np.ascontiguousarray(x.T).T)):  # dense; strided
+        t, r = codegen(g)(kiln.from_numpy(xs), kiln.from_numpy(b))
         np.testing.assert_allclose(t.numpy(), want_t, rtol=1e-6)
         assert r.shape == want.shape and r.dtype is kiln.float32
         np.testing.assert_allclose(r.numpy(), want.astype(np.float32), rtol=1e-5, atol=1e-6)
@@ -117,7 +121,8 @@ def test_strided_inputs_take_the_strided_loop():
     group = _group((5, 4), [((5, 4), "float32")], [("t0", "(x0 + float32(1.0))")], [("t0", "float32")])
     (out,) = codegen(group)(view)
     np.testing.assert_array_equal(out.numpy(), x.T + 1)
-    assert "def strided(" in source(group) and "def dense(" in source(group)
+    text = source(group)[0]
+    assert "def strided(" in text and "def dense(" in text
 
 
 @pytest.mark.parametrize("n", [5, 1500, 70000], ids=["short", "chunks", "long-rows"])
@@ -159,9 +164,43 @@ def test_merged_rows_stay_buffered():
         [("t0", "(x0 * x1)")],
         [("t0", "float32")],
     )
-    dense = source(group).split("def dense(")[1].split("def strided(")[0]
+    dense = source(group)[0].split("def dense(")[1].split("def strided(")[0]
     assert "range(256)" in dense and "range(784)" in dense and "o0[" in dense, dense
     p = np.ones((256, 784), np.float32)
     target = kiln.from_numpy(p)
     (out,) = codegen(group)(target, kiln.tensor(0.5), out=[target])
     assert out is target and float(target.sum()) == 256 * 784 * 0.5
+
+
+def test_dynamic_groups_share_one_compiled_loop_across_shapes():
+    """A dynamic group reads its sizes at run time: groups that differ only in their sizes (a new batch size)
+    have the same text, so they share one module and its compiled loops, and each computes its own shape right:
+    empty, one row, merged rows, rows longer than the loops buffer, a broadcast bias, a partial sum."""
+    from kiln._generated import _modules
+
+    def group(batch, width):
+        return _group(
+            (batch, width),
+            [((batch, width), "float32"), ((width,), "float32")],
+            [("t0", "(x0 * x1)"), ("t1", "(float32(0.0) if t0 <= float32(0.0) else t0)")],
+            [("t1", "float32")],
+            ("sum", "t1", "float32"),
+            dims=(0,),
+            dynamic=True,
+        )
+
+    texts = {source(group(n, 8))[0] for n in (0, 3, 1000, 100000)}
+    assert len(texts) == 1  # (a batch of 1 drops its dim: another text, as PyTorch specializes sizes 0 and 1)
+    rng = np.random.default_rng(3)
+    before = None
+    for batch, width in ((3, 8), (5, 8), (0, 8), (1, 8), (2, 70000), (4, 70000)):
+        x = rng.standard_normal((batch, width)).astype(np.float32)
+        b = rng.standard_normal(width).astype(np.float32)
+        for xs in (x, np.asfortranarray(x)):  # the dense loop; the strided one
+            t, r = codegen(group(batch, width))(kiln.from_numpy(xs), kiln.from_numpy(b))
+            np.testing.assert_allclose(t.numpy(), np.maximum(x * b, 0), rtol=1e-6)
+            np.testing.assert_allclose(r.numpy(), np.maximum(x * b, 0).astype(np.float64).sum(0), rtol=1e-5, atol=1e-6)
+        if (batch, width) == (3, 8):
+            before = len(_modules)
+        elif width == 8 and batch != 1:
+            assert len(_modules) == before  # no new module for another batch size

@@ -8,7 +8,9 @@ file named by its hash under ``KILN_CPU_CACHE`` (default ``~/.cache/kiln/cpu``; 
 per group are compiled as needed: a flat loop (every input contiguous and of the full shape), a nested one
 over contiguous inputs (their strides written into the source: the shapes are the trace's, fixed by its
 guards), and a nested loop over any strided views. A sum or mean over some dims (``FusedGroup.dims``) adds
-into one float64 sum per kept element, in the nested loops only.
+into one float64 sum per kept element, in the nested loops only. A dynamic group (``FusedGroup.dynamic``:
+the compiled function has met other shapes) reads its sizes and strides at run time instead, so that its
+loops serve every shape (:class:`_Geometry`).
 """
 
 from __future__ import annotations
@@ -58,14 +60,17 @@ def _broadcast_strides(shape: tuple, full: tuple) -> tuple:
 
 _CHUNK = 1024  # elements the flat loop computes into its buffers before storing and summing them
 _ROW_MAX = 1 << 16  # the longest row the nested loops buffer (a longer one is stored as computed)
+_RUN = 8192  # the values a dynamic group's nested loops compute into their buffers at a time
 _NUMPY = {"float32": "float32", "float64": "float64", "bool": "bool_"}
 
 
-def _merge(shape: tuple, operands: list[tuple], reduced: tuple | None) -> tuple[tuple, list[tuple], tuple]:
+def _merge(
+    shape: tuple, operands: list[tuple], reduced: tuple | None, cap: int | None
+) -> tuple[tuple, list[tuple], tuple]:
     """The iteration ``shape`` with its size-1 dims dropped (the last one kept if all are) and each run of
     adjacent dims merged into one where every operand (element strides, 0 along a broadcast dim) steps
     through them as through one dim, all or none of them are ``reduced``, and the merged dim is at most
-    :data:`_ROW_MAX` long: ``(shape, the operands' strides, the reduced dims)``. A conv bias's gradient,
+    ``cap`` long (None: any length): ``(shape, the operands' strides, the reduced dims)``. A conv bias's gradient,
     (64, 16, 28, 28) summed over (0, 2, 3), loops over (64, 16, 784): its rows are long enough for vector
     lanes."""
     dims = [d for d, n in enumerate(shape) if n != 1] or list(range(len(shape)))[-1:]
@@ -76,7 +81,7 @@ def _merge(shape: tuple, operands: list[tuple], reduced: tuple | None) -> tuple[
         red = reduced is not None and d in reduced
         if (
             out_shape
-            and out_shape[-1] * shape[d] <= _ROW_MAX  # (a longer row is not buffered: see source())
+            and (cap is None or out_shape[-1] * shape[d] <= cap)  # (a longer row is not buffered: see source())
             and red == (len(out_shape) - 1 in out_reduced)
             and all(st[-1] == op[d] * shape[d] for st, op in zip(out_strides, operands))
         ):
@@ -92,11 +97,48 @@ def _merge(shape: tuple, operands: list[tuple], reduced: tuple | None) -> tuple[
     return tuple(out_shape), [tuple(st) for st in out_strides], tuple(out_reduced)
 
 
-def source(group) -> str:
-    """The module text of ``group``'s loops: ``flat`` (inputs of the full shape; left out when the group
-    reduces some dims: a flat index does not say which kept element it adds into), ``dense`` (contiguous
-    inputs, any of them broadcast: their strides are written into the loop, over the dims :func:`_merge`
-    leaves, so the innermost one vectorizes) and ``strided`` (any views).
+class _Geometry:
+    """The sizes and strides of one loop. A group compiled for one shape (``FusedGroup.dynamic`` false) has
+    them written into the loop as numbers, so LLVM knows every trip count. A dynamic group's loop reads them
+    at run time from one int64 array (``g``) under names (``n0``, ``s1``...): its text then depends only on
+    which strides are 0 or 1, and one compiled loop serves the group at every shape of that pattern (a new
+    batch size compiles nothing; a row of unknown length costs ~4% on 1024-element rows)."""
+
+    def __init__(self, dynamic: bool) -> None:
+        self.dynamic = dynamic
+        self.values: list[int] = []
+        self.prologue: list[str] = []
+
+    def name(self, prefix: str, value: int) -> str:
+        """How the loop writes ``value``: the number, or (dynamic) a name read from ``g``."""
+        if not self.dynamic:
+            return str(int(value))
+        name = f"{prefix}{len(self.values)}"
+        self.prologue.append(f"    {name} = g[{len(self.values)}]")
+        self.values.append(int(value))
+        return name
+
+    def strides(self, strides: tuple) -> tuple:
+        """Each stride as the loop writes it: ``0`` and ``1`` as numbers (a broadcast dim, a row), others by
+        :meth:`name`."""
+        return tuple(st if st in (0, 1) else self.name("s", st) for st in strides)
+
+    def positive(self, size: str) -> str:
+        """``max(size, 1)``: a buffer's length."""
+        return f"max({size}, 1)" if self.dynamic else str(max(int(size), 1))
+
+    def array(self) -> np.ndarray:
+        """What the loop is called with: its ``g``."""
+        return np.array(self.values or [0], dtype=np.int64)
+
+
+def source(group) -> tuple[str, np.ndarray, np.ndarray]:
+    """The module text of ``group``'s loops and the geometry arrays its ``dense`` and ``strided`` loops take
+    (:class:`_Geometry`): ``flat`` (inputs of the full shape; left out when the group reduces some dims: a
+    flat index does not say which kept element it adds into), ``dense`` (contiguous inputs, any of them
+    broadcast, over the dims :func:`_merge` leaves, so the innermost one vectorizes) and ``strided`` (any
+    views). A dynamic group's text holds no size: groups that differ only in their sizes share it, and its
+    compiled loops.
 
     Each run of values (1024 of ``flat``'s, a row of the others, up to :data:`_ROW_MAX`) is computed into
     small buffers, then stored into the outputs and added into the reduction's sum. LLVM vectorizes a loop
@@ -109,6 +151,7 @@ def source(group) -> str:
     arrays = [f"a{i}" for i in range(n_in)] + [f"b{j}" for j in range(n_out)]
     reduce = group.reduction[1] if group.reduction is not None else None
     dims = getattr(group, "dims", None) if reduce is not None else None  # some dims: one float64 sum per kept element
+    dynamic = bool(getattr(group, "dynamic", False))  # (a kiln-compile before dynamic groups has no such field)
 
     def body(reads: list[str], slot: str, indent: str, buffered: bool, write: str) -> list[str]:
         lines = [f"{indent}x{i} = a{i}[{r}]" for i, r in enumerate(reads)]
@@ -125,46 +168,63 @@ def source(group) -> str:
             return []
         return [f"{indent}for s in range({count}):"] + [f"{indent}    b{j}[{target}] = o{j}[s]" for j in range(n_out)]
 
-    def start(name: str, params: list[str], buffer: int, buffered: bool) -> list[str]:
-        size = math.prod(n for d, n in enumerate(group.shape) if d not in dims) if dims is not None else 0
-        acc = f"np.zeros({size}, np.float64)" if dims is not None else "0.0"
-        out = [f"@njit({_FLAGS})", f"def {name}({', '.join(params)}):", f"    acc = {acc}"]
+    def start(name: str, params: list[str], prologue: list[str], run: str, buffered: bool, acc: str) -> list[str]:
+        """The function's head: its geometry read, the sum ``acc`` and the buffers of a run of ``run`` values."""
+        out = [f"@njit({_FLAGS})", f"def {name}({', '.join(params)}):", *prologue, f"    acc = {acc}"]
         if buffered:
-            out += [f"    o{j} = np.empty({max(buffer, 1)}, np.{_NUMPY[d]})" for j, (_, d) in enumerate(group.outputs)]
+            out += [f"    o{j} = np.empty({run}, np.{_NUMPY[d]})" for j, (_, d) in enumerate(group.outputs)]
         if reduce is not None:
-            out.append(f"    buf = np.empty({max(buffer, 1)}, np.float64)")
+            out.append(f"    buf = np.empty({run}, np.float64)")
         return out
 
     def index(strides: tuple, last: str) -> str:
-        """The flat element index of ``(i0, ..., last)`` for these element strides."""
+        """The flat element index of ``(i0, ..., last)`` for these element strides (0, 1 or a name)."""
         names = [f"i{k}" for k in range(len(strides) - 1)] + [last]
-        terms = [n if st == 1 else f"{n} * {st}" for n, st in zip(names, strides) if st]
+        terms = [n if st == 1 else f"{n} * {st}" for n, st in zip(names, strides) if st != 0]
         if len(terms) == 1 and terms[0].isidentifier():
             return terms[0]  # a loop variable: never negative, as LLVM sees
         return f"_u({' + '.join(terms)})" if terms else "0"
 
-    def nested(name: str, shape: tuple, reduced, reads: list[str], target, kept: tuple) -> list[str]:
-        """Loops over ``shape`` (``reduced``: the dims the reduction adds over, None for every one)."""
-        nd = len(shape)
-        inner = shape[-1] if nd else 1
-        buffered = inner <= _ROW_MAX
-        last = f"i{nd - 1}" if nd else "0"
-        out = start(name, arrays, inner, buffered)
+    def nested(name: str, shape: tuple, reduced, reads, target, kept: tuple) -> tuple[list[str], np.ndarray]:
+        """Loops over ``shape`` (``reduced``: the dims the reduction adds over, None for every one); ``reads``
+        and ``target`` map a geometry and the last index to index expressions, ``kept`` are the element
+        strides of the kept elements (with some dims reduced). A dynamic group's last dim, of any length, is
+        walked in runs of at most :data:`_RUN` values."""
+        geo = _Geometry(dynamic)
+        sizes = [geo.name("n", n) for n in shape]
+        ndim = len(shape)
+        inner = sizes[-1] if ndim else "1"
+        chunked = dynamic and ndim > 0
+        buffered = chunked or (shape[-1] if ndim else 1) <= _ROW_MAX
+        last = "c + j" if chunked else (f"i{ndim - 1}" if ndim else "0")
+        acc = "0.0"
+        if dims is not None:
+            kept_strides = geo.strides(kept)
+            acc = f"np.zeros({geo.name('k', math.prod(n for d, n in enumerate(group.shape) if d not in dims))}, np.float64)"
+        read = reads(geo, last)
+        put = target(geo)
+        run = f"min({geo.positive(inner)}, {_RUN})" if chunked else geo.positive(inner)
+        out = start(name, ["g", *arrays], geo.prologue, run, buffered, acc)
         indent = "    "
-        for k in range(nd):
-            out.append(f"{indent}for i{k} in range({shape[k]}):")
+        for k in range(ndim - 1 if chunked else ndim):
+            out.append(f"{indent}for i{k} in range({sizes[k]}):")
             indent += "    "
-        out += body(reads, last, indent, buffered, target(last))
-        row = indent[:-4] if nd else "    "
+        if chunked:
+            out += [f"{indent}for c in range(0, {inner}, {_RUN}):", f"{indent}    m = min({_RUN}, {inner} - c)"]
+            out.append(f"{indent}    for j in range(m):")
+            indent += "        "
+        out += body(read, "j" if chunked else last, indent, buffered, put(last))
+        row = indent[:-4] if ndim else "    "
+        count, first = ("m", "c + s") if chunked else (inner, "s")
         if buffered:
-            out += store(row, str(inner), target("s" if nd else "0"))
-        if dims is not None and nd - 1 in reduced:  # the row adds into one kept element
-            out.append(f"{row}acc[{index(kept, last)}] += sum_run(buf, {inner})")
+            out += store(row, count, put(first if ndim else "0"))
+        if dims is not None and ndim - 1 in reduced:  # the row adds into one kept element
+            out.append(f"{row}acc[{index(kept_strides, last)}] += sum_run(buf, {count})")
         elif dims is not None:  # the row adds into a row of kept elements
-            out += [f"{row}for s in range({inner}):", f"{row}    acc[{index(kept, 's')}] += buf[s]"]
+            out += [f"{row}for s in range({count}):", f"{row}    acc[{index(kept_strides, first)}] += buf[s]"]
         elif reduce is not None:
-            out.append(f"{row}acc += sum_run(buf, {inner})")
-        return out + ["    return acc"]
+            out.append(f"{row}acc += sum_run(buf, {count})")
+        return out + ["    return acc"], geo.array()
 
     shape = group.shape
     full = _broadcast_strides(shape, shape)
@@ -172,7 +232,7 @@ def source(group) -> str:
     kept = _broadcast_strides(tuple(1 if dims and d in dims else n for d, n in enumerate(shape)), shape)
     flat = []
     if dims is None:  # (with some dims reduced, a flat index does not say which kept element it adds into)
-        flat = start("flat", ["n", *arrays], _CHUNK, True)
+        flat = start("flat", ["n", *arrays], [], str(_CHUNK), True, "0.0")
         flat += [
             f"    for first in range(0, n, {_CHUNK}):",
             f"        m = min({_CHUNK}, n - first)",
@@ -185,24 +245,26 @@ def source(group) -> str:
             flat.append("        acc += sum_run(buf, m)")
         flat.append("    return acc")
     operands = [_broadcast_strides(s, shape) for s, _ in group.inputs] + [full, kept]
-    merged, strides, reduced = _merge(shape, operands, dims)
-    last = f"i{len(merged) - 1}"
-    dense = nested(
-        "dense",
-        merged,
-        reduced,
-        [index(st, last) for st in strides[:n_in]],
-        lambda last: index(strides[n_in], last) if merged else "0",
-        strides[n_in + 1],
-    )
+    merged, strides, reduced = _merge(shape, operands, dims, None if dynamic else _ROW_MAX)
+
+    def dense_reads(geo: _Geometry, last: str) -> list[str]:
+        return [index(geo.strides(st), last) for st in strides[:n_in]]
+
+    def dense_target(geo: _Geometry):
+        out = geo.strides(strides[n_in]) if merged else ()
+        return lambda last: index(out, last) if merged else "0"
+
+    dense, dense_geo = nested("dense", merged, reduced, dense_reads, dense_target, strides[n_in + 1])
 
     def point(last: str) -> str:
         return ", ".join([f"i{k}" for k in range(nd - 1)] + [last]) if nd else "()"
 
-    strided = nested("strided", shape, dims, [point(f"i{nd - 1}")] * n_in, point, kept)
-    return "\n".join(
+    strided, strided_geo = nested(
+        "strided", shape, dims, lambda geo, last: [point(last)] * n_in, lambda geo: point, kept
+    )
+    text = "\n".join(
         [
-            "# Generated by kiln-cpu (kiln_cpu.fusion) for a kiln.compile fused group; the file name is the hash",
+            "# Generated by kiln-cpu (kiln_cpu.fusion) for kiln.compile fused groups; the file name is the hash",
             f"# of this text. Helpers: {_helpers_digest()}.",
             "from math import inf, nan",
             "",
@@ -224,6 +286,7 @@ def source(group) -> str:
             "",
         ]
     )
+    return text, dense_geo, strided_geo
 
 
 def _target(view: np.ndarray, arrays: list) -> np.ndarray:
@@ -239,7 +302,8 @@ def _target(view: np.ndarray, arrays: list) -> np.ndarray:
 
 
 def _compile(group):
-    mod = generated_module(source(group), cache_dir(), "kiln_cpu_fused")
+    text, dense_geo, strided_geo = source(group)
+    mod = generated_module(text, cache_dir(), "kiln_cpu_fused")
     shape = group.shape
     n = math.prod(shape)
     out_dtypes = [np.dtype(d) for _, d in group.outputs]
@@ -269,12 +333,12 @@ def _compile(group):
             ]  # the target read as an input is itself: read at the same elements
         for a in arrays:
             if not a.flags.c_contiguous:
-                acc = mod.strided(*[np.broadcast_to(a, shape) for a in arrays], *outs)
+                acc = mod.strided(strided_geo, *[np.broadcast_to(a, shape) for a in arrays], *outs)
                 break
         else:
             flat = [a.reshape(-1) for a in arrays]
             flat += [o.reshape(-1) for o in outs]
-            acc = mod.flat(n, *flat) if flat_loop else mod.dense(*flat)
+            acc = mod.flat(n, *flat) if flat_loop else mod.dense(dense_geo, *flat)
         if views is None:
             results = [from_array(o, k) for o, k in zip(outs, kinds)]
         else:

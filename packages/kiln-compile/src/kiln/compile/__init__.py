@@ -72,8 +72,14 @@ def compile(  # noqa: A001 - PyTorch's name
       against eager), a name a plugin registered, or a callable ``backend(graph, example_inputs)``.
     * ``fullgraph=True``: a value read into Python (``item()``, ``if tensor:``) raises
       :class:`GraphBreakError` naming the line, instead of becoming a guard on the value.
-    * ``dynamic``: kiln specializes on shapes (a new shape traces again, up to ``config.cache_size_limit``);
-      ``dynamic=True`` is accepted and behaves so.
+    * ``dynamic``: every trace is guarded on its exact shapes, and a call at a new shape traces again (one
+      eager call); what differs is what that costs. ``None`` (default): the first trace's kernels are made
+      for its shapes; a later trace of the same program at other shapes (the same ops on tensors of the
+      same ranks: only sizes, strides and int arguments differ) does not count towards
+      ``config.cache_size_limit`` (only towards ``config.accumulated_cache_size_limit``, 256), and its fused
+      kernels take their sizes at run time, so that every later shape reuses them: a new batch size costs one
+      traced call and no kernel compilation. ``True``: so from the first trace. ``False``: every new shape
+      counts towards ``cache_size_limit`` and gets kernels made for it.
     * ``mode``: PyTorch's modes are accepted; kiln's code generation is the same for all of them.
     * ``disable=True``: return ``model`` unchanged.
     """
@@ -95,8 +101,8 @@ def compile(  # noqa: A001 - PyTorch's name
     if module_cls is not None and isinstance(model, module_cls):
         from kiln.compile._module import OptimizedModule
 
-        return OptimizedModule(model, backend=backend, fullgraph=fullgraph, options=options)
-    compiled = CompiledFunction(model, backend=backend, fullgraph=fullgraph, options=options)
+        return OptimizedModule(model, backend=backend, fullgraph=fullgraph, options=options, dynamic=dynamic)
+    compiled = CompiledFunction(model, backend=backend, fullgraph=fullgraph, options=options, dynamic=dynamic)
     _compiled.add(compiled)
     return compiled
 

@@ -10,3 +10,14 @@ disabled: bool = False
 """True: every compiled function runs its original code (``kiln.compile.disable()`` without a function
 sets it, as ``TORCHDYNAMO_DISABLE=1`` does in PyTorch; the environment variable ``KILN_COMPILE_DISABLE=1``
 sets it at import)."""
+
+accumulated_cache_size_limit: int = 256
+"""How many traces one compiled function keeps in all, the other shapes of a kept trace included (which
+``cache_size_limit`` does not count: see ``automatic_dynamic_shapes``); PyTorch's default is 256 as well."""
+
+automatic_dynamic_shapes: bool = True
+"""True: a compiled function with ``dynamic=None`` (the default) that meets a kept trace's program at other
+shapes (the same ops on tensors of the same ranks; only sizes, strides and int arguments differ) traces it
+again without counting it towards ``cache_size_limit``, and compiles it with kernels that take their sizes
+at run time, which its later shapes reuse (PyTorch's setting of the same name). False: every new shape
+counts, and each trace's kernels are made for its shapes, as with ``dynamic=False``."""

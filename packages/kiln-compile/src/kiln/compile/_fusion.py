@@ -45,10 +45,12 @@ class FusedGroup:
       1), or the sorted dims reduced over, some but not all of them (the result is ``shape`` without them, or
       with ``keepdim``, a bool, with size 1 there). A group with ``dims`` reaches only a code generator whose
       ``partial_reductions`` attribute is true; for the others such a sum stays its op's own kernel;
-    * ``keepdim``: see ``dims``.
+    * ``keepdim``: see ``dims``;
+    * ``dynamic``: the compiled function meets other shapes (its graph's ``dynamic``): a kernel whose code
+      takes the sizes at run time serves this group's later shapes too (a code generator may ignore it).
     """
 
-    def __init__(self, shape, inputs, lines, outputs, reduction=None, keepdim=False, dims=None) -> None:
+    def __init__(self, shape, inputs, lines, outputs, reduction=None, keepdim=False, dims=None, dynamic=False) -> None:
         self.shape = tuple(shape)
         self.inputs = list(inputs)
         self.lines = list(lines)
@@ -56,6 +58,7 @@ class FusedGroup:
         self.reduction = reduction
         self.keepdim = keepdim
         self.dims = None if dims is None else tuple(dims)
+        self.dynamic = bool(dynamic)
 
     def key(self) -> tuple:
         """Everything the generated code depends on (a code generator may cache by it)."""
@@ -67,6 +70,7 @@ class FusedGroup:
             self.reduction,
             self.keepdim,
             self.dims,
+            self.dynamic,
         )
 
 
@@ -370,7 +374,7 @@ def lower(graph: Graph, names, codegens: dict[str, Callable]) -> dict[int, str |
                 close(g)
     for g in {id(g): g for g in open_groups.values()}.values():
         close(g)
-    return _emit(done, readers, names, codegens)
+    return _emit(done, readers, names, codegens, graph.dynamic)
 
 
 def _fusable_reduction(node: Node, open_groups: dict, codegen: Callable):
@@ -457,7 +461,7 @@ def _takes_out(kernel: Callable) -> bool:
     return any(p.name == "out" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
-def _emit(groups: list[_Group], readers: dict, names, codegens: dict) -> dict[int, str | None]:
+def _emit(groups: list[_Group], readers: dict, names, codegens: dict, dynamic: bool) -> dict[int, str | None]:
     out: dict[int, str | None] = {}
     for g in groups:
         members = set(g.positions)
@@ -480,6 +484,7 @@ def _emit(groups: list[_Group], readers: dict, names, codegens: dict) -> dict[in
             None if g.reduction is None else (g.reduction[1], g.reduction[2], _FLOAT[g.reduction[3].dtype]),
             bool(g.reduction[4]) if g.reduction is not None else False,
             None if g.reduction is None else g.reduction[5],
+            dynamic,
         )
         device = g.nodes[0].outputs[0].device.type
         kernel = codegens[device](group)

@@ -115,12 +115,16 @@ class Graph:
         # per input, the first input sharing its memory (the trace's guarded sharing); None: not known, so the
         # passes take every input as possibly sharing memory with every other
         self.input_aliases: tuple | None = None
+        # whether the compiled function meets other shapes (``kiln.compile(dynamic=...)``): code generators
+        # then make kernels that take their sizes at run time, shared by every shape, over fixed-size ones
+        self.dynamic = False
 
     def replace(self, nodes: list[Node] | None = None, outputs: list[Value] | None = None) -> Graph:
         """A copy with other nodes or outputs (same inputs and constants): what passes return."""
         g = Graph(self.inputs, self.nodes if nodes is None else nodes, self.outputs if outputs is None else outputs)
         g.constants = dict(self.constants)
         g.input_aliases = self.input_aliases
+        g.dynamic = self.dynamic
         return g
 
     @property

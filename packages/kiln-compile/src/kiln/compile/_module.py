@@ -14,11 +14,13 @@ class OptimizedModule(nn.Module):
     """A module whose calls run compiled: it wraps the original as ``_orig_mod`` (so its state dict's keys
     start with ``_orig_mod.``, as PyTorch's do) and reads any other attribute from it."""
 
-    def __init__(self, mod: nn.Module, *, backend, fullgraph: bool, options: dict | None) -> None:
+    def __init__(
+        self, mod: nn.Module, *, backend, fullgraph: bool, options: dict | None, dynamic: bool | None = None
+    ) -> None:
         super().__init__()
         self._orig_mod = mod
         self._compiled: Callable = CompiledFunction(
-            mod._call_impl, backend=backend, fullgraph=fullgraph, options=options
+            mod._call_impl, backend=backend, fullgraph=fullgraph, options=options, dynamic=dynamic
         )
         from kiln.compile import _compiled
 

@@ -12,6 +12,7 @@ backward program (PyTorch's AOTAutograd does the same with its joint graph).
 from __future__ import annotations
 
 import functools
+import re
 import threading
 import warnings
 from collections.abc import Callable
@@ -26,7 +27,7 @@ from kiln.compile._guards import GuardBuilder, Unguardable, flatten, global_stat
 from kiln.compile._reads import python_state, reachable_objects
 from kiln.compile._trace import Tracer
 
-__all__ = ["CompiledFunction", "Entry", "is_compiling", "note_unsupported", "trace_call"]
+__all__ = ["CompiledFunction", "Entry", "is_compiling", "note_unsupported", "shape_signature", "trace_call"]
 
 _local = threading.local()
 
@@ -65,6 +66,7 @@ class Entry:
         # ("input", i) the i-th forward input, ("const", c) a tensor the backward reads by reference
         self.bw_inputs: list[tuple[str, Any]] = []
         self.bw_targets: list[int] = []  # the forward inputs the backward outputs are gradients of
+        self.signature: tuple = ()  # shape_signature(graphs): equal for traces of one program at other shapes
 
     def run(self, inputs: list) -> Any:
         """Run the compiled programs on the guarded inputs (raises GuardFailure if a value guard fails)."""
@@ -146,13 +148,17 @@ def _in_layout(t: kiln.Tensor, v: Value) -> kiln.Tensor:
 class CompiledFunction:
     """What ``kiln.compile(fn)`` returns: calls ``fn`` through its cache of compiled traces."""
 
-    def __init__(self, fn: Callable, *, backend, fullgraph: bool, options: dict | None) -> None:
+    def __init__(
+        self, fn: Callable, *, backend, fullgraph: bool, options: dict | None, dynamic: bool | None = None
+    ) -> None:
         self._fn = fn
         self._backend = lookup_backend(backend)
         self._fullgraph = fullgraph
         self._options = dict(options or {})
+        self._dynamic = dynamic
         self._entries: list[Entry] = []
         self._traces = 0
+        self._limited = 0  # the traces config.cache_size_limit counts: all but another shape of a kept one
         self._warned = False
         self._lock = threading.Lock()
         functools.update_wrapper(self, fn)
@@ -178,24 +184,40 @@ class CompiledFunction:
                 return entry.run(inputs)
             except GuardFailure:  # a value read into Python differs: another entry, or a new trace
                 continue
-        if self._traces >= _config.cache_size_limit:
+        if self._limited >= _config.cache_size_limit or len(self._entries) >= _config.accumulated_cache_size_limit:
             if not self._warned:
                 self._warned = True
+                limit = (
+                    "cache_size_limit" if self._limited >= _config.cache_size_limit else "accumulated_cache_size_limit"
+                )
                 warnings.warn(
                     f"kiln.compile: {getattr(self._fn, '__qualname__', self._fn)} was traced "
-                    f"{self._traces} times (kiln.compile.config.cache_size_limit); it now runs eagerly when no "
+                    f"{self._traces} times (kiln.compile.config.{limit}); it now runs eagerly when no "
                     "trace's guards hold. kiln.compile.explain() shows the guards that failed.",
                     stacklevel=2,
                 )
             return self._fn(*args, **kwargs)
         with self._lock:
             self._traces += 1
+            self._limited += 1
         return self._trace(args, kwargs)
 
     # ---------------------------------------------------------------------------------- tracing
 
     def _trace(self, args: tuple, kwargs: dict):
         entry, result = trace_call(self._fn, args, kwargs, fullgraph=self._fullgraph)
+        entry.signature = shape_signature(entry.graphs, entry.guard_words)
+        automatic = self._dynamic is None and _config.automatic_dynamic_shapes
+        if (self._dynamic or automatic) and any(e.signature == entry.signature for e in self._entries):
+            # the program of a kept trace at other shapes: it does not count towards cache_size_limit, and its
+            # kernels take their sizes at run time (the first such trace compiles them; later shapes reuse them)
+            with self._lock:
+                self._limited -= 1
+            for graph in entry.graphs:
+                graph.dynamic = True
+        elif self._dynamic:
+            for graph in entry.graphs:
+                graph.dynamic = True
         if entry.reason is None:
             try:
                 compile_entry(entry, self._backend)
@@ -222,6 +244,7 @@ class CompiledFunction:
         with self._lock:
             self._entries = []
             self._traces = 0
+            self._limited = 0
             self._warned = False
 
 
@@ -410,6 +433,43 @@ def compile_entry(entry: Entry, backend: Callable) -> None:
     entry.forward = backend(graph, [])
     if len(entry.graphs) > 1:
         entry.backward = backend(entry.graphs[1], [])
+
+
+def shape_signature(graphs: list[Graph], guard_words: list[str]) -> tuple:
+    """What the traces of one program at different shapes have in common: the graphs and the guards with
+    every shape, stride, offset and int argument (a size or an index the code computed) left out, and
+    everything else kept: the ops, what reads what, dtypes, devices, ranks, floats, the values read into
+    Python and every other guard (a ``.grad`` that is None, a module's training flag)."""
+
+    def arg(a):
+        if isinstance(a, Value):
+            return ("v", a.index)
+        if type(a) is int:
+            return int
+        if type(a) in (list, tuple):
+            return (type(a).__name__, *map(arg, a))
+        if a is None or type(a) in (bool, float, str) or isinstance(a, (kiln.dtype, kiln.device)):
+            return a
+        return repr(a)  # (an object's repr names it: another object, another program)
+
+    def value(v: Value) -> tuple:
+        return (v.index, v.dtype, str(v.device), len(v.shape), v.requires_grad, v.source)
+
+    out: list = []
+    for graph in graphs:
+        out.append(tuple(map(value, graph.inputs)))
+        for node in graph.nodes:
+            expected = repr(node.expected) if node.kind == "guard" else node.expected
+            name = node.op.name if node.op is not None else None
+            args = ("draw",) if node.kind == "draw" else arg(node.args)
+            out.append((node.kind, name, args, tuple(map(value, node.outputs)), expected))
+        out.append(tuple(v.index for v in graph.outputs))
+    out += [_GEOMETRY.sub(lambda m: re.sub(r"\d+", "#", m.group()), w) for w in guard_words]
+    return tuple(out)
+
+
+# a tensor's geometry in a guard's words (``_guards._describe_meta``): left out of shape_signature
+_GEOMETRY = re.compile(r"shape \[[\d, ]*\], strides \([\d, ]*\), offset \d+")
 
 
 def _parameters(objects: list, buffers: bool = False) -> list[kiln.Tensor]:

@@ -1,0 +1,135 @@
+"""``kiln.compile(dynamic=...)``: a call at a new shape traces again (every trace is guarded on its exact
+shapes); with ``dynamic=None`` (default) or ``True`` another shape of a kept trace's program does not count
+towards ``config.cache_size_limit``, and its fused kernels take their sizes at run time, so later shapes
+compile no kernel. Results always match eager ones, forward and backward."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import kiln
+import kiln.compile
+import kiln.plugins
+from kiln._generated import _modules
+
+HAS_CODEGEN = any(getattr(c, "device_type", None) == "cpu" for c in kiln.plugins.compilers().values())
+
+
+def _chain(x, w, b):
+    """A fused chain with a partial sum after it, and a size the code reads into Python (a view)."""
+    y = (x * w + b).relu()
+    return y.sum(1), y.view(x.shape[0], 4, 2).mean(2)
+
+
+def _close(got, want) -> None:
+    for g, e in zip(got, want):
+        assert g.shape == e.shape
+        np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_other_sizes_trace_again_without_counting_and_reuse_the_kernels(monkeypatch):
+    monkeypatch.setattr(kiln.compile.config, "cache_size_limit", 2)
+    f = kiln.compile(_chain)
+    w, b = kiln.randn(8), kiln.randn(8)
+    sizes = [4, 4, 7, 3, 9, 11, 0, 12, 13, 14, 1, 15, 16, 4, 7]  # more sizes than the limit; 0 and 1 among them
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no cache_size_limit warning
+        for i, n in enumerate(sizes):
+            x = kiln.randn(n, 8)
+            before = len(_modules)
+            _close(f(x, w, b), _chain(x, w, b))
+            if HAS_CODEGEN and i > sizes.index(3) and n not in (0, 1):  # (0 and 1: other loop patterns)
+                assert len(_modules) == before, n  # the first other size (3) made the kernels this one runs
+    assert f.trace_count == len(set(sizes)) and f._limited == 1
+    entries = f._entries
+    assert sum(not e.graphs[0].dynamic for e in entries) == 1  # the first trace: kernels made for its shapes
+    x = kiln.randn(7, 8)
+    _close(f(x, w, b), _chain(x, w, b))
+    assert f.trace_count == len(set(sizes))  # a size seen before runs its trace again
+
+
+def test_a_changed_program_still_counts(monkeypatch):
+    """Only sizes, strides and int arguments may differ: a float constant, a rank, a dtype or a
+    ``requires_grad`` is another program, and counts towards the limit."""
+    monkeypatch.setattr(kiln.compile.config, "cache_size_limit", 2)
+    scale = kiln.compile(lambda x, s: x * s)
+    scale(kiln.ones(2), 0.5)
+    scale(kiln.ones(2), 0.25)
+    with pytest.warns(UserWarning, match="cache_size_limit"):
+        assert scale(kiln.ones(2), 4.0).tolist() == [4.0, 4.0]
+    rank = kiln.compile(lambda x: x.exp() + 1)
+    rank(kiln.ones(2))
+    rank(kiln.ones(2, 2))
+    with pytest.warns(UserWarning, match="cache_size_limit"):
+        rank(kiln.ones(2, 2, 2))
+    kinds = kiln.compile(lambda x: x.exp() + 1)
+    kinds(kiln.ones(2))
+    kinds(kiln.ones(3, dtype=kiln.float64))
+    with pytest.warns(UserWarning, match="cache_size_limit"):
+        kinds(kiln.ones(4, requires_grad=True))
+
+
+@pytest.mark.parametrize("setting", ["dynamic=False", "automatic_dynamic_shapes=False"])
+def test_static_counts_every_shape(monkeypatch, setting):
+    monkeypatch.setattr(kiln.compile.config, "cache_size_limit", 3)
+    if setting == "dynamic=False":
+        f = kiln.compile(_chain, dynamic=False)
+    else:
+        monkeypatch.setattr(kiln.compile.config, "automatic_dynamic_shapes", False)
+        f = kiln.compile(_chain)
+    w, b = kiln.randn(8), kiln.randn(8)
+    for n in (2, 3, 4):
+        f(kiln.randn(n, 8), w, b)
+    assert not any(e.graphs[0].dynamic for e in f._entries)
+    x = kiln.randn(5, 8)
+    with pytest.warns(UserWarning, match="traced 3 times"):
+        _close(f(x, w, b), _chain(x, w, b))  # eager from here on
+    assert f.trace_count == 3
+
+
+def test_dynamic_true_from_the_first_trace():
+    f = kiln.compile(_chain, dynamic=True)
+    w, b = kiln.randn(8), kiln.randn(8)
+    for n in (5, 6):
+        x = kiln.randn(n, 8)
+        _close(f(x, w, b), _chain(x, w, b))
+    assert [e.graphs[0].dynamic for e in f._entries] == [True, True]
+
+
+def test_accumulated_cache_size_limit(monkeypatch):
+    monkeypatch.setattr(kiln.compile.config, "accumulated_cache_size_limit", 3)
+    f = kiln.compile(lambda x: x.exp() * 2)
+    for n in (1, 2, 3):
+        f(kiln.ones(n))
+    with pytest.warns(UserWarning, match="accumulated_cache_size_limit"):
+        assert f(kiln.ones(4)).shape == (4,)
+    assert f.trace_count == 3
+
+
+def test_training_steps_at_other_batch_sizes_match_eager():
+    """A whole compiled step (forward, loss, backward, SGD with momentum) at batch sizes that change, the
+    last batch of an epoch among them: the parameters follow an eager twin's."""
+    kiln.manual_seed(0)
+    models = [kiln.nn.Sequential(kiln.nn.Linear(6, 16), kiln.nn.Tanh(), kiln.nn.Linear(16, 3)) for _ in range(2)]
+    models[1].load_state_dict(models[0].state_dict())
+    opts = [kiln.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in models]
+
+    def step(model, opt, x, y):
+        opt.zero_grad()
+        loss = kiln.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    compiled = kiln.compile(lambda x, y: step(models[0], opts[0], x, y))
+    for n in (8, 8, 8, 5, 8, 3, 5, 8, 2):
+        x, y = kiln.randn(n, 6), kiln.randint(0, 3, (n,))
+        got = compiled(x, y)
+        want = step(models[1], opts[1], x, y)
+        assert abs(got.item() - want.item()) < 1e-5
+    for p, q in zip(models[0].parameters(), models[1].parameters()):
+        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-5, atol=1e-6)
+    assert compiled._limited <= 3  # the first steps (optimizer state made, .grad None, then not): the rest are sizes

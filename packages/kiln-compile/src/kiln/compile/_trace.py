@@ -245,16 +245,25 @@ class Tracer(DispatchMode):
                 keep_ids.add(id(t))
                 t = getattr(t, "_base", None)
         self.tensors.clear()
+
+        def alive() -> list[Value]:
+            out = []
+            for ref in self.made_refs:
+                t = ref()
+                if t is None or id(t) in keep_ids:
+                    continue
+                v = self.values.get(id(t))
+                if v is not None and v.source == "node" and v.index not in kept:
+                    out.append(v)
+            return out
+
+        # the call's garbage in reference cycles is young: the two young generations first (under 1 ms), the
+        # whole heap (9 ms with kiln loaded, 70 ms with PyTorch too) only if a tensor still seems alive
+        gc.collect(1)
+        if not alive():
+            return []
         gc.collect()
-        out = []
-        for ref in self.made_refs:
-            t = ref()
-            if t is None or id(t) in keep_ids:
-                continue
-            v = self.values.get(id(t))
-            if v is not None and v.source == "node" and v.index not in kept:
-                out.append(v)
-        return out
+        return alive()
 
 
 def _autograd_held(outputs: list[kiln.Tensor]) -> set[int]:

@@ -259,6 +259,34 @@ def test_state_stored_in_python_is_not_replayed():
     assert store[0] is not store[1]
 
 
+def test_garbage_in_old_cycles_has_not_escaped(monkeypatch):
+    """The escape check collects the young generations, and the whole heap only when a tensor still seems
+    alive: a tensor in a reference cycle that a collection inside the call moved to the old generation is
+    garbage, not escaped (the trace is kept), and a call whose tensors all died needs no full collection."""
+    import gc
+
+    calls = []
+    collect = gc.collect
+    monkeypatch.setattr(gc, "collect", lambda generation=2: calls.append(generation) or collect(generation))
+
+    def cyclic(x):
+        y = x * 2
+        box = [y]
+        box.append(box)  # a cycle holding a tensor the call made
+        collect(1)  # (survivors of a generation-1 collection move to the oldest generation)
+        del box
+        return x + 1
+
+    cf = kiln.compile(cyclic)
+    for _ in range(3):
+        assert cf(kiln.ones(2)).tolist() == [2.0, 2.0]
+    assert cf.trace_count == 1 and calls == [1, 2]
+    calls.clear()
+    plain = kiln.compile(lambda x: (x * 2).exp() + 1)
+    plain(kiln.ones(2))
+    assert calls == [1]
+
+
 def test_numpy_inside_runs_eagerly_and_says_why():
     def f(x):
         return kiln.tensor(x.numpy() * 2) + x

@@ -10,7 +10,10 @@ numpy. Cases:
   (``training_models.py``): eager,
   the model compiled (``kiln.compile(model)``: forward and backward are each one program), and the whole step
   compiled (``kiln.compile(step)``: forward, backward and the optimizer's writes in one program); and the
-  whole step with Adam, eager against compiled (its update traced, against kiln-cpu's fused one eagerly).
+  whole step with Adam, eager against compiled (its update traced, against kiln-cpu's fused one eagerly);
+* other batch sizes (``shapes`` in the record): for the whole SGD steps, the first call at a new batch size
+  (a trace; the fused kernels of the first other size, which read their sizes at run time, serve it), and the
+  compiled step at another size (those kernels) against the first size's (kernels made for its shapes).
 
 Each case first checks that compiled and eager kiln agree with PyTorch, then times ``per_call_seconds`` (the
 minimum per-call time over repeats; the first calls, which trace and compile, are excluded). Ratios:
@@ -21,6 +24,7 @@ and a fused chain at least 2x faster than kiln eager.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import os
@@ -130,6 +134,64 @@ def _steps(kiln, torch, rng) -> list[dict]:
     return cases
 
 
+def _shapes(kiln, rng, repeat: int, min_time: float) -> list[dict]:
+    """The whole SGD steps at other batch sizes (kiln only: a first call at a new size traces; PyTorch's
+    ``dynamic`` recompiles take seconds and are not its eager steps): per step, the eager step, the median
+    first call at five new sizes (after the first new size, which makes the dynamic kernels), and the
+    compiled step at the first size and at another one."""
+    import statistics
+    import time
+
+    import kiln.nn
+
+    rows = []
+    for name, make, shape, _ in STEPS:
+        model = make(kiln.nn)
+        opt = kiln.optim.SGD(model.parameters(), lr=1e-3)
+
+        def step(x, y, model=model, opt=opt):
+            opt.zero_grad()
+            loss = kiln.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            return loss.detach()
+
+        whole = kiln.compile(step)
+        first, other = shape[0], shape[0] - 1
+        data = {
+            n: (
+                kiln.from_numpy(rng.standard_normal((n, *shape[1:])).astype(np.float32)),
+                kiln.from_numpy(rng.integers(0, 10, n)),
+            )
+            for n in range(first - 7, first + 1)
+        }
+        for n in (first, first, first, other, other):  # traces (no .grad, then .grad), the dynamic kernels
+            whole(*data[n])
+        firsts = []
+        for n in range(first - 7, first - 2):
+            start = time.perf_counter()
+            whole(*data[n])
+            firsts.append(time.perf_counter() - start)
+        assert whole.trace_count <= 8, whole.trace_count
+        calls = {
+            "eager": functools.partial(step, *data[first]),
+            "compiled": functools.partial(whole, *data[first]),
+            "compiled, other size": functools.partial(whole, *data[other]),
+        }
+        us = {kind: per_call_seconds(call, repeat=repeat, min_time=min_time) * 1e6 for kind, call in calls.items()}
+        us["new size, first call"] = statistics.median(firsts) * 1e6
+        rows.append(
+            {
+                "name": f"{name}, whole step compiled, batch {first} then {other} and 5 more sizes",
+                "unit": "us",
+                "times": us,
+                "new size/eager": us["new size, first call"] / us["eager"],
+                "other size/first size": us["compiled, other size"] / us["compiled"],
+            }
+        )
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     args = one_thread_arguments(__doc__, DEFAULT_OUTPUT, 0.2, argv)
 
@@ -177,8 +239,17 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['name']:<34} {t['eager']:>9.0f} {t['compiled']:>11.0f} {t['torch']:>9.0f} "
             f"{r['compiled/eager']:>9.2f}x {r['compiled/torch']:>9.2f}x"
         )
+    shapes = _shapes(kiln, rng, args.repeat, args.min_time)
+    print("\nOther batch sizes (whole SGD step): first call at a new size, and the compiled step at another size")
+    for r in shapes:
+        t = r["times"]
+        print(
+            f"{r['name']}: eager {t['eager']:.0f} us, new size {t['new size, first call']:.0f} us "
+            f"({r['new size/eager']:.1f}x eager), compiled {t['compiled']:.0f} us, at the other size "
+            f"{t['compiled, other size']:.0f} us ({r['other size/first size']:.2f}x)"
+        )
     write_one_thread_record(
-        args, "compile", "us per call (minimum over repeats, traces excluded), 1 thread", rows, torch
+        args, "compile", "us per call (minimum over repeats, traces excluded), 1 thread", rows, torch, shapes=shapes
     )
     return 0
 

@@ -133,3 +133,37 @@ def test_training_steps_at_other_batch_sizes_match_eager():
     for p, q in zip(models[0].parameters(), models[1].parameters()):
         np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-5, atol=1e-6)
     assert compiled._limited <= 3  # the first steps (optimizer state made, .grad None, then not): the rest are sizes
+
+
+@pytest.mark.skipif(not HAS_CODEGEN, reason="needs a code generator for cpu (kiln-cpu)")
+def test_only_groups_whose_shapes_changed_read_their_sizes(monkeypatch):
+    """In a trace of the same program at other shapes, a fused group over values whose shapes all traces
+    share (a parameter's update) keeps kernels made for its shapes; one over the batch reads its sizes."""
+    seen = []
+    real = kiln.plugins.compilers
+
+    class Recorder:
+        device_type = "cpu"
+        partial_reductions = True
+
+        def __init__(self, codegen):
+            self.codegen = codegen
+
+        def __call__(self, group):
+            seen.append(group)
+            return self.codegen(group)
+
+    def compilers():
+        return {
+            name: Recorder(c) if getattr(c, "device_type", None) == "cpu" else c for name, c in real().items()
+        }
+
+    monkeypatch.setattr(kiln.plugins, "compilers", compilers)
+    f = kiln.compile(lambda x, w: ((x * 2 + 1).relu().sum(1), (w * 3 + 1).exp()))
+    w = kiln.randn(8)
+    f(kiln.randn(4, 8), w)
+    assert sorted((g.shape, g.dynamic) for g in seen) == [((4, 8), False), ((8,), False)]
+    seen.clear()
+    x = kiln.randn(5, 8)
+    _close(f(x, w), ((x * 2 + 1).relu().sum(1), (w * 3 + 1).exp()))
+    assert sorted((g.shape, g.dynamic) for g in seen) == [((5, 8), True), ((8,), False)]

@@ -46,8 +46,9 @@ class FusedGroup:
       with ``keepdim``, a bool, with size 1 there). A group with ``dims`` reaches only a code generator whose
       ``partial_reductions`` attribute is true; for the others such a sum stays its op's own kernel;
     * ``keepdim``: see ``dims``;
-    * ``dynamic``: the compiled function meets other shapes (its graph's ``dynamic``): a kernel whose code
-      takes the sizes at run time serves this group's later shapes too (a code generator may ignore it).
+    * ``dynamic``: the compiled function meets this group at other shapes (its graph is ``dynamic`` and a
+      value the group reads or makes is not among the graph's ``fixed`` ones): a kernel whose code takes the
+      sizes at run time serves its later shapes too (a code generator may ignore it).
     """
 
     def __init__(self, shape, inputs, lines, outputs, reduction=None, keepdim=False, dims=None, dynamic=False) -> None:
@@ -374,7 +375,7 @@ def lower(graph: Graph, names, codegens: dict[str, Callable]) -> dict[int, str |
                 close(g)
     for g in {id(g): g for g in open_groups.values()}.values():
         close(g)
-    return _emit(done, readers, names, codegens, graph.dynamic)
+    return _emit(done, readers, names, codegens, graph)
 
 
 def _fusable_reduction(node: Node, open_groups: dict, codegen: Callable):
@@ -461,7 +462,7 @@ def _takes_out(kernel: Callable) -> bool:
     return any(p.name == "out" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
-def _emit(groups: list[_Group], readers: dict, names, codegens: dict, dynamic: bool) -> dict[int, str | None]:
+def _emit(groups: list[_Group], readers: dict, names, codegens: dict, graph: Graph) -> dict[int, str | None]:
     out: dict[int, str | None] = {}
     for g in groups:
         members = set(g.positions)
@@ -484,7 +485,8 @@ def _emit(groups: list[_Group], readers: dict, names, codegens: dict, dynamic: b
             None if g.reduction is None else (g.reduction[1], g.reduction[2], _FLOAT[g.reduction[3].dtype]),
             bool(g.reduction[4]) if g.reduction is not None else False,
             None if g.reduction is None else g.reduction[5],
-            dynamic,
+            # sizes read at run time where a value's shape changes between the function's traces
+            graph.dynamic and not all(v.index in graph.fixed for n in g.nodes for v in (*n.values_read(), *n.outputs)),
         )
         device = g.nodes[0].outputs[0].device.type
         kernel = codegens[device](group)

@@ -116,8 +116,10 @@ class Graph:
         # passes take every input as possibly sharing memory with every other
         self.input_aliases: tuple | None = None
         # whether the compiled function meets other shapes (``kiln.compile(dynamic=...)``): code generators
-        # then make kernels that take their sizes at run time, shared by every shape, over fixed-size ones
+        # then make kernels that take their sizes at run time, shared by every shape, over fixed-size ones;
+        # except for the values in ``fixed`` (indices), whose shapes the function's other traces share
         self.dynamic = False
+        self.fixed: frozenset[int] = frozenset()
 
     def replace(self, nodes: list[Node] | None = None, outputs: list[Value] | None = None) -> Graph:
         """A copy with other nodes or outputs (same inputs and constants): what passes return."""
@@ -125,6 +127,7 @@ class Graph:
         g.constants = dict(self.constants)
         g.input_aliases = self.input_aliases
         g.dynamic = self.dynamic
+        g.fixed = self.fixed
         return g
 
     @property

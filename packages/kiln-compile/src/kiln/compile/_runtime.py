@@ -208,13 +208,16 @@ class CompiledFunction:
         entry, result = trace_call(self._fn, args, kwargs, fullgraph=self._fullgraph)
         entry.signature = shape_signature(entry.graphs, entry.guard_words)
         automatic = self._dynamic is None and _config.automatic_dynamic_shapes
-        if (self._dynamic or automatic) and any(e.signature == entry.signature for e in self._entries):
-            # the program of a kept trace at other shapes: it does not count towards cache_size_limit, and its
-            # kernels take their sizes at run time (the first such trace compiles them; later shapes reuse them)
+        same = next((e for e in self._entries if e.signature == entry.signature), None)
+        if (self._dynamic or automatic) and same is not None:
+            # the program of a kept trace at other shapes: it does not count towards cache_size_limit, and the
+            # kernels of its values whose shapes changed take their sizes at run time (the first such trace
+            # compiles them; later shapes reuse them)
             with self._lock:
                 self._limited -= 1
-            for graph in entry.graphs:
+            for graph, other in zip(entry.graphs, same.graphs):
                 graph.dynamic = True
+                graph.fixed = _same_shapes(graph, other)
         elif self._dynamic:
             for graph in entry.graphs:
                 graph.dynamic = True
@@ -470,6 +473,19 @@ def shape_signature(graphs: list[Graph], guard_words: list[str]) -> tuple:
 
 # a tensor's geometry in a guard's words (``_guards._describe_meta``): left out of shape_signature
 _GEOMETRY = re.compile(r"shape \[[\d, ]*\], strides \([\d, ]*\), offset \d+")
+
+
+def _same_shapes(graph: Graph, other: Graph) -> frozenset[int]:
+    """The indices of the values whose shapes ``graph`` and ``other`` (a trace of the same program: its
+    values numbered alike) share."""
+
+    def shapes(g: Graph) -> dict[int, tuple]:
+        out = {v.index: v.shape for v in g.inputs}
+        out.update((v.index, v.shape) for node in g.nodes for v in node.outputs)
+        return out
+
+    mine, theirs = shapes(graph), shapes(other)
+    return frozenset(i for i, shape in mine.items() if theirs.get(i) == shape)
 
 
 def _parameters(objects: list, buffers: bool = False) -> list[kiln.Tensor]:

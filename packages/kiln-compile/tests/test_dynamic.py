@@ -136,9 +136,10 @@ def test_training_steps_at_other_batch_sizes_match_eager():
 
 
 @pytest.mark.skipif(not HAS_CODEGEN, reason="needs a code generator for cpu (kiln-cpu)")
-def test_only_groups_whose_shapes_changed_read_their_sizes(monkeypatch):
+def test_only_sizes_that_changed_are_read(monkeypatch):
     """In a trace of the same program at other shapes, a fused group over values whose shapes all traces
-    share (a parameter's update) keeps kernels made for its shapes; one over the batch reads its sizes."""
+    share (a parameter's update) keeps kernels made for its shapes; one over the batch reads the batch's size
+    at run time, and keeps the other sizes written in."""
     seen = []
     real = kiln.plugins.compilers
 
@@ -154,16 +155,103 @@ def test_only_groups_whose_shapes_changed_read_their_sizes(monkeypatch):
             return self.codegen(group)
 
     def compilers():
-        return {
-            name: Recorder(c) if getattr(c, "device_type", None) == "cpu" else c for name, c in real().items()
-        }
+        return {name: Recorder(c) if getattr(c, "device_type", None) == "cpu" else c for name, c in real().items()}
 
     monkeypatch.setattr(kiln.plugins, "compilers", compilers)
     f = kiln.compile(lambda x, w: ((x * 2 + 1).relu().sum(1), (w * 3 + 1).exp()))
     w = kiln.randn(8)
     f(kiln.randn(4, 8), w)
-    assert sorted((g.shape, g.dynamic) for g in seen) == [((4, 8), False), ((8,), False)]
+    assert sorted((g.shape, g.dynamic) for g in seen) == [((4, 8), False), ((8,), False)]  # the first trace
     seen.clear()
     x = kiln.randn(5, 8)
     _close(f(x, w), ((x * 2 + 1).relu().sum(1), (w * 3 + 1).exp()))
-    assert sorted((g.shape, g.dynamic) for g in seen) == [((5, 8), True), ((8,), False)]
+    assert sorted((g.shape, g.dynamic, g.dynamic_dims) for g in seen) == [((5, 8), True, (0,)), ((8,), False, ())]
+
+
+@pytest.mark.parametrize(
+    "layer", [lambda: kiln.nn.LayerNorm(6), lambda: kiln.nn.BatchNorm1d(6), lambda: kiln.nn.GroupNorm(2, 6)]
+)
+def test_normalization_steps_count_once(monkeypatch, layer):
+    """A normalization's backward takes a layout (a named tuple) holding its statistics' shape: its sizes
+    are sizes too, so a training step at other batch sizes is one program."""
+    monkeypatch.setattr(kiln.compile.config, "cache_size_limit", 3)
+    kiln.manual_seed(0)
+    model = kiln.nn.Sequential(kiln.nn.Linear(4, 6), layer(), kiln.nn.ReLU(), kiln.nn.Linear(6, 2))
+    opt = kiln.optim.SGD(model.parameters(), lr=0.1)
+
+    def step(x):
+        opt.zero_grad()
+        loss = model(x).square().mean()
+        loss.backward()
+        opt.step()
+        return loss
+
+    compiled = kiln.compile(step)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for n in (8, 8, 7, 6, 5, 9, 10):
+            compiled(kiln.randn(n, 4))
+    assert compiled._limited <= 2
+
+
+def test_slices_and_nan_constants_are_the_same_program(monkeypatch):
+    monkeypatch.setattr(kiln.compile.config, "cache_size_limit", 1)
+
+    def glu(x):
+        half = x[:, : x.shape[1] // 2]
+        a, b = x.chunk(2, -1)
+        return half * kiln.sigmoid(b) + a
+
+    def masked(x):
+        return x.masked_fill(x > 0, float("nan")) * 2  # a new NaN object on every call
+
+    for fn in (glu, masked):
+        f = kiln.compile(fn)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            for n in (2, 4, 6, 8):
+                x = kiln.randn(3, n)
+                got, want = f(x), fn(x)
+                assert kiln.allclose(got, want, equal_nan=True)
+        assert f._limited == 1
+
+
+def test_the_warning_counts_what_its_limit_counts(monkeypatch):
+    monkeypatch.setattr(kiln.compile.config, "cache_size_limit", 2)
+    f = kiln.compile(lambda x, s: x * s)
+    for n in (2, 3, 4, 5):  # other shapes: not counted
+        f(kiln.ones(n), 0.5)
+    f(kiln.ones(2), 0.25)
+    with pytest.warns(UserWarning, match=r"traced 2 times \(kiln.compile.config.cache_size_limit\)"):
+        f(kiln.ones(2), 4.0)
+
+
+def test_module_compile_and_settings_pass_dynamic_through(monkeypatch):
+    net = kiln.nn.Linear(3, 2)
+    static = kiln.compile(net, dynamic=False)
+    assert static._compiled._dynamic is False
+    monkeypatch.setattr(kiln.compile.config, "automatic_dynamic_shapes", False)
+    f = kiln.compile(lambda x: (x * 2).exp(), dynamic=True)  # an explicit True wins over the setting
+    for n in (2, 3):
+        f(kiln.ones(n))
+    assert [e.graphs[0].dynamic for e in f._entries] == [True, True] and f._limited == 1
+
+
+def test_past_the_limit_other_shapes_are_still_traced(monkeypatch):
+    """The limit reached by other programs (other float constants), a call at a new shape of a kept trace's
+    program is still traced and kept; one of yet another program is traced, dropped and run as eager runs
+    it, with the warning, and after cache_size_limit such calls none is traced."""
+    monkeypatch.setattr(kiln.compile.config, "cache_size_limit", 2)
+    f = kiln.compile(lambda x, s: x * s + 1)
+    f(kiln.ones(3), 0.5)
+    f(kiln.ones(3), 0.25)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert f(kiln.ones(5), 0.5).tolist() == [1.5] * 5
+    assert len(f._entries) == 3 and f.trace_count == 3
+    with pytest.warns(UserWarning, match="traced 2 times"):
+        assert f(kiln.ones(3), 4.0).tolist() == [5.0] * 3
+    for s in (5.0, 6.0, 7.0):
+        assert f(kiln.ones(3), s).tolist() == [s + 1] * 3
+    assert f.trace_count == 5 and len(f._entries) == 3  # two dropped traces, then eager calls
+    assert f(kiln.ones(7), 0.25).tolist() == [1.25] * 7  # (no more traces: eager)

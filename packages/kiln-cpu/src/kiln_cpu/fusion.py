@@ -9,8 +9,8 @@ per group are compiled as needed: a flat loop (every input contiguous and of the
 over contiguous inputs (their strides written into the source: the shapes are the trace's, fixed by its
 guards), and a nested loop over any strided views. A sum or mean over some dims (``FusedGroup.dims``) adds
 into one float64 sum per kept element, in the nested loops only. A dynamic group (``FusedGroup.dynamic``:
-the compiled function has met other shapes) reads its sizes and strides at run time instead, so that its
-loops serve every shape (:class:`_Geometry`).
+the compiled function has met other shapes) reads the sizes and strides that change at run time instead,
+so that its loops serve every shape (:class:`_Geometry`).
 """
 
 from __future__ import annotations
@@ -99,37 +99,62 @@ def _merge(
 
 class _Geometry:
     """The sizes and strides of one loop. A group compiled for one shape (``FusedGroup.dynamic`` false) has
-    them written into the loop as numbers, so LLVM knows every trip count. A dynamic group's loop reads them
-    at run time from one int64 array (``g``) under names (``n0``, ``s1``...): its text then depends only on
-    which strides are 0 or 1, and one compiled loop serves the group at every shape of that pattern (a new
-    batch size compiles nothing; a row of unknown length costs ~4% on 1024-element rows)."""
+    them written into the loop as numbers, so LLVM knows every trip count. A dynamic group's loop reads the
+    ones that depend on a dim whose size changes (``FusedGroup.dynamic_dims``; each number comes with its
+    value at a probe shape, where those dims are larger, and is read if the two differ) at run time, from one
+    int64 array (``g``), under names (``n0``, ``s1``...). Its text then depends only on the sizes that do not
+    change, and one compiled loop serves the group at every size of the others (a new batch size compiles
+    nothing; a row of unknown length costs ~4% on 1024-element rows, more on short ones)."""
 
     def __init__(self, dynamic: bool) -> None:
         self.dynamic = dynamic
         self.values: list[int] = []
         self.prologue: list[str] = []
 
-    def name(self, prefix: str, value: int) -> str:
-        """How the loop writes ``value``: the number, or (dynamic) a name read from ``g``."""
-        if not self.dynamic:
+    def name(self, prefix: str, value: int, probe) -> str:
+        """How the loop writes ``value`` (``probe``: its value at the probe shape): the number, or a name read
+        from ``g`` where it changes with the dynamic dims."""
+        if not self.dynamic or value == probe:
             return str(int(value))
         name = f"{prefix}{len(self.values)}"
         self.prologue.append(f"    {name} = g[{len(self.values)}]")
         self.values.append(int(value))
         return name
 
-    def strides(self, strides: tuple) -> tuple:
-        """Each stride as the loop writes it: ``0`` and ``1`` as numbers (a broadcast dim, a row), others by
-        :meth:`name`."""
-        return tuple(st if st in (0, 1) else self.name("s", st) for st in strides)
-
-    def positive(self, size: str) -> str:
-        """``max(size, 1)``: a buffer's length."""
-        return f"max({size}, 1)" if self.dynamic else str(max(int(size), 1))
+    def strides(self, strides: tuple, probes: tuple) -> tuple:
+        """Each stride as the loop writes it: the number (an int), or a name where it changes with the dynamic
+        dims (:meth:`name`; ``probes``: the strides at the probe shape)."""
+        return tuple(st if not self.dynamic or st == pr else self.name("s", st, pr) for st, pr in zip(strides, probes))
 
     def array(self) -> np.ndarray:
         """What the loop is called with: its ``g``."""
         return np.array(self.values or [0], dtype=np.int64)
+
+
+def _probe(group, shape: tuple) -> tuple[tuple, list[tuple]]:
+    """The probe shape of a dynamic group and its inputs' shapes: each dynamic dim of size 2 or more made
+    larger (sizes 0 and 1 are kept: their loops are of another pattern, as PyTorch specializes them)."""
+    nd = len(shape)
+    varying = getattr(group, "dynamic_dims", None)
+    varying = range(nd) if varying is None else varying
+    probe = tuple(n * 2 + 2 if d in varying and n > 1 else n for d, n in enumerate(shape))
+    inputs = []
+    for s, _ in group.inputs:
+        lead = nd - len(s)
+        inputs.append(tuple(probe[lead + k] if n == shape[lead + k] and n != 1 else n for k, n in enumerate(s)))
+    return probe, inputs
+
+
+def _layout(shape: tuple, inputs: list[tuple], dims, cap) -> tuple:
+    """``(merged shape, merged strides of the inputs, the output and the kept elements, merged reduced dims,
+    kept elements' strides, number of kept elements)`` of a group's loops at ``shape``."""
+    full = _broadcast_strides(shape, shape)
+    # the element index into the kept elements (C order) of each position: stride 0 along the reduced dims
+    kept = _broadcast_strides(tuple(1 if dims and d in dims else n for d, n in enumerate(shape)), shape)
+    operands = [_broadcast_strides(s, shape) for s in inputs] + [full, kept]
+    merged, strides, reduced = _merge(shape, operands, dims, cap)
+    count = math.prod(n for d, n in enumerate(shape) if d not in dims) if dims is not None else 0
+    return merged, strides, reduced, kept, count
 
 
 def source(group) -> tuple[str, np.ndarray, np.ndarray]:
@@ -137,10 +162,11 @@ def source(group) -> tuple[str, np.ndarray, np.ndarray]:
     (:class:`_Geometry`): ``flat`` (inputs of the full shape; left out when the group reduces some dims: a
     flat index does not say which kept element it adds into), ``dense`` (contiguous inputs, any of them
     broadcast, over the dims :func:`_merge` leaves, so the innermost one vectorizes) and ``strided`` (any
-    views). A dynamic group's text holds no size: groups that differ only in their sizes share it, and its
-    compiled loops.
+    views). A dynamic group's text holds none of the sizes that change (``FusedGroup.dynamic_dims``): groups
+    that differ only in those share it, and its compiled loops.
 
-    Each run of values (1024 of ``flat``'s, a row of the others, up to :data:`_ROW_MAX`) is computed into
+    Each run of values (1024 of ``flat``'s, a row of the others, up to :data:`_ROW_MAX`, or :data:`_RUN` of a
+    row whose length is read at run time) is computed into
     small buffers, then stored into the outputs and added into the reduction's sum. LLVM vectorizes a loop
     whose stores may overlap its loads only after checking at run time that they do not; an output stored
     into one of the inputs (an optimizer's ``exp_avg``, updated in place) fails that check, and the loop ran
@@ -185,26 +211,27 @@ def source(group) -> tuple[str, np.ndarray, np.ndarray]:
             return terms[0]  # a loop variable: never negative, as LLVM sees
         return f"_u({' + '.join(terms)})" if terms else "0"
 
-    def nested(name: str, shape: tuple, reduced, reads, target, kept: tuple) -> tuple[list[str], np.ndarray]:
+    def nested(name: str, shape: tuple, reduced, reads, target, kept: tuple, count: tuple) -> tuple:
         """Loops over ``shape`` (``reduced``: the dims the reduction adds over, None for every one); ``reads``
         and ``target`` map a geometry and the last index to index expressions, ``kept`` are the element
-        strides of the kept elements (with some dims reduced). A dynamic group's last dim, of any length, is
-        walked in runs of at most :data:`_RUN` values."""
+        strides of the kept elements (with some dims reduced), ``count`` the number of kept elements. Each
+        number comes with its value at the probe shape (:class:`_Geometry`). A last dim of a size read at
+        run time (or longer than :data:`_ROW_MAX`) is walked in runs of at most :data:`_RUN` values."""
         geo = _Geometry(dynamic)
-        sizes = [geo.name("n", n) for n in shape]
+        sizes = [geo.name("n", n, pr) for n, pr in shape]
         ndim = len(shape)
         inner = sizes[-1] if ndim else "1"
-        chunked = dynamic and ndim > 0
-        buffered = chunked or (shape[-1] if ndim else 1) <= _ROW_MAX
+        chunked = ndim > 0 and dynamic and (not inner.isdigit() or int(inner) > _ROW_MAX)
+        buffered = chunked or (shape[-1][0] if ndim else 1) <= _ROW_MAX
         last = "c + j" if chunked else (f"i{ndim - 1}" if ndim else "0")
         acc = "0.0"
         if dims is not None:
-            kept_strides = geo.strides(kept)
-            acc = f"np.zeros({geo.name('k', math.prod(n for d, n in enumerate(group.shape) if d not in dims))}, np.float64)"
+            kept_strides = geo.strides(*kept)
+            acc = f"np.zeros({geo.name('k', *count)}, np.float64)"
         read = reads(geo, last)
         put = target(geo)
-        run = f"min({geo.positive(inner)}, {_RUN})" if chunked else geo.positive(inner)
-        out = start(name, ["g", *arrays], geo.prologue, run, buffered, acc)
+        run = f"max({inner}, 1)" if not inner.isdigit() else str(max(int(inner), 1))
+        out = start(name, ["g", *arrays], geo.prologue, f"min({run}, {_RUN})" if chunked else run, buffered, acc)
         indent = "    "
         for k in range(ndim - 1 if chunked else ndim):
             out.append(f"{indent}for i{k} in range({sizes[k]}):")
@@ -227,9 +254,6 @@ def source(group) -> tuple[str, np.ndarray, np.ndarray]:
         return out + ["    return acc"], geo.array()
 
     shape = group.shape
-    full = _broadcast_strides(shape, shape)
-    # the element index into the kept elements (C order) of each position: stride 0 along the reduced dims
-    kept = _broadcast_strides(tuple(1 if dims and d in dims else n for d, n in enumerate(shape)), shape)
     flat = []
     if dims is None:  # (with some dims reduced, a flat index does not say which kept element it adds into)
         flat = start("flat", ["n", *arrays], [], str(_CHUNK), True, "0.0")
@@ -244,23 +268,41 @@ def source(group) -> tuple[str, np.ndarray, np.ndarray]:
         if reduce is not None:
             flat.append("        acc += sum_run(buf, m)")
         flat.append("    return acc")
-    operands = [_broadcast_strides(s, shape) for s, _ in group.inputs] + [full, kept]
-    merged, strides, reduced = _merge(shape, operands, dims, None if dynamic else _ROW_MAX)
+    cap = None if dynamic else _ROW_MAX
+    merged, strides, reduced, kept, count = _layout(shape, [s for s, _ in group.inputs], dims, cap)
+    probe_shape, probe_inputs = _probe(group, shape) if dynamic else (shape, [s for s, _ in group.inputs])
+    p_merged, p_strides, p_reduced, p_kept, p_count = _layout(probe_shape, probe_inputs, dims, cap)
+    if len(p_merged) != len(merged) or p_reduced != reduced:  # (the same dims merge at both: a safeguard)
+        p_merged, p_strides = (None,) * len(merged), [(None,) * len(st) for st in strides]  # every number read
 
     def dense_reads(geo: _Geometry, last: str) -> list[str]:
-        return [index(geo.strides(st), last) for st in strides[:n_in]]
+        return [index(geo.strides(st, pr), last) for st, pr in zip(strides[:n_in], p_strides)]
 
     def dense_target(geo: _Geometry):
-        out = geo.strides(strides[n_in]) if merged else ()
+        out = geo.strides(strides[n_in], p_strides[n_in]) if merged else ()
         return lambda last: index(out, last) if merged else "0"
 
-    dense, dense_geo = nested("dense", merged, reduced, dense_reads, dense_target, strides[n_in + 1])
+    dense, dense_geo = nested(
+        "dense",
+        tuple(zip(merged, p_merged)),
+        reduced,
+        dense_reads,
+        dense_target,
+        (strides[n_in + 1], p_strides[n_in + 1]),
+        (count, p_count),
+    )
 
     def point(last: str) -> str:
         return ", ".join([f"i{k}" for k in range(nd - 1)] + [last]) if nd else "()"
 
     strided, strided_geo = nested(
-        "strided", shape, dims, lambda geo, last: [point(last)] * n_in, lambda geo: point, kept
+        "strided",
+        tuple(zip(shape, probe_shape)),
+        dims,
+        lambda geo, last: [point(last)] * n_in,
+        lambda geo: point,
+        (kept, p_kept),
+        (count, p_count),
     )
     text = "\n".join(
         [

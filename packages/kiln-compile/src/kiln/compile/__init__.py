@@ -75,11 +75,12 @@ def compile(  # noqa: A001 - PyTorch's name
     * ``dynamic``: every trace is guarded on its exact shapes, and a call at a new shape traces again (one
       eager call); what differs is what that costs. ``None`` (default): the first trace's kernels are made
       for its shapes; a later trace of the same program at other shapes (the same ops on tensors of the
-      same ranks: only sizes, strides and int arguments differ) does not count towards
+      same ranks: only sizes, strides and the int arguments of ops differ) does not count towards
       ``config.cache_size_limit`` (only towards ``config.accumulated_cache_size_limit``, 256), and its fused
-      kernels take their sizes at run time, so that every later shape reuses them: a new batch size costs one
-      traced call and no kernel compilation. ``True``: so from the first trace. ``False``: every new shape
-      counts towards ``cache_size_limit`` and gets kernels made for it.
+      kernels read the sizes that changed at run time, so that every later shape reuses them: a new batch
+      size costs one traced call and no kernel compilation. ``True``: so from the first trace, every size
+      read at run time. ``False``: every new shape counts towards ``cache_size_limit`` and gets kernels made
+      for it.
     * ``mode``: PyTorch's modes are accepted; kiln's code generation is the same for all of them.
     * ``disable=True``: return ``model`` unchanged.
     """

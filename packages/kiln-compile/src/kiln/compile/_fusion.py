@@ -46,12 +46,14 @@ class FusedGroup:
       with ``keepdim``, a bool, with size 1 there). A group with ``dims`` reaches only a code generator whose
       ``partial_reductions`` attribute is true; for the others such a sum stays its op's own kernel;
     * ``keepdim``: see ``dims``;
-    * ``dynamic``: the compiled function meets this group at other shapes (its graph is ``dynamic`` and a
-      value the group reads or makes is not among the graph's ``fixed`` ones): a kernel whose code takes the
-      sizes at run time serves its later shapes too (a code generator may ignore it).
+    * ``dynamic``: the compiled function meets this group at other sizes of the dims ``dynamic_dims`` (None:
+      of any dim): a kernel whose code takes those sizes at run time serves its later shapes too (a code
+      generator may ignore both).
     """
 
-    def __init__(self, shape, inputs, lines, outputs, reduction=None, keepdim=False, dims=None, dynamic=False) -> None:
+    def __init__(
+        self, shape, inputs, lines, outputs, reduction=None, keepdim=False, dims=None, dynamic=False, dynamic_dims=None
+    ) -> None:
         self.shape = tuple(shape)
         self.inputs = list(inputs)
         self.lines = list(lines)
@@ -60,6 +62,7 @@ class FusedGroup:
         self.keepdim = keepdim
         self.dims = None if dims is None else tuple(dims)
         self.dynamic = bool(dynamic)
+        self.dynamic_dims = None if dynamic_dims is None else tuple(dynamic_dims)
 
     def key(self) -> tuple:
         """Everything the generated code depends on (a code generator may cache by it)."""
@@ -72,6 +75,7 @@ class FusedGroup:
             self.keepdim,
             self.dims,
             self.dynamic,
+            self.dynamic_dims,
         )
 
 
@@ -462,6 +466,29 @@ def _takes_out(kernel: Callable) -> bool:
     return any(p.name == "out" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
+def _changed_dims(g: _Group, graph: Graph) -> tuple[bool, tuple | None]:
+    """``(dynamic, dynamic_dims)`` of a group of ``graph``: whether the function meets it at other sizes, and
+    of which of its dims (the dims of the values it reads and stores, broadcast against its shape, whose
+    sizes differ from those of another trace of the same program; None: not known, any)."""
+    if not graph.dynamic:
+        return False, None
+    if graph.before is None:
+        return True, None
+    nd = len(g.shape)
+    reduced = {v.index for v in (g.reduction[3],)} if g.reduction is not None else set()
+    changed: set[int] = set()
+    for node in g.nodes:
+        for v in (*node.values_read(), *node.outputs):
+            if v.index in reduced:
+                continue  # (the reduction's result: its dims are the group's, read through its input)
+            old = graph.before.get(v.index)
+            if old is None or len(old) != len(v.shape) or len(v.shape) > nd:
+                return True, None
+            lead = nd - len(v.shape)
+            changed.update(lead + k for k, (a, b) in enumerate(zip(old, v.shape)) if a != b)
+    return bool(changed), tuple(sorted(changed))
+
+
 def _emit(groups: list[_Group], readers: dict, names, codegens: dict, graph: Graph) -> dict[int, str | None]:
     out: dict[int, str | None] = {}
     for g in groups:
@@ -485,8 +512,7 @@ def _emit(groups: list[_Group], readers: dict, names, codegens: dict, graph: Gra
             None if g.reduction is None else (g.reduction[1], g.reduction[2], _FLOAT[g.reduction[3].dtype]),
             bool(g.reduction[4]) if g.reduction is not None else False,
             None if g.reduction is None else g.reduction[5],
-            # sizes read at run time where a value's shape changes between the function's traces
-            graph.dynamic and not all(v.index in graph.fixed for n in g.nodes for v in (*n.values_read(), *n.outputs)),
+            *_changed_dims(g, graph),
         )
         device = g.nodes[0].outputs[0].device.type
         kernel = codegens[device](group)

@@ -116,10 +116,11 @@ class Graph:
         # passes take every input as possibly sharing memory with every other
         self.input_aliases: tuple | None = None
         # whether the compiled function meets other shapes (``kiln.compile(dynamic=...)``): code generators
-        # then make kernels that take their sizes at run time, shared by every shape, over fixed-size ones;
-        # except for the values in ``fixed`` (indices), whose shapes the function's other traces share
+        # then make kernels that take the sizes that change at run time, shared by every shape, over
+        # fixed-size ones; ``before``: the shapes (by value index) of another trace of the same program,
+        # which say which sizes change (None: not known, every size may)
         self.dynamic = False
-        self.fixed: frozenset[int] = frozenset()
+        self.before: dict[int, tuple] | None = None
 
     def replace(self, nodes: list[Node] | None = None, outputs: list[Value] | None = None) -> Graph:
         """A copy with other nodes or outputs (same inputs and constants): what passes return."""
@@ -127,7 +128,7 @@ class Graph:
         g.constants = dict(self.constants)
         g.input_aliases = self.input_aliases
         g.dynamic = self.dynamic
-        g.fixed = self.fixed
+        g.before = self.before
         return g
 
     @property

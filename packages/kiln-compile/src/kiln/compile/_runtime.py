@@ -159,6 +159,7 @@ class CompiledFunction:
         self._entries: list[Entry] = []
         self._traces = 0
         self._limited = 0  # the traces config.cache_size_limit counts: all but another shape of a kept one
+        self._probes = 0  # traces past cache_size_limit dropped (not another shape of a kept one)
         self._warned = False
         self._lock = threading.Lock()
         functools.update_wrapper(self, fn)
@@ -184,40 +185,64 @@ class CompiledFunction:
                 return entry.run(inputs)
             except GuardFailure:  # a value read into Python differs: another entry, or a new trace
                 continue
-        if self._limited >= _config.cache_size_limit or len(self._entries) >= _config.accumulated_cache_size_limit:
-            if not self._warned:
-                self._warned = True
-                limit = (
-                    "cache_size_limit" if self._limited >= _config.cache_size_limit else "accumulated_cache_size_limit"
-                )
-                warnings.warn(
-                    f"kiln.compile: {getattr(self._fn, '__qualname__', self._fn)} was traced "
-                    f"{self._traces} times (kiln.compile.config.{limit}); it now runs eagerly when no "
-                    "trace's guards hold. kiln.compile.explain() shows the guards that failed.",
-                    stacklevel=2,
-                )
-            return self._fn(*args, **kwargs)
+        full = len(self._entries) >= _config.accumulated_cache_size_limit
+        if full or self._limited >= _config.cache_size_limit:
+            # past cache_size_limit, a call may still be another shape of a kept trace: a trace finds out (one
+            # that is not is dropped, its call's result being eager's; after cache_size_limit such, none)
+            if full or not self._automatic() or self._probes >= _config.cache_size_limit:
+                self._warn_limit(full, stacklevel=3)
+                return self._fn(*args, **kwargs)
+            with self._lock:
+                self._traces += 1
+            return self._trace(args, kwargs, probe=True)
         with self._lock:
             self._traces += 1
             self._limited += 1
         return self._trace(args, kwargs)
 
+    def _warn_limit(self, full: bool, stacklevel: int) -> None:
+        """Warn, once, that calls no trace serves now run eagerly (``full``: accumulated_cache_size_limit)."""
+        if self._warned:
+            return
+        self._warned = True
+        if full:
+            what = (
+                f"{len(self._entries)} times, other shapes included (kiln.compile.config.accumulated_cache_size_limit)"
+            )
+        else:
+            what = f"{self._limited} times (kiln.compile.config.cache_size_limit)"
+        warnings.warn(
+            f"kiln.compile: {getattr(self._fn, '__qualname__', self._fn)} was traced {what}; it now runs eagerly "
+            "when no trace's guards hold. kiln.compile.explain() shows the guards that failed.",
+            stacklevel=stacklevel,
+        )
+
+    def _automatic(self) -> bool:
+        """Whether traces of a kept trace's program at other shapes are told apart (``dynamic`` not False)."""
+        return bool(self._dynamic) or (self._dynamic is None and _config.automatic_dynamic_shapes)
+
     # ---------------------------------------------------------------------------------- tracing
 
-    def _trace(self, args: tuple, kwargs: dict):
+    def _trace(self, args: tuple, kwargs: dict, probe: bool = False):
+        """Trace the call (``probe``: one past cache_size_limit, kept only if it is another shape of a kept
+        trace) and return its result."""
         entry, result = trace_call(self._fn, args, kwargs, fullgraph=self._fullgraph)
         entry.signature = shape_signature(entry.graphs, entry.guard_words)
-        automatic = self._dynamic is None and _config.automatic_dynamic_shapes
         same = next((e for e in self._entries if e.signature == entry.signature), None)
-        if (self._dynamic or automatic) and same is not None:
+        if probe and same is None:
+            with self._lock:
+                self._probes += 1
+            self._warn_limit(False, stacklevel=4)
+            return result
+        if self._automatic() and same is not None:
             # the program of a kept trace at other shapes: it does not count towards cache_size_limit, and the
-            # kernels of its values whose shapes changed take their sizes at run time (the first such trace
+            # kernels of its values whose shapes changed take those sizes at run time (the first such trace
             # compiles them; later shapes reuse them)
             with self._lock:
-                self._limited -= 1
+                self._limited -= 0 if probe else 1
             for graph, other in zip(entry.graphs, same.graphs):
                 graph.dynamic = True
-                graph.fixed = _same_shapes(graph, other)
+                graph.before = _value_shapes(other)
         elif self._dynamic:
             for graph in entry.graphs:
                 graph.dynamic = True
@@ -248,6 +273,7 @@ class CompiledFunction:
             self._entries = []
             self._traces = 0
             self._limited = 0
+            self._probes = 0
             self._warned = False
 
 
@@ -449,9 +475,13 @@ def shape_signature(graphs: list[Graph], guard_words: list[str]) -> tuple:
             return ("v", a.index)
         if type(a) is int:
             return int
-        if type(a) in (list, tuple):
+        if isinstance(a, (list, tuple)):  # a named tuple too (a normalization's layout holds its shapes)
             return (type(a).__name__, *map(arg, a))
-        if a is None or type(a) in (bool, float, str) or isinstance(a, (kiln.dtype, kiln.device)):
+        if type(a) is slice:  # x[:, : x.shape[1] // 2], chunk
+            return ("slice", arg(a.start), arg(a.stop), arg(a.step))
+        if type(a) is float:
+            return ("float", repr(a))  # (NaN equals NaN so; 0.0 and -0.0 differ)
+        if a is None or type(a) in (bool, str) or isinstance(a, (kiln.dtype, kiln.device)):
             return a
         return repr(a)  # (an object's repr names it: another object, another program)
 
@@ -475,17 +505,11 @@ def shape_signature(graphs: list[Graph], guard_words: list[str]) -> tuple:
 _GEOMETRY = re.compile(r"shape \[[\d, ]*\], strides \([\d, ]*\), offset \d+")
 
 
-def _same_shapes(graph: Graph, other: Graph) -> frozenset[int]:
-    """The indices of the values whose shapes ``graph`` and ``other`` (a trace of the same program: its
-    values numbered alike) share."""
-
-    def shapes(g: Graph) -> dict[int, tuple]:
-        out = {v.index: v.shape for v in g.inputs}
-        out.update((v.index, v.shape) for node in g.nodes for v in node.outputs)
-        return out
-
-    mine, theirs = shapes(graph), shapes(other)
-    return frozenset(i for i, shape in mine.items() if theirs.get(i) == shape)
+def _value_shapes(graph: Graph) -> dict[int, tuple]:
+    """The shape of each value of ``graph``, by index."""
+    out = {v.index: v.shape for v in graph.inputs}
+    out.update((v.index, v.shape) for node in graph.nodes for v in node.outputs)
+    return out
 
 
 def _parameters(objects: list, buffers: bool = False) -> list[kiln.Tensor]:

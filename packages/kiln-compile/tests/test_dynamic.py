@@ -239,8 +239,8 @@ def test_module_compile_and_settings_pass_dynamic_through(monkeypatch):
 
 def test_past_the_limit_other_shapes_are_still_traced(monkeypatch):
     """The limit reached by other programs (other float constants), a call at a new shape of a kept trace's
-    program is still traced and kept; one of yet another program is traced, dropped and run as eager runs
-    it, with the warning, and after cache_size_limit such calls none is traced."""
+    program is still traced and compiled; one of yet another program is traced once and kept to run eagerly
+    (with the warning), and after cache_size_limit such programs no call is traced."""
     monkeypatch.setattr(kiln.compile.config, "cache_size_limit", 2)
     f = kiln.compile(lambda x, s: x * s + 1)
     f(kiln.ones(3), 0.5)
@@ -251,7 +251,56 @@ def test_past_the_limit_other_shapes_are_still_traced(monkeypatch):
     assert len(f._entries) == 3 and f.trace_count == 3
     with pytest.warns(UserWarning, match="traced 2 times"):
         assert f(kiln.ones(3), 4.0).tolist() == [5.0] * 3
+    assert f(kiln.ones(3), 4.0).tolist() == [5.0] * 3 and f.trace_count == 4  # its entry runs it eagerly
+    assert f(kiln.ones(6), 0.5).tolist() == [1.5] * 6 and f.trace_count == 5  # another shape: compiled
+    assert [e.forward is None for e in f._entries].count(True) == 1
     for s in (5.0, 6.0, 7.0):
         assert f(kiln.ones(3), s).tolist() == [s + 1] * 3
-    assert f.trace_count == 5 and len(f._entries) == 3  # two dropped traces, then eager calls
-    assert f(kiln.ones(7), 0.25).tolist() == [1.25] * 7  # (no more traces: eager)
+    assert f.trace_count == 6  # a second other program, then none traced
+    assert f(kiln.ones(7), 0.25).tolist() == [1.25] * 7 and f.trace_count == 6
+
+
+def test_other_state_at_the_same_shapes_counts(monkeypatch):
+    """Guards that failed on state, not on shapes: a module attribute changed by each call, a global tensor
+    rebound (whose memory a kept trace would hold) count towards the limit."""
+    monkeypatch.setattr(kiln.compile.config, "cache_size_limit", 3)
+
+    class Counting(kiln.nn.Linear):
+        calls = 0
+
+        def forward(self, x):
+            self.calls += 1
+            return super().forward(x)
+
+    net = kiln.compile(Counting(4, 2))
+    with pytest.warns(UserWarning, match="cache_size_limit"):
+        for _ in range(10):
+            net(kiln.ones(2, 4))
+    # three traces count; past the limit, three more are kept to run eagerly (other programs), then none
+    assert net._compiled._limited == 3 and net._compiled.trace_count == 6 and len(net._compiled._entries) == 6
+    global _BATCH
+    f = kiln.compile(lambda w: (_BATCH * w).sum())
+    with pytest.warns(UserWarning, match="cache_size_limit"):
+        for _ in range(10):
+            _BATCH = kiln.randn(16)
+            assert abs(f(kiln.ones(16)).item() - _BATCH.sum().item()) < 1e-4
+    assert f._limited == 3 and len(f._entries) == 6
+
+
+_BATCH = None
+
+
+@pytest.mark.skipif(not HAS_CODEGEN, reason="needs a code generator for cpu (kiln-cpu)")
+def test_changed_dims_accumulate():
+    """The batch changes, then the sequence length, then both: once each dim has changed, the kernels read
+    both sizes, and every later shape reuses them."""
+    f = kiln.compile(lambda x, w: (x * w + 1).relu().sum(-1))
+    w = kiln.randn(16)
+    made = []
+    for shape in ((4, 3), (5, 3), (5, 8), (6, 9), (7, 2), (3, 11), (8, 5)):
+        x = kiln.randn(*shape, 16)
+        before = len(_modules)
+        for _ in range(2):
+            _close([f(x, w)], [(x * w + 1).relu().sum(-1)])
+        made.append(len(_modules) - before)
+    assert made[4:] == [0, 0, 0], made

@@ -223,7 +223,7 @@ def source(group) -> tuple[str, np.ndarray, np.ndarray]:
         inner = sizes[-1] if ndim else "1"
         chunked = ndim > 0 and dynamic and (not inner.isdigit() or int(inner) > _ROW_MAX)
         buffered = chunked or (shape[-1][0] if ndim else 1) <= _ROW_MAX
-        last = "c + j" if chunked else (f"i{ndim - 1}" if ndim else "0")
+        last = "(c + j)" if chunked else (f"i{ndim - 1}" if ndim else "0")
         acc = "0.0"
         if dims is not None:
             kept_strides = geo.strides(*kept)
@@ -242,7 +242,7 @@ def source(group) -> tuple[str, np.ndarray, np.ndarray]:
             indent += "        "
         out += body(read, "j" if chunked else last, indent, buffered, put(last))
         row = indent[:-4] if ndim else "    "
-        count, first = ("m", "c + s") if chunked else (inner, "s")
+        count, first = ("m", "(c + s)") if chunked else (inner, "s")
         if buffered:
             out += store(row, count, put(first if ndim else "0"))
         if dims is not None and ndim - 1 in reduced:  # the row adds into one kept element

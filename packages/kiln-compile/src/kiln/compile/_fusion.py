@@ -469,10 +469,10 @@ def _takes_out(kernel: Callable) -> bool:
 def _changed_dims(g: _Group, graph: Graph) -> tuple[bool, tuple | None]:
     """``(dynamic, dynamic_dims)`` of a group of ``graph``: whether the function meets it at other sizes, and
     of which of its dims (the dims of the values it reads and stores, broadcast against its shape, whose
-    sizes differ from those of another trace of the same program; None: not known, any)."""
+    sizes differ among the traces of the same program: ``graph.changed``; None: not known, any)."""
     if not graph.dynamic:
         return False, None
-    if graph.before is None:
+    if graph.changed is None:
         return True, None
     nd = len(g.shape)
     reduced = {v.index for v in (g.reduction[3],)} if g.reduction is not None else set()
@@ -481,11 +481,10 @@ def _changed_dims(g: _Group, graph: Graph) -> tuple[bool, tuple | None]:
         for v in (*node.values_read(), *node.outputs):
             if v.index in reduced:
                 continue  # (the reduction's result: its dims are the group's, read through its input)
-            old = graph.before.get(v.index)
-            if old is None or len(old) != len(v.shape) or len(v.shape) > nd:
+            dims = graph.changed.get(v.index)
+            if dims is None or len(v.shape) > nd:
                 return True, None
-            lead = nd - len(v.shape)
-            changed.update(lead + k for k, (a, b) in enumerate(zip(old, v.shape)) if a != b)
+            changed.update(nd - len(v.shape) + d for d in dims)
     return bool(changed), tuple(sorted(changed))
 
 

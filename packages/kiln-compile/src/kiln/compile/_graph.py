@@ -117,10 +117,10 @@ class Graph:
         self.input_aliases: tuple | None = None
         # whether the compiled function meets other shapes (``kiln.compile(dynamic=...)``): code generators
         # then make kernels that take the sizes that change at run time, shared by every shape, over
-        # fixed-size ones; ``before``: the shapes (by value index) of another trace of the same program,
-        # which say which sizes change (None: not known, every size may)
+        # fixed-size ones; ``changed``: by value index, the dims whose sizes differ among the traces of the
+        # same program so far (None: not known, every size may)
         self.dynamic = False
-        self.before: dict[int, tuple] | None = None
+        self.changed: dict[int, frozenset[int]] | None = None
 
     def replace(self, nodes: list[Node] | None = None, outputs: list[Value] | None = None) -> Graph:
         """A copy with other nodes or outputs (same inputs and constants): what passes return."""
@@ -128,7 +128,7 @@ class Graph:
         g.constants = dict(self.constants)
         g.input_aliases = self.input_aliases
         g.dynamic = self.dynamic
-        g.before = self.before
+        g.changed = self.changed
         return g
 
     @property

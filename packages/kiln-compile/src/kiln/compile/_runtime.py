@@ -67,6 +67,7 @@ class Entry:
         self.bw_inputs: list[tuple[str, Any]] = []
         self.bw_targets: list[int] = []  # the forward inputs the backward outputs are gradients of
         self.signature: tuple = ()  # shape_signature(graphs): equal for traces of one program at other shapes
+        self.past_limit = False  # traced past cache_size_limit, of another program: it runs eagerly
 
     def run(self, inputs: list) -> Any:
         """Run the compiled programs on the guarded inputs (raises GuardFailure if a value guard fails)."""
@@ -159,7 +160,9 @@ class CompiledFunction:
         self._entries: list[Entry] = []
         self._traces = 0
         self._limited = 0  # the traces config.cache_size_limit counts: all but another shape of a kept one
-        self._probes = 0  # traces past cache_size_limit dropped (not another shape of a kept one)
+        self._probes = 0  # traces past cache_size_limit of other programs (kept to run eagerly)
+        self._shapes: dict[tuple, list[dict]] = {}  # per program (shape signature): per graph, base shape and
+        # changed dims by value index
         self._warned = False
         self._lock = threading.Lock()
         functools.update_wrapper(self, fn)
@@ -188,7 +191,8 @@ class CompiledFunction:
         full = len(self._entries) >= _config.accumulated_cache_size_limit
         if full or self._limited >= _config.cache_size_limit:
             # past cache_size_limit, a call may still be another shape of a kept trace: a trace finds out (one
-            # that is not is dropped, its call's result being eager's; after cache_size_limit such, none)
+            # of another program is kept to run eagerly, its call's result being eager's; after
+            # cache_size_limit such, no call is traced)
             if full or not self._automatic() or self._probes >= _config.cache_size_limit:
                 self._warn_limit(full, stacklevel=3)
                 return self._fn(*args, **kwargs)
@@ -211,9 +215,10 @@ class CompiledFunction:
             )
         else:
             what = f"{self._limited} times (kiln.compile.config.cache_size_limit)"
+        later = "" if full else " (new shapes of a traced program are still traced, for a while)"
         warnings.warn(
             f"kiln.compile: {getattr(self._fn, '__qualname__', self._fn)} was traced {what}; it now runs eagerly "
-            "when no trace's guards hold. kiln.compile.explain() shows the guards that failed.",
+            f"when no trace's guards hold{later}. kiln.compile.explain() shows the guards that failed.",
             stacklevel=stacklevel,
         )
 
@@ -224,25 +229,29 @@ class CompiledFunction:
     # ---------------------------------------------------------------------------------- tracing
 
     def _trace(self, args: tuple, kwargs: dict, probe: bool = False):
-        """Trace the call (``probe``: one past cache_size_limit, kept only if it is another shape of a kept
-        trace) and return its result."""
+        """Trace the call (``probe``: one past cache_size_limit, compiled only if it is another shape of a kept
+        trace's program) and return its result."""
         entry, result = trace_call(self._fn, args, kwargs, fullgraph=self._fullgraph)
         entry.signature = shape_signature(entry.graphs, entry.guard_words)
-        same = next((e for e in self._entries if e.signature == entry.signature), None)
+        same = self._same_program(entry) if self._automatic() else None
         if probe and same is None:
+            # another program past the limit: kept as an entry that runs eagerly, so that its calls are not
+            # traced again; after cache_size_limit such, no call is
+            entry.reason = entry.reason or "traced past kiln.compile.config.cache_size_limit"
+            entry.past_limit = True
             with self._lock:
                 self._probes += 1
             self._warn_limit(False, stacklevel=4)
-            return result
-        if self._automatic() and same is not None:
+        elif same is not None:
             # the program of a kept trace at other shapes: it does not count towards cache_size_limit, and the
-            # kernels of its values whose shapes changed take those sizes at run time (the first such trace
-            # compiles them; later shapes reuse them)
+            # kernels over the dims whose sizes changed among its traces read them at run time (the first such
+            # trace compiles them; later shapes reuse them)
             with self._lock:
                 self._limited -= 0 if probe else 1
-            for graph, other in zip(entry.graphs, same.graphs):
+                changed = self._changed_dims(same, entry)
+            for graph, dims in zip(entry.graphs, changed):
                 graph.dynamic = True
-                graph.before = _value_shapes(other)
+                graph.changed = None if self._dynamic else dims  # (dynamic=True: every dim, from the first trace)
         elif self._dynamic:
             for graph in entry.graphs:
                 graph.dynamic = True
@@ -255,6 +264,41 @@ class CompiledFunction:
             with self._lock:
                 self._entries = [*self._entries, entry]
         return result
+
+    def _same_program(self, entry: Entry) -> Entry | None:
+        """A kept trace of which ``entry`` is the same program at other shapes, or None: one with its shape
+        signature, other tensor geometry (the same geometry: the guards failed on other state, a module's
+        attribute, which counts) and the very tensors read by reference (another tensor rebound to a
+        global is another program, whose memory a trace would keep)."""
+        found = None
+        for e in self._entries:
+            if e.signature != entry.signature or e.past_limit:
+                continue
+            if e.guard_words == entry.guard_words:
+                return None
+            same_tensors = len(e.externals) == len(entry.externals) and all(
+                a is b for a, b in zip(e.externals, entry.externals)
+            )
+            if found is None and same_tensors:
+                found = e
+        return found
+
+    def _changed_dims(self, same: Entry, entry: Entry) -> list[dict[int, frozenset[int]]]:
+        """Per graph of ``entry``, by value index: the dims whose sizes differ among the traces of its program
+        (``same``'s and the ones before, which only grows: later shapes then reuse the kernels); call with
+        the lock held."""
+        record = self._shapes.get(entry.signature)
+        if record is None:  # the first trace of the program: its shapes are the base
+            record = self._shapes[entry.signature] = [
+                {i: (shape, set()) for i, shape in _value_shapes(g).items()} for g in same.graphs
+            ]
+        out = []
+        for graph, values in zip(entry.graphs, record):
+            for i, shape in _value_shapes(graph).items():
+                base, dims = values.setdefault(i, (shape, set(range(len(shape)))))
+                dims.update(d for d, (a, b) in enumerate(zip(base, shape)) if a != b)
+            out.append({i: frozenset(dims) for i, (_, dims) in values.items()})
+        return out
 
     def _to_front(self, entry: Entry) -> None:
         """Put ``entry`` first, in the current list of entries."""
@@ -274,6 +318,7 @@ class CompiledFunction:
             self._traces = 0
             self._limited = 0
             self._probes = 0
+            self._shapes = {}
             self._warned = False
 
 

@@ -18,6 +18,7 @@ accumulated_cache_size_limit: int = 256
 automatic_dynamic_shapes: bool = True
 """True: a compiled function with ``dynamic=None`` (the default) that meets a kept trace's program at other
 shapes (the same ops on tensors of the same ranks; only sizes, strides and the int arguments of ops
-differ) traces it again without counting it towards ``cache_size_limit``, and compiles it with kernels that
-read the sizes that changed at run time, which its later shapes reuse (PyTorch's setting of the same name). False: every new shape
-counts, and each trace's kernels are made for its shapes, as with ``dynamic=False``."""
+differ) traces it again without counting it towards ``cache_size_limit``, and compiles it with kernels
+that read the sizes that changed at run time, which its later shapes reuse (PyTorch's setting of the same
+name). False: every new shape counts, and each trace's kernels are made for its shapes, as with
+``dynamic=False``."""

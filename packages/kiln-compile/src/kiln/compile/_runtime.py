@@ -215,7 +215,11 @@ class CompiledFunction:
             )
         else:
             what = f"{self._limited} times (kiln.compile.config.cache_size_limit)"
-        later = "" if full else " (new shapes of a traced program are still traced, for a while)"
+        later = (
+            ""
+            if full
+            else f" (a new shape of a traced program still is, until {_config.cache_size_limit} other programs are met)"
+        )
         warnings.warn(
             f"kiln.compile: {getattr(self._fn, '__qualname__', self._fn)} was traced {what}; it now runs eagerly "
             f"when no trace's guards hold{later}. kiln.compile.explain() shows the guards that failed.",

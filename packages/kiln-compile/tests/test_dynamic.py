@@ -304,3 +304,28 @@ def test_changed_dims_accumulate():
             _close([f(x, w)], [(x * w + 1).relu().sum(-1)])
         made.append(len(_modules) - before)
     assert made[4:] == [0, 0, 0], made
+
+
+def test_a_standardization_step_counts_once(monkeypatch):
+    """``(h - h.mean(0)) / h.std(0)`` in a training step: std's backward scales by 2/(n - 1), computed as a
+    division by the int n - 1, so each batch size is the same program (a float computed from the size
+    would make each another)."""
+    monkeypatch.setattr(kiln.compile.config, "cache_size_limit", 3)
+    kiln.manual_seed(0)
+    lin = kiln.nn.Linear(4, 3)
+    opt = kiln.optim.SGD(lin.parameters(), lr=0.1)
+
+    def step(x):
+        opt.zero_grad()
+        h = lin(x)
+        loss = ((h - h.mean(0)) / (h.std(0) + 1e-5)).square().mean() + h.var(0).sum()
+        loss.backward()
+        opt.step()
+        return loss
+
+    compiled = kiln.compile(step)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for n in (8, 8, 7, 6, 5, 9, 10, 11, 12):
+            compiled(kiln.randn(n, 4))
+    assert compiled._limited <= 2

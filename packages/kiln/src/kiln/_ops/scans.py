@@ -161,11 +161,11 @@ def _var_grad(grad, input, dims, correction, keepdim):
     n = _count(input._shape, dims)
     c = 1 if correction is None else correction
     centered = input - mean(input, dims, True) if input._shape else input - input
-    return (
-        expand_reduced(grad, input._shape, dims, keepdim)
-        * centered
-        * (2.0 / builtins.max(n - c, 0) if n > c else float("inf"))
-    )
+    # 2/(n - c) applied to the reduced gradient (small) as a product and a division by the int n - c: a
+    # compiled function's trace then holds no float computed from a size, and is one program at every batch
+    # size (kiln.compile's shape signature)
+    scaled = grad * 2 / (n - c) if n > c else grad * float("inf")
+    return expand_reduced(scaled, input._shape, dims, keepdim) * centered
 
 
 def _var_backward(grad, input, dim, correction, keepdim):

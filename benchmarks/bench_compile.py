@@ -83,15 +83,17 @@ def _chains(kiln, torch, rng) -> list[dict]:
     return cases
 
 
+def step(lib, model, opt, x, y):
+    """One training step of ``model`` in library ``lib``: forward, cross entropy, backward, optimizer step."""
+    opt.zero_grad()
+    loss = lib.nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    return loss.detach()
+
+
 def _steps(kiln, torch, rng) -> list[dict]:
     import kiln.nn
-
-    def step(lib, model, opt, x, y):
-        opt.zero_grad()
-        loss = lib.nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        return loss.detach()
 
     cases = []
     for (name, make, shape, _), (opt_name, lr) in itertools.product(STEPS, (("SGD", 1e-3), ("Adam", 1e-4))):
@@ -147,16 +149,8 @@ def _shapes(kiln, rng, repeat: int, min_time: float) -> list[dict]:
     rows = []
     for name, make, shape, _ in STEPS:
         model = make(kiln.nn)
-        opt = kiln.optim.SGD(model.parameters(), lr=1e-3)
-
-        def step(x, y, model=model, opt=opt):
-            opt.zero_grad()
-            loss = kiln.nn.functional.cross_entropy(model(x), y)
-            loss.backward()
-            opt.step()
-            return loss.detach()
-
-        whole = kiln.compile(step)
+        eager = functools.partial(step, kiln, model, kiln.optim.SGD(model.parameters(), lr=1e-3))
+        whole = kiln.compile(eager)
         first, other = shape[0], shape[0] - 1
         data = {
             n: (
@@ -174,7 +168,7 @@ def _shapes(kiln, rng, repeat: int, min_time: float) -> list[dict]:
             firsts.append(time.perf_counter() - start)
         assert whole.trace_count <= 8, whole.trace_count
         calls = {
-            "eager": functools.partial(step, *data[first]),
+            "eager": functools.partial(eager, *data[first]),
             "compiled": functools.partial(whole, *data[first]),
             "compiled, other size": functools.partial(whole, *data[other]),
         }

@@ -106,15 +106,14 @@ class _Geometry:
     change, and one compiled loop serves the group at every size of the others (a new batch size compiles
     nothing; a row of unknown length costs ~4% on 1024-element rows, more on short ones)."""
 
-    def __init__(self, dynamic: bool) -> None:
-        self.dynamic = dynamic
+    def __init__(self) -> None:
         self.values: list[int] = []
         self.prologue: list[str] = []
 
     def name(self, prefix: str, value: int, probe) -> str:
         """How the loop writes ``value`` (``probe``: its value at the probe shape): the number, or a name read
-        from ``g`` where it changes with the dynamic dims."""
-        if not self.dynamic or value == probe:
+        from ``g`` where it changes with the dynamic dims (a static group's probe shape is its shape)."""
+        if value == probe:
             return str(int(value))
         name = f"{prefix}{len(self.values)}"
         self.prologue.append(f"    {name} = g[{len(self.values)}]")
@@ -124,7 +123,7 @@ class _Geometry:
     def strides(self, strides: tuple, probes: tuple) -> tuple:
         """Each stride as the loop writes it: the number (an int), or a name where it changes with the dynamic
         dims (:meth:`name`; ``probes``: the strides at the probe shape)."""
-        return tuple(st if not self.dynamic or st == pr else self.name("s", st, pr) for st, pr in zip(strides, probes))
+        return tuple(st if st == pr else self.name("s", st, pr) for st, pr in zip(strides, probes))
 
     def array(self) -> np.ndarray:
         """What the loop is called with: its ``g``."""
@@ -217,7 +216,7 @@ def source(group) -> tuple[str, np.ndarray, np.ndarray]:
         strides of the kept elements (with some dims reduced), ``count`` the number of kept elements. Each
         number comes with its value at the probe shape (:class:`_Geometry`). A last dim of a size read at
         run time (or longer than :data:`_ROW_MAX`) is walked in runs of at most :data:`_RUN` values."""
-        geo = _Geometry(dynamic)
+        geo = _Geometry()
         sizes = [geo.name("n", n, pr) for n, pr in shape]
         ndim = len(shape)
         inner = sizes[-1] if ndim else "1"
@@ -269,9 +268,12 @@ def source(group) -> tuple[str, np.ndarray, np.ndarray]:
             flat.append("        acc += sum_run(buf, m)")
         flat.append("    return acc")
     cap = None if dynamic else _ROW_MAX
-    merged, strides, reduced, kept, count = _layout(shape, [s for s, _ in group.inputs], dims, cap)
-    probe_shape, probe_inputs = _probe(group, shape) if dynamic else (shape, [s for s, _ in group.inputs])
-    p_merged, p_strides, p_reduced, p_kept, p_count = _layout(probe_shape, probe_inputs, dims, cap)
+    merged, strides, reduced, kept, count = layout = _layout(shape, [s for s, _ in group.inputs], dims, cap)
+    probe_shape = shape
+    p_merged, p_strides, p_reduced, p_kept, p_count = layout  # a static group: every number written in
+    if dynamic:
+        probe_shape, probe_inputs = _probe(group, shape)
+        p_merged, p_strides, p_reduced, p_kept, p_count = _layout(probe_shape, probe_inputs, dims, cap)
     if len(p_merged) != len(merged) or p_reduced != reduced:  # (the same dims merge at both: a safeguard)
         p_merged, p_strides = (None,) * len(merged), [(None,) * len(st) for st in strides]  # every number read
 

@@ -105,6 +105,10 @@ class Graph:
 
     Calling the graph runs it op by op through the dispatcher (``graph(*tensors)``), autograd included: the
     reference a backend's result is checked against, and what a custom backend may return as is.
+
+    ``dynamic`` is true when the compiled function meets this program at other shapes; ``changed`` then maps
+    each value's index to the dims whose sizes differ among its traces (None: any may). A code generator may
+    make kernels that read those sizes at run time (``FusedGroup.dynamic_dims``).
     """
 
     def __init__(self, inputs: list[Value], nodes: list[Node], outputs: list[Value]) -> None:

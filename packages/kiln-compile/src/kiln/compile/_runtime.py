@@ -252,7 +252,7 @@ class CompiledFunction:
             # trace compiles them; later shapes reuse them)
             with self._lock:
                 self._limited -= 0 if probe else 1
-                changed = self._changed_dims(same, entry)
+                changed = self._record_changes(same, entry)
             for graph, dims in zip(entry.graphs, changed):
                 graph.dynamic = True
                 graph.changed = None if self._dynamic else dims  # (dynamic=True: every dim, from the first trace)
@@ -287,7 +287,7 @@ class CompiledFunction:
                 found = e
         return found
 
-    def _changed_dims(self, same: Entry, entry: Entry) -> list[dict[int, frozenset[int]]]:
+    def _record_changes(self, same: Entry, entry: Entry) -> list[dict[int, frozenset[int]]]:
         """Per graph of ``entry``, by value index: the dims whose sizes differ among the traces of its program
         (``same``'s and the ones before, which only grows: later shapes then reuse the kernels); call with
         the lock held."""

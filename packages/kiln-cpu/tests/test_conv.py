@@ -40,14 +40,18 @@ def conv_spy(monkeypatch):
     return calls
 
 
-@pytest.fixture(params=["pool", "serial", "deep"])
+@pytest.fixture(params=["pool", "serial", "deep", "apart"])
 def blocks(request, monkeypatch):
     """Run the blocks on the pool (two threads, single-threaded BLAS) or on the calling thread (one
     thread), with small blocks: rows of an image, several images; "deep": products of many images, the
-    weight-gradient form's rows split instead."""
+    weight-gradient form's rows split instead. The images of a block share one product, copied side by
+    side, except with "apart": one product per image, in place."""
     monkeypatch.setattr(_threads, "get_num_threads", lambda: 1 if request.param == "serial" else 2)
     monkeypatch.setattr(kernels_conv, "_BLOCK_BYTES", 4096)
-    monkeypatch.setattr(kernels_conv, "_MIN_DEPTH", 512 if request.param == "deep" else 8)
+    monkeypatch.setattr(kernels_conv, "_MIN_DEPTH", 512 if request.param in ("deep", "apart") else 8)
+    apart = 1 if request.param == "apart" else 1 << 30
+    monkeypatch.setattr(kernels_conv, "_APART_WIDTH", apart)
+    monkeypatch.setattr(kernels_conv, "_APART_DEPTH", apart)
     if _blas.gemm_function(np.float32) is None:
         pytest.skip("NumPy's BLAS has no openblas_set_num_threads_local")
     return request.param
@@ -302,8 +306,9 @@ def test_backward_of_a_sum_takes_the_expanded_gradient(conv_spy):
     assert {"conv_blocks", "conv_transpose_blocks", "conv_by_weight_blocks"} <= set(conv_spy)
 
 
+@pytest.mark.parametrize("apart", [False, True], ids=["side-by-side", "apart"])
 @pytest.mark.parametrize("form", ["forward", "transposed", "weight-gradient"])
-def test_blocks_of_several_images_on_the_pool(form, conv_spy, monkeypatch):
+def test_blocks_of_several_images_on_the_pool(form, apart, conv_spy, monkeypatch):
     if _blas.functions() is None:
         pytest.skip("NumPy's BLAS has no openblas_set_num_threads_local")
     (setter, getter, lib), set_calls = _blas.functions(), []
@@ -311,6 +316,8 @@ def test_blocks_of_several_images_on_the_pool(form, conv_spy, monkeypatch):
     monkeypatch.setattr(_threads, "get_num_threads", lambda: 2)
     monkeypatch.setattr(kernels_conv, "_BLOCK_BYTES", 3 * 27 * 20 * 8)  # 2-3 images of 27-36 rows x 20 pixels
     monkeypatch.setattr(kernels_conv, "_MIN_DEPTH", 16)
+    monkeypatch.setattr(kernels_conv, "_APART_WIDTH", 1 if apart else 1 << 30)  # a product per image, or shared
+    monkeypatch.setattr(kernels_conv, "_APART_DEPTH", 1 if apart else 1 << 30)
     x, w = _rand((7, 3, 4, 5), kiln.float64, 1), _rand((4, 3, 3, 3), kiln.float64, 2)
     if form == "forward":
         fn = lambda x, w: F.conv2d(x, w, padding=1)

@@ -5,26 +5,28 @@ the GIL (Python glue around ``np.matmul`` on two threads lost up to half of the 
 the GIL: a small CNN's convolutions took 7.2 ms, now 5.9 ms).
 
 The work is cut into blocks of output rows of one image, or of several whole images side by side (the
-columns laid out (rows, images, pixels), so one product covers them all), sized so the columns stay in
-the L2 cache (:data:`_BLOCK_BYTES`) but each product is at least :data:`_MIN_DEPTH` pixels wide: each
-block is copied into columns and multiplied while they are still in the cache. With at least as many
-blocks as threads they are split over the pool, NumPy's OpenBLAS set to one thread meanwhile
-(:mod:`kiln_cpu._blas`); else they run in order on the calling thread and BLAS uses the threads the
-products warrant (:func:`kiln_cpu._blas.threads_for`).
+columns laid out (rows, images, pixels), so one product covers them all), sized so the columns stay in the
+L2 cache (:data:`_BLOCK_BYTES`) but each block is at least :data:`_MIN_DEPTH` pixels wide: each block is
+copied into columns and multiplied while they are still in the cache. Each image of a block gets its own
+products, read from and written to its own memory, once an image's part is wide enough
+(:data:`_APART_WIDTH`, :data:`_APART_DEPTH`): OpenBLAS runs a product per 14x14 image faster than one four
+images wide, and no copy into or out of a scratch product is needed. Smaller images share one product,
+copied side by side. With at least as many blocks as threads they are split over the pool, NumPy's OpenBLAS
+set to one thread meanwhile (:mod:`kiln_cpu._blas`); else they run in order on the calling thread and BLAS
+uses the threads the products warrant (:func:`kiln_cpu._blas.threads_for`).
 
 - Convolution: per block, ``im2col_2d`` (padding written as zeros, any input layout read in place, no
-  padded copy) and one product per group of the weight matrix with the columns, landing in NCHW order.
-- Transposed convolution (the input's gradient): per block, one product per group of the transposed
-  weight matrix with the input's pixels, then ``col2im_2d`` scatter-adds the columns into the output
+  padded copy) and the products of the weight matrix with the columns, landing in NCHW order.
+- Transposed convolution (the input's gradient): per block, the products of the transposed weight
+  matrix with the input's pixels, then ``col2im_2d`` scatter-adds the columns into the output
   (all blocks of an image in one task, so no two tasks write the same image).
-- The weight's gradient arrives as a convolution whose "batch" is the input's channels and whose
-  "weight" is the output's gradient, larger in space than the result (core ``_weight_grad``; the input
-  is a permuted view, read in place). Whenever the weight is larger than the output in space, the kernel
-  sums over the weight's channels ``c`` (the original batch) ``im2col(x_c) @ G_c^T`` (the result
-  transposed: BLAS is faster that way round): images side by side in one product, rows split into blocks
-  for small images. Images add in a fixed order within fixed chunks (:data:`_CHUNKS`), whose partial sums
-  ``sum_partials_2d`` adds in order into the result's layout: the result does not depend on the thread
-  count.
+- The weight's gradient arrives as a convolution whose "batch" is the input's channels and whose "weight" is
+  the output's gradient, larger in space than the result (core ``_weight_grad``; the input is a permuted
+  view, read in place). Whenever the weight is larger than the output in space, the kernel sums over the
+  weight's channels ``c`` (the original batch) ``im2col(x_c) @ G_c^T`` (the result transposed: BLAS is
+  faster that way round), rows split into blocks for large images. Images add in a fixed order within fixed
+  chunks (:data:`_CHUNKS`), whose partial sums ``sum_partials_2d`` adds in order into the result's layout:
+  the result does not depend on the thread count.
 - Grouped convolutions whose per-group products are tiny (fewer than :data:`_MIN_GROUP_WORK`
   multiply-adds per output pixel: depthwise) run the direct loops ``conv_direct_2d`` and
   ``conv_transpose_direct_2d`` instead, one output plane per task.
@@ -62,6 +64,15 @@ _MIN_DEPTH = 256
 """Pixels per product at least (several small images side by side), even past :data:`_BLOCK_BYTES`: BLAS
 runs narrower products (or, in the weight-gradient form, shallower ones, which also leave many partial
 sums to add) at a fraction of its speed."""
+_APART_WIDTH = 64
+"""Pixels of one image in a block from which the forward's and the input gradient's products run per image,
+straight from and into the images' memory: below it, the block's images share one product, copied side
+by side (measured on an Intel Xeon, 16 -> 32 channels, 3x3, batch 64: per image 10-25% faster from 10x10
+pixels, 13% slower at 7x7; 1 -> 16 channels at 28x28: 2x faster, the copies and a narrow, deep product
+gone)."""
+_APART_DEPTH = 128
+"""The same for the weight gradient's products, whose depth the image's pixels are: per image from
+12x12 (3-6% faster there, as fast at 10x10, 15% slower at 8x8 on two threads)."""
 _CHUNKS = 16
 """The weight gradient's partial sums: the weight's channels (the original batch) are split into at most
 this many fixed chunks, whatever the thread count (a deterministic result)."""
@@ -130,7 +141,8 @@ def _conv(x, weight, bias, s, p, d, groups, oh, ow, gemm_fn) -> np.ndarray:
     blocks = -(-oh // rows)
     xs, xo, xst = _storage(x)
     geom = (kh, kw, *s, *p, *d, oh, ow)
-    args = (xs, xo, xst, c, h, w, wm, b, out.reshape(-1), cout, geom, (imgs, rows, blocks, groups), *gemm_fn)
+    plan = (imgs, rows, blocks, groups, rows * ow >= _APART_WIDTH)
+    args = (xs, xo, xst, c, h, w, wm, b, out.reshape(-1), cout, geom, plan, *gemm_fn)
     _run_units(_loops().conv_blocks, args, -(-n // imgs) * blocks, (cout // groups) * cig * kh * kw * imgs * rows * ow)
     return out
 
@@ -147,7 +159,7 @@ def _conv_transpose(x, weight, s, p, d, groups, oh, ow, gemm_fn) -> np.ndarray:
     imgs, rows = _plan(cog * groups * kh * kw, h, w, n, out.itemsize)
     blocks = -(-h // rows)
     geom = (kh, kw, *s, *p, *d, w)
-    args = (xm, cin, h * w, wt, out, geom, (imgs, rows, blocks, groups), *gemm_fn)
+    args = (xm, cin, h * w, wt, out, geom, (imgs, rows, blocks, groups, rows * w >= _APART_WIDTH), *gemm_fn)
     _run_units(_loops().conv_transpose_blocks, args, -(-n // imgs), cog * kh * kw * (cin // groups) * imgs * rows * w)
     return out
 
@@ -202,7 +214,7 @@ def _conv_by_weight(x, weight, s, p, d, groups, oh, ow, gemm_fn) -> np.ndarray:
     parts = -(-b // chans)
     partial = np.empty((chunks, groups, ck, cog), gm.dtype)  # transposed: BLAS runs faster this way round
     geom = (b, cout, cg, kh, kw, oh, ow, *s, *p, *d)
-    plan = (imgs, chans, rows, blocks, per, parts, groups)
+    plan = (imgs, chans, rows, blocks, per, parts, groups, rows * kw >= _APART_DEPTH)
     args = (xs, xo, xst, h, w, gflat, (gm.strides[0] // isz, gm.strides[1] // isz), partial.reshape(-1), geom, plan)
     _run_units(_loops().conv_by_weight_blocks, (*args, *gemm_fn), chunks * parts, chans * kk * imgs * rows * kw * cog)
     result = np.empty((b, cout, kk), gm.dtype)  # partial[q, g, (bb, i, j), o] adds into (bb, g*cog + o, i, j)

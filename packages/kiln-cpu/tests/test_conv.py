@@ -40,18 +40,22 @@ def conv_spy(monkeypatch):
     return calls
 
 
-@pytest.fixture(params=["pool", "serial", "deep", "apart"])
+@pytest.fixture(params=["pool", "serial", "deep", "apart", "flip", "apart-flip"])
 def blocks(request, monkeypatch):
     """Run the blocks on the pool (two threads, single-threaded BLAS) or on the calling thread (one
     thread), with small blocks: rows of an image, several images; "deep": products of many images, the
     weight-gradient form's rows split instead. The images of a block share one product, copied side by
-    side, except with "apart": one product per image, in place."""
-    monkeypatch.setattr(_threads, "get_num_threads", lambda: 1 if request.param == "serial" else 2)
+    side, except with "apart": one product per image, in place; "flip": the weight-gradient form's
+    output gradient copied transposed (else read transposed)."""
+    mode = request.param
+    monkeypatch.setattr(_threads, "get_num_threads", lambda: 1 if mode == "serial" else 2)
     monkeypatch.setattr(kernels_conv, "_BLOCK_BYTES", 4096)
-    monkeypatch.setattr(kernels_conv, "_MIN_DEPTH", 512 if request.param in ("deep", "apart") else 8)
-    apart = 1 if request.param == "apart" else 1 << 30
+    monkeypatch.setattr(kernels_conv, "_MIN_DEPTH", 8 if mode in ("pool", "serial") else 512)
+    apart = 1 if mode.startswith("apart") else 1 << 30
     monkeypatch.setattr(kernels_conv, "_APART_WIDTH", apart)
     monkeypatch.setattr(kernels_conv, "_APART_DEPTH", apart)
+    monkeypatch.setattr(kernels_conv, "_FLIP_ROWS", 0)
+    monkeypatch.setattr(kernels_conv, "_FLIP_MACS", 1 << 60 if mode.endswith("flip") else -1)
     if _blas.gemm_function(np.float32) is None:
         pytest.skip("NumPy's BLAS has no openblas_set_num_threads_local")
     return request.param

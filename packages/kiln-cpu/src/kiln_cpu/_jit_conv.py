@@ -398,15 +398,16 @@ def conv_by_weight_blocks(xs, xo, xst, h, w, gm, gst, partial, geom, plan, addr,
     ``x`` is the flat storage ``xs`` from ``xo`` with strides ``xst`` (its channel dim first: images are
     the channels ``c``); ``gm`` the "weight" (Cout, C, KH*KW) as a flat storage with element strides ``gst``
     (unit pixel stride). ``geom`` is (b, cout, cg, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw) and ``plan``
-    (imgs, chans, rows, blocks, per, parts, groups, apart): ``apart``, one product per image, reading its
-    gradient rows in place, else one for the block's images, their rows copied side by side (images too
-    small for a product each)."""
+    (imgs, chans, rows, blocks, per, parts, groups, apart, flip): ``apart``, one product per image, else
+    one for the block's images, their rows copied side by side (images too small for a product each);
+    ``flip``, the gradient's rows copied transposed first, so that BLAS multiplies both operands as they
+    lie (else it reads them transposed: in place for one image or per image)."""
     b, cout, cg, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw = geom
-    imgs, chans, rows, blocks, per, parts, groups, apart = plan
+    imgs, chans, rows, blocks, per, parts, groups, apart, flip = plan
     cog, kk = cout // groups, oh * ow
     ck = b * kk
     buf = np.empty(chans * kk * imgs * rows * kw, partial.dtype)
-    gbuf = np.empty(cog * imgs * rows * kw if imgs > 1 and not apart else 1, partial.dtype)
+    gbuf = np.empty(imgs * rows * kw * cog if flip or (imgs > 1 and not apart) else 1, partial.dtype)
     one, zero = partial.dtype.type(1), partial.dtype.type(0)
     g0, g1 = gst[0], gst[1]
     for u in range(lo, hi):
@@ -429,21 +430,33 @@ def conv_by_weight_blocks(xs, xo, xst, h, w, gm, gst, partial, geom, plan, addr,
                         oh, ow, dh, dw, ph, pw, sh, sw, y0, r, kw, 0, k * nb,
                     )  # fmt: skip
                     at = g * cog * g0 + c0 * g1 + y0 * kw
-                    if k == 1 or apart:
+                    if flip:  # the images' gradient rows transposed: (images, pixels, Cout/groups)
                         for i in range(k):
-                            beta = zero if c0 == first and blk == 0 and i == 0 else one
-                            a, gp = ptr(buf, i * rp), ptr(gm, at + i * g1)
-                            gemm(addr, ilp64, NO_TRANS, TRANS, nb * kk, cog, rp, one, a, kr, gp, g0, beta, acc, cog)
-                        continue
-                    for o in range(cog):  # the images' rows side by side: (Cout/groups, images, pixels)
-                        for i in range(k):
-                            fr = at + o * g0 + i * g1
-                            to = o * kr + i * rp
-                            for p in range(rp):
-                                gbuf[_u(to + p)] = gm[_u(fr + p)]
-                    beta = zero if c0 == first and blk == 0 else one
-                    gp = ptr(gbuf, 0)
-                    gemm(addr, ilp64, NO_TRANS, TRANS, nb * kk, cog, kr, one, ptr(buf, 0), kr, gp, kr, beta, acc, cog)
+                            for o in range(cog):
+                                fr = at + o * g0 + i * g1
+                                to = i * rp * cog + o
+                                for p in range(rp):
+                                    gbuf[_u(to + p * cog)] = gm[_u(fr + p)]
+                    elif k > 1 and not apart:  # the images' rows side by side: (Cout/groups, images, pixels)
+                        for o in range(cog):
+                            for i in range(k):
+                                fr = at + o * g0 + i * g1
+                                to = o * kr + i * rp
+                                for p in range(rp):
+                                    gbuf[_u(to + p)] = gm[_u(fr + p)]
+                    depth, m = (rp if apart else kr), nb * kk
+                    for i in range(k if apart else 1):
+                        beta = zero if c0 == first and blk == 0 and i == 0 else one
+                        a = ptr(buf, i * rp)
+                        if flip:
+                            gp = ptr(gbuf, i * rp * cog)
+                            gemm(addr, ilp64, NO_TRANS, NO_TRANS, m, cog, depth, one, a, kr, gp, cog, beta, acc, cog)
+                        elif k == 1 or apart:  # the rows read in place
+                            gp = ptr(gm, at + i * g1)
+                            gemm(addr, ilp64, NO_TRANS, TRANS, m, cog, depth, one, a, kr, gp, g0, beta, acc, cog)
+                        else:
+                            gp = ptr(gbuf, 0)
+                            gemm(addr, ilp64, NO_TRANS, TRANS, m, cog, depth, one, a, kr, gp, kr, beta, acc, cog)
 
 
 @njit(**_SERIAL)

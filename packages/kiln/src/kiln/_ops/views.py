@@ -78,12 +78,12 @@ def _view_kernel(spec, input, *args):
 
 
 def _shape_arg(size) -> tuple[int, ...]:
-    if size.__class__ is tuple:  # the common case, checked without building a new tuple
+    if isinstance(size, tuple):  # the common case (a Size too), checked without building a new tuple
         for s in size:
             if s.__class__ is not int or not _INT64_MIN <= s < _INT64_END:
                 break
         else:
-            return size
+            return size if size.__class__ is tuple else tuple(size)
     if isinstance(size, (int, numbers.Integral)) and not isinstance(size, bool):
         size = (size,)
     try:
@@ -113,8 +113,11 @@ def check_storage_size(shape: tuple, dtype, stride: tuple | None = None) -> None
 
 def _varargs_shape(size: tuple) -> tuple[int, ...]:
     """``f(2, 3)``, ``f((2, 3))`` and ``f([2, 3])`` all mean shape (2, 3)."""
-    if len(size) == 1 and not isinstance(size[0], (int, numbers.Integral)):
-        return _shape_arg(size[0])
+    if len(size) == 1:
+        first = size[0]
+        # a tuple (a Size too) is tested first: tested against numbers.Integral it ran the ABC's Python check
+        if isinstance(first, tuple) or not isinstance(first, (int, numbers.Integral)):
+            return _shape_arg(first)
     return _shape_arg(size)
 
 

@@ -310,6 +310,24 @@ def test_backward_of_a_sum_takes_the_expanded_gradient(conv_spy):
     assert {"conv_blocks", "conv_transpose_blocks", "conv_by_weight_blocks"} <= set(conv_spy)
 
 
+@pytest.mark.parametrize("form", ["weight-gradient", "forward"])
+def test_overlapping_rows_of_the_larger_operand_are_copied_first(form, conv_spy):
+    """The weight-gradient form reads the larger operand's rows in place, their stride as a product's
+    leading dimension: rows that overlap (as_strided) are copied first (BLAS refuses a leading dimension
+    below the product's depth and writes nothing)."""
+    storage = _rand((40 * 196 + 16,), kiln.float64, 2)
+    if form == "weight-gradient":  # a conv2d's output gradient whose channels overlap
+        x = _rand((8, 3, 14, 14), kiln.float64, 1)
+        g = storage.as_strided((8, 4, 14, 14), (392, 1, 14, 1))
+        fn = lambda x, g: nn_conv._weight_grad(x, g, (4, 3, 3, 3), (1, 1), (1, 1), (1, 1), 1)
+    else:  # a kernel larger than the output, whose output channels overlap
+        x = _rand((4, 40, 16, 16), kiln.float64, 1)
+        g = storage.as_strided((2, 40, 14, 14), (1, 196, 14, 1))
+        fn = lambda x, w: F.conv2d(x, w)
+    assert_same(fn(x, g), reference(fn, x, g), **_tol(kiln.float64))
+    assert "conv_by_weight_blocks" in conv_spy
+
+
 @pytest.mark.parametrize("apart", [False, True], ids=["side-by-side", "apart"])
 @pytest.mark.parametrize("form", ["forward", "transposed", "weight-gradient"])
 def test_blocks_of_several_images_on_the_pool(form, apart, conv_spy, monkeypatch):

@@ -124,12 +124,14 @@ def _storage(t) -> tuple:
 
 
 def _matrices(a: np.ndarray) -> np.ndarray:
-    """``a`` (N, C, H, W) as (N, C, H*W) matrices BLAS takes as they are (unit inner stride), copied only
-    when the layout does not allow it."""
+    """``a`` (N, C, H, W) as (N, C, H*W) matrices BLAS takes as they are (unit inner stride, and the rows
+    of both outer dims at least a whole image apart: a product reads an image's ``N`` rows in place with
+    their stride as its leading dimension), copied only when the layout does not allow it (overlapping
+    rows, as ``as_strided`` makes them: BLAS refused such a product and left its result unwritten)."""
     n, c, h, w = a.shape
     m = a.reshape(n, c, h * w)
     s = a.itemsize
-    if m.strides[2] != s or (c > 1 and m.strides[1] < h * w * s) or (n > 1 and m.strides[0] <= 0):
+    if m.strides[2] != s or (c > 1 and m.strides[1] < h * w * s) or (n > 1 and m.strides[0] < h * w * s):
         m = np.ascontiguousarray(m)
     return m
 

@@ -121,6 +121,34 @@ def test_reshape_views_exactly_when_torch_does(case):
     check_view(lambda L, a: a.reshape(*target) if target else a.reshape(()), x)
 
 
+BAD_SIZES = [(2.0, 4), (True, 8), ((2.0, 4),), ([2, 4.0],), ("ab",), (np.float64(2.0), 4), (None,)]
+
+
+@pytest.mark.parametrize("args", BAD_SIZES, ids=repr)
+@pytest.mark.parametrize("method", ["view", "reshape", "expand"])
+def test_sizes_that_are_not_integers_raise_type_error_as_torch(method, args):
+    """A float, a bool, a string or None among the sizes is a TypeError, never a size (2.0 was once 2)."""
+    for lib in (kiln, torch):
+        t = lib.ones(1, 8) if method == "expand" else lib.ones(8)
+        with pytest.raises(TypeError):
+            getattr(t, method)(*args)
+    with pytest.raises(TypeError, match="must be tuple of ints"):
+        getattr(kiln.ones(1, 8) if method == "expand" else kiln.ones(8), method)(*args)
+
+
+def test_sizes_with_index_are_sizes_as_in_torch():
+    """NumPy ints and 0-d integer tensors are sizes (they have ``__index__``); no size at all is a TypeError."""
+    for lib in (kiln, torch):
+        t = lib.ones(8)
+        assert tuple(t.view(np.int64(2), 4).shape) == (2, 4)
+        assert tuple(t.view(lib.tensor(8)).shape) == (8,)
+        assert tuple(t.reshape([np.int32(4), -1]).shape) == (4, 2)
+        with pytest.raises(TypeError):
+            t.view()
+        with pytest.raises(TypeError):
+            lib.ones(()).view()
+
+
 def test_view_as_reshape_as_flatten_ravel():
     for layout in U.LAYOUTS:
         x = U.make_pair((2, 3, 4), kiln.float64, layout=layout, seed=3, requires_grad=True)

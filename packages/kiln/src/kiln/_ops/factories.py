@@ -145,7 +145,7 @@ def range(  # noqa: A001 - PyTorch's name; the module uses no builtin range
 
 def _strided_tensor(size, stride, d: dt.dtype, dev) -> Tensor:
     """An uninitialised tensor of ``size`` with the strides ``stride`` over a storage just large enough."""
-    size, stride = _shape_arg(size), _shape_arg(stride)
+    size, stride = _shape_arg(size), _shape_arg(stride, "stride")
     if len(size) != len(stride):
         raise RuntimeError(
             f"dimensionality of sizes ({len(size)}) must match dimensionality of strides ({len(stride)})"

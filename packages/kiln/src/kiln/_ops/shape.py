@@ -289,7 +289,7 @@ def unflatten(input: Tensor, dim: int, sizes) -> Tensor:
         wrap_dim(dim, 0)  # out of [-1, 0]: the usual IndexError; else PyTorch reports the wrapped dim 0
         raise RuntimeError("unflatten got an unexpected error:\nDimension specified as 0 but tensor has no dimensions")
     d = wrap_dim(dim, nd)
-    sizes = _shape_arg(sizes)
+    sizes = _shape_arg(sizes, "sizes")
     if not sizes:
         raise RuntimeError("unflatten: sizes must be non-empty")
     size = input._shape[d]
@@ -402,7 +402,7 @@ def flip(input: Tensor, dims: Shape) -> Tensor:
 
 def _tensor_flip(self, *dims):
     """``t.flip(0, 1)`` or ``t.flip((0, 1))``: a copy reversed along ``dims``."""
-    return flip(self, _varargs_shape(dims))
+    return flip(self, _varargs_shape(dims, "dims"))
 
 
 def fliplr(input: Tensor) -> Tensor:
@@ -480,7 +480,7 @@ def roll(input: Tensor, shifts: Shape, dims: Shape | None = None) -> Tensor:
 
 
 def _repeat_meta(input, repeats):
-    repeats = _shape_arg(repeats)
+    repeats = _shape_arg(repeats, "repeats")
     nd = input.dim()
     if len(repeats) < nd:
         raise RuntimeError("Number of dimensions of repeat dims can not be smaller than number of dimensions of tensor")
@@ -496,13 +496,13 @@ def _repeat_meta(input, repeats):
 def _repeat_ref(spec, a, repeats):
     if 0 in spec.shape:  # nothing to tile (np.tile would still size its intermediate by each repeat)
         return np.empty(spec.shape, a.dtype)
-    repeats = _shape_arg(repeats)
+    repeats = _shape_arg(repeats, "repeats")
     a = a.reshape((1,) * (len(repeats) - a.ndim) + a.shape)
     return np.array(np.tile(a, repeats), order="C")
 
 
 def _repeat_backward(grad, input_shape, repeats):
-    repeats = _shape_arg(repeats)
+    repeats = _shape_arg(repeats, "repeats")
     padded = (1,) * (len(repeats) - len(input_shape)) + tuple(input_shape)
     if _numel(grad._shape) == 0:
         from kiln._ops.creation import zeros
@@ -525,7 +525,7 @@ def _repeat_decomposed(input, repeats):
     shape, dtype, device = _repeat_meta(input, repeats)[:3]
     if 0 in shape:
         return empty(shape, dtype=dtype, device=device)
-    repeats = _shape_arg(repeats)
+    repeats = _shape_arg(repeats, "repeats")
     padded = (1,) * (len(repeats) - input.dim()) + input._shape
     ones, tiled = [], []
     for r, s in zip(repeats, padded):
@@ -541,12 +541,12 @@ def repeat(input: Tensor, repeats: Shape) -> Tensor:
 
 def _tensor_repeat(self, *sizes):
     """``t.repeat(2, 3)`` or ``t.repeat((2, 3))``: this tensor tiled along each dim (a copy)."""
-    return repeat(self, _varargs_shape(sizes))
+    return repeat(self, _varargs_shape(sizes, "repeats"))
 
 
 def tile(input: Tensor, dims) -> Tensor:
     """``input`` repeated along each dim; ``dims`` shorter than ``input.dim()`` is padded with leading 1s."""
-    dims = _shape_arg(dims)
+    dims = _shape_arg(dims, "dims")
     if len(dims) < input.dim():
         dims = (1,) * (input.dim() - len(dims)) + dims
     return repeat(input, dims)
@@ -554,7 +554,7 @@ def tile(input: Tensor, dims) -> Tensor:
 
 def _tensor_tile(self, *dims):
     """``t.tile(2, 3)`` or ``t.tile((2, 3))`` (``kiln.tile``)."""
-    return tile(self, _varargs_shape(dims))
+    return tile(self, _varargs_shape(dims, "dims"))
 
 
 def narrow_copy(input: Tensor, dim: int, start: int, length: int) -> Tensor:

@@ -32,7 +32,7 @@ def _positions(shape, stride, offset) -> np.ndarray:
 
 
 def _as_strided_meta(input, size, stride, storage_offset=None):
-    size, stride = _shape_arg(size), _shape_arg(stride)
+    size, stride = _shape_arg(size), _shape_arg(stride, "stride")
     if len(size) != len(stride):
         raise RuntimeError("mismatch in length of strides and shape")
     offset = input._offset if storage_offset is None else int(storage_offset)

@@ -8,6 +8,7 @@ device (``device_generic``), because it never touches data.
 from __future__ import annotations
 
 import numbers
+import operator
 
 import numpy as np
 
@@ -77,23 +78,40 @@ def _view_kernel(spec, input, *args):
     return make_view(input, shape, stride, offset)
 
 
-def _shape_arg(size) -> tuple[int, ...]:
+def _shape_arg(size, name: str = "size") -> tuple[int, ...]:
+    """``size`` (an int, a 0-d integer tensor, or a sequence of ints: NumPy ints and 0-d integer tensors
+    count, as anything with ``__index__``) as a tuple of ints, with PyTorch's TypeError for anything else
+    (a float or a bool among the sizes: PyTorch refuses ``t.reshape(2.0, 4)``); ``name`` is the argument's
+    name in the error."""
     if isinstance(size, tuple):  # the common case (a Size too), checked without building a new tuple
         for s in size:
             if s.__class__ is not int or not _INT64_MIN <= s < _INT64_END:
                 break
         else:
             return size if size.__class__ is tuple else tuple(size)
-    if isinstance(size, (int, numbers.Integral)) and not isinstance(size, bool):
+    if (isinstance(size, (int, numbers.Integral)) and not isinstance(size, bool)) or (
+        isinstance(size, Tensor) and not size._shape
+    ):
         size = (size,)
     try:
-        shape = tuple(int(s) for s in size)
+        items = tuple(size)
     except TypeError:
-        raise TypeError(f"shape must be a sequence of ints, got {size!r}") from None
+        raise TypeError(f"argument '{name}' must be tuple of ints, not {type(size).__name__}") from None
+    shape = []
+    for i, s in enumerate(items):
+        try:
+            if isinstance(s, (bool, np.bool_)):
+                raise TypeError
+            shape.append(operator.index(s))
+        except TypeError:
+            raise TypeError(
+                f"argument '{name}' must be tuple of ints, but found element of type {type(s).__name__} at pos {i}"
+            ) from None
+    shape = tuple(shape)
     if shape and (max(shape) >= _INT64_END or min(shape) < -_INT64_END):  # what a C++ int64 holds
         i = next(i for i, s in enumerate(shape) if not -_INT64_END <= s < _INT64_END)
         raise TypeError(
-            f"argument 'size' failed to unpack the object at pos {i + 1} with error \"Overflow when unpacking "
+            f"argument '{name}' failed to unpack the object at pos {i + 1} with error \"Overflow when unpacking "
             'long long"'
         )
     return shape
@@ -111,14 +129,15 @@ def check_storage_size(shape: tuple, dtype, stride: tuple | None = None) -> None
         raise RuntimeError(f"Storage size calculation overflowed with {where}")
 
 
-def _varargs_shape(size: tuple) -> tuple[int, ...]:
-    """``f(2, 3)``, ``f((2, 3))`` and ``f([2, 3])`` all mean shape (2, 3)."""
+def _varargs_shape(size: tuple, name: str = "size") -> tuple[int, ...]:
+    """``f(2, 3)``, ``f((2, 3))`` and ``f([2, 3])`` all mean shape (2, 3) (``name``: the argument's name in
+    :func:`_shape_arg`'s errors)."""
     if len(size) == 1:
         first = size[0]
         # a tuple (a Size too) is tested first: tested against numbers.Integral it ran the ABC's Python check
         if isinstance(first, tuple) or not isinstance(first, (int, numbers.Integral)):
-            return _shape_arg(first)
-    return _shape_arg(size)
+            return _shape_arg(first, name)
+    return _shape_arg(size, name)
 
 
 def infer_size(shape: tuple, numel: int) -> tuple[int, ...]:
@@ -213,6 +232,11 @@ def view(input: Tensor, size: Shape) -> Tensor:
 def _tensor_view(self, *shape):
     """View with a new shape: ``t.view(2, 3)``, ``t.view((2, -1))``; ``t.view(dtype)`` reinterprets the bytes."""
     if len(shape) != 1:  # t.view(2, 3): sizes as arguments (what _varargs_shape would find, without its call)
+        if not shape:
+            raise TypeError(
+                "view() received an invalid combination of arguments - got (), but expected one of:\n"
+                " * (kiln.dtype dtype)\n * (tuple of ints size)\n"
+            )
         size = _shape_arg(shape)
     elif isinstance(shape[0], dt.dtype):
         from kiln._ops.copy import view_as_dtype
@@ -278,7 +302,7 @@ Tensor.view = _tensor_view
 
 def reshape(input: Tensor, shape) -> Tensor:
     """``input`` with a new shape: a view when the strides allow it, else a contiguous copy."""
-    shape = infer_size(_shape_arg(shape), _numel(input._shape))
+    shape = infer_size(_shape_arg(shape, "shape"), _numel(input._shape))
     if view_strides(input._shape, input._stride, shape) is not None:
         return _bare_view(view, _view_meta, input, shape)
     return view(clone(input, memory_format=contiguous_format), shape)
@@ -286,7 +310,7 @@ def reshape(input: Tensor, shape) -> Tensor:
 
 def _tensor_reshape(self, *shape):
     """``t.reshape(2, 3)`` or ``t.reshape((2, -1))``: a view when possible, else a copy."""
-    return reshape(self, _varargs_shape(shape))
+    return reshape(self, _varargs_shape(shape, "shape"))
 
 
 Tensor.reshape = _tensor_reshape
@@ -369,7 +393,7 @@ def permute(input: Tensor, dims: Shape) -> Tensor:
 
 def _tensor_permute(self, *dims):
     """``t.permute(1, 0, 2)`` or ``t.permute((1, 0, 2))``: a view with dims reordered."""
-    return permute(self, _varargs_shape(dims))
+    return permute(self, _varargs_shape(dims, "dims"))
 
 
 Tensor.permute = _tensor_permute

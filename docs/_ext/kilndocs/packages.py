@@ -133,10 +133,10 @@ PACKAGES: tuple[Package, ...] = (
     ),
     Package(
         "kiln-compile",
-        "``kiln.compile``, ``kiln.export``, ``kiln.onnx``",
+        "``kiln.compile``, ``kiln.compiler``, ``kiln._dynamo``, ``kiln.export``, ``kiln.onnx``",
         "``torch.compile``'s API: a guarded tracing compiler (forward and backward behind one autograd node, "
         "fused kernels from the device's code generator), programs that run with the core alone, ONNX export.",
-        ("kiln.compile", "kiln.export", "kiln.onnx"),
+        ("kiln.compile", "kiln.compiler", "kiln.export", "kiln.onnx"),
     ),
 )
 

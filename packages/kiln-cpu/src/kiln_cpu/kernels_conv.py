@@ -79,7 +79,7 @@ _FLIP_ROWS, _FLIP_MACS = 64, 1 << 20
 most this many multiply-adds multiply the output's gradient copied transposed, not read transposed in
 place: OpenBLAS's kernels for small products (at most 100^3 multiply-adds) take the copy 1.5x faster
 (measured on an Intel Xeon: 144x196x32, 14.0 us against 21.2 us; a 16 -> 32 channel 3x3 weight gradient
-of 64 14x14 images 1.75 -> 1.36 ms); larger products run as fast either way or slower with the copy (576
+of 64 14x14 images 1.75 -> 1.4-1.5 ms); larger products run as fast either way or slower with the copy (576
 rows: 10% slower), and a few rows much slower (9 rows: 2x)."""
 _CHUNKS = 16
 """The weight gradient's partial sums: the weight's channels (the original batch) are split into at most

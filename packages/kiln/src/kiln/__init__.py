@@ -602,6 +602,8 @@ def __getattr__(name: str):
         from kiln.amp import GradScaler
 
         return GradScaler
+    if name == "_dynamo":  # torch._dynamo (its config, reset, explain): kiln-compile's, or its placeholder
+        return importlib.import_module("kiln._dynamo")
     if name.startswith("_") or importlib.util.find_spec(f"kiln.{name}") is None:
         raise AttributeError(f"module 'kiln' has no attribute '{name}'")
     return importlib.import_module(f"kiln.{name}")

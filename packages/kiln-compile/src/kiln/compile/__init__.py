@@ -114,18 +114,20 @@ def reset() -> None:
         fn._reset()
 
 
-def disable(fn: Callable | None = None, recursive: bool = True):
+def disable(fn: Callable | None = None, recursive: bool = True, *, reason: str | None = None):
     """Mark ``fn`` never to be compiled (``torch.compiler.disable``); with no ``fn``, a decorator.
 
     ``kiln.compile(fn)`` returns such a function unchanged, and a compiled function that calls it runs
-    eagerly (kiln cannot compile around a call, so the whole call stays eager, reported by :func:`explain`).
+    eagerly (kiln cannot compile around a call, so the whole call stays eager, reported by :func:`explain`,
+    with ``reason`` when given).
     """
     if fn is None:
-        return functools.partial(disable, recursive=recursive)
+        return functools.partial(disable, recursive=recursive, reason=reason)
+    why = f" ({reason})" if reason else ""
 
     @functools.wraps(fn)
     def run(*args, **kwargs):
-        note_unsupported(f"it calls {getattr(fn, '__qualname__', fn)}, marked kiln.compile.disable")
+        note_unsupported(f"it calls {getattr(fn, '__qualname__', fn)}, marked kiln.compile.disable{why}")
         return fn(*args, **kwargs)
 
     run._kiln_compile_disabled = True

@@ -7,9 +7,8 @@ cache_size_limit: int = 8
 whenever no trace's guards hold, with a warning; PyTorch's default is 8 as well."""
 
 disabled: bool = False
-"""True: every compiled function runs its original code (``kiln.compile.disable()`` without a function
-sets it, as ``TORCHDYNAMO_DISABLE=1`` does in PyTorch; the environment variable ``KILN_COMPILE_DISABLE=1``
-sets it at import)."""
+"""True: every compiled function runs its original code (PyTorch's ``torch._dynamo.config.disable``, which
+``TORCHDYNAMO_DISABLE=1`` sets; the environment variable ``KILN_COMPILE_DISABLE=1`` sets this at import)."""
 
 accumulated_cache_size_limit: int = 256
 """How many traces one compiled function keeps in all, the other shapes of a kept trace included (which
@@ -22,3 +21,8 @@ differ) traces it again without counting it towards ``cache_size_limit``, and co
 that read the sizes that changed at run time, which its later shapes reuse (PyTorch's setting of the same
 name). False: every new shape counts, and each trace's kernels are made for its shapes, as with
 ``dynamic=False``."""
+
+suppress_errors: bool = False
+"""True: a call whose trace the backend fails to compile runs eagerly, with a warning naming the error,
+and so do that trace's later calls (PyTorch's setting of the same name); False: the call raises
+:class:`kiln.compile.BackendCompilerFailed`."""

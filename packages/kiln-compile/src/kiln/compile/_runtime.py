@@ -263,7 +263,14 @@ class CompiledFunction:
             try:
                 compile_entry(entry, self._backend)
             except Exception as exc:
-                raise BackendCompilerFailed(f"kiln.compile: the backend failed: {exc}") from exc
+                if not _config.suppress_errors:
+                    raise BackendCompilerFailed(f"kiln.compile: the backend failed: {exc}") from exc
+                entry.reason = f"the backend failed: {type(exc).__name__}: {exc}"  # kept: runs eagerly
+                warnings.warn(
+                    f"kiln.compile: the backend failed ({type(exc).__name__}: {exc}); the call runs eagerly "
+                    "(kiln.compile.config.suppress_errors)",
+                    stacklevel=3,
+                )
         if entry.reason != "escaped" and not entry.retrace:
             with self._lock:
                 self._entries = [*self._entries, entry]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import warnings
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -55,8 +56,6 @@ def test_config_refuses_options_it_does_not_have(restore_config):
     for lib in (torch, kiln):
         with pytest.raises(AttributeError, match="does not exist"):
             lib._dynamo.config.no_such_option = 1
-    with pytest.raises(AttributeError, match="does not exist"):
-        _ = kiln._dynamo.config.annotations  # a module attribute of kiln.compile's config, not a setting
     kiln._dynamo.config.disable = True  # torch._dynamo.config.disable: compiled functions run their code
     f = kiln.compile(lambda x: x + 1)
     f(kiln.ones(2))
@@ -152,3 +151,65 @@ def test_a_failing_backend_raises_unless_errors_are_suppressed(restore_config):
         warnings.simplefilter("error")  # later calls run the kept eager entry: no new trace, no new warning
         assert g(kiln.full((2,), 2.0)).tolist() == [7.0, 7.0]
     assert g.trace_count == 1
+
+
+def test_config_imports_and_patches_as_pytorchs(restore_config):
+    import kiln._dynamo.config
+    from kiln._dynamo.config import recompile_limit
+
+    assert kiln._dynamo.config is kiln.compile.config and recompile_limit == kiln.compile.config.cache_size_limit
+    with mock.patch.object(kiln._dynamo.config, "suppress_errors", True):  # restored after, as in PyTorch
+        assert kiln.compile.config.suppress_errors is True
+    assert kiln.compile.config.suppress_errors is False
+    with kiln._dynamo.config.patch(recompile_limit=3, suppress_errors=True):
+        assert kiln.compile.config.cache_size_limit == 3 and kiln.compile.config.suppress_errors
+    assert kiln.compile.config.cache_size_limit == 8 and not kiln.compile.config.suppress_errors
+
+    @kiln._dynamo.config.patch("automatic_dynamic_shapes", False)
+    def read():
+        return kiln.compile.config.automatic_dynamic_shapes
+
+    assert read() is False and kiln.compile.config.automatic_dynamic_shapes is True
+    with pytest.raises(AttributeError, match="does not exist"):
+        kiln._dynamo.config.patch({"no_such_option": 1})
+
+
+def test_suppressed_errors_keep_gradients_when_only_the_backward_fails(restore_config):
+    compiled = []
+
+    def backward_fails(graph, example_inputs):  # the forward graph compiles, the backward graph does not
+        compiled.append(graph)
+        if len(compiled) % 2 == 0:
+            raise ValueError("no code for the backward graph")
+        return graph
+
+    kiln._dynamo.config.suppress_errors = True
+    lin = kiln.nn.Linear(3, 1)
+    step = kiln.compile(lin, backend=backward_fails)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(3):
+            lin.zero_grad()
+            step(kiln.ones(2, 3)).sum().backward()
+            assert lin.weight.grad.tolist() == [[2.0, 2.0, 2.0]]  # every call: eager, with its gradients
+
+
+def test_fullgraph_raises_a_backend_failure_even_with_errors_suppressed(restore_config):
+    kiln._dynamo.config.suppress_errors = True
+    f = kiln.compile(lambda x: x * 2, backend=_failing_backend, fullgraph=True)
+    with pytest.raises(kiln._dynamo.exc.BackendCompilerFailed):
+        f(kiln.ones(2))
+
+
+def test_disable_keeps_a_module_a_module():
+    model = kiln.nn.Sequential(kiln.nn.Linear(2, 2), kiln.nn.ReLU())
+    model[0] = kiln.compiler.disable(model[0], reason="stays eager")  # PyTorch's idiom: a module in, a module out
+    assert isinstance(model[0], kiln.nn.Module) and len(list(model.parameters())) == 2
+    x = kiln.ones(1, 2)
+    want = model(x).tolist()
+    compiled = kiln.compile(model)
+    assert compiled(x).tolist() == want and compiled(x).tolist() == want
+    assert "stays eager" in str(kiln.compile.explain(model, x))
+    for lib in (torch, kiln):
+        with pytest.raises(AssertionError, match="fn must be callable"):
+            lib.compiler.disable(3)

@@ -126,7 +126,7 @@ def test_compile_without_its_package_names_it():
             m.compile()
     # torch.compiler's and torch._dynamo's names: the queries answer, the rest names the package
     assert kiln.compiler.is_compiling() is False and kiln.compiler.is_dynamo_compiling() is False
-    assert kiln._dynamo.is_compiling() is False
+    assert kiln._dynamo.is_compiling() is False and kiln.compile.is_compiling() is False
     with pytest.raises(AttributeError, match="pip install kiln-compile"):
         kiln.compiler.reset()
     with pytest.raises(AttributeError, match="pip install kiln-compile"):

@@ -224,7 +224,7 @@ def device_module(name: str) -> DeviceModule | None:
 _PLACEHOLDERS: dict[str, tuple[str, dict[str, object]]] = {
     "distributed": ("kiln-distributed", {"is_available": lambda: False, "is_initialized": lambda: False}),
     "onnx": ("kiln-compile", {"is_in_onnx_export": lambda: False}),
-    "compile": ("kiln-compile", {}),  # also called: kiln.compile(model) names the package to install
+    "compile": ("kiln-compile", {"is_compiling": lambda: False}),  # also called: kiln.compile(model) names it
     "compiler": ("kiln-compile", {"is_compiling": lambda: False, "is_dynamo_compiling": lambda: False}),
     "_dynamo": ("kiln-compile", {"is_compiling": lambda: False}),
 }

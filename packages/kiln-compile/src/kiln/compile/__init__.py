@@ -119,19 +119,29 @@ def disable(fn: Callable | None = None, recursive: bool = True, *, reason: str |
 
     ``kiln.compile(fn)`` returns such a function unchanged, and a compiled function that calls it runs
     eagerly (kiln cannot compile around a call, so the whole call stays eager, reported by :func:`explain`,
-    with ``reason`` when given).
+    with ``reason`` when given). A module stays a module: an ``OptimizedModule`` wrapping it, which calls it
+    so marked (``model.block = disable(model.block)``).
     """
     if fn is None:
         return functools.partial(disable, recursive=recursive, reason=reason)
+    if not callable(fn):
+        raise AssertionError("fn must be callable")
     why = f" ({reason})" if reason else ""
+    name = getattr(fn, "__qualname__", type(fn).__qualname__)
 
-    @functools.wraps(fn)
     def run(*args, **kwargs):
-        note_unsupported(f"it calls {getattr(fn, '__qualname__', fn)}, marked kiln.compile.disable{why}")
+        note_unsupported(f"it calls {name}, marked kiln.compile.disable{why}")
         return fn(*args, **kwargs)
 
-    run._kiln_compile_disabled = True
-    return run
+    module_cls = module_class()
+    if module_cls is not None and isinstance(fn, module_cls):  # still a module (PyTorch: an OptimizedModule)
+        from kiln.compile._module import OptimizedModule
+
+        wrapped = OptimizedModule(fn, call=run)
+    else:
+        wrapped = functools.wraps(fn)(run)
+    wrapped._kiln_compile_disabled = True
+    return wrapped
 
 
 def trace(func: Callable, example_inputs: Any = None, *, example_kwarg_inputs: dict | None = None, **kwargs: Any):

@@ -15,11 +15,21 @@ class OptimizedModule(nn.Module):
     start with ``_orig_mod.``, as PyTorch's do) and reads any other attribute from it."""
 
     def __init__(
-        self, mod: nn.Module, *, backend, fullgraph: bool, options: dict | None, dynamic: bool | None = None
+        self,
+        mod: nn.Module,
+        *,
+        backend=None,
+        fullgraph: bool = False,
+        options: dict | None = None,
+        dynamic: bool | None = None,
+        call: Callable | None = None,
     ) -> None:
         super().__init__()
         self._orig_mod = mod
-        self._compiled: Callable = CompiledFunction(
+        if call is not None:  # calls it some other way (kiln.compile.disable's: eagerly, marked)
+            self._compiled: Callable = call
+            return
+        self._compiled = CompiledFunction(
             mod._call_impl, backend=backend, fullgraph=fullgraph, options=options, dynamic=dynamic
         )
         from kiln.compile import _compiled

@@ -263,9 +263,12 @@ class CompiledFunction:
             try:
                 compile_entry(entry, self._backend)
             except Exception as exc:
-                if not _config.suppress_errors:
+                if self._fullgraph or not _config.suppress_errors:  # (fullgraph=True: never eager, as PyTorch)
                     raise BackendCompilerFailed(f"kiln.compile: the backend failed: {exc}") from exc
-                entry.reason = f"the backend failed: {type(exc).__name__}: {exc}"  # kept: runs eagerly
+                # kept, to run eagerly: no program (a forward compiled before its backward failed would
+                # run without the gradients)
+                entry.forward = entry.backward = None
+                entry.reason = f"the backend failed: {type(exc).__name__}: {exc}"
                 warnings.warn(
                     f"kiln.compile: the backend failed ({type(exc).__name__}: {exc}); the call runs eagerly "
                     "(kiln.compile.config.suppress_errors)",

@@ -4,6 +4,8 @@ them (the settings under their PyTorch names, reset, disable with a reason, the 
 from __future__ import annotations
 
 import collections
+import subprocess
+import sys
 import warnings
 from unittest import mock
 
@@ -36,7 +38,13 @@ def restore_config():
 def test_the_modules_are_reachable_as_torchs_are():
     import kiln.compiler
 
-    assert kiln._dynamo.config is kiln.__getattr__("_dynamo").config  # `kiln._dynamo` with no import, as torch._dynamo
+    fresh = subprocess.run(  # `kiln._dynamo` with no import of it, as torch._dynamo
+        [sys.executable, "-c", "import kiln; print(kiln._dynamo.config.recompile_limit)"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert fresh.returncode == 0 and fresh.stdout.strip() == "8", fresh.stderr
     assert kiln.compiler.compile is kiln.compile.compile and kiln.compiler.reset is kiln.compile.reset
     for name in kiln.compiler.__all__:
         assert hasattr(torch.compiler, name), name  # every name is PyTorch's

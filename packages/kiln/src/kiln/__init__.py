@@ -602,9 +602,10 @@ def __getattr__(name: str):
         from kiln.amp import GradScaler
 
         return GradScaler
-    if name == "_dynamo":  # torch._dynamo (its config, reset, explain): kiln-compile's, or its placeholder
-        return importlib.import_module("kiln._dynamo")
-    if name.startswith("_") or importlib.util.find_spec(f"kiln.{name}") is None:
+    from kiln._device_module import _PLACEHOLDERS
+
+    # a private name is no submodule, except a package's module named as PyTorch's (kiln._dynamo: torch._dynamo)
+    if (name.startswith("_") and name not in _PLACEHOLDERS) or importlib.util.find_spec(f"kiln.{name}") is None:
         raise AttributeError(f"module 'kiln' has no attribute '{name}'")
     return importlib.import_module(f"kiln.{name}")
 

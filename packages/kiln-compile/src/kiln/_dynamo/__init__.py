@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import sys
 
+from kiln._dynamo import exc
 from kiln.compile import config, disable, explain, is_compiling, list_backends, reset
 from kiln.compiler import allow_in_graph
-
-from . import exc  # (relative: a kiln._x import is the core's private name to the public-names test)
 
 __all__ = ["allow_in_graph", "config", "disable", "exc", "explain", "is_compiling", "list_backends", "reset"]
 

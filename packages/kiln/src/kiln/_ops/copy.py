@@ -382,13 +382,13 @@ def _check_inplace_allowed(self: Tensor, leaf_ok: bool = False) -> None:
             "Inplace update to inference tensor outside InferenceMode is not allowed.You can make a clone to get a "
             "normal tensor before doing inplace update.See https://github.com/pytorch/rfcs/pull/17 for more details."
         )
-    if leaf_ok:
+    if leaf_ok or (away[0] and not state.grad_enabled):  # (the thread-local state read once, when set)
         return
-    if state.grad_enabled and self._requires_grad and self.grad_fn is None and self._base is None:
+    if self._requires_grad and self.grad_fn is None and self._base is None:
         raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
-    if state.grad_enabled and self._nograd_view:
+    if self._nograd_view:
         raise nograd_view_error(self, base_written=False)
-    if state.grad_enabled and self._base is not None and self._base._requires_grad and self._base.grad_fn is None:
+    if self._base is not None and self._base._requires_grad and self._base.grad_fn is None:
         raise RuntimeError("a view of a leaf Variable that requires grad is being used in an in-place operation.")
 
 
@@ -542,7 +542,8 @@ def inplace_variant(fn, name: str, doc: str, needs_self: bool, overlaps: dict | 
     bind = opdef.bind
 
     def method(self, *args, **kwargs):
-        if state.pre_autograd_modes:  # autocast casts out-of-place ops only, as in PyTorch
+        moded = away[0]  # the thread-local state is read only when some thread is away from the defaults
+        if moded and state.pre_autograd_modes:  # autocast casts out-of-place ops only, as in PyTorch
             saved, state.pre_autograd_modes = state.pre_autograd_modes, ()
             try:
                 return method(self, *args, **kwargs)
@@ -550,15 +551,15 @@ def inplace_variant(fn, name: str, doc: str, needs_self: bool, overlaps: dict | 
                 state.pre_autograd_modes = saved
         bound = bind(self, *args, **kwargs)  # a wrong argument: the TypeError comes first, as in PyTorch
         _check_no_overlap(self)
-        recording = (
-            (differentiable or replaces)
-            and state.grad_enabled
-            and (
-                self._requires_grad
-                or (self._base is not None and self.requires_grad)
-                or any(isinstance(a, Tensor) and a.requires_grad for a in bound)
-            )
-        )
+        recording = False
+        if (differentiable or replaces) and (not moded or state.grad_enabled):
+            if self._requires_grad or (self._base is not None and self.requires_grad):
+                recording = True
+            else:
+                for a in bound:  # (a loop, not any() over a generator: a frame less per argument)
+                    if isinstance(a, Tensor) and a.requires_grad:
+                        recording = True
+                        break
         # logical_and_, ...: nothing to record, so even a leaf that requires grad may be written
         _check_inplace_allowed(self, leaf_ok=not differentiable and not replaces)
         for i, kind in checks:  # the overlaps with self PyTorch refuses, after the checks above (its order)
@@ -574,9 +575,9 @@ def inplace_variant(fn, name: str, doc: str, needs_self: bool, overlaps: dict | 
             return apply_inplace(self, lambda s: fn(s, *args, **kwargs), False, opdef.grad_fn_name(bound), read)
         if recording:
             return apply_inplace(self, lambda s: fn(s, *args, **kwargs), needs_self)
-        if kernels and (not away[0] or not state.post_autograd_modes):
+        if kernels and (not moded or not state.post_autograd_modes):
             kernel = kernels.get(self._device.type)
-            if kernel is not None and (differentiable or self.grad_fn is None or not state.grad_enabled):
+            if kernel is not None and (differentiable or self.grad_fn is None or (moded and not state.grad_enabled)):
                 done = _write_in_place(opdef, kernel, bound, self)
                 if done is not None:
                     return done

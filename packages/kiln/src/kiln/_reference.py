@@ -216,11 +216,28 @@ def _write_into_kernel(opdef, into: Callable) -> Callable:
     writes the reference's result of ``(self, *args)`` into ``self_array``."""
     positions = tuple(i - 1 for i in opdef.tensor_params if i > 0)
     write = quiet(into)
+    # (ufunc, rest): as in wrap_reference, the write is ufunc(self, other, out=self) when ``other`` is an array in
+    # the compute dtype and the other arguments are ``rest`` (add_'s alpha of 1): called here, three frames less
+    plain, plain_rest = getattr(opdef.reference, "same_dtype_ufunc", None) or (None, None)
+    if positions != (0,):
+        plain = None
 
     def kernel(spec, a, *args):
         x = a._numpy()
-        if x.dtype is not COMPUTE_NUMPY.get(spec.dtype) or not x.flags.writeable:
+        c = COMPUTE_NUMPY.get(spec.dtype)
+        if x.dtype is not c or not x.flags.writeable:
             return None  # a read-only self: out of place, then the copy raises NumPy's error
+        if plain is not None and args[1:] == plain_rest:
+            b = args[0]
+            if isinstance(b, Tensor):
+                b = b._numpy() if b._np is None else b._np
+                if b.dtype is c:
+                    token = _quiet_enter()
+                    try:
+                        plain(x, b, out=x)
+                    finally:
+                        _quiet_exit(token)
+                    return a
         write(spec, x, *_arrays(args, positions))
         return a
 

@@ -101,6 +101,23 @@ def make_cases(kiln, torch) -> list[dict]:
     add_case((4,))
     add_case((32, 32))
 
+    # an in-place update (hand-written optimizer steps, gradient accumulation): the in-place variant's checks
+    acc_np = rng.standard_normal((32, 32)).astype(np.float32)
+    inc_np = rng.standard_normal((32, 32)).astype(np.float32)
+    acc_k, inc_k = kiln.from_numpy(acc_np.copy()), kiln.from_numpy(inc_np.copy())
+    acc_t, inc_t = from_numpy_torch(acc_np), from_numpy_torch(inc_np)
+    acc_np2 = acc_np.copy()
+    np.testing.assert_array_equal(acc_k.clone().add_(inc_k).numpy(), acc_np + inc_np)
+    cases.append(
+        {
+            "name": "add_ 32x32",
+            "what": "a.add_(b), float32, 32x32, in place; NumPy: a += b",
+            "kiln": lambda: acc_k.add_(inc_k),
+            "torch": lambda: acc_t.add_(inc_t),
+            "numpy": lambda: np.add(acc_np2, inc_np, out=acc_np2),
+        }
+    )
+
     # a view: no kernel, no data; only argument parsing, stride arithmetic and the new tensor object
     v_np = rng.standard_normal(8).astype(np.float32)
     v_k, v_t = kiln.from_numpy(v_np.copy()), from_numpy_torch(v_np)

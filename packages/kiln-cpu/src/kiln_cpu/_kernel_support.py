@@ -190,21 +190,23 @@ def apart(x, into: Tensor) -> bool:
 def inplace_kernel(name: str, kernel):
     """The in-place kernel (``add_``) of an elementwise op whose kernel carries its loops
     (``kernel.in_loops(spec, *args, into=None)``, which write into ``into`` when given), so ``add_`` gives
-    what ``add`` gives. Where the core has a NumPy in-place kernel (add, sub, mul: a ufunc writing into
-    ``self``), the loops run where the op's kernel runs them (``kernel.floor``): below, NumPy's write costs
-    less than the loops' call (``add_`` of 1K to 64K float32 elements: 4-10 us against 7-13 us). Without
-    one, the op runs out of place and is copied in, so loops that give the reference's bits
-    (``kernel.exact``: all but the transcendentals' polynomials) run from
-    :data:`kiln_cpu.config.multipass_min_numel` elements, where no copy is made to pay for their call; the
-    others from ``kernel.floor``. Elsewhere, and where a tensor operand overlaps ``self`` in other places
-    (:func:`apart`) or ``self`` is read-only, the NumPy in-place kernel, or None (not taken)."""
+    what ``add`` gives. A call the core's NumPy in-place kernel makes in one ufunc pass writing into ``self``
+    (``add_``/``sub_`` with alpha 1, ``mul_``: its ``plain_rest``) runs the loops where the op's kernel
+    runs them (``kernel.floor``): below, NumPy's write costs less than the loops' call (``add_`` of 1K to
+    64K float32 elements: 4-10 us against 7-13 us). Any other call (``add_(b, alpha=-lr)``: NumPy's two
+    passes through a temporary took 75 us at 200K elements, the loops 32 us) runs loops that give the
+    reference's bits (``kernel.exact``: all but the transcendentals' polynomials) from
+    :data:`kiln_cpu.config.multipass_min_numel` elements, the others from ``kernel.floor``. Elsewhere, and
+    where a tensor operand overlaps ``self`` in other places (:func:`apart`) or ``self`` is read-only, the
+    NumPy in-place kernel where the core has one, else None (not taken)."""
     in_loops, floor = kernel.in_loops, kernel.floor
     reference = reference_kernel(name, inplace=True)
-    if reference is None and getattr(kernel, "exact", True):
-        floor = _exact_floor
+    one_pass = getattr(reference, "plain_rest", None)
+    loops_floor = _exact_floor if getattr(kernel, "exact", True) else floor
 
     def inplace(spec, a, *args):
-        if math.prod(a._shape) >= max(floor(), 1) and a._numpy().flags.writeable:
+        least = floor() if one_pass is not None and args[1:] == one_pass else loops_floor()
+        if math.prod(a._shape) >= max(least, 1) and a._numpy().flags.writeable:
             for x in args:
                 if not apart(x, a):
                     break

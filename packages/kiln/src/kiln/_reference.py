@@ -243,6 +243,7 @@ def _write_into_kernel(opdef, into: Callable) -> Callable:
 
     kernel.__name__ = f"reference_{opdef.name}_"
     kernel.__doc__ = f"NumPy reference in-place kernel for {opdef.name}_."
+    kernel.plain_rest = None if plain is None else plain_rest  # the calls it makes in one ufunc pass: args[1:] == it
     return kernel
 
 

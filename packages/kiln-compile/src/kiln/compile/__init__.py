@@ -23,12 +23,14 @@ from kiln.compile import _config as config
 from kiln.compile._backends import list_backends
 from kiln.compile._graph import Graph, Node, Value
 from kiln.compile._guards import module_class
+from kiln.compile._marks import ConstraintViolationError
 from kiln.compile._runtime import BackendCompilerFailed, CompiledFunction, is_compiling, note_unsupported, trace_call
 from kiln.compile._trace import GraphBreakError
 
 __all__ = [
     "BackendCompilerFailed",
     "CompiledFunction",
+    "ConstraintViolationError",
     "ExplainOutput",
     "Graph",
     "GraphBreakError",
@@ -78,9 +80,11 @@ def compile(  # noqa: A001 - PyTorch's name
       same ranks: only sizes, strides and the int arguments of ops differ) does not count towards
       ``config.cache_size_limit`` (only towards ``config.accumulated_cache_size_limit``, 256), and its fused
       kernels read the sizes that changed at run time, so that every later shape reuses them: a new batch
-      size costs one traced call and no kernel compilation. ``True``: so from the first trace, every size
+      size costs one traced call and no kernel compilation (but for a kernel that holds a size as a number:
+      the backward of a ``mean`` divides by the element count). ``True``: so from the first trace, every size
       read at run time. ``False``: every new shape counts towards ``cache_size_limit`` and gets kernels made
-      for it.
+      for it. Whatever ``dynamic`` is, a dim marked with ``kiln._dynamo.mark_dynamic`` is compiled for varying
+      sizes from its first trace, and one marked with ``mark_static`` counts every new size.
     * ``mode``: PyTorch's modes are accepted; kiln's code generation is the same for all of them.
     * ``disable=True``: return ``model`` unchanged.
     """

@@ -16,6 +16,7 @@ from __future__ import annotations
 import collections
 import functools
 import operator
+import re
 import sys
 import types
 from collections.abc import Callable
@@ -25,7 +26,7 @@ import numpy as np
 
 import kiln
 
-__all__ = ["GuardBuilder", "flatten"]
+__all__ = ["GuardBuilder", "first_failure", "flatten", "holds_relaxed", "mismatch", "reduced"]
 
 _SCALARS = (int, float, bool, str, type(None), complex)
 
@@ -343,6 +344,9 @@ class GuardBuilder:
         self.words: list[str] = []
         self.consts: dict[str, Any] = {}
         self.argument_objects: list[tuple[Any, str]] = []  # non-plain argument leaves, by path
+        self.input_meta: list[tuple[int, tuple, tuple | None]] = []  # per input tensor: (its metadata guard's
+        # index, metadata, marks: :func:`_mark_spec`)
+        self.kept: list[int] = []  # the guards skip_guard_eval_unsafe tests too (see :func:`reduced`)
 
     def const(self, value: Any) -> str:
         """A name the generated code reads ``value`` by."""
@@ -357,10 +361,13 @@ class GuardBuilder:
             return f"type({path}) is {self.const(type(v))} and repr({path}) == {self.const(repr(v))}"
         return f"type({path}) is {self.const(type(v))} and {path} == {self.const(v)}"
 
-    def check(self, condition: str, words: str, *, late: bool = False) -> None:
+    def check(self, condition: str, words: str, *, late: bool = False, kept: bool = False) -> None:
         """Add ``condition`` (a Python expression over ``args`` and ``kwargs``) as a guard, described by ``words``.
         A ``late`` one (costly: a module tree's state) is tested after every other, so that a call another
-        entry serves is turned away by the cheap ones first."""
+        entry serves is turned away by the cheap ones first. A ``kept`` one is tested under
+        ``set_stance(skip_guard_eval_unsafe=True)`` too (:func:`reduced`)."""
+        if kept:
+            self.kept.append(len(self.conditions))
         self.lines.append((late, f"    if not ({condition}): return None"))
         self.conditions.append(condition)
         self.words.append(words)
@@ -373,29 +380,42 @@ class GuardBuilder:
             self.check(
                 f"type({path}) is {self.const(t)} and len({path}) == {len(obj)}",
                 f"{path} is a {t.__name__} of {len(obj)}",
+                kept=True,
             )
             for i, x in enumerate(obj):
                 self.structure(x, f"{path}[{i}]", tensors)
         elif t is dict:
             keys = tuple(obj)
-            self.check(f"type({path}) is dict and tuple({path}) == {self.const(keys)}", f"{path} has keys {keys}")
+            self.check(
+                f"type({path}) is dict and tuple({path}) == {self.const(keys)}", f"{path} has keys {keys}", kept=True
+            )
             for k, x in obj.items():
                 self.structure(x, f"{path}[{self.const(k)}]", tensors)
         elif isinstance(obj, kiln.Tensor):
-            self.tensor(obj, path, path)
+            self.input_meta.append((len(self.conditions), *self.tensor(obj, path, path, kept=True)))
             tensors.append(path)
         elif obj is None:
             self.check(f"{path} is None", f"{path} is None")
         elif _plain(obj):
             self.check(self.equals(path, obj), f"{path} == {obj!r}")
         else:
-            self.check(f"{path} is {self.const(obj)}", f"{path} is the same {t.__name__} object")
+            # kept (as every identity guard): a trace reads another object's tensors by reference, stale there
+            self.check(f"{path} is {self.const(obj)}", f"{path} is the same {t.__name__} object", kept=True)
             self.argument_objects.append((obj, path))
 
-    def tensor(self, t: kiln.Tensor, expr: str, label: str) -> None:
-        """Guards on one tensor's class, dtype, device, shape, strides, offset and ``requires_grad``."""
-        meta = (type(t), t.dtype, t.device, tuple(t.shape), t.stride(), t.storage_offset(), t.requires_grad)
-        self.check(f"_meta({expr}) == {self.const(meta)}", f"{label}: {_describe_meta(meta)}")
+    def tensor(self, t: kiln.Tensor, expr: str, label: str, kept: bool = False) -> tuple:
+        """Guards on one tensor's class, dtype, device, shape, strides, offset, ``requires_grad`` and the marks
+        of ``kiln._dynamo.mark_dynamic`` and its kin on it (:func:`_meta`; ``kept``: see :meth:`check`);
+        returns that metadata and the marks (:func:`_mark_spec`)."""
+        marks = _mark_spec(t)
+        if marks is None:  # (the usual case: one call, and a new mark on the tensor fails it)
+            meta = _meta(t)
+            test = f"_meta({expr}) == {self.const(meta)}"
+        else:
+            meta = _meta_marked(t, marks)
+            test = f"_meta_marked({expr}, {self.const(marks)}) == {self.const(meta)}"
+        self.check(test, f"{label}: {_describe_meta(meta)}", kept=kept)
+        return meta, marks
 
     def grad_hooks(self, t: kiln.Tensor, expr: str, label: str) -> None:
         """For a leaf that requires grad, a guard on its gradient hooks (:func:`_grad_hooks`): for a trace that
@@ -423,6 +443,7 @@ class GuardBuilder:
         ns = dict(self.consts)
         ns.update(
             _meta=_meta,
+            _meta_marked=_meta_marked,
             _grad_hooks=_grad_hooks,
             _MISSING=_MISSING,
             _same_array=_same_array,
@@ -436,7 +457,129 @@ class GuardBuilder:
         fn.source = src
         checks = [eval(f"lambda args, kwargs: {c}", ns) for c in self.conditions]
         fn.failures = lambda args, kwargs: [w for w, c in zip(self.words, checks) if not _holds(c, args, kwargs)]
+        # for the stances (kiln.compiler.set_stance): each guard alone, in the order the function tests them
+        fn.checks, fn.words, fn.input_meta = checks, list(self.words), list(self.input_meta)
+        fn.order = [i for i, _ in sorted(enumerate(self.lines), key=lambda x: x[1][0])]
+        fn.keys = [_CONST_NAME.sub("c", c) for c in self.conditions]  # the same guard in another trace: same key
+        fn.tensor_at = [eval(f"lambda args, kwargs: {e}", ns) for e in tensors]
+        fn.kept, fn.conditions, fn.namespace, fn.tensors = frozenset(self.kept), list(self.conditions), ns, tensors
+        fn.reduced = {}  # keys -> function: see reduced()
         return fn
+
+
+_CONST_NAME = re.compile(r"\bc\d+\b")
+
+
+def first_failure(guard: Callable, args, kwargs, skip: frozenset = frozenset()) -> int | None:
+    """The index of the first guard of ``guard`` (a built guard function) that fails on the call, in the order
+    the function tests them, leaving out the guards ``skip``; None if all hold (or if ``guard`` is another
+    function, which tells nothing)."""
+    for i in getattr(guard, "order", ()):
+        if i not in skip and not _holds(guard.checks[i], args, kwargs):
+            return i
+    return None
+
+
+def reduced(guard: Callable, keys: frozenset) -> Callable:
+    """``guard`` testing only its kept guards (the call's structure and its tensors' metadata, the tensors read
+    by reference's, grad mode and the like, how the tensors share memory: what the compiled code relies on)
+    and those whose key (the condition with its constants' names left out) is in ``keys``: the guard
+    ``set_stance(skip_guard_eval_unsafe=True)`` runs. Made once per set of keys."""
+    if not hasattr(guard, "order"):  # (another function put there: all of it)
+        return guard
+    made = guard.reduced.get(keys)
+    if made is not None:
+        return made
+    tested = [i for i in guard.order if i in guard.kept or guard.keys[i] in keys]
+    body = "".join(f"    if not ({guard.conditions[i]}): return None\n" for i in tested)
+    src = f"def guard(args, kwargs):\n{body}    return [{', '.join(guard.tensors)}]\n"
+    ns = dict(guard.namespace)
+    exec(compile(src, "<kiln.compile guards>", "exec"), ns)  # noqa: S102 - our own generated source
+    if len(guard.reduced) > 3:  # (the keys only grow: the kept guards alone, and the latest keys)
+        guard.reduced = {k: f for k, f in guard.reduced.items() if not k}
+    guard.reduced[keys] = ns["guard"]
+    return ns["guard"]
+
+
+def holds_relaxed(guard: Callable, args, kwargs, ok: Callable[[int, int, int], bool]) -> bool:
+    """Whether ``guard`` holds on the call but for sizes of its input tensors that ``ok(position, dim, size)``
+    allows (their strides may differ then, a contiguous tensor's being contiguous)."""
+    if not hasattr(guard, "order"):  # (another function put there: it tells nothing)
+        return False
+    metas = {ci: (pos, meta, marks) for pos, (ci, meta, marks) in enumerate(guard.input_meta)}
+    for i in guard.order:
+        if i not in metas:
+            if not _holds(guard.checks[i], args, kwargs):
+                return False
+            continue
+        pos, old, marks = metas[i]
+        try:
+            new = _meta_of(guard.tensor_at[pos](args, kwargs), marks)
+        except Exception:  # noqa: BLE001 - another structure of arguments
+            return False
+        if new[:3] != old[:3] or new[5:] != old[5:] or len(new[3]) != len(old[3]):
+            return False
+        if any(a != b and not ok(pos, d, a) for d, (a, b) in enumerate(zip(new[3], old[3]))):
+            return False
+        if new[4] != old[4] and (new[4] != _contiguous(new[3]) or old[4] != _contiguous(old[3])):
+            return False
+    return True
+
+
+def _contiguous(shape: tuple) -> tuple:
+    from kiln.compile._graph import contiguous_strides
+
+    return contiguous_strides(tuple(shape))
+
+
+def mismatch(guard: Callable, args, kwargs, names: list[str]) -> str | None:
+    """Why ``guard`` fails on the call, in PyTorch's words for an input tensor (``tensor 'x' size mismatch at
+    index 0. expected 4, actual 5``; ``names``: the input tensors' names), else the guard's; None if it holds."""
+    i = first_failure(guard, args, kwargs)
+    if i is None:
+        return None
+    for pos, (ci, old, marks) in enumerate(guard.input_meta):
+        if ci == i:
+            try:
+                t = guard.tensor_at[pos](args, kwargs)
+                new = _meta_of(t, marks)
+            except Exception:  # noqa: BLE001 - another structure of arguments
+                break
+            if new[:7] == old[:7]:  # (the marks differ)
+                return _marks_changed(t, marks)
+            return f"tensor '{names[pos]}' {_changed(new, old)}"
+    return f"{guard.words[i]}: no longer holds"
+
+
+def _marks_changed(t: kiln.Tensor, marks: tuple | None) -> str:
+    """How the marks on ``t`` differ from the traced ones (``marks``: :func:`_mark_spec`), in PyTorch's words."""
+    if marks is None:
+        return "_has_dynamo_dim_marking is present on runtime tensor but was absent at compile time"
+    for name, traced in marks:
+        found = getattr(t, name, None)
+        if traced is None and hasattr(t, name):
+            return f"{name} is present on runtime tensor but was absent at compile time"
+        if traced is not None and found is not None and not set(found) <= traced:
+            return f"{name} not a subset: runtime {set(found)} is not a subset of compiled {set(traced)}"
+    return "the dimension marks differ"
+
+
+def _changed(new: tuple, old: tuple) -> str:
+    """What differs between two tensors' metadata (:func:`_meta`), as PyTorch words a tensor guard's failure."""
+    labels = ("type", "dtype", "device")
+    for k, label in enumerate(labels):
+        if new[k] != old[k]:
+            show = (lambda c: c.__name__) if k == 0 else str
+            return f"{label} mismatch. expected {show(old[k])}, actual {show(new[k])}"
+    if new[6] != old[6]:
+        return f"requires_grad mismatch. expected requires_grad={int(old[6])}"
+    if len(new[3]) != len(old[3]):
+        return f"rank mismatch. expected {len(old[3])}, actual {len(new[3])}"
+    for label, a, b in (("size", new[3], old[3]), ("stride", new[4], old[4])):
+        for d, (x, y) in enumerate(zip(a, b)):
+            if x != y:
+                return f"{label} mismatch at index {d}. expected {y}, actual {x}"
+    return f"storage offset mismatch. expected {old[5]}, actual {new[5]}"
 
 
 def _holds(check: Callable, args, kwargs) -> bool:
@@ -446,8 +589,53 @@ def _holds(check: Callable, args, kwargs) -> bool:
         return False
 
 
+_MARKS = ("_dynamo_dynamic_indices", "_dynamo_weak_dynamic_indices", "_dynamo_static_indices")
+"""The attributes ``kiln._dynamo.mark_dynamic``, ``maybe_mark_dynamic`` and ``mark_static`` set (PyTorch's)."""
+_MARKED = frozenset((*_MARKS, "_has_dynamo_dim_marking"))
+
+
 def _meta(t: kiln.Tensor) -> tuple:
-    return (type(t), t.dtype, t.device, t.shape, t.stride(), t.storage_offset(), t.requires_grad)
+    """What a trace's guard tests of a tensor: its class, dtype, device, shape, strides, offset,
+    ``requires_grad`` and, last, whether it has no mark (a trace of an unmarked tensor does not serve a marked
+    one, as in PyTorch). Read from the tensor's fields: the guard of every call reads it."""
+    d = t.__dict__
+    return (
+        type(t),
+        t._dtype,
+        t._device,
+        t._shape,
+        t._stride,
+        t._offset,
+        t.requires_grad,
+        not d or _MARKED.isdisjoint(d),
+    )
+
+
+def _meta_marked(t: kiln.Tensor, marks: tuple) -> tuple:
+    """:func:`_meta` for a trace of a marked tensor: last, whether ``t``'s marks are ones the trace allows
+    (``marks``: :func:`_mark_spec`). As in PyTorch, each mark attribute the traced tensor had may be missing or
+    hold a subset of its indices, and one it had not must be missing."""
+    ok = True
+    for name, traced in marks:
+        found = getattr(t, name, None)
+        if traced is None:
+            ok = ok and not hasattr(t, name)
+        elif found is not None:
+            ok = ok and set(found) <= traced
+    return (*_meta(t)[:7], ok)
+
+
+def _mark_spec(t: kiln.Tensor) -> tuple | None:
+    """None for a tensor without marks; else, per mark attribute (:data:`_MARKS`), the indices it holds, or
+    None where the tensor lacks it."""
+    d = t.__dict__
+    if not d or _MARKED.isdisjoint(d):
+        return None
+    return tuple((name, frozenset(d[name]) if name in d else None) for name in _MARKS)
+
+
+def _meta_of(t: kiln.Tensor, marks: tuple | None) -> tuple:
+    return _meta(t) if marks is None else _meta_marked(t, marks)
 
 
 def _grad_hooks(t: kiln.Tensor) -> tuple:
@@ -459,7 +647,7 @@ def _grad_hooks(t: kiln.Tensor) -> tuple:
 
 
 def _describe_meta(meta: tuple) -> str:
-    cls, dtype, device, shape, stride, offset, rg = meta
+    cls, dtype, device, shape, stride, offset, rg, _unmarked = meta
     return f"{cls.__name__} {dtype} on {device}, shape {list(shape)}, strides {stride}, offset {offset}, requires_grad={rg}"
 
 

@@ -375,7 +375,9 @@ class _Walker:
         if _plain(v):
             gb.check(gb.equals(path, v), f"{words} == {v!r}")
             return
-        gb.check(f"{path} is {gb.const(v)}", f"{words} is the same {t.__name__}")
+        # kept under skip_guard_eval_unsafe: another object bound there (a global tensor rebound) is not the one the
+        # trace reads by reference
+        gb.check(f"{path} is {gb.const(v)}", f"{words} is the same {t.__name__}", kept=True)
         self.members(v, path, words, depth)
 
     def members(self, v: Any, path: str, words: str, depth: int) -> None:

@@ -20,10 +20,11 @@ from typing import Any
 
 import kiln
 from kiln.autograd import Function
-from kiln.compile import _config
+from kiln.compile import _config, _stance
 from kiln.compile._backends import lookup_backend
 from kiln.compile._graph import Graph, GuardFailure, Value
-from kiln.compile._guards import GuardBuilder, Unguardable, flatten, global_state
+from kiln.compile._guards import GuardBuilder, Unguardable, flatten, global_state, holds_relaxed
+from kiln.compile._marks import check_ranges, covers, kept_marks, may_vary, read_marks, source_names, trace_dims
 from kiln.compile._reads import python_state, reachable_objects
 from kiln.compile._trace import Tracer
 
@@ -68,6 +69,15 @@ class Entry:
         self.bw_targets: list[int] = []  # the forward inputs the backward outputs are gradients of
         self.signature: tuple = ()  # shape_signature(graphs): equal for traces of one program at other shapes
         self.past_limit = False  # traced past cache_size_limit, of another program: it runs eagerly
+        self.number = 0  # how many traces the function kept before it (PyTorch's compile id, 0/number)
+        self.backend: Callable | None = None  # what compiled it (a stance's force_backend: another)
+        self.n_inputs = 0  # how many of the graph's inputs are the call's tensors
+        # per tensor read by reference: whether it existed before the call (a parameter, a buffer, a global's
+        # tensor: its sizes are fixed) rather than being made by it (from its input's data, say)
+        self.persistent: list[bool] = []
+        # per input tensor (position) and dim: STATIC (marked static), (min, max) (marked dynamic) or AUTO
+        # (dynamic without a mark): what another size there counts as (kiln.compile._marks.policies)
+        self.dims: dict[int, dict[int, Any]] = {}
 
     def run(self, inputs: list) -> Any:
         """Run the compiled programs on the guarded inputs (raises GuardFailure if a value guard fails)."""
@@ -164,6 +174,9 @@ class CompiledFunction:
         self._shapes: dict[tuple, list[dict]] = {}  # per program (shape signature): per graph, base shape and
         # changed dims by value index
         self._warned = False
+        self._diff: frozenset[str] = frozenset()  # the keys of the guards that failed on a call that was traced
+        # (skip_guard_eval_unsafe tests those and the kept ones: _guards.reduced)
+        self._eager_first: list | None = None  # the first call's shapes, run eagerly under eager_then_compile
         self._lock = threading.Lock()
         functools.update_wrapper(self, fn)
 
@@ -173,6 +186,9 @@ class CompiledFunction:
     def __call__(self, *args, **kwargs):
         if _config.disabled or is_compiling():
             return self._fn(*args, **kwargs)
+        if _stance._current is not _stance.DEFAULT:  # (kiln.compiler.set_stance)
+            return _stance.call(self, args, kwargs)
+        # the default stance: _stance.serve's loop, inlined (each call runs it)
         for i, entry in enumerate(self._entries):  # (a list replaced, never changed: other threads may iterate it)
             try:
                 inputs = entry.guard(args, kwargs)
@@ -188,21 +204,48 @@ class CompiledFunction:
                 return entry.run(inputs)
             except GuardFailure:  # a value read into Python differs: another entry, or a new trace
                 continue
+        return self._miss(args, kwargs)
+
+    def _miss(
+        self, args: tuple, kwargs: dict, backend: Callable | None = None, expected: str | None = None, depth: int = 4
+    ):
+        """A call no trace serves: traced (``backend``: a stance's forced one; ``expected``: the stance that let
+        it through as another size of a dim a trace holds dynamic; ``depth``: the warnings' stacklevel), or run
+        eagerly past the limits."""
         full = len(self._entries) >= _config.accumulated_cache_size_limit
-        if full or self._limited >= _config.cache_size_limit:
-            # past cache_size_limit, a call may still be another shape of a kept trace: a trace finds out (one
-            # of another program is kept to run eagerly, its call's result being eager's; after
-            # cache_size_limit such, no call is traced)
-            if full or not self._automatic() or self._probes >= _config.cache_size_limit:
-                self._warn_limit(full, stacklevel=3)
-                return self._fn(*args, **kwargs)
-            with self._lock:
-                self._traces += 1
-            return self._trace(args, kwargs, probe=True)
+        probe = full or self._limited >= _config.cache_size_limit
+        # past cache_size_limit, a call may still be another shape of a kept trace: a trace finds out (one of
+        # another program is kept to run eagerly, its call's result being eager's; after cache_size_limit such,
+        # no call is traced)
+        if probe and (
+            full
+            or self._probes >= _config.cache_size_limit
+            or not (self._automatic() or self._covered_variant(args, kwargs))  # (dynamic=False: a marked dim's size)
+        ):
+            self._warn_limit(full, stacklevel=depth)
+            return self._fn(*args, **kwargs)
+        _stance.note_failures(self, args, kwargs)
         with self._lock:
             self._traces += 1
-            self._limited += 1
-        return self._trace(args, kwargs)
+            self._limited += 0 if probe else 1
+        return self._trace(args, kwargs, probe=probe, backend=backend, expected=expected, depth=depth)
+
+    def _covered_variant(self, args: tuple, kwargs: dict) -> bool:
+        """Whether a compiled trace's guards hold on the call but for sizes of dims it holds dynamic (no
+        recompile in PyTorch)."""
+        for e in self._entries:
+            ok = lambda pos, d, n, e=e: covers(e.dims.get(pos, {}).get(d), n)
+            if e.dims and e.forward is not None and holds_relaxed(e.guard, args, kwargs, ok):
+                return True
+        return False
+
+    def _eager_first_call(self, args: tuple, kwargs: dict) -> bool:
+        """Under ``eager_then_compile``: whether this is the function's first call (its shapes are kept: the
+        dims that differ on the next call are compiled for varying sizes)."""
+        if self._entries or self._traces or self._eager_first is not None:
+            return False
+        self._eager_first = [tuple(x.shape) for x in _tensors(args, kwargs)]
+        return True
 
     def _warn_limit(self, full: bool, stacklevel: int) -> None:
         """Warn, once, that calls no trace serves now run eagerly (``full``: accumulated_cache_size_limit)."""
@@ -232,12 +275,46 @@ class CompiledFunction:
 
     # ---------------------------------------------------------------------------------- tracing
 
-    def _trace(self, args: tuple, kwargs: dict, probe: bool = False):
+    def _trace(
+        self,
+        args: tuple,
+        kwargs: dict,
+        probe: bool = False,
+        backend: Callable | None = None,
+        expected: str | None = None,
+        depth: int = 4,
+    ):
         """Trace the call (``probe``: one past cache_size_limit, compiled only if it is another shape of a kept
-        trace's program) and return its result."""
-        entry, result = trace_call(self._fn, args, kwargs, fullgraph=self._fullgraph)
+        trace's program; ``backend``: a stance's forced one; ``expected``: see :meth:`_miss`) and return its
+        result."""
+        tensors = _tensors(args, kwargs)
+        marks = [read_marks(t) for t in tensors]
+        names = source_names(self._fn, args, kwargs) if any(marks) else []
+        if names:
+            try:
+                check_ranges(tensors, marks, names)  # (before the call runs, as PyTorch)
+            except Exception:
+                self._refuse(probe)
+                raise
+        first, self._eager_first = self._eager_first, None
+        auto = [set(range(t.dim())) if self._dynamic else set() for t in tensors]
+        if first is not None and len(first) == len(tensors):  # eager_then_compile: what changed since the first call
+            for dims, t, shape in zip(auto, tensors, first):
+                if len(shape) == t.dim():
+                    dims.update(d for d, n in enumerate(shape) if n != t.shape[d])
+        forced = backend if backend is not None and backend is not self._backend else None
+        with kept_marks(tensors, marks) as marked:  # (mark_static inside the call: read, then undone)
+            entry, result = trace_call(self._fn, args, kwargs, fullgraph=self._fullgraph, backend=forced)
+            marks = marked()
         entry.signature = shape_signature(entry.graphs, entry.guard_words)
-        same = self._same_program(entry) if self._automatic() else None
+        entry.backend = backend = backend or self._backend
+        entry.n_inputs = len(tensors)
+        same = self._same_program(entry)
+        if expected is not None and same is None:  # let through as another size: the code took another path
+            self._uncount(probe)
+            if expected != "eager_on_recompile":
+                raise RuntimeError(_stance.recompile_message(self, args, kwargs, expected, after=True))
+            return result
         if probe and same is None:
             # another program past the limit: kept as an entry that runs eagerly, so that its calls are not
             # traced again; after cache_size_limit such, no call is
@@ -245,7 +322,7 @@ class CompiledFunction:
             entry.past_limit = True
             with self._lock:
                 self._probes += 1
-            self._warn_limit(False, stacklevel=4)
+            self._warn_limit(False, stacklevel=depth + 1)
         elif same is not None:
             # the program of a kept trace at other shapes: it does not count towards cache_size_limit, and the
             # kernels over the dims whose sizes changed among its traces read them at run time (the first such
@@ -256,12 +333,25 @@ class CompiledFunction:
             for graph, dims in zip(entry.graphs, changed):
                 graph.dynamic = True
                 graph.changed = None if self._dynamic else dims  # (dynamic=True: every dim, from the first trace)
-        elif self._dynamic:
-            for graph in entry.graphs:
-                graph.dynamic = True
+            if self._automatic():  # the input dims that changed are dynamic in this trace
+                for pos, dims in enumerate(auto):
+                    dims.update(changed[0].get(pos, ()))
+        else:
+            if self._dynamic:
+                for graph in entry.graphs:
+                    graph.dynamic = True
+            if self._automatic():  # (a trace that may not vary, a dim marked static: the others that changed)
+                self._changed_inputs(entry, auto)
+        try:
+            entry.dims = trace_dims(entry, tensors, marks, auto, names, same is None, bool(self._dynamic))
+            if same is not None:  # the same program: what its trace makes of a dim holds (a mark's range)
+                entry.dims = {p: {**entry.dims.get(p, {}), **same.dims.get(p, {})} for p in {*entry.dims, *same.dims}}
+        except Exception:
+            self._refuse(probe)
+            raise
         if entry.reason is None:
             try:
-                compile_entry(entry, self._backend)
+                compile_entry(entry, backend)
             except Exception as exc:
                 if self._fullgraph or not _config.suppress_errors:  # (fullgraph=True: never eager, as PyTorch)
                     raise BackendCompilerFailed(f"kiln.compile: the backend failed: {exc}") from exc
@@ -272,18 +362,44 @@ class CompiledFunction:
                 warnings.warn(
                     f"kiln.compile: the backend failed ({type(exc).__name__}: {exc}); the call runs eagerly "
                     "(kiln.compile.config.suppress_errors)",
-                    stacklevel=3,
+                    stacklevel=depth,
                 )
         if entry.reason != "escaped" and not entry.retrace:
             with self._lock:
+                entry.number = len(self._entries)
                 self._entries = [*self._entries, entry]
         return result
+
+    def _uncount(self, probe: bool) -> None:
+        """A trace kept nowhere: it does not count towards cache_size_limit."""
+        if not probe:
+            with self._lock:
+                self._limited -= 1
+
+    def _refuse(self, probe: bool) -> None:
+        """A call refused with ``ConstraintViolationError`` (before or after it ran): no trace, for
+        ``trace_count`` nor for the limits."""
+        self._uncount(probe)
+        with self._lock:
+            self._traces -= 1
+
+    def _changed_inputs(self, entry: Entry, auto: list[set]) -> None:
+        """Add to ``auto`` (per input tensor of ``entry``, a trace of no kept trace's program at other shapes)
+        the dims whose sizes differ from a kept trace of its shape signature: PyTorch's automatic dynamic
+        shapes, which a kept trace's marks (``mark_static``) do not carry over to other tensors."""
+        new = entry.graphs[0].inputs[: entry.n_inputs]
+        for e in self._entries:
+            if e.signature != entry.signature or e.past_limit or e.n_inputs != entry.n_inputs:
+                continue
+            for dims, a, b in zip(auto, e.graphs[0].inputs, new):
+                dims.update(d for d, (m, n) in enumerate(zip(a.shape, b.shape)) if m != n)
 
     def _same_program(self, entry: Entry) -> Entry | None:
         """A kept trace of which ``entry`` is the same program at other shapes, or None: one with its shape
         signature, other tensor geometry (the same geometry: the guards failed on other state, a module's
-        attribute, which counts) and the very tensors read by reference (another tensor rebound to a
-        global is another program, whose memory a trace would keep)."""
+        attribute, which counts), the very tensors read by reference (another tensor rebound to a global is
+        another program, whose memory a trace would keep) and input sizes that its dims may take
+        (:func:`kiln.compile._marks.may_vary`)."""
         found = None
         for e in self._entries:
             if e.signature != entry.signature or e.past_limit:
@@ -293,18 +409,18 @@ class CompiledFunction:
             same_tensors = len(e.externals) == len(entry.externals) and all(
                 a is b for a, b in zip(e.externals, entry.externals)
             )
-            if found is None and same_tensors:
+            if found is None and same_tensors and may_vary(e, entry, self._automatic()):
                 found = e
         return found
 
     def _record_changes(self, same: Entry, entry: Entry) -> list[dict[int, frozenset[int]]]:
         """Per graph of ``entry``, by value index: the dims whose sizes differ among the traces of its program
-        (``same``'s and the ones before, which only grows: later shapes then reuse the kernels); call with
-        the lock held."""
+        (``same``'s and the ones before, which only grows: later shapes then reuse the kernels; a first trace
+        compiled for varying sizes brings its dynamic dims), call with the lock held."""
         record = self._shapes.get(entry.signature)
         if record is None:  # the first trace of the program: its shapes are the base
             record = self._shapes[entry.signature] = [
-                {i: (shape, set()) for i, shape in _value_shapes(g).items()} for g in same.graphs
+                {i: (shape, set(_seed(g, i, shape))) for i, shape in _value_shapes(g).items()} for g in same.graphs
             ]
         out = []
         for graph, values in zip(entry.graphs, record):
@@ -334,6 +450,8 @@ class CompiledFunction:
             self._probes = 0
             self._shapes = {}
             self._warned = False
+            self._diff = frozenset()
+            self._eager_first = None
 
 
 class BackendCompilerFailed(RuntimeError):
@@ -342,8 +460,11 @@ class BackendCompilerFailed(RuntimeError):
     __module__ = "kiln.compile"
 
 
-def trace_call(fn: Callable, args: tuple, kwargs: dict, *, fullgraph: bool) -> tuple[Entry, Any]:
-    """Run ``fn`` once under the tracer; return the entry (guards, graphs, not yet compiled) and the result."""
+def trace_call(
+    fn: Callable, args: tuple, kwargs: dict, *, fullgraph: bool, backend: Callable | None = None
+) -> tuple[Entry, Any]:
+    """Run ``fn`` once under the tracer; return the entry (guards, graphs, not yet compiled) and the result
+    (``backend``: the one ``set_stance(force_backend=)`` forces, whose traces serve only under that stance)."""
     entry = Entry()
     leaves: list = []
     flatten((args, kwargs), leaves)
@@ -351,7 +472,11 @@ def trace_call(fn: Callable, args: tuple, kwargs: dict, *, fullgraph: bool) -> t
     exprs: list[str] = []
     gb.structure(args, "args", exprs)
     gb.structure(kwargs, "kwargs", exprs)
-    gb.check(f"{gb.const(global_state)}() == {gb.const(global_state())}", "grad mode, default dtype, autocast")
+    gb.check(
+        f"{gb.const(global_state)}() == {gb.const(global_state())}", "grad mode, default dtype, autocast", kept=True
+    )
+    if backend is not None:
+        gb.check(f"{gb.const(_stance.forced)}() is {gb.const(backend)}", "the stance forces its backend", kept=True)
     try:
         objects = reachable_objects(fn, leaves, gb)
     except Unguardable as exc:
@@ -361,6 +486,7 @@ def trace_call(fn: Callable, args: tuple, kwargs: dict, *, fullgraph: bool) -> t
     for obj in objects:
         gb.object_state(obj)
     tensors = [x for x in leaves if isinstance(x, kiln.Tensor)]
+    existing = _held_tensors(gb, objects)  # (before the call: the tensors that outlive it)
     tracer = Tracer(fullgraph)
     if unguardable:
         tracer.unsupported = f"what it reads cannot be guarded: {unguardable}"
@@ -402,9 +528,10 @@ def trace_call(fn: Callable, args: tuple, kwargs: dict, *, fullgraph: bool) -> t
     entry.differentiable = [t.requires_grad for t in out_tensors]
     n_inputs = len(tensors)
     entry.externals = tracer.input_tensors[n_inputs:]
+    entry.persistent = [id(t) in existing for t in entry.externals]
     # external tensors read by reference: their metadata, and .grad where the call read or set it
     for i, t in enumerate(entry.externals):
-        gb.tensor(t, gb.const(t), f"tensor read by reference #{i}")
+        gb.tensor(t, gb.const(t), f"tensor read by reference #{i}", kept=True)
     # the parameters and buffers no op read: their metadata still (self.w.dtype, self.w.shape[0] in Python)
     read_ids = {id(t) for t in (*tensors, *entry.externals)}
     for t in _parameters(objects, buffers=True):
@@ -425,6 +552,7 @@ def trace_call(fn: Callable, args: tuple, kwargs: dict, *, fullgraph: bool) -> t
         gb.check(
             f"{gb.const(_alias_classes)}([{', '.join(everything)}]) == {gb.const(classes)}",
             "the inputs and the tensors read by reference share memory as traced",
+            kept=True,
         )
     touched = {n.args[0].index for n in graph.nodes if n.kind == "set_grad"}
     # a .grad the call read must be the same tensor; one it set must be None or not as traced (the engine
@@ -564,10 +692,37 @@ def shape_signature(graphs: list[Graph], guard_words: list[str]) -> tuple:
 _GEOMETRY = re.compile(r"shape \[[\d, ]*\], strides \([\d, ]*\), offset \d+")
 
 
+def _seed(graph: Graph, i: int, shape: tuple):
+    """The dims of value ``i`` that a program's first trace compiled for varying sizes (every dim of a value it
+    did not follow; none for a trace compiled for its shapes)."""
+    if not graph.dynamic:
+        return ()
+    if graph.changed is None or i not in graph.changed:
+        return range(len(shape))
+    return graph.changed[i]
+
+
 def _value_shapes(graph: Graph) -> dict[int, tuple]:
     """The shape of each value of ``graph``, by index."""
     out = {v.index: v.shape for v in graph.inputs}
     out.update((v.index, v.shape) for node in graph.nodes for v in node.outputs)
+    return out
+
+
+def _tensors(args: tuple, kwargs: dict) -> list[kiln.Tensor]:
+    """The tensors of a call, in :func:`~kiln.compile._guards.flatten`'s order (the graph's first inputs)."""
+    leaves: list = []
+    flatten((args, kwargs), leaves)
+    return [x for x in leaves if isinstance(x, kiln.Tensor)]
+
+
+def _held_tensors(gb: GuardBuilder, objects: list) -> set[int]:
+    """The ids of the tensors known to exist before a call: those its guards hold (a global's, a closure's, an
+    object's attribute) and the parameters, buffers and tensor attributes of the modules it reads."""
+    out = {id(v) for v in gb.consts.values() if isinstance(v, kiln.Tensor)}
+    out.update(id(t) for t in _parameters(objects, buffers=True))
+    for obj in objects:
+        out.update(id(v) for v in getattr(obj, "__dict__", {}).values() if isinstance(v, kiln.Tensor))
     return out
 
 

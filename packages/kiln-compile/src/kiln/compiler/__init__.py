@@ -3,7 +3,8 @@
 :func:`compile` is ``kiln.compile``; :func:`reset`, :func:`disable`, :func:`is_compiling` and
 :func:`list_backends` are kiln.compile's own. :func:`is_dynamo_compiling` is :func:`is_compiling` (kiln has
 one tracer). :func:`allow_in_graph` returns its function: kiln's tracer records the ops of every Python
-function a compiled function calls, so each one is in the graph already.
+function a compiled function calls, so each one is in the graph already. :func:`set_stance` sets what every
+compiled function does on its next calls (run eagerly, fail or run eagerly where it would compile anew).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from kiln.compile import compile, disable, is_compiling, list_backends, reset
+from kiln.compile._stance import set_stance
 
 __all__ = [
     "allow_in_graph",
@@ -20,6 +22,7 @@ __all__ = [
     "is_dynamo_compiling",
     "list_backends",
     "reset",
+    "set_stance",
 ]
 
 

@@ -31,16 +31,19 @@ __all__ = ["GuardBuilder", "first_failure", "flatten", "holds_relaxed", "mismatc
 _SCALARS = (int, float, bool, str, type(None), complex)
 
 
-def flatten(obj: Any, out: list) -> None:
-    """The leaves of ``obj`` (tuples, lists and dicts followed) appended to ``out``, in order."""
+def flatten(obj: Any, out: list, paths: list | None = None, path: str = "") -> None:
+    """The leaves of ``obj`` (tuples, lists and dicts followed) appended to ``out``, in order; with ``paths``,
+    each leaf's path from ``path`` (``L['x'][0]['image']``) appended to it in step."""
     if type(obj) in (tuple, list):
-        for x in obj:
-            flatten(x, out)
+        for i, x in enumerate(obj):
+            flatten(x, out, paths, f"{path}[{i}]" if paths is not None else path)
     elif type(obj) is dict:
-        for x in obj.values():
-            flatten(x, out)
+        for k, x in obj.items():
+            flatten(x, out, paths, f"{path}[{k!r}]" if paths is not None else path)
     else:
         out.append(obj)
+        if paths is not None:
+            paths.append(path)
 
 
 _PLAIN_TYPES = (*_SCALARS, kiln.dtype, kiln.device)

@@ -26,7 +26,7 @@ from typing import Any
 
 import kiln
 from kiln.compile._dims import STATIC, Symbols, follow
-from kiln.compile._guards import module_class
+from kiln.compile._guards import flatten, module_class
 
 __all__ = [
     "AUTO",
@@ -394,14 +394,11 @@ def source_names(fn: Callable, args: tuple, kwargs: dict) -> list[str]:
 
 
 def _walk(obj: Any, path: str, out: list) -> None:
-    if type(obj) in (tuple, list):
-        for i, x in enumerate(obj):
-            _walk(x, f"{path}[{i}]", out)
-    elif type(obj) is dict:
-        for k, x in obj.items():
-            _walk(x, f"{path}[{k!r}]", out)
-    elif isinstance(obj, kiln.Tensor):
-        out.append(path)
+    """The paths of the tensors among ``obj``'s leaves (:func:`kiln.compile._guards.flatten`), appended to ``out``."""
+    leaves: list = []
+    paths: list[str] = []
+    flatten(obj, leaves, paths, path)
+    out.extend(p for x, p in zip(leaves, paths) if isinstance(x, kiln.Tensor))
 
 
 def user_function(fn: Callable) -> Callable:

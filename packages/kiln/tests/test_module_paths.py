@@ -131,6 +131,62 @@ def test_compile_without_its_package_names_it():
         kiln.compiler.reset()
     with pytest.raises(AttributeError, match="pip install kiln-compile"):
         kiln._dynamo.config.cache_size_limit = 16
+    x = kiln.zeros(3, 4)  # torch._dynamo's marks: set, for no compiler to read
+    kiln._dynamo.mark_dynamic(x, 0)
+    kiln._dynamo.mark_static(x, 1)
+    assert x._dynamo_dynamic_indices == {0} and x._dynamo_static_indices == {1}
+
+
+def _dynamo_marks(t) -> dict:
+    """The mark attributes ``torch._dynamo``'s functions set on ``t``, ranges as (dim, min, max)."""
+    names = ("_dynamo_dynamic_indices", "_dynamo_weak_dynamic_indices", "_dynamo_static_indices")
+    others = ("_has_dynamo_dim_marking", "_dynamo_hint_overrides", "_specialize_on")
+    out = {n: getattr(t, n, None) for n in (*names, *others)}
+    out["ranges"] = {(r.dim, r.min, r.max) for r in getattr(t, "_dynamo_dynamic_range", ())}
+    return out
+
+
+def test_dynamo_marks_work_without_kiln_compile_as_pytorch_sets_them():
+    """``kiln._dynamo``'s placeholder (kiln-compile missing) marks tensors with the core's functions, which
+    set PyTorch's attributes with PyTorch's values and errors; with kiln-compile they are the same
+    functions."""
+    from kiln import _marks
+    from kiln._device_module import _PLACEHOLDERS, _Placeholder
+
+    placeholder = _Placeholder("_dynamo", *_PLACEHOLDERS["_dynamo"])
+    installed = importlib.util.find_spec("kiln_compile") is not None
+    for dyn in (placeholder, kiln._dynamo):
+        assert dyn.mark_dynamic is _marks.mark_dynamic and dyn.mark_static is _marks.mark_static
+        assert dyn.maybe_mark_dynamic is _marks.maybe_mark_dynamic
+        assert dyn.is_compiling() is False
+        if not installed:  # the placeholder's other names still name the package
+            with pytest.raises(AttributeError, match="pip install kiln-compile"):
+                dyn.set_stance("force_eager")
+    for ours_lib, theirs_lib in ((placeholder, torch._dynamo), (kiln._dynamo, torch._dynamo)):
+        ours, theirs = kiln.zeros(4, 5, 6), torch.zeros(4, 5, 6)
+        for lib, t in ((ours_lib, ours), (theirs_lib, theirs)):
+            lib.mark_dynamic(t, 0, min=2, max=8)
+            lib.mark_dynamic(t, [2, (0,)], hint_override=7, specialize_on=[])
+            lib.mark_dynamic(t, 1, hint_override=5)
+            lib.maybe_mark_dynamic(t, 1)
+            assert lib.mark_static(t, 2) is None
+            lib.mark_static(t)  # every dim
+        assert _dynamo_marks(ours) == _dynamo_marks(theirs)
+        assert _dynamo_marks(ours)["ranges"] == {(0, 2, 8), (0, None, None), (1, None, None), (2, None, None)}
+        assert ours._dynamo_hint_overrides == {1: 5}
+        for bad in ("0", 1.5, None):
+            with pytest.raises(AssertionError) as theirs_err:
+                torch._dynamo.mark_dynamic(torch.zeros(2), bad)
+            with pytest.raises(AssertionError) as ours_err:
+                ours_lib.mark_dynamic(kiln.zeros(2), bad)
+            assert str(ours_err.value) == str(theirs_err.value)
+        with pytest.raises(TypeError, match=r"expects a tensor/nn\.Module class but received <class 'int'>"):
+            ours_lib.mark_static(3)  # (PyTorch: its issubclass call's TypeError)
+    if importlib.util.find_spec("kiln.nn") is not None:
+        linear = importlib.import_module("kiln.nn").Linear
+        assert placeholder.mark_static(linear) is linear
+        assert linear._dynamo_marked_static is True
+        del linear._dynamo_marked_static
 
 
 # ------------------------------------------------------------------------------------- accelerator

@@ -229,6 +229,12 @@ _PLACEHOLDERS: dict[str, tuple[str, dict[str, object]]] = {
     "_dynamo": ("kiln-compile", {"is_compiling": lambda: False}),
 }
 
+# kiln.<name> -> (core module, names): what its placeholder serves as the core has it, the real functions
+# (torch._dynamo's marks: a script marks its tensors whether or not it compiles)
+_SERVED: dict[str, tuple[str, tuple[str, ...]]] = {
+    "_dynamo": ("kiln._marks", ("mark_dynamic", "mark_static", "maybe_mark_dynamic")),
+}
+
 
 class _Placeholder(types.ModuleType):
     """A module a not-installed kiln package provides: it imports, so a script may import it at the top
@@ -243,6 +249,11 @@ class _Placeholder(types.ModuleType):
             fn.__name__ = fn.__qualname__ = k
             fn.__doc__ = f"False: {dist} is not installed."
             setattr(self, k, fn)
+        served = _SERVED.get(name)
+        if served is not None:
+            core = importlib.import_module(served[0])
+            for k in served[1]:
+                setattr(self, k, getattr(core, k))
 
     def __call__(self, *args, **kwargs):
         raise ModuleNotFoundError(

@@ -1,5 +1,7 @@
-"""``torch._dynamo``'s marks on a tensor's dims — :func:`mark_dynamic`, :func:`maybe_mark_dynamic`,
-:func:`mark_static` — and what a compiled function makes of them when it traces a call.
+"""What a compiled function makes of ``torch._dynamo``'s marks on a tensor's dims when it traces a call.
+The marks themselves — :func:`mark_dynamic`, :func:`maybe_mark_dynamic`, :func:`mark_static` — are the
+core's (``kiln._marks``: a script marks its tensors with or without kiln-compile); this module fills the
+core's ``trace_hooks`` with what a mark does inside a trace.
 
 A mark is an attribute of the tensor (PyTorch's names: ``_dynamo_dynamic_indices``, ``_dynamo_dynamic_range``,
 ``_dynamo_weak_dynamic_indices``, ``_dynamo_static_indices``), read when a call with that tensor is traced:
@@ -9,7 +11,8 @@ mark does not spare the trace of a new size; it decides what that trace counts a
 marked dynamic (or made dynamic by ``dynamic=True``) is compiled for varying sizes from the first trace:
 its fused kernels read its size at run time, a trace at another size of it counts towards no recompile
 limit and reuses them (but for a kernel holding a size as a number: the backward of a ``mean`` divides by
-the element count), and ``set_stance("fail_on_recompile")`` lets it through. A dim marked static always counts, as a recompile. :func:`check_ranges` refuses a call outside a
+the element count), and ``set_stance("fail_on_recompile")`` lets it through. A dim marked static always
+counts, as a recompile. :func:`check_ranges` refuses a call outside a
 mark's ``min``/``max``, and :func:`violations` the dims marked with ``mark_dynamic`` that the trace fixed
 (:mod:`kiln.compile._dims`), as PyTorch's ``ConstraintViolationError`` does.
 """
@@ -17,7 +20,6 @@ mark's ``min``/``max``, and :func:`violations` the dims marked with ``mark_dynam
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import inspect
 import threading
@@ -25,6 +27,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import kiln
+from kiln._marks import mark_dynamic, mark_static, maybe_mark_dynamic, trace_hooks
 from kiln.compile._dims import STATIC, Symbols, follow
 from kiln.compile._guards import flatten, module_class
 
@@ -58,25 +61,6 @@ class ConstraintViolationError(RuntimeError):
     ``torch.fx.experimental.symbolic_shapes.ConstraintViolationError``)."""
 
     __module__ = "kiln.compile"
-
-
-@dataclasses.dataclass(frozen=True)
-class _DimRange:
-    """A dim marked dynamic and the sizes it may take (``None``: no bound), as ``mark_dynamic`` records it."""
-
-    dim: int
-    min: int | None
-    max: int | None
-
-
-def _indices(index: Any) -> list:
-    """``index`` as a list of ints (an int, or a list or tuple of them, nested); PyTorch's ``AssertionError``
-    for anything else."""
-    if isinstance(index, int):
-        return [index]
-    if not isinstance(index, (list, tuple)):
-        raise AssertionError(f"Expected index to be int, list, or tuple, got {type(index)}")
-    return [i for x in index for i in _indices(x)]
 
 
 def _refuse_in_trace(fn: Callable) -> None:
@@ -123,88 +107,8 @@ def _remember(t: Any) -> None:
         stack[-1].append((t, had))
 
 
-def _marked(t: Any, name: str, default: Callable) -> Any:
-    """The mark container ``name`` of ``t``, made if missing (an object that takes no attribute raises
-    ``AttributeError``, as in PyTorch)."""
-    found = getattr(t, name, None)
-    if found is None:
-        found = default()
-        setattr(t, name, found)
-    return found
-
-
-def mark_dynamic(
-    t: Any,
-    index: int | list | tuple,
-    *,
-    hint_override: int | None = None,
-    min: int | None = None,
-    max: int | None = None,
-    specialize_on: list | None = None,
-) -> None:
-    """Mark dim ``index`` of ``t`` (an int, or a list or tuple of them) dynamic, with the sizes ``min`` to
-    ``max`` (``torch._dynamo.mark_dynamic``).
-
-    A compiled function that traces a call with ``t`` compiles that dim for varying sizes from this first
-    trace: its fused kernels read the size at run time, and a later call at another size (any tensor) in
-    ``[min, max]`` and not 0 or 1 counts towards no recompile limit, reuses those kernels (a kernel holding
-    the size as a number, as the backward of a ``mean`` does, is compiled again) and passes
-    ``set_stance("fail_on_recompile")``. kiln still traces each new size once (one eager call: it has no
-    symbolic shapes); PyTorch reuses one graph. A size outside ``[min, max]`` on the marked call raises
-    :class:`ConstraintViolationError` before the call runs; on a later call it is a recompile. Where the
-    traced graph fixes the dim (broadcast against a parameter's dim of that size, a product over it), the
-    trace raises :class:`ConstraintViolationError` with PyTorch's words, after the call ran (kiln learns it
-    by running the code); a size used in Python (``x.view(8, -1)``) is not seen. An index outside the
-    tensor's dims, negative ones included, is ignored, as in PyTorch. ``hint_override`` and
-    ``specialize_on`` are accepted and do nothing: every kiln trace is specialized to its sizes already.
-    Calling it inside a compiled function raises ``AssertionError``.
-    """
-    _refuse_in_trace(mark_dynamic)
-    for i in _indices(index):
-        _marked(t, "_dynamo_dynamic_indices", set).add(i)
-        _marked(t, "_dynamo_dynamic_range", set).add(_DimRange(i, min, max))
-        if hint_override:
-            _marked(t, "_dynamo_hint_overrides", dict)[i] = hint_override
-        if specialize_on is not None:
-            _marked(t, "_specialize_on", dict)[i] = list(specialize_on)
-        t._has_dynamo_dim_marking = True
-
-
-def maybe_mark_dynamic(t: Any, index: int | list | tuple) -> None:
-    """Mark dim ``index`` of ``t`` dynamic where the code allows it (``torch._dynamo.maybe_mark_dynamic``):
-    as :func:`mark_dynamic`, but a dim the traced graph fixes stays fixed, with no error (later sizes then
-    count as recompiles)."""
-    _refuse_in_trace(maybe_mark_dynamic)
-    for i in _indices(index):
-        _marked(t, "_dynamo_weak_dynamic_indices", set).add(i)
-        t._has_dynamo_dim_marking = True
-
-
-def mark_static(t: Any, index: int | list | tuple | None = None) -> Any:
-    """Mark dim ``index`` of ``t`` (every dim with ``None``) static (``torch._dynamo.mark_static``): it is
-    never compiled for varying sizes, not with ``dynamic=True`` nor once its size changes, and each new size
-    traces again and counts towards ``config.recompile_limit``. A dim also marked dynamic is dynamic (a
-    static mark ranks below it, as in PyTorch).
-
-    ``t`` may also be a ``kiln.nn.Module`` class or instance (returned, marked ``_dynamo_marked_static``):
-    kiln guards every module's attributes by value already, which is what PyTorch does for a module so
-    marked (PyTorch 2.13 accepts only the class: its instance check raises ``TypeError``). Anything else
-    raises ``TypeError``.
-
-    Inside a compiled function, the mark holds for that trace only: the tensor has the marks it had before
-    once the call returns, as PyTorch marks its fake tensor there."""
-    module_cls = module_class()
-    if not isinstance(t, kiln.Tensor):
-        is_module_class = isinstance(t, type) and module_cls is not None and issubclass(t, module_cls)
-        if is_module_class or (module_cls is not None and isinstance(t, module_cls)):
-            t._dynamo_marked_static = True
-            return t
-        raise TypeError(f"mark_static expects a tensor/nn.Module class but received {type(t)}")
-    dims = range(t.dim()) if index is None else _indices(index)
-    _remember(t)
-    _marked(t, "_dynamo_static_indices", set).update(dims)
-    t._has_dynamo_dim_marking = True
-    return None
+trace_hooks.refuse = _refuse_in_trace
+trace_hooks.remember = _remember
 
 
 def read_marks(t: kiln.Tensor) -> dict[int, Any]:

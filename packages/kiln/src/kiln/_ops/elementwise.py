@@ -535,6 +535,8 @@ def unary_reference(np_fn):
         compute = _compute_np(spec.dtype)
         return np_fn(_arg(a, compute))
 
+    if isinstance(np_fn, np.ufunc):  # an array in the compute dtype: np_fn(a), called by the kernel (kiln._reference)
+        ref.same_dtype_ufunc = (np_fn, ())
     return ref
 
 
@@ -640,15 +642,30 @@ def _threshold_backward_meta(grad, output):
 _UINT_OF_SIZE = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
+_ZEROS: dict[np.dtype, np.ndarray] = {}
+
+
+def _zero(dtype: np.dtype) -> np.ndarray:
+    """A read-only 0-d zero of ``dtype``, made once per dtype: a ufunc given it beside an array of that dtype
+    resolves its loop at once, where a Python ``0`` or a new ``np.zeros(())`` costs a small call a fifth
+    more (``r > 0`` on 256 floats: 6,800 instructions, ``np.greater(r, zero)``: 3,700)."""
+    z = _ZEROS.get(dtype)
+    if z is None:
+        z = np.zeros((), dtype)
+        z.flags.writeable = False
+        _ZEROS[dtype] = z
+    return z
+
+
 def _threshold_backward_ref(spec, g, r):
     """``g`` where ``r > 0``, else 0, as the AND of ``g``'s bits with an all-ones or all-zeros mask (zero
     is all zero bits in every dtype this serves): ten times faster than NumPy's ``where``, whose loop
     branches on every element, from a thousand elements; below, ``where``'s one call costs less than the
     mask's three."""
-    keep = r > 0
+    keep = np.greater(r, _zero(r.dtype))
     uint = _UINT_OF_SIZE.get(g.dtype.itemsize)
     if uint is None or keep.size < 1024:
-        return np.where(keep, g, np.zeros((), g.dtype))
+        return np.where(keep, g, _zero(g.dtype))
     return np.bitwise_and(g.view(uint), np.negative(keep, dtype=uint)).view(g.dtype)
 
 
@@ -678,7 +695,7 @@ def _relu_decomposed(input):
 
 relu = _unary(
     "relu",
-    lambda a: np.maximum(a, np.zeros((), a.dtype)),
+    lambda a: np.maximum(a, _zero(a.dtype)),
     lambda grad, result: _threshold_backward(grad, result),
     "Rectified linear unit ``max(input, 0)`` elementwise.",
     int_to_float=False,

@@ -651,6 +651,13 @@ IEEE_CASES = {
     "inf - inf": lambda L: L.tensor([float("inf")]) - float("inf"),
     "sigmoid(-1000)": lambda L: L.sigmoid(L.tensor([-1000.0])),
     "mean of empty": lambda L: L.zeros(0).mean(),
+    # the one-ufunc paths (two tensors of the result's dtype; a unary ufunc; an in-place write)
+    "tensor + tensor overflow": lambda L: L.tensor([3e38, 1.0]) + L.tensor([3e38, 1.0]),
+    "inf - inf tensors": lambda L: L.tensor([float("inf")]) - L.tensor([float("inf")]),
+    "tensor * tensor overflow": lambda L: L.tensor([3e38]) * L.tensor([10.0]),
+    "log(-1), log(0)": lambda L: L.log(L.tensor([-1.0, 0.0])),
+    "add_ overflow": lambda L: L.tensor([3e38]).add_(L.tensor([3e38])),
+    "mul_ inf * 0": lambda L: L.tensor([float("inf")]).mul_(L.tensor([0.0])),
 }
 
 
@@ -665,6 +672,39 @@ def test_ieee_special_results_are_silent(name):
         t = fn(torch)
         k = fn(kiln)
     U.assert_close(k, t)
+
+
+def test_silent_ops_leave_numpy_warning_and_run_in_threads():
+    """The quiet one-ufunc paths keep NumPy's warnings off in a context of their own: the user's NumPy still
+    warns after them, and threads running them at once (NumPy releases the GIL in its loops) each get their
+    own context, which cannot be entered twice."""
+    import threading
+    import warnings
+
+    big = kiln.full((100_000,), 3e38)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert bool((big + big).isinf().all())
+        with pytest.raises(RuntimeWarning, match="overflow"):
+            np.multiply(np.float32(3e38), np.float32(10))
+    errors, results = [], []
+
+    def work():
+        try:
+            x = kiln.zeros(100_000)
+            for _ in range(200):
+                x.add_(big)
+                results.append(bool((big * big).exp().isinf().all()))
+            results.append(bool(x.isinf().all()))
+        except Exception as exc:  # noqa: BLE001 - any error in a thread is what the test looks for
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors and len(results) == 4 * 201 and all(results)
 
 
 @pytest.mark.parametrize(

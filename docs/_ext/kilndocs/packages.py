@@ -136,7 +136,15 @@ PACKAGES: tuple[Package, ...] = (
         "``kiln.compile``, ``kiln.compiler``, ``kiln._dynamo``, ``kiln.export``, ``kiln.onnx``",
         "``torch.compile``'s API: a guarded tracing compiler (forward and backward behind one autograd node, "
         "fused kernels from the device's code generator), programs that run with the core alone, ONNX export.",
-        ("kiln.compile", "kiln.compiler", "kiln.export", "kiln.onnx"),
+        (
+            "kiln.compile",
+            "kiln.compiler",
+            "kiln._dynamo",
+            "kiln._dynamo.config",
+            "kiln._dynamo.exc",
+            "kiln.export",
+            "kiln.onnx",
+        ),
     ),
 )
 

@@ -79,8 +79,8 @@ class _QuietRun(threading.local):
     """Per thread, ``run(fn, *args)``: ``fn(*args)`` with NumPy's floating point warnings off, in a copy of
     the thread's context (made on its first call) whose NumPy error state is set to ignore. Entering a
     context costs about a third of setting and resetting the variable (1,060 instructions less on a small
-    ``add``), so the one-ufunc paths of the binary, unary and in-place kernels run through it. Only for a
-    call that cannot reach a kernel itself (NumPy alone, on arrays): a context cannot be entered twice."""
+    ``add``), so the one-ufunc paths of the binary and in-place kernels run through it. Only for a call
+    that cannot reach a kernel itself (a ufunc on arrays): a context cannot be entered twice."""
 
     def __init__(self):
         if _QUIET_IN_CONTEXT:
@@ -139,8 +139,7 @@ def wrap_reference(opdef, fast: Callable | None = None, min_numel: Callable[[], 
             return tuple(from_array(a, s.dtype) for a, s in zip(arrays, spec))
 
     # (ufunc, rest): the reference is ufunc(*tensors) when the tensor operands are arrays in the compute dtype of
-    # the result and its other arguments are ``rest`` (add's alpha of 1, none for exp): called here, a frame less.
-    # The "ufunc" may be any callable that runs NumPy alone (relu's), as it runs in the quiet context
+    # the result and its other arguments are ``rest`` (add's alpha of 1, none for exp): called here, a frame less
     plain, plain_rest = (getattr(fn, "same_dtype_ufunc", None) if single else None) or (None, None)
     if positions == (0, 1):  # binary ops, the hot path: no argument list to build
 

@@ -528,38 +528,26 @@ def unary_meta(op_name: str, *, int_to_float: bool = True, allow_bool: bool = Tr
     return meta
 
 
-def unary_reference(np_fn, *, plain: bool | None = None):
-    """Reference kernel ``np_fn(a)`` computed in the result dtype (float32 for half types). ``plain`` (by
-    default, when ``np_fn`` is a ufunc): ``np_fn`` runs NumPy alone, so the kernel calls it directly on an
-    array in the compute dtype (``same_dtype_ufunc``, :func:`kiln._reference.wrap_reference`)."""
+def unary_reference(np_fn):
+    """Reference kernel ``np_fn(a)`` computed in the result dtype (float32 for half types)."""
 
     def ref(spec, a):
         compute = _compute_np(spec.dtype)
         return np_fn(_arg(a, compute))
 
-    if plain or (plain is None and isinstance(np_fn, np.ufunc)):
+    if isinstance(np_fn, np.ufunc):  # an array in the compute dtype: np_fn(a), called by the kernel (kiln._reference)
         ref.same_dtype_ufunc = (np_fn, ())
     return ref
 
 
 def _unary(
-    name,
-    np_fn,
-    backward,
-    doc,
-    *,
-    autocast=None,
-    int_to_float=True,
-    allow_bool=True,
-    methods=None,
-    decompose=None,
-    plain=None,
+    name, np_fn, backward, doc, *, autocast=None, int_to_float=True, allow_bool=True, methods=None, decompose=None
 ):
     @op(
         tags=("pointwise",),
         inplace=True,
         meta=unary_meta(name, int_to_float=int_to_float, allow_bool=allow_bool),
-        reference=unary_reference(np_fn, plain=plain),
+        reference=unary_reference(np_fn),
         backward=backward,
         autocast=autocast,
         name=name,
@@ -713,7 +701,6 @@ relu = _unary(
     int_to_float=False,
     allow_bool=False,
     decompose=_relu_decomposed,
-    plain=True,  # NumPy alone
 )
 
 

@@ -707,6 +707,68 @@ def test_silent_ops_leave_numpy_warning_and_run_in_threads():
     assert not errors and len(results) == 4 * 201 and all(results)
 
 
+class _CallsKiln(np.ndarray):
+    """An ndarray subclass whose ufunc hook runs a kiln op (Python code inside the ufunc call)."""
+
+    calls = 0
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        _CallsKiln.calls += 1
+        kiln.ones(2) + kiln.ones(2)  # re-enters the quiet paths
+        inputs = tuple(np.asarray(i) if isinstance(i, _CallsKiln) else i for i in inputs)
+        if "out" in kwargs:
+            kwargs["out"] = tuple(np.asarray(o) for o in kwargs["out"])
+        return getattr(ufunc, method)(*inputs, **kwargs)
+
+
+def test_quiet_paths_take_plain_arrays_only():
+    """A tensor over an ndarray subclass whose ufunc hook calls kiln (or a memmap's) leaves the quiet
+    one-ufunc paths for the reference's own: Python code inside the quiet context could re-enter it."""
+    data = np.arange(1, 5, dtype=np.float32)
+    t = kiln.from_numpy(data.copy().view(_CallsKiln))
+    for fn, want in (
+        (lambda: -t, -data),
+        (lambda: t.sqrt(), np.sqrt(data)),
+        (lambda: t + t, data + data),
+        (lambda: kiln.ones(4).mul_(t), data),
+        (lambda: kiln.from_numpy(np.ones(4, np.float32).view(_CallsKiln)).add_(t), data + 1),
+    ):
+        before = _CallsKiln.calls
+        np.testing.assert_array_equal(fn().numpy(), want)
+        assert _CallsKiln.calls > before  # the hook ran, inside the ufunc
+
+
+def test_quiet_context_keeps_no_context_variable_alive():
+    """The quiet context starts empty: a context variable's value set when a thread first runs a kiln op
+    is not kept alive by it after the thread resets the variable."""
+    import contextvars
+    import gc
+    import threading
+    import weakref
+
+    var = contextvars.ContextVar("request")
+
+    class Request:
+        pass
+
+    alive = []
+
+    def handle():
+        request = Request()
+        ref = weakref.ref(request)
+        token = var.set(request)
+        kiln.ones(4) + kiln.ones(4)  # this thread's first kiln op makes its quiet context
+        var.reset(token)
+        del request
+        gc.collect()
+        alive.append(ref() is not None)
+
+    thread = threading.Thread(target=handle)
+    thread.start()
+    thread.join(timeout=60)
+    assert alive == [False]
+
+
 @pytest.mark.parametrize(
     "fn",
     [

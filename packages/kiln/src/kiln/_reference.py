@@ -76,15 +76,17 @@ _quiet_enter, _quiet_exit, _QUIET_IN_CONTEXT = _quiet_floating_point()
 
 
 class _QuietRun(threading.local):
-    """Per thread, ``run(fn, *args)``: ``fn(*args)`` with NumPy's floating point warnings off, in a copy of
-    the thread's context (made on its first call) whose NumPy error state is set to ignore. Entering a
-    context costs about a third of setting and resetting the variable (1,060 instructions less on a small
-    ``add``), so the one-ufunc paths of the binary and in-place kernels run through it. Only for a call
-    that cannot reach a kernel itself (a ufunc on arrays): a context cannot be entered twice."""
+    """Per thread, ``run(fn, *args)``: ``fn(*args)`` with NumPy's floating point warnings off, in an empty
+    context (made on the thread's first call) whose NumPy error state is set to ignore. Entering a context
+    costs about a third of setting and resetting the variable (1,060 instructions less on a small ``add``),
+    so the one-ufunc paths of the binary, unary and in-place kernels run through it. Only for a ufunc on
+    plain ``ndarray`` operands, which runs no Python code: a subclass's ``__array_ufunc__`` or
+    ``__array_wrap__`` (a memmap's), a signal handler or a trace function running in a Python callable
+    could reach a kernel, and a context cannot be entered twice."""
 
     def __init__(self):
         if _QUIET_IN_CONTEXT:
-            ctx = contextvars.copy_context()
+            ctx = contextvars.Context()  # empty: a copy of the thread's would keep its variables' values alive
             ctx.run(_quiet_enter)
             self.run = ctx.run
         else:  # another NumPy (no context variable)
@@ -178,7 +180,8 @@ def wrap_reference(opdef, fast: Callable | None = None, min_numel: Callable[[], 
                     return r
             if isinstance(a, Tensor):
                 a = a._numpy() if a._np is None else a._np
-                if plain is not None and rest == plain_rest and a.dtype is COMPUTE_NUMPY.get(spec.dtype):
+                taken = plain is not None and a.__class__ is np.ndarray and rest == plain_rest
+                if taken and a.dtype is COMPUTE_NUMPY.get(spec.dtype):
                     return from_array(_quiet.run(plain, a), spec.dtype)
             else:
                 a = _to_numpy_arg(a)  # a list of tensors (cat, stack)
@@ -250,11 +253,11 @@ def _write_into_kernel(opdef, into: Callable) -> Callable:
         c = COMPUTE_NUMPY.get(spec.dtype)
         if x.dtype is not c or not x.flags.writeable:
             return None  # a read-only self: out of place, then the copy raises NumPy's error
-        if plain is not None and args[1:] == plain_rest:
+        if plain is not None and x.__class__ is np.ndarray and args[1:] == plain_rest:
             b = args[0]
             if isinstance(b, Tensor):
                 b = b._numpy() if b._np is None else b._np
-                if b.dtype is c:
+                if b.__class__ is np.ndarray and b.dtype is c:
                     _quiet.run(plain, x, b, x)  # (out=x)
                     return a
         write(spec, x, *_arrays(args, positions))

@@ -174,6 +174,26 @@ def test_dynamo_marks_work_without_kiln_compile_as_pytorch_sets_them():
         assert _dynamo_marks(ours) == _dynamo_marks(theirs)
         assert _dynamo_marks(ours)["ranges"] == {(0, 2, 8), (0, None, None), (1, None, None), (2, None, None)}
         assert ours._dynamo_hint_overrides == {1: 5}
+        for calls in (  # PyTorch's recursion: a list marks entry by entry, None in mark_static's marks every dim
+            lambda lib, t: lib.mark_static(t, [None]),
+            lambda lib, t: lib.mark_static(t, [1, None]),
+            lambda lib, t: lib.mark_static(t, []),
+            lambda lib, t: lib.mark_dynamic(t, [0, "a"]),  # marks dim 0, then raises
+            lambda lib, t: lib.maybe_mark_dynamic(t, [1, None]),
+            lambda lib, t: lib.mark_dynamic(t, 1, specialize_on=(1, 2)),
+        ):
+            marked = []
+            for lib, t in ((ours_lib, kiln.zeros(3, 4)), (theirs_lib, torch.zeros(3, 4))):
+                try:
+                    calls(lib, t)
+                except AssertionError as exc:
+                    marked.append((_dynamo_marks(t), str(exc)))
+                else:
+                    marked.append((_dynamo_marks(t), getattr(t, "_specialize_on", None)))
+            assert marked[0] == marked[1]
+        scalar = kiln.tensor(1.0)
+        ours_lib.mark_static(scalar)  # no dims: nothing marked, as in PyTorch
+        assert not hasattr(scalar, "_has_dynamo_dim_marking")
         for bad in ("0", 1.5, None):
             with pytest.raises(AssertionError) as theirs_err:
                 torch._dynamo.mark_dynamic(torch.zeros(2), bad)

@@ -46,24 +46,8 @@ class _DimRange:
     max: int | None
 
 
-def _indices(index: Any) -> list:
-    """``index`` as a list of ints (an int, or a list or tuple of them, nested); PyTorch's ``AssertionError``
-    for anything else."""
-    if isinstance(index, int):
-        return [index]
-    if not isinstance(index, (list, tuple)):
-        raise AssertionError(f"Expected index to be int, list, or tuple, got {type(index)}")
-    return [i for x in index for i in _indices(x)]
-
-
-def _marked(t: Any, name: str, default: Callable) -> Any:
-    """The mark container ``name`` of ``t``, made if missing (an object that takes no attribute raises
-    ``AttributeError``, as in PyTorch)."""
-    found = getattr(t, name, None)
-    if found is None:
-        found = default()
-        setattr(t, name, found)
-    return found
+def _bad_index(index: Any) -> AssertionError:
+    return AssertionError(f"Expected index to be int, list, or tuple, got {type(index)}")
 
 
 def mark_dynamic(
@@ -94,14 +78,26 @@ def mark_dynamic(
     and nothing reads it, as in PyTorch's eager mode.
     """
     trace_hooks.refuse(mark_dynamic)
-    for i in _indices(index):  # (the attributes in PyTorch's order: a non-tensor's error names the first)
-        _marked(t, "_dynamo_dynamic_indices", set).add(i)
-        _marked(t, "_dynamo_dynamic_range", set).add(_DimRange(i, min, max))
-        _marked(t, "_dynamo_hint_overrides", dict)
-        _marked(t, "_specialize_on", dict)[i] = list(specialize_on or ())
-        t._has_dynamo_dim_marking = True
-    if hint_override and isinstance(index, int):  # (PyTorch keeps it for a single index only)
+    if not isinstance(index, int):  # a list or tuple: each entry in turn, as PyTorch (which drops hint_override)
+        if not isinstance(index, (list, tuple)):
+            raise _bad_index(index)
+        for i in index:
+            mark_dynamic(t, i, min=min, max=max, specialize_on=specialize_on)
+        return
+    # (the attributes in PyTorch's order: a non-tensor's AttributeError names the first)
+    if not hasattr(t, "_dynamo_dynamic_indices"):
+        t._dynamo_dynamic_indices = set()
+        t._dynamo_dynamic_range = set()
+        t._dynamo_hint_overrides = {}
+    if not hasattr(t, "_specialize_on"):
+        t._specialize_on = {}
+    if hint_override:
         t._dynamo_hint_overrides[index] = hint_override
+    t._dynamo_dynamic_indices.add(index)
+    t._dynamo_dynamic_range.add(_DimRange(index, min, max))
+    t._has_dynamo_dim_marking = True
+    if isinstance(t._specialize_on, dict):
+        t._specialize_on[index] = specialize_on if specialize_on is not None else []
 
 
 def maybe_mark_dynamic(t: Any, index: int | list | tuple) -> None:
@@ -109,9 +105,16 @@ def maybe_mark_dynamic(t: Any, index: int | list | tuple) -> None:
     as :func:`mark_dynamic`, but a dim the traced graph fixes stays fixed, with no error (later sizes then
     count as recompiles)."""
     trace_hooks.refuse(maybe_mark_dynamic)
-    for i in _indices(index):
-        _marked(t, "_dynamo_weak_dynamic_indices", set).add(i)
-        t._has_dynamo_dim_marking = True
+    if not isinstance(index, int):
+        if not isinstance(index, (list, tuple)):
+            raise _bad_index(index)
+        for i in index:
+            maybe_mark_dynamic(t, i)
+        return
+    if not hasattr(t, "_dynamo_weak_dynamic_indices"):
+        t._dynamo_weak_dynamic_indices = set()
+    t._dynamo_weak_dynamic_indices.add(index)
+    t._has_dynamo_dim_marking = True
 
 
 def mark_static(t: Any, index: int | list | tuple | None = None) -> Any:
@@ -136,8 +139,18 @@ def mark_static(t: Any, index: int | list | tuple | None = None) -> Any:
             t._dynamo_marked_static = True
             return t
         raise TypeError(f"mark_static expects a tensor/nn.Module class but received {type(t)}")
-    dims = range(t.dim()) if index is None else _indices(index)
-    trace_hooks.remember(t)
-    _marked(t, "_dynamo_static_indices", set).update(dims)
-    t._has_dynamo_dim_marking = True
+    if isinstance(index, int):
+        trace_hooks.remember(t)
+        if not hasattr(t, "_dynamo_static_indices"):
+            t._dynamo_static_indices = set()
+        t._dynamo_static_indices.add(index)
+        t._has_dynamo_dim_marking = True
+    elif index is None:  # every dim (none for a 0-d tensor)
+        for i in range(t.dim()):
+            mark_static(t, i)
+    else:  # each entry in turn (None among them: every dim), as PyTorch
+        if not isinstance(index, (list, tuple)):
+            raise _bad_index(index)
+        for i in index:
+            mark_static(t, i)
     return None

@@ -1,4 +1,5 @@
-"""kiln-cpu's source layout: no import cycle among its modules, no oversized file, a docstring in each.
+"""kiln-cpu's source layout: no import cycle among its modules, no oversized file, a docstring in each; and
+the lazy getters of its jitted modules, safe when threads import one at once.
 
 The sources are parsed, not imported (importing the jitted modules would import Numba). An import counts
 wherever it is written (module level or inside a function: a deferred import still ties two modules
@@ -117,3 +118,37 @@ def test_no_source_file_is_too_long():
 def test_every_module_has_a_docstring():
     missing = [p.name for p in sorted(SRC.glob("*.py")) if not ast.get_docstring(ast.parse(p.read_text()))]
     assert not missing
+
+
+def test_lazy_getter_waits_for_an_import_another_thread_has_begun(tmp_path, monkeypatch):
+    """A kernel family's getter called while another thread imports the jitted module (in ``sys.modules``
+    before its names are defined) waits for that import instead of returning the half-made module: threads
+    starting their first large ops together raised "partially initialized module ... has no attribute"."""
+    import sys
+    import threading
+    import types
+
+    from kiln_cpu._kernel_support import loops
+
+    gate = types.ModuleType("_kiln_cpu_probe_gate")
+    gate.started, gate.release = threading.Event(), threading.Event()
+    monkeypatch.setitem(sys.modules, "_kiln_cpu_probe_gate", gate)
+    (tmp_path / "_probe_slow.py").write_text(
+        '"""A module whose import stops halfway until the test releases it."""\n'
+        "import _kiln_cpu_probe_gate as gate\n\ngate.started.set()\ngate.release.wait(30)\nVALUE = 1\n"
+    )
+    monkeypatch.setattr(kiln_cpu, "__path__", [*kiln_cpu.__path__, str(tmp_path)])
+    monkeypatch.delitem(sys.modules, "kiln_cpu._probe_slow", raising=False)
+    get = loops("_probe_slow")
+    seen: dict[str, object] = {}
+    first = threading.Thread(target=lambda: seen.setdefault("first", get()))
+    first.start()
+    assert gate.started.wait(30)
+    second = threading.Thread(target=lambda: seen.setdefault("second", getattr(get(), "VALUE", None)))
+    second.start()
+    second.join(0.2)  # (old getter: done at once, with the half-made module)
+    gate.release.set()
+    first.join(30)
+    second.join(30)
+    sys.modules.pop("kiln_cpu._probe_slow", None)
+    assert seen["second"] == 1

@@ -37,7 +37,11 @@ def loops(module: str):
 
     def get():
         found = sys.modules.get(name)
-        return found if found is not None else importlib.import_module(name)
+        if found is not None and not getattr(found.__spec__, "_initializing", False):
+            return found
+        # not imported, or another thread is importing it (in sys.modules before its names are defined):
+        # import_module waits for that import to finish
+        return importlib.import_module(name)
 
     return get
 

@@ -30,7 +30,9 @@ the design. In short:
   into Python; :func:`call_kernel` then runs one op's kernel alone, with the spec recorded at trace time
   (kiln-compile's executor). :class:`ExportedProgram` is what ``kiln.export`` makes: a graph of ops and its
   weights that :func:`load_program` reads and runs with the core alone (:func:`encode_argument` writes an op's
-  arguments in its JSON form).
+  arguments in its JSON form). ``torch._dynamo``'s marks on a tensor's dims (:func:`mark_dynamic`,
+  :func:`maybe_mark_dynamic`, :func:`mark_static`) are the core's, for a compiler's ``kiln._dynamo`` to
+  serve; the compiler fills :data:`mark_trace_hooks` with what a mark does while it traces.
 * **Decompositions.** An op with a decomposition (:func:`decomposition`) runs on any device that lacks
   its kernel, as the composite of other ops, before the opt-in CPU fallback.
 * **The primitive set.** :func:`primitives` names the ops a new device must implement: every op with no
@@ -64,6 +66,8 @@ from kiln._dispatch import (
 )
 from kiln._dtype import ALL_DTYPES, compute_numpy
 from kiln._generated import generated_module
+from kiln._marks import mark_dynamic, mark_static, maybe_mark_dynamic
+from kiln._marks import trace_hooks as mark_trace_hooks
 from kiln._ops.normalization import _channel_layout, _group_layout, _layer_layout
 from kiln._ops.spatial_args import _adaptive_bounds, _window_positions
 from kiln._program import ExportedProgram, encode_argument, load_program, save_program
@@ -127,6 +131,10 @@ __all__ = [
     "kernel_outputs_checked_always",
     "recording",
     "layer_norm_layout",
+    "mark_dynamic",
+    "mark_static",
+    "mark_trace_hooks",
+    "maybe_mark_dynamic",
     "load_program",
     "mark_written",
     "op",

@@ -1,7 +1,7 @@
 """What a compiled function makes of ``torch._dynamo``'s marks on a tensor's dims when it traces a call.
 The marks themselves — :func:`mark_dynamic`, :func:`maybe_mark_dynamic`, :func:`mark_static` — are the
-core's (``kiln._marks``: a script marks its tensors with or without kiln-compile); this module fills the
-core's ``trace_hooks`` with what a mark does inside a trace.
+core's (``kiln.backend``: a script marks its tensors with or without kiln-compile); this module fills the
+core's ``mark_trace_hooks`` with what a mark does inside a trace.
 
 A mark is an attribute of the tensor (PyTorch's names: ``_dynamo_dynamic_indices``, ``_dynamo_dynamic_range``,
 ``_dynamo_weak_dynamic_indices``, ``_dynamo_static_indices``), read when a call with that tensor is traced:
@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import kiln
-from kiln._marks import mark_dynamic, mark_static, maybe_mark_dynamic, trace_hooks
+from kiln.backend import mark_dynamic, mark_static, mark_trace_hooks, maybe_mark_dynamic
 from kiln.compile._dims import STATIC, Symbols, follow
 from kiln.compile._guards import flatten, module_class
 
@@ -107,8 +107,8 @@ def _remember(t: Any) -> None:
         stack[-1].append((t, had))
 
 
-trace_hooks.refuse = _refuse_in_trace
-trace_hooks.remember = _remember
+mark_trace_hooks.refuse = _refuse_in_trace
+mark_trace_hooks.remember = _remember
 
 
 def read_marks(t: kiln.Tensor) -> dict[int, Any]:

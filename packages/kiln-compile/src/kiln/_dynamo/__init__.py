@@ -15,8 +15,8 @@ from __future__ import annotations
 import sys
 
 from kiln._dynamo import exc
+from kiln.backend import mark_dynamic, mark_static, maybe_mark_dynamic  # (the core's: kiln.compile fills their hooks)
 from kiln.compile import config, disable, explain, is_compiling, list_backends, reset
-from kiln.compile._marks import mark_dynamic, mark_static, maybe_mark_dynamic
 from kiln.compiler import allow_in_graph, set_stance
 
 __all__ = [

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import kiln
-from kiln.backend import mark_dynamic, mark_static, mark_trace_hooks, maybe_mark_dynamic
+from kiln.backend import mark_trace_hooks
 from kiln.compile._dims import STATIC, Symbols, follow
 from kiln.compile._guards import flatten, module_class
 
@@ -37,10 +37,7 @@ __all__ = [
     "check_ranges",
     "covers",
     "kept_marks",
-    "mark_dynamic",
-    "mark_static",
     "may_vary",
-    "maybe_mark_dynamic",
     "policies",
     "read_marks",
     "source_names",

@@ -1,9 +1,10 @@
 """Every kiln workflow, one nox session each (architecture page, "The packages").
 
-    python3 -m nox                                   the whole test suite: tests, packaging, integration, lint, docs
+    python3 -m nox                                   the whole suite: tests, mkl, packaging, integration, distributed, lint, docs
     python3 -m nox -s demo                           the demo training job (docs/examples/train_digits.py)
     python3 -m nox -s tests                          unit and conformance tests on every backend
     python3 -m nox -s "tests(backend='reference')"   one backend
+    python3 -m nox -s mkl                            kiln-cpu's products on Intel MKL (the mkl extra; x86-64)
     python3 -m nox -s packaging                      every package from built wheels: install, import, smoke test
     python3 -m nox -s distributed                    kiln-distributed's multi-process tests (gloo, mpi, kiln-run, DDP)
     python3 -m nox -s bench                          benchmarks/bench_*.py, JSON under benchmarks/results/
@@ -15,6 +16,7 @@ Anything after ``--`` is passed on: ``nox -s "tests(backend='reference')" -- -x 
 from __future__ import annotations
 
 import hashlib
+import platform
 import shutil
 from pathlib import Path
 
@@ -113,7 +115,7 @@ DOCS_DEPS = ["sphinx>=8,<10", "furo", TENSORBOARD, "onnx>=1.16", "onnxruntime>=1
 DOCTREES = "docs/_build/doctrees"  # the pages the docs session reads once, for both of its builds
 LINT_PATHS = ["packages", "tests-integration", "benchmarks", "docs", "noxfile.py"]
 
-nox.options.sessions = ["tests", "packaging", "integration", "distributed", "lint", "docs"]
+nox.options.sessions = ["tests", "mkl", "packaging", "integration", "distributed", "lint", "docs"]
 # Reuse each session's virtualenv between runs. This does not cost correctness: every session still
 # runs its installs, so the editable kiln and every pinned or ranged requirement are checked each time
 # (pip only skips what is already satisfied); what reuse can leave behind is a package no session asks
@@ -292,6 +294,26 @@ def integration(session: nox.Session) -> None:
         "--import-mode=importlib",
         "-q",
         *session.posargs,
+    )
+
+
+@nox.session
+def mkl(session: nox.Session) -> None:
+    """kiln-cpu's products on Intel MKL (the ``mkl`` extra, x86-64): its own product tests and the conformance
+    suite's products, with MKL installed (the cpu cell runs them on NumPy's OpenBLAS). Elsewhere it skips."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        session.skip("the mkl wheel is built for x86-64 only")
+    _prepare(session)
+    _install_kiln(session, "-e", TESTING, *TEST_DEPS, "-e", "packages/kiln-cpu[mkl]")
+    session.env["KILN_BACKEND"] = "cpu"
+    session.run("python", "-c", "from kiln_cpu import _mkl; assert _mkl.load() is not None, _mkl.error()")
+    tests = ("packages/kiln-cpu/tests/test_mkl.py", "packages/kiln-cpu/tests/test_linalg.py")
+    session.run("pytest", "--import-mode=importlib", "-q", *PARALLEL, *tests, *session.posargs)
+    products = "matmul or mm or bmm or addmm or baddbmm or addmv or addbmm or linear or einsum or tensordot"
+    session.run(
+        *("pytest", "--import-mode=importlib", "-q", *PARALLEL, "--kiln-device=cpu", "-k", products),
+        *session.posargs,
+        env=CONFORMANCE_ENV["cpu"],
     )
 
 

@@ -2,8 +2,9 @@
 
 Run with ``python benchmarks/bench_blas.py`` in an env with kiln, kiln-cpu, torch and numpy; install
 ``kiln-cpu[mkl]`` (the ``mkl`` wheel) for the MKL column, else it is left out and the record says so.
-Cases: ``a @ b`` of float32 n x n matrices, n = 256, 1024, 2048, on 1 thread and on every CPU this
-process may use (``kiln.set_num_threads`` sets both BLAS libraries' counts through kiln-cpu,
+Cases: ``a @ b`` of float32 n x n matrices, n = 256, 1024, 2048, and the MLP and CNN training steps of
+``bench_cpu.py`` (``training_models.py``; their products run the chosen BLAS, convolutions always
+OpenBLAS), on 1 thread and on every CPU this process may use (``kiln.set_num_threads`` sets both BLAS libraries' counts through kiln-cpu,
 ``torch.set_num_threads`` PyTorch's). kiln switches between the two libraries with
 ``kiln_cpu.config.blas`` ("auto": MKL where installed; "openblas").
 
@@ -33,6 +34,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(HERE))
 from bench_overhead import machine_info, write_json_atomically  # noqa: E402
+from training_models import STEPS, sgd_steps  # noqa: E402
 
 DEFAULT_OUTPUT = HERE / "results" / "blas.json"
 SIZES = (256, 1024, 2048)
@@ -55,6 +57,40 @@ def _block_seconds(fn, min_time: float) -> tuple[float, int]:
     number, elapsed = timer.autorange()
     number = max(1, int(number * min_time / max(elapsed, 1e-9)))
     return timer.timeit(number) / number, number
+
+
+def _race(calls: dict, libs: list[str], args) -> dict[str, float]:
+    """The minimum seconds per call of each library's callable over ``args.rounds`` turns of blocks."""
+    best = dict.fromkeys(libs, float("inf"))
+    for _ in range(args.rounds):
+        for lib in libs:
+            time.sleep(args.pause)
+            per_call, _number = _block_seconds(calls[lib], args.min_time)
+            best[lib] = min(best[lib], per_call)
+    return best
+
+
+def _row(name: str, threads: int, best: dict[str, float], libs: list[str], has_mkl: bool, **extra) -> dict:
+    """A record row (ms per call, ratios) for one case, printed as it is made."""
+    ms = {lib: best[lib] * 1e3 for lib in libs}
+    row = {"name": f"{name} x{threads}", **extra, "threads": threads, "unit": "ms", "times": ms}
+    row.update({f"{lib}/torch": ms[lib] / ms["torch"] for lib in libs if lib != "torch"})
+    if has_mkl:
+        row["mkl/openblas"] = ms["kiln-mkl"] / ms["kiln-openblas"]
+    cells = "  ".join(f"{lib} {ms[lib]:9.3f}" for lib in libs)
+    ratios = "  ".join(f"{k} {v:.2f}x" for k, v in row.items() if "/" in k)
+    print(f"{row['name']:>18}: {cells}   {ratios}", flush=True)
+    return row
+
+
+def _with_blas(config, blas: str, fn):
+    """``fn`` run with ``kiln_cpu.config.blas`` set to ``blas``."""
+
+    def call():
+        config.blas = blas
+        return fn()
+
+    return call
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -92,36 +128,25 @@ def main(argv: list[str] | None = None) -> int:
             expected = (a_t.double() @ b_t.double()).numpy()
             bound = (n + 2) * 2.0**-24 * (np.abs(a_np.astype(np.float64)) @ np.abs(b_np.astype(np.float64)))
 
-            def kiln_call(blas, a=a_k, b=b_k):
-                def call():
-                    config.blas = blas
-                    return a @ b
-
-                return call
-
             calls = {
-                "kiln-mkl": kiln_call("auto"),
-                "kiln-openblas": kiln_call("openblas"),
+                "kiln-mkl": _with_blas(config, "auto", lambda a=a_k, b=b_k: a @ b),
+                "kiln-openblas": _with_blas(config, "openblas", lambda a=a_k, b=b_k: a @ b),
                 "torch": lambda a=a_t, b=b_t: a @ b,
             }
             for lib in libs:
                 got = calls[lib]()
                 assert np.all(np.abs(got.numpy().astype(np.float64) - expected) <= bound), f"{lib} {n}: wrong product"
-            best = dict.fromkeys(libs, float("inf"))
-            for _ in range(args.rounds):
-                for lib in libs:
-                    time.sleep(args.pause)
-                    per_call, _number = _block_seconds(calls[lib], args.min_time)
-                    best[lib] = min(best[lib], per_call)
-            ms = {lib: best[lib] * 1e3 for lib in libs}
-            row = {"name": f"matmul {n} x{threads}", "n": n, "threads": threads, "unit": "ms", "times": ms}
-            row.update({f"{lib}/torch": ms[lib] / ms["torch"] for lib in libs if lib != "torch"})
-            if has_mkl:
-                row["mkl/openblas"] = ms["kiln-mkl"] / ms["kiln-openblas"]
-            rows.append(row)
-            cells = "  ".join(f"{lib} {ms[lib]:9.3f}" for lib in libs)
-            ratios = "  ".join(f"{k} {v:.2f}x" for k, v in row.items() if "/" in k)
-            print(f"matmul {n:>5} x{threads}: {cells}   {ratios}", flush=True)
+            rows.append(_row(f"matmul {n}", threads, _race(calls, libs, args), libs, has_mkl, n=n))
+        for name, make, shape, _what in STEPS:
+            k_step, t_step = sgd_steps(kiln, torch, make, shape, rng)
+            calls = {
+                "kiln-mkl": _with_blas(config, "auto", k_step),
+                "kiln-openblas": _with_blas(config, "openblas", k_step),
+                "torch": t_step,
+            }
+            first = float(calls[libs[0]]())  # the same weights and batch: the first losses agree
+            assert np.isclose(first, float(t_step()), rtol=1e-4), f"{name}: kiln's loss differs from PyTorch's"
+            rows.append(_row(name, threads, _race(calls, libs, args), libs, has_mkl))
     config.blas = "auto"
     record = {
         "benchmark": "blas",

@@ -44,7 +44,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(HERE))
 from bench_overhead import machine_info, per_call_seconds, write_json_atomically  # noqa: E402
-from training_models import STEPS  # noqa: E402
+from training_models import STEPS, sgd_steps  # noqa: E402
 
 DEFAULT_OUTPUT = HERE / "results" / "cpu.json"
 LIBS = ("kiln", "torch", "numpy")
@@ -229,26 +229,6 @@ def make_cases(kiln, torch) -> list[dict]:
     return out
 
 
-def _twin_models(kiln, torch, make):
-    """The same model in both libraries (``make(nn)`` builds it), kiln's weights copied from torch's."""
-    import kiln.nn
-
-    t_model = make(torch.nn)
-    k_model = make(kiln.nn)
-    k_model.load_state_dict({k: kiln.from_numpy(v.detach().numpy().copy()) for k, v in t_model.state_dict().items()})
-    return k_model, t_model
-
-
-def _step(lib, model, x, y):
-    """One SGD training step; returns the loss before the update (what the libraries must agree on)."""
-    opt = model._bench_opt
-    opt.zero_grad()
-    loss = lib.nn.functional.cross_entropy(model(x), y)
-    loss.backward()
-    opt.step()
-    return loss.detach()
-
-
 def _training_cases(kiln, torch, rng) -> list[tuple]:
     """conv2d forward and forward+backward, and whole training steps (forward, loss, backward, SGD) of
     an MLP and a small CNN. NumPy has no autograd: its column is empty ("bytes" too: these are
@@ -291,27 +271,8 @@ def _training_cases(kiln, torch, rng) -> list[tuple]:
     ]
     cases += _backward_cases(kiln, torch, rng)
     for name, make, shape, what in STEPS:
-        k_model, t_model = _twin_models(kiln, torch, make)
-        k_model._bench_opt = kiln.optim.SGD(k_model.parameters(), lr=1e-3)
-        t_model._bench_opt = torch.optim.SGD(t_model.parameters(), lr=1e-3)
-        x_np = rng.standard_normal(shape).astype(np.float32)
-        y_np = rng.integers(0, 10, shape[0])
-        xk2, yk2, xt2, yt2 = (
-            kiln.from_numpy(x_np),
-            kiln.from_numpy(y_np),
-            torch.from_numpy(x_np),
-            torch.from_numpy(y_np),
-        )
-        cases.append(
-            (
-                name,
-                f"{what}: forward, cross entropy, backward, SGD step",
-                None,
-                lambda m=k_model, x=xk2, y=yk2: _step(kiln, m, x, y),
-                lambda m=t_model, x=xt2, y=yt2: _step(torch, m, x, y),
-                None,
-            )
-        )
+        k_step, t_step = sgd_steps(kiln, torch, make, shape, rng)
+        cases.append((name, f"{what}: forward, cross entropy, backward, SGD step", None, k_step, t_step, None))
     return cases
 
 

@@ -8,6 +8,7 @@ import importlib.metadata
 import subprocess
 import sys
 import textwrap
+import threading
 
 import numpy as np
 import pytest
@@ -16,7 +17,7 @@ from kiln_cpu_helpers import assert_product_within_bound
 
 import kiln
 import kiln_cpu
-from kiln_cpu import _mkl, config
+from kiln_cpu import _jit_gemm, _mkl, config
 
 HAS_MKL = _mkl.library_path() is not None
 needs_mkl = pytest.mark.skipif(not HAS_MKL, reason="the mkl wheel is not installed (pip install kiln-cpu[mkl])")
@@ -85,20 +86,21 @@ def test_a_broken_install_falls_back_and_says_why(monkeypatch, tmp_path, fresh):
 @pytest.mark.parametrize(
     "case, expected",
     [
-        ("contiguous", (_mkl.NO_TRANS, 7)),
-        ("transposed", (_mkl.TRANS, 5)),
-        ("rows of a wider matrix", (_mkl.NO_TRANS, 12)),
-        ("columns of a taller matrix", (_mkl.TRANS, 9)),
-        ("one row", (_mkl.NO_TRANS, 7)),
-        ("one column", (_mkl.NO_TRANS, 1)),
+        ("contiguous", (_jit_gemm.NO_TRANS, 7)),
+        ("transposed", (_jit_gemm.TRANS, 5)),
+        ("rows of a wider matrix", (_jit_gemm.NO_TRANS, 12)),
+        ("columns of a taller matrix", (_jit_gemm.TRANS, 9)),
+        ("one row", (_jit_gemm.NO_TRANS, 7)),
+        ("one column", (_jit_gemm.NO_TRANS, 1)),
         ("every other column", None),
         ("broadcast rows", None),
-        ("batch of transposed", (_mkl.TRANS, 5)),
+        ("batch of transposed", (_jit_gemm.TRANS, 5)),
+        ("reversed rows", None),
     ],
 )
 def test_operand_layouts(case, expected):
-    """(transpose flag, leading dimension) as a row-major CBLAS call reads the matrix; None: not
-    readable by BLAS (the product runs NumPy's)."""
+    """(transpose flag, leading dimension) as a row-major CBLAS call reads the matrix (the last two dims);
+    None: not readable by BLAS (the product runs NumPy's)."""
     base = np.zeros((9, 12), np.float32)
     x = {
         "contiguous": np.zeros((5, 7), np.float32),
@@ -110,8 +112,10 @@ def test_operand_layouts(case, expected):
         "every other column": base[:, ::2],
         "broadcast rows": np.broadcast_to(np.zeros(7, np.float32), (5, 7)),
         "batch of transposed": np.zeros((3, 7, 5), np.float32).transpose(0, 2, 1),
+        "reversed rows": np.zeros((5, 7), np.float32)[::-1],
     }[case]
-    assert _mkl._operand(x) == expected
+    got = _jit_gemm.operand(*x.shape[-2:], *(s // x.itemsize for s in x.strides[-2:]))
+    assert (None if got == (0, 0) else got) == expected
 
 
 # -------------------------------------------------------------------------------- MKL's products
@@ -119,8 +123,8 @@ def test_operand_layouts(case, expected):
 
 @pytest.fixture
 def mkl_spy(monkeypatch):
-    """Records each product MKL takes: the operands' shapes. MKL takes products of any size here (the tests'
-    are small: :data:`kiln_cpu.config.mkl_min_macs` would leave them to NumPy)."""
+    """Records each product MKL takes: the operands' shapes. MKL takes products of any size here, as by
+    default (:data:`kiln_cpu.config.mkl_min_macs` 0)."""
     calls = []
     real = _mkl.matmul
     monkeypatch.setattr(config, "mkl_min_macs", 0)
@@ -209,8 +213,8 @@ def test_cases_mkl_leaves_to_numpy(case, mkl_spy, monkeypatch):
 
 @needs_mkl
 def test_small_products_stay_with_numpy(mkl_spy, monkeypatch):
-    """Below ``mkl_min_macs`` multiply-adds NumPy's product runs (a ctypes call into MKL costs more than
-    MKL saves there); from it on MKL does, batches counted whole."""
+    """Below ``mkl_min_macs`` multiply-adds (where a user sets it) NumPy's product runs; from it on MKL
+    does, batches counted whole."""
     monkeypatch.setattr(config, "mkl_min_macs", 4096)
     small, large = (_tensor((16, 16)), _tensor((16, 15), seed=1)), (_tensor((16, 16)), _tensor((16, 16), seed=1))
     batch = (_tensor((2, 16, 16)), _tensor((2, 16, 8), seed=1))
@@ -221,6 +225,53 @@ def test_small_products_stay_with_numpy(mkl_spy, monkeypatch):
 
 def _torch_dtype(d):
     return getattr(torch, str(d).removeprefix("kiln."))
+
+
+@needs_mkl
+def test_a_batch_without_mkls_batch_gemm_runs_numpys(mkl_spy, monkeypatch):
+    """An MKL without ``cblas_?gemm_batch_strided`` (address 0) takes 2-d products and batches of one;
+    a larger batch runs NumPy's product, with the same result."""
+    mkl = _mkl.load()
+    monkeypatch.setitem(mkl.gemm, np.dtype(np.float32), (mkl.gemm[np.dtype(np.float32)][0], 0))
+    for a, b in (
+        (_tensor((3, 12, 10)), _tensor((3, 10, 8), seed=1)),
+        (_tensor((1, 12, 10)), _tensor((1, 10, 8), seed=1)),
+        (_tensor((12, 10)), _tensor((10, 8), seed=1)),
+    ):
+        np.testing.assert_allclose(kiln.matmul(a, b).numpy(), np.matmul(a.numpy(), b.numpy()), rtol=1e-5, atol=1e-5)
+    assert mkl_spy == [((1, 12, 10), (1, 10, 8)), ((12, 10), (10, 8))]
+
+
+@needs_mkl
+def test_products_from_many_threads_at_once():
+    """MKL's calls run without the GIL: products of several shapes and layouts from 8 threads at once each
+    get their own result, and every thread's MKL setting comes back."""
+    mkl = _mkl.load()
+    cases = [
+        (_tensor((64, 48), seed=i), _tensor((40, 48), seed=i + 1).t() if i % 2 else _tensor((48, 40), seed=i + 1))
+        for i in range(8)
+    ]
+    expected = [np.matmul(a.numpy(), b.numpy()) for a, b in cases]
+    barrier = threading.Barrier(len(cases))
+    errors = []
+
+    def work(i):
+        try:
+            barrier.wait(timeout=30)
+            before = mkl.set_threads(0)
+            for _ in range(50):
+                np.testing.assert_allclose(kiln.matmul(*cases[i]).numpy(), expected[i], rtol=1e-5, atol=1e-4)
+            assert mkl.set_threads(before) == 0
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(cases))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads)
+    assert errors == []
 
 
 @needs_mkl

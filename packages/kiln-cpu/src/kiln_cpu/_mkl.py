@@ -1,6 +1,7 @@
 """Intel MKL's GEMM for kiln-cpu's products, when the ``mkl`` wheel is installed (``pip install
-kiln-cpu[mkl]``): ``cblas_sgemm``/``cblas_dgemm`` and their strided-batch forms, called through ctypes
-(which releases the GIL) from ``libmkl_rt``, the wheel's single dynamic library.
+kiln-cpu[mkl]``): ``cblas_sgemm``/``cblas_dgemm`` and their strided-batch forms in ``libmkl_rt``, the
+wheel's single dynamic library, called from Numba code without the GIL
+(:func:`kiln_cpu._jit_gemm.mkl_product`: about 0.5 us a call, where ctypes took about 8 us).
 
 The library is found through the ``mkl`` distribution's file list (``importlib.metadata``: a venv, a
 ``--user`` or a ``--prefix`` install alike) and loaded on first use with ``RTLD_LOCAL``, so its
@@ -22,8 +23,9 @@ import threading
 import numpy as np
 
 from kiln_cpu import _blas, config
+from kiln_cpu._kernel_support import loops
 
-ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112  # CBLAS's enum values
+_jit = loops("_jit_gemm")
 
 _UNSET = object()
 _found = _UNSET  # the loaded MKL (an _MKL) or None, decided on first use
@@ -48,24 +50,21 @@ def library_path() -> str | None:
 
 
 class _MKL:
-    """The entry points kiln-cpu calls, typed for ctypes."""
+    """The entry points kiln-cpu calls: their addresses, for :func:`kiln_cpu._jit_gemm.mkl_product`, and
+    ``set_threads`` typed for ctypes."""
 
     def __init__(self, lib: ctypes.CDLL, path: str):
         self.lib = lib
         self.path = path
-        size, real32, real64, ptr = ctypes.c_int, ctypes.c_float, ctypes.c_double, ctypes.c_void_p
-        self.gemm = {}
-        self.gemm_batch = {}
-        for dtype, real, letter in ((np.dtype(np.float32), real32, "s"), (np.dtype(np.float64), real64, "d")):
-            fn = getattr(lib, f"cblas_{letter}gemm")
-            fn.argtypes = [size] * 6 + [real, ptr, size, ptr, size, real, ptr, size]
-            fn.restype = None
-            self.gemm[dtype] = fn
-            batch = getattr(lib, f"cblas_{letter}gemm_batch_strided", None)
-            if batch is not None:
-                batch.argtypes = [size] * 6 + [real, ptr, size, size, ptr, size, size, real, ptr, size, size, size]
-                batch.restype = None
-                self.gemm_batch[dtype] = batch
+
+        def address(name: str) -> int:
+            return ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+
+        self.gemm: dict[np.dtype, tuple[int, int]] = {}  # dtype -> (gemm address, batch gemm address or 0)
+        for dtype, letter in ((np.dtype(np.float32), "s"), (np.dtype(np.float64), "d")):
+            batch = f"cblas_{letter}gemm_batch_strided"
+            self.gemm[dtype] = (address(f"cblas_{letter}gemm"), address(batch) if hasattr(lib, batch) else 0)
+        self.threads_address = address("MKL_Set_Num_Threads_Local")
         self.set_threads = lib.MKL_Set_Num_Threads_Local
         self.set_threads.argtypes, self.set_threads.restype = [ctypes.c_int], ctypes.c_int
         buf = ctypes.create_string_buffer(256)
@@ -96,102 +95,28 @@ def error() -> str | None:
     return _error
 
 
-class threads:
-    """``with threads(mkl, n):`` runs MKL on ``n`` threads in the calling thread for the block (``n``
-    None: one thread, as OpenBLAS runs a product of that size by itself), then restores its setting."""
-
-    __slots__ = ("mkl", "n", "saved")
-
-    def __init__(self, mkl: _MKL, n: int | None):
-        self.mkl, self.n, self.saved = mkl, n or 1, 0
-
-    def __enter__(self):
-        self.saved = self.mkl.set_threads(self.n)
-        return self
-
-    def __exit__(self, *exc):
-        self.mkl.set_threads(self.saved)  # 0: back to MKL's global setting
-
-
-def _operand(x: np.ndarray) -> tuple[int, int] | None:
-    """(CBLAS transpose flag, leading dimension) of the last two dims of ``x`` as MKL reads a row-major
-    matrix, None when neither dim has unit stride (or a broadcast stride of 0 where a leading dimension
-    must be positive)."""
-    rows, cols = x.shape[-2:]
-    s0, s1 = (s // x.itemsize for s in x.strides[-2:])
-    if (s1 == 1 or cols == 1) and (rows == 1 or s0 >= max(cols, 1)):
-        return NO_TRANS, s0 if rows > 1 else max(cols, 1)
-    if (s0 == 1 or rows == 1) and (cols == 1 or s1 >= max(rows, 1)):
-        return TRANS, s1 if cols > 1 else max(rows, 1)
-    return None
-
-
 def matmul(mkl: _MKL, a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
     """``a @ b`` of two float32 or two float64 arrays, both 2-d, or both 3-d with one batch size (each
-    matrix readable by BLAS, a batch dim with a stride), by MKL into a new C-contiguous array; None
-    where it does not apply or the product has fewer than :data:`kiln_cpu.config.mkl_min_macs`
-    multiply-adds (the caller runs NumPy's product)."""
-    dtype = a.dtype
-    if b.dtype != dtype or dtype not in mkl.gemm or a.ndim != b.ndim or a.ndim not in (2, 3):
+    matrix readable by BLAS, a batch dim with a stride), by MKL into a new C-contiguous array
+    (:func:`kiln_cpu._jit_gemm.mkl_product`); None where it does not apply or the product has fewer than
+    :data:`kiln_cpu.config.mkl_min_macs` multiply-adds (the caller runs NumPy's product)."""
+    dtype, sa, sb = a.dtype, a.shape, b.shape
+    entry = mkl.gemm.get(dtype)
+    if entry is None or b.dtype != dtype or len(sa) != len(sb):
         return None
-    m, k = a.shape[-2:]
-    k2, n = b.shape[-2:]
-    if k != k2 or 0 in (m, n, k) or max(m, n, k) >= 1 << 31:
+    if len(sa) == 2:
+        (m, k), (k2, n) = sa, sb
+        shape, macs = (m, n), m * n * k
+    elif len(sa) == 3 and sa[0] == sb[0]:
+        (batch, m, k), (_, k2, n) = sa, sb
+        shape, macs = (batch, m, n), batch * m * n * k
+    else:
         return None
-    batch = a.shape[0] if a.ndim == 3 else 1
-    if a.ndim == 3 and (b.shape[0] != batch or (batch > 1 and dtype not in mkl.gemm_batch)):
-        return None
-    if batch * m * n * k < config.mkl_min_macs:
-        return None
-    fa, fb = _operand(a), _operand(b)
-    if fa is None or fb is None:
-        return None
-    sa, sb = (a.strides[0] // a.itemsize, b.strides[0] // b.itemsize) if a.ndim == 3 else (0, 0)
-    if sa < 0 or sb < 0:
-        return None
-    out = np.empty((*a.shape[:-2], m, n), dtype)
-    if out.size == 0:
-        return out
-    with threads(mkl, _blas.threads_for(batch * m * n * k)):
-        if batch == 1:
-            mkl.gemm[dtype](
-                ROW_MAJOR,
-                fa[0],
-                fb[0],
-                m,
-                n,
-                k,
-                1.0,
-                a.ctypes.data,
-                fa[1],
-                b.ctypes.data,
-                fb[1],
-                0.0,
-                out.ctypes.data,
-                n,
-            )
-        else:  # a batch stride of 0 (an expanded operand) reads one matrix for every product
-            mkl.gemm_batch[dtype](
-                ROW_MAJOR,
-                fa[0],
-                fb[0],
-                m,
-                n,
-                k,
-                1.0,
-                a.ctypes.data,
-                fa[1],
-                sa,
-                b.ctypes.data,
-                fb[1],
-                sb,
-                0.0,
-                out.ctypes.data,
-                n,
-                m * n,
-                batch,
-            )
-    return out
+    if k != k2 or not macs or macs < config.mkl_min_macs or max(m, n, k) >= 1 << 31:
+        return None  # (an empty product: NumPy's makes it)
+    out = np.empty(shape, dtype)
+    threads = _blas.threads_for(macs) or 1  # None: one thread, as OpenBLAS runs a product of that size
+    return out if _jit().mkl_product(*entry, mkl.threads_address, threads, a, b, out) else None
 
 
 def active() -> _MKL | None:
@@ -208,6 +133,8 @@ def describe() -> str:
     except (TypeError, KeyError, AttributeError, ValueError):  # an old NumPy, a build without the record
         numpy_blas = "NumPy's BLAS"
     mkl = active()
+    if mkl is not None and config.mkl_min_macs <= 0:
+        return f"{mkl.version} ({mkl.path}) for matmul, mm, bmm, addmm, baddbmm; {numpy_blas} for convolutions"
     if mkl is not None:
         return (
             f"{mkl.version} ({mkl.path}) for matmul, mm, bmm, addmm, baddbmm of {config.mkl_min_macs:,} "

@@ -33,17 +33,20 @@ spin for a tenth of a second after each product they share, holding cores the ne
 (64x1568x10: 31 us against 46 us; 256x256x256, 16M: 156 us against 232 us)."""
 
 
-mkl_min_macs = 1 << 22
-"""Products of fewer multiply-adds than this run NumPy's OpenBLAS even where MKL is chosen (:data:`blas`):
-a call into MKL through ctypes costs about 8 us more than NumPy's product, which is more than MKL saves on
-a small one (Intel Xeon, one thread: 64x64x64 in 4.2 us by NumPy, 13.0 us by MKL; 128x128x128, 2M,
-32.4 against 37.3 us; 192x192x192, 7M, 97.8 against 92.5 us)."""
+mkl_min_macs = 0
+"""Products of fewer multiply-adds than this run NumPy's OpenBLAS even where MKL is chosen (:data:`blas`);
+0, the default, gives MKL every product it can read. Its calls go through Numba
+(:func:`kiln_cpu._jit_gemm.mkl_product`), about 0.5 us each, and on an Intel Xeon on one thread a whole
+``matmul`` then took 0.65-0.93x its time on OpenBLAS from 4x4x4 to 200x200x200, 0.51-0.70x with a
+transposed second operand (``x @ w.t()``), the widest gap at 10x128x256 (12.7 against 24.7 us); only
+128x10x256 and a transposed first operand at 128x256x10 were 1.04 and 1.16x. Through ctypes each call
+had cost about 8 us more, so this was 4M until then."""
 
 
 blas = os.environ.get("KILN_CPU_BLAS", "").strip().lower() or "auto"
 """Which BLAS runs matmul, mm, bmm, addmm and baddbmm: ``"auto"`` (the default) uses Intel MKL where the
 ``mkl`` wheel is installed (``pip install kiln-cpu[mkl]``), for products of :data:`mkl_min_macs`
-multiply-adds or more, and NumPy's OpenBLAS otherwise;
+multiply-adds or more (every size by default), and NumPy's OpenBLAS otherwise;
 ``"openblas"`` keeps NumPy's. The environment variable ``KILN_CPU_BLAS`` sets the default. Convolutions
 always use NumPy's BLAS (:mod:`kiln_cpu._mkl`)."""
 

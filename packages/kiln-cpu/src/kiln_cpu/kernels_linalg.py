@@ -1,6 +1,6 @@
 """kiln-cpu's products: ``matmul``, ``bmm``, ``addmm`` and ``baddbmm`` on Intel MKL where it is installed
 and chosen (:mod:`kiln_cpu._mkl`, :data:`kiln_cpu.config.blas`: 2-d and equal-batch 3-d float32/float64
-operands, from :data:`kiln_cpu.config.mkl_min_macs` multiply-adds), else on NumPy's BLAS, on as many BLAS threads as the product warrants
+operands; :data:`kiln_cpu.config.mkl_min_macs`), else on NumPy's BLAS, on as many BLAS threads as the product warrants
 (:func:`kiln_cpu._blas.threads_for`: small products never wake OpenBLAS's threads, which would then
 spin on cores the next kernels need).
 

@@ -129,8 +129,8 @@ def mkl_spy(monkeypatch):
     real = _mkl.matmul
     monkeypatch.setattr(config, "mkl_min_macs", 0)
 
-    def record(mkl, a, b):
-        out = real(mkl, a, b)
+    def record(mkl, a, b, *rest):
+        out = real(mkl, a, b, *rest)
         if out is not None:
             calls.append((a.shape, b.shape))
         return out

@@ -150,8 +150,8 @@ def operand(rows, cols, s0, s1):
 
 
 @njit(**_SERIAL)
-def mkl_product(gemm, batch_gemm, set_threads, threads, a, b, out):
-    """``out[...] = a @ b`` by MKL: 2-d operands by the ``cblas_?gemm`` at ``gemm``, 3-d ones (one batch
+def mkl_product(gemm, batch_gemm, set_threads, threads, alpha, beta, a, b, out):
+    """``out[...] = alpha * (a @ b) + beta * out`` by MKL (``out`` not read when ``beta`` is 0): 2-d operands by the ``cblas_?gemm`` at ``gemm``, 3-d ones (one batch
     size, ``out`` C-contiguous) by the ``cblas_?gemm_batch_strided`` at ``batch_gemm`` (0: none, which
     takes only a batch of one), on ``threads`` MKL threads for the calling thread (``set_threads``:
     ``MKL_Set_Num_Threads_Local``, whose earlier setting comes back after). Returns False, writing
@@ -168,12 +168,29 @@ def mkl_product(gemm, batch_gemm, set_threads, threads, a, b, out):
     if max(lda, ldb, sa, sb, m * n) >= 1 << 31:  # past MKL's 32-bit sizes (LP64)
         return False
     saved = _call_int(set_threads, threads)
-    one, zero = a.dtype.type(1), a.dtype.type(0)
+    alpha_, beta_ = a.dtype.type(alpha), a.dtype.type(beta)
     if count == 1:
-        _gemm32(gemm, ta, tb, m, n, k, one, ptr(a, 0), lda, ptr(b, 0), ldb, zero, ptr(out, 0), n)
+        _gemm32(gemm, ta, tb, m, n, k, alpha_, ptr(a, 0), lda, ptr(b, 0), ldb, beta_, ptr(out, 0), n)
     else:  # a batch stride of 0 (an expanded operand) reads one matrix for every product
         _gemm_batch32(
-            batch_gemm, ta, tb, m, n, k, one, ptr(a, 0), lda, sa, ptr(b, 0), ldb, sb, zero, ptr(out, 0), n, m * n, count
+            batch_gemm,
+            ta,
+            tb,
+            m,
+            n,
+            k,
+            alpha_,
+            ptr(a, 0),
+            lda,
+            sa,
+            ptr(b, 0),
+            ldb,
+            sb,
+            beta_,
+            ptr(out, 0),
+            n,
+            m * n,
+            count,
         )
     _call_int(set_threads, saved)
     return True

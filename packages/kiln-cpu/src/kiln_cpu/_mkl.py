@@ -95,8 +95,11 @@ def error() -> str | None:
     return _error
 
 
-def matmul(mkl: _MKL, a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
-    """``a @ b`` of two float32 or two float64 arrays, both 2-d, or both 3-d with one batch size (each
+def matmul(
+    mkl: _MKL, a: np.ndarray, b: np.ndarray, base: np.ndarray | None = None, alpha: float = 1, beta: float = 0
+) -> np.ndarray | None:
+    """``alpha * (a @ b) + beta * base`` (``base`` broadcast to the product, not read when ``beta`` is 0) of
+    float32 or float64 arrays of one dtype, ``a`` and ``b`` both 2-d, or both 3-d with one batch size (each
     matrix readable by BLAS, a batch dim with a stride), by MKL into a new C-contiguous array
     (:func:`kiln_cpu._jit_gemm.mkl_product`); None where it does not apply or the product has fewer than
     :data:`kiln_cpu.config.mkl_min_macs` multiply-adds (the caller runs NumPy's product)."""
@@ -115,8 +118,13 @@ def matmul(mkl: _MKL, a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
     if k != k2 or not macs or macs < config.mkl_min_macs or max(m, n, k) >= 1 << 31:
         return None  # (an empty product: NumPy's makes it)
     out = np.empty(shape, dtype)
+    if beta != 0:
+        if base.dtype != dtype:
+            return None
+        np.copyto(out, base)  # (broadcast; MKL adds beta times it to the product in the same pass)
     threads = _blas.threads_for(macs) or 1  # None: one thread, as OpenBLAS runs a product of that size
-    return out if _jit().mkl_product(*entry, mkl.threads_address, threads, a, b, out) else None
+    done = _jit().mkl_product(*entry, mkl.threads_address, threads, float(alpha), float(beta), a, b, out)
+    return out if done else None
 
 
 def active() -> _MKL | None:

@@ -250,6 +250,15 @@ def cpu_model() -> str | None:
     return platform.processor() or None
 
 
+def _kiln_blas() -> str | None:
+    """Which BLAS runs kiln's products (``kiln_cpu.blas()``), None without kiln-cpu."""
+    try:
+        import kiln_cpu
+    except ImportError:
+        return None
+    return kiln_cpu.blas()
+
+
 def machine_info(torch) -> dict:
     """Where a record was measured (``torch`` may be None: a kiln-only record)."""
     import kiln
@@ -266,6 +275,7 @@ def machine_info(torch) -> dict:
         "torch": None if torch is None else torch.__version__,
         "kiln": kiln.__version__,
         "torch_threads": None if torch is None else torch.get_num_threads(),
+        "kiln_blas": _kiln_blas(),
         "thread_env": {v: os.environ.get(v) for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")},
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }

@@ -22,12 +22,14 @@ MACHINE_FIELDS = [
     ("platform", "platform"),
     ("machine", "architecture"),
     ("processor", "processor"),
+    ("cpu_model", "CPU"),
     ("cpu_count", "CPU cores"),
     ("python", "Python"),
     ("kiln", "kiln"),
     ("torch", "PyTorch"),
     ("numpy", "NumPy"),
     ("torch_threads", "PyTorch threads"),
+    ("kiln_blas", "kiln's BLAS"),
 ]
 
 

@@ -123,11 +123,12 @@ def test_operand_layouts(case, expected):
 
 @pytest.fixture
 def mkl_spy(monkeypatch):
-    """Records each product MKL takes: the operands' shapes. MKL takes products of any size here, as by
-    default (:data:`kiln_cpu.config.mkl_min_macs` 0)."""
+    """Records each product MKL takes: the operands' shapes. MKL takes products of any size here (the tests'
+    are small: :data:`kiln_cpu.config.mkl_min_macs` would leave most of them to NumPy)."""
     calls = []
     real = _mkl.matmul
     monkeypatch.setattr(config, "mkl_min_macs", 0)
+    monkeypatch.setattr(config, "mkl_min_macs_transposed", 0)
 
     def record(mkl, a, b, *rest):
         out = real(mkl, a, b, *rest)
@@ -213,7 +214,7 @@ def test_cases_mkl_leaves_to_numpy(case, mkl_spy, monkeypatch):
 
 @needs_mkl
 def test_small_products_stay_with_numpy(mkl_spy, monkeypatch):
-    """Below ``mkl_min_macs`` multiply-adds (where a user sets it) NumPy's product runs; from it on MKL
+    """Below ``mkl_min_macs`` multiply-adds NumPy's product runs (MKL gains nothing there); from it on MKL
     does, batches counted whole."""
     monkeypatch.setattr(config, "mkl_min_macs", 4096)
     small, large = (_tensor((16, 16)), _tensor((16, 15), seed=1)), (_tensor((16, 16)), _tensor((16, 16), seed=1))
@@ -221,6 +222,57 @@ def test_small_products_stay_with_numpy(mkl_spy, monkeypatch):
     for a, b in (small, large, batch):
         np.testing.assert_allclose(kiln.matmul(a, b).numpy(), np.matmul(a.numpy(), b.numpy()), rtol=1e-5, atol=1e-5)
     assert mkl_spy == [((16, 16), (16, 16)), ((2, 16, 16), (2, 16, 8))]
+
+
+@needs_mkl
+def test_small_products_with_a_transposed_operand_go_to_mkl(mkl_spy, monkeypatch):
+    """By default a product whose second operand is transposed (``x @ w.t()``, where OpenBLAS is slow) runs
+    MKL from ``mkl_min_macs_transposed`` multiply-adds, a plain one only from ``mkl_min_macs``."""
+    monkeypatch.setattr(config, "mkl_min_macs", 1 << 19)
+    monkeypatch.setattr(config, "mkl_min_macs_transposed", 1 << 15)
+    x, w = _tensor((40, 40)), _tensor((40, 40), seed=1)
+    tiny = _tensor((8, 8), seed=2)
+    for a, b in ((x, w.t()), (x, w), (tiny, tiny.t()), (x.t(), w)):
+        np.testing.assert_allclose(kiln.matmul(a, b).numpy(), np.matmul(a.numpy(), b.numpy()), rtol=1e-5, atol=1e-4)
+    assert mkl_spy == [((40, 40), (40, 40))]  # only x @ w.t(): 64,000 multiply-adds
+    got = kiln.addmm(_tensor((40,), seed=3), x, w.t())  # the same rule for addmm
+    assert len(mkl_spy) == 2
+    expected = torch.addmm(*(torch.from_numpy(np.array(t.numpy())) for t in (_tensor((40,), seed=3), x, w.t())))
+    np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-5, atol=1e-4)
+
+
+@needs_mkl
+@pytest.mark.parametrize("past", ["count", "batch stride", "leading dimension"])
+def test_sizes_past_32_bits_are_refused(past):
+    """MKL's sizes are 32-bit (LP64): a batch count, batch stride or leading dimension of 2**31 or more makes
+    the call return False before it writes anything (the caller then runs NumPy's product), where a cut to
+    32 bits would compute fewer products, or read the wrong memory, and report success. Expanded views
+    reach those sizes without the memory."""
+    mkl = _mkl.load()
+    gemm, batch_gemm = mkl.gemm[np.dtype(np.float32)]
+    big = 1 << 31
+    one = np.ones(1, np.float32)
+    a = {
+        "count": np.broadcast_to(one, (big + 1, 1, 1)),
+        "batch stride": np.lib.stride_tricks.as_strided(one, (2, 1, 1), (big * 4, 4, 4)),
+        "leading dimension": np.lib.stride_tricks.as_strided(one, (2, 1), (big * 4, 4)),
+    }[past]
+    b = np.broadcast_to(one, (*a.shape[:-2], 1, 1))
+    out = np.full((1,) * a.ndim, 7.0, np.float32)
+    assert not _jit_gemm.mkl_product(gemm, batch_gemm, mkl.threads_address, 1, 1.0, 0.0, a, b, out)
+    assert out.ravel()[0] == 7.0
+
+
+@needs_mkl
+def test_an_unreadable_operand_is_refused_before_the_result_is_made(monkeypatch):
+    """An operand with no unit stride is left to NumPy before any array is allocated or copied."""
+    mkl = _mkl.load()
+    made = []
+    real_empty = np.empty
+    monkeypatch.setattr(_mkl.np, "empty", lambda *a, **k: made.append(a) or real_empty(*a, **k))
+    a = np.ones((8, 16), np.float32)[:, ::2]
+    assert _mkl.matmul(mkl, a, np.ones((8, 8), np.float32), np.ones(8, np.float32), 1.0, 1.0) is None
+    assert made == []
 
 
 def _torch_dtype(d):

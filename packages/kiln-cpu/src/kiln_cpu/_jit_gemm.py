@@ -151,11 +151,13 @@ def operand(rows, cols, s0, s1):
 
 @njit(**_SERIAL)
 def mkl_product(gemm, batch_gemm, set_threads, threads, alpha, beta, a, b, out):
-    """``out[...] = alpha * (a @ b) + beta * out`` by MKL (``out`` not read when ``beta`` is 0): 2-d operands by the ``cblas_?gemm`` at ``gemm``, 3-d ones (one batch
-    size, ``out`` C-contiguous) by the ``cblas_?gemm_batch_strided`` at ``batch_gemm`` (0: none, which
-    takes only a batch of one), on ``threads`` MKL threads for the calling thread (``set_threads``:
-    ``MKL_Set_Num_Threads_Local``, whose earlier setting comes back after). Returns False, writing
-    nothing, where MKL cannot read an operand as it is."""
+    """``out[...] = alpha * (a @ b) + beta * out`` by MKL (``out`` not read when ``beta`` is 0): 2-d
+    operands by the ``cblas_?gemm`` at ``gemm``, 3-d ones (one batch size, ``out`` C-contiguous) by the
+    ``cblas_?gemm_batch_strided`` at ``batch_gemm`` (0: none, which takes only a batch of one), on
+    ``threads`` MKL threads for the calling thread (``set_threads``: ``MKL_Set_Num_Threads_Local``, whose
+    earlier setting comes back after). Returns False, writing nothing, where MKL cannot take the call: an
+    operand it cannot read as it is, a batch without ``batch_gemm``, or a size, leading dimension, batch
+    stride or count past its 32-bit integers."""
     isz = a.itemsize
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     ta, lda = operand(m, k, a.strides[a.ndim - 2] // isz, a.strides[a.ndim - 1] // isz)
@@ -165,7 +167,7 @@ def mkl_product(gemm, batch_gemm, set_threads, threads, alpha, beta, a, b, out):
     sb = b.strides[0] // isz if b.ndim == 3 else 0
     if ta == 0 or tb == 0 or sa < 0 or sb < 0 or (count > 1 and batch_gemm == 0):
         return False
-    if max(lda, ldb, sa, sb, m * n) >= 1 << 31:  # past MKL's 32-bit sizes (LP64)
+    if max(lda, ldb, sa, sb, m * n, count) >= 1 << 31:  # past MKL's 32-bit sizes (LP64)
         return False
     saved = _call_int(set_threads, threads)
     alpha_, beta_ = a.dtype.type(alpha), a.dtype.type(beta)

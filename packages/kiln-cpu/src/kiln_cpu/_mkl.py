@@ -51,7 +51,8 @@ def library_path() -> str | None:
 
 class _MKL:
     """The entry points kiln-cpu calls: their addresses, for :func:`kiln_cpu._jit_gemm.mkl_product`, and
-    ``set_threads`` typed for ctypes."""
+    ``set_threads`` (``MKL_Set_Num_Threads_Local``) typed for ctypes, to read or set the calling thread's MKL
+    thread count from Python."""
 
     def __init__(self, lib: ctypes.CDLL, path: str):
         self.lib = lib
@@ -98,11 +99,12 @@ def error() -> str | None:
 def matmul(
     mkl: _MKL, a: np.ndarray, b: np.ndarray, base: np.ndarray | None = None, alpha: float = 1, beta: float = 0
 ) -> np.ndarray | None:
-    """``alpha * (a @ b) + beta * base`` (``base`` broadcast to the product, not read when ``beta`` is 0) of
-    float32 or float64 arrays of one dtype, ``a`` and ``b`` both 2-d, or both 3-d with one batch size (each
-    matrix readable by BLAS, a batch dim with a stride), by MKL into a new C-contiguous array
-    (:func:`kiln_cpu._jit_gemm.mkl_product`); None where it does not apply or the product has fewer than
-    :data:`kiln_cpu.config.mkl_min_macs` multiply-adds (the caller runs NumPy's product)."""
+    """``alpha * (a @ b) + beta * base`` (``base``, of the operands' dtype, broadcast to the product; not read
+    when ``beta`` is 0) of float32 or float64 arrays of one dtype, ``a`` and ``b`` both 2-d, or both 3-d with
+    one batch size (each matrix readable by BLAS, a batch dim with a stride), by MKL into a new C-contiguous
+    array (:func:`kiln_cpu._jit_gemm.mkl_product`); None where it does not apply or the product is too small
+    for MKL to gain (:data:`kiln_cpu.config.mkl_min_macs`, :data:`kiln_cpu.config.mkl_min_macs_transposed`):
+    the caller runs NumPy's product."""
     dtype, sa, sb = a.dtype, a.shape, b.shape
     entry = mkl.gemm.get(dtype)
     if entry is None or b.dtype != dtype or len(sa) != len(sb):
@@ -115,12 +117,16 @@ def matmul(
         shape, macs = (batch, m, n), batch * m * n * k
     else:
         return None
-    if k != k2 or not macs or macs < config.mkl_min_macs or max(m, n, k) >= 1 << 31:
+    if k != k2 or not macs or max(m, n, k) >= 1 << 31:
         return None  # (an empty product: NumPy's makes it)
+    size, a_strides, b_strides = dtype.itemsize, a.strides[-2:], b.strides[-2:]
+    transposed = n > 1 and b_strides[1] != size  # x @ w.t(): OpenBLAS's slow case
+    if macs < (config.mkl_min_macs_transposed if transposed else config.mkl_min_macs):
+        return None
+    if size not in a_strides or size not in b_strides:
+        return None  # no unit stride: BLAS cannot read it (tested before the result is made; the call decides)
     out = np.empty(shape, dtype)
     if beta != 0:
-        if base.dtype != dtype:
-            return None
         np.copyto(out, base)  # (broadcast; MKL adds beta times it to the product in the same pass)
     threads = _blas.threads_for(macs) or 1  # None: one thread, as OpenBLAS runs a product of that size
     done = _jit().mkl_product(*entry, mkl.threads_address, threads, float(alpha), float(beta), a, b, out)
@@ -141,12 +147,12 @@ def describe() -> str:
     except (TypeError, KeyError, AttributeError, ValueError):  # an old NumPy, a build without the record
         numpy_blas = "NumPy's BLAS"
     mkl = active()
-    if mkl is not None and config.mkl_min_macs <= 0:
-        return f"{mkl.version} ({mkl.path}) for matmul, mm, bmm, addmm, baddbmm; {numpy_blas} for convolutions"
     if mkl is not None:
         return (
-            f"{mkl.version} ({mkl.path}) for matmul, mm, bmm, addmm, baddbmm of {config.mkl_min_macs:,} "
-            f"multiply-adds or more; {numpy_blas} for smaller products and convolutions"
+            f"{mkl.version} ({mkl.path}) for the matmul, mm, bmm, addmm and baddbmm of 2-d or equal-batch 3-d "
+            f"float32/float64 operands that BLAS reads as they are, from {config.mkl_min_macs:,} multiply-adds "
+            f"({config.mkl_min_macs_transposed:,} with a transposed second operand); {numpy_blas} for other "
+            "products and convolutions"
         )
     if error():
         return f"{numpy_blas} (MKL is installed but failed to load: {error()})"

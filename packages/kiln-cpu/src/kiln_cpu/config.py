@@ -33,20 +33,27 @@ spin for a tenth of a second after each product they share, holding cores the ne
 (64x1568x10: 31 us against 46 us; 256x256x256, 16M: 156 us against 232 us)."""
 
 
-mkl_min_macs = 0
-"""Products of fewer multiply-adds than this run NumPy's OpenBLAS even where MKL is chosen (:data:`blas`);
-0, the default, gives MKL every product it can read. Its calls go through Numba
-(:func:`kiln_cpu._jit_gemm.mkl_product`), about 0.5 us each, and on an Intel Xeon on one thread a whole
-``matmul`` then took 0.65-0.93x its time on OpenBLAS from 4x4x4 to 200x200x200, 0.51-0.70x with a
-transposed second operand (``x @ w.t()``), the widest gap at 10x128x256 (12.7 against 24.7 us); only
-128x10x256 and a transposed first operand at 128x256x10 were 1.04 and 1.16x. Through ctypes each call
-had cost about 8 us more, so this was 4M until then."""
+mkl_min_macs = int(os.environ.get("KILN_CPU_MKL_MIN_MACS", "") or 1 << 19)
+"""Products of fewer multiply-adds than this run NumPy's OpenBLAS even where MKL is chosen (:data:`blas`),
+unless their second operand is transposed (:data:`mkl_min_macs_transposed`). MKL's calls go through Numba
+(:func:`kiln_cpu._jit_gemm.mkl_product`, about 0.5 us each; through ctypes each had cost about 8 us more),
+and on an Intel Xeon on one thread a whole ``matmul`` of plain operands took 1.01-1.12x OpenBLAS's time
+from 8x8x8 to 64x64x64 (262K multiply-adds), 0.88x at 96x96x96 (885K). The environment variable
+``KILN_CPU_MKL_MIN_MACS`` sets the default (and caps :data:`mkl_min_macs_transposed`'s); kiln-cpu's MKL
+tests set it to 0 so that every product runs MKL."""
+
+mkl_min_macs_transposed = min(mkl_min_macs, 1 << 15)
+"""Products whose second operand is transposed (``x @ w.t()``, a ``Linear`` layer's), where OpenBLAS is
+slow, run MKL from this many multiply-adds: on an Intel Xeon on one thread a whole ``matmul`` took 0.84-0.86x
+OpenBLAS's time at 48x48x48 and 64x64x64, 0.52-0.73x for 128x256x10, 128x10x256 and 10x128x256 (1.00x at
+32x32x32, 1.04-1.11x below)."""
 
 
 blas = os.environ.get("KILN_CPU_BLAS", "").strip().lower() or "auto"
 """Which BLAS runs matmul, mm, bmm, addmm and baddbmm: ``"auto"`` (the default) uses Intel MKL where the
 ``mkl`` wheel is installed (``pip install kiln-cpu[mkl]``), for products of :data:`mkl_min_macs`
-multiply-adds or more (every size by default), and NumPy's OpenBLAS otherwise;
+multiply-adds or more (:data:`mkl_min_macs_transposed` where the second operand is transposed), and NumPy's
+OpenBLAS otherwise;
 ``"openblas"`` keeps NumPy's. The environment variable ``KILN_CPU_BLAS`` sets the default. Convolutions
 always use NumPy's BLAS (:mod:`kiln_cpu._mkl`)."""
 

@@ -33,12 +33,13 @@ def _add_product_kernel(name: str):
         plain = type(alpha) in (int, float) and type(beta) in (int, float)  # NumPy scalars promote
         if d not in FLOAT or not plain or not (base._dtype is d and a._dtype is d and b._dtype is d):
             return reference(spec, base, a, b, beta, alpha)
-        x = base._numpy()
+        x, an, bn = base._numpy(), a._numpy(), b._numpy()
         mkl = _mkl.active() if alpha != 0 else None  # (BLAS skips the product at alpha 0: its NaNs would not show)
-        out = None if mkl is None else _mkl.matmul(mkl, a._numpy(), b._numpy(), x, alpha, beta)
+        out = None if mkl is None else _mkl.matmul(mkl, an, bn, x, alpha, beta)
         if out is not None:  # MKL applied both scales and added the input (its beta: one pass over the result)
             return from_array(out, d)
-        out = _product(a._numpy(), b._numpy(), spec.shape)
+        with _blas.for_product(an.shape[-1], spec.shape):
+            out = np.matmul(an, bn)
         if out.shape != tuple(spec.shape) or not out.flags.c_contiguous or not out.flags.writeable:
             return reference(spec, base, a, b, beta, alpha)
         if alpha != 1:
@@ -48,19 +49,11 @@ def _add_product_kernel(name: str):
         return from_array(out, d)
 
     kernel.__name__ = f"kiln_cpu_{name}"
-    kernel.__doc__ = f"BLAS product with the scales and the input's term for {name}: in MKL's call, else in place after it (kiln-cpu)."
+    kernel.__doc__ = (
+        f"BLAS product with the scales and the input's term for {name}: in MKL's call, else in place after "
+        "OpenBLAS's (kiln-cpu)."
+    )
     return kernel
-
-
-def _product(x: np.ndarray, y: np.ndarray, shape: tuple) -> np.ndarray:
-    """``x @ y`` by MKL where it is chosen and takes the operands (:func:`kiln_cpu._mkl.matmul`), else by
-    NumPy on as many OpenBLAS threads as the product warrants."""
-    mkl = _mkl.active()
-    out = None if mkl is None else _mkl.matmul(mkl, x, y)
-    if out is None:
-        with _blas.for_product(x.shape[-1], shape):
-            out = np.matmul(x, y)
-    return out
 
 
 def _product_kernel(name: str):

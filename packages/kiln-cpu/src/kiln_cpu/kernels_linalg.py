@@ -1,16 +1,16 @@
 """kiln-cpu's products: ``matmul``, ``bmm``, ``addmm`` and ``baddbmm`` on Intel MKL where it is installed
 and chosen (:mod:`kiln_cpu._mkl`, :data:`kiln_cpu.config.blas`: 2-d and equal-batch 3-d float32/float64
-operands; :data:`kiln_cpu.config.mkl_min_macs`), else on NumPy's BLAS, on as many BLAS threads as the product warrants
-(:func:`kiln_cpu._blas.threads_for`: small products never wake OpenBLAS's threads, which would then
-spin on cores the next kernels need).
+operands, from :data:`kiln_cpu.config.mkl_min_macs` multiply-adds), else on NumPy's BLAS, on as many BLAS
+threads as the product warrants (:func:`kiln_cpu._blas.threads_for`: small products never wake
+OpenBLAS's threads, which would then spin on cores the next kernels need).
 
-``addmm`` and ``baddbmm`` give MKL the ``alpha`` and ``beta`` scales, the input broadcast into the result
-first (a ``Linear`` layer's 128x784 @ 784x256 with its bias: 20 us less than the product and then an
-add); on OpenBLAS they apply them in place on the product, where the reference makes a new array for each
-step: about 10% faster at 256x256, 2-4% at 1024x1024 (benchmarks/bench_cpu.py). ``matmul`` and ``bmm`` run the reference itself (it calls BLAS without copies
-for contiguous and transposed float32/float64 operands: ``astype(copy=False)`` is a no-op there, and
-NumPy hands a transposed matrix to BLAS as is). No kiln-cpu threads are woken, so no size threshold
-applies.
+``addmm`` and ``baddbmm`` give MKL the ``alpha`` and ``beta`` scales and the input, broadcast into the
+result first, which MKL adds as it writes the product (a ``Linear`` layer's bias; PyTorch does the same).
+On OpenBLAS they apply the scales and the input in place on the product, where the reference makes a new
+array for each step: about 10% faster at 256x256, 2-4% at 1024x1024 (benchmarks/bench_cpu.py). On
+OpenBLAS ``matmul`` and ``bmm`` run the reference itself (it calls BLAS without copies for contiguous and
+transposed float32/float64 operands: ``astype(copy=False)`` is a no-op there, and NumPy hands a
+transposed matrix to BLAS as is). No kiln-cpu threads are woken, so no size threshold applies.
 """
 
 from __future__ import annotations

@@ -54,6 +54,28 @@ def test_gradient_accumulation_over_two_backward_calls():
     U.assert_close(kx.grad, tx.grad)
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+@pytest.mark.parametrize("shape", [(), (1,), (1, 1, 1)])
+def test_implicit_gradient_of_a_one_element_output(shape, dtype):
+    """backward() with no gradient starts from ones in the output's shape and dtype (made directly on the CPU):
+    a leaf output takes it as its .grad, and each call's is new memory, so writing one .grad in place
+    changes no other."""
+    grads = {}
+    for lib in (kiln, torch):
+        d = getattr(lib, dtype)
+        leaf = lib.full(shape, 3.0, dtype=d, requires_grad=True)
+        leaf.backward()
+        other = lib.full(shape, 5.0, dtype=d, requires_grad=True)
+        (other * 2).sum().backward()
+        leaf.grad.add_(10)  # in place: the next implicit gradient must still be ones
+        again = lib.full(shape, 1.0, dtype=d, requires_grad=True)
+        again.backward()
+        grads[lib] = [t.grad for t in (leaf, other, again)]
+        assert all(g.dtype == d and tuple(g.shape) == shape for g in grads[lib])
+    for k, t in zip(grads[kiln], grads[torch]):
+        np.testing.assert_array_equal(k.float().numpy(), t.float().numpy())
+
+
 def test_backward_with_gradient_argument():
     kx, tx = leaves([[1.0, 2.0], [3.0, 4.0]])
     g = np.array([[1.0, -1.0], [0.5, 2.0]])

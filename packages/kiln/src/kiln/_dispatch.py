@@ -41,7 +41,7 @@ from kiln._lazy import first_call
 from kiln._modes import DispatchMode, call_with_modes
 from kiln._public import LANE_PREFIX, make_public
 from kiln._spec import Spec
-from kiln._state import away, state
+from kiln._state import away, modes_away, state
 from kiln._tensor import Tensor, stale_view_requires_grad
 
 __all__ = [
@@ -460,7 +460,8 @@ def call(opdef: OpDef, args: tuple):
     :func:`kiln._modes.call_with_modes`), so one function serves both: the hot path pays no second call.
     """
     moded = away[0]  # any thread away from the default state: only then is the thread-local state read
-    if moded:
+    modes = moded and modes_away[0]  # (and its dispatch modes only when some thread has one)
+    if modes:
         pre = state.pre_autograd_modes
         if pre:
             return call_with_modes(pre, opdef, args, call)
@@ -472,7 +473,7 @@ def call(opdef: OpDef, args: tuple):
         from kiln._sparse_ops import dispatch_sparse
 
         return dispatch_sparse(opdef, args)
-    if moded and state.post_autograd_modes:
+    if modes and state.post_autograd_modes:
         out = call_with_modes(
             state.post_autograd_modes,
             opdef,
@@ -501,7 +502,7 @@ def runs_bare(input: Tensor) -> bool:
     grad mode is off). A view method may then call those two itself (``Tensor.view``, ``Tensor.expand``)."""
     if away[0]:
         s = state
-        if s.pre_autograd_modes or s.post_autograd_modes:
+        if modes_away[0] and (s.pre_autograd_modes or s.post_autograd_modes):
             return False
         if not s.grad_enabled:
             return True
@@ -546,7 +547,7 @@ def call_kernel(opdef: OpDef, args: tuple, spec=None):
 def call_below_autograd(opdef: OpDef, args: tuple):
     """Run an op's kernel through the post-autograd modes but not autograd: the core's own writes (``copy_``,
     the in-place variants, ``.grad`` accumulation) call it so that a tracer sees every write."""
-    if away[0]:
+    if modes_away[0]:
         post = state.post_autograd_modes
         if post:
             return call_with_modes(post, opdef, args, call_kernel)
@@ -707,7 +708,7 @@ def composite(*, autocast: str, name: str | None = None) -> Callable[[Callable],
 
         @functools.wraps(fn)
         def run(*args, **kwargs):
-            if away[0]:
+            if modes_away[0]:
                 pre = state.pre_autograd_modes
                 if pre:
                     return _composite_with_modes(pre, record, args, kwargs)

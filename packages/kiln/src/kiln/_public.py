@@ -15,7 +15,7 @@ from typing import Any
 
 from kiln._device import out_of_memory
 from kiln._lazy import first_call
-from kiln._state import away, state
+from kiln._state import away, modes_away, state
 from kiln._tensor import Tensor, stale_view_requires_grad
 
 __all__ = ["LANE_PREFIX", "make_binder", "make_public"]
@@ -65,6 +65,7 @@ def make_public(opdef, doc_fn: Callable, dispatch: types.ModuleType) -> Callable
         "_op": opdef,
         "_meta": opdef.meta,  # kept in step with the record by OpDef.__setattr__ (a global: 50 ns less than _op.meta)
         "_away": away,
+        "_modes": modes_away,
         "_state": state,
         "_oom": out_of_memory,
         "_T": Tensor,
@@ -157,13 +158,14 @@ def _lane(spread: str, args: str, num_outputs: int, grads: tuple) -> str:
     """The body of a public op function for a thread with no dispatch mode: ``call``'s path (meta
     function, the kernel ``call_kernel`` would find in the op's cache, autograd's test and record), written
     out so that no call of ``call`` or ``call_kernel`` sits between the user and the kernel. The thread-local
-    state is read only when some thread is away from the defaults (``away[0]``), as ``call`` reads it. A
+    state is read only when some thread is away from the defaults (``away[0]``; its dispatch modes only
+    when some thread has one, ``modes_away[0]``), as ``call`` reads it. A
     kernel not yet checked runs through ``call_kernel``; a dispatch mode or a sparse argument leaves for
     ``call``, below it. Its local names start with :data:`LANE_PREFIX`, which no op parameter may."""
     first = "_lane_spec" if num_outputs == 1 else "_lane_spec[0]"
     lines = [
         "    _lane_moded = _away[0]",
-        "    if not _lane_moded or not (_state.pre_autograd_modes or _state.post_autograd_modes):",
+        "    if not _lane_moded or not (_modes[0] and (_state.pre_autograd_modes or _state.post_autograd_modes)):",
         "        try:",
         f"            _lane_spec = _meta({spread})",
         "        except _Sparse:",

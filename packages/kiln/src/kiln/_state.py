@@ -9,6 +9,10 @@ and reads the thread-local fields only when it is not 0.
 ``away[0]`` may count more than there are (a thread that ended inside ``no_grad``, a field set back to
 its default for a moment and restored), which costs only speed; it never counts fewer. A write that moves
 a field toward its default and restores it afterwards (``finally``) may set the field directly.
+
+Of those pairs, ``modes_away[0]`` counts the dispatch-mode fields and ``inference_away[0]`` the inference
+flag, by the same rules: inside ``no_grad`` alone (a backward pass, an optimizer step, an evaluation loop)
+an op then reads one field, ``grad_enabled``, instead of four.
 """
 
 from __future__ import annotations
@@ -32,6 +36,9 @@ anomaly = {"enabled": False, "check_nan": True}
 
 _DEFAULTS = {"grad_enabled": True, "inference": False, "pre_autograd_modes": (), "post_autograd_modes": ()}
 away = [0]
+modes_away = [0]  # (thread, pre/post_autograd_modes) pairs away from their defaults (counted in away too)
+inference_away = [0]  # (thread, inference) pairs away from the default (counted in away too)
+_COUNTERS = {"pre_autograd_modes": modes_away, "post_autograd_modes": modes_away, "inference": inference_away}
 _lock = threading.Lock()
 
 
@@ -42,7 +49,11 @@ def set_state(name: str, value):
     try:
         old = getattr(state, name)
         setattr(state, name, value)
-        away[0] += (value != default) - (old != default)
+        moved = (value != default) - (old != default)
+        away[0] += moved
+        counter = _COUNTERS.get(name)
+        if counter is not None:
+            counter[0] += moved
     finally:
         _lock.release()
     return old
@@ -51,7 +62,7 @@ def set_state(name: str, value):
 def post_modes() -> tuple:
     """This thread's post-autograd dispatch modes (tracers, profilers), without reading the thread-local
     state while no thread is away from the defaults."""
-    return state.post_autograd_modes if away[0] else ()
+    return state.post_autograd_modes if modes_away[0] else ()
 
 
 def _new_lock_in_child() -> None:

@@ -16,7 +16,7 @@ from kiln import _dtype as dt
 from kiln._device import CPU, device
 from kiln._lazy import first_call
 from kiln._memory_format import check_memory_format, contiguous_format, preserve_format, strided
-from kiln._state import away, post_modes, state
+from kiln._state import inference_away, post_modes, state
 
 __all__ = ["Tensor"]
 
@@ -330,7 +330,7 @@ class Tensor:
             )
         if requires_grad and not self._dtype.is_floating_point:
             raise RuntimeError("only Tensors of floating point dtype can require gradients")
-        if requires_grad and self._inference and not (away[0] and state.inference):
+        if requires_grad and self._inference and not (inference_away[0] and state.inference):
             raise RuntimeError("Setting requires_grad=True on inference tensor outside InferenceMode is not allowed.")
         self._requires_grad = bool(requires_grad)
         return self
@@ -739,7 +739,7 @@ def _make(storage, shape, stride, offset, dtype, device, version=None, cls=Tenso
     t._accumulator = None
     t._hooks = None
     t._retains_grad = False
-    t._inference = state.inference if away[0] else False
+    t._inference = state.inference if inference_away[0] else False
     return t
 
 

@@ -9,7 +9,7 @@ from kiln._dtype import dtype as _DType
 
 __all__ = ["Tensor"]
 
-away: list
+inference_away: list
 _CONTIGUOUS_STRIDES: dict
 SUBCLASS_HOOKS: list
 _SAME: object

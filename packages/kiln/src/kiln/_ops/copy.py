@@ -25,7 +25,7 @@ from kiln._ops.views import nograd_view_error
 from kiln._public import make_binder
 from kiln._reference import _quiet_enter, _quiet_exit
 from kiln._spec import Spec
-from kiln._state import away, post_modes, state
+from kiln._state import away, modes_away, post_modes, state
 from kiln._tensor import Tensor, _make, _numel, contiguous_strides, from_array, storage_span
 
 # functions of the layers above, bound on first call (kiln._lazy): they import this module
@@ -543,7 +543,7 @@ def inplace_variant(fn, name: str, doc: str, needs_self: bool, overlaps: dict | 
 
     def method(self, *args, **kwargs):
         moded = away[0]  # the thread-local state is read only when some thread is away from the defaults
-        if moded and state.pre_autograd_modes:  # autocast casts out-of-place ops only, as in PyTorch
+        if moded and modes_away[0] and state.pre_autograd_modes:  # autocast casts out-of-place ops only, as in PyTorch
             saved, state.pre_autograd_modes = state.pre_autograd_modes, ()
             try:
                 return method(self, *args, **kwargs)
@@ -575,7 +575,7 @@ def inplace_variant(fn, name: str, doc: str, needs_self: bool, overlaps: dict | 
             return apply_inplace(self, lambda s: fn(s, *args, **kwargs), False, opdef.grad_fn_name(bound), read)
         if recording:
             return apply_inplace(self, lambda s: fn(s, *args, **kwargs), needs_self)
-        if kernels and (not moded or not state.post_autograd_modes):
+        if kernels and (not moded or not modes_away[0] or not state.post_autograd_modes):
             kernel = kernels.get(self._device.type)
             if kernel is not None and (differentiable or self.grad_fn is None or (moded and not state.grad_enabled)):
                 done = _write_in_place(opdef, kernel, bound, self)

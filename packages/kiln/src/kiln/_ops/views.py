@@ -18,7 +18,7 @@ from kiln._dispatch import SparseArgument, op, runs_bare
 from kiln._memory_format import check_memory_format, contiguous_format, preserve_format
 from kiln._ops._meta import wrap_dim
 from kiln._spec import Spec, StridedSpec
-from kiln._state import away, state
+from kiln._state import away, modes_away, state
 from kiln._tensor import Tensor, _make, _numel, contiguous_strides, storage_span
 
 TOP_LEVEL = (
@@ -273,7 +273,7 @@ def recorded_view(public, input: Tensor, args: tuple, shape: tuple, stride: tupl
     this thread or a plugin kernel serves ``input``'s device. Autograd re-derives views this way after an
     in-place write (``s[i] = y`` spent a sixth of its time in the checks and dispatch of that view)."""
     opdef = public.op
-    if (not away[0] or not (state.pre_autograd_modes or state.post_autograd_modes)) and _generic_kernel_serves(
+    if (not modes_away[0] or not (state.pre_autograd_modes or state.post_autograd_modes)) and _generic_kernel_serves(
         opdef, input
     ):
         v = make_view(input, shape, stride, offset)

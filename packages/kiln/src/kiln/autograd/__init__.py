@@ -8,6 +8,7 @@ import numpy as np
 
 from kiln._device import CPU
 from kiln._lazy import first_call
+from kiln._state import modes_away
 from kiln._tensor import Tensor, from_array
 from kiln.autograd import functional as functional  # kiln.autograd.functional after `import kiln`, as in torch
 from kiln.autograd.anomaly_mode import (
@@ -75,9 +76,10 @@ _UNIT: dict = {}  # dtype -> a 0-d NumPy 1 of it, copied for each implicit gradi
 
 def _implicit_grad(out: Tensor) -> Tensor:
     """``ones_like(out)``, the gradient an implicit ``backward()`` starts from (``out`` has one element): a
-    plain CPU tensor's made directly, at a sixth of the dispatched op's cost; any other by the op."""
+    plain CPU tensor's made directly, at a sixth of the dispatched op's cost, while no thread has a dispatch
+    mode (a tracer must see the op: ``kiln.compile`` traces a training step's backward); else by the op."""
     d = out._dtype
-    if out.__class__ is Tensor and out._device is CPU and d._np is not None:
+    if not modes_away[0] and out.__class__ is Tensor and out._device is CPU and d._np is not None:
         unit = _UNIT.get(d)
         if unit is None:
             unit = _UNIT[d] = np.ones((), d._np)

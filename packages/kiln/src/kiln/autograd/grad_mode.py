@@ -9,7 +9,7 @@ import functools
 import inspect
 import threading
 
-from kiln._state import away, set_state, state
+from kiln._state import away, inference_away, set_state, state
 
 _SWITCHES = threading.local()  # set_multithreading_enabled's switch
 
@@ -33,7 +33,7 @@ def is_grad_enabled() -> bool:
 
 def is_inference_mode_enabled() -> bool:
     """True inside :class:`inference_mode` in this thread."""
-    return state.inference if away[0] else False
+    return state.inference if inference_away[0] else False
 
 
 class _DecoratorContextManager:

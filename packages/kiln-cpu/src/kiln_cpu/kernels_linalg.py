@@ -36,7 +36,7 @@ def _add_product_kernel(name: str):
         x, an, bn = base._numpy(), a._numpy(), b._numpy()
         mkl = _mkl.active() if alpha != 0 else None  # (BLAS skips the product at alpha 0: its NaNs would not show)
         out = None if mkl is None else _mkl.matmul(mkl, an, bn, x, alpha, beta)
-        if out is not None:  # MKL applied both scales and added the input (its beta: one pass over the result)
+        if out is not None:  # MKL applied both scales and added the input (its beta)
             return from_array(out, d)
         with _blas.for_product(an.shape[-1], spec.shape):
             out = np.matmul(an, bn)

@@ -460,7 +460,7 @@ def call(opdef: OpDef, args: tuple):
     :func:`kiln._modes.call_with_modes`), so one function serves both: the hot path pays no second call.
     """
     moded = away[0]  # any thread away from the default state: only then is the thread-local state read
-    modes = moded and modes_away[0]  # (and its dispatch modes only when some thread has one)
+    modes = modes_away[0]  # (counted in away too: its dispatch modes are read only when some thread has one)
     if modes:
         pre = state.pre_autograd_modes
         if pre:

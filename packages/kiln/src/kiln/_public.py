@@ -165,7 +165,7 @@ def _lane(spread: str, args: str, num_outputs: int, grads: tuple) -> str:
     first = "_lane_spec" if num_outputs == 1 else "_lane_spec[0]"
     lines = [
         "    _lane_moded = _away[0]",
-        "    if not _lane_moded or not (_modes[0] and (_state.pre_autograd_modes or _state.post_autograd_modes)):",
+        "    if not _modes[0] or not (_state.pre_autograd_modes or _state.post_autograd_modes):",
         "        try:",
         f"            _lane_spec = _meta({spread})",
         "        except _Sparse:",

@@ -543,7 +543,7 @@ def inplace_variant(fn, name: str, doc: str, needs_self: bool, overlaps: dict | 
 
     def method(self, *args, **kwargs):
         moded = away[0]  # the thread-local state is read only when some thread is away from the defaults
-        if moded and modes_away[0] and state.pre_autograd_modes:  # autocast casts out-of-place ops only, as in PyTorch
+        if modes_away[0] and state.pre_autograd_modes:  # autocast casts out-of-place ops only, as in PyTorch
             saved, state.pre_autograd_modes = state.pre_autograd_modes, ()
             try:
                 return method(self, *args, **kwargs)
@@ -575,7 +575,7 @@ def inplace_variant(fn, name: str, doc: str, needs_self: bool, overlaps: dict | 
             return apply_inplace(self, lambda s: fn(s, *args, **kwargs), False, opdef.grad_fn_name(bound), read)
         if recording:
             return apply_inplace(self, lambda s: fn(s, *args, **kwargs), needs_self)
-        if kernels and (not moded or not modes_away[0] or not state.post_autograd_modes):
+        if kernels and (not modes_away[0] or not state.post_autograd_modes):
             kernel = kernels.get(self._device.type)
             if kernel is not None and (differentiable or self.grad_fn is None or (moded and not state.grad_enabled)):
                 done = _write_in_place(opdef, kernel, bound, self)

@@ -227,3 +227,64 @@ def test_a_mean_over_no_target_is_nan_or_zeros_without_a_warning(loss_spy):
         loss.backward()
     assert loss.isnan().item() and xs.grad.abs().sum().item() == 0
     assert loss_spy.count("nll_rows") == 1 and loss_spy.count("nll_backward_fill") == 1
+
+
+# ------------------------------------------------- kiln-compile's fused cross entropy (log-softmax, nll)
+
+
+def _two_kernels(x, t, ignore_index, reduction, grad):
+    """What the fused kernels stand for: the four ops' own kernels."""
+    from kiln.backend import call_kernel, op
+
+    lp = call_kernel(op("_log_softmax"), (x, 1))
+    loss = call_kernel(op("_nll_loss"), (lp, t, None, ignore_index, reduction))
+    g = call_kernel(op("_nll_loss_backward"), (grad, lp, t, None, ignore_index, reduction))
+    return lp, loss, call_kernel(op("_log_softmax_backward_data"), (g, lp, 1))
+
+
+@pytest.mark.parametrize("reduction", ["sum", "mean"])
+@pytest.mark.parametrize("shape", [(0, 5), (9, 1), (9, 7), (5, 100), (700, 10)], ids=str)
+@pytest.mark.parametrize("dtype", FLOAT, ids=str)
+def test_fused_cross_entropy_matches_the_two_kernels_bit_for_bit(dtype, shape, reduction):
+    from kiln_cpu.kernels_loss import log_softmax_nll, log_softmax_nll_backward
+
+    rng = np.random.default_rng(shape[0])
+    xn = rng.standard_normal(shape).astype(dtype.numpy) * 4
+    if shape[0] >= 5 and shape[1] >= 2:
+        xn[1, 0], xn[2, 1], xn[3, :] = np.inf, -np.inf, -np.inf  # an infinite logit, a row of -inf
+        xn[4, 0] = np.nan
+    tn = rng.integers(0, shape[1], shape[0])
+    tn[::3] = 7  # ignored (and a valid class where there are 8 or more)
+    x, t = kiln.from_numpy(xn), kiln.from_numpy(tn)
+    threads = kiln.get_num_threads()
+    try:
+        for n_threads in (1, 2):
+            kiln.set_num_threads(n_threads)
+            for g in (1.0, -2.5, 0.0, np.inf, np.nan):
+                grad = kiln.tensor(g, dtype=dtype)
+                lp_want, loss_want, grad_want = _two_kernels(x, t, 7, reduction, grad)
+                lp, loss = log_softmax_nll(x, t, 7, reduction)
+                got = log_softmax_nll_backward(grad, lp_want, t, 7, reduction)
+                assert_same(lp, lp_want)
+                assert_same(loss, loss_want)
+                assert_same(got, grad_want)
+    finally:
+        kiln.set_num_threads(threads)
+
+
+def test_fused_cross_entropy_hands_other_inputs_to_the_two_kernels():
+    """A transposed (non-contiguous) input or log-probabilities, and a bad target, run the ops' own kernels:
+    their numbers, and their error."""
+    from kiln_cpu.kernels_loss import log_softmax_nll, log_softmax_nll_backward
+
+    x = kiln.randn(6, 4).t()
+    t = kiln.tensor([0, 1, 2, 3])
+    lp_want, loss_want, grad_want = _two_kernels(x, t, -100, "mean", kiln.tensor(1.0))
+    lp, loss = log_softmax_nll(x, t, -100, "mean")
+    assert_same(lp, lp_want)
+    assert_same(loss, loss_want)
+    lp_t = lp_want.t().contiguous().t()
+    assert_same(log_softmax_nll_backward(kiln.tensor(1.0), lp_t, t, -100, "mean"), grad_want)
+    for bad in (6, -1):  # 6 classes
+        with pytest.raises(IndexError, match=f"Target {bad} is out of bounds"):
+            log_softmax_nll(x.contiguous(), kiln.tensor([0, bad, 1, 2]), -100, "sum")

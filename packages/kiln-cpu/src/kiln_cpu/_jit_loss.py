@@ -1,5 +1,6 @@
 """The Numba loops of kiln-cpu's loss kernels (:mod:`kiln_cpu.kernels_loss`): nll_loss forward and backward,
-compiled lazily and cached to disk; importing this module compiles nothing.
+and log-softmax then nll_loss in one pass each way (kiln-compile's fused cross entropy), compiled lazily and
+cached to disk; importing this module compiles nothing.
 
 Each loop is serial and takes a [lo, hi) range of rows (or of batch entries) that
 :func:`kiln_cpu._threads.parallel` splits over the thread pool; the input is read, and the gradient
@@ -11,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from kiln_cpu._jit_softmax import _exp_into, _softmax_row_loop
 from kiln_cpu._jit_support import _SERIAL, zero_of
 
 # -------------------------------------------------------------------------------------------- nll loss
@@ -84,3 +86,43 @@ def nll_backward_fill(t, w, g, mode, q, ignore_index, classes, inner, out, lo, h
             else:
                 v = -wr * q if wr != zero else zero
             ov[c * inner + s] = v
+
+
+# ------------------------------------------------------------- log-softmax then nll_loss (kiln-compile)
+
+
+@njit(**_SERIAL, fastmath={"contract"})  # the log-softmax rows loop's flags: the same log-probabilities
+def log_softmax_nll_rows(x, t, ignore_index, out, loss, w, bad, n, lo, hi):
+    """Rows k in [lo, hi) of the contiguous (rows, n) ``x``: their log-softmax into ``out`` (the
+    ``_log_softmax`` kernel's loop), then :func:`nll_rows`' terms of them without weights (``loss``,
+    ``w``; an out-of-range target sets ``bad[0]``)."""
+    _softmax_row_loop(x, out, n, True, lo, hi)
+    nll_rows(out, t, out[:0], False, ignore_index, n, 1, loss, w, bad, lo, hi)
+
+
+@njit(**_SERIAL)
+def log_softmax_nll_backward_rows(y, t, q, mean, ignore_index, out, bad, n, lo, hi):
+    """The input gradient of log-softmax then nll_loss without weights (reduction "sum", or "mean" where
+    ``q`` is already divided by the count) into rows k in [lo, hi) of ``out``, from the log-probabilities
+    ``y``, as the two backward kernels compute it: the nll gradient row is 0 but at the target
+    (:func:`nll_backward_fill`: ``v = -q``; an ignored row puts ``-0 * q``, or 0 for "mean", at class 0),
+    its sum ``s = 0 + v``, and the row ``g - exp(y) * s``. An out-of-range target sets ``bad[0]``."""
+    zero = zero_of(out)
+    for k in range(lo, hi):
+        c = np.int64(t[k])
+        if c == ignore_index:
+            v = zero if mean else -zero * q
+            c = 0
+        elif c < 0 or c >= n:
+            bad[0] = 1
+            continue
+        else:
+            v = -q
+        s = zero + v
+        p = k * n
+        ov = out[p : p + n]
+        _exp_into(y[p : p + n], zero, ov)
+        at = ov[c]
+        for i in range(n):
+            ov[i] = zero - ov[i] * s
+        ov[c] = v - at * s

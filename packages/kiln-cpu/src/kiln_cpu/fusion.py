@@ -25,6 +25,7 @@ import numpy as np
 
 import kiln
 from kiln.backend import from_array, generated_module, host_view
+from kiln_cpu import kernels_loss
 
 __all__ = ["codegen", "cache_dir", "source"]
 
@@ -409,6 +410,10 @@ class _CodeGenerator:
     def __call__(self, group):
         """Compile ``group`` (a kiln.compile ``FusedGroup``) to a kernel taking and returning CPU tensors."""
         return _compile(group)
+
+    # kiln-compile's fused cross entropy (log-softmax then nll_loss) and its backward, one pass each
+    log_softmax_nll = staticmethod(kernels_loss.log_softmax_nll)
+    log_softmax_nll_backward = staticmethod(kernels_loss.log_softmax_nll_backward)
 
 
 codegen = _CodeGenerator()

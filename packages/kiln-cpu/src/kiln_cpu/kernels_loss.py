@@ -1,4 +1,5 @@
-"""kiln-cpu's ``_nll_loss`` and ``_nll_loss_backward``: the target's log-probability is read in place from
+"""kiln-cpu's ``_nll_loss`` and ``_nll_loss_backward``, and kiln-compile's fused cross entropy (log-softmax
+then nll_loss, :func:`log_softmax_nll` and its backward): the target's log-probability is read in place from
 the input in any of its shapes ((C,), (N, C), (N, C, d1, ...)), and the gradient written in place in
 that layout, where the reference first moves the class dim last (a copy of the whole input for spatial
 inputs); the sums are the reference's NumPy sums of the same terms and each gradient entry the
@@ -17,7 +18,8 @@ import math
 
 import numpy as np
 
-from kiln.backend import from_array, reference_kernel
+from kiln.backend import call_kernel, from_array, host_view, reference_kernel
+from kiln.backend import op as op_record
 from kiln_cpu import config
 from kiln_cpu._kernel_support import _GRAIN, FLOAT, HALF, loops, parallel, through_float32
 
@@ -125,6 +127,67 @@ def _nll_backward_kernel():
     kernel.__name__ = "kiln_cpu__nll_loss_backward"
     kernel.__doc__ = "Numba kernel for _nll_loss_backward (kiln-cpu)."
     return kernel
+
+
+def _eager_cross_entropy(x, target, ignore_index: int, reduction: str) -> tuple:
+    """The two ops' own kernels (what the fused ones stand for): they raise the eager error for an
+    out-of-range target."""
+    log_probs = call_kernel(op_record("_log_softmax"), (x, 1))
+    return log_probs, call_kernel(op_record("_nll_loss"), (log_probs, target, None, ignore_index, reduction))
+
+
+def log_softmax_nll(x, target, ignore_index: int, reduction: str) -> tuple:
+    """``_log_softmax(x, 1)`` then ``_nll_loss`` of it (no weight, reduction "sum" or "mean") in one pass over
+    the rows of the C-contiguous float32/float64 (N, C) ``x``: ``(log_probs, loss)``, the numbers the two
+    kernels compute (the loss the same NumPy sum of the same terms). Anything else runs the two kernels."""
+    a = host_view(x)
+    t = host_view(target)
+    if a.ndim != 2 or a.dtype not in (np.float32, np.float64) or not a.flags.c_contiguous or t.ndim != 1:
+        return _eager_cross_entropy(x, target, ignore_index, reduction)
+    rows, n = a.shape
+    log_probs = np.empty_like(a)
+    loss = np.empty(rows, a.dtype)
+    w = np.empty(rows, a.dtype)
+    bad = np.zeros(1, np.int8)
+    args = (a.reshape(-1), t, ignore_index, log_probs.reshape(-1), loss, w, bad, n)
+    parallel(_jit().log_softmax_nll_rows, args, rows, max(1, _GRAIN // max(n, 1)))
+    if bad[0]:
+        return _eager_cross_entropy(x, target, ignore_index, reduction)
+    total = loss.sum(dtype=a.dtype)
+    if reduction == "mean":
+        total = _quiet_divide(total, w.sum(dtype=a.dtype))
+    return from_array(log_probs, x._dtype), from_array(np.asarray(total, a.dtype), x._dtype)
+
+
+def log_softmax_nll_backward(grad, log_probs, target, ignore_index: int, reduction: str):
+    """The input gradient of :func:`log_softmax_nll` (``_nll_loss_backward`` then
+    ``_log_softmax_backward_data`` on ``log_probs``) in one pass over the rows: the numbers the two kernels
+    compute. Anything but C-contiguous float32/float64 (N, C) log-probabilities runs the two kernels."""
+    y = host_view(log_probs)
+    t = host_view(target)
+    if y.ndim != 2 or y.dtype not in (np.float32, np.float64) or not y.flags.c_contiguous or t.ndim != 1:
+        return _eager_cross_entropy_backward(grad, log_probs, target, ignore_index, reduction)
+    rows, n = y.shape
+    j = _jit()
+    q = host_view(grad).astype(y.dtype, copy=False)
+    bad = np.zeros(1, np.int8)
+    if reduction == "mean":
+        w = np.empty(rows, y.dtype)
+        parallel(j.nll_weights, (t, y[:0, 0], False, ignore_index, n, w, bad), rows, _GRAIN)
+        q = _quiet_divide(q, w.sum(dtype=y.dtype))
+    out = np.empty_like(y)
+    args = (y.reshape(-1), t, y.dtype.type(q), reduction == "mean", ignore_index, out.reshape(-1), bad, n)
+    if not bad[0]:
+        parallel(j.log_softmax_nll_backward_rows, args, rows, max(1, _GRAIN // max(n, 1)))
+    if bad[0]:
+        return _eager_cross_entropy_backward(grad, log_probs, target, ignore_index, reduction)
+    return from_array(out, log_probs._dtype)
+
+
+def _eager_cross_entropy_backward(grad, log_probs, target, ignore_index: int, reduction: str):
+    args = (grad, log_probs, target, None, ignore_index, reduction)
+    grad_log_probs = call_kernel(op_record("_nll_loss_backward"), args)
+    return call_kernel(op_record("_log_softmax_backward_data"), (grad_log_probs, log_probs, 1))
 
 
 def kernels() -> dict[str, tuple]:

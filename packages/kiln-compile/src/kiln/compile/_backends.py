@@ -3,7 +3,8 @@
 * ``"kiln"`` (the default; ``"inductor"`` is accepted as its PyTorch name): the graph passes (constant
   folding, common subexpressions, dead code; where a code generator exists, pointwise ops without a fused
   expression decomposed into ones with one), then one generated Python function that calls each kernel
-  directly, with the device's code generator (registered by its backend plugin) replacing what it fuses;
+  directly, with the device's code generator (registered by its backend plugin) replacing what it fuses
+  and the op pairs it computes in one kernel (cross entropy: :mod:`kiln.compile._patterns`);
 * ``"eager"`` (``"aot_eager"``): the traced graph run op by op through the dispatcher — the reference, for
   telling a tracing problem from a code-generation one;
 * ``"debug"``: ``"kiln"``'s program, checked on every call against the graph run eagerly on copies of the
@@ -25,6 +26,7 @@ from kiln.compile._fusion import EXPRESSIONS, hoist_reductions
 from kiln.compile._fusion import lower as fusion_lower
 from kiln.compile._graph import Graph
 from kiln.compile._passes import decompose, optimize
+from kiln.compile._patterns import lower as patterns_lower
 
 __all__ = ["debug_backend", "eager_backend", "kiln_backend", "list_backends", "lookup_backend"]
 
@@ -38,7 +40,14 @@ def kiln_backend(graph: Graph, example_inputs: list) -> Callable:
     if codegens:  # pointwise ops the fusion has no expression for, written in ones it has (and folded again)
         graph = optimize(decompose(graph, keep=lambda op: op.name in EXPRESSIONS or "pointwise" not in op.tags))
         graph = hoist_reductions(graph, codegens)
-    return generate(graph, functools.partial(fusion_lower, codegens=codegens))
+    return generate(graph, functools.partial(_lower, codegens=codegens))
+
+
+def _lower(graph: Graph, names, codegens: dict) -> dict[int, str | None]:
+    """The fused groups' calls, then the patterns' (:mod:`kiln.compile._patterns`) at the positions left."""
+    replaced = fusion_lower(graph, names, codegens)
+    replaced.update(patterns_lower(graph, names, codegens, set(replaced)))
+    return replaced
 
 
 def eager_backend(graph: Graph, example_inputs: list) -> Callable:

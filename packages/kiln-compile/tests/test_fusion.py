@@ -492,3 +492,84 @@ def test_fused_results_match_eager_at_the_edges():
         if f is float64_scalar:
             assert kiln.equal(got, want)
         assert kiln.allclose(got, want, rtol=1e-6, atol=0, equal_nan=True), f.__name__
+
+
+def _sgd_step(params, lr=0.1):
+    """An SGD step written as PyTorch's optimizers write it: one in-place update per parameter."""
+    with kiln.no_grad():
+        for p in params:
+            p.add_(p.grad, alpha=-lr)
+
+
+@pytest.mark.skipif(not HAS_CODEGEN, reason="no code generator for cpu (kiln-cpu)")
+def test_the_updates_of_every_parameter_are_one_kernel_call():
+    """Horizontal fusion: independent groups one after another, each reading tensors of its own shape (an
+    optimizer's update of each parameter), run as one call of the code generator's ``horizontal`` kernel."""
+    model = kiln.nn.Sequential(kiln.nn.Linear(6, 5), kiln.nn.ReLU(), kiln.nn.Linear(5, 3))
+    twin = kiln.nn.Sequential(kiln.nn.Linear(6, 5), kiln.nn.ReLU(), kiln.nn.Linear(5, 3))
+    twin.load_state_dict(model.state_dict())
+    x = kiln.randn(4, 6)
+
+    def step(m):
+        for p in m.parameters():
+            p.grad = None
+        m(x).square().sum().backward()
+        _sgd_step(list(m.parameters()))
+
+    compiled = kiln.compile(lambda: step(model))
+    for _ in range(3):
+        compiled()
+        step(twin)
+        for p, q in zip(model.parameters(), twin.parameters()):
+            assert kiln.allclose(p, q, rtol=1e-6, atol=1e-7)
+    src = compiled._entries[0].forward.source
+    (update,) = [line for line in src.splitlines() if "out=[" in line]
+    assert update.count("_written(") == 4, src
+
+
+@pytest.mark.skipif(not HAS_CODEGEN, reason="no code generator for cpu (kiln-cpu)")
+def test_groups_that_share_a_tensor_or_have_a_node_between_stay_apart():
+    def shared(p, g1, g2):  # two updates of one tensor, the second through a view made before the first
+        row = p[0]
+        p.sub_(g1 * 0.5)
+        row.sub_(g2 * 0.25)
+        return p * 1
+
+    def between(a, b, ga, gb):  # an op that is not fused runs between the two updates (it reads the first)
+        a.sub_(ga * 0.5)
+        m = a @ gb
+        b.sub_(gb * 0.5)
+        return m
+
+    for fn, shapes in ((shared, [(3, 4), (3, 4), (4,)]), (between, [(4, 4)] * 4)):
+        tensors = [kiln.randn(*s) for s in shapes]
+        compiled = kiln.compile(fn)
+        compiled(*[t.clone() for t in tensors])
+        mine, eager = [t.clone() for t in tensors], [t.clone() for t in tensors]
+        got, want = compiled(*mine), fn(*eager)
+        assert kiln.allclose(got, want, rtol=1e-6)
+        assert all(kiln.allclose(a, b, rtol=1e-6) for a, b in zip(mine, eager))
+        src = compiled._entries[0].forward.source
+        assert sum("out=[" in line for line in src.splitlines()) == 2, src
+
+
+@pytest.mark.skipif(not HAS_CODEGEN, reason="no code generator for cpu (kiln-cpu)")
+def test_a_code_generator_without_horizontal_makes_one_call_per_group(monkeypatch):
+    from kiln.compile import _backends
+
+    (real,) = [c for c in kiln.plugins.compilers().values() if getattr(c, "device_type", None) == "cpu"]
+
+    def plain(group):
+        return real(group)
+
+    plain.device_type = "cpu"
+    monkeypatch.setattr(_backends.kiln.plugins, "compilers", lambda: {"plain": plain})
+    params = [kiln.randn(3, 2), kiln.randn(2), kiln.randn(5)]
+    for p in params:
+        p.grad = kiln.randn(*p.shape)
+    want = [p - 0.1 * p.grad for p in params]
+    compiled = kiln.compile(lambda: _sgd_step(params))
+    compiled()
+    assert all(kiln.allclose(p, w) for p, w in zip(params, want))
+    src = compiled._entries[0].forward.source
+    assert sum("out=[" in line for line in src.splitlines()) == 3, src

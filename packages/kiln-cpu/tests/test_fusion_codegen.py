@@ -231,3 +231,43 @@ def test_dynamic_dims_read_only_the_sizes_that_change():
     b = np.array([1, -1, 2, 0.5], np.float32)
     (out,) = codegen(group(7))(kiln.from_numpy(x), kiln.from_numpy(b))
     np.testing.assert_allclose(out.numpy(), x * b + 1, rtol=1e-6)
+
+
+def _update(shape, dtype="float32"):
+    """An SGD-like group: ``p - 0.5 * g`` of two tensors of ``shape``."""
+    return _group(shape, [(shape, dtype), (shape, dtype)], [("t0", f"(x0 - ({dtype}(0.5) * x1))")], [("t0", dtype)])
+
+
+def test_horizontal_runs_every_group_in_one_kernel():
+    """``codegen.horizontal(groups)``: one kernel whose inputs, ``out`` entries and results are the groups' in
+    order; stored into the given tensors, or new ones where ``out`` has None; float32 and float64, an empty
+    tensor and a 0-d one among them."""
+    rng = np.random.default_rng(3)
+    shapes = [((256, 7), "float32"), ((0,), "float32"), ((), "float64"), ((5000,), "float32")]
+    groups = [_update(s, d) for s, d in shapes]
+    arrays = [(rng.standard_normal(s).astype(d), rng.standard_normal(s).astype(d)) for s, d in shapes]
+    tensors = [kiln.from_numpy(a.copy()) for pair in arrays for a in pair]
+    kernel = codegen.horizontal(groups)
+    out = [tensors[0], None, tensors[4], None]
+    got = kernel(*tensors, out=out)
+    assert got[0] is tensors[0] and got[2] is tensors[4]
+    for (p, g), result in zip(arrays, got):
+        np.testing.assert_array_equal(result.numpy(), p - p.dtype.type(0.5) * g)
+        assert result.dtype == getattr(kiln, str(p.dtype))
+    again = kernel(*tensors)  # no out=: every result new
+    assert all(r is not t for r, t in zip(again, tensors[::2]))
+
+
+def test_horizontal_hands_other_layouts_to_each_groups_own_kernel():
+    """A transposed input, or a target that another input overlaps in another layout: each group's own kernel
+    runs (the strided loop, or stored aside), with the same results."""
+    p = np.arange(16.0, dtype=np.float32).reshape(4, 4)
+    kernel = codegen.horizontal([_update((4, 4)), _update((3,))])
+    a, b = kiln.from_numpy(p.copy()), kiln.from_numpy(np.ones(3, np.float32))
+    got = kernel(a, a.t(), b, b, out=[a, b])  # a's target overlaps its transpose
+    assert got[0] is a and got[1] is b
+    np.testing.assert_array_equal(a.numpy(), p - 0.5 * p.T)
+    np.testing.assert_array_equal(b.numpy(), np.full(3, 0.5, np.float32))
+    c = kiln.from_numpy(p.copy())
+    (new, _) = kernel(c.t(), c, b, b)
+    np.testing.assert_array_equal(new.numpy(), p.T - 0.5 * p)

@@ -157,6 +157,55 @@ def _layout(shape: tuple, inputs: list[tuple], dims, cap) -> tuple:
     return merged, strides, reduced, kept, count
 
 
+def _body(group, reads: list[str], slot: str, indent: str, buffered: bool, write: str) -> list[str]:
+    """The loop body of ``group``: its inputs read at ``reads``, its lines, its outputs stored (into the run's
+    buffers at ``slot`` when ``buffered``, else at ``write``) and the reduction's term buffered."""
+    lines = [f"{indent}x{i} = a{i}[{r}]" for i, r in enumerate(reads)]
+    lines += [f"{indent}{name} = {expr}" for name, expr in group.lines]
+    for j, (name, _) in enumerate(group.outputs):
+        lines.append(f"{indent}o{j}[{slot}] = {name}" if buffered else f"{indent}b{j}[{write}] = {name}")
+    if group.reduction is not None:
+        lines.append(f"{indent}buf[{slot}] = {group.reduction[1]}")
+    return lines
+
+
+def _store(group, indent: str, count: str, target: str) -> list[str]:
+    """Copy ``count`` buffered values into each output, slot ``s`` to element ``target``."""
+    if not group.outputs:
+        return []
+    return [f"{indent}for s in range({count}):"] + [
+        f"{indent}    b{j}[{target}] = o{j}[s]" for j in range(len(group.outputs))
+    ]
+
+
+def _start(group, name: str, params: list[str], prologue: list[str], run: str, buffered: bool, acc: str) -> list[str]:
+    """A function's head: its geometry read, the sum ``acc`` and the buffers of a run of ``run`` values."""
+    out = [f"@njit({_FLAGS})", f"def {name}({', '.join(params)}):", *prologue, f"    acc = {acc}"]
+    if buffered:
+        out += [f"    o{j} = np.empty({run}, np.{_NUMPY[d]})" for j, (_, d) in enumerate(group.outputs)]
+    if group.reduction is not None:
+        out.append(f"    buf = np.empty({run}, np.float64)")
+    return out
+
+
+def _flat(group, name: str) -> list[str]:
+    """``group``'s loop over inputs of its full shape, contiguous: ``name(n, a0.., b0..)`` in runs of
+    :data:`_CHUNK` values (a sum or mean over every dim returned)."""
+    arrays = [f"a{i}" for i in range(len(group.inputs))] + [f"b{j}" for j in range(len(group.outputs))]
+    out = _start(group, name, ["n", *arrays], [], str(_CHUNK), True, "0.0")
+    out += [
+        f"    for first in range(0, n, {_CHUNK}):",
+        f"        m = min({_CHUNK}, n - first)",
+        "        for j in range(m):",
+        "            i = _u(first + j)",
+    ]
+    out += _body(group, ["i"] * len(group.inputs), "j", "            ", True, "")
+    out += _store(group, "        ", "m", "_u(first + s)")
+    if group.reduction is not None:
+        out.append("        acc += sum_run(buf, m)")
+    return out + ["    return acc"]
+
+
 def source(group) -> tuple[str, np.ndarray, np.ndarray]:
     """The module text of ``group``'s loops and the geometry arrays its ``dense`` and ``strided`` loops take
     (:class:`_Geometry`): ``flat`` (inputs of the full shape; left out when the group reduces some dims: a
@@ -178,30 +227,6 @@ def source(group) -> tuple[str, np.ndarray, np.ndarray]:
     reduce = group.reduction[1] if group.reduction is not None else None
     dims = getattr(group, "dims", None) if reduce is not None else None  # some dims: one float64 sum per kept element
     dynamic = bool(getattr(group, "dynamic", False))  # (a kiln-compile before dynamic groups has no such field)
-
-    def body(reads: list[str], slot: str, indent: str, buffered: bool, write: str) -> list[str]:
-        lines = [f"{indent}x{i} = a{i}[{r}]" for i, r in enumerate(reads)]
-        lines += [f"{indent}{name} = {expr}" for name, expr in group.lines]
-        for j, (name, _) in enumerate(group.outputs):
-            lines.append(f"{indent}o{j}[{slot}] = {name}" if buffered else f"{indent}b{j}[{write}] = {name}")
-        if reduce is not None:
-            lines.append(f"{indent}buf[{slot}] = {reduce}")
-        return lines
-
-    def store(indent: str, count: str, target: str) -> list[str]:
-        """Copy ``count`` buffered values into each output, slot ``s`` to element ``target``."""
-        if not n_out:
-            return []
-        return [f"{indent}for s in range({count}):"] + [f"{indent}    b{j}[{target}] = o{j}[s]" for j in range(n_out)]
-
-    def start(name: str, params: list[str], prologue: list[str], run: str, buffered: bool, acc: str) -> list[str]:
-        """The function's head: its geometry read, the sum ``acc`` and the buffers of a run of ``run`` values."""
-        out = [f"@njit({_FLAGS})", f"def {name}({', '.join(params)}):", *prologue, f"    acc = {acc}"]
-        if buffered:
-            out += [f"    o{j} = np.empty({run}, np.{_NUMPY[d]})" for j, (_, d) in enumerate(group.outputs)]
-        if reduce is not None:
-            out.append(f"    buf = np.empty({run}, np.float64)")
-        return out
 
     def index(strides: tuple, last: str) -> str:
         """The flat element index of ``(i0, ..., last)`` for these element strides (0, 1 or a name)."""
@@ -231,7 +256,9 @@ def source(group) -> tuple[str, np.ndarray, np.ndarray]:
         read = reads(geo, last)
         put = target(geo)
         run = f"max({inner}, 1)" if not inner.isdigit() else str(max(int(inner), 1))
-        out = start(name, ["g", *arrays], geo.prologue, f"min({run}, {_RUN})" if chunked else run, buffered, acc)
+        out = _start(
+            group, name, ["g", *arrays], geo.prologue, f"min({run}, {_RUN})" if chunked else run, buffered, acc
+        )
         indent = "    "
         for k in range(ndim - 1 if chunked else ndim):
             out.append(f"{indent}for i{k} in range({sizes[k]}):")
@@ -240,11 +267,11 @@ def source(group) -> tuple[str, np.ndarray, np.ndarray]:
             out += [f"{indent}for c in range(0, {inner}, {_RUN}):", f"{indent}    m = min({_RUN}, {inner} - c)"]
             out.append(f"{indent}    for j in range(m):")
             indent += "        "
-        out += body(read, "j" if chunked else last, indent, buffered, put(last))
+        out += _body(group, read, "j" if chunked else last, indent, buffered, put(last))
         row = indent[:-4] if ndim else "    "
         count, first = ("m", "(c + s)") if chunked else (inner, "s")
         if buffered:
-            out += store(row, count, put(first if ndim else "0"))
+            out += _store(group, row, count, put(first if ndim else "0"))
         if dims is not None and ndim - 1 in reduced:  # the row adds into one kept element
             out.append(f"{row}acc[{index(kept_strides, last)}] += sum_run(buf, {count})")
         elif dims is not None:  # the row adds into a row of kept elements
@@ -254,20 +281,8 @@ def source(group) -> tuple[str, np.ndarray, np.ndarray]:
         return out + ["    return acc"], geo.array()
 
     shape = group.shape
-    flat = []
-    if dims is None:  # (with some dims reduced, a flat index does not say which kept element it adds into)
-        flat = start("flat", ["n", *arrays], [], str(_CHUNK), True, "0.0")
-        flat += [
-            f"    for first in range(0, n, {_CHUNK}):",
-            f"        m = min({_CHUNK}, n - first)",
-            "        for j in range(m):",
-            "            i = _u(first + j)",
-        ]
-        flat += body(["i"] * n_in, "j", "            ", True, "")
-        flat += store("        ", "m", "_u(first + s)")
-        if reduce is not None:
-            flat.append("        acc += sum_run(buf, m)")
-        flat.append("    return acc")
+    # (with some dims reduced, a flat index does not say which kept element it adds into)
+    flat = _flat(group, "flat") if dims is None else []
     cap = None if dynamic else _ROW_MAX
     merged, strides, reduced, kept, count = layout = _layout(shape, [s for s, _ in group.inputs], dims, cap)
     probe_shape = shape
@@ -307,31 +322,27 @@ def source(group) -> tuple[str, np.ndarray, np.ndarray]:
         (kept, p_kept),
         (count, p_count),
     )
-    text = "\n".join(
-        [
-            "# Generated by kiln-cpu (kiln_cpu.fusion) for kiln.compile fused groups; the file name is the hash",
-            f"# of this text. Helpers: {_helpers_digest()}.",
-            "from math import inf, nan",
-            "",
-            "import numpy as np",
-            "from numba import njit",
-            "from numpy import float32, float64",
-            "",
-            "from kiln_cpu._fused_math import cos, erf, erfc, exp, expm1, log, log1p, sigmoid, sin, sqrt, sum_run, tanh",
-            "from kiln_cpu._jit_support import _u",
-            "",
-            "",
-            *flat,
-            "",
-            "",
-            *dense,
-            "",
-            "",
-            *strided,
-            "",
-        ]
-    )
+    text = _module_text([flat, dense, strided])
     return text, dense_geo, strided_geo
+
+
+def _module_text(functions: list[list[str]]) -> str:
+    """A generated module: its header, the imports the loops use, then ``functions`` (their lines)."""
+    head = [
+        "# Generated by kiln-cpu (kiln_cpu.fusion) for kiln.compile fused groups; the file name is the hash",
+        f"# of this text. Helpers: {_helpers_digest()}.",
+        "from math import inf, nan",
+        "",
+        "import numpy as np",
+        "from numba import njit",
+        "from numpy import float32, float64",
+        "",
+        "from kiln_cpu._fused_math import cos, erf, erfc, exp, expm1, log, log1p, sigmoid, sin, sqrt, sum_run, tanh",
+        "from kiln_cpu._jit_support import _u",
+    ]
+    for lines in functions:
+        head += ["", "", *lines]
+    return "\n".join([*head, ""])
 
 
 def _target(view: np.ndarray, arrays: list) -> np.ndarray:
@@ -401,6 +412,71 @@ def _compile(group):
     return kernel
 
 
+def _compile_horizontal(groups: list):
+    """One kernel for several independent groups (kiln-compile's horizontal fusion: an optimizer's update of
+    each parameter), each reading only tensors of its own shape: one Numba call runs every group's flat loop
+    in turn. Its inputs, ``out`` entries and results are the groups' in order. A call whose tensors the flat
+    loops do not take (one not C-contiguous, a target another input overlaps in another layout) runs each
+    group's own kernel instead."""
+    calls = []
+    params: list[str] = []
+    for i, g in enumerate(groups):
+        names = [f"a{i}_{k}" for k in range(len(g.inputs))] + [f"b{i}_{k}" for k in range(len(g.outputs))]
+        calls.append(f"    flat{i}(n{i}, {', '.join(names)})")
+        params += [f"n{i}", *names]
+    many = [f"@njit({_FLAGS})", f"def many({', '.join(params)}):", *calls]
+    mod = generated_module(
+        _module_text([*(_flat(g, f"flat{i}") for i, g in enumerate(groups)), many]), cache_dir(), "kiln_cpu_fused"
+    )
+    layout = [
+        (
+            g.shape,
+            math.prod(g.shape),
+            len(g.inputs),
+            [np.dtype(d) for _, d in g.outputs],
+            [getattr(kiln, d) for _, d in g.outputs],
+        )
+        for g in groups
+    ]
+    alone: list = []  # each group's own kernel, made on the first call that needs them
+
+    def kernel(*tensors, out=None):
+        targets = out if out is not None else [None] * sum(len(g.outputs) for g in groups)
+        args, made = [], []
+        t = o = 0
+        for shape, n, n_in, dtypes, kinds in layout:
+            ins = tensors[t : t + n_in]
+            arrays = [host_view(x) for x in ins]
+            if any(a.shape != shape or not a.flags.c_contiguous for a in arrays):
+                return _each(tensors, out)
+            args += [n, *(a.reshape(-1) for a in arrays)]
+            for d, k, dst in zip(dtypes, kinds, targets[o : o + len(dtypes)]):
+                if dst is None:
+                    made.append((np.empty(shape, d), k, None))
+                else:
+                    view = host_view(dst)
+                    if _target(view, [a for a, x in zip(arrays, ins) if x is not dst]) is not view:
+                        return _each(tensors, out)
+                    made.append((view, k, dst))
+                args.append(made[-1][0].reshape(-1))
+            t, o = t + n_in, o + len(dtypes)
+        mod.many(*args)
+        return tuple(from_array(a, k) if dst is None else dst for a, k, dst in made)
+
+    def _each(tensors, out):
+        if not alone:
+            alone.extend(_compile(g) for g in groups)
+        results = []
+        t = o = 0
+        for g, own in zip(groups, alone):
+            n_in, n_out = len(g.inputs), len(g.outputs)
+            results += own(*tensors[t : t + n_in], out=None if out is None else out[o : o + n_out])
+            t, o = t + n_in, o + n_out
+        return tuple(results)
+
+    return kernel
+
+
 class _CodeGenerator:
     """What kiln-cpu registers through ``kiln_register_compilers``: ``codegen(group) -> kernel``."""
 
@@ -410,6 +486,11 @@ class _CodeGenerator:
     def __call__(self, group):
         """Compile ``group`` (a kiln.compile ``FusedGroup``) to a kernel taking and returning CPU tensors."""
         return _compile(group)
+
+    @staticmethod
+    def horizontal(groups):
+        """Several independent groups, each reading only tensors of its own shape, as one kernel."""
+        return _compile_horizontal(groups)
 
     # kiln-compile's fused cross entropy (log-softmax then nll_loss) and its backward, one pass each
     log_softmax_nll = staticmethod(kernels_loss.log_softmax_nll)

@@ -489,7 +489,7 @@ def _changed_dims(g: _Group, graph: Graph) -> tuple[bool, tuple | None]:
 
 
 def _emit(groups: list[_Group], readers: dict, names, codegens: dict, graph: Graph) -> dict[int, str | None]:
-    out: dict[int, str | None] = {}
+    calls = []  # (group, its FusedGroup, the values it stores, their targets), in the order they run
     for g in groups:
         members = set(g.positions)
         stored = []
@@ -513,19 +513,63 @@ def _emit(groups: list[_Group], readers: dict, names, codegens: dict, graph: Gra
             None if g.reduction is None else g.reduction[5],
             *_changed_dims(g, graph),
         )
-        device = g.nodes[0].outputs[0].device.type
-        kernel = codegens[device](group)
-        results = [v.name for v in stored] + ([g.reduction[3].name] if g.reduction is not None else [])
-        targets = [g.stores.get(v.index) for v in stored]
-        takes_out = _takes_out(kernel)
-        into = f", out=[{', '.join(t.name if t else 'None' for t in targets)}]" if g.stores and takes_out else ""
-        call = f"{', '.join(results)}, = {names.const(kernel)}({', '.join(v.name for v in g.inputs)}{into})"
+        calls.append((g, group, stored, [g.stores.get(v.index) for v in stored]))
+    calls.sort(key=lambda c: max(c[0].positions))
+    out: dict[int, str | None] = {}
+    for run in _runs(calls, codegens, _view_classes(graph)):
+        device = run[0][0].device
+        if len(run) > 1:
+            kernel, takes_out = codegens[device].horizontal([c[1] for c in run]), True
+        else:
+            kernel = codegens[device](run[0][1])
+            takes_out = _takes_out(kernel)
+        stored = [v for c in run for v in c[2]]
+        targets = [t for c in run for t in c[3]]
+        results = [v.name for c in run for v in (*c[2], *([c[0].reduction[3]] if c[0].reduction else []))]
+        inputs = [v.name for c in run for v in c[0].inputs]
+        into = ""
+        if any(targets) and takes_out:
+            into = f", out=[{', '.join(t.name if t else 'None' for t in targets)}]"
+        call = f"{', '.join(results)}, = {names.const(kernel)}({', '.join(inputs)}{into})"
         for v, t in zip(stored, targets):
             if t is not None and takes_out:  # the kernel stored into the tensor: the write is counted, not made
                 call += f"; {t.name} = _written({t.name})"
             elif t is not None:  # a code generator without out=: the value is copied in, after the call
                 call += f"; {t.name} = _write({t.name}, {v.name})"
-        last = max(g.positions)
-        for p in g.positions:
+        positions = [p for c in run for p in c[0].positions]
+        last = max(positions)
+        for p in positions:
             out[p] = call if p == last else None
     return out
+
+
+def _runs(calls: list, codegens: dict, classes: dict) -> list[list]:
+    """``calls`` in runs that one kernel call computes (a horizontal fusion: an optimizer's update of each
+    parameter, say): consecutive groups on a device whose code generator has ``horizontal``, each without a
+    reduction and reading only tensors of its own shape, whose nodes follow one another with no other node
+    between, and which touch disjoint tensors (so none reads what another makes or stores). The others are
+    runs of one."""
+    runs: list[list] = []
+    touched: list[set] = []
+    for c in calls:
+        g, group = c[0], c[1]
+        mine = {classes.get(v.index, v.index) for v in (*g.inputs, *c[2], *(t for t in c[3] if t is not None))}
+        alone = (
+            group.reduction is not None
+            or getattr(codegens.get(g.device), "horizontal", None) is None
+            or any(shape != group.shape for shape, _ in group.inputs)
+        )
+        if runs and not alone and touched[-1] is not None:
+            prev = runs[-1][-1][0]
+            if (
+                prev.device == g.device
+                and min(g.positions) == max(prev.positions) + 1
+                and not touched[-1] & mine
+                and len(set(g.positions)) == max(g.positions) - min(g.positions) + 1
+            ):
+                runs[-1].append(c)
+                touched[-1] |= mine
+                continue
+        runs.append([c])
+        touched.append(None if alone else mine)
+    return runs

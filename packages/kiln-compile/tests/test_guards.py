@@ -646,6 +646,23 @@ def test_the_module_guard_compares_identities_first_then_values():
     assert guard3(m3)
     m3.vocab.append(0)
     assert not guard3(m3)
+    m4 = kiln.nn.Sequential(kiln.nn.Linear(2, 2), kiln.nn.ReLU())
+    tag = object()
+    m4.tag = tag
+    guard4 = ModuleStateGuard(m4)
+    del m4.tag
+    m4.label = tag  # the same object under another name
+    assert not guard4(m4)
+    del m4.label
+    m4.tag = tag
+    assert guard4(m4)
+    assert not guard4(kiln.nn.Sequential(kiln.nn.Linear(2, 2), kiln.nn.ReLU()))  # another tree given
+    m4[0].register_buffer("extra", kiln.zeros(1))  # a buffer added to a submodule's dict
+    assert not guard4(m4)
+    del m4[0]._buffers["extra"]
+    assert guard4(m4)
+    m4[0] = kiln.nn.Linear(2, 2)  # another submodule, with other parameters
+    assert not guard4(m4)
 
 
 def test_module_state_reads_the_tree_as_modules_does():

@@ -68,6 +68,7 @@ from kiln._dtype import ALL_DTYPES, compute_numpy
 from kiln._generated import generated_module
 from kiln._marks import mark_dynamic, mark_static, maybe_mark_dynamic
 from kiln._marks import trace_hooks as mark_trace_hooks
+from kiln._ops.copy import _check_inplace_allowed
 from kiln._ops.normalization import _channel_layout, _group_layout, _layer_layout
 from kiln._ops.spatial_args import _adaptive_bounds, _window_positions
 from kiln._program import ExportedProgram, encode_argument, load_program, save_program
@@ -251,8 +252,6 @@ def mark_written(tensor: Tensor) -> Tensor:
     raises PyTorch's "modified by an inplace operation" error). Returns ``tensor``."""
     if not isinstance(tensor, Tensor):
         raise TypeError(f"mark_written() expects a kiln.Tensor, got {type(tensor).__name__}")
-    from kiln._ops.copy import _check_inplace_allowed
-
     _check_inplace_allowed(tensor)  # as copy_ refuses: an inference tensor outside inference mode, say
     tensor._vc[0] += 1
     return tensor

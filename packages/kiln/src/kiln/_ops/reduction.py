@@ -565,16 +565,25 @@ def all(input: Tensor, dim: Dims = None, keepdim: bool = False) -> Tensor:  # no
 
 def sum_to_size(input: Tensor, *size) -> Tensor:
     """Sum ``input`` down to ``size``, which it must be expandable from (undoes broadcasting)."""
-    shape = _varargs_shape(size)
+    return sum_to(input, _varargs_shape(size))
+
+
+def sum_to(input: Tensor, shape: tuple, view: bool = True) -> Tensor:
+    """:func:`sum_to_size` to the tuple ``shape``. As PyTorch's, the result of a sum over leading dims is a
+    view of the kept-dims sum; with ``view=False`` (autograd's reduction of a broadcast gradient) such a sum
+    drops them itself, so that the gradient is no view and a leaf's ``.grad`` takes it without a copy."""
     if shape == input._shape:
         return input
     lead = len(input._shape) - len(shape)
     ok = lead >= 0 and builtins.all(s == 1 or s == input._shape[lead + i] for i, s in enumerate(shape))
     if not ok:
         raise RuntimeError(f"size {{{list(shape)}}} is not expandable to size {{{list(input._shape)}}}.")
-    dims = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(shape) if s == 1 and input._shape[lead + i] != 1)
+    inner = tuple(lead + i for i, s in enumerate(shape) if s == 1 and input._shape[lead + i] != 1)
+    if not view and lead and not inner:
+        return sum(input, tuple(range(lead)))
+    dims = tuple(range(lead)) + inner
     r = sum(input, dims, True) if dims else input
-    return r.view(shape)
+    return r if r._shape == shape else r.view(shape)
 
 
 Tensor.sum_to_size = sum_to_size

@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 from kiln._lazy import first_call
 from kiln._state import anomaly, state
+from kiln.autograd.grad_mode import is_grad_enabled
 from kiln._tensor import Tensor, _make, stale_view_requires_grad
 
 _seq = itertools.count()
@@ -480,7 +481,7 @@ def _holds_saved(value) -> bool:
 
 
 # kiln._ops imports this module
-sum_to_size = first_call(globals(), "kiln._ops.reduction", "sum_to_size")
+sum_to = first_call(globals(), "kiln._ops.reduction", "sum_to")
 zeros = first_call(globals(), "kiln._ops.creation", "zeros")
 
 
@@ -489,7 +490,7 @@ def _fit_to_input(g: Tensor, meta: tuple, node: Node, i: int) -> Tensor:
     shape, dtype, _device = meta
     if g._shape != shape:
         try:
-            g = sum_to_size(g, shape)
+            g = sum_to(g, shape, view=is_grad_enabled())  # (recorded: PyTorch's nodes, a view's)
         except RuntimeError as exc:
             raise RuntimeError(
                 f"Function {node.name()} returned an invalid gradient at index {i} - got {list(g._shape)} but "

@@ -24,8 +24,8 @@ from collections.abc import Callable
 
 from kiln._lazy import first_call
 from kiln._state import anomaly, state
-from kiln.autograd.grad_mode import is_grad_enabled
 from kiln._tensor import Tensor, _make, stale_view_requires_grad
+from kiln.autograd.grad_mode import is_grad_enabled
 
 _seq = itertools.count()
 _FREED_MESSAGE = (

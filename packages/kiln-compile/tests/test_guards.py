@@ -665,6 +665,35 @@ def test_the_module_guard_compares_identities_first_then_values():
     assert not guard4(m4)
 
 
+def test_the_optimizer_guard_compares_identities_first_then_values():
+    from kiln.compile._guards import OptimizerStateGuard
+
+    w, b = kiln.zeros(3, requires_grad=True), kiln.zeros(1, requires_grad=True)
+    opt = kiln.optim.Adam([w], lr=0.1)
+    w.grad = kiln.ones(3)
+    opt.step()  # state: step, exp_avg, exp_avg_sq
+    guard = OptimizerStateGuard(opt)
+    assert guard(opt)
+    opt.param_groups[0]["lr"] = float("0.1")  # an equal new number: the same state
+    assert guard(opt)
+    opt.param_groups[0]["lr"] = 0.2
+    assert not guard(opt)
+    opt.param_groups[0]["lr"] = 0.1
+    assert guard(opt)
+    opt.state = dict(opt.state)  # another dict holding the same per-parameter states
+    assert guard(opt)
+    old = opt.state[w]["exp_avg"]
+    opt.state[w]["exp_avg"] = old.clone()  # another state tensor
+    assert not guard(opt)
+    opt.state[w]["exp_avg"] = old
+    assert guard(opt)
+    opt.param_groups[0]["params"].append(b)  # a parameter appended to a group
+    assert not guard(opt)
+    opt.param_groups[0]["params"].pop()
+    assert guard(opt)
+    assert not guard(kiln.optim.Adam([w], lr=0.1))  # another optimizer (no state yet)
+
+
 def test_module_state_reads_the_tree_as_modules_does():
     from kiln.compile._guards import _plain, _submodules
 

@@ -159,8 +159,7 @@ class ModuleStateGuard:
     every call: a class attribute or method changed after the trace (``Model.scale = 3.0``,
     ``nn.Module.gain = 2.0``) traces again."""
 
-    __slots__ = ("state", "root", "subs", "types", "maps", "map_sizes", "map_values", "dicts", "sizes")
-    __slots__ += ("keys", "values", "entries", "held")
+    __slots__ = ("state", "root", "subs", "types", "maps", "map_sizes", "map_values", "tree", "entries", "held")
 
     def __init__(self, module) -> None:
         self.state = module_state(module)
@@ -172,12 +171,9 @@ class ModuleStateGuard:
         self.map_sizes = tuple(map(len, self.maps))
         self.map_values = tuple(v for mp in self.maps for v in mp.values())
         dicts = [sub.__dict__ for sub in subs]
-        dicts += [v for d in dicts[:] for k, v in d.items() if k in _INNER and isinstance(v, dict)]
-        self.dicts, self.sizes = tuple(dicts), tuple(map(len, dicts))
-        self.keys = tuple(k for d in dicts for k in d)
-        self.values = tuple(v for d in dicts for v in d.values())
+        self.tree = _Held(dicts + [v for d in dicts for k, v in d.items() if k in _INNER and isinstance(v, dict)])
         self.entries, self.held = [], []
-        for d in dicts[: len(subs)]:
+        for d in dicts:
             # the entries of its own lists and dicts, kept alive too: they change in place
             mine = [(k, v) for k, v in d.items() if isinstance(v, _CONTAINERS) and k not in internal]
             held = [(k, _entries(v)) for k, v in mine if len(v) <= _LIMIT]
@@ -195,9 +191,7 @@ class ModuleStateGuard:
         if (
             module is self.root
             and tuple(map(type, self.subs)) == self.types
-            and tuple(map(len, self.dicts)) == self.sizes
-            and all(map(operator.is_, _chain(map(dict.values, self.dicts)), self.values))
-            and tuple(_chain(self.dicts)) == self.keys
+            and self.tree.same()
             and not any(_container_ids(d[k], e) != e for d, k, e in self.entries)
         ):
             return True
@@ -205,6 +199,30 @@ class ModuleStateGuard:
 
 
 _MAPPING = types.MappingProxyType
+
+
+class _Held:
+    """The identities of some dicts and lists: their sizes, their keys and the objects they hold, each
+    compared in one pass over all of them (``same()``); the objects are kept alive, so that no other object
+    can take an identity."""
+
+    __slots__ = ("dicts", "lists", "sizes", "keys", "values")
+
+    def __init__(self, dicts, lists=()) -> None:
+        self.dicts, self.lists = tuple(dicts), tuple(lists)
+        self.sizes = tuple(map(len, (*self.dicts, *self.lists)))
+        self.keys = tuple(_chain(self.dicts))
+        self.values = tuple(_chain((*map(dict.values, self.dicts), *self.lists)))
+
+    def same(self) -> bool:
+        """Whether every dict and list still holds the very same keys and objects, in the same order."""
+        return (
+            tuple(map(len, (*self.dicts, *self.lists))) == self.sizes
+            and all(map(operator.is_, _chain(self.dicts), self.keys))
+            and all(map(operator.is_, _chain((*map(dict.values, self.dicts), *self.lists)), self.values))
+        )
+
+
 _INNER = frozenset({"_modules", "_parameters", "_buffers", *_HOOKS})  # the dicts a module keeps its tree in
 _chain = itertools.chain.from_iterable
 
@@ -252,15 +270,30 @@ def _hyperparameters(group: dict):
 
 class OptimizerStateGuard:
     """``guard(opt)``: whether :func:`optimizer_state` of ``opt`` is what it was when the guard was made (a
-    parameter appended to a group, a hyperparameter or a state tensor changed traces again)."""
+    parameter appended to a group, a hyperparameter or a state tensor changed traces again).
 
-    __slots__ = ("state", "held")
+    As :class:`ModuleStateGuard`, each call first compares identities: the same group list and state dict,
+    each group, its parameter list and each parameter's state holding the very same keys and objects. Only
+    when that fails is the state compared by value (a learning rate set again to an equal new number)."""
+
+    __slots__ = ("state", "held", "root", "groups", "opt_state", "contents")
 
     def __init__(self, opt) -> None:
         self.state = optimizer_state(opt)
         self.held = ([dict(g) for g in opt.param_groups], [(p, dict(s)) for p, s in opt.state.items()])
+        self.root, self.groups, self.opt_state = opt, opt.param_groups, opt.state
+        lists = [self.groups] + [g["params"] for g in self.groups if isinstance(g.get("params"), list)]
+        dicts = [*self.groups, self.opt_state, *(s for s in self.opt_state.values() if isinstance(s, dict))]
+        self.contents = _Held([d for d in dicts if isinstance(d, dict)], lists)
 
     def __call__(self, opt) -> bool:
+        if (
+            opt is self.root
+            and opt.param_groups is self.groups
+            and opt.state is self.opt_state
+            and self.contents.same()
+        ):
+            return True
         return optimizer_state(opt) == self.state
 
 

@@ -573,3 +573,22 @@ def test_a_code_generator_without_horizontal_makes_one_call_per_group(monkeypatc
     assert all(kiln.allclose(p, w) for p, w in zip(params, want))
     src = compiled._entries[0].forward.source
     assert sum("out=[" in line for line in src.splitlines()) == 3, src
+
+
+def test_a_group_never_stores_into_a_tensor_it_makes():
+    """Two backward passes into a leaf whose .grad was cleared: the first gradient becomes .grad, the second is
+    added into it in place; the group that makes the first cannot also store the sum into it (its kernel
+    would be handed the tensor before it exists)."""
+    w = kiln.randn(3, requires_grad=True)
+
+    def step(x):
+        w.grad = None
+        for _ in range(2):
+            (x * w).sum().backward()
+        return w.grad
+
+    compiled = kiln.compile(step)
+    x = kiln.randn(3)
+    for _ in range(3):
+        got = compiled(x).clone()
+        assert kiln.allclose(got, step(x)) and kiln.allclose(got, 2 * x)

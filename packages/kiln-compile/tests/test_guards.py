@@ -663,6 +663,30 @@ def test_the_module_guard_compares_identities_first_then_values():
     assert guard4(m4)
     m4[0] = kiln.nn.Linear(2, 2)  # another submodule, with other parameters
     assert not guard4(m4)
+    m5 = kiln.nn.Sequential(kiln.nn.Linear(2, 2), kiln.nn.Dropout(0.25))
+    guard5 = ModuleStateGuard(m5)
+    m5[1].__dict__ = dict(m5[1].__dict__, p=0.5)  # a __dict__ replaced whole
+    assert not guard5(m5)
+
+
+def test_a_guard_that_passed_by_value_records_the_new_identities(monkeypatch):
+    """After a change that leaves the state equal (an equal new number), the next calls pass by identity
+    again, without comparing the whole state."""
+    from kiln.compile import _guards
+
+    calls = []
+    for name in ("module_state", "optimizer_state"):
+        real = getattr(_guards, name)
+        monkeypatch.setattr(_guards, name, lambda obj, real=real, name=name: calls.append(name) or real(obj))
+    m = kiln.nn.Sequential(kiln.nn.Linear(2, 2), kiln.nn.Dropout(0.25))
+    opt = kiln.optim.SGD(m.parameters(), lr=0.1)
+    guards = _guards.ModuleStateGuard(m), _guards.OptimizerStateGuard(opt)
+    m[1].p = float("0.25")
+    opt.param_groups[0]["lr"] = float("0.1")
+    calls.clear()
+    for _ in range(3):
+        assert guards[0](m) and guards[1](opt)
+    assert calls == ["module_state", "optimizer_state"]  # by value once, then by identity
 
 
 def test_the_optimizer_guard_compares_identities_first_then_values():
@@ -692,6 +716,23 @@ def test_the_optimizer_guard_compares_identities_first_then_values():
     opt.param_groups[0]["params"].pop()
     assert guard(opt)
     assert not guard(kiln.optim.Adam([w], lr=0.1))  # another optimizer (no state yet)
+
+
+def test_a_compiled_module_whose_dict_is_replaced_traces_again():
+    class Scaled(kiln.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = 2.0
+
+        def forward(self, x):
+            return x * self.scale
+
+    m = Scaled()
+    compiled = kiln.compile(m)
+    compiled(kiln.ones(2))
+    compiled(kiln.ones(2))
+    m.__dict__ = dict(m.__dict__, scale=5.0)
+    assert compiled(kiln.ones(2)).tolist() == [5.0, 5.0]
 
 
 def test_module_state_reads_the_tree_as_modules_does():

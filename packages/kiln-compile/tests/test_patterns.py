@@ -232,3 +232,32 @@ def test_a_code_generator_without_the_kernels_keeps_the_ops(monkeypatch):
     (loss_e, grad_e), (loss_c, grad_c), compiled = _both(_step, w, kiln.randn(5, 3), kiln.tensor([0, 1, 2, 3, 1]))
     assert not FUSED & set(_callees(compiled))
     assert kiln.allclose(loss_c, loss_e) and kiln.allclose(grad_c, grad_e)
+
+
+def test_a_value_first_read_by_a_guard_or_a_grad_assignment_keeps_the_ops():
+    """The node that first reads the log-probabilities, or the nll gradient, is a ``.grad`` assignment or a
+    value guard, not an op: no pair, and the program runs as eager does."""
+
+    def grads_of_log_probs(lp, y):  # the nll gradient goes straight to a leaf's .grad
+        loss = F.nll_loss(lp, y)
+        loss.backward()
+        return loss.detach()
+
+    lp = F.log_softmax(kiln.randn(4, 3), 1).requires_grad_()
+    y = kiln.tensor([0, 1, 2, 0])
+    compiled = kiln.compile(grads_of_log_probs)
+    for _ in range(2):
+        lp.grad = None
+        got, got_grad = compiled(lp, y), lp.grad.clone()
+        lp.grad = None
+        assert kiln.allclose(got, grads_of_log_probs(lp, y)) and kiln.allclose(got_grad, lp.grad)
+
+    def stored(w, x):  # the log-probabilities become a .grad
+        w.grad = F.log_softmax(x, 1)
+        return x * 1
+
+    w, x = kiln.zeros(2, 3, requires_grad=True), kiln.randn(2, 3)
+    compiled = kiln.compile(stored)
+    compiled(w, x)
+    compiled(w, x)
+    assert kiln.allclose(w.grad, F.log_softmax(x, 1))

@@ -150,3 +150,36 @@ def test_linear_weight_gradient_is_taken_without_a_copy(monkeypatch):
     # gradient drops the leading dims in the sum itself, where sum_to_size returns a view of the kept-dims sum)
     assert seen == [accumulate._STEAL, accumulate._STEAL]
     assert w.grad.is_contiguous() and (w.grad == 4.0).all() and (b.grad == 4.0).all()
+
+
+def test_sum_to_size_is_a_view_where_pytorchs_is():
+    """``sum_to_size`` views the kept-dims sum where dims are dropped, as PyTorch's ``sum_to``; a sum to ``()``
+    is a new tensor (PyTorch's ``sum()``), even of a 0-d tensor, and an equal size returns the tensor."""
+    a, b, z = kiln.randn(4, 3), kiln.randn(2, 4, 3), kiln.tensor(2.0)
+    views = {
+        (a, (3,)): True,
+        (a, (1, 3)): False,
+        (b, (4, 1)): True,
+        (b, (1, 1, 3)): False,
+        (a, ()): False,
+        (z, ()): False,
+        (kiln.randn(1, 1), ()): False,
+    }
+    for (t, size), view in views.items():
+        r = t.sum_to_size(size)
+        assert (r._base is not None) is view and r is not t, (t.shape, size)
+        assert kiln.allclose(r.sum(), t.sum())
+    assert a.sum_to_size(4, 3) is a
+
+
+def test_a_recorded_broadcast_gradient_keeps_pytorchs_view_node():
+    """With ``create_graph``, a broadcast gradient's reduction is recorded as PyTorch's (a view of the
+    kept-dims sum)."""
+    x, b = kiln.ones(4, 3), kiln.zeros(3, requires_grad=True)
+    (g,) = kiln.autograd.grad((x * b * b).sum(), b, create_graph=True)
+    names = []
+    node = g.grad_fn
+    while node is not None and node.next_functions:
+        names.append(node.name())
+        node = node.next_functions[0][0]
+    assert names == ["AddBackward0", "ViewBackward0", "SumBackward1", "MulBackward0"]  # torch 2.13's

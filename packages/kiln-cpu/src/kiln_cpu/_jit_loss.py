@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
+from numba.extending import register_jitable
 
 from kiln_cpu._jit_softmax import _exp_into, _softmax_row_loop
 from kiln_cpu._jit_support import _SERIAL, zero_of
@@ -61,6 +62,18 @@ def nll_weights(t, weight, has_w, ignore_index, classes, w, bad, lo, hi):
             w[r] = weight[c] if has_w else one
 
 
+@register_jitable
+def nll_term(wr, gr, mode, q):
+    """The nll gradient at a row's target, for the row's weight ``wr`` (0 where ignored): ``-wr * gr`` (mode 0,
+    reduction "none": ``gr`` the row's output gradient), ``-wr * q`` (mode 1, "sum": q the output gradient),
+    or ``-wr * q`` where ``wr`` is not 0, else 0 (mode 2, "mean": q the output gradient / the weights' sum)."""
+    if mode == 0:
+        return -wr * gr
+    if mode == 1 or wr != 0:
+        return -wr * q
+    return wr - wr  # (0 in wr's dtype)
+
+
 @njit(**_SERIAL)
 def nll_backward_fill(t, w, g, mode, q, ignore_index, classes, inner, out, lo, hi):
     """The gradient of nll_loss into the contiguous (N, C, inner) ``out``, batch entries n in [lo, hi):
@@ -78,46 +91,41 @@ def nll_backward_fill(t, w, g, mode, q, ignore_index, classes, inner, out, lo, h
             c = np.int64(t[r])
             if c == ignore_index:
                 c = 0
-            wr = w[r]
-            if mode == 0:
-                v = -wr * g[r]
-            elif mode == 1:
-                v = -wr * q
-            else:
-                v = -wr * q if wr != zero else zero
-            ov[c * inner + s] = v
+            ov[c * inner + s] = nll_term(w[r], g[r] if mode == 0 else zero, mode, q)
 
 
 # ------------------------------------------------------------- log-softmax then nll_loss (kiln-compile)
 
 
 @njit(**_SERIAL, fastmath={"contract"})  # the log-softmax rows loop's flags: the same log-probabilities
-def log_softmax_nll_rows(x, t, ignore_index, out, loss, w, bad, n, lo, hi):
+def log_softmax_nll_rows(x, t, has_w, ignore_index, out, loss, w, bad, n, lo, hi):
     """Rows k in [lo, hi) of the contiguous (rows, n) ``x``: their log-softmax into ``out`` (the
     ``_log_softmax`` kernel's loop), then :func:`nll_rows`' terms of them without weights (``loss``,
-    ``w``; an out-of-range target sets ``bad[0]``)."""
+    ``w``; an out-of-range target sets ``bad[0]``). ``has_w`` is False, passed in: a constant would let LLVM
+    fold the weight of 1 away, and ``-x`` flips a NaN's sign where ``-1 * x`` keeps it."""
     _softmax_row_loop(x, out, n, True, lo, hi)
-    nll_rows(out, t, out[:0], False, ignore_index, n, 1, loss, w, bad, lo, hi)
+    nll_rows(out, t, out[:0], has_w, ignore_index, n, 1, loss, w, bad, lo, hi)
 
 
 @njit(**_SERIAL)
-def log_softmax_nll_backward_rows(y, t, q, mean, ignore_index, out, bad, n, lo, hi):
+def log_softmax_nll_backward_rows(y, t, q, one, mean, ignore_index, out, bad, n, lo, hi):
     """The input gradient of log-softmax then nll_loss without weights (reduction "sum", or "mean" where
     ``q`` is already divided by the count) into rows k in [lo, hi) of ``out``, from the log-probabilities
     ``y``, as the two backward kernels compute it: the nll gradient row is 0 but at the target
     (:func:`nll_backward_fill`: ``v = -q``; an ignored row puts ``-0 * q``, or 0 for "mean", at class 0),
     its sum ``s = 0 + v``, and the row ``g - exp(y) * s``. An out-of-range target sets ``bad[0]``."""
     zero = zero_of(out)
+    mode = 2 if mean else 1
     for k in range(lo, hi):
         c = np.int64(t[k])
         if c == ignore_index:
-            v = zero if mean else -zero * q
+            v = nll_term(zero, zero, mode, q)
             c = 0
         elif c < 0 or c >= n:
             bad[0] = 1
             continue
         else:
-            v = -q
+            v = nll_term(one, zero, mode, q)  # (``one`` passed in: see log_softmax_nll_rows)
         s = zero + v
         p = k * n
         ov = out[p : p + n]

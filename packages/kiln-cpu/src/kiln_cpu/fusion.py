@@ -412,22 +412,33 @@ def _compile(group):
     return kernel
 
 
+_HORIZONTAL_CHUNK = 16
+"""The most groups one generated ``many`` function calls: Numba's compile time grows with its arguments
+(three per group for an SGD update), so a long run is cut into calls of this many groups. Runs of the same
+groups (an optimizer over parameters of any shapes) repeat one module text, compiled once."""
+
+
 def _compile_horizontal(groups: list):
     """One kernel for several independent groups (kiln-compile's horizontal fusion: an optimizer's update of
-    each parameter), each reading only tensors of its own shape: one Numba call runs every group's flat loop
-    in turn. Its inputs, ``out`` entries and results are the groups' in order. A call whose tensors the flat
-    loops do not take (one not C-contiguous, a target another input overlaps in another layout) runs each
-    group's own kernel instead."""
-    calls = []
-    params: list[str] = []
-    for i, g in enumerate(groups):
-        names = [f"a{i}_{k}" for k in range(len(g.inputs))] + [f"b{i}_{k}" for k in range(len(g.outputs))]
-        calls.append(f"    flat{i}(n{i}, {', '.join(names)})")
-        params += [f"n{i}", *names]
-    many = [f"@njit({_FLAGS})", f"def many({', '.join(params)}):", *calls]
-    mod = generated_module(
-        _module_text([*(_flat(g, f"flat{i}") for i, g in enumerate(groups)), many]), cache_dir(), "kiln_cpu_fused"
-    )
+    each parameter), each reading only tensors of its own shape: one Numba call per
+    :data:`_HORIZONTAL_CHUNK` groups runs each group's flat loop in turn (groups with the same text share
+    one function). Its inputs, ``out`` entries and results are the groups' in order. A call whose tensors
+    the flat loops do not take (one not C-contiguous, a target another input overlaps in another layout)
+    runs each group's own kernel instead."""
+    chunks = []
+    for first in range(0, len(groups), _HORIZONTAL_CHUNK):
+        part = groups[first : first + _HORIZONTAL_CHUNK]
+        flats: dict[str, str] = {}  # a flat loop's text (named "flat") -> its name in the module
+        calls, params = [], []
+        for i, g in enumerate(part):
+            text = "\n".join(_flat(g, "flat"))
+            name = flats.setdefault(text, f"flat{len(flats)}")
+            names = [f"a{i}_{k}" for k in range(len(g.inputs))] + [f"b{i}_{k}" for k in range(len(g.outputs))]
+            calls.append(f"    {name}(n{i}, {', '.join(names)})")
+            params += [f"n{i}", *names]
+        functions = [text.replace("def flat(", f"def {name}(", 1).splitlines() for text, name in flats.items()]
+        many = [f"@njit({_FLAGS})", f"def many({', '.join(params)}):", *calls]
+        chunks.append(generated_module(_module_text([*functions, many]), cache_dir(), "kiln_cpu_fused").many)
     layout = [
         (
             g.shape,
@@ -449,7 +460,7 @@ def _compile_horizontal(groups: list):
             arrays = [host_view(x) for x in ins]
             if any(a.shape != shape or not a.flags.c_contiguous for a in arrays):
                 return _each(tensors, out)
-            args += [n, *(a.reshape(-1) for a in arrays)]
+            group_args = [n, *(a.reshape(-1) for a in arrays)]
             for d, k, dst in zip(dtypes, kinds, targets[o : o + len(dtypes)]):
                 if dst is None:
                     made.append((np.empty(shape, d), k, None))
@@ -458,9 +469,11 @@ def _compile_horizontal(groups: list):
                     if _target(view, [a for a, x in zip(arrays, ins) if x is not dst]) is not view:
                         return _each(tensors, out)
                     made.append((view, k, dst))
-                args.append(made[-1][0].reshape(-1))
+                group_args.append(made[-1][0].reshape(-1))
+            args.append(group_args)
             t, o = t + n_in, o + len(dtypes)
-        mod.many(*args)
+        for c, many in enumerate(chunks):
+            many(*(a for group_args in args[c * _HORIZONTAL_CHUNK : (c + 1) * _HORIZONTAL_CHUNK] for a in group_args))
         return tuple(from_array(a, k) if dst is None else dst for a, k, dst in made)
 
     def _each(tensors, out):

@@ -35,6 +35,27 @@ def _quiet_divide(a, b):
         return a / b
 
 
+def _reduced(loss: np.ndarray, w: np.ndarray, reduction: str) -> np.ndarray:
+    """The nll loss of per-row terms ``loss`` and weights ``w``: their NumPy sum ("sum"), or that over the
+    weights' sum ("mean"), as a 0-d array of their dtype (the reference's arithmetic)."""
+    total = loss.sum(dtype=loss.dtype)
+    if reduction == "mean":
+        total = _quiet_divide(total, w.sum(dtype=loss.dtype))
+    return np.asarray(total, loss.dtype)
+
+
+def _rows(a: np.ndarray, t: np.ndarray, reduction: str) -> bool:
+    """Whether the fused cross entropy kernels take these rows: C-contiguous float32/float64 (N, C), a 1-D
+    target, reduction "sum" or "mean" (anything else runs the two kernels: "none", or their error)."""
+    return (
+        a.ndim == 2
+        and a.dtype in (np.float32, np.float64)
+        and a.flags.c_contiguous
+        and t.ndim == 1
+        and reduction in ("sum", "mean")
+    )
+
+
 def _nll_kernel():
     reference = reference_kernel("_nll_loss")
 
@@ -67,13 +88,9 @@ def _nll_kernel():
         )
         if bad[0]:
             return reference(*args)
-        compute = x.dtype
         if reduction == "none":
             return from_array(loss.reshape(spec.shape), d)
-        total = loss.sum(dtype=compute)
-        if reduction == "sum":
-            return from_array(np.asarray(total, compute), d)
-        return from_array(np.asarray(_quiet_divide(total, w.sum(dtype=compute)), compute), d)
+        return from_array(_reduced(loss, w, reduction), d)
 
     kernel.__name__ = "kiln_cpu__nll_loss"
     kernel.__doc__ = "Numba kernel for _nll_loss (kiln-cpu)."
@@ -142,21 +159,18 @@ def log_softmax_nll(x, target, ignore_index: int, reduction: str) -> tuple:
     kernels compute (the loss the same NumPy sum of the same terms). Anything else runs the two kernels."""
     a = host_view(x)
     t = host_view(target)
-    if a.ndim != 2 or a.dtype not in (np.float32, np.float64) or not a.flags.c_contiguous or t.ndim != 1:
+    if not _rows(a, t, reduction):
         return _eager_cross_entropy(x, target, ignore_index, reduction)
     rows, n = a.shape
     log_probs = np.empty_like(a)
     loss = np.empty(rows, a.dtype)
     w = np.empty(rows, a.dtype)
     bad = np.zeros(1, np.int8)
-    args = (a.reshape(-1), t, ignore_index, log_probs.reshape(-1), loss, w, bad, n)
+    args = (a.reshape(-1), t, False, ignore_index, log_probs.reshape(-1), loss, w, bad, n)
     parallel(_jit().log_softmax_nll_rows, args, rows, max(1, _GRAIN // max(n, 1)))
     if bad[0]:
         return _eager_cross_entropy(x, target, ignore_index, reduction)
-    total = loss.sum(dtype=a.dtype)
-    if reduction == "mean":
-        total = _quiet_divide(total, w.sum(dtype=a.dtype))
-    return from_array(log_probs, x._dtype), from_array(np.asarray(total, a.dtype), x._dtype)
+    return from_array(log_probs, x._dtype), from_array(_reduced(loss, w, reduction), x._dtype)
 
 
 def log_softmax_nll_backward(grad, log_probs, target, ignore_index: int, reduction: str):
@@ -165,7 +179,7 @@ def log_softmax_nll_backward(grad, log_probs, target, ignore_index: int, reducti
     compute. Anything but C-contiguous float32/float64 (N, C) log-probabilities runs the two kernels."""
     y = host_view(log_probs)
     t = host_view(target)
-    if y.ndim != 2 or y.dtype not in (np.float32, np.float64) or not y.flags.c_contiguous or t.ndim != 1:
+    if not _rows(y, t, reduction):
         return _eager_cross_entropy_backward(grad, log_probs, target, ignore_index, reduction)
     rows, n = y.shape
     j = _jit()
@@ -176,7 +190,17 @@ def log_softmax_nll_backward(grad, log_probs, target, ignore_index: int, reducti
         parallel(j.nll_weights, (t, y[:0, 0], False, ignore_index, n, w, bad), rows, _GRAIN)
         q = _quiet_divide(q, w.sum(dtype=y.dtype))
     out = np.empty_like(y)
-    args = (y.reshape(-1), t, y.dtype.type(q), reduction == "mean", ignore_index, out.reshape(-1), bad, n)
+    args = (
+        y.reshape(-1),
+        t,
+        y.dtype.type(q),
+        y.dtype.type(1),
+        reduction == "mean",
+        ignore_index,
+        out.reshape(-1),
+        bad,
+        n,
+    )
     if not bad[0]:
         parallel(j.log_softmax_nll_backward_rows, args, rows, max(1, _GRAIN // max(n, 1)))
     if bad[0]:

@@ -8,7 +8,9 @@ plugin needs nothing from kiln-compile to implement one.
 A group grows along the graph's order: a pointwise node joins the open group that made one of its inputs
 when the shapes agree (or, reading none, the latest open group of its shape); a group closes when anything outside it reads one of its values (that value is then
 stored), when a write, a guard or an effect comes (a write could change what the group reads), or when the
-graph ends. One-node groups are left to the op's own kernel. Expressions follow the eager ops' semantics:
+graph ends. One-node groups are left to the op's own kernel. Groups that follow one another and touch
+disjoint tensors (an optimizer's update of each parameter) run as one call where the code generator has
+``horizontal`` (:func:`_runs`). Expressions follow the eager ops' semantics:
 NaN propagates through ``relu``, ``maximum``, ``clamp``; Python numbers take the op's dtype.
 """
 
@@ -433,6 +435,8 @@ def _store_target(nodes: list[Node], pos: int, open_groups: dict, readers: dict,
     if group is None or not isinstance(dst, Value) or group.reduction is not None or v.index in group.stores:
         return None  # (a reduction's result may be read before the group's call, which a store moves later)
     buffer, mine = classes.get(dst.index, dst.index), classes.get(v.index, v.index)
+    if any(classes.get(i, i) == buffer for i in group.values):
+        return None  # the group makes dst (or what dst views) itself: the call cannot store into it too
     if any(c == mine and i != v.index for i, c in classes.items()):
         return None  # a view of v would become a view of dst
     again = next_change(nodes, pos, buffer, classes)

@@ -152,28 +152,46 @@ class ModuleStateGuard:
     and hooks in holding the same keys and the very same objects. Those dicts hold the whole tree, so the
     submodules are not walked again, and every dict of every submodule is compared in one pass of each kind
     (sizes, objects, keys). Only when that fails is the whole state compared by value (an attribute set again
-    to an equal new number passes there). A 3-module MLP's check: about 10 us (12.6 us
-    when each submodule was checked apart), against 17 us by value.
+    to an equal new number passes there, and its identities are recorded again). A 3-module MLP's check:
+    about 10 us (12.6 us when each submodule was checked apart), against 17 us by value.
 
     The classes of the submodules, ``kiln.nn.Module`` included, must hold the very same attributes too, on
     every call: a class attribute or method changed after the trace (``Model.scale = 3.0``,
     ``nn.Module.gain = 2.0``) traces again."""
 
-    __slots__ = ("state", "root", "subs", "types", "maps", "map_sizes", "map_values", "tree", "entries", "held")
+    __slots__ = (
+        "state",
+        "root",
+        "subs",
+        "types",
+        "maps",
+        "map_sizes",
+        "map_values",
+        "dicts",
+        "tree",
+        "entries",
+        "held",
+    )
 
     def __init__(self, module) -> None:
         self.state = module_state(module)
-        internal = _module_internals()
         subs = _submodules(module)
-        self.root, self.subs, self.types = module, tuple(subs), tuple(map(type, subs))
         # (a class's attributes, the objects they held, kept alive)
         self.maps = tuple(vars(c) for c in _module_classes(subs))
         self.map_sizes = tuple(map(len, self.maps))
         self.map_values = tuple(v for mp in self.maps for v in mp.values())
-        dicts = [sub.__dict__ for sub in subs]
-        self.tree = _Held(dicts + [v for d in dicts for k, v in d.items() if k in _INNER and isinstance(v, dict)])
+        self._identify(module, subs)
+
+    def _identify(self, module, subs: list) -> None:
+        """Record the identities the cheap check compares (again after a call that passed by value: an equal
+        new number, say, passes by identity from then on)."""
+        internal = _module_internals()
+        self.root, self.subs, self.types = module, tuple(subs), tuple(map(type, subs))
+        self.dicts = tuple(sub.__dict__ for sub in subs)
+        inner = [v for d in self.dicts for k, v in d.items() if k in _INNER and isinstance(v, dict)]
+        self.tree = _Held([*self.dicts, *inner])
         self.entries, self.held = [], []
-        for d in dicts:
+        for d in self.dicts:
             # the entries of its own lists and dicts, kept alive too: they change in place
             mine = [(k, v) for k, v in d.items() if isinstance(v, _CONTAINERS) and k not in internal]
             held = [(k, _entries(v)) for k, v in mine if len(v) <= _LIMIT]
@@ -191,13 +209,18 @@ class ModuleStateGuard:
         if (
             module is self.root
             and tuple(map(type, self.subs)) == self.types
+            and all(map(operator.is_, map(_DICT, self.subs), self.dicts))  # (a __dict__ replaced whole)
             and self.tree.same()
             and not any(_container_ids(d[k], e) != e for d, k, e in self.entries)
         ):
             return True
-        return module_state(module) == self.state
+        if module_state(module) != self.state:
+            return False
+        self._identify(module, _submodules(module))
+        return True
 
 
+_DICT = operator.attrgetter("__dict__")
 _MAPPING = types.MappingProxyType
 
 
@@ -276,11 +299,15 @@ class OptimizerStateGuard:
     each group, its parameter list and each parameter's state holding the very same keys and objects. Only
     when that fails is the state compared by value (a learning rate set again to an equal new number)."""
 
-    __slots__ = ("state", "held", "root", "groups", "opt_state", "contents")
+    __slots__ = ("state", "root", "groups", "opt_state", "contents")
 
     def __init__(self, opt) -> None:
         self.state = optimizer_state(opt)
-        self.held = ([dict(g) for g in opt.param_groups], [(p, dict(s)) for p, s in opt.state.items()])
+        self._identify(opt)
+
+    def _identify(self, opt) -> None:
+        """Record the identities the cheap check compares (its record keeps every object alive that the state
+        holds by identity); again after a call that passed by value."""
         self.root, self.groups, self.opt_state = opt, opt.param_groups, opt.state
         lists = [self.groups] + [g["params"] for g in self.groups if isinstance(g.get("params"), list)]
         dicts = [*self.groups, self.opt_state, *(s for s in self.opt_state.values() if isinstance(s, dict))]
@@ -294,7 +321,10 @@ class OptimizerStateGuard:
             and self.contents.same()
         ):
             return True
-        return optimizer_state(opt) == self.state
+        if optimizer_state(opt) != self.state:
+            return False
+        self._identify(opt)
+        return True
 
 
 _LIMIT = 4096

@@ -46,8 +46,8 @@ def lower(graph: Graph, names, codegens: dict[str, Callable], taken: set[int]) -
             continue
         second = later[0]
         pair = nodes[second]
-        if second in taken or second in out or not _quiet_between(nodes, first, second):
-            continue
+        if pair.kind != "op" or second in taken or second in out or not _quiet_between(nodes, first, second):
+            continue  # (a guard, or a .grad or .data assignment, reads it first)
         codegen = codegens.get(made.device.type)
         if node.op.name == "_log_softmax":
             line = _forward(node, pair, made, codegen, names)

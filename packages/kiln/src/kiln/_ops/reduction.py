@@ -572,6 +572,8 @@ def sum_to(input: Tensor, shape: tuple, view: bool = True) -> Tensor:
     """:func:`sum_to_size` to the tuple ``shape``. As PyTorch's, the result of a sum over leading dims is a
     view of the kept-dims sum; with ``view=False`` (autograd's reduction of a broadcast gradient) such a sum
     drops them itself, so that the gradient is no view and a leaf's ``.grad`` takes it without a copy."""
+    if not shape:  # PyTorch's sum of every element: a new tensor, even of a 0-d input
+        return sum(input)
     if shape == input._shape:
         return input
     lead = len(input._shape) - len(shape)

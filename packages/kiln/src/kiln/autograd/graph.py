@@ -490,7 +490,10 @@ def _fit_to_input(g: Tensor, meta: tuple, node: Node, i: int) -> Tensor:
     shape, dtype, _device = meta
     if g._shape != shape:
         try:
-            g = sum_to(g, shape, view=is_grad_enabled())  # (recorded: PyTorch's nodes, a view's)
+            # PyTorch's sum_to views a kept-dims sum; a gradient bound for a leaf's .grad (not recorded) is summed
+            # without the view instead, so that the leaf takes it without a copy
+            leaf = node.next_functions[i][0].__class__ is AccumulateGrad and not is_grad_enabled()
+            g = sum_to(g, shape, view=not leaf)
         except RuntimeError as exc:
             raise RuntimeError(
                 f"Function {node.name()} returned an invalid gradient at index {i} - got {list(g._shape)} but "

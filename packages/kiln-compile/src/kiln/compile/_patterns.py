@@ -77,9 +77,10 @@ def _rows(x: Value, dim) -> bool:
     )
 
 
-def _nll_args(args: tuple, log_probs: Value, target_at: int) -> tuple | None:
-    """``(target, ignore_index, reduction)`` of nll arguments ``args`` (target at ``target_at``) that the
-    fused kernels take: no weight, a 1-D int64 target of the batch's size, "sum" or "mean"."""
+def _nll_args(args: tuple, log_probs: Value, target_at: int) -> str | None:
+    """The call's last arguments, ``target, ignore_index, reduction``, from nll arguments ``args`` (target at
+    ``target_at``) that the fused kernels take: no weight, a 1-D int64 target of the batch's size, "sum" or
+    "mean"; else None."""
     if len(args) != target_at + 4:
         return None
     target, weight, ignore_index, reduction = args[target_at:]
@@ -87,7 +88,7 @@ def _nll_args(args: tuple, log_probs: Value, target_at: int) -> tuple | None:
         return None
     if not isinstance(target, Value) or target.dtype is not kiln.int64 or target.shape != log_probs.shape[:1]:
         return None
-    return target, ignore_index, reduction
+    return f"{target.name}, {ignore_index}, {reduction!r}"
 
 
 def _forward(node: Node, pair: Node, made: Value, codegen, names) -> str | None:
@@ -99,11 +100,8 @@ def _forward(node: Node, pair: Node, made: Value, codegen, names) -> str | None:
     if not isinstance(x, Value) or not _rows(x, dim) or made.dtype != x.dtype or made.stride != x.stride:
         return None
     nll = _nll_args(pair.args, made, 1)
-    if nll is None:
-        return None
-    target, ignore_index, reduction = nll
     (loss,) = pair.outputs
-    return f"{made.name}, {loss.name} = {names.const(kernel)}({x.name}, {target.name}, {ignore_index}, {reduction!r})"
+    return None if nll is None else f"{made.name}, {loss.name} = {names.const(kernel)}({x.name}, {nll})"
 
 
 def _backward(node: Node, pair: Node, made: Value, codegen, names) -> str | None:
@@ -121,11 +119,5 @@ def _backward(node: Node, pair: Node, made: Value, codegen, names) -> str | None
     if made.shape != log_probs.shape or pair.outputs[0].dtype != log_probs.dtype:
         return None
     nll = _nll_args(node.args, log_probs, 2)
-    if nll is None:
-        return None
-    target, ignore_index, reduction = nll
     (grad_input,) = pair.outputs
-    return (
-        f"{grad_input.name} = {names.const(kernel)}({grad.name}, {log_probs.name}, {target.name}, {ignore_index}, "
-        f"{reduction!r})"
-    )
+    return None if nll is None else f"{grad_input.name} = {names.const(kernel)}({grad.name}, {log_probs.name}, {nll})"

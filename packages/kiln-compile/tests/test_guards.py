@@ -667,6 +667,12 @@ def test_the_module_guard_compares_identities_first_then_values():
     guard5 = ModuleStateGuard(m5)
     m5[1].__dict__ = dict(m5[1].__dict__, p=0.5)  # a __dict__ replaced whole
     assert not guard5(m5)
+    m6 = kiln.nn.Linear(2, 2)
+    m6.register_forward_hook(lambda *a: None)
+    guard6 = ModuleStateGuard(m6)
+    (key,) = m6._forward_hooks
+    m6._forward_hooks[key] = lambda *a: None  # another hook under the same key
+    assert not guard6(m6)
 
 
 def test_a_guard_that_passed_by_value_records_the_new_identities(monkeypatch):

@@ -84,8 +84,9 @@ def module_state(module) -> tuple:
     identity: a trace reads such a tensor by reference, so another one put there must re-trace), the
     entries of its own lists and dicts (plain ones by value, others by identity: ``self.masks[0]``; one of
     more than ``_LIMIT`` entries by its identity and length only), any other attribute by identity (a
-    function), the identity of its parameters and buffers, and its hooks. Identities are unique only among
-    living objects: compare states through :class:`ModuleStateGuard`, which keeps the traced ones alive."""
+    function), the identity of its parameters and buffers, and its hooks (their keys and identities).
+    Identities are unique only among living objects: compare states through :class:`ModuleStateGuard`,
+    which keeps the traced ones alive."""
     out = []
     internal = _module_internals()
     for sub in _submodules(module):
@@ -108,7 +109,8 @@ def module_state(module) -> tuple:
                 attrs.append((k, _OBJECT, id(v)))
         params = tuple(id(p) for p in d.get("_parameters", {}).values())
         buffers = tuple(id(b) for b in d.get("_buffers", {}).values())
-        hooks = tuple(map(tuple, map(d.get, _HOOKS, _NO_HOOKS)))
+        # its hooks: their keys and the functions themselves (one replaced under its key is another)
+        hooks = tuple((tuple(h), tuple(map(id, h.values()))) for h in map(d.get, _HOOKS, _NO_HOOKS))
         out.append((type(sub), sub.training, tuple(attrs), params, buffers, hooks))
     return tuple(out)
 
@@ -119,7 +121,7 @@ _ENTRIES = "entries"  # marks a list's or dict's entries, and an entry's identit
 # lists, tuples, dicts and sets, their subclasses too (an OrderedDict, a namedtuple); a tuple of plain values is
 # itself plain
 _CONTAINERS = (list, tuple, dict, set, frozenset)
-_NO_HOOKS = ((),) * len(_HOOKS)
+_NO_HOOKS = ({},) * len(_HOOKS)
 
 
 def _entries(v, depth: int = 0) -> list:

@@ -44,6 +44,15 @@ def _reduced(loss: np.ndarray, w: np.ndarray, reduction: str) -> np.ndarray:
     return np.asarray(total, loss.dtype)
 
 
+def _grad_scale(g: np.ndarray, w: np.ndarray | None, reduction: str, compute: np.dtype):
+    """The scale of each target's gradient term for reduction "sum" (the output gradient ``g``) or "mean"
+    (``g`` over the weights' sum ``w``, rounded as the reference rounds it), in the ``compute`` dtype."""
+    q = g.astype(compute, copy=False)
+    if reduction == "mean":
+        q = _quiet_divide(q, w.sum(dtype=compute))
+    return compute.type(q)
+
+
 def _rows(a: np.ndarray, t: np.ndarray, reduction: str) -> bool:
     """Whether the fused cross entropy kernels take these rows: C-contiguous float32/float64 (N, C), a 1-D
     target, reduction "sum" or "mean" (anything else runs the two kernels: "none", or their error)."""
@@ -131,10 +140,7 @@ def _nll_backward_kernel():
         if mode == 0:
             g = np.ascontiguousarray(g).reshape(-1)
         else:
-            q = g.astype(compute, copy=False)
-            if mode == 2:
-                q = _quiet_divide(q, w.sum(dtype=compute))  # as the reference rounds it
-            q, g = compute.type(q), np.empty(0, compute)
+            q, g = _grad_scale(g, w, reduction, compute), np.empty(0, compute)
         out = np.empty(math.prod(shape), compute)
         batch = out.size // (classes * inner)
         args = (t, w, g, mode, q, ignore_index, classes, inner, out)
@@ -183,26 +189,17 @@ def log_softmax_nll_backward(grad, log_probs, target, ignore_index: int, reducti
         return _eager_cross_entropy_backward(grad, log_probs, target, ignore_index, reduction)
     rows, n = y.shape
     j = _jit()
-    q = host_view(grad).astype(y.dtype, copy=False)
     bad = np.zeros(1, np.int8)
-    if reduction == "mean":
+    w = None
+    if reduction == "mean":  # the count of targets not ignored
         w = np.empty(rows, y.dtype)
         parallel(j.nll_weights, (t, y[:0, 0], False, ignore_index, n, w, bad), rows, _GRAIN)
-        q = _quiet_divide(q, w.sum(dtype=y.dtype))
+        if bad[0]:
+            return _eager_cross_entropy_backward(grad, log_probs, target, ignore_index, reduction)
+    q = _grad_scale(host_view(grad), w, reduction, y.dtype)
     out = np.empty_like(y)
-    args = (
-        y.reshape(-1),
-        t,
-        y.dtype.type(q),
-        y.dtype.type(1),
-        reduction == "mean",
-        ignore_index,
-        out.reshape(-1),
-        bad,
-        n,
-    )
-    if not bad[0]:
-        parallel(j.log_softmax_nll_backward_rows, args, rows, max(1, _GRAIN // max(n, 1)))
+    args = (y.reshape(-1), t, q, y.dtype.type(1), reduction == "mean", ignore_index, out.reshape(-1), bad, n)
+    parallel(j.log_softmax_nll_backward_rows, args, rows, max(1, _GRAIN // max(n, 1)))
     if bad[0]:
         return _eager_cross_entropy_backward(grad, log_probs, target, ignore_index, reduction)
     return from_array(out, log_probs._dtype)

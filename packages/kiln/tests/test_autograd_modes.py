@@ -6,7 +6,6 @@ inference_mode, detach, requires_grad_, retain_grad, anomaly mode."""
 from __future__ import annotations
 
 import contextlib
-
 import warnings
 
 import kiln_testutil as U
@@ -123,7 +122,6 @@ def test_inference_mode():
     assert f(kx).is_inference()
     with kiln.inference_mode(False):
         assert not (kx * 2).is_inference()
-
 
 
 @pytest.mark.parametrize("switch", ["enable_grad", "set_grad_enabled", "set_grad_enabled call"])

@@ -657,6 +657,9 @@ def test_inplace_into_read_only_memory_raises_numpys_error():
             lambda t: t.add_(1, alpha=2),
             lambda t: t.clamp_(0, 0.5),
             lambda t: t.mul_(2),
+            lambda t: t.add_(kiln.ones(n)),  # one ufunc writing into self: its own error, caught
+            lambda t: t.mul_(t),
+            lambda t: t.sub_(kiln.ones(n, dtype=kiln.float64)),
             lambda t: t.index_add_(0, kiln.tensor([0]), kiln.ones(1)),
             lambda t: t.index_put_((kiln.tensor([1]),), kiln.tensor(2.0), True),
             lambda t: t.scatter_add_(0, kiln.tensor([2]), kiln.ones(1)),

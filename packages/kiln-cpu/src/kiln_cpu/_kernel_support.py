@@ -209,8 +209,12 @@ def inplace_kernel(name: str, kernel):
     loops_floor = _exact_floor if getattr(kernel, "exact", True) else floor
 
     def inplace(spec, a, *args):
-        least = floor() if one_pass is not None and args[1:] == one_pass else loops_floor()
-        if math.prod(a._shape) >= max(least, 1) and a._numpy().flags.writeable:
+        n = math.prod(a._shape)
+        if (
+            n
+            and n >= (floor() if one_pass is not None and args[1:] == one_pass else loops_floor())
+            and a._numpy().flags.writeable
+        ):
             for x in args:
                 if not apart(x, a):
                     break

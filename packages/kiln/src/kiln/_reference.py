@@ -249,17 +249,24 @@ def _write_into_kernel(opdef, into: Callable) -> Callable:
         plain = None
 
     def kernel(spec, a, *args):
-        x = a._numpy()
+        x = a._numpy() if a._np is None else a._np
         c = COMPUTE_NUMPY.get(spec.dtype)
-        if x.dtype is not c or not x.flags.writeable:
-            return None  # a read-only self: out of place, then the copy raises NumPy's error
+        if x.dtype is not c:
+            return None
         if plain is not None and x.__class__ is np.ndarray and args[1:] == plain_rest:
             b = args[0]
             if isinstance(b, Tensor):
                 b = b._numpy() if b._np is None else b._np
                 if b.__class__ is np.ndarray and b.dtype is c:
-                    _quiet.run(plain, x, b, x)  # (out=x)
+                    try:
+                        _quiet.run(plain, x, b, x)  # (out=x)
+                    except ValueError:  # a read-only self (tested only then: the flags cost a tenth of the call)
+                        if x.flags.writeable:
+                            raise
+                        return None  # out of place, then the copy raises NumPy's error
                     return a
+        if not x.flags.writeable:
+            return None  # as above
         write(spec, x, *_arrays(args, positions))
         return a
 

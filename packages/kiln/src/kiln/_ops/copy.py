@@ -515,6 +515,13 @@ def _write_in_place(opdef, kernel, args: tuple, self: Tensor) -> Tensor | None:
     return self
 
 
+def _check_overlaps(self: Tensor, a, kind: str) -> None:
+    """The overlap check ``kind`` (``"partial"`` or ``"any"``) of an in-place op's argument ``a`` (a tensor, a
+    list of them, or another value, which has none) with ``self``."""
+    for t in a if isinstance(a, (list, tuple)) else (a,):
+        _check_partial_overlap(self, t, kind == "any")
+
+
 def inplace_variant(fn, name: str, doc: str, needs_self: bool, overlaps: dict | None = None):
     """The in-place method ``name`` of the out-of-place op ``fn`` (``add`` -> ``add_``).
 
@@ -532,6 +539,7 @@ def inplace_variant(fn, name: str, doc: str, needs_self: bool, overlaps: dict | 
     # a record that names the node of an op with no formula by a function: PyTorch's in-place form replaces
     # self's values with a zero gradient (the comparisons: eq_ gives EqBackward0/1; see kiln._dispatch.op)
     replaces = not differentiable and callable(opdef.grad_fn_name)
+    leaf_ok = not differentiable and not replaces  # logical_and_...: nothing recorded, so even a leaf may be written
     if overlaps is None:
         pointwise = "pointwise" in opdef.tags
         overlaps = {opdef.param_names[i]: "partial" for i in opdef.tensor_params[1:]} if pointwise else {}
@@ -550,26 +558,24 @@ def inplace_variant(fn, name: str, doc: str, needs_self: bool, overlaps: dict | 
             finally:
                 state.pre_autograd_modes = saved
         bound = bind(self, *args, **kwargs)  # a wrong argument: the TypeError comes first, as in PyTorch
-        _check_no_overlap(self)
+        if 0 in self._stride:  # (only a stride of 0 can make elements share memory)
+            _check_no_overlap(self)
         recording = False
         if (differentiable or replaces) and (not moded or state.grad_enabled):
-            if self._requires_grad or (self._base is not None and self.requires_grad):
-                recording = True
-            else:
-                for a in bound:  # (a loop, not any() over a generator: a frame less per argument)
-                    if isinstance(a, Tensor) and a.requires_grad:
-                        recording = True
-                        break
-        # logical_and_, ...: nothing to record, so even a leaf that requires grad may be written
-        _check_inplace_allowed(self, leaf_ok=not differentiable and not replaces)
+            for a in bound:  # self first; (a loop, not any() over a generator: a frame less per argument)
+                # requires_grad's property only for a view, whose base may have been written since
+                if isinstance(a, Tensor) and (a._requires_grad or (a._base is not None and a.requires_grad)):
+                    recording = True
+                    break
+        _check_inplace_allowed(self, leaf_ok)
         for i, kind in checks:  # the overlaps with self PyTorch refuses, after the checks above (its order)
+            a = bound[i]
+            if a.__class__ is Tensor and a._storage is not self._storage:
+                continue  # its memory lies elsewhere (the usual case, decided without a call)
             if callable(kind):
                 kind = kind(bound)
-            if kind is None:
-                continue
-            a = bound[i]
-            for t in a if isinstance(a, (list, tuple)) else (a,):
-                _check_partial_overlap(self, t, kind == "any")
+            if kind is not None:
+                _check_overlaps(self, a, kind)
         if recording and replaces:
             read = tuple(a for a in bound[1:] if isinstance(a, Tensor))
             return apply_inplace(self, lambda s: fn(s, *args, **kwargs), False, opdef.grad_fn_name(bound), read)

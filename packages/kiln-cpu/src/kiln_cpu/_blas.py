@@ -100,8 +100,10 @@ class limit:
 
     def __enter__(self):
         global _users, _saved, _current
+        if self.n is None:  # (tested first: a small product's block costs no lookup)
+            return self
         found = functions()
-        if found is None or self.n is None:
+        if found is None:
             return self
         with _lock:
             if _users == 0:
@@ -115,8 +117,10 @@ class limit:
 
     def __exit__(self, *exc):
         global _users, _current
+        if self.n is None:
+            return
         found = functions()
-        if found is None or self.n is None:
+        if found is None:
             return
         with _lock:
             _users -= 1
@@ -186,6 +190,10 @@ def threads_for(macs: int) -> int | None:
     return 1 if macs < config.blas_threads_min_macs else _threads.get_num_threads()
 
 
+_UNCHANGED = limit(None)  # the block of every product that leaves the count alone (made once: nothing to hold)
+
+
 def for_product(k: int, shape: tuple) -> limit:
     """The :class:`limit` for a product of depth ``k`` into a result of ``shape`` (batch dims included)."""
-    return limit(threads_for(k * math.prod(shape)))
+    n = threads_for(k * math.prod(shape))
+    return _UNCHANGED if n is None else limit(n)

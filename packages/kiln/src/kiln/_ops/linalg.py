@@ -80,7 +80,11 @@ _MATMUL_NODES = {(2, 2): "MmBackward0", (1, 1): "DotBackward0", (2, 1): "MvBackw
 
 def _matmul_ref(spec, a, b):
     compute = _compute_np(spec.dtype)
-    return np.matmul(a.astype(compute, copy=False), b.astype(compute, copy=False))
+    if a.dtype is not compute:  # (NumPy's builtin dtypes are singletons; a cast of nothing still costs a call)
+        a = a.astype(compute)
+    if b.dtype is not compute:
+        b = b.astype(compute)
+    return np.matmul(a, b)
 
 
 def _matmul_backward(grad, input, other, input_shape, input_stride, other_shape, other_stride, needs_input_grad):

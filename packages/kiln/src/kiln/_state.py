@@ -23,11 +23,8 @@ import threading
 
 class _DispatchState(threading.local):
     def __init__(self) -> None:
-        self.grad_enabled = True  # whether ops record: False throughout inference mode
+        self.grad_enabled = True
         self.inference = False
-        # inside inference mode, the grad mode ``is_grad_enabled`` reports (``enable_grad`` sets it, yet
-        # nothing records there, as PyTorch's inference mode leaves autograd out whatever the grad mode)
-        self.inference_grad = False
         # Modes in front of autograd (autocast) and behind it (tracing, profiling). Tuples, so that
         # "is any mode active" is a truth test and pushing never mutates a tuple another frame holds.
         self.pre_autograd_modes: tuple = ()

@@ -27,29 +27,8 @@ __all__ = [
 
 
 def is_grad_enabled() -> bool:
-    """True when grad mode is on in this thread: operations are recorded for autograd, except inside
-    :class:`inference_mode`, where ``enable_grad`` turns grad mode on and nothing is recorded still."""
-    if not away[0]:
-        return True
-    return state.inference_grad if state.inference else state.grad_enabled
-
-
-def _set_grad_mode(mode: bool) -> tuple:
-    """Set this thread's grad mode; what :func:`_restore_grad_mode` takes to set it back. Inside inference
-    mode only the mode reported changes (ops record nothing there, as in PyTorch)."""
-    if inference_away[0] and state.inference:
-        prev = ("inference", state.inference_grad)
-        state.inference_grad = mode
-        return prev
-    return ("grad", set_state("grad_enabled", mode))
-
-
-def _restore_grad_mode(prev: tuple) -> None:
-    kind, value = prev
-    if kind == "inference":
-        state.inference_grad = value
-    else:
-        set_state("grad_enabled", value)
+    """True when operations are recorded for autograd in this thread."""
+    return state.grad_enabled if away[0] else True
 
 
 def is_inference_mode_enabled() -> bool:
@@ -107,10 +86,10 @@ class _ForceGradMode(_DecoratorContextManager):
         return cls()(orig_func)
 
     def __enter__(self):
-        self.prev = _set_grad_mode(self._mode)
+        self.prev = set_state("grad_enabled", self._mode)
 
     def __exit__(self, *exc):
-        _restore_grad_mode(self.prev)
+        set_state("grad_enabled", self.prev)
 
 
 class no_grad(_ForceGradMode):
@@ -130,16 +109,16 @@ class set_grad_enabled(_DecoratorContextManager):
 
     def __init__(self, mode: bool):
         self.mode = bool(mode)
-        self.prev = _set_grad_mode(self.mode)
+        self.prev = set_state("grad_enabled", self.mode)
 
     def __enter__(self):
         pass
 
     def __exit__(self, *exc):
-        _restore_grad_mode(self.prev)
+        set_state("grad_enabled", self.prev)
 
     def __call__(self, func):
-        _restore_grad_mode(self.prev)  # used as a decorator: the call above must not change the mode
+        set_state("grad_enabled", self.prev)  # used as a decorator: the call above must not change the mode
         return super().__call__(func)
 
     def clone(self):
@@ -158,19 +137,12 @@ class inference_mode(_DecoratorContextManager):
         return cls()(mode)
 
     def __enter__(self):
-        # inference_mode(False) restores normal autograd, grad mode included (as PyTorch); inside, grad mode
-        # reads off until an enable_grad turns it on (state.inference_grad)
-        self.prev = (
-            set_state("grad_enabled", not self.mode),
-            set_state("inference", self.mode),
-            state.inference_grad,
-        )
-        state.inference_grad = False
+        # inference_mode(False) restores normal autograd, grad mode included (as PyTorch)
+        self.prev = (set_state("grad_enabled", not self.mode), set_state("inference", self.mode))
 
     def __exit__(self, *exc):
         set_state("grad_enabled", self.prev[0])
         set_state("inference", self.prev[1])
-        state.inference_grad = self.prev[2]
 
     def clone(self):
         return self.__class__(self.mode)

@@ -987,3 +987,17 @@ def test_inplace_makes_non_leaf_history_like_torch():
     ky[0].mul_(2)
     ty[0].mul_(2)
     assert ky.grad_fn.name() == ty.grad_fn.name().replace("torch::", "kiln::")  # CopySlices
+
+
+@pytest.mark.parametrize("grad_mode", [True, False])
+def test_inplace_with_a_sparse_operand_matches_torch(grad_mode):
+    # a dense tensor written with a sparse COO operand, in grad mode too (its recording test reads the operand)
+    def run(L):
+        dense = L.zeros(3)
+        sparse = L.sparse_coo_tensor(L.tensor([[0, 2]]), L.tensor([1.0, 2.0]), (3,))
+        with L.set_grad_enabled(grad_mode):
+            dense.add_(sparse)
+            dense.sub_(sparse, alpha=0.5)
+        return dense
+
+    U.assert_close(run(kiln), run(torch))

@@ -431,8 +431,21 @@ def test_unfold_is_a_view_and_errors_match_torch():
         lambda L: L.tensor(5.0).unfold(1, 1, 1),
         lambda L: L.zeros(0, 3).unfold(0, 1, 1),
         lambda L: L.unfold_copy(L.ones(3), 0, 4, 1),
+        lambda L: L.ones(3, 4).unfold(1, 2.0, 1),  # not int-like: PyTorch's argument error
+        lambda L: L.ones(3, 4).unfold(1, True, 1),
+        lambda L: L.ones(3, 4).unfold(1.0, 2, 1),
     ):
         U.assert_same_error(lambda: fn(kiln), lambda: fn(torch))
+
+
+def test_unfold_takes_numpy_integers_as_ints():
+    # int-like arguments become ints: a NumPy step would otherwise reach the view's strides (and its NumPy array)
+    args = (0, np.int64(3), np.int64(2))
+    k, t = kiln.arange(12.0).unfold(*args), torch.arange(12.0).unfold(*args)
+    assert k.shape == t.shape and k.stride() == t.stride()
+    assert all(type(s) is int for s in (*k.shape, *k.stride()))
+    U.assert_close(k.sum(), t.sum())
+    U.assert_close(k, t)
 
 
 @pytest.mark.parametrize(

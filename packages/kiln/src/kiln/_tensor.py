@@ -470,8 +470,8 @@ class Tensor:
                 a = np.empty(self._shape, st.dtype)
             else:
                 isz = self._dtype.itemsize
-                # (map over the bound multiply: no generator frame, a fifth of this path on a 2-d view)
-                a = np.ndarray(self._shape, st.dtype, st, self._offset * isz, tuple(map(isz.__mul__, self._stride)))
+                # (a list, not a generator: no resumed frame per dim)
+                a = np.ndarray(self._shape, st.dtype, st, self._offset * isz, tuple([s * isz for s in self._stride]))
             self._np = a
         return a
 

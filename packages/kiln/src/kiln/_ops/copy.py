@@ -563,8 +563,13 @@ def inplace_variant(fn, name: str, doc: str, needs_self: bool, overlaps: dict | 
         recording = False
         if (differentiable or replaces) and (not moded or state.grad_enabled):
             for a in bound:  # self first; (a loop, not any() over a generator: a frame less per argument)
-                # requires_grad's property only for a view, whose base may have been written since
-                if isinstance(a, Tensor) and (a._requires_grad or (a._base is not None and a.requires_grad)):
+                # requires_grad's property only for a view (its base may have been written since) and a subclass
+                # (a sparse tensor has no _base to read)
+                if isinstance(a, Tensor) and (
+                    a.requires_grad
+                    if a.__class__ is not Tensor
+                    else a._requires_grad or (a._base is not None and a.requires_grad)
+                ):
                     recording = True
                     break
         _check_inplace_allowed(self, leaf_ok)

@@ -10,6 +10,8 @@ old elements) of a tensor that does not require grad.
 
 from __future__ import annotations
 
+import operator
+
 from kiln._dispatch import op
 from kiln._ops._meta import wrap_dim
 from kiln._ops.strided import _strided_scatter, as_strided
@@ -86,7 +88,13 @@ def _unfold_view(input: Tensor, dimension: int, size: int, step: int) -> Tensor:
 def _tensor_unfold(self: Tensor, dimension: int, size: int, step: int) -> Tensor:
     """A view of the windows of length ``size``, ``step`` apart, along ``dimension``: that dim becomes the
     number of windows, ``(length - size) // step + 1``, and a last dim of length ``size`` is appended."""
-    return _unfold_view(self, dimension, size, step)
+    args = [dimension, size, step]
+    for pos, (name, v) in enumerate(zip(("dimension", "size", "step"), args)):
+        # int-like values as ints (a NumPy integer's product would otherwise become a stride), others refused
+        if isinstance(v, bool) or not hasattr(type(v), "__index__"):
+            raise TypeError(f"unfold(): argument '{name}' (position {pos + 1}) must be int, not {type(v).__name__}")
+        args[pos] = operator.index(v)
+    return _unfold_view(self, *args)
 
 
 Tensor.unfold = _tensor_unfold

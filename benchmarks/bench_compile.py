@@ -10,7 +10,9 @@ numpy. Cases:
   (``training_models.py``): eager,
   the model compiled (``kiln.compile(model)``: forward and backward are each one program), and the whole step
   compiled (``kiln.compile(step)``: forward, backward and the optimizer's writes in one program); and the
-  whole step with Adam, eager against compiled (its update traced, against kiln-cpu's fused one eagerly);
+  whole step with Adam, eager against compiled (its update traced, against kiln-cpu's fused one eagerly); and
+  each whole step compiled with ``mode="reduce-overhead"`` (one native function where kiln-cpu takes the
+  graph: kiln.compile's whole programs);
 * other batch sizes (``shapes`` in the record): for the whole SGD steps, the first call at a new batch size
   (a trace; the fused kernels of the first other size, which read their sizes at run time, serve it), and the
   compiled step at another size (those kernels) against the first size's (kernels made for its shapes).
@@ -92,6 +94,11 @@ def step(lib, model, opt, x, y):
     return loss.detach()
 
 
+_NATIVE = 'whole step compiled with mode="reduce-overhead"'
+"""The label of the whole step compiled into one native function where kiln-cpu takes its graph
+(kiln.compile._whole; the CNN's convolutions keep the default program)."""
+
+
 def _steps(kiln, torch, rng) -> list[dict]:
     import kiln.nn
 
@@ -104,9 +111,9 @@ def _steps(kiln, torch, rng) -> list[dict]:
         t_opt = getattr(torch.optim, opt_name)(t_model.parameters(), lr=lr)
         xt, yt = torch.from_numpy(x), torch.from_numpy(y)
         xk, yk = kiln.from_numpy(x), kiln.from_numpy(y)
-        labels = {"model": "model compiled", "step": "whole step compiled"}
+        labels = {"model": "model compiled", "step": "whole step compiled", "native": _NATIVE}
         if opt_name != "SGD":  # the optimizer is what differs: the whole step alone
-            labels = {"step": f"whole step with {opt_name} compiled"}
+            labels = {"step": f"whole step with {opt_name} compiled", "native": f"{_NATIVE}, {opt_name}"}
         kinds = {}
         for kind in ("eager", *labels):
             model = make(kiln.nn)
@@ -117,7 +124,8 @@ def _steps(kiln, torch, rng) -> list[dict]:
             elif kind == "model":
                 kinds[kind] = lambda m=kiln.compile(model), o=opt, x=xk, y=yk: step(kiln, m, o, x, y)
             else:
-                whole = kiln.compile(lambda x, y, m=model, o=opt: step(kiln, m, o, x, y))
+                mode = "reduce-overhead" if kind == "native" else None
+                whole = kiln.compile(lambda x, y, m=model, o=opt: step(kiln, m, o, x, y), mode=mode)
                 kinds[kind] = lambda w=whole, x=xk, y=yk: w(x, y)
         for kind, label in labels.items():
             cases.append(

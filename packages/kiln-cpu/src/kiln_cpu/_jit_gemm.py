@@ -19,6 +19,7 @@ elements).
 
 from __future__ import annotations
 
+import numpy as np
 from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
@@ -196,3 +197,39 @@ def mkl_product(gemm, batch_gemm, set_threads, threads, alpha, beta, a, b, out):
         )
     _call_int(set_threads, saved)
     return True
+
+
+@njit(**_SERIAL)
+def blas_product(addr, ilp64, alpha, beta, a, b, out):
+    """``out[...] = alpha * (a @ b) + beta * out`` for 2-d operands by the cblas ``?gemm`` at ``addr``
+    (``out`` C-contiguous, not read when ``beta`` is 0); an operand BLAS cannot read as it is (neither dim of
+    unit stride) is copied to row-major first. Whole programs call it (:mod:`kiln_cpu.whole`)."""
+    isz = a.itemsize
+    m, k, n = a.shape[0], a.shape[1], b.shape[1]
+    ta, lda = operand(m, k, a.strides[0] // isz, a.strides[1] // isz)
+    tb, ldb = operand(k, n, b.strides[0] // isz, b.strides[1] // isz)
+    ac = np.ascontiguousarray(a) if ta == 0 else a
+    bc = np.ascontiguousarray(b) if tb == 0 else b
+    if ta == 0:
+        ta, lda = NO_TRANS, max(k, 1)
+    if tb == 0:
+        tb, ldb = NO_TRANS, max(n, 1)
+    alpha_, beta_ = a.dtype.type(alpha), a.dtype.type(beta)
+    gemm(addr, ilp64, ta, tb, m, n, k, alpha_, ptr(ac, 0), lda, ptr(bc, 0), ldb, beta_, ptr(out, 0), max(n, 1))
+
+
+@njit(**_SERIAL)
+def mkl_or_copies(gemm_addr, batch_gemm, set_threads, threads, alpha, beta, a, b, out):
+    """:func:`mkl_product` of 2-d operands, with row-major copies of them where MKL cannot read them as they are."""
+    if not mkl_product(gemm_addr, batch_gemm, set_threads, threads, alpha, beta, a, b, out):
+        mkl_product(
+            gemm_addr,
+            batch_gemm,
+            set_threads,
+            threads,
+            alpha,
+            beta,
+            np.ascontiguousarray(a),
+            np.ascontiguousarray(b),
+            out,
+        )

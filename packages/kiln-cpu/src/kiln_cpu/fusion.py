@@ -509,5 +509,13 @@ class _CodeGenerator:
     log_softmax_nll = staticmethod(kernels_loss.log_softmax_nll)
     log_softmax_nll_backward = staticmethod(kernels_loss.log_softmax_nll_backward)
 
+    @staticmethod
+    def program(plan):
+        """A whole graph (a kiln.compile ``WholeProgram``) as one native function, or None
+        (:mod:`kiln_cpu.whole`)."""
+        from kiln_cpu.whole import program
+
+        return program(plan)
+
 
 codegen = _CodeGenerator()

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kiln.compile import _config as config
-from kiln.compile._backends import list_backends
+from kiln.compile._backends import list_backends, whole_backend
 from kiln.compile._graph import Graph, Node, Value
 from kiln.compile._guards import module_class
 from kiln.compile._marks import ConstraintViolationError
@@ -54,6 +54,7 @@ if os.environ.get("KILN_COMPILE_DISABLE") == "1":
     config.disabled = True
 
 _MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+_WHOLE_MODES = ("reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")  # kiln.compile._whole
 _compiled: weakref.WeakSet = weakref.WeakSet()
 
 
@@ -85,7 +86,10 @@ def compile(  # noqa: A001 - PyTorch's name
       read at run time. ``False``: every new shape counts towards ``cache_size_limit`` and gets kernels made
       for it. Whatever ``dynamic`` is, a dim marked with ``kiln._dynamo.mark_dynamic`` is compiled for varying
       sizes from its first trace, and one marked with ``mark_static`` counts every new size.
-    * ``mode``: PyTorch's modes are accepted; kiln's code generation is the same for all of them.
+    * ``mode``: PyTorch's modes are accepted. With the ``"kiln"`` backend, ``"reduce-overhead"``, ``"max-autotune"``
+      and ``"max-autotune-no-cudagraphs"`` compile each traced graph whole into one native function where the
+      device's code generator can (kiln-cpu: the ops of an MLP's training step; others keep the default
+      program): no Python runs between its ops, at the price of a longer first compilation (cached on disk).
     * ``disable=True``: return ``model`` unchanged.
     """
     if mode not in _MODES:
@@ -100,6 +104,8 @@ def compile(  # noqa: A001 - PyTorch's name
         )
     if not callable(model):
         raise RuntimeError("kiln.compile: the model must be a callable (a function or a kiln.nn.Module)")
+    if mode in _WHOLE_MODES and backend in ("kiln", "inductor"):
+        backend = whole_backend
     if disable or getattr(model, "_kiln_compile_disabled", False):
         return model
     module_cls = module_class()  # None without kiln-nn imported: then model cannot be a module

@@ -27,20 +27,33 @@ from kiln.compile._fusion import lower as fusion_lower
 from kiln.compile._graph import Graph
 from kiln.compile._passes import decompose, optimize
 from kiln.compile._patterns import lower as patterns_lower
+from kiln.compile._whole import whole_program
 
-__all__ = ["debug_backend", "eager_backend", "kiln_backend", "list_backends", "lookup_backend"]
+__all__ = ["debug_backend", "eager_backend", "kiln_backend", "list_backends", "lookup_backend", "whole_backend"]
 
 _ALIASES = {"inductor": "kiln", "aot_eager": "eager"}
 
 
-def kiln_backend(graph: Graph, example_inputs: list) -> Callable:
-    """The default backend: passes, then generated code (with the device's fused kernels)."""
+def kiln_backend(graph: Graph, example_inputs: list, *, whole: bool = False) -> Callable:
+    """The default backend: passes, then generated code (with the device's fused kernels); with ``whole``,
+    the device's code generator's native program of the whole graph where it makes one
+    (:mod:`kiln.compile._whole`)."""
     graph = optimize(graph)
     codegens = {c.device_type: c for c in kiln.plugins.compilers().values() if getattr(c, "device_type", None)}
     if codegens:  # pointwise ops the fusion has no expression for, written in ones it has (and folded again)
         graph = optimize(decompose(graph, keep=lambda op: op.name in EXPRESSIONS or "pointwise" not in op.tags))
+        if whole:
+            program = whole_program(graph, codegens)
+            if program is not None:
+                return program
         graph = hoist_reductions(graph, codegens)
     return generate(graph, functools.partial(_lower, codegens=codegens))
+
+
+def whole_backend(graph: Graph, example_inputs: list) -> Callable:
+    """``"kiln"`` compiling each graph whole into one native function where the device's code generator can
+    (``kiln.compile(mode="reduce-overhead")`` or ``"max-autotune"``): no Python between its ops."""
+    return kiln_backend(graph, example_inputs, whole=True)
 
 
 def _lower(graph: Graph, names, codegens: dict) -> dict[int, str | None]:

@@ -29,12 +29,13 @@ def contiguous_strides(shape: tuple) -> tuple:
 class Value:
     """One tensor of a graph: a graph input or a node's output, with the metadata the trace saw."""
 
-    __slots__ = ("index", "shape", "stride", "dtype", "device", "requires_grad", "source")
+    __slots__ = ("index", "shape", "stride", "offset", "dtype", "device", "requires_grad", "source")
 
     def __init__(self, index: int, t: kiln.Tensor, source: str) -> None:
         self.index = index
         self.shape = tuple(t.shape)
         self.stride = t.stride()
+        self.offset = t.storage_offset()  # (a view's spec gives its offset into the same storage)
         self.dtype = t.dtype
         self.device = t.device
         self.requires_grad = t.requires_grad

@@ -1,0 +1,138 @@
+"""Whole programs (``mode="reduce-overhead"``): a graph compiled into one native function by the device's code
+generator gives the eager results — training steps of an MLP (parameters, gradients, losses, version counts),
+pointwise ops with broadcasting, views of inputs and of made values, reductions, products in both float
+dtypes — and the eager error for a bad target, with nothing written. A graph with an op the generator does
+not take keeps the default program."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+import kiln
+import kiln.compile
+import kiln.nn as nn
+import kiln.nn.functional as F
+import kiln.plugins
+
+CODEGEN = next((c for c in kiln.plugins.compilers().values() if getattr(c, "device_type", None) == "cpu"), None)
+pytestmark = pytest.mark.skipif(getattr(CODEGEN, "program", None) is None, reason="no cpu whole-program generator")
+
+
+def _whole(compiled) -> bool:
+    """Whether a compiled function's first trace runs as a whole program (its forward has no Python source of
+    kernel calls but the native function's)."""
+    fwd = compiled._entries[0].forward
+    return "@njit" in getattr(fwd, "source", "")
+
+
+def _step_fn(model, opt, x, y):
+    def step():
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    return step
+
+
+@pytest.mark.parametrize("dtype", [kiln.float32, kiln.float64])
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune"])
+def test_mlp_training_steps_match_eager(dtype, mode):
+    kiln.manual_seed(0)
+    model = nn.Sequential(nn.Linear(20, 32), nn.ReLU(), nn.Linear(32, 7)).to(dtype)
+    twin = copy.deepcopy(model)
+    x = kiln.randn(16, 20, dtype=dtype)
+    y = kiln.randint(0, 7, (16,))
+    y[3] = -100  # an ignored row
+    eager = _step_fn(model, kiln.optim.SGD(model.parameters(), lr=0.1), x, y)
+    compiled = kiln.compile(_step_fn(twin, kiln.optim.SGD(twin.parameters(), lr=0.1), x, y), mode=mode)
+    tol = 1e-5 if dtype is kiln.float32 else 1e-12
+    for _ in range(4):
+        le, lc = eager(), compiled()
+        assert lc.dtype is dtype and lc.shape == ()
+        assert kiln.allclose(lc, le, rtol=tol, atol=tol)
+    assert _whole(compiled)
+    for (name, pe), pc in zip(model.named_parameters(), twin.parameters()):
+        assert kiln.allclose(pc, pe, rtol=tol, atol=tol), name
+        assert kiln.allclose(pc.grad, pe.grad, rtol=tol, atol=tol), name
+        assert pc._version > 0  # the update was counted as a write
+
+
+def test_a_bad_target_raises_the_eager_error_and_writes_nothing():
+    kiln.manual_seed(1)
+    model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
+    x = kiln.randn(5, 6)
+    y = kiln.tensor([0, 1, 2, 1, 0])
+    step = kiln.compile(_step_fn(model, kiln.optim.SGD(model.parameters(), lr=0.5), x, y), mode="reduce-overhead")
+    step()
+    step()
+    assert _whole(step)
+    before = [p.detach().clone() for p in model.parameters()]
+    y[2] = 3  # out of range for 3 classes
+    with pytest.raises(IndexError, match="Target 3 is out of bounds"):
+        step()
+    for p, b in zip(model.parameters(), before):
+        assert kiln.equal(p, b)
+    y[2] = 2
+    step()  # and it runs again
+
+
+def _pointwise(x, w, b):
+    h = (x * w.t() + b).relu()  # broadcasting, a transposed input
+    g = h[:, 1:] * 2.0 - h[:, :-1].sigmoid()  # views of a made value at an offset
+    return g.sum(0), g.mean(), (h.t() @ x).tanh()
+
+
+@pytest.mark.parametrize("dtype", [kiln.float32, kiln.float64])
+def test_pointwise_views_reductions_and_products_match_eager(dtype):
+    kiln.manual_seed(2)
+    x = kiln.randn(4, 6, dtype=dtype)
+    w = kiln.randn(6, 4, dtype=dtype)
+    b = kiln.randn(6, dtype=dtype)
+    compiled = kiln.compile(_pointwise, mode="reduce-overhead")
+    compiled(x, w, b)
+    got = compiled(x, w, b)
+    assert _whole(compiled)
+    tol = 1e-5 if dtype is kiln.float32 else 1e-12
+    for g, e in zip(got, _pointwise(x, w, b)):
+        assert g.shape == e.shape and g.dtype is e.dtype
+        assert kiln.allclose(g, e, rtol=tol, atol=tol)
+
+
+def test_a_write_into_an_input_is_counted_and_seen_by_autograd():
+    def f(a, b):
+        a.add_(b * 2)
+        return a * 3
+
+    a, b = kiln.randn(5), kiln.randn(5)
+    compiled = kiln.compile(f, mode="reduce-overhead")
+    expected = f(a.clone(), b)
+    a1 = a.clone()
+    compiled(a1, b)
+    a2 = a.clone()
+    v = a2._version
+    out = compiled(a2, b)
+    assert _whole(compiled)
+    assert kiln.allclose(out, expected) and kiln.allclose(a2, a + b * 2)
+    assert a2._version == v + 1
+
+
+def test_an_op_it_does_not_take_keeps_the_default_program():
+    def f(x):
+        return kiln.sort(x, dim=1).values.exp()
+
+    x = kiln.randn(3, 5)
+    compiled = kiln.compile(f, mode="reduce-overhead")
+    compiled(x)
+    assert kiln.allclose(compiled(x), f(x))
+    assert not _whole(compiled)
+
+
+def test_another_shape_traces_again():
+    f = kiln.compile(lambda x, y: (x @ y).relu().sum(1), mode="reduce-overhead")
+    for n in (3, 5, 3):
+        x, y = kiln.randn(n, 4), kiln.randn(4, 2)
+        assert kiln.allclose(f(x, y), (x @ y).relu().sum(1))

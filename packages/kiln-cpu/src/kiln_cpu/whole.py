@@ -1,0 +1,536 @@
+"""kiln-cpu's whole programs: a kiln.compile graph (``mode="reduce-overhead"``) as one Numba function.
+
+kiln-compile hands over a ``WholeProgram`` (:mod:`kiln.compile._whole`: the graph's values with their traced
+layouts, its steps, its outputs and ``.grad`` assignments); :func:`program` writes one ``@njit`` function
+for it, a file named by the text's hash under ``KILN_CPU_CACHE`` like the fused loops, so a program
+compiles once per machine. The steps run without returning to Python between them: a small training step
+spends its time in its arithmetic and its products, not in a Python call per op over caches its last
+product emptied (a 784-256-10 MLP's step, one thread: about 0.65x PyTorch eager's time in one function,
+0.95x as one Python call per kernel).
+
+Each value is a local array in the traced layout: a value the program makes is allocated in its traced
+strides; a view (an op tagged ``view``) is ``as_strided`` over the buffer it views, at the offset and strides
+its spec gives (over an input, only a view that starts at the input's first element: ``t``, ``transpose``,
+``expand``, ``view`` and the like, not a slice past it). Pointwise ops compute their fused expression
+(the one a fused group computes) in a loop over the output; products call the BLAS the eager kernels use
+(MKL where kiln-cpu's ``mkl`` extra is active, else NumPy's OpenBLAS); sums and means accumulate in
+float64; the cross entropy's four ops (``_log_softmax``, ``_nll_loss`` and their backwards over the rows of
+a 2-d input) are loops of their own. ``_copy_from`` into an input writes the input's memory, counted with
+``mark_written`` after the call. Anything else (another op, another dtype, a layout not above, an output
+that views an input or another output) makes :func:`program` return None: kiln-compile's default program
+runs it. A target out of range stops the function before it writes an input; the call is then run by the
+graph op by op, which raises PyTorch's error.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+import kiln
+from kiln.backend import from_array, generated_module, host_view, mark_written
+from kiln_cpu import _blas, _mkl
+from kiln_cpu.fusion import _module_text, cache_dir
+
+__all__ = ["program"]
+
+_DTYPES = {kiln.float32: "float32", kiln.float64: "float64", kiln.int64: "int64", kiln.bool: "bool_"}
+_FLOATS = (kiln.float32, kiln.float64)
+
+
+class _Refused(Exception):
+    """The plan holds something this generator does not compile."""
+
+
+class StopProgram(Exception):
+    """Raised by a whole program at a value its loops do not take (a target out of range), before it wrote
+    any input: the call is run by the graph op by op instead, which raises PyTorch's error."""
+
+
+def _contiguous(shape: tuple) -> tuple:
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))
+
+
+class _Writer:
+    """The function's text, value by value."""
+
+    def __init__(self, plan) -> None:
+        self.plan = plan
+        self.lines: list[str] = []
+        self.extra: list[tuple[str, object]] = []  # (parameter name, value): the BLAS functions' addresses
+        self.root: dict[
+            int, tuple[str, int] | None
+        ] = {}  # value -> (flat buffer it lies in, offset) or None (an input's)
+        self.fresh: set[int] = set()  # values the function allocated (not views)
+        self.written: list[int] = []  # input positions written
+        self.wrote = False
+        self.uses: dict[int, int] = {}  # value -> how many step arguments and results name it
+        self.fails = False  # some step may stop the function (status 1)
+
+    # ------------------------------------------------------------------ values
+
+    def layout(self, index: int) -> tuple:
+        return self.plan.layouts[index]
+
+    def dtype(self, index: int) -> str:
+        name = _DTYPES.get(self.layout(index)[2])
+        if name is None:
+            raise _Refused
+        return name
+
+    def alloc(self, index: int) -> str:
+        """A new array for value ``index``, in its traced strides (row-major, or a permutation of it)."""
+        shape, stride = self.layout(index)[:2]
+        name, dtype = f"v{index}", self.dtype(index)
+        order = sorted(range(len(shape)), key=lambda d: -stride[d])  # outermost first
+        perm_shape = tuple(shape[d] for d in order)
+        if tuple(stride[d] for d in order) != _contiguous(perm_shape) and 0 not in shape:
+            raise _Refused  # not dense
+        if order == list(range(len(shape))) or 0 in shape:
+            self.lines.append(f"{name} = np.empty({tuple(shape)!r}, np.{dtype})")
+            self.lines.append(f"f{index} = {name}.reshape(-1)")
+        else:
+            inverse = tuple(order.index(d) for d in range(len(shape)))
+            self.lines.append(f"f{index} = np.empty({math.prod(shape)}, np.{dtype})")
+            self.lines.append(f"{name} = np.transpose(f{index}.reshape({perm_shape!r}), {inverse!r})")
+        self.root[index] = (f"f{index}", 0)
+        self.fresh.add(index)
+        return name
+
+    def ref(self, a) -> int:
+        """The index of the plan's tensor argument ``a`` (a ``Ref``), made by an earlier step or an input."""
+        return self.known(getattr(a, "index", None))
+
+    def known(self, index) -> int:
+        if index is None or index not in self.root:
+            raise _Refused
+        return index
+
+    def read(self, index: int, shape: tuple, idx: list[str]) -> str:
+        """The element of value ``index`` (broadcast to ``shape``) at loop indices ``idx``."""
+        own = self.layout(index)[0]
+        lead = len(shape) - len(own)
+        if lead < 0:
+            raise _Refused
+        parts = [idx[lead + d] if n != 1 else "0" for d, n in enumerate(own)]
+        return f"v{index}[{', '.join(parts)}]" if parts else f"v{index}[()]"
+
+    def loops(self, shape: tuple, body: list[str], indent: str = "") -> list[str]:
+        out, pad = [], indent
+        for d, n in enumerate(shape):
+            out.append(f"{pad}for i{d} in range({n}):")
+            pad += "    "
+        return out + [pad + line for line in body]
+
+    @staticmethod
+    def at(index: int, idx: list[str]) -> str:
+        return f"v{index}[{', '.join(idx)}]" if idx else f"v{index}[()]"
+
+    # ------------------------------------------------------------------ steps
+
+    def step(self, step) -> None:
+        if step.writes is not None:
+            self.copy(step)
+        elif step.expression is not None:
+            self.pointwise(step)
+        elif "view" in step.tags:
+            self.view(step)
+        else:
+            emit = _OPS.get(step.op)
+            if emit is None:
+                raise _Refused
+            emit(self, step)
+
+    def pointwise(self, step, into: int | None = None) -> None:
+        """The step's expression in a loop over its output, stored into a new array, or into the input
+        ``into`` (the destination of the ``_copy_from`` that alone reads it: an optimizer's update, one pass)."""
+        (out,) = step.outputs
+        shape = self.layout(out)[0]
+        if into is None:
+            self.alloc(out)
+        idx = [f"i{d}" for d in range(len(shape))]
+        body = [f"x{k} = {self.read(self.known(v), shape, idx)}" for k, v in enumerate(step.inputs)]
+        body.append(f"{self.at(out if into is None else into, idx)} = {step.expression}")
+        self.lines += self.loops(shape, body)
+
+    def stores_into(self, step, nxt) -> int | None:
+        """The input that ``nxt`` copies ``step``'s value into, where ``step`` may store it there itself: a
+        pointwise value of the input's shape and dtype, read by nothing else, computed from the input (at the
+        same elements) and values the program made (which share no memory with it)."""
+        if step.expression is None or nxt is None or nxt.op != "_copy_from" or nxt.writes is None:
+            return None
+        (out,) = step.outputs
+        dst, src = getattr(nxt.args[0], "index", None), getattr(nxt.args[1], "index", None)
+        if src != out or dst not in self.plan.inputs or self.uses.get(out, 0) != 1:
+            return None
+        if self.layout(out)[:3] != self.layout(dst)[:3] or self.layout(dst)[1] != _contiguous(self.layout(dst)[0]):
+            return None
+        if any(v != dst and self.root.get(v) is None for v in step.inputs):
+            return None
+        return dst
+
+    def view(self, step) -> None:
+        (out,) = step.outputs
+        src = self.ref(step.args[0])
+        spec = step.spec
+        stride, offset = getattr(spec, "stride", None), getattr(spec, "offset", None)
+        if stride is None or offset is None or tuple(spec.shape) != self.layout(out)[0]:
+            raise _Refused
+        isz = np.dtype(self.dtype(out)).itemsize
+        strides = tuple(s * isz for s in stride)
+        rel = offset - self.layout(src)[3]  # elements past the source's first element (the offsets are the trace's)
+        root = self.root[src]
+        if root is not None:  # in a buffer the program made
+            flat, start = root
+            if start + rel < 0:
+                raise _Refused
+            self.lines.append(
+                f"v{out} = np.lib.stride_tricks.as_strided({flat}[{start + rel}:], {tuple(spec.shape)!r}, {strides!r})"
+            )
+            self.root[out] = (flat, start + rel)
+        elif rel == 0:  # a view of an input from its first element (t, transpose, expand, view...)
+            self.lines.append(f"v{out} = np.lib.stride_tricks.as_strided(v{src}, {tuple(spec.shape)!r}, {strides!r})")
+            self.root[out] = None
+        else:
+            raise _Refused
+
+    def copy(self, step) -> None:
+        if step.op != "_copy_from":
+            raise _Refused
+        dst, src = self.ref(step.args[0]), self.ref(step.args[1])
+        if dst not in self.plan.inputs or self.root[src] is None:
+            raise _Refused  # only into an input, from a value the program made (no overlap)
+        shape = self.layout(dst)[0]
+        idx = [f"i{d}" for d in range(len(shape))]
+        self.lines += self.loops(shape, [f"{self.at(dst, idx)} = {self.read(src, shape, idx)}"])
+        self.written.append(self.plan.inputs.index(dst))
+        self.wrote = True
+
+    def argument(self, name: str, value) -> str:
+        """``name``, an argument of the function that is ``value`` on every call (an address: not in the text)."""
+        if all(n != name for n, _ in self.extra):
+            self.extra.append((name, value))
+        return name
+
+    def fallible(self) -> None:
+        """The next lines may stop the function: only before any input is written (the graph then reruns)."""
+        if self.wrote:
+            raise _Refused
+        self.fails = True
+
+
+def _refs(args) -> list[int]:
+    """The value indices among a step's arguments (nested tuples included)."""
+    out = []
+    for a in args:
+        if isinstance(a, tuple):
+            out += _refs(a)
+        elif hasattr(a, "index") and type(a).__name__ == "Ref":
+            out.append(a.index)
+    return out
+
+
+def _float_args(w: _Writer, *refs) -> list[int]:
+    out = [w.ref(r) for r in refs]
+    if any(w.layout(i)[2] not in _FLOATS for i in out) or len({w.layout(i)[2] for i in out}) != 1:
+        raise _Refused
+    return out
+
+
+def _product(w: _Writer, out: int, a: int, b: int, alpha, beta) -> None:
+    """``out = alpha * a @ b + beta * out`` by the BLAS the eager kernels use. The functions' addresses are
+    the program's arguments, never its text: the text (and so the compiled file) is the same in every
+    process."""
+    dtype = np.dtype(w.dtype(out))
+    letter = "s" if dtype == np.float32 else "d"
+    mkl = _mkl.active()
+    if mkl is not None:
+        g, bg = mkl.gemm[dtype]
+        m, k = w.layout(a)[0]
+        n = w.layout(b)[0][1]
+        threads = _blas.threads_for(m * n * k) or 1
+        names = w.argument(f"mkl_{letter}gemm", g), w.argument(f"mkl_{letter}batch", bg)
+        setter = w.argument("mkl_threads", mkl.threads_address)
+        call = f"mkl_or_copies({names[0]}, {names[1]}, {setter}, {threads}, {float(alpha)!r}, {float(beta)!r}"
+    else:
+        found = _blas.gemm_function(dtype)
+        if found is None:
+            raise _Refused
+        address, ilp64 = found
+        call = f"blas_product({w.argument(f'blas_{letter}gemm', address)}, {ilp64}, {float(alpha)!r}, {float(beta)!r}"
+    w.lines.append(f"{call}, v{a}, v{b}, v{out})")
+
+
+def _matmul(w: _Writer, step) -> None:
+    a, b = _float_args(w, *step.args[:2])
+    (out,) = step.outputs
+    if len(w.layout(a)[0]) != 2 or len(w.layout(b)[0]) != 2 or w.layout(out)[1] != _contiguous(w.layout(out)[0]):
+        raise _Refused
+    w.alloc(out)
+    _product(w, out, a, b, 1, 0)
+
+
+def _addmm(w: _Writer, step) -> None:
+    base, a, b = _float_args(w, *step.args[:3])
+    beta, alpha = (list(step.args[3:5]) + [1, 1])[:2]
+    (out,) = step.outputs
+    shape = w.layout(out)[0]
+    if type(beta) not in (int, float) or type(alpha) not in (int, float) or len(w.layout(a)[0]) != 2:
+        raise _Refused
+    if w.layout(out)[1] != _contiguous(shape):
+        raise _Refused
+    w.alloc(out)
+    if beta != 0:  # the input, broadcast, which the product adds beta times
+        idx = [f"i{d}" for d in range(len(shape))]
+        w.lines += w.loops(shape, [f"{w.at(out, idx)} = {w.read(base, shape, idx)}"])
+    _product(w, out, a, b, alpha, beta)
+
+
+def _reduce(w: _Writer, step, mean: bool) -> None:
+    (x,) = _float_args(w, step.args[0])
+    dims, keepdim = (list(step.args[1:3]) + [None, False])[:2]
+    (out,) = step.outputs
+    if len(step.args) > 3 and step.args[3] is not None:
+        raise _Refused  # a dtype= argument
+    shape = w.layout(x)[0]
+    nd = len(shape)
+    if dims is None or (isinstance(dims, tuple) and not dims):
+        dims = tuple(range(nd))
+    dims = {d % max(nd, 1) for d in (dims if isinstance(dims, tuple) else (dims,))}
+    out_shape = w.layout(out)[0]
+    if w.layout(out)[1] != _contiguous(out_shape) or w.layout(out)[2] != w.layout(x)[2]:
+        raise _Refused
+    idx = [f"i{d}" for d in range(nd)]
+    kept = [("0" if keepdim else None) if d in dims else idx[d] for d in range(nd)]
+    target = [k for k in kept if k is not None]
+    count = math.prod(shape[d] for d in dims)
+    w.lines.append(f"a{out} = np.zeros({tuple(out_shape)!r}, np.float64)")
+    acc = f"a{out}[{', '.join(target)}]" if target else f"a{out}[()]"
+    w.lines += w.loops(shape, [f"{acc} += {w.at(x, idx)}"])
+    scale = f" / {count}" if mean else ""
+    w.alloc(out)
+    oidx = [f"i{d}" for d in range(len(out_shape))]
+    src = f"a{out}[{', '.join(oidx)}]" if oidx else f"a{out}[()]"
+    w.lines += w.loops(out_shape, [f"{w.at(out, oidx)} = {src}{scale}"])
+
+
+def _rows(w: _Writer, *indices) -> tuple[int, int]:
+    shapes = {w.layout(i)[0] for i in indices}
+    if len(shapes) != 1:
+        raise _Refused
+    shape = shapes.pop()
+    if len(shape) != 2:
+        raise _Refused
+    return shape
+
+
+def _log_softmax(w: _Writer, step) -> None:
+    (x,) = _float_args(w, step.args[0])
+    (out,) = step.outputs
+    rows, n = _rows(w, x, out)
+    if step.args[1] not in (1, -1):
+        raise _Refused
+    w.alloc(out)
+    w.lines += [
+        f"for r in range({rows}):",
+        f"    m = v{x}[r, 0] if {n} else 0.0",
+        f"    for j in range({n}):",
+        f"        if v{x}[r, j] > m:",
+        f"            m = v{x}[r, j]",
+        "    s = 0.0",
+        f"    for j in range({n}):",
+        f"        s += np.exp(np.float64(v{x}[r, j]) - m)",
+        "    c = m + np.log(s)",
+        f"    for j in range({n}):",
+        f"        v{out}[r, j] = v{x}[r, j] - c",
+    ]
+
+
+def _log_softmax_backward(w: _Writer, step) -> None:
+    g, y = _float_args(w, *step.args[:2])
+    (out,) = step.outputs
+    rows, n = _rows(w, g, y, out)
+    if step.args[2] not in (1, -1):
+        raise _Refused
+    w.alloc(out)
+    w.lines += [
+        f"for r in range({rows}):",
+        "    s = 0.0",
+        f"    for j in range({n}):",
+        f"        s += v{g}[r, j]",
+        f"    for j in range({n}):",
+        f"        v{out}[r, j] = v{g}[r, j] - np.exp(v{y}[r, j]) * s",
+    ]
+
+
+def _nll_args(w: _Writer, step, first: int) -> tuple:
+    x = w.ref(step.args[first])
+    t = w.ref(step.args[first + 1])
+    weight, ignore, reduction = (list(step.args[first + 2 :]) + [None, -100, "mean"])[:3]
+    if weight is not None or reduction not in ("mean", "sum") or type(ignore) is not int:
+        raise _Refused
+    if w.layout(x)[2] not in _FLOATS or w.layout(t)[2] is not kiln.int64 or len(w.layout(t)[0]) != 1:
+        raise _Refused
+    rows, n = _rows(w, x)
+    if w.layout(t)[0] != (rows,):
+        raise _Refused
+    return x, t, ignore, reduction, rows, n
+
+
+def _count_lines(t: int, ignore: int, rows: int, n: int) -> list[str]:
+    """``k``: how many targets are not ``ignore``; status 1 (stop) at one out of range."""
+    return [
+        "k = 0",
+        f"for r in range({rows}):",
+        f"    c = v{t}[r]",
+        f"    if c != {ignore}:",
+        f"        if c < 0 or c >= {n}:",
+        "            raise StopProgram()",
+        "        k += 1",
+    ]
+
+
+def _nll(w: _Writer, step) -> None:
+    x, t, ignore, reduction, rows, n = _nll_args(w, step, 0)
+    (out,) = step.outputs
+    if w.layout(out)[0] != ():
+        raise _Refused
+    w.fallible()
+    w.alloc(out)
+    w.lines += _count_lines(t, ignore, rows, n)
+    w.lines += [
+        "s = 0.0",
+        f"for r in range({rows}):",
+        f"    if v{t}[r] != {ignore}:",
+        f"        s -= v{x}[r, v{t}[r]]",
+        f"v{out}[()] = s / k if {reduction == 'mean'} else s",
+    ]
+
+
+def _nll_backward(w: _Writer, step) -> None:
+    g = w.ref(step.args[0])
+    x, t, ignore, reduction, rows, n = _nll_args(w, step, 1)
+    (out,) = step.outputs
+    if w.layout(g)[0] != () or w.layout(g)[2] is not w.layout(x)[2]:
+        raise _Refused
+    w.fallible()
+    w.alloc(out)
+    w.lines += _count_lines(t, ignore, rows, n)
+    w.lines += [
+        f"q = -v{g}[()] / k if {reduction == 'mean'} else -v{g}[()]",
+        f"v{out}[...] = 0",
+        f"for r in range({rows}):",
+        f"    if v{t}[r] != {ignore}:",
+        f"        v{out}[r, v{t}[r]] = q",
+    ]
+
+
+_OPS = {
+    "matmul": _matmul,
+    "addmm": _addmm,
+    "sum": lambda w, s: _reduce(w, s, False),
+    "mean": lambda w, s: _reduce(w, s, True),
+    "_log_softmax": _log_softmax,
+    "_log_softmax_backward_data": _log_softmax_backward,
+    "_nll_loss": _nll,
+    "_nll_loss_backward": _nll_backward,
+}
+
+
+def _text(plan) -> tuple[str, _Writer] | None:
+    w = _Writer(plan)
+    try:
+        for index in plan.inputs:
+            w.dtype(index)
+            w.root[index] = None
+        for index in plan.constants:
+            w.dtype(index)
+            w.root[index] = None
+        returned = [*plan.outputs, *(k for _, k in plan.grads if k is not None)]
+        for step in plan.steps:
+            for a in _refs(step.args):
+                w.uses[a] = w.uses.get(a, 0) + 1
+        for k in returned:
+            w.uses[k] = w.uses.get(k, 0) + 1
+        steps = list(plan.steps)
+        i = 0
+        while i < len(steps):
+            into = w.stores_into(steps[i], steps[i + 1] if i + 1 < len(steps) else None)
+            if into is None:
+                w.step(steps[i])
+                i += 1
+            else:  # the value and its copy as one loop
+                w.pointwise(steps[i], into)
+                w.written.append(plan.inputs.index(into))
+                w.wrote = True
+                i += 2
+        roots = [w.root.get(k) for k in returned]
+        if any(r is None for r in roots) or len({r[0] for r in roots}) != len(roots):
+            raise _Refused  # an input (or a view of one) returned, or two results in one buffer
+    except _Refused:
+        return None
+    params = [f"v{i}" for i in (*plan.inputs, *plan.constants)] + [name for name, _ in w.extra]
+    results = "".join(f"v{k}, " for k in returned)
+    lines = [f"@njit({_FLAGS})", f"def program({', '.join(params)}):"]
+    lines += ["    " + line for line in [*w.lines, f"return ({results})"]]
+    return "\n".join(lines), w
+
+
+_FLAGS = 'cache=True, nogil=True, error_model="numpy"'
+
+
+def _example(index: int, plan) -> np.ndarray:
+    """An array of input ``index``'s traced shape, strides and dtype (what a call passes: its type)."""
+    shape, stride, dtype = plan.layouts[index][:3]
+    np_dtype = np.dtype(_DTYPES[dtype].rstrip("_"))
+    span = 1 + sum((n - 1) * s for n, s in zip(shape, stride) if n > 0) if 0 not in shape else 0
+    return np.lib.stride_tricks.as_strided(
+        np.empty(max(span, 1), np_dtype), shape, [s * np_dtype.itemsize for s in stride]
+    )
+
+
+def program(plan):
+    """The native function of ``plan`` (a kiln.compile ``WholeProgram``) wrapped as
+    ``run(*inputs) -> tuple of outputs``, or None where some step is not one this module compiles."""
+    made = _text(plan)
+    if made is None:
+        return None
+    text, w = made
+    head = ["from kiln_cpu._jit_gemm import blas_product, mkl_or_copies", "from kiln_cpu.whole import StopProgram"]
+    mod = generated_module(_module_text([[*head, "", "", *text.splitlines()]]), cache_dir(), "kiln_cpu_whole")
+    fn = mod.program
+    constants = [host_view(t) for t in plan.constants.values()] + [value for _, value in w.extra]
+    try:  # compiled now, for arrays of the traced layouts: code Numba refuses leaves the default program
+        fn.compile(tuple(numba.typeof(a) for a in [*map(_example, plan.inputs, [plan] * len(plan.inputs)), *constants]))
+    except Exception:  # noqa: BLE001 - any refusal of Numba's (typing, lowering) means: not this way
+        return None
+    outputs = [(k, plan.layouts[k][2]) for k in plan.outputs]
+    grads = [(pos, k, None if k is None else plan.layouts[k][2]) for pos, k in plan.grads]
+    written = tuple(w.written)
+    reference = plan.reference
+
+    def run(*tensors):
+        try:
+            values = fn(*[host_view(t) for t in tensors], *constants)
+        except StopProgram:  # before any write: the graph op by op raises PyTorch's error
+            return reference(*tensors)
+        for pos in written:
+            mark_written(tensors[pos])
+        out = tuple(from_array(values[i], dtype) for i, (_, dtype) in enumerate(outputs))
+        j = len(outputs)
+        for pos, k, dtype in grads:
+            if k is None:
+                tensors[pos].grad = None
+            else:
+                tensors[pos].grad = from_array(values[j], dtype)
+                j += 1
+        return out
+
+    run.source = text
+    return run

@@ -32,7 +32,8 @@ import numpy as np
 import kiln
 from kiln.backend import from_array, generated_module, host_view, mark_written
 from kiln_cpu import _blas, _mkl
-from kiln_cpu.fusion import _module_text, cache_dir
+from kiln_cpu._loop_text import FLAGS, cache_dir, module_text
+from kiln_cpu._loop_text import FUSED_HELPERS as _HELPERS
 
 __all__ = ["program"]
 
@@ -477,12 +478,9 @@ def _text(plan) -> tuple[str, _Writer] | None:
         return None
     params = [f"v{i}" for i in (*plan.inputs, *plan.constants)] + [name for name, _ in w.extra]
     results = "".join(f"v{k}, " for k in returned)
-    lines = [f"@njit({_FLAGS})", f"def program({', '.join(params)}):"]
+    lines = [f"@njit({FLAGS})", f"def program({', '.join(params)}):"]
     lines += ["    " + line for line in [*w.lines, f"return ({results})"]]
     return "\n".join(lines), w
-
-
-_FLAGS = 'cache=True, nogil=True, error_model="numpy"'
 
 
 def _example(index: int, plan) -> np.ndarray:
@@ -502,8 +500,16 @@ def program(plan):
     if made is None:
         return None
     text, w = made
-    head = ["from kiln_cpu._jit_gemm import blas_product, mkl_or_copies", "from kiln_cpu.whole import StopProgram"]
-    mod = generated_module(_module_text([[*head, "", "", *text.splitlines()]]), cache_dir(), "kiln_cpu_whole")
+    source = module_text(
+        [text.splitlines()],
+        origin="kiln_cpu.whole) for a kiln.compile whole program",
+        helpers=(*_HELPERS, "_jit_gemm.py"),
+        imports=(
+            "from kiln_cpu._jit_gemm import blas_product, mkl_or_copies",
+            "from kiln_cpu.whole import StopProgram",
+        ),
+    )
+    mod = generated_module(source, cache_dir(), "kiln_cpu_whole")
     fn = mod.program
     constants = [host_view(t) for t in plan.constants.values()] + [value for _, value in w.extra]
     try:  # compiled now, for arrays of the traced layouts: code Numba refuses leaves the default program

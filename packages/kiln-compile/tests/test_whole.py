@@ -38,19 +38,28 @@ def _step_fn(model, opt, x, y):
     return step
 
 
+OPTIMIZERS = {
+    "sgd": lambda p: kiln.optim.SGD(p, lr=0.1),
+    "sgd-momentum": lambda p: kiln.optim.SGD(p, lr=0.1, momentum=0.9, weight_decay=1e-2),
+    "adam": lambda p: kiln.optim.Adam(p, lr=1e-2),
+}
+
+
 @pytest.mark.parametrize("dtype", [kiln.float32, kiln.float64])
-@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune"])
-def test_mlp_training_steps_match_eager(dtype, mode):
+@pytest.mark.parametrize(
+    "mode, optimizer", [("reduce-overhead", "sgd"), ("max-autotune", "sgd-momentum"), ("reduce-overhead", "adam")]
+)
+def test_mlp_training_steps_match_eager(dtype, mode, optimizer):
     kiln.manual_seed(0)
     model = nn.Sequential(nn.Linear(20, 32), nn.ReLU(), nn.Linear(32, 7)).to(dtype)
     twin = copy.deepcopy(model)
     x = kiln.randn(16, 20, dtype=dtype)
     y = kiln.randint(0, 7, (16,))
     y[3] = -100  # an ignored row
-    eager = _step_fn(model, kiln.optim.SGD(model.parameters(), lr=0.1), x, y)
-    compiled = kiln.compile(_step_fn(twin, kiln.optim.SGD(twin.parameters(), lr=0.1), x, y), mode=mode)
+    eager = _step_fn(model, OPTIMIZERS[optimizer](model.parameters()), x, y)
+    compiled = kiln.compile(_step_fn(twin, OPTIMIZERS[optimizer](twin.parameters()), x, y), mode=mode)
     tol = 1e-5 if dtype is kiln.float32 else 1e-12
-    for _ in range(4):
+    for _ in range(5):
         le, lc = eager(), compiled()
         assert lc.dtype is dtype and lc.shape == ()
         assert kiln.allclose(lc, le, rtol=tol, atol=tol)

@@ -432,7 +432,22 @@ def _nll_backward(w: _Writer, step) -> None:
     ]
 
 
+def _to_copy(w: _Writer, step) -> None:
+    """A copy into another dtype on the same device (an optimizer's step count read as float64)."""
+    x = w.ref(step.args[0])
+    (out,) = step.outputs
+    device = getattr(step.spec, "device", None)
+    if device is None or device.type != "cpu" or w.layout(out)[0] != w.layout(x)[0]:
+        raise _Refused
+    w.dtype(x)
+    w.alloc(out)
+    shape = w.layout(out)[0]
+    idx = [f"i{d}" for d in range(len(shape))]
+    w.lines += w.loops(shape, [f"{w.at(out, idx)} = {w.read(x, shape, idx)}"])
+
+
 _OPS = {
+    "_to_copy": _to_copy,
     "matmul": _matmul,
     "addmm": _addmm,
     "sum": lambda w, s: _reduce(w, s, False),

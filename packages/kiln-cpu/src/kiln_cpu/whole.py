@@ -31,7 +31,7 @@ import numpy as np
 
 import kiln
 from kiln.backend import from_array, generated_module, host_view, mark_written
-from kiln_cpu import _blas, _mkl
+from kiln_cpu import _blas, _mkl, _threads
 from kiln_cpu._loop_text import FLAGS, cache_dir, module_text
 from kiln_cpu._loop_text import FUSED_HELPERS as _HELPERS
 
@@ -48,6 +48,13 @@ class _Refused(Exception):
 class StopProgram(Exception):
     """Raised by a whole program at a value its loops do not take (a target out of range), before it wrote
     any input: the call is run by the graph op by op instead, which raises PyTorch's error."""
+
+
+def _last(shape: tuple, stride: tuple) -> int | None:
+    """The offset of the last element a layout reaches past its first (None: it has no elements)."""
+    if 0 in shape:
+        return None
+    return sum((n - 1) * s for n, s in zip(shape, stride))
 
 
 def _contiguous(shape: tuple) -> tuple:
@@ -69,9 +76,11 @@ class _Writer:
             int, tuple[str, int] | None
         ] = {}  # value -> (flat buffer it lies in, offset) or None (an input's)
         self.fresh: set[int] = set()  # values the function allocated (not views)
+        self.size: dict[str, int] = {}  # flat buffer -> its elements
+        self.reach: dict[int, int] = {}  # value over an input -> the last element it reaches, from the input's first
+        self.products: list[int] = []  # the multiply-adds of each product
         self.written: list[int] = []  # input positions written
         self.wrote = False
-        self.uses: dict[int, int] = {}  # value -> how many step arguments and results name it
         self.fails = False  # some step may stop the function (status 1)
 
     # ------------------------------------------------------------------ values
@@ -101,6 +110,7 @@ class _Writer:
             self.lines.append(f"f{index} = np.empty({math.prod(shape)}, np.{dtype})")
             self.lines.append(f"{name} = np.transpose(f{index}.reshape({perm_shape!r}), {inverse!r})")
         self.root[index] = (f"f{index}", 0)
+        self.size[f"f{index}"] = math.prod(shape)
         self.fresh.add(index)
         return name
 
@@ -136,7 +146,9 @@ class _Writer:
     # ------------------------------------------------------------------ steps
 
     def step(self, step) -> None:
-        if step.writes is not None:
+        if step.group is not None:
+            self.fused(step)
+        elif step.writes is not None:
             self.copy(step)
         elif step.expression is not None:
             self.pointwise(step)
@@ -148,33 +160,89 @@ class _Writer:
                 raise _Refused
             emit(self, step)
 
-    def pointwise(self, step, into: int | None = None) -> None:
-        """The step's expression in a loop over its output, stored into a new array, or into the input
-        ``into`` (the destination of the ``_copy_from`` that alone reads it: an optimizer's update, one pass)."""
+    def pointwise(self, step) -> None:
+        """A pointwise op alone: its expression in a loop over its output."""
         (out,) = step.outputs
         shape = self.layout(out)[0]
-        if into is None:
-            self.alloc(out)
+        self.alloc(out)
         idx = [f"i{d}" for d in range(len(shape))]
         body = [f"x{k} = {self.read(self.known(v), shape, idx)}" for k, v in enumerate(step.inputs)]
-        body.append(f"{self.at(out if into is None else into, idx)} = {step.expression}")
+        body.append(f"{self.at(out, idx)} = {step.expression}")
         self.lines += self.loops(shape, body)
 
-    def stores_into(self, step, nxt) -> int | None:
-        """The input that ``nxt`` copies ``step``'s value into, where ``step`` may store it there itself: a
-        pointwise value of the input's shape and dtype, read by nothing else, computed from the input (at the
-        same elements) and values the program made (which share no memory with it)."""
-        if step.expression is None or nxt is None or nxt.op != "_copy_from" or nxt.writes is None:
-            return None
-        (out,) = step.outputs
-        dst, src = getattr(nxt.args[0], "index", None), getattr(nxt.args[1], "index", None)
-        if src != out or dst not in self.plan.inputs or self.uses.get(out, 0) != 1:
-            return None
-        if self.layout(out)[:3] != self.layout(dst)[:3] or self.layout(dst)[1] != _contiguous(self.layout(dst)[0]):
-            return None
-        if any(v != dst and self.root.get(v) is None for v in step.inputs):
-            return None
-        return dst
+    def fused(self, step) -> None:
+        """A fused group: one loop over its shape computing its lines, storing its values (into new arrays or
+        the inputs it updates) and adding its reduction in float64."""
+        g = step.group
+        shape = tuple(g.shape)
+        idx = [f"i{d}" for d in range(len(shape))]
+        stored = step.outputs[: len(g.outputs)]
+        targets = [t for t in step.stores if t is not None]
+        if targets:
+            self.check_stores(step, targets)
+        body = [f"x{k} = {self.read(self.known(v), shape, idx)}" for k, v in enumerate(step.inputs)]
+        body += [f"{name} = {expr}" for name, expr in g.lines]
+        for v, dst, (name, _) in zip(stored, step.stores, g.outputs):
+            if self.layout(v)[:2] != (shape, _contiguous(shape)):
+                raise _Refused
+            if dst is None:
+                self.alloc(v)
+            body.append(f"{self.at(v if dst is None else dst, idx)} = {name}")
+        if g.reduction is not None:
+            kind, name, _ = g.reduction
+            red = step.outputs[len(g.outputs)]
+            out_shape = self.layout(red)[0]
+            dims = set(range(len(shape))) if g.dims is None else set(g.dims)
+            kept = [("0" if g.keepdim else None) if d in dims else idx[d] for d in range(len(shape))]
+            kept = [k for k in kept if k is not None]
+            if len(kept) != len(out_shape):
+                raise _Refused
+            self.lines.append(f"a{red} = np.zeros({tuple(out_shape)!r}, np.float64)")
+            body.append(f"a{red}[{', '.join(kept)}] += {name}" if kept else f"a{red}[()] += {name}")
+        self.lines += self.loops(shape, body)
+        for v, dst in zip(stored, step.stores):
+            if dst is not None:  # the value is the tensor it was stored into, from here on
+                self.lines.append(f"v{v} = v{dst}")
+                self.root[v] = self.root[dst]
+                self.written.append(self.plan.inputs.index(dst))
+                self.wrote = True
+        if g.reduction is not None:
+            count = math.prod(shape[d] for d in dims)
+            self.reduced(red, f"a{red}", f" / {count}" if kind == "mean" else "")
+
+    def reduced(self, out: int, acc: str, scale: str) -> None:
+        """Value ``out``, made from the float64 sums ``acc`` of its shape (``scale``: the mean's division)."""
+        if self.layout(out)[1] != _contiguous(self.layout(out)[0]):
+            raise _Refused
+        self.alloc(out)
+        shape = self.layout(out)[0]
+        idx = [f"i{d}" for d in range(len(shape))]
+        src = f"{acc}[{', '.join(idx)}]" if idx else f"{acc}[()]"
+        self.lines += self.loops(shape, [f"{self.at(out, idx)} = {src}{scale}"])
+
+    def check_stores(self, step, targets: list[int]) -> None:
+        """A group may store into inputs of its shape, row-major, that share no memory with what else it reads:
+        an input it reads is one of them (read at the element it stores) or one that shares no memory with
+        them (the trace's guarded sharing); a view of an input, never."""
+        aliases = self.plan.aliases
+        classes = {}
+        for t in targets:
+            if t not in self.plan.inputs or self.layout(t)[1] != _contiguous(self.layout(t)[0]):
+                raise _Refused
+            if tuple(self.layout(t)[0]) != tuple(step.group.shape):
+                raise _Refused
+            classes[t] = self.alias_class(t)
+        for v in step.inputs:
+            if self.root.get(v, ()) is not None or v in targets:
+                continue  # a value the program made, or a target itself
+            if v not in self.plan.inputs or aliases is None or self.alias_class(v) in classes.values():
+                raise _Refused
+
+    def alias_class(self, index: int) -> int:
+        aliases = self.plan.aliases
+        pos = self.plan.inputs.index(index)
+        first = aliases[pos] if aliases is not None and pos < len(aliases) else None
+        return pos if first is None else first
 
     def view(self, step) -> None:
         (out,) = step.outputs
@@ -186,18 +254,24 @@ class _Writer:
         isz = np.dtype(self.dtype(out)).itemsize
         strides = tuple(s * isz for s in stride)
         rel = offset - self.layout(src)[3]  # elements past the source's first element (the offsets are the trace's)
+        last = _last(spec.shape, stride)  # the last element the view reaches, past its first (None: empty)
+        if any(s < 0 for s in stride):
+            raise _Refused
         root = self.root[src]
-        if root is not None:  # in a buffer the program made
+        if root is not None:  # in a buffer the program made: within it
             flat, start = root
-            if start + rel < 0:
+            if start + rel < 0 or (last is not None and start + rel + last >= self.size[flat]):
                 raise _Refused
             self.lines.append(
                 f"v{out} = np.lib.stride_tricks.as_strided({flat}[{start + rel}:], {tuple(spec.shape)!r}, {strides!r})"
             )
             self.root[out] = (flat, start + rel)
-        elif rel == 0:  # a view of an input from its first element (t, transpose, expand, view...)
+        elif rel == 0 and (last is None or last <= self.reach[src]):
+            # a view of an input from its first element (t, transpose, expand, view...), within the input's
+            # own elements: the guards fix the input's layout, not how far its storage goes
             self.lines.append(f"v{out} = np.lib.stride_tricks.as_strided(v{src}, {tuple(spec.shape)!r}, {strides!r})")
             self.root[out] = None
+            self.reach[out] = self.reach[src]
         else:
             raise _Refused
 
@@ -226,17 +300,6 @@ class _Writer:
         self.fails = True
 
 
-def _refs(args) -> list[int]:
-    """The value indices among a step's arguments (nested tuples included)."""
-    out = []
-    for a in args:
-        if isinstance(a, tuple):
-            out += _refs(a)
-        elif hasattr(a, "index") and type(a).__name__ == "Ref":
-            out.append(a.index)
-    return out
-
-
 def _float_args(w: _Writer, *refs) -> list[int]:
     out = [w.ref(r) for r in refs]
     if any(w.layout(i)[2] not in _FLOATS for i in out) or len({w.layout(i)[2] for i in out}) != 1:
@@ -250,14 +313,18 @@ def _product(w: _Writer, out: int, a: int, b: int, alpha, beta) -> None:
     process."""
     dtype = np.dtype(w.dtype(out))
     letter = "s" if dtype == np.float32 else "d"
+    m, k = w.layout(a)[0]
+    n = w.layout(b)[0][1]
+    w.products.append(m * n * k)
     mkl = _mkl.active()
     if mkl is not None:
+        if max(m, n, k, m * n) >= 1 << 31:
+            raise _Refused  # past MKL's 32-bit sizes
         g, bg = mkl.gemm[dtype]
-        m, k = w.layout(a)[0]
-        n = w.layout(b)[0][1]
-        threads = _blas.threads_for(m * n * k) or 1
         names = w.argument(f"mkl_{letter}gemm", g), w.argument(f"mkl_{letter}batch", bg)
         setter = w.argument("mkl_threads", mkl.threads_address)
+        # the eager kernels' threads: one below blas_threads_min_macs, else kiln's count at the call
+        threads = "1" if _blas.threads_for(m * n * k) in (None, 1) else "threads"
         call = f"mkl_or_copies({names[0]}, {names[1]}, {setter}, {threads}, {float(alpha)!r}, {float(beta)!r}"
     else:
         found = _blas.gemm_function(dtype)
@@ -303,7 +370,8 @@ def _reduce(w: _Writer, step, mean: bool) -> None:
     nd = len(shape)
     if dims is None or (isinstance(dims, tuple) and not dims):
         dims = tuple(range(nd))
-    dims = {d % max(nd, 1) for d in (dims if isinstance(dims, tuple) else (dims,))}
+    # (a 0-d input takes dim 0 or -1 and reduces nothing)
+    dims = {d % nd for d in (dims if isinstance(dims, tuple) else (dims,))} if nd else set()
     out_shape = w.layout(out)[0]
     if w.layout(out)[1] != _contiguous(out_shape) or w.layout(out)[2] != w.layout(x)[2]:
         raise _Refused
@@ -314,11 +382,7 @@ def _reduce(w: _Writer, step, mean: bool) -> None:
     w.lines.append(f"a{out} = np.zeros({tuple(out_shape)!r}, np.float64)")
     acc = f"a{out}[{', '.join(target)}]" if target else f"a{out}[()]"
     w.lines += w.loops(shape, [f"{acc} += {w.at(x, idx)}"])
-    scale = f" / {count}" if mean else ""
-    w.alloc(out)
-    oidx = [f"i{d}" for d in range(len(out_shape))]
-    src = f"a{out}[{', '.join(oidx)}]" if oidx else f"a{out}[()]"
-    w.lines += w.loops(out_shape, [f"{w.at(out, oidx)} = {src}{scale}"])
+    w.reduced(out, f"a{out}", f" / {count}" if mean else "")
 
 
 def _rows(w: _Writer, *indices) -> tuple[int, int]:
@@ -338,18 +402,20 @@ def _log_softmax(w: _Writer, step) -> None:
     if step.args[1] not in (1, -1):
         raise _Refused
     w.alloc(out)
-    w.lines += [
+    if not n:
+        return  # (no classes: nothing to compute)
+    w.lines += [  # (x - max) - log(sum(exp(x - max))), in that order: exact for large logits too
         f"for r in range({rows}):",
-        f"    m = v{x}[r, 0] if {n} else 0.0",
-        f"    for j in range({n}):",
+        f"    m = v{x}[r, 0]",
+        f"    for j in range(1, {n}):",
         f"        if v{x}[r, j] > m:",
         f"            m = v{x}[r, j]",
         "    s = 0.0",
         f"    for j in range({n}):",
-        f"        s += np.exp(np.float64(v{x}[r, j]) - m)",
-        "    c = m + np.log(s)",
+        f"        s += np.exp(np.float64(v{x}[r, j] - m))",
+        "    c = np.log(s)",
         f"    for j in range({n}):",
-        f"        v{out}[r, j] = v{x}[r, j] - c",
+        f"        v{out}[r, j] = (v{x}[r, j] - m) - c",
     ]
 
 
@@ -462,36 +528,24 @@ _OPS = {
 def _text(plan) -> tuple[str, _Writer] | None:
     w = _Writer(plan)
     try:
-        for index in plan.inputs:
+        for index in (*plan.inputs, *plan.constants):
             w.dtype(index)
             w.root[index] = None
-        for index in plan.constants:
-            w.dtype(index)
-            w.root[index] = None
+            shape, stride = w.layout(index)[:2]
+            w.reach[index] = _last(shape, stride) or 0
         returned = [*plan.outputs, *(k for _, k in plan.grads if k is not None)]
         for step in plan.steps:
-            for a in _refs(step.args):
-                w.uses[a] = w.uses.get(a, 0) + 1
-        for k in returned:
-            w.uses[k] = w.uses.get(k, 0) + 1
-        steps = list(plan.steps)
-        i = 0
-        while i < len(steps):
-            into = w.stores_into(steps[i], steps[i + 1] if i + 1 < len(steps) else None)
-            if into is None:
-                w.step(steps[i])
-                i += 1
-            else:  # the value and its copy as one loop
-                w.pointwise(steps[i], into)
-                w.written.append(plan.inputs.index(into))
-                w.wrote = True
-                i += 2
+            w.step(step)
         roots = [w.root.get(k) for k in returned]
         if any(r is None for r in roots) or len({r[0] for r in roots}) != len(roots):
             raise _Refused  # an input (or a view of one) returned, or two results in one buffer
-    except _Refused:
+        for k, (flat, start) in zip(returned, roots):
+            shape, stride = w.layout(k)[:2]
+            if start != 0 or stride != _contiguous(shape) or math.prod(shape) != w.size[flat]:
+                raise _Refused  # a view of a buffer returned: eager returns the view, in its own strides
+    except Exception:  # noqa: BLE001 - _Refused, or a plan this writer gets wrong: the default program runs it
         return None
-    params = [f"v{i}" for i in (*plan.inputs, *plan.constants)] + [name for name, _ in w.extra]
+    params = [f"v{i}" for i in (*plan.inputs, *plan.constants)] + [name for name, _ in w.extra] + ["threads"]
     results = "".join(f"v{k}, " for k in returned)
     lines = [f"@njit({FLAGS})", f"def program({', '.join(params)}):"]
     lines += ["    " + line for line in [*w.lines, f"return ({results})"]]
@@ -528,17 +582,22 @@ def program(plan):
     fn = mod.program
     constants = [host_view(t) for t in plan.constants.values()] + [value for _, value in w.extra]
     try:  # compiled now, for arrays of the traced layouts: code Numba refuses leaves the default program
-        fn.compile(tuple(numba.typeof(a) for a in [*map(_example, plan.inputs, [plan] * len(plan.inputs)), *constants]))
+        examples = [*map(_example, plan.inputs, [plan] * len(plan.inputs)), *constants, 1]
+        fn.compile(tuple(numba.typeof(a) for a in examples))
     except Exception:  # noqa: BLE001 - any refusal of Numba's (typing, lowering) means: not this way
         return None
     outputs = [(k, plan.layouts[k][2]) for k in plan.outputs]
     grads = [(pos, k, None if k is None else plan.layouts[k][2]) for pos, k in plan.grads]
     written = tuple(w.written)
     reference = plan.reference
+    largest = max(w.products) if w.products and _mkl.active() is None else None
 
     def run(*tensors):
+        threads = _threads.get_num_threads()
         try:
-            values = fn(*[host_view(t) for t in tensors], *constants)
+            # OpenBLAS's thread count as the eager kernel of the largest product sets it (MKL's: per product)
+            with _blas.limit(None if largest is None else _blas.threads_for(largest)):
+                values = fn(*[host_view(t) for t in tensors], *constants, threads)
         except StopProgram:  # before any write: the graph op by op raises PyTorch's error
             return reference(*tensors)
         for pos in written:

@@ -42,11 +42,11 @@ def kiln_backend(graph: Graph, example_inputs: list, *, whole: bool = False) -> 
     codegens = {c.device_type: c for c in kiln.plugins.compilers().values() if getattr(c, "device_type", None)}
     if codegens:  # pointwise ops the fusion has no expression for, written in ones it has (and folded again)
         graph = optimize(decompose(graph, keep=lambda op: op.name in EXPRESSIONS or "pointwise" not in op.tags))
+        graph = hoist_reductions(graph, codegens)
         if whole:
             program = whole_program(graph, codegens)
             if program is not None:
                 return program
-        graph = hoist_reductions(graph, codegens)
     return generate(graph, functools.partial(_lower, codegens=codegens))
 
 

@@ -23,7 +23,7 @@ import kiln
 from kiln.compile._graph import Graph, Node, Value, contiguous_strides
 from kiln.compile._passes import _is_copy, _view_classes, next_change
 
-__all__ = ["EXPRESSIONS", "FUNCTIONS", "FusedGroup", "hoist_reductions", "lower"]
+__all__ = ["EXPRESSIONS", "FUNCTIONS", "FusedGroup", "hoist_reductions", "lower", "plan_groups"]
 
 _FLOAT = {kiln.float32: "float32", kiln.float64: "float64"}
 
@@ -314,6 +314,14 @@ def lower(graph: Graph, names, codegens: dict[str, Callable]) -> dict[int, str |
     positions they replace (the last one of each group gets the call, the others nothing)."""
     if not codegens:
         return {}
+    return _emit(plan_groups(graph, codegens), names, codegens, graph)
+
+
+def plan_groups(graph: Graph, codegens: dict[str, Callable]) -> list[tuple]:
+    """The fused groups of ``graph``, in the order they run: ``(group, its FusedGroup, the values it stores,
+    the tensor each is stored into or None)``; ``group.positions`` are the node positions it replaces (its
+    call takes the last one), ``group.inputs`` the values it reads and ``group.reduction[3]`` the value of
+    its sum or mean, if any."""
     readers: dict[int, set[int]] = {}
     for pos, node in enumerate(graph.nodes):
         for v in node.values_read():
@@ -391,7 +399,7 @@ def lower(graph: Graph, names, codegens: dict[str, Callable]) -> dict[int, str |
                 close(g)
     for g in {id(g): g for g in open_groups.values()}.values():
         close(g)
-    return _emit(done, readers, names, codegens, graph)
+    return _fused_calls(done, readers, graph)
 
 
 def _fusable_reduction(node: Node, open_groups: dict, codegen: Callable):
@@ -502,7 +510,7 @@ def _changed_dims(g: _Group, graph: Graph) -> tuple[bool, tuple | None]:
     return bool(changed), tuple(sorted(changed))
 
 
-def _emit(groups: list[_Group], readers: dict, names, codegens: dict, graph: Graph) -> dict[int, str | None]:
+def _fused_calls(groups: list[_Group], readers: dict, graph: Graph) -> list[tuple]:
     calls = []  # (group, its FusedGroup, the values it stores, their targets), in the order they run
     for g in groups:
         members = set(g.positions)
@@ -529,6 +537,10 @@ def _emit(groups: list[_Group], readers: dict, names, codegens: dict, graph: Gra
         )
         calls.append((g, group, stored, [g.stores.get(v.index) for v in stored]))
     calls.sort(key=lambda c: max(c[0].positions))
+    return calls
+
+
+def _emit(calls: list[tuple], names, codegens: dict, graph: Graph) -> dict[int, str | None]:
     out: dict[int, str | None] = {}
     for run in _runs(calls, codegens, _view_classes(graph)):
         device = run[0][0].device

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import kiln
-from kiln.compile._fusion import EXPRESSIONS, single_expression
+from kiln.compile._fusion import EXPRESSIONS, plan_groups, single_expression
 from kiln.compile._graph import Graph, Value
 
 __all__ = ["Ref", "Step", "WholeProgram", "plan"]
@@ -43,7 +43,13 @@ class Step:
     writes into (``_copy_from``'s destination, which is also its output), else None. A pointwise op has
     ``expression``: its value as an expression over ``x0, x1...`` (the tensors of ``inputs``, in order,
     broadcast to the output's shape; see ``kiln.compile.FusedGroup``), computed in ``compute`` (a dtype name).
-    ``tags``: the op's tags (``"view"``: the output is a view of the first argument, laid out by ``spec``)."""
+    ``tags``: the op's tags (``"view"``: the output is a view of the first argument, laid out by ``spec``).
+
+    A fused group of pointwise ops (the one the default program would run as one kernel) is one step with
+    ``op`` ``"fused"`` and ``group`` (a ``FusedGroup``): ``inputs`` are the values it reads (``x0, x1...``),
+    ``outputs`` the values it stores, then its reduction's value if it has one, and ``stores`` gives, for each
+    stored value, the index of the tensor it is stored into instead of a new one (an in-place update), or
+    None."""
 
     op: str
     args: tuple
@@ -54,6 +60,8 @@ class Step:
     expression: str | None = None
     inputs: tuple[int, ...] = ()
     compute: str | None = None
+    group: Any = None
+    stores: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -71,6 +79,8 @@ class WholeProgram:
     steps: tuple[Step, ...]
     outputs: tuple[int, ...]
     grads: tuple[tuple[int, int | None], ...]
+    aliases: tuple | None = None
+    """Per input, the first input sharing its memory (guarded by the trace); None: any may share."""
     device: str = "cpu"
     reference: Callable | None = field(default=None, compare=False)
     """The graph run op by op (its ``__call__``): what ``run`` may hand a call to, for PyTorch's error."""
@@ -84,9 +94,9 @@ def _arg(a):
     return a
 
 
-def plan(graph: Graph) -> WholeProgram | None:
+def plan(graph: Graph, codegens: dict | None = None) -> WholeProgram | None:
     """The graph as a :class:`WholeProgram`, or None when it has what a plan does not hold (see the module's
-    docstring)."""
+    docstring); with ``codegens``, its fused groups as steps of their own."""
     if graph.dynamic or (not graph.inputs and not graph.nodes):
         return None
     devices = {v.device.type for v in graph.inputs} | {v.device.type for n in graph.nodes for v in n.outputs}
@@ -98,7 +108,32 @@ def plan(graph: Graph) -> WholeProgram | None:
     steps: list[Step] = []
     grads: list[tuple[int, int | None]] = []
     position = {v.index: i for i, v in enumerate(graph.inputs)}
-    for node in graph.nodes:
+    fused: dict[int, tuple] = {}  # node position -> (the group's call, whether the group's step goes there)
+    for call in plan_groups(graph, codegens) if codegens else ():
+        last = max(call[0].positions)
+        for p in call[0].positions:
+            fused[p] = (call, p == last)
+    for pos, node in enumerate(graph.nodes):
+        if pos in fused:
+            (g, group, stored, targets), here = fused[pos]
+            for n in g.nodes:
+                for v in n.outputs:
+                    layouts.setdefault(v.index, (v.shape, tuple(v.stride), v.dtype, v.offset))
+            if here:
+                made = [v.index for v in stored] + ([g.reduction[3].index] if g.reduction is not None else [])
+                steps.append(
+                    Step(
+                        "fused",
+                        (),
+                        tuple(made),
+                        None,
+                        frozenset({"fused"}),
+                        inputs=tuple(v.index for v in g.inputs),
+                        group=group,
+                        stores=tuple(None if t is None else t.index for t in targets),
+                    )
+                )
+            continue
         if node.kind == "set_grad":
             leaf, value = node.args[0], node.args[1]
             if leaf.index not in position or not (value is None or isinstance(value, Value)):
@@ -137,6 +172,7 @@ def plan(graph: Graph) -> WholeProgram | None:
         steps=tuple(steps),
         outputs=tuple(v.index for v in graph.outputs),
         grads=tuple(grads),
+        aliases=graph.input_aliases,
         device=devices.pop() if devices else "cpu",
         reference=graph,
     )
@@ -144,7 +180,7 @@ def plan(graph: Graph) -> WholeProgram | None:
 
 def whole_program(graph: Graph, codegens: dict) -> Callable | None:
     """The device code generator's native program for ``graph`` (already optimized), or None."""
-    p = plan(graph)
+    p = plan(graph, codegens)
     if p is None:
         return None
     codegen = codegens.get(p.device)

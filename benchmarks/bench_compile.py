@@ -111,7 +111,12 @@ def _steps(kiln, torch, rng) -> list[dict]:
         t_opt = getattr(torch.optim, opt_name)(t_model.parameters(), lr=lr)
         xt, yt = torch.from_numpy(x), torch.from_numpy(y)
         xk, yk = kiln.from_numpy(x), kiln.from_numpy(y)
-        labels = {"model": "model compiled", "step": "whole step compiled", "native": _NATIVE}
+        labels = {
+            "model": "model compiled",
+            "native_model": 'model compiled with mode="reduce-overhead"',
+            "step": "whole step compiled",
+            "native": _NATIVE,
+        }
         if opt_name != "SGD":  # the optimizer is what differs: the whole step alone
             labels = {"step": f"whole step with {opt_name} compiled", "native": f"{_NATIVE}, {opt_name}"}
         kinds = {}
@@ -121,8 +126,9 @@ def _steps(kiln, torch, rng) -> list[dict]:
             opt = getattr(kiln.optim, opt_name)(model.parameters(), lr=lr)
             if kind == "eager":
                 kinds[kind] = lambda m=model, o=opt, x=xk, y=yk: step(kiln, m, o, x, y)
-            elif kind == "model":
-                kinds[kind] = lambda m=kiln.compile(model), o=opt, x=xk, y=yk: step(kiln, m, o, x, y)
+            elif kind in ("model", "native_model"):
+                compiled = kiln.compile(model, mode="reduce-overhead" if kind == "native_model" else None)
+                kinds[kind] = lambda m=compiled, o=opt, x=xk, y=yk: step(kiln, m, o, x, y)
             else:
                 mode = "reduce-overhead" if kind == "native" else None
                 whole = kiln.compile(lambda x, y, m=model, o=opt: step(kiln, m, o, x, y), mode=mode)

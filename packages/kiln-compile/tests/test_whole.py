@@ -194,3 +194,24 @@ def test_reductions_of_a_0d_tensor_and_large_logits_match_eager():
     for g, e in zip(ce(logits, target), (F.log_softmax(logits, 1), F.cross_entropy(logits, target))):
         assert kiln.allclose(g, e, rtol=1e-12, atol=1e-12)
     assert _whole(ce)
+
+
+def test_a_compiled_model_runs_whole_forward_and_backward_with_eager_gradients():
+    # the forward returns what its backward reads, views of the weights among them (W.t()): made as tensor
+    # views of the inputs after the call, as the default program makes them
+    kiln.manual_seed(3)
+    model = nn.Sequential(nn.Linear(10, 12), nn.ReLU(), nn.Linear(12, 4))
+    twin = copy.deepcopy(model)
+    compiled = kiln.compile(twin, mode="reduce-overhead")
+    x, y = kiln.randn(6, 10), kiln.randint(0, 4, (6,))
+    for _ in range(3):
+        for m in (model, twin):
+            m.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        loss = F.cross_entropy(compiled(x), y)
+        loss.backward()
+        assert loss.grad_fn is not None
+        for pe, pc in zip(model.parameters(), twin.parameters()):
+            assert kiln.allclose(pc.grad, pe.grad, rtol=1e-5, atol=1e-6)
+    entry = next(e for e in compiled._compiled._entries if e.forward is not None)
+    assert "@njit" in entry.forward.source and "@njit" in entry.backward.source

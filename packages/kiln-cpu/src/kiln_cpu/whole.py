@@ -78,6 +78,8 @@ class _Writer:
         self.fresh: set[int] = set()  # values the function allocated (not views)
         self.size: dict[str, int] = {}  # flat buffer -> its elements
         self.reach: dict[int, int] = {}  # value over an input -> the last element it reaches, from the input's first
+        self.origin: dict[int, int] = {}  # value over an input -> that input's index
+        self.stored: set[int] = set()  # values a group stored into an input: that input itself, from then on
         self.products: list[int] = []  # the multiply-adds of each product
         self.written: list[int] = []  # input positions written
         self.wrote = False
@@ -204,6 +206,8 @@ class _Writer:
             if dst is not None:  # the value is the tensor it was stored into, from here on
                 self.lines.append(f"v{v} = v{dst}")
                 self.root[v] = self.root[dst]
+                self.origin[v] = dst
+                self.stored.add(v)
                 self.written.append(self.plan.inputs.index(dst))
                 self.wrote = True
         if g.reduction is not None:
@@ -272,6 +276,8 @@ class _Writer:
             self.lines.append(f"v{out} = np.lib.stride_tricks.as_strided(v{src}, {tuple(spec.shape)!r}, {strides!r})")
             self.root[out] = None
             self.reach[out] = self.reach[src]
+            if src in self.origin:
+                self.origin[out] = self.origin[src]
         else:
             raise _Refused
 
@@ -533,20 +539,26 @@ def _text(plan) -> tuple[str, _Writer] | None:
             w.root[index] = None
             shape, stride = w.layout(index)[:2]
             w.reach[index] = _last(shape, stride) or 0
-        returned = [*plan.outputs, *(k for _, k in plan.grads if k is not None)]
+        for index in plan.inputs:
+            w.origin[index] = index
         for step in plan.steps:
             w.step(step)
-        roots = [w.root.get(k) for k in returned]
+        made = [k for k in plan.outputs if w.root.get(k) is not None]
+        for k in plan.outputs:  # an output over an input is made from it after the call (a tensor view)
+            if w.root.get(k) is None and k not in w.origin:
+                raise _Refused  # (a constant's view)
+        made += [k for _, k in plan.grads if k is not None]
+        roots = [w.root.get(k) for k in made]
         if any(r is None for r in roots) or len({r[0] for r in roots}) != len(roots):
-            raise _Refused  # an input (or a view of one) returned, or two results in one buffer
-        for k, (flat, start) in zip(returned, roots):
+            raise _Refused  # a gradient over an input, or two results in one buffer
+        for k, (flat, start) in zip(made, roots):
             shape, stride = w.layout(k)[:2]
             if start != 0 or stride != _contiguous(shape) or math.prod(shape) != w.size[flat]:
                 raise _Refused  # a view of a buffer returned: eager returns the view, in its own strides
     except Exception:  # noqa: BLE001 - _Refused, or a plan this writer gets wrong: the default program runs it
         return None
     params = [f"v{i}" for i in (*plan.inputs, *plan.constants)] + [name for name, _ in w.extra] + ["threads"]
-    results = "".join(f"v{k}, " for k in returned)
+    results = "".join(f"v{k}, " for k in made)
     lines = [f"@njit({FLAGS})", f"def program({', '.join(params)}):"]
     lines += ["    " + line for line in [*w.lines, f"return ({results})"]]
     return "\n".join(lines), w
@@ -586,7 +598,17 @@ def program(plan):
         fn.compile(tuple(numba.typeof(a) for a in examples))
     except Exception:  # noqa: BLE001 - any refusal of Numba's (typing, lowering) means: not this way
         return None
-    outputs = [(k, plan.layouts[k][2]) for k in plan.outputs]
+    # per output: ("made", dtype) for an array the function returns, ("input", position) for an input itself,
+    # ("view", position, shape, strides, storage offset) for a view of one (made as eager makes it: a tensor view)
+    outputs = []
+    for k in plan.outputs:
+        shape, stride, dtype, offset = plan.layouts[k]
+        if w.root.get(k) is not None:
+            outputs.append(("made", dtype))
+        else:
+            pos = plan.inputs.index(w.origin[k])
+            same = k == w.origin[k] or k in w.stored  # (a view of an input is a new tensor, as eagerly)
+            outputs.append(("input", pos) if same else ("view", pos, shape, stride, offset))
     grads = [(pos, k, None if k is None else plan.layouts[k][2]) for pos, k in plan.grads]
     written = tuple(w.written)
     reference = plan.reference
@@ -602,15 +624,23 @@ def program(plan):
             return reference(*tensors)
         for pos in written:
             mark_written(tensors[pos])
-        out = tuple(from_array(values[i], dtype) for i, (_, dtype) in enumerate(outputs))
-        j = len(outputs)
+        out = []
+        j = 0
+        for kind, *rest in outputs:
+            if kind == "made":
+                out.append(from_array(values[j], rest[0]))
+                j += 1
+            elif kind == "input":
+                out.append(tensors[rest[0]])
+            else:
+                out.append(tensors[rest[0]].as_strided(*rest[1:]))
         for pos, k, dtype in grads:
             if k is None:
                 tensors[pos].grad = None
             else:
                 tensors[pos].grad = from_array(values[j], dtype)
                 j += 1
-        return out
+        return tuple(out)
 
     run.source = text
     return run

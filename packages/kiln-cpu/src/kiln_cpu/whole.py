@@ -266,10 +266,15 @@ class _Writer:
             flat, start = root
             if start + rel < 0 or (last is not None and start + rel + last >= self.size[flat]):
                 raise _Refused
-            self.lines.append(
-                f"v{out} = np.lib.stride_tricks.as_strided({flat}[{start + rel}:], {tuple(spec.shape)!r}, {strides!r})"
-            )
-            self.root[out] = (flat, start + rel)
+            at = start + rel
+            if spec.shape and tuple(stride) == _contiguous(tuple(spec.shape)):  # row-major: a C array (vectorized)
+                n = math.prod(spec.shape)
+                self.lines.append(f"v{out} = {flat}[{at}:{at + n}].reshape({tuple(spec.shape)!r})")
+            else:
+                self.lines.append(
+                    f"v{out} = np.lib.stride_tricks.as_strided({flat}[{at}:], {tuple(spec.shape)!r}, {strides!r})"
+                )
+            self.root[out] = (flat, at)
         elif rel == 0 and (last is None or last <= self.reach[src]):
             # a view of an input from its first element (t, transpose, expand, view...), within the input's
             # own elements: the guards fix the input's layout, not how far its storage goes

@@ -30,7 +30,7 @@ import numba
 import numpy as np
 
 import kiln
-from kiln.backend import from_array, generated_module, host_view, mark_written
+from kiln.backend import contiguous_strides, from_array, generated_module, host_view, mark_written
 from kiln_cpu import _blas, _mkl, _threads
 from kiln_cpu._loop_text import FLAGS, cache_dir, module_text
 from kiln_cpu._loop_text import FUSED_HELPERS as _HELPERS
@@ -55,14 +55,6 @@ def _last(shape: tuple, stride: tuple) -> int | None:
     if 0 in shape:
         return None
     return sum((n - 1) * s for n, s in zip(shape, stride))
-
-
-def _contiguous(shape: tuple) -> tuple:
-    strides, step = [], 1
-    for n in reversed(shape):
-        strides.append(step)
-        step *= max(n, 1)
-    return tuple(reversed(strides))
 
 
 class _Writer:
@@ -102,7 +94,7 @@ class _Writer:
         name, dtype = f"v{index}", self.dtype(index)
         order = sorted(range(len(shape)), key=lambda d: -stride[d])  # outermost first
         perm_shape = tuple(shape[d] for d in order)
-        if tuple(stride[d] for d in order) != _contiguous(perm_shape) and 0 not in shape:
+        if tuple(stride[d] for d in order) != contiguous_strides(perm_shape) and 0 not in shape:
             raise _Refused  # not dense
         if order == list(range(len(shape))) or 0 in shape:
             self.lines.append(f"{name} = np.empty({tuple(shape)!r}, np.{dtype})")
@@ -185,7 +177,7 @@ class _Writer:
         body = [f"x{k} = {self.read(self.known(v), shape, idx)}" for k, v in enumerate(step.inputs)]
         body += [f"{name} = {expr}" for name, expr in g.lines]
         for v, dst, (name, _) in zip(stored, step.stores, g.outputs):
-            if self.layout(v)[:2] != (shape, _contiguous(shape)):
+            if self.layout(v)[:2] != (shape, contiguous_strides(shape)):
                 raise _Refused
             if dst is None:
                 self.alloc(v)
@@ -216,7 +208,7 @@ class _Writer:
 
     def reduced(self, out: int, acc: str, scale: str) -> None:
         """Value ``out``, made from the float64 sums ``acc`` of its shape (``scale``: the mean's division)."""
-        if self.layout(out)[1] != _contiguous(self.layout(out)[0]):
+        if self.layout(out)[1] != contiguous_strides(self.layout(out)[0]):
             raise _Refused
         self.alloc(out)
         shape = self.layout(out)[0]
@@ -231,7 +223,7 @@ class _Writer:
         aliases = self.plan.aliases
         classes = {}
         for t in targets:
-            if t not in self.plan.inputs or self.layout(t)[1] != _contiguous(self.layout(t)[0]):
+            if t not in self.plan.inputs or self.layout(t)[1] != contiguous_strides(self.layout(t)[0]):
                 raise _Refused
             if tuple(self.layout(t)[0]) != tuple(step.group.shape):
                 raise _Refused
@@ -267,7 +259,9 @@ class _Writer:
             if start + rel < 0 or (last is not None and start + rel + last >= self.size[flat]):
                 raise _Refused
             at = start + rel
-            if spec.shape and tuple(stride) == _contiguous(tuple(spec.shape)):  # row-major: a C array (vectorized)
+            if spec.shape and tuple(stride) == contiguous_strides(
+                tuple(spec.shape)
+            ):  # row-major: a C array (vectorized)
                 n = math.prod(spec.shape)
                 self.lines.append(f"v{out} = {flat}[{at}:{at + n}].reshape({tuple(spec.shape)!r})")
             else:
@@ -349,7 +343,7 @@ def _product(w: _Writer, out: int, a: int, b: int, alpha, beta) -> None:
 def _matmul(w: _Writer, step) -> None:
     a, b = _float_args(w, *step.args[:2])
     (out,) = step.outputs
-    if len(w.layout(a)[0]) != 2 or len(w.layout(b)[0]) != 2 or w.layout(out)[1] != _contiguous(w.layout(out)[0]):
+    if len(w.layout(a)[0]) != 2 or len(w.layout(b)[0]) != 2 or w.layout(out)[1] != contiguous_strides(w.layout(out)[0]):
         raise _Refused
     w.alloc(out)
     _product(w, out, a, b, 1, 0)
@@ -362,7 +356,7 @@ def _addmm(w: _Writer, step) -> None:
     shape = w.layout(out)[0]
     if type(beta) not in (int, float) or type(alpha) not in (int, float) or len(w.layout(a)[0]) != 2:
         raise _Refused
-    if w.layout(out)[1] != _contiguous(shape):
+    if w.layout(out)[1] != contiguous_strides(shape):
         raise _Refused
     w.alloc(out)
     if beta != 0:  # the input, broadcast, which the product adds beta times
@@ -384,7 +378,7 @@ def _reduce(w: _Writer, step, mean: bool) -> None:
     # (a 0-d input takes dim 0 or -1 and reduces nothing)
     dims = {d % nd for d in (dims if isinstance(dims, tuple) else (dims,))} if nd else set()
     out_shape = w.layout(out)[0]
-    if w.layout(out)[1] != _contiguous(out_shape) or w.layout(out)[2] != w.layout(x)[2]:
+    if w.layout(out)[1] != contiguous_strides(out_shape) or w.layout(out)[2] != w.layout(x)[2]:
         raise _Refused
     idx = [f"i{d}" for d in range(nd)]
     kept = [("0" if keepdim else None) if d in dims else idx[d] for d in range(nd)]
@@ -461,9 +455,12 @@ def _nll_args(w: _Writer, step, first: int) -> tuple:
     return x, t, ignore, reduction, rows, n
 
 
-def _count_lines(t: int, ignore: int, rows: int, n: int) -> list[str]:
-    """``k``: how many targets are not ``ignore``; status 1 (stop) at one out of range."""
-    return [
+def _count(w: _Writer, out: int, t: int, ignore: int, rows: int, n: int) -> None:
+    """The array of an nll step's ``out``, then ``k``: how many targets are not ``ignore``, stopping the
+    function (:class:`StopProgram`) at one out of range, before any input is written."""
+    w.fallible()
+    w.alloc(out)
+    w.lines += [
         "k = 0",
         f"for r in range({rows}):",
         f"    c = v{t}[r]",
@@ -479,9 +476,7 @@ def _nll(w: _Writer, step) -> None:
     (out,) = step.outputs
     if w.layout(out)[0] != ():
         raise _Refused
-    w.fallible()
-    w.alloc(out)
-    w.lines += _count_lines(t, ignore, rows, n)
+    _count(w, out, t, ignore, rows, n)
     w.lines += [
         "s = 0.0",
         f"for r in range({rows}):",
@@ -497,9 +492,7 @@ def _nll_backward(w: _Writer, step) -> None:
     (out,) = step.outputs
     if w.layout(g)[0] != () or w.layout(g)[2] is not w.layout(x)[2]:
         raise _Refused
-    w.fallible()
-    w.alloc(out)
-    w.lines += _count_lines(t, ignore, rows, n)
+    _count(w, out, t, ignore, rows, n)
     w.lines += [
         f"q = -v{g}[()] / k if {reduction == 'mean'} else -v{g}[()]",
         f"v{out}[...] = 0",
@@ -558,7 +551,7 @@ def _text(plan) -> tuple[str, _Writer] | None:
             raise _Refused  # a gradient over an input, or two results in one buffer
         for k, (flat, start) in zip(made, roots):
             shape, stride = w.layout(k)[:2]
-            if start != 0 or stride != _contiguous(shape) or math.prod(shape) != w.size[flat]:
+            if start != 0 or stride != contiguous_strides(shape) or math.prod(shape) != w.size[flat]:
                 raise _Refused  # a view of a buffer returned: eager returns the view, in its own strides
     except Exception:  # noqa: BLE001 - _Refused, or a plan this writer gets wrong: the default program runs it
         return None

@@ -87,7 +87,7 @@ from kiln._spec import (
     StridedSpec,
     WindowSpec,
 )
-from kiln._tensor import Tensor
+from kiln._tensor import Tensor, contiguous_strides
 from kiln._tensor import from_array as _from_array
 from kiln._threads import check_num_threads, default_num_threads
 
@@ -121,6 +121,7 @@ __all__ = [
     "composite",
     "composites",
     "compute_dtype",
+    "contiguous_strides",
     "decomposition",
     "decompositions",
     "encode_argument",

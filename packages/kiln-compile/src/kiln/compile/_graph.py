@@ -12,18 +12,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import kiln
-from kiln.backend import OpDef
+from kiln.backend import OpDef, contiguous_strides
 
 __all__ = ["Graph", "Node", "Value", "contiguous_strides", "map_values", "written_by"]
-
-
-def contiguous_strides(shape: tuple) -> tuple:
-    """The element strides of a row-major tensor of ``shape`` (PyTorch's: 1 for size-1 dims)."""
-    strides, step = [], 1
-    for n in reversed(shape):
-        strides.append(step)
-        step *= max(n, 1)
-    return tuple(reversed(strides))
 
 
 class Value:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 import kiln
@@ -591,9 +592,32 @@ def test_a_change_to_a_library_objects_attribute_is_seen():
         lambda x: (x * 1).view(kiln.int64) + 1,
     ],
 )
-def test_a_dtype_view_is_never_replayed_from_the_first_call(fn):
+@pytest.mark.parametrize("make", ["tensor", "from_numpy"])
+def test_a_dtype_view_is_never_replayed_from_the_first_call(fn, make):
     # view(dtype) is made outside the dispatcher: a replay would read the tensor the first call made
     f = kiln.compile(fn)
     for values in ([1.0, 2.0], [1.0, 2.0], [5.0, 7.0], [-3.0, 0.5]):
         x = kiln.tensor(values, dtype=kiln.float64)
+        if make == "from_numpy":
+            x = kiln.from_numpy(np.array(values, np.float64))
         assert kiln.equal(f(x), fn(x))
+
+
+class _ExponentBits(kiln.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * (x.view(kiln.int32) >> 23).to(g.dtype)  # the float's biased exponent
+
+
+def test_a_dtype_view_in_a_backward_formula_is_never_replayed():
+    f = kiln.compile(lambda x: _ExponentBits.apply(x).sum())
+    for v in (1.0, 1.0, 4.0, 0.25):
+        x = kiln.tensor([v], requires_grad=True)
+        f(x).backward()
+        assert x.grad.item() == (x.detach().view(kiln.int32) >> 23).item()

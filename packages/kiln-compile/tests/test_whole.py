@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
 import pytest
 
 import kiln
@@ -215,3 +216,21 @@ def test_a_compiled_model_runs_whole_forward_and_backward_with_eager_gradients()
             assert kiln.allclose(pc.grad, pe.grad, rtol=1e-5, atol=1e-6)
     entry = next(e for e in compiled._compiled._entries if e.forward is not None)
     assert "@njit" in entry.forward.source and "@njit" in entry.backward.source
+
+
+def test_an_update_of_an_input_over_another_inputs_memory_matches_eager():
+    # two storages over one NumPy array (q is p shifted by one): a store into p must not change what the loop
+    # reads from q after it; the call checks the memory and runs op by op
+    def f(p, q):
+        p.add_(q.exp())
+        return p.sum()
+
+    compiled = kiln.compile(f, mode="reduce-overhead")
+    for _ in range(3):
+        a, b = np.linspace(0.0, 1.0, 9), np.linspace(0.0, 1.0, 9)
+        pe, qe = kiln.from_numpy(a[1:]), kiln.from_numpy(a[:-1])
+        pc, qc = kiln.from_numpy(b[1:]), kiln.from_numpy(b[:-1])
+        assert kiln.allclose(compiled(pc, qc), f(pe, qe)) and kiln.allclose(pc, pe)
+    fresh = compiled(kiln.zeros(8, dtype=kiln.float64), kiln.ones(8, dtype=kiln.float64))
+    assert kiln.allclose(fresh, f(kiln.zeros(8, dtype=kiln.float64), kiln.ones(8, dtype=kiln.float64)))
+    assert _whole(compiled)

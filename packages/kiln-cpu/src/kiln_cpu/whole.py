@@ -72,6 +72,7 @@ class _Writer:
         self.reach: dict[int, int] = {}  # value over an input -> the last element it reaches, from the input's first
         self.origin: dict[int, int] = {}  # value over an input -> that input's index
         self.stored: set[int] = set()  # values a group stored into an input: that input itself, from then on
+        self.apart: set[tuple[int, int]] = set()  # (target, input) positions that must share no memory
         self.products: list[int] = []  # the multiply-adds of each product
         self.written: list[int] = []  # input positions written
         self.wrote = False
@@ -218,27 +219,21 @@ class _Writer:
 
     def check_stores(self, step, targets: list[int]) -> None:
         """A group may store into inputs of its shape, row-major, that share no memory with what else it reads:
-        an input it reads is one of them (read at the element it stores) or one that shares no memory with
-        them (the trace's guarded sharing); a view of an input, never."""
-        aliases = self.plan.aliases
-        classes = {}
+        an input it reads is one of them (read at the element it stores) or another input, whose memory the
+        call checks against the target's before the function runs (:attr:`apart`); a view of an input,
+        never."""
         for t in targets:
             if t not in self.plan.inputs or self.layout(t)[1] != contiguous_strides(self.layout(t)[0]):
                 raise _Refused
             if tuple(self.layout(t)[0]) != tuple(step.group.shape):
                 raise _Refused
-            classes[t] = self.alias_class(t)
         for v in step.inputs:
             if self.root.get(v, ()) is not None or v in targets:
                 continue  # a value the program made, or a target itself
-            if v not in self.plan.inputs or aliases is None or self.alias_class(v) in classes.values():
+            if v not in self.plan.inputs:
                 raise _Refused
-
-    def alias_class(self, index: int) -> int:
-        aliases = self.plan.aliases
-        pos = self.plan.inputs.index(index)
-        first = aliases[pos] if aliases is not None and pos < len(aliases) else None
-        return pos if first is None else first
+            for t in targets:  # (two tensors over one buffer can be different storages: from_numpy of two views)
+                self.apart.add((self.plan.inputs.index(t), self.plan.inputs.index(v)))
 
     def view(self, step) -> None:
         (out,) = step.outputs
@@ -609,15 +604,20 @@ def program(plan):
             outputs.append(("input", pos) if same else ("view", pos, shape, stride, offset))
     grads = [(pos, k, None if k is None else plan.layouts[k][2]) for pos, k in plan.grads]
     written = tuple(w.written)
+    apart = tuple(sorted(w.apart))
     reference = plan.reference
     largest = max(w.products) if w.products and _mkl.active() is None else None
 
     def run(*tensors):
+        arrays = [host_view(t) for t in tensors]
+        for a, b in apart:
+            if np.may_share_memory(arrays[a], arrays[b]):  # a store would change what the loop reads after it
+                return reference(*tensors)
         threads = _threads.get_num_threads()
         try:
             # OpenBLAS's thread count as the eager kernel of the largest product sets it (MKL's: per product)
             with _blas.limit(None if largest is None else _blas.threads_for(largest)):
-                values = fn(*[host_view(t) for t in tensors], *constants, threads)
+                values = fn(*arrays, *constants, threads)
         except StopProgram:  # before any write: the graph op by op raises PyTorch's error
             return reference(*tensors)
         for pos in written:

@@ -39,7 +39,8 @@ class DispatchMode:
     def host_read(self, tensor: Tensor, how: str) -> None:
         """Called (post-autograd modes only) when ``tensor``'s values leave for Python while the mode is active:
         ``how`` is ``"tolist"`` (``item()``, ``bool()``, ``int()``, ``float()`` and ``tolist()``) or
-        ``"numpy"`` (``numpy()``, ``__array__``). A tracer guards on the value read; the default does nothing."""
+        ``"numpy"`` (``numpy()``, ``__array__``), or ``"view(dtype)"`` (its bytes read as another dtype, by a tensor
+        no op makes). A tracer guards on the value read; the default does nothing."""
 
     def before_grad_set(self, tensor: Tensor) -> None:
         """Called (post-autograd modes only) before ``tensor.grad`` is assigned or deleted (``zero_grad()``,

@@ -599,6 +599,10 @@ def _trace_backward(fwd: Tracer, outputs: list[kiln.Tensor]):
         raise
     pairs = [(i, g) for i, g in zip(targets, grads) if g is not None]
     graph, _ = bw.finish([g for _, g in pairs])
+    if (
+        bw.unsupported
+    ):  # what the backward did cannot be replayed either (a formula's view(dtype)): the call runs eagerly
+        fwd.unsupported = fwd.unsupported or f"its backward: {bw.unsupported}"
     bw_inputs = [("grad", [id(t) for t in outputs].index(id(d))) for d in diff]
     saved: list[Value] = []
     for t, src in zip(bw.input_tensors[len(grads_in) :], bw.sources):

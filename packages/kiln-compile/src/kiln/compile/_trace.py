@@ -31,12 +31,6 @@ __all__ = ["GraphBreakError", "Tracer", "user_frame"]
 _AS_STRIDED = op("as_strided")
 
 
-def _memory_owner(storage):
-    """What owns a storage's memory: a NumPy view's ``base`` (NumPy points it at the owner), else the storage."""
-    owner = getattr(storage, "base", None)
-    return storage if owner is None else owner
-
-
 class GraphBreakError(RuntimeError):
     """``fullgraph=True`` and the function did something a single graph cannot hold (a value read into
     Python, a tensor handed to NumPy); the message names the line (PyTorch raises ``torch._dynamo.exc.Unsupported``)."""
@@ -62,7 +56,6 @@ class Tracer(DispatchMode):
             tuple
         ] = []  # per input: (Value, tensor, grad, storage, geometry, requires_grad) at first sight
         self.made_refs: list[weakref.ref] = []  # node outputs (for the escape check)
-        self.owners: set[int] = set()  # id of what owns the memory of each storage met (the values hold them)
         self.made: dict[int, Node] = {}  # id(tensor) -> the node that remakes a tensor made outside the dispatcher
         self.breaks: list[tuple[str, str]] = []  # (what, where)
         self.unsupported: str | None = None  # why a replay could not reproduce this call
@@ -89,7 +82,6 @@ class Tracer(DispatchMode):
         storage = id(t.untyped_storage())
         self.outside.add(storage)
         self.storages.setdefault(storage, v)
-        self.owners.add(id(_memory_owner(t.untyped_storage())))
         start = self.grads_at_start.get(id(t))
         grad = start[1] if start is not None and start[0] is t else t.grad
         self.before.append((v, t, grad, t.untyped_storage(), _geometry(t), t.requires_grad))
@@ -104,13 +96,8 @@ class Tracer(DispatchMode):
         v = self.values.get(id(t))
         if v is not None and (v.shape, v.stride) == (tuple(t.shape), t.stride()):
             return v
-        storage = t.untyped_storage()
-        base = self.storages.get(id(storage))
+        base = self.storages.get(id(t.untyped_storage()))
         if base is None:
-            if id(_memory_owner(storage)) in self.owners:
-                # another storage object over a traced tensor's memory (Tensor.view(dtype), made outside the
-                # dispatcher): a replay would read the tensor this call made, not the next call's
-                self.unsupported = self.unsupported or "a tensor's bytes are viewed as another dtype (view(dtype))"
             return self.add_input(t, "external")
         return self._alias(t, base)
 
@@ -126,7 +113,6 @@ class Tracer(DispatchMode):
         v = Value(len(self.inputs) + len(self.made_refs), t, "node")
         self._know(t, v)
         self.storages.setdefault(id(t.untyped_storage()), v)
-        self.owners.add(id(_memory_owner(t.untyped_storage())))
         try:
             self.made_refs.append(weakref.ref(t))
         except TypeError:  # a tensor subclass without weak references: never reported as escaped
@@ -202,6 +188,10 @@ class Tracer(DispatchMode):
         if how == "numpy":
             self._break("a tensor's memory handed to NumPy (numpy() or __array__)", where)
             self.unsupported = self.unsupported or f"a tensor's memory is handed to NumPy at {where}"
+            return
+        if how == "view(dtype)":  # a tensor over the same bytes that no op makes: a replay would read this call's
+            self._break("a tensor's bytes viewed as another dtype (view(dtype))", where)
+            self.unsupported = self.unsupported or f"a tensor's bytes are viewed as another dtype at {where}"
             return
         self._break("a tensor's value read into Python (item(), bool(), tolist(), int(), float())", where)
         if self.wrote_outside:

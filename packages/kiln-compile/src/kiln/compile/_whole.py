@@ -79,8 +79,6 @@ class WholeProgram:
     steps: tuple[Step, ...]
     outputs: tuple[int, ...]
     grads: tuple[tuple[int, int | None], ...]
-    aliases: tuple | None = None
-    """Per input, the first input sharing its memory (guarded by the trace); None: any may share."""
     device: str = "cpu"
     reference: Callable | None = field(default=None, compare=False)
     """The graph run op by op (its ``__call__``): what ``run`` may hand a call to, for PyTorch's error."""
@@ -172,7 +170,6 @@ def plan(graph: Graph, codegens: dict | None = None) -> WholeProgram | None:
         steps=tuple(steps),
         outputs=tuple(v.index for v in graph.outputs),
         grads=tuple(grads),
-        aliases=graph.input_aliases,
         device=devices.pop() if devices else "cpu",
         reference=graph,
     )

@@ -620,6 +620,8 @@ def view_as_dtype(self: Tensor, dtype: dt.dtype) -> Tensor:
         )
     if self._device is not CPU:
         raise RuntimeError("view(dtype) is only supported on the CPU")
+    for mode in post_modes():  # made outside the dispatcher: a tracer cannot replay it (kiln.compile runs eagerly)
+        mode.host_read(self, "view(dtype)")
     # not an autograd view (PyTorch's view(dtype) has no _base): it takes no history from self's, ever
     v = _make(self._storage.view(dtype.numpy), self._shape, self._stride, self._offset, dtype, self._device, self._vc)
     v._inference = self._inference

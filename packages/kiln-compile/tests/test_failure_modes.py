@@ -621,3 +621,21 @@ def test_a_dtype_view_in_a_backward_formula_is_never_replayed():
         x = kiln.tensor([v], requires_grad=True)
         f(x).backward()
         assert x.grad.item() == (x.detach().view(kiln.int32) >> 23).item()
+
+
+@pytest.mark.parametrize("mode", [None, "reduce-overhead"])
+def test_an_inference_tensor_written_outside_inference_mode_is_refused_before_any_write(mode):
+    # a trace made with normal tensors does not serve an inference tensor (its guard): the call traces again
+    # and raises the eager error before the write, leaving the tensor as it was
+    def f(x, y):
+        x.add_(y)
+        return x * 2
+
+    compiled = kiln.compile(f, mode=mode)
+    compiled(kiln.ones(3), kiln.ones(3))
+    compiled(kiln.ones(3), kiln.ones(3))
+    with kiln.inference_mode():
+        t = kiln.ones(3)
+    with pytest.raises(RuntimeError, match="Inplace update to inference tensor outside InferenceMode"):
+        compiled(t, kiln.ones(3))
+    assert kiln.equal(t, kiln.ones(3))

@@ -667,8 +667,9 @@ _MARKED = frozenset((*_MARKS, "_has_dynamo_dim_marking"))
 
 def _meta(t: kiln.Tensor) -> tuple:
     """What a trace's guard tests of a tensor: its class, dtype, device, shape, strides, offset,
-    ``requires_grad`` and, last, whether it has no mark (a trace of an unmarked tensor does not serve a marked
-    one, as in PyTorch). Read from the tensor's fields: the guard of every call reads it."""
+    ``requires_grad``, whether it is an inference tensor (a program writing into one outside inference mode
+    would write before the write's error) and, last, whether it has no mark (a trace of an unmarked tensor does
+    not serve a marked one, as in PyTorch). Read from the tensor's fields: the guard of every call reads it."""
     d = t.__dict__
     return (
         type(t),
@@ -678,6 +679,7 @@ def _meta(t: kiln.Tensor) -> tuple:
         t._stride,
         t._offset,
         t.requires_grad,
+        t._inference,
         not d or _MARKED.isdisjoint(d),
     )
 
@@ -693,7 +695,7 @@ def _meta_marked(t: kiln.Tensor, marks: tuple) -> tuple:
             ok = ok and not hasattr(t, name)
         elif found is not None:
             ok = ok and set(found) <= traced
-    return (*_meta(t)[:7], ok)
+    return (*_meta(t)[:-1], ok)
 
 
 def _mark_spec(t: kiln.Tensor) -> tuple | None:
@@ -718,8 +720,11 @@ def _grad_hooks(t: kiln.Tensor) -> tuple:
 
 
 def _describe_meta(meta: tuple) -> str:
-    cls, dtype, device, shape, stride, offset, rg, _unmarked = meta
-    return f"{cls.__name__} {dtype} on {device}, shape {list(shape)}, strides {stride}, offset {offset}, requires_grad={rg}"
+    cls, dtype, device, shape, stride, offset, rg, inference, _unmarked = meta
+    return (
+        f"{cls.__name__} {dtype} on {device}, shape {list(shape)}, strides {stride}, offset {offset}, requires_grad={rg}"
+        + (", an inference tensor" if inference else "")
+    )
 
 
 def global_state() -> tuple:

@@ -187,7 +187,13 @@ def threads_for(macs: int) -> int | None:
     :data:`kiln_cpu.config.blas_threads_min_macs`, else :func:`kiln.get_num_threads`."""
     if macs <= _BLAS_SERIAL_MACS:
         return None
-    return 1 if macs < config.blas_threads_min_macs else _threads.get_num_threads()
+    return _threads.get_num_threads() if threaded(macs) else 1
+
+
+def threaded(macs: int) -> bool:
+    """Whether a product of ``macs`` multiply-adds runs on kiln's thread count (:func:`threads_for`), rather
+    than on one thread."""
+    return macs > _BLAS_SERIAL_MACS and macs >= config.blas_threads_min_macs
 
 
 _UNCHANGED = limit(None)  # the block of every product that leaves the count alone (made once: nothing to hold)

@@ -5,21 +5,24 @@ layouts, its steps, its outputs and ``.grad`` assignments); :func:`program` writ
 for it, a file named by the text's hash under ``KILN_CPU_CACHE`` like the fused loops, so a program
 compiles once per machine. The steps run without returning to Python between them: a small training step
 spends its time in its arithmetic and its products, not in a Python call per op over caches its last
-product emptied (a 784-256-10 MLP's step, one thread: about 0.65x PyTorch eager's time in one function,
-0.95x as one Python call per kernel).
+product emptied (a 784-256-10 MLP's SGD step, one thread, MKL: 0.70x PyTorch eager's time as one function,
+0.94x as one Python call per kernel).
 
 Each value is a local array in the traced layout: a value the program makes is allocated in its traced
-strides; a view (an op tagged ``view``) is ``as_strided`` over the buffer it views, at the offset and strides
-its spec gives (over an input, only a view that starts at the input's first element: ``t``, ``transpose``,
-``expand``, ``view`` and the like, not a slice past it). Pointwise ops compute their fused expression
-(the one a fused group computes) in a loop over the output; products call the BLAS the eager kernels use
-(MKL where kiln-cpu's ``mkl`` extra is active, else NumPy's OpenBLAS); sums and means accumulate in
+strides; a view (an op tagged ``view``) is a strided view of the buffer it views, at the offset and strides
+its spec gives (over an input, only a view that starts at the input's first element and stays within its
+elements: ``t``, ``transpose``, ``expand``, ``view`` and the like). A fused group (kiln-compile's planning)
+is one loop computing its expressions, storing its values (into an input it updates, after a run-time check
+that the other inputs it reads share no memory with it) and adding its sum or mean in float64; a pointwise
+op outside a group is a loop of its own; products call the BLAS the eager kernels use (MKL where kiln-cpu's
+``mkl`` extra is active, else NumPy's OpenBLAS) on their thread counts; sums and means accumulate in
 float64; the cross entropy's four ops (``_log_softmax``, ``_nll_loss`` and their backwards over the rows of
-a 2-d input) are loops of their own. ``_copy_from`` into an input writes the input's memory, counted with
-``mark_written`` after the call. Anything else (another op, another dtype, a layout not above, an output
-that views an input or another output) makes :func:`program` return None: kiln-compile's default program
-runs it. A target out of range stops the function before it writes an input; the call is then run by the
-graph op by op, which raises PyTorch's error.
+a 2-d input) are row loops. Writes into inputs are counted with ``mark_written`` after the call; an output
+over an input is made from the input tensor then, as the default program makes it. Anything else (another
+op, another dtype, a layout not above, two results in one buffer, a gradient over an input) makes
+:func:`program` return None: kiln-compile's default program runs it. A target out of range stops the
+function before it writes an input; the call is then run by the graph op by op, which raises PyTorch's
+error.
 """
 
 from __future__ import annotations
@@ -64,10 +67,8 @@ class _Writer:
         self.plan = plan
         self.lines: list[str] = []
         self.extra: list[tuple[str, object]] = []  # (parameter name, value): the BLAS functions' addresses
-        self.root: dict[
-            int, tuple[str, int] | None
-        ] = {}  # value -> (flat buffer it lies in, offset) or None (an input's)
-        self.fresh: set[int] = set()  # values the function allocated (not views)
+        # value -> (the flat buffer it lies in, its first element there), or None: it lies in an input
+        self.root: dict[int, tuple[str, int] | None] = {}
         self.size: dict[str, int] = {}  # flat buffer -> its elements
         self.reach: dict[int, int] = {}  # value over an input -> the last element it reaches, from the input's first
         self.origin: dict[int, int] = {}  # value over an input -> that input's index
@@ -76,7 +77,6 @@ class _Writer:
         self.products: list[int] = []  # the multiply-adds of each product
         self.written: list[int] = []  # input positions written
         self.wrote = False
-        self.fails = False  # some step may stop the function (status 1)
 
     # ------------------------------------------------------------------ values
 
@@ -106,7 +106,6 @@ class _Writer:
             self.lines.append(f"{name} = np.transpose(f{index}.reshape({perm_shape!r}), {inverse!r})")
         self.root[index] = (f"f{index}", 0)
         self.size[f"f{index}"] = math.prod(shape)
-        self.fresh.add(index)
         return name
 
     def ref(self, a) -> int:
@@ -127,8 +126,9 @@ class _Writer:
         parts = [idx[lead + d] if n != 1 else "0" for d, n in enumerate(own)]
         return f"v{index}[{', '.join(parts)}]" if parts else f"v{index}[()]"
 
-    def loops(self, shape: tuple, body: list[str], indent: str = "") -> list[str]:
-        out, pad = [], indent
+    def loops(self, shape: tuple, body: list[str]) -> list[str]:
+        """``body`` in loops over ``shape`` (indices ``i0, i1...``)."""
+        out, pad = [], ""
         for d, n in enumerate(shape):
             out.append(f"{pad}for i{d} in range({n}):")
             pad += "    "
@@ -200,6 +200,7 @@ class _Writer:
                 self.lines.append(f"v{v} = v{dst}")
                 self.root[v] = self.root[dst]
                 self.origin[v] = dst
+                self.reach[v] = self.reach[dst]
                 self.stored.add(v)
                 self.written.append(self.plan.inputs.index(dst))
                 self.wrote = True
@@ -254,9 +255,8 @@ class _Writer:
             if start + rel < 0 or (last is not None and start + rel + last >= self.size[flat]):
                 raise _Refused
             at = start + rel
-            if spec.shape and tuple(stride) == contiguous_strides(
-                tuple(spec.shape)
-            ):  # row-major: a C array (vectorized)
+            row_major = spec.shape and tuple(stride) == contiguous_strides(tuple(spec.shape))
+            if row_major:  # a C array, whose loops vectorize
                 n = math.prod(spec.shape)
                 self.lines.append(f"v{out} = {flat}[{at}:{at + n}].reshape({tuple(spec.shape)!r})")
             else:
@@ -297,7 +297,6 @@ class _Writer:
         """The next lines may stop the function: only before any input is written (the graph then reruns)."""
         if self.wrote:
             raise _Refused
-        self.fails = True
 
 
 def _float_args(w: _Writer, *refs) -> list[int]:
@@ -324,7 +323,7 @@ def _product(w: _Writer, out: int, a: int, b: int, alpha, beta) -> None:
         names = w.argument(f"mkl_{letter}gemm", g), w.argument(f"mkl_{letter}batch", bg)
         setter = w.argument("mkl_threads", mkl.threads_address)
         # the eager kernels' threads: one below blas_threads_min_macs, else kiln's count at the call
-        threads = "1" if _blas.threads_for(m * n * k) in (None, 1) else "threads"
+        threads = "threads" if _blas.threaded(m * n * k) else "1"
         call = f"mkl_or_copies({names[0]}, {names[1]}, {setter}, {threads}, {float(alpha)!r}, {float(beta)!r}"
     else:
         found = _blas.gemm_function(dtype)

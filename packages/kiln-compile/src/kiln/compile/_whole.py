@@ -11,8 +11,9 @@ when it cannot take the plan, which then gets the default program.
 
 What reaches a plan: graphs of fixed shapes (not ``dynamic``) whose nodes are all ops or ``.grad``
 assignments: a value guard, a random draw, a ``.data`` assignment or an op whose output shape comes from
-values keeps the default program. Pointwise ops come with their expression (:data:`EXPRESSIONS`, the one
-the fused groups compute), so the code generator computes what the fused program computes.
+values keeps the default program. The fused groups the default program would run (``plan_groups``: the same
+planning) are steps of their own, and a pointwise op outside them comes with its expression
+(:data:`EXPRESSIONS`), so the code generator computes what the default program computes.
 """
 
 from __future__ import annotations
@@ -67,11 +68,10 @@ class Step:
 @dataclass(frozen=True)
 class WholeProgram:
     """A graph for ``codegen.program``: ``inputs`` (value indices, in the order ``run`` receives the tensors),
-    ``layouts`` (value index -> ``(shape, element strides, dtype, storage offset)`` as traced; the inputs'
-    are guarded),
-    ``constants`` (value index -> a CPU tensor computed at compile time), ``steps`` in order, ``outputs``
-    (value indices ``run`` returns) and ``grads`` (``(input position, value index or None)``: the leaf
-    ``inputs[position]`` gets that value as its ``.grad``, in order, after the steps; None clears it)."""
+    ``layouts`` (value index -> ``(shape, element strides, dtype, storage offset)`` as traced; the inputs' are
+    guarded), ``constants`` (value index -> a CPU tensor computed at compile time), ``steps`` in order,
+    ``outputs`` (value indices ``run`` returns) and ``grads`` (``(input position, value index or None)``: the
+    leaf ``inputs[position]`` gets that value as its ``.grad``, in order, after the steps; None clears it)."""
 
     inputs: tuple[int, ...]
     layouts: dict[int, tuple]

@@ -188,12 +188,7 @@ class _Writer:
             red = step.outputs[len(g.outputs)]
             out_shape = self.layout(red)[0]
             dims = set(range(len(shape))) if g.dims is None else set(g.dims)
-            kept = [("0" if g.keepdim else None) if d in dims else idx[d] for d in range(len(shape))]
-            kept = [k for k in kept if k is not None]
-            if len(kept) != len(out_shape):
-                raise _Refused
-            self.lines.append(f"a{red} = np.zeros({tuple(out_shape)!r}, np.float64)")
-            body.append(f"a{red}[{', '.join(kept)}] += {name}" if kept else f"a{red}[()] += {name}")
+            body.append(f"{self.accumulator(red, out_shape, dims, g.keepdim)} += {name}")
         self.lines += self.loops(shape, body)
         for v, dst in zip(stored, step.stores):
             if dst is not None:  # the value is the tensor it was stored into, from here on
@@ -207,6 +202,17 @@ class _Writer:
         if g.reduction is not None:
             count = math.prod(shape[d] for d in dims)
             self.reduced(red, f"a{red}", f" / {count}" if kind == "mean" else "")
+
+    def accumulator(self, out: int, out_shape: tuple, dims: set, keepdim: bool) -> str:
+        """The float64 sums of reduction ``out`` (``a<out>``, zeroed here): the element the loop indices
+        ``i0, i1...`` over the reduced tensor add into."""
+        nd = len(out_shape) + (0 if keepdim else len(dims))
+        kept = [("0" if keepdim else None) if d in dims else f"i{d}" for d in range(nd)]
+        kept = [k for k in kept if k is not None]
+        if len(kept) != len(out_shape):
+            raise _Refused
+        self.lines.append(f"a{out} = np.zeros({tuple(out_shape)!r}, np.float64)")
+        return f"a{out}[{', '.join(kept)}]" if kept else f"a{out}[()]"
 
     def reduced(self, out: int, acc: str, scale: str) -> None:
         """Value ``out``, made from the float64 sums ``acc`` of its shape (``scale``: the mean's division)."""
@@ -375,11 +381,8 @@ def _reduce(w: _Writer, step, mean: bool) -> None:
     if w.layout(out)[1] != contiguous_strides(out_shape) or w.layout(out)[2] != w.layout(x)[2]:
         raise _Refused
     idx = [f"i{d}" for d in range(nd)]
-    kept = [("0" if keepdim else None) if d in dims else idx[d] for d in range(nd)]
-    target = [k for k in kept if k is not None]
     count = math.prod(shape[d] for d in dims)
-    w.lines.append(f"a{out} = np.zeros({tuple(out_shape)!r}, np.float64)")
-    acc = f"a{out}[{', '.join(target)}]" if target else f"a{out}[()]"
+    acc = w.accumulator(out, out_shape, dims, keepdim)
     w.lines += w.loops(shape, [f"{acc} += {w.at(x, idx)}"])
     w.reduced(out, f"a{out}", f" / {count}" if mean else "")
 

@@ -251,14 +251,14 @@ class _Group:
         self.stores: dict[int, Value] = {}  # Value index of a group value -> the tensor the kernel stores it into
 
 
-def single_expression(node: Node) -> tuple[str, list[int], str] | None:
+def single_expression(node: Node) -> tuple[str, list[int]] | None:
     """A pointwise node alone as a fused expression: ``(expression over x0, x1..., the index of each input
-    value, the dtype name it computes in)``, or None where it would not fuse (:mod:`kiln.compile._whole`)."""
+    value)``, or None where it would not fuse (:mod:`kiln.compile._whole`)."""
     group = _Group(tuple(node.spec.shape), node.outputs[0].device.type if node.outputs else "cpu")
     expr = _expression(node, group)
     if expr is None:
         return None
-    return expr, [v.index for v in group.inputs], _FLOAT[getattr(node.spec, "compute_dtype", node.spec.dtype)]
+    return expr, [v.index for v in group.inputs]
 
 
 def _expression(node: Node, group: _Group) -> str | None:

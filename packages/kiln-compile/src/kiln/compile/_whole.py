@@ -43,7 +43,8 @@ class Step:
     view's ``StridedSpec`` gives its strides and storage offset). ``writes``: the index of the value the step
     writes into (``_copy_from``'s destination, which is also its output), else None. A pointwise op has
     ``expression``: its value as an expression over ``x0, x1...`` (the tensors of ``inputs``, in order,
-    broadcast to the output's shape; see ``kiln.compile.FusedGroup``), computed in ``compute`` (a dtype name).
+    broadcast to the output's shape; see ``kiln.compile.FusedGroup``; numbers are literals of the dtype it
+    computes in).
     ``tags``: the op's tags (``"view"``: the output is a view of the first argument, laid out by ``spec``).
 
     A fused group of pointwise ops (the one the default program would run as one kernel) is one step with
@@ -60,7 +61,6 @@ class Step:
     writes: int | None = None
     expression: str | None = None
     inputs: tuple[int, ...] = ()
-    compute: str | None = None
     group: Any = None
     stores: tuple = ()
 
@@ -142,11 +142,11 @@ def plan(graph: Graph, codegens: dict | None = None) -> WholeProgram | None:
             return None
         for v in node.outputs:
             layouts.setdefault(v.index, (v.shape, tuple(v.stride), v.dtype, v.offset))
-        expression = inputs = compute = None
+        expression = inputs = None
         if node.op.name in EXPRESSIONS:
             found = single_expression(node)
             if found is not None:
-                expression, inputs, compute = found
+                expression, inputs = found
         writes = node.writes.index if node.writes is not None else None
         steps.append(
             Step(
@@ -158,7 +158,6 @@ def plan(graph: Graph, codegens: dict | None = None) -> WholeProgram | None:
                 writes,
                 expression,
                 tuple(inputs or ()),
-                compute,
             )
         )
     for index, t in graph.constants.items():

@@ -14,7 +14,6 @@ from collections.abc import Callable
 from typing import Any
 
 from kiln._device import out_of_memory
-from kiln._lazy import first_call
 from kiln._state import away, modes_away, state
 from kiln._tensor import Tensor, stale_view_requires_grad
 
@@ -72,7 +71,7 @@ def make_public(opdef, doc_fn: Callable, dispatch: types.ModuleType) -> Callable
         "_stale": stale_view_requires_grad,
         "__builtins__": __builtins__,
     }
-    namespace["_record"] = first_call(namespace, "kiln.autograd.graph", "record", "_record")
+    namespace["_record"] = _recorder_stand_in(namespace)
     fn = types.FunctionType(
         code.replace(co_name=opdef.name, co_qualname=opdef.name, co_filename=f"<kiln op {opdef.name}>"),
         namespace,
@@ -90,6 +89,19 @@ def make_public(opdef, doc_fn: Callable, dispatch: types.ModuleType) -> Callable
     fn.__wrapped__ = doc_fn
     fn.op = opdef
     return fn
+
+
+def _recorder_stand_in(namespace: dict) -> Callable:
+    """The public function's ``_record`` until the op first records: it binds the op's own recorder
+    (``kiln.autograd.graph.recorder``, code written out for the op) in its place."""
+
+    def _record(opdef, args, out):
+        from kiln.autograd.graph import recorder
+
+        fn = namespace["_record"] = recorder(opdef)
+        return fn(opdef, args, out)
+
+    return _record
 
 
 def make_binder(opdef) -> Callable:

@@ -237,6 +237,7 @@ class BackwardNeeds:
         "result_guard",
         "needs_input_grad",
         "multi_grad",
+        "recorder",
     )
 
     def __init__(self, formula, arg_names, arg_index, arg_bits, meta_names, result, needs_input_grad, multi_grad):
@@ -254,6 +255,7 @@ class BackwardNeeds:
         self.result_guard = -1  # the same for ``result``
         self.needs_input_grad = needs_input_grad
         self.multi_grad = multi_grad
+        self.recorder = None  # made on the op's first recording (kiln.autograd.graph.recorder)
 
     def read_guards(self) -> tuple:
         """Fill ``save_plan`` and ``result_guard`` (once); returns ``save_plan``."""
@@ -483,6 +485,7 @@ def _holds_saved(value) -> bool:
 # kiln._ops imports this module
 sum_to = first_call(globals(), "kiln._ops.reduction", "sum_to")
 zeros = first_call(globals(), "kiln._ops.creation", "zeros")
+make_recorder = first_call(globals(), "kiln.autograd._record_code", "make_recorder")  # (it imports this module)
 
 
 def _fit_to_input(g: Tensor, meta: tuple, node: Node, i: int) -> Tensor:
@@ -563,7 +566,23 @@ def gradient_edge(t: Tensor) -> tuple:
 
 
 def record(opdef, args: tuple, out) -> None:
-    """Record ``opdef(*args) -> out`` on the tape (called by the dispatcher when an input requires grad)."""
+    """Record ``opdef(*args) -> out`` on the tape (called by the dispatcher when an input requires grad), through
+    the op's recorder (:func:`recorder`)."""
+    recorder(opdef)(opdef, args, out)
+
+
+def recorder(opdef) -> Callable:
+    """The op's recorder, ``fn(opdef, args, out)``: the code :mod:`kiln.autograd._record_code` writes out for the
+    op on its first recording, or :func:`record_generic`. The public op functions call it directly."""
+    needs: BackwardNeeds = opdef._backward_needs
+    fn = needs.recorder
+    if fn is None:
+        fn = needs.recorder = make_recorder(opdef)
+    return fn
+
+
+def record_generic(opdef, args: tuple, out) -> None:
+    """:func:`record` for any op and arguments, reading the op record as it goes."""
     needs: BackwardNeeds = opdef._backward_needs
     edges = []
     input_meta = []

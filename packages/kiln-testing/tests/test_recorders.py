@@ -74,7 +74,26 @@ def _recorded(opdef, case, recorder) -> list:
             node = o._grad_fn
             d = None if node is None or not hasattr(node, "op") else _describe(node, leaves + views)
             described.append((o.requires_grad, o._output_nr, d))
+            if d is not None and node.n_out == 1:
+                described.append(_gradients(node, o))
     return described
+
+
+def _gradients(node, out) -> list:
+    """The node's gradients for a random output gradient, from its own ``apply`` and from the generic one
+    (the generated apply must give what the generic gives, values included)."""
+    g = kiln.from_numpy(np.random.default_rng(5).standard_normal(tuple(out.shape))).to(out.dtype)
+    found = []
+    for apply in (type(node).apply, graph.OpNode.apply):
+        try:
+            with kiln.no_grad():
+                grads = apply(node, (g,))
+        except Exception as exc:  # noqa: BLE001 - both must raise alike
+            found.append(("raised", type(exc).__name__, str(exc)))
+            continue
+        found.append([None if r is None else (tuple(r.shape), r.dtype, r.detach().numpy().tolist()) for r in grads])
+    assert found[0] == found[1], "the node's apply and the generic apply differ"
+    return found[0]
 
 
 def _ops_with_backward() -> list[str]:

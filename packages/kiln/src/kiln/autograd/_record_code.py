@@ -12,6 +12,8 @@ generic path makes (same class, edges, layout, saved entries and flags). A call 
 
 from __future__ import annotations
 
+import inspect
+import types
 from collections.abc import Callable
 
 from kiln import _dtype as dt
@@ -87,7 +89,14 @@ def make_recorder(opdef) -> Callable:
     )
     code = _CODE.get(key)
     if code is None:
-        code = _CODE[key] = _compile(_source(opdef, plan))
+        code = _CODE[key] = _compile(_source(opdef, plan), "record")
+    apply = _make_apply(opdef, plan)
+    if apply is None:  # the generic apply: the class every op of that node name shares
+        cls = graph._node_class(opdef, ()) if isinstance(name, str) else None
+        classes = graph._node_class
+    else:  # the op's own node classes, each with the op's apply
+        classes = _class_maker(opdef, apply)
+        cls = classes(opdef, ()) if isinstance(name, str) else None
     namespace = {
         "_T": Tensor,
         "_SEQS": (list, tuple),
@@ -104,21 +113,112 @@ def make_recorder(opdef) -> Callable:
         "_anomaly": anomaly,
         "_trace": _anomaly_trace,
         "_ST": graph.SavedTensor,
-        "_cls": graph._node_class(opdef, ()) if isinstance(name, str) else None,
-        "_node_class": graph._node_class,
+        "_cls": cls,
+        "_node_class": classes,
         "__builtins__": __builtins__,
     }
-    import types
-
     fn = types.FunctionType(code, namespace, "record_" + opdef.name)
     fn.__doc__ = f"``kiln.autograd.graph.record`` written out for {opdef.name}."
     return fn
 
 
-def _compile(src: str):
+def _class_maker(opdef, apply: Callable) -> Callable:
+    """``classes(opdef, args)``: the op's node class for a call (one per node name, made once), an
+    ``OpNode`` whose ``apply`` is ``apply``."""
+    made: dict[str, type] = {}
+
+    def classes(_op, args) -> type:
+        name = opdef.grad_fn_name
+        if not isinstance(name, str):
+            name = name(args)
+        cls = made.get(name)
+        if cls is None:
+            cls = made[name] = type(name, (graph.OpNode,), {"__slots__": (), "apply": apply})
+        return cls
+
+    return classes
+
+
+def _make_apply(opdef, plan: tuple) -> Callable | None:
+    """``OpNode.apply`` written out for the op's nodes, or None where the generic one serves: a formula of
+    several output gradients, a multi-output ``result``, or parameters that are not plain positional ones."""
+    needs = opdef._backward_needs
+    params = inspect.signature(opdef.backward).parameters.values()
+    if (
+        needs.multi_grad
+        or (needs.result and opdef.num_outputs > 1)
+        or any(p.kind is not p.POSITIONAL_OR_KEYWORD for p in params)
+    ):
+        return None
+    tensor_params = opdef.tensor_params
+    n = len(tensor_params)
+    tensor_names = {name for name, idx, _, _ in plan if idx in tensor_params} | {"result"}
+    lines = ["def apply(self, grads):", "    if self.freed:", "        return _generic(self, grads)"]
+    add = lines.append
+    add("    saved = self.saved")
+    call = []
+    for p in list(params)[1:]:
+        name = p.name
+        local = f"v_{name}"
+        call.append(local)
+        if name == "needs_input_grad":
+            add("    layout = self.layout")
+            add(f"    {local} = _nig(self.wants, {n} if layout is None else len(layout))")
+        elif name in tensor_names:
+            add(f"    s = saved[{name!r}]")
+            add("    if s.__class__ is _ST:")
+            add(f"        {local} = s.data")
+            add(f"        if s.is_output or s.freed or {local}._vc[0] != s.version:")
+            add(f"            {local} = s.unpack(self)")
+            add("    else:")
+            add(f"        {local} = s")
+        else:
+            add(f"    {local} = saved[{name!r}]")
+    add(f"    result = _formula(grads[0]{''.join(', ' + c for c in call)})")
+    add("    if self.layout is not None:")
+    add("        return _finish(self, result)")
+    gs = [f"g{k}" for k in range(n)]
+    if n == 1:
+        add("    if not isinstance(result, tuple):")
+        add("        g0 = result")
+        add("    elif len(result) == 1:")
+        add("        g0 = result[0]")
+        add("    else:")
+        add("        return _finish(self, result)")
+    else:
+        add(f"    if not isinstance(result, tuple) or len(result) != {n}:")
+        add("        return _finish(self, result)")
+        add(f"    {', '.join(gs)} = result")
+    add("    nf = self.next_functions")
+    add("    metas = self.input_meta")
+    for k, g in enumerate(gs):
+        add(f"    if {g} is not None and nf[{k}][0] is not None:")
+        add(f"        m = metas[{k}]")
+        add(f"        if {g}._shape != m[0] or {g}._dtype is not m[1]:")
+        add(f"            {g} = _fit({g}, m, self, {k})")
+    add(f"    return ({', '.join(gs)},)")
+    namespace = {
+        "_generic": graph.OpNode.apply,
+        "_ST": graph.SavedTensor,
+        "_nig": graph._needs_input_grad,
+        "_formula": opdef.backward,
+        "_finish": graph.finish_gradients,
+        "_fit": graph._fit_to_input,
+        "__builtins__": __builtins__,
+    }
+    key = ("apply", "\n".join(lines))
+    code = _CODE.get(key)
+    if code is None:
+        code = _CODE[key] = _compile("\n".join(lines) + "\n", "apply")
+    fn = types.FunctionType(code, namespace, "apply")
+    fn.__doc__ = f"``OpNode.apply`` written out for {opdef.name}."
+    return fn
+
+
+def _compile(src: str, name: str):
     namespace: dict = {}
-    exec(compile(src, "<kiln record>", "exec"), namespace)  # noqa: S102 - generated from an op record
-    return namespace["record"].__code__
+    exec(compile(src, f"<kiln {name}>", "exec"), namespace)  # noqa: S102 - generated from an op record
+    return namespace[name].__code__
 
 
 def _test(guard: int) -> str:

@@ -409,10 +409,10 @@ class OpNode(Node):
         for name in self.seqs:  # a tensor-list parameter, or several outputs
             value = saved[name]
             kwargs[name] = type(value)(v.unpack(self) if isinstance(v, SavedTensor) else v for v in value)
-        layout = self.layout  # None: tensor parameter k is edge k, for every k
-        nf, metas = self.next_functions, self.input_meta
         if needs.needs_input_grad:
-            kwargs["needs_input_grad"] = _needs_input_grad(self.wants, len(nf) if layout is None else len(layout))
+            layout = self.layout
+            n = len(self.next_functions) if layout is None else len(layout)
+            kwargs["needs_input_grad"] = _needs_input_grad(self.wants, n)
         if needs.multi_grad:
             full = []
             for g, (shape, dtype, dev) in zip(grads, self.output_meta):
@@ -422,31 +422,7 @@ class OpNode(Node):
             result = opdef.backward(tuple(full), **kwargs)
         else:
             result = opdef.backward(grads[0], **kwargs)
-        if layout is None and isinstance(result, tuple) and len(result) == len(nf):
-            out = list(result)
-        elif layout is None and len(nf) == 1 and not isinstance(result, tuple):
-            out = [result]
-        else:
-            if layout is None:
-                layout = range(len(nf))
-            if len(layout) == 1 and not isinstance(result, tuple):
-                result = (result,)
-            out = [None] * len(nf)
-            for entry, g in zip(layout, result):
-                if entry is None or g is None:
-                    continue
-                if isinstance(entry, list):
-                    for e, gi in zip(entry, g):
-                        if e is not None and gi is not None:
-                            out[e] = gi
-                else:
-                    out[entry] = g
-        for i, g in enumerate(out):
-            if g is not None and nf[i][0] is not None:
-                meta = metas[i]
-                if g._shape != meta[0] or g._dtype is not meta[1]:  # else _fit_to_input would return g
-                    out[i] = _fit_to_input(g, meta, self, i)
-        return tuple(out)
+        return finish_gradients(self, result)
 
     def release(self) -> None:
         self.freed = True
@@ -460,6 +436,38 @@ class OpNode(Node):
                 if isinstance(v, SavedTensor):
                     v.freed = True
                     v.data = None
+
+
+def finish_gradients(node: OpNode, result) -> tuple:
+    """A formula's ``result`` as the node's gradients: one per edge, placed by the node's layout, each reduced
+    to its input's shape and cast to its dtype where it differs (:func:`_fit_to_input`)."""
+    layout = node.layout  # None: tensor parameter k is edge k, for every k
+    nf, metas = node.next_functions, node.input_meta
+    if layout is None and isinstance(result, tuple) and len(result) == len(nf):
+        out = list(result)
+    elif layout is None and len(nf) == 1 and not isinstance(result, tuple):
+        out = [result]
+    else:
+        if layout is None:
+            layout = range(len(nf))
+        if len(layout) == 1 and not isinstance(result, tuple):
+            result = (result,)
+        out = [None] * len(nf)
+        for entry, g in zip(layout, result):
+            if entry is None or g is None:
+                continue
+            if isinstance(entry, list):
+                for e, gi in zip(entry, g):
+                    if e is not None and gi is not None:
+                        out[e] = gi
+            else:
+                out[entry] = g
+    for i, g in enumerate(out):
+        if g is not None and nf[i][0] is not None:
+            meta = metas[i]
+            if g._shape != meta[0] or g._dtype is not meta[1]:  # else _fit_to_input would return g
+                out[i] = _fit_to_input(g, meta, node, i)
+    return tuple(out)
 
 
 _NEEDS_INPUT_GRAD: dict[tuple[int, int], tuple[bool, ...]] = {}

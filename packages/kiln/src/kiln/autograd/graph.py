@@ -28,6 +28,7 @@ from kiln._tensor import Tensor, _make, stale_view_requires_grad
 from kiln.autograd.grad_mode import is_grad_enabled
 
 _seq = itertools.count()
+_INF = float("inf")
 _FREED_MESSAGE = (
     "Trying to backward through the graph a second time (or directly access saved tensors after they have "
     "already been freed). Saved intermediate values of the graph are freed when you call .backward() or "
@@ -146,9 +147,15 @@ class AccumulateGrad(Node):
     __slots__ = ("variable",)
 
     def __init__(self, variable: Tensor):
-        super().__init__(())
+        # Node.__init__'s fields set here (a leaf's node is made anew by each graph that reaches the leaf)
+        self.next_functions = ()
+        self.n_out = 1
+        self._seq = _INF  # run as soon as ready, like PyTorch (leaves in the order they became ready)
+        self._node_hooks = None
+        self._metadata = None
+        if anomaly["enabled"]:
+            self.metadata["traceback_"] = traceback.format_stack()[:-2]
         self.variable = variable
-        self._seq = float("inf")  # run as soon as ready, like PyTorch (leaves in the order they became ready)
 
     def name(self) -> str:
         return "kiln::autograd::AccumulateGrad"

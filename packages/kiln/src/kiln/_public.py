@@ -17,7 +17,7 @@ from kiln._device import out_of_memory
 from kiln._state import away, modes_away, state
 from kiln._tensor import Tensor, stale_view_requires_grad
 
-__all__ = ["LANE_PREFIX", "make_binder", "make_public"]
+__all__ = ["LANE_PREFIX", "make_binder", "make_public", "takes_tensor_list"]
 
 LANE_PREFIX = "_lane"
 """The generated function's local names start with it; an op parameter may not (``kiln._dispatch.op``)."""
@@ -157,13 +157,13 @@ def _grad_tests(opdef, params: list) -> tuple:
     for a parameter that may hold a list of tensors, ``("any", name)``; empty for an op with no backward."""
     if opdef._backward_needs is None:
         return ()
-    tests = []
-    for i in opdef.tensor_params:
-        p = params[i]
-        note = p.annotation if isinstance(p.annotation, str) else repr(p.annotation)
-        many = any(word in note for word in ("Sequence", "list", "tuple", "Iterable"))
-        tests.append(("any" if many else "tensor", p.name))
-    return tuple(tests)
+    return tuple(("any" if takes_tensor_list(params[i]) else "tensor", params[i].name) for i in opdef.tensor_params)
+
+
+def takes_tensor_list(param: inspect.Parameter) -> bool:
+    """Whether a tensor parameter of an op may hold a list of tensors (``cat``'s), read off its annotation."""
+    note = param.annotation if isinstance(param.annotation, str) else repr(param.annotation)
+    return any(word in note for word in ("Sequence", "list", "tuple", "Iterable"))
 
 
 def _lane(spread: str, args: str, num_outputs: int, grads: tuple) -> str:

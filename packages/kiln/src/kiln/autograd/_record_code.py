@@ -17,6 +17,7 @@ import types
 from collections.abc import Callable
 
 from kiln import _dtype as dt
+from kiln._public import takes_tensor_list
 from kiln._state import anomaly
 from kiln._tensor import Tensor, stale_view_requires_grad
 from kiln.autograd import graph
@@ -55,23 +56,17 @@ def _anomaly_trace(node) -> None:
     node.metadata["traceback_"] = traceback.format_stack()[:-3]
 
 
-def _single_tensor(opdef, i: int) -> bool:
-    """Whether tensor parameter ``i`` takes one tensor (not a list of them), read off its annotation."""
-    p = list(opdef.signature.parameters.values())[i]
-    note = p.annotation if isinstance(p.annotation, str) else repr(p.annotation)
-    return not any(word in note for word in ("Sequence", "list", "tuple", "Iterable"))
-
-
 def make_recorder(opdef) -> Callable:
     """The recorder of ``opdef``: ``recorder(opdef, args, out)`` does what ``graph.record`` does. Generated
     for an op whose tensor parameters each take one tensor; otherwise the generic ``graph.record_generic``."""
     needs = opdef._backward_needs
     tensor_params = opdef.tensor_params
     plan = needs.save_plan if needs.save_plan is not None else needs.read_guards()
+    params = list(opdef.signature.parameters.values())
     if (
         not tensor_params
         or len(tensor_params) > 8
-        or not all(_single_tensor(opdef, i) for i in tensor_params)
+        or any(takes_tensor_list(params[i]) for i in tensor_params)
         or any(idx not in tensor_params for _, idx, _ in needs.meta_names)
     ):
         return graph.record_generic

@@ -84,7 +84,7 @@ def _gradients(node, out) -> list:
     (the generated apply must give what the generic gives, values included)."""
     g = kiln.from_numpy(np.random.default_rng(5).standard_normal(tuple(out.shape))).to(out.dtype)
     found = []
-    for apply in (type(node).apply, graph.OpNode.apply):
+    for apply in (graph.OpNode.apply, graph.OpNode.apply_generic):
         try:
             with kiln.no_grad():
                 grads = apply(node, (g,))
@@ -130,3 +130,33 @@ def test_recorder_falls_back_for_a_list_and_a_tensor_among_numbers():
     y.sum().backward()
     np.testing.assert_array_equal(x.grad.numpy(), np.full((3, 4), 2.0))
     assert graph.recorder(opdef) is not graph.record_generic
+
+
+def test_a_node_name_has_one_class_and_the_anomaly_traceback_ends_at_the_caller():
+    """The generated and the generic recorder make nodes of one class per node name (as PyTorch has), and
+    anomaly mode's forward traceback ends at the line that called the op, whichever path recorded it (the
+    generated recorder, its hand-over to the generic one, the dispatcher under a dispatch mode)."""
+    from kiln._modes import DispatchMode
+
+    x = kiln.randn(3, requires_grad=True)
+    a = kiln.add(x, x)
+    b = kiln.add(x, x, alpha=kiln.tensor(2.0))  # a tensor where the formula saves a number: the generic recorder
+    assert type(a.grad_fn) is type(b.grad_fn)
+    assert type(kiln.mul(x, x).grad_fn) is graph._NODE_CLASSES["MulBackward0"]
+
+    class Seen(DispatchMode):
+        level = "post_autograd"
+
+    kiln.autograd.set_detect_anomaly(True)
+    try:
+        made = [
+            kiln.add(x, x),  # line: generated
+            kiln.add(x, x, alpha=kiln.tensor(2.0)),  # line: generic
+        ]
+        with Seen():
+            made.append(kiln.cos(x))  # line: dispatcher
+    finally:
+        kiln.autograd.set_detect_anomaly(False)
+    for t, mark in zip(made, ("generated", "generic", "dispatcher")):
+        last = t.grad_fn.metadata["traceback_"][-1]
+        assert __file__ in last and f"# line: {mark}" in last, last

@@ -50,10 +50,8 @@ def _partial(present: int, tensors: tuple, edges: tuple) -> tuple:
 
 
 def _anomaly_trace(node) -> None:
-    """Anomaly mode's forward traceback, less this frame, the recorder's and the op's (as ``Node.__init__``)."""
-    import traceback
-
-    node.metadata["traceback_"] = traceback.format_stack()[:-3]
+    """Anomaly mode's forward traceback (as ``Node.__init__`` keeps it)."""
+    node.metadata["traceback_"] = graph.forward_traceback()
 
 
 def make_recorder(opdef) -> Callable:
@@ -85,13 +83,7 @@ def make_recorder(opdef) -> Callable:
     code = _CODE.get(key)
     if code is None:
         code = _CODE[key] = _compile(_source(opdef, plan), "record")
-    apply = _make_apply(opdef, plan)
-    if apply is None:  # the generic apply: the class every op of that node name shares
-        cls = graph._node_class(opdef, ()) if isinstance(name, str) else None
-        classes = graph._node_class
-    else:  # the op's own node classes, each with the op's apply
-        classes = _class_maker(opdef, apply)
-        cls = classes(opdef, ()) if isinstance(name, str) else None
+    needs.applier = _make_apply(opdef)
     namespace = {
         "_T": Tensor,
         "_SEQS": (list, tuple),
@@ -108,8 +100,8 @@ def make_recorder(opdef) -> Callable:
         "_anomaly": anomaly,
         "_trace": _anomaly_trace,
         "_ST": graph.SavedTensor,
-        "_cls": cls,
-        "_node_class": classes,
+        "_cls": graph._node_class(opdef, ()) if isinstance(name, str) else None,
+        "_node_class": graph._node_class,
         "__builtins__": __builtins__,
     }
     fn = types.FunctionType(code, namespace, "record_" + opdef.name)
@@ -117,24 +109,7 @@ def make_recorder(opdef) -> Callable:
     return fn
 
 
-def _class_maker(opdef, apply: Callable) -> Callable:
-    """``classes(opdef, args)``: the op's node class for a call (one per node name, made once), an
-    ``OpNode`` whose ``apply`` is ``apply``."""
-    made: dict[str, type] = {}
-
-    def classes(_op, args) -> type:
-        name = opdef.grad_fn_name
-        if not isinstance(name, str):
-            name = name(args)
-        cls = made.get(name)
-        if cls is None:
-            cls = made[name] = type(name, (graph.OpNode,), {"__slots__": (), "apply": apply})
-        return cls
-
-    return classes
-
-
-def _make_apply(opdef, plan: tuple) -> Callable | None:
+def _make_apply(opdef) -> Callable | None:
     """``OpNode.apply`` written out for the op's nodes, or None where the generic one serves: a formula of
     several output gradients, a multi-output ``result``, or parameters that are not plain positional ones."""
     needs = opdef._backward_needs
@@ -147,8 +122,8 @@ def _make_apply(opdef, plan: tuple) -> Callable | None:
         return None
     tensor_params = opdef.tensor_params
     n = len(tensor_params)
-    tensor_names = {name for name, idx, _, _ in plan if idx in tensor_params} | {"result"}
-    lines = ["def apply(self, grads):", "    if self.freed:", "        return _generic(self, grads)"]
+    # a node the generic recorder made (a list where a tensor goes) may hold lists of saved tensors: generic
+    lines = ["def apply(self, grads):", "    if self.freed or self.seqs:", "        return _generic(self, grads)"]
     add = lines.append
     add("    saved = self.saved")
     call = []
@@ -159,7 +134,7 @@ def _make_apply(opdef, plan: tuple) -> Callable | None:
         if name == "needs_input_grad":
             add("    layout = self.layout")
             add(f"    {local} = _nig(self.wants, {n} if layout is None else len(layout))")
-        elif name in tensor_names:
+        else:  # (a saved number may be a tensor in a node the generic recorder made)
             add(f"    s = saved[{name!r}]")
             add("    if s.__class__ is _ST:")
             add(f"        {local} = s.data")
@@ -167,8 +142,6 @@ def _make_apply(opdef, plan: tuple) -> Callable | None:
             add(f"            {local} = s.unpack(self)")
             add("    else:")
             add(f"        {local} = s")
-        else:
-            add(f"    {local} = saved[{name!r}]")
     add(f"    result = _formula(grads[0]{''.join(', ' + c for c in call)})")
     add("    if self.layout is not None:")
     add("        return _finish(self, result)")
@@ -193,7 +166,7 @@ def _make_apply(opdef, plan: tuple) -> Callable | None:
         add(f"            {g} = _fit({g}, m, self, {k})")
     add(f"    return ({', '.join(gs)},)")
     namespace = {
-        "_generic": graph.OpNode.apply,
+        "_generic": graph.OpNode.apply_generic,
         "_ST": graph.SavedTensor,
         "_nig": graph._needs_input_grad,
         "_formula": opdef.backward,

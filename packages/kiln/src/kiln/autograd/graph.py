@@ -17,7 +17,9 @@ from __future__ import annotations
 import contextlib
 import inspect
 import itertools
+import os
 import re
+import sys
 import traceback
 import weakref
 from collections.abc import Callable
@@ -86,7 +88,7 @@ class Node:
         self._node_hooks: NodeHooks | None = None  # made on the first hook: the engine tests this one slot
         self._metadata: dict | None = None  # made on first use: most nodes never have any
         if anomaly["enabled"]:
-            self.metadata["traceback_"] = traceback.format_stack()[:-3]
+            self.metadata["traceback_"] = forward_traceback()
 
     @property
     def metadata(self) -> dict:
@@ -154,7 +156,7 @@ class AccumulateGrad(Node):
         self._node_hooks = None
         self._metadata = None
         if anomaly["enabled"]:
-            self.metadata["traceback_"] = traceback.format_stack()[:-2]
+            self.metadata["traceback_"] = forward_traceback()
         self.variable = variable
 
     def name(self) -> str:
@@ -162,6 +164,29 @@ class AccumulateGrad(Node):
 
     def apply(self, grads: tuple) -> tuple:
         return ()
+
+
+_MACHINERY = frozenset(
+    os.path.join(os.path.dirname(os.path.dirname(__file__)), *name.split("/"))
+    for name in ("_dispatch.py", "_public.py", "_modes.py", "_lazy.py", "autograd/graph.py", "autograd/_record_code.py")
+)
+
+
+def forward_traceback() -> list[str]:
+    """Anomaly mode's record of where a node was made: the stack down to the call of the op, without the frames
+    of kiln's dispatch and recording (the op's public function, the dispatcher, a mode's redispatch, the
+    recorder), which PyTorch's C++ leaves out too."""
+    frames = traceback.extract_stack()
+    amp = sys.modules.get("kiln.amp.autocast_mode")
+    amp_file = getattr(amp, "__file__", None)
+    end = len(frames)
+    while end and (
+        frames[end - 1].filename.startswith("<kiln")
+        or frames[end - 1].filename in _MACHINERY
+        or frames[end - 1].filename == amp_file
+    ):
+        end -= 1
+    return traceback.format_list(frames[:end])
 
 
 def _op_name(node: Node) -> str:
@@ -245,6 +270,7 @@ class BackwardNeeds:
         "needs_input_grad",
         "multi_grad",
         "recorder",
+        "applier",
     )
 
     def __init__(self, formula, arg_names, arg_index, arg_bits, meta_names, result, needs_input_grad, multi_grad):
@@ -263,6 +289,7 @@ class BackwardNeeds:
         self.needs_input_grad = needs_input_grad
         self.multi_grad = multi_grad
         self.recorder = None  # made on the op's first recording (kiln.autograd.graph.recorder)
+        self.applier = None  # the op's OpNode.apply written out, made with the recorder (or None: the generic one)
 
     def read_guards(self) -> tuple:
         """Fill ``save_plan`` and ``result_guard`` (once); returns ``save_plan``."""
@@ -401,6 +428,12 @@ class OpNode(Node):
     __slots__ = ("op", "saved", "seqs", "input_meta", "layout", "output_meta", "freed", "wants")
 
     def apply(self, grads: tuple) -> tuple:
+        # the op's apply written out (kiln.autograd._record_code), made with its recorder, else the generic one
+        fast = self.op._backward_needs.applier
+        return self.apply_generic(grads) if fast is None else fast(self, grads)
+
+    def apply_generic(self, grads: tuple) -> tuple:
+        """:meth:`apply` for any op's node, reading the op record as it goes."""
         opdef = self.op
         needs: BackwardNeeds = opdef._backward_needs
         saved = self.saved

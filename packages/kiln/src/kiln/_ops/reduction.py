@@ -14,7 +14,7 @@ from kiln._dispatch import check_out_args, op, write_out
 from kiln._ops._meta import reduce_dims, scalar_type_name, wrap_dim
 from kiln._ops.comparison import eq, gt, lt
 from kiln._ops.elementwise import _compute_np, binary_meta, binary_reference, where
-from kiln._ops.views import _varargs_shape
+from kiln._ops.views import _bare_view, _expand_meta, _varargs_shape, expand
 from kiln._spec import DimSpec, ReductionSpec
 from kiln._tensor import Tensor, _numel
 
@@ -53,6 +53,8 @@ def expand_reduced(grad: Tensor, shape: tuple, dims: tuple, keepdim: bool) -> Te
     if not keepdim and shape and len(dims) < len(shape):  # a full reduction expands from 0-d directly
         for d in dims:
             grad = grad.unsqueeze(d)
+    if grad.__class__ is Tensor:  # Tensor.expand without its argument parsing (shape is a tuple of ints)
+        return _bare_view(expand, _expand_meta, grad, shape)
     return grad.expand(shape)
 
 

@@ -188,12 +188,15 @@ def _propagate(
                 if nxt is None or (needed is not None and nxt not in needed):
                     continue
                 buf = buffers.get(nxt)
-                if buf is None:
-                    buf = buffers[nxt] = [None] * (nxt.n_out if nr < nxt.n_out else nr + 1)
-                if nr >= len(buf):
-                    buf.extend([None] * (nr + 1 - len(buf)))
-                if g is not None:
-                    buf[nr] = g if buf[nr] is None else buf[nr] + g
+                if buf is None:  # the first gradient to reach nxt
+                    n = nxt.n_out
+                    buf = buffers[nxt] = [None] * (n if nr < n else nr + 1)
+                    buf[nr] = g
+                else:
+                    if nr >= len(buf):
+                        buf.extend([None] * (nr + 1 - len(buf)))
+                    if g is not None:
+                        buf[nr] = g if buf[nr] is None else buf[nr] + g
                 left = deps[nxt] - 1
                 deps[nxt] = left
                 if not left:

@@ -211,7 +211,13 @@ class SavedTensor:
         self.freed = False
         if is_output:
             # Keep an alias without grad_fn: saving the output itself would make output -> node -> output.
-            self.data = t.detach()
+            if t.__class__ is Tensor:  # detach(), without its calls
+                alias = _make(t._storage, t._shape, t._stride, t._offset, t._dtype, t._device, t._vc)
+                alias._np = t._np
+                alias._inference = t._inference
+                self.data = alias
+            else:
+                self.data = t.detach()
             self.node = weakref.ref(node)
         else:
             self.data = t

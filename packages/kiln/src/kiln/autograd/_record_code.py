@@ -221,7 +221,11 @@ def _source(opdef, plan: tuple) -> str:
         a = f"a{k}"
         add(f"    if p & {1 << k}:")
         add(f"        if {a}._requires_grad or ({a}._base is not None and {a}._view_vc != {a}._vc[0] and _stale({a})):")
-        add(f"            e{k} = _edge({a})")
+        # an op's output that is no view: its edge, without _edge's call (which a leaf or a view needs)
+        add(f"            if {a}._grad_fn is not None and {a}._base is None:")
+        add(f"                e{k} = ({a}._grad_fn, {a}._output_nr)")
+        add("            else:")
+        add(f"                e{k} = _edge({a})")
         add(f"            w |= {1 << k}")
         add("        else:")
         add(f"            e{k} = _NO")

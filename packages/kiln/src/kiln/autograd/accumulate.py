@@ -185,8 +185,8 @@ def _accumulate_into_leaf(
     if t._grad is None:
         if create_graph:
             t._grad = g
-        elif owned:
-            t._grad = g.detach()  # the memory is g's alone: no copy
+        elif owned:  # the memory is g's alone: no copy (and g itself, a plain tensor that is no view, as it is)
+            t._grad = g if g.__class__ is Tensor and g._base is None and not g._requires_grad else g.detach()
         else:  # a copy, in the layout of PyTorch's gradient layout contract (of g without its history)
             t._grad = _copy_in_layout(t, g.detach() if g._requires_grad else g)
     elif create_graph or t._grad._requires_grad:

@@ -117,13 +117,16 @@ def _propagate(
         if buf is None:
             buf = buffers[node] = [None] * max(node.n_out, nr + 1)
         buf[nr] = g if buf[nr] is None else buf[nr] + g
-    for node in buffers:
-        if not deps.get(node, 0):
+    ready = [node for node in buffers if not deps.get(node, 0)]
+    if len(ready) > 1:
+        for node in ready:
             heappush(heap, (-node._seq, next(counter), node))
 
     prev = set_state("grad_enabled", bool(create_graph))
     try:
-        node = None  # the next node to run when it is the only one ready (kept out of the heap: a chain's nodes)
+        # the next node to run when it is the only one ready (kept out of the heap: a chain's nodes, a lone root)
+        node = ready[0] if len(ready) == 1 else None
+        ready = None
         while True:
             if node is None:
                 if not heap:

@@ -543,11 +543,14 @@ def unary_reference(np_fn):
 def _unary(
     name, np_fn, backward, doc, *, autocast=None, int_to_float=True, allow_bool=True, methods=None, decompose=None
 ):
+    """A unary pointwise op: ``np_fn(a)`` (a NumPy ufunc or function of the array), or a reference function of
+    ``(spec, a)`` itself when ``np_fn`` has the attribute ``reference`` set true."""
+
     @op(
         tags=("pointwise",),
         inplace=True,
         meta=unary_meta(name, int_to_float=int_to_float, allow_bool=allow_bool),
-        reference=unary_reference(np_fn),
+        reference=np_fn if getattr(np_fn, "reference", False) else unary_reference(np_fn),
         backward=backward,
         autocast=autocast,
         name=name,
@@ -660,10 +663,12 @@ def _threshold_backward_ref(spec, g, r):
     is all zero bits in every dtype this serves): ten times faster than NumPy's ``where``, whose loop
     branches on every element, from a thousand elements; below, ``where``'s one call costs less than the
     mask's three."""
-    keep = np.greater(r, _zero(r.dtype))
+    zero = _ZEROS.get(r.dtype)  # (_zero, without its call where made)
+    keep = np.greater(r, zero if zero is not None else _zero(r.dtype))
     uint = _UINT_OF_SIZE.get(g.dtype.itemsize)
     if uint is None or keep.size < 1024:
-        return np.where(keep, g, _zero(g.dtype))
+        zero = _ZEROS.get(g.dtype)
+        return np.where(keep, g, zero if zero is not None else _zero(g.dtype))
     return np.bitwise_and(g.view(uint), np.negative(keep, dtype=uint)).view(g.dtype)
 
 
@@ -691,9 +696,20 @@ def _relu_decomposed(input):
     return clamp_min(input, 0)
 
 
+def _relu_ref(spec, a):
+    """``max(a, 0)`` in the compute dtype, NaN kept (the reference of ``relu``)."""
+    compute = _compute_np(spec.dtype)
+    if a.__class__ is not np.ndarray or a.dtype is not compute:
+        a = _arg(a, compute)
+    zero = _ZEROS.get(a.dtype)  # (_zero, without its call where made)
+    return np.maximum(a, zero if zero is not None else _zero(a.dtype))
+
+
+_relu_ref.reference = True
+
 relu = _unary(
     "relu",
-    lambda a: np.maximum(a, _zero(a.dtype)),
+    _relu_ref,
     lambda grad, result: _threshold_backward(grad, result),
     "Rectified linear unit ``max(input, 0)`` elementwise.",
     int_to_float=False,

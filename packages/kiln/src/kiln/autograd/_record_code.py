@@ -102,6 +102,7 @@ def make_recorder(opdef) -> Callable:
         "_ST": graph.SavedTensor,
         "_cls": graph._node_class(opdef, ()) if isinstance(name, str) else None,
         "_node_class": graph._node_class,
+        "_classes": graph._NODE_CLASSES,
         "__builtins__": __builtins__,
     }
     fn = types.FunctionType(code, namespace, "record_" + opdef.name)
@@ -240,7 +241,10 @@ def _source(opdef, plan: tuple) -> str:
     add("        layout = None")
     add("    else:")
     add(f"        nf, metas, layout = _partial(p, ({tensors}), ({edges}))")
-    add("    node = _new(_cls if _cls is not None else _node_class(_op, args))")
+    if isinstance(opdef.grad_fn_name, str):
+        add("    node = _new(_cls)")
+    else:  # the class of the name the call gives (graph._node_class, without its call once made)
+        add("    node = _new(_classes.get(_op.grad_fn_name(args)) or _node_class(_op, args))")
     add("    node.next_functions = nf")
     add(f"    node.n_out = {opdef.num_outputs}")
     add("    node._seq = _next(_counter)")

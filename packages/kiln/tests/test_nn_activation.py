@@ -731,6 +731,24 @@ def test_sdpa_matches_explicit_formula():
     np.testing.assert_allclose(out.numpy(), w @ v, rtol=1e-12)
 
 
+@pytest.mark.parametrize("n", [6, 2048])  # NumPy's where; kiln-cpu's loop (or the reference's bit mask)
+def test_relu_gradient_passes_at_nan_as_pytorch(n):
+    """relu's gradient is the incoming gradient where the input is NaN (PyTorch's threshold_backward drops it
+    only where the result is <= 0), first and second order, as kiln.compile's fused expression has it."""
+    x = np.random.default_rng(3).standard_normal(n).astype(np.float32)
+    x[::3] = np.nan
+    x[1] = 0.0
+    grads = []
+    for L in (kiln, torch):
+        t = L.tensor(x.tolist(), requires_grad=True)
+        (g,) = L.autograd.grad((L.relu(t) * 2).sum(), t, create_graph=True)
+        (gg,) = L.autograd.grad((g * t.detach()).sum(), t, allow_unused=True, materialize_grads=True)
+        grads.append((g.detach().numpy(), gg.numpy()))
+    np.testing.assert_array_equal(grads[0][0], grads[1][0])
+    np.testing.assert_array_equal(grads[0][1], grads[1][1])
+    assert grads[0][0][0] == 2.0  # (the first input is NaN)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16", "int32"])
 def test_relu_backward_masks_every_gradient_value(dtype):
     """relu's backward (``threshold_backward``) keeps the gradient's bits where the result is positive

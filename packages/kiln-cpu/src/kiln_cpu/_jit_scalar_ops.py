@@ -112,7 +112,7 @@ def _binop_impl(code, x, y, c):
         return lambda code, x, y, c: power(x, y)
     if k == RELU_GRAD:
         zero = np.dtype(str(x)).type(0)
-        return lambda code, x, y, c: x if y > zero else zero
+        return lambda code, x, y, c: zero if y <= zero else x  # NaN passes the gradient, as in PyTorch
     if k == TRUNC_DIV:
         return lambda code, x, y, c: np.trunc(x / y)
     if k == FLOOR_DIV:

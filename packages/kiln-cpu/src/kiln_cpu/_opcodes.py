@@ -10,7 +10,7 @@ from __future__ import annotations
 ADD, SUB, MUL, DIV, FLOOR_DIV, TRUNC_DIV, MAXIMUM, MINIMUM = range(8)
 EQ, NE, LT, LE, GT, GE = range(8, 14)
 ADD_ALPHA, SUB_ALPHA = 14, 15  # x + y * c, x - y * c (the product rounded first, as the reference)
-RELU_GRAD = 16  # x where y > 0, else 0: relu's backward (``_threshold_backward(grad, output)``)
+RELU_GRAD = 16  # 0 where y <= 0, else x (NaN: x): relu's backward (``_threshold_backward(grad, output)``)
 POW = 17  # x ** y (float32 in float64, rounded once; integers wrap): kiln_cpu._jit_pow.power
 
 NEG, ABS, RELU, EXP, LOG, SQRT, SIN, COS, TANH, SIGMOID, ERF, GELU, GELU_TANH = range(13)

@@ -659,22 +659,23 @@ def _zero(dtype: np.dtype) -> np.ndarray:
 
 
 def _threshold_backward_ref(spec, g, r):
-    """``g`` where ``r > 0``, else 0, as the AND of ``g``'s bits with an all-ones or all-zeros mask (zero
-    is all zero bits in every dtype this serves): ten times faster than NumPy's ``where``, whose loop
-    branches on every element, from a thousand elements; below, ``where``'s one call costs less than the
-    mask's three."""
+    """0 where ``r <= 0``, else ``g`` (so ``g`` where ``r`` is NaN, as PyTorch's ``threshold_backward``), as the
+    AND of ``g``'s bits with an all-ones or all-zeros mask (zero is all zero bits in every dtype this serves):
+    ten times faster than NumPy's ``where``, whose loop branches on every element, from a thousand elements;
+    below, ``where``'s one call costs less than the mask's four."""
     zero = _ZEROS.get(r.dtype)  # (_zero, without its call where made)
-    keep = np.greater(r, zero if zero is not None else _zero(r.dtype))
+    drop = np.less_equal(r, zero if zero is not None else _zero(r.dtype))
     uint = _UINT_OF_SIZE.get(g.dtype.itemsize)
-    if uint is None or keep.size < 1024:
+    if uint is None or drop.size < 1024:
         zero = _ZEROS.get(g.dtype)
-        return np.where(keep, g, zero if zero is not None else _zero(g.dtype))
+        return np.where(drop, zero if zero is not None else _zero(g.dtype), g)
+    keep = np.logical_not(drop, out=drop)
     return np.bitwise_and(g.view(uint), np.negative(keep, dtype=uint)).view(g.dtype)
 
 
 def _threshold_backward_decomposed(grad, output):
-    """``_threshold_backward`` in kiln ops: ``where(output > 0, grad, 0)``."""
-    return where(output > 0, grad, False if grad._dtype is dt.bool else 0)
+    """``_threshold_backward`` in kiln ops: ``where(output <= 0, 0, grad)`` (``grad`` where ``output`` is NaN)."""
+    return where(output <= 0, False if grad._dtype is dt.bool else 0, grad)
 
 
 @op(
@@ -683,10 +684,11 @@ def _threshold_backward_decomposed(grad, output):
     meta=_threshold_backward_meta,
     reference=_threshold_backward_ref,
     # the zero gradient for ``output`` keeps it connected, as PyTorch's formula does (higher orders stay tensors)
-    backward=lambda grad, output: (where(output > 0, grad, 0.0), _zeros_like(output)),
+    backward=lambda grad, output: (where(output <= 0, 0.0, grad), _zeros_like(output)),
 )
 def _threshold_backward(grad: Tensor, output: Tensor) -> Tensor:
-    """``grad`` where ``result > 0``, else 0: the gradient of ``relu`` in one kernel."""
+    """0 where ``output <= 0``, else ``grad`` (NaN passes the gradient, as in PyTorch): the gradient of ``relu``
+    in one kernel."""
 
 
 def _relu_decomposed(input):

@@ -8,7 +8,7 @@ import pytest
 from kiln_cpu_helpers import assert_same, make, reference
 
 import kiln
-from kiln._ops.elementwise import _threshold_backward
+from kiln._ops.relu import _threshold_backward
 from kiln_cpu import _jit_elementwise, _opcodes
 
 ARITH = [kiln.float32, kiln.float64, kiln.int32, kiln.int64]

@@ -209,7 +209,6 @@ from kiln._ops.elementwise import (
     neg,
     negative,
     pow,
-    relu,
     sigmoid,
     sign,
     sin,
@@ -379,6 +378,7 @@ from kiln._ops.reduction import (
     sum,
     sum_to_size,
 )
+from kiln._ops.relu import relu
 from kiln._ops.resample import pixel_shuffle, pixel_unshuffle
 from kiln._ops.rnn_functions import gru, gru_cell, lstm, lstm_cell, rnn_relu, rnn_relu_cell, rnn_tanh, rnn_tanh_cell
 from kiln._ops.sampling import multinomial

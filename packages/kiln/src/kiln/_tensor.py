@@ -258,11 +258,8 @@ class Tensor:
 
     def is_contiguous(self, memory_format=contiguous_format) -> bool:
         """True when the elements are laid out row-major without gaps."""
-        if memory_format is not contiguous_format:
-            check_memory_format("is_contiguous", memory_format)
-        if self._stride == _CONTIGUOUS_STRIDES.get(self._shape):  # the row-major strides, where they are known
-            return True
-        if 0 in self._shape:
+        check_memory_format("is_contiguous", memory_format)
+        if self._stride == _CONTIGUOUS_STRIDES.get(self._shape) or 0 in self._shape:  # (row-major strides cached)
             return True
         expected = 1
         for n, s in zip(reversed(self._shape), reversed(self._stride)):

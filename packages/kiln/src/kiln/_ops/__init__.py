@@ -50,6 +50,7 @@ from kiln._ops import (
     recurrent,
     reduction,
     regression_loss,
+    relu,
     resample,
     rnn_functions,
     scans,

@@ -21,6 +21,7 @@ from kiln._public import takes_tensor_list
 from kiln._state import anomaly
 from kiln._tensor import Tensor, stale_view_requires_grad
 from kiln.autograd import graph
+from kiln.autograd.anomaly_mode import forward_traceback
 
 __all__ = ["make_recorder"]
 
@@ -51,7 +52,7 @@ def _partial(present: int, tensors: tuple, edges: tuple) -> tuple:
 
 def _anomaly_trace(node) -> None:
     """Anomaly mode's forward traceback (as ``Node.__init__`` keeps it)."""
-    node.metadata["traceback_"] = graph.forward_traceback()
+    node.metadata["traceback_"] = forward_traceback()
 
 
 def make_recorder(opdef) -> Callable:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import sys
+import traceback
+
 from kiln._state import anomaly
 
 __all__ = ["detect_anomaly", "set_detect_anomaly", "is_anomaly_enabled", "is_anomaly_check_nan_enabled"]
@@ -57,3 +61,34 @@ class set_detect_anomaly:
 
     def __exit__(self, *exc):
         anomaly.update(self.prev)
+
+
+_MACHINERY = frozenset(
+    os.path.join(os.path.dirname(os.path.dirname(__file__)), *name.split("/"))
+    for name in (
+        "_dispatch.py",
+        "_public.py",
+        "_modes.py",
+        "_lazy.py",
+        "autograd/anomaly_mode.py",
+        "autograd/graph.py",
+        "autograd/_record_code.py",
+    )
+)
+
+
+def forward_traceback() -> list[str]:
+    """Anomaly mode's record of where a node was made: the stack down to the call of the op, without the frames
+    of kiln's dispatch and recording (the op's public function, the dispatcher, a mode's redispatch, the
+    recorder), which PyTorch's C++ leaves out too."""
+    frames = traceback.extract_stack()
+    amp = sys.modules.get("kiln.amp.autocast_mode")
+    amp_file = getattr(amp, "__file__", None)
+    end = len(frames)
+    while end and (
+        frames[end - 1].filename.startswith("<kiln")
+        or frames[end - 1].filename in _MACHINERY
+        or frames[end - 1].filename == amp_file
+    ):
+        end -= 1
+    return traceback.format_list(frames[:end])

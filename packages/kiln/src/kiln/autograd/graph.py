@@ -17,16 +17,14 @@ from __future__ import annotations
 import contextlib
 import inspect
 import itertools
-import os
 import re
-import sys
-import traceback
 import weakref
 from collections.abc import Callable
 
 from kiln._lazy import first_call
 from kiln._state import anomaly, state
 from kiln._tensor import Tensor, _make, stale_view_requires_grad
+from kiln.autograd.anomaly_mode import forward_traceback
 from kiln.autograd.grad_mode import is_grad_enabled
 
 _seq = itertools.count()
@@ -164,29 +162,6 @@ class AccumulateGrad(Node):
 
     def apply(self, grads: tuple) -> tuple:
         return ()
-
-
-_MACHINERY = frozenset(
-    os.path.join(os.path.dirname(os.path.dirname(__file__)), *name.split("/"))
-    for name in ("_dispatch.py", "_public.py", "_modes.py", "_lazy.py", "autograd/graph.py", "autograd/_record_code.py")
-)
-
-
-def forward_traceback() -> list[str]:
-    """Anomaly mode's record of where a node was made: the stack down to the call of the op, without the frames
-    of kiln's dispatch and recording (the op's public function, the dispatcher, a mode's redispatch, the
-    recorder), which PyTorch's C++ leaves out too."""
-    frames = traceback.extract_stack()
-    amp = sys.modules.get("kiln.amp.autocast_mode")
-    amp_file = getattr(amp, "__file__", None)
-    end = len(frames)
-    while end and (
-        frames[end - 1].filename.startswith("<kiln")
-        or frames[end - 1].filename in _MACHINERY
-        or frames[end - 1].filename == amp_file
-    ):
-        end -= 1
-    return traceback.format_list(frames[:end])
 
 
 def _op_name(node: Node) -> str:

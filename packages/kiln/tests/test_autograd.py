@@ -296,3 +296,25 @@ def test_is_leaf_and_grad_fn_flags():
 def test_error_message_for_numpy_of_requires_grad():
     kx, tx = leaves([1.0])
     U.assert_same_error(lambda: kx.numpy(), lambda: tx.numpy())
+
+
+def test_create_graph_gradient_is_a_copy_of_its_own():
+    """With create_graph, a leaf's first gradient is copied (recorded), as PyTorch's: it shares memory with no
+    other leaf's gradient nor with a gradient the caller passed in."""
+    x = kiln.ones(4, requires_grad=True)
+    w = kiln.ones(4, requires_grad=True)
+    (x + w).sum().backward(create_graph=True)
+    assert x.grad.data_ptr() != w.grad.data_ptr()
+    x.grad.add_(100)  # (an expanded gradient kept as is would refuse an in-place write)
+    assert w.grad.tolist() == [1.0] * 4
+    g = kiln.full((3,), 2.0)
+    y = kiln.ones(3, requires_grad=True)
+    y.backward(g, create_graph=True)
+    with kiln.no_grad():
+        g.add_(5)
+    assert y.grad.tolist() == [2.0] * 3
+    z = kiln.ones(3, requires_grad=True)
+    (z * z).sum().backward(create_graph=True)
+    assert z.grad.requires_grad and z.grad.grad_fn is not None
+    (gz,) = kiln.autograd.grad(z.grad.sum(), z)
+    assert gz.tolist() == [2.0] * 3

@@ -288,7 +288,7 @@ def _elu_np(x, alpha=1.0, scale=1.0, input_scale=1.0):
 
 def _elu_backward(grad, input, alpha, scale, input_scale):
     neg = exp(input * input_scale) * (alpha * scale * input_scale)
-    return (where(input > 0, grad * scale, grad * neg),)
+    return (where(input <= 0, grad * neg, grad * scale),)  # (NaN: the positive side, as PyTorch)
 
 
 @_half_in_float32
@@ -333,7 +333,7 @@ def _celu_check(input, alpha):
 
 
 def _celu_backward(grad, input, alpha):
-    return (where(input > 0, grad, grad * exp(input * (1.0 / alpha))),)
+    return (where(input <= 0, grad * exp(input * (1.0 / alpha)), grad),)  # (NaN: the positive side, as PyTorch)
 
 
 @_half_in_float32
@@ -438,7 +438,8 @@ def _hardtanh_decomposed(input, min_val=-1.0, max_val=1.0):
     decompose=_hardtanh_decomposed,
     meta=_hardtanh_meta,
     reference=_hardtanh_ref,
-    backward=lambda grad, input, min_val, max_val: (where((input > min_val) & (input < max_val), grad, 0.0),),
+    # 0 at and beyond the bounds; a NaN input passes the gradient, as in PyTorch
+    backward=lambda grad, input, min_val, max_val: (where((input <= min_val) | (input >= max_val), 0.0, grad),),
     name="hardtanh",
 )
 def _hardtanh(input: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:

@@ -183,8 +183,8 @@ def _accumulate_into_leaf(
         g = _run_tensor_hooks(t._hooks, g)
         owned = False
     if t._grad is None:
-        if create_graph:
-            t._grad = g
+        if create_graph:  # a recorded copy, as PyTorch's: never memory another tensor (another leaf's .grad) holds
+            t._grad = _copy_in_layout(t, g)
         elif owned:  # the memory is g's alone: no copy (and g itself, a plain tensor that is no view, as it is)
             t._grad = g if g.__class__ is Tensor and g._base is None and not g._requires_grad else g.detach()
         else:  # a copy, in the layout of PyTorch's gradient layout contract (of g without its history)

@@ -50,11 +50,6 @@ def _partial(present: int, tensors: tuple, edges: tuple) -> tuple:
     return tuple(nf), metas, layout
 
 
-def _anomaly_trace(node) -> None:
-    """Anomaly mode's forward traceback (as ``Node.__init__`` keeps it)."""
-    node.metadata["traceback_"] = forward_traceback()
-
-
 def make_recorder(opdef) -> Callable:
     """The recorder of ``opdef``: ``recorder(opdef, args, out)`` does what ``graph.record`` does. Generated
     for an op whose tensor parameters each take one tensor; otherwise the generic ``graph.record_generic``."""
@@ -99,7 +94,7 @@ def make_recorder(opdef) -> Callable:
         "_next": next,
         "_counter": graph._seq,
         "_anomaly": anomaly,
-        "_trace": _anomaly_trace,
+        "_trace": forward_traceback,
         "_ST": graph.SavedTensor,
         "_cls": graph._node_class(opdef, ()) if isinstance(name, str) else None,
         "_node_class": graph._node_class,
@@ -252,7 +247,7 @@ def _source(opdef, plan: tuple) -> str:
     add("    node._node_hooks = None")
     add("    node._metadata = None")
     add('    if _anomaly["enabled"]:')
-    add("        _trace(node)")
+    add('        node.metadata["traceback_"] = _trace()')
     add("    node.op = _op")
     add("    node.layout = layout")
     add("    node.wants = w")

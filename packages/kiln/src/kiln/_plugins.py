@@ -793,7 +793,7 @@ def decomposed_kernel(opdef) -> Callable:
     run with gradients off and no mode active. A result that aliases an argument (a decomposition may
     return its input unchanged) is copied: a kernel's result is always new storage.
     """
-    from kiln._state import set_state, state
+    from kiln._state import set_grad_mode, state
     from kiln._tensor import Tensor
 
     decompose = opdef.decompose
@@ -809,7 +809,7 @@ def decomposed_kernel(opdef) -> Callable:
         return out
 
     def decomposed(spec, *args):
-        grad = set_state("grad_enabled", False)
+        grad = set_grad_mode(False)
         modes = state.pre_autograd_modes, state.post_autograd_modes
         state.pre_autograd_modes = state.post_autograd_modes = ()  # toward the defaults, restored below
         try:
@@ -819,7 +819,7 @@ def decomposed_kernel(opdef) -> Callable:
                 out = decompose(*args)
         finally:
             state.pre_autograd_modes, state.post_autograd_modes = modes
-            set_state("grad_enabled", grad)
+            set_grad_mode(grad)
         if isinstance(out, tuple):
             return tuple(fresh(o, args) for o in out)
         return fresh(out, args)

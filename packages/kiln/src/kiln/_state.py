@@ -59,6 +59,19 @@ def set_state(name: str, value):
     return old
 
 
+def set_grad_mode(enabled: bool) -> bool:
+    """:func:`set_state` for ``grad_enabled`` (``enabled`` a bool), at a third of its cost: every backward pass,
+    ``no_grad`` block and optimizer step sets it twice. Returns the old mode."""
+    _lock.acquire()
+    try:
+        old = state.grad_enabled
+        state.grad_enabled = enabled
+        away[0] += old - enabled  # (bools: 1 when turned off, -1 when turned back on; the default is on)
+    finally:
+        _lock.release()
+    return old
+
+
 def post_modes() -> tuple:
     """This thread's post-autograd dispatch modes (tracers, profilers), without reading the thread-local
     state while no thread is away from the defaults."""

@@ -14,7 +14,7 @@ from kiln._dispatch import check_out_args, op, write_out
 from kiln._ops._meta import reduce_dims, scalar_type_name, wrap_dim
 from kiln._ops.comparison import eq, gt, lt
 from kiln._ops.elementwise import _compute_np, binary_meta, binary_reference, where
-from kiln._ops.views import _bare_view, _expand_meta, _varargs_shape, expand
+from kiln._ops.views import _bare_view, _expand_meta, _varargs_shape, expand, recorded_view
 from kiln._spec import DimSpec, ReductionSpec
 from kiln._tensor import Tensor, _numel
 
@@ -53,8 +53,10 @@ def expand_reduced(grad: Tensor, shape: tuple, dims: tuple, keepdim: bool) -> Te
     if not keepdim and shape and len(dims) < len(shape):  # a full reduction expands from 0-d directly
         for d in dims:
             grad = grad.unsqueeze(d)
-    if grad.__class__ is Tensor:  # Tensor.expand without its argument parsing (shape is a tuple of ints)
-        return _bare_view(expand, _expand_meta, grad, shape)
+    if grad.__class__ is Tensor:
+        if not grad._shape:  # a full reduction's: every stride 0, a geometry valid for any shape (no meta to run)
+            return recorded_view(expand, grad, (shape,), shape, (0,) * len(shape), grad._offset)
+        return _bare_view(expand, _expand_meta, grad, shape)  # Tensor.expand without its argument parsing
     return grad.expand(shape)
 
 

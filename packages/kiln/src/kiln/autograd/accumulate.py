@@ -11,7 +11,7 @@ from collections.abc import Callable
 import numpy as np
 
 from kiln._memory_format import contiguous_format
-from kiln._tensor import _SAME, Tensor, _numel, contiguous_strides
+from kiln._tensor import _CONTIGUOUS_STRIDES, _SAME, Tensor, _numel, contiguous_strides
 from kiln.autograd.grad_mode import is_grad_enabled, no_grad
 from kiln.autograd.graph import RemovableHandle, _edge, _run_tensor_hooks
 
@@ -79,8 +79,7 @@ def _copy_in_layout(t: Tensor, d: Tensor) -> Tensor:
     return empty_strided(t._shape, want, dtype=d._dtype, device=d._device).copy_(d)
 
 
-def _refs(x) -> int:
-    return sys.getrefcount(x)
+_refs = sys.getrefcount
 
 
 def _own_refs() -> int:
@@ -127,10 +126,13 @@ def _sole_owner(t: Tensor, grads: list) -> bool:
         and not g._hooks
         and g._offset == 0
         and g._dtype is t._dtype
-        and g.is_contiguous()
-        and (_obeys_layout(t, g) or not layout_enforced())
     ):
         return False
+    stride = g._stride
+    # the usual gradient, a row-major leaf's (the contract's layout): row-major too, known without a call
+    if stride != t._stride or stride != _CONTIGUOUS_STRIDES.get(g._shape):
+        if not (g.is_contiguous() and (_obeys_layout(t, g) or not layout_enforced())):
+            return False
     if _refs(g) - _OWN_REFS != 2:  # the buffer and the local g
         return False
     usual = _usual_owner(g)

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from heapq import heappop, heappush
 from itertools import count
 
-from kiln._state import anomaly, set_state
+from kiln._state import anomaly, set_grad_mode
 from kiln._tensor import Tensor
 from kiln.autograd.accumulate import _accumulate_into_leaf, _sole_owner
 from kiln.autograd.graph import AccumulateGrad, Node, _edge, _run_tensor_hooks
@@ -76,17 +76,13 @@ def _propagate(
             if node is None:
                 continue
             capture[(id(node), nr)] = k
-    # Dependencies: how many edges reach each node (with inputs: only among nodes that lead to one). A node is
-    # in ``deps`` once met (the roots with 0), so ``deps`` is also the walk's set of nodes seen.
+    # Dependencies: how many edges reach each node. A node is in ``deps`` once met (the roots with 0), so
+    # ``deps`` is also the walk's set of nodes seen.
     roots_nodes = [roots[0][0]] if len(roots) == 1 else list(dict.fromkeys(r[0] for r in roots))
     deps: dict[Node, int] = dict.fromkeys(roots_nodes, 0)
     stack = list(roots_nodes)
-    order: list[Node] | None = [] if inputs is not None else None  # every node met: to prune for ``inputs``
     while stack:
-        node = stack.pop()
-        if order is not None:
-            order.append(node)
-        for nxt, _ in node.next_functions:
+        for nxt, _ in stack.pop().next_functions:
             if nxt is not None:
                 if nxt in deps:
                     deps[nxt] += 1
@@ -94,18 +90,8 @@ def _propagate(
                     deps[nxt] = 1
                     stack.append(nxt)
     needed: set | None = None
-    if inputs is not None:
-        target_nodes = {key[0] for key in capture}
-        needed = set()
-        for node in _topo_sorted(order):  # leaves first: a node is needed if it feeds a needed node
-            if id(node) in target_nodes or any(n in needed for n, _ in node.next_functions if n is not None):
-                needed.add(node)
-        deps = {}
-        for node in order:
-            if node in needed:
-                for nxt, _ in node.next_functions:
-                    if nxt is not None and nxt in needed:
-                        deps[nxt] = deps.get(nxt, 0) + 1
+    if inputs is not None:  # only the nodes that lead to an input run, and count only the edges among them
+        needed, deps = _pruned(deps, capture)
 
     # Ready nodes run latest-recorded first; leaves (sequence number inf) as soon as ready, in the order they
     # became ready (the counter, which also keeps the heap from comparing nodes)
@@ -117,16 +103,16 @@ def _propagate(
         if buf is None:
             buf = buffers[node] = [None] * max(node.n_out, nr + 1)
         buf[nr] = g if buf[nr] is None else buf[nr] + g
-    ready = [node for node in buffers if not deps.get(node, 0)]
-    if len(ready) > 1:
-        for node in ready:
-            heappush(heap, (-node._seq, next(counter), node))
+    if len(buffers) == 1:  # one root node: nothing reaches it (the graph has no cycle)
+        node = roots[0][0]
+    else:
+        node = None  # the next node to run when it is the only one ready (a chain's nodes, a lone root)
+        for root in buffers:
+            if not deps.get(root, 0):
+                heappush(heap, (-root._seq, next(counter), root))
 
-    prev = set_state("grad_enabled", bool(create_graph))
+    prev = set_grad_mode(bool(create_graph))
     try:
-        # the next node to run when it is the only one ready (kept out of the heap: a chain's nodes, a lone root)
-        node = ready[0] if len(ready) == 1 else None
-        ready = None
         while True:
             if node is None:
                 if not heap:
@@ -139,12 +125,7 @@ def _propagate(
                     if nr < len(grads) and grads[nr] is not None and fns:
                         grads[nr] = _run_tensor_hooks(fns, grads[nr])
             if capture:
-                for nr, g in enumerate(grads):
-                    k = capture.get((id(node), nr))
-                    if k is not None and g is not None:
-                        if node.__class__ is AccumulateGrad and node.variable._hooks:
-                            g = _run_tensor_hooks(node.variable._hooks, g)
-                        captured[k] = g
+                _capture(node, grads, capture, captured)
             if node.__class__ is AccumulateGrad:
                 if inputs is None:
                     if grads[0] is not None:
@@ -160,30 +141,12 @@ def _propagate(
             if needed is not None and node not in needed:
                 node = None
                 continue
-            if hooks is not None and hooks.pre:
-                for h in hooks.pre:
-                    r = h(tuple(grads))
-                    if r is not None:
-                        grads = list(r)
-            if len(grads) == 1:
-                g = grads[0]
+            if hooks is not None:
+                outs = _apply_with_hooks(node, grads, hooks)
+            elif len(grads) == 1 and grads[0] is not None and not anomaly["enabled"]:
+                outs = node.apply((grads[0],))
             else:
-                for g in grads:  # (not grads.count(None): that compares with ==, a tensor op)
-                    if g is not None:
-                        break
-                else:
-                    g = None
-            if g is None:  # no gradient reached the node
-                outs = (None,) * len(node.next_functions)
-            elif anomaly["enabled"]:
-                outs = _apply_node_under_anomaly(node, tuple(grads))
-            else:
-                outs = node.apply(tuple(grads))
-            if hooks is not None and hooks.post:
-                for h in hooks.post:
-                    r = h(outs, tuple(grads))
-                    if r is not None:
-                        outs = tuple(r)
+                outs = _apply(node, grads)
             if not keep_graph:
                 node.release()
             ready = None  # a node this one made ready, while it is the only node ready
@@ -192,9 +155,11 @@ def _propagate(
                     continue
                 buf = buffers.get(nxt)
                 if buf is None:  # the first gradient to reach nxt
-                    n = nxt.n_out
-                    buf = buffers[nxt] = [None] * (n if nr < n else nr + 1)
-                    buf[nr] = g
+                    if nr == 0 and nxt.n_out == 1:
+                        buffers[nxt] = [g]
+                    else:
+                        buf = buffers[nxt] = [None] * max(nxt.n_out, nr + 1)
+                        buf[nr] = g
                 else:
                     if nr >= len(buf):
                         buf.extend([None] * (nr + 1 - len(buf)))
@@ -213,13 +178,68 @@ def _propagate(
             node = ready
             outs = g = buf = ready = None  # the buffers hold the gradients now (the leaf ownership test counts holders)
     finally:
-        set_state("grad_enabled", prev)
+        set_grad_mode(prev)
     if accumulate and inputs is not None:
         # backward(inputs=...) fills .grad of non-leaf inputs too (leaves were done by AccumulateGrad)
         for t, g in zip(inputs, captured):
             if g is not None and t.grad_fn is not None and not t._retains_grad:  # retain_grad already stored it
                 _accumulate_into_leaf(t, g, create_graph, run_hooks=False)
     return captured
+
+
+def _pruned(deps: dict, capture: dict) -> tuple[set, dict]:
+    """For ``autograd.grad`` / ``backward(inputs=...)``: the nodes among those met (``deps``'s keys) that lead to
+    a captured edge, and the dependency counts among them alone."""
+    target_nodes = {key[0] for key in capture}
+    needed: set = set()
+    for node in _topo_sorted(list(deps)):  # leaves first: a node is needed if it feeds a needed node
+        if id(node) in target_nodes or any(n in needed for n, _ in node.next_functions if n is not None):
+            needed.add(node)
+    pruned: dict = {}
+    for node in deps:
+        if node in needed:
+            for nxt, _ in node.next_functions:
+                if nxt is not None and nxt in needed:
+                    pruned[nxt] = pruned.get(nxt, 0) + 1
+    return needed, pruned
+
+
+def _capture(node: Node, grads: list, capture: dict, captured: list) -> None:
+    """Keep the gradients that reach a captured edge of ``node`` (a leaf's after its tensor hooks)."""
+    for nr, g in enumerate(grads):
+        k = capture.get((id(node), nr))
+        if k is not None and g is not None:
+            if node.__class__ is AccumulateGrad and node.variable._hooks:
+                g = _run_tensor_hooks(node.variable._hooks, g)
+            captured[k] = g
+
+
+def _apply(node: Node, grads: list) -> tuple:
+    """``node.apply`` for its gradients ``grads`` (some may be None; all None: no gradient reached it, and
+    none leaves), under anomaly mode's checks when on."""
+    for g in grads:  # (not grads.count(None): that compares with ==, a tensor op)
+        if g is not None:
+            break
+    else:
+        return (None,) * len(node.next_functions)
+    if anomaly["enabled"]:
+        return _apply_node_under_anomaly(node, tuple(grads))
+    return node.apply(tuple(grads))
+
+
+def _apply_with_hooks(node: Node, grads: list, hooks) -> tuple:
+    """:func:`_apply` between the node's pre-hooks (which may replace its gradients) and its post-hooks (which
+    may replace its results)."""
+    for h in hooks.pre:
+        r = h(tuple(grads))
+        if r is not None:
+            grads = list(r)
+    outs = _apply(node, grads)
+    for h in hooks.post:
+        r = h(outs, tuple(grads))
+        if r is not None:
+            outs = tuple(r)
+    return outs
 
 
 def _apply_node_under_anomaly(node: Node, grads: tuple) -> tuple:

@@ -6,7 +6,7 @@ import functools
 import weakref
 from typing import Any
 
-from kiln._state import set_state
+from kiln._state import set_grad_mode
 from kiln._tensor import Tensor
 from kiln.autograd.graph import Node, SavedTensor, _edge
 from kiln.autograd.inplace import rebase_view_history
@@ -138,11 +138,11 @@ class Function(metaclass=_FunctionMeta):
         ctx.needs_input_grad = tuple(isinstance(a, Tensor) and a.requires_grad for a in args)
         ctx._input_positions = positions
         ctx._input_meta = [(args[i]._shape, args[i]._dtype, args[i]._device) for i in positions]
-        prev = set_state("grad_enabled", False)
+        prev = set_grad_mode(False)
         try:
             outputs = cls.forward(ctx, *args, **kwargs)
         finally:
-            set_state("grad_enabled", prev)
+            set_grad_mode(prev)
         record = prev and any(ctx.needs_input_grad)
         single = not isinstance(outputs, tuple)
         outs = (outputs,) if single else outputs
@@ -227,10 +227,10 @@ def once_differentiable(fn):
 
     @functools.wraps(fn)
     def wrapper(ctx, *args):
-        prev = set_state("grad_enabled", False)
+        prev = set_grad_mode(False)
         try:
             return fn(ctx, *args)
         finally:
-            set_state("grad_enabled", prev)
+            set_grad_mode(prev)
 
     return wrapper

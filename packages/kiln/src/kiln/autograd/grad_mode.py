@@ -9,7 +9,7 @@ import functools
 import inspect
 import threading
 
-from kiln._state import away, inference_away, set_state, state
+from kiln._state import away, inference_away, set_grad_mode, set_state, state
 
 _SWITCHES = threading.local()  # set_multithreading_enabled's switch
 
@@ -86,10 +86,10 @@ class _ForceGradMode(_DecoratorContextManager):
         return cls()(orig_func)
 
     def __enter__(self):
-        self.prev = set_state("grad_enabled", self._mode)
+        self.prev = set_grad_mode(self._mode)
 
     def __exit__(self, *exc):
-        set_state("grad_enabled", self.prev)
+        set_grad_mode(self.prev)
 
 
 class no_grad(_ForceGradMode):
@@ -109,16 +109,16 @@ class set_grad_enabled(_DecoratorContextManager):
 
     def __init__(self, mode: bool):
         self.mode = bool(mode)
-        self.prev = set_state("grad_enabled", self.mode)
+        self.prev = set_grad_mode(self.mode)
 
     def __enter__(self):
         pass
 
     def __exit__(self, *exc):
-        set_state("grad_enabled", self.prev)
+        set_grad_mode(self.prev)
 
     def __call__(self, func):
-        set_state("grad_enabled", self.prev)  # used as a decorator: the call above must not change the mode
+        set_grad_mode(self.prev)  # used as a decorator: the call above must not change the mode
         return super().__call__(func)
 
     def clone(self):
@@ -138,10 +138,10 @@ class inference_mode(_DecoratorContextManager):
 
     def __enter__(self):
         # inference_mode(False) restores normal autograd, grad mode included (as PyTorch)
-        self.prev = (set_state("grad_enabled", not self.mode), set_state("inference", self.mode))
+        self.prev = (set_grad_mode(not self.mode), set_state("inference", self.mode))
 
     def __exit__(self, *exc):
-        set_state("grad_enabled", self.prev[0])
+        set_grad_mode(self.prev[0])
         set_state("inference", self.prev[1])
 
     def clone(self):

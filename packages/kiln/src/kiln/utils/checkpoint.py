@@ -43,7 +43,7 @@ import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from kiln._state import set_state, state
+from kiln._state import set_grad_mode, state
 from kiln._tensor import Tensor
 from kiln.autograd.function import Function
 from kiln.autograd.graph import AccumulateGrad, Node, _edge, _seq
@@ -112,11 +112,11 @@ def _autocast_as(saved: tuple[dict, dict]):
 
 @contextlib.contextmanager
 def _grad_mode(enabled: bool):
-    prev = set_state("grad_enabled", enabled)
+    prev = set_grad_mode(enabled)
     try:
         yield
     finally:
-        set_state("grad_enabled", prev)
+        set_grad_mode(prev)
 
 
 def _detached(args: tuple) -> tuple:

@@ -120,19 +120,15 @@ def _sole_owner(t: Tensor, grads: list) -> bool:
     that only the engine's buffer ``grads`` holds, and whose memory nothing else reaches."""
     g = grads[0]
     if not (
-        _STEAL
-        and type(g) is Tensor
-        and g._grad_fn is None
-        and not g._hooks
-        and g._offset == 0
-        and g._dtype is t._dtype
+        _STEAL and type(g) is Tensor and g._grad_fn is None and not g._hooks and g._offset == 0 and g._dtype is t._dtype
     ):
         return False
     stride = g._stride
     # the usual gradient, a row-major leaf's (the contract's layout): row-major too, known without a call
-    if stride != t._stride or stride != _CONTIGUOUS_STRIDES.get(g._shape):
-        if not (g.is_contiguous() and (_obeys_layout(t, g) or not layout_enforced())):
-            return False
+    if (stride != t._stride or stride != _CONTIGUOUS_STRIDES.get(g._shape)) and not (
+        g.is_contiguous() and (_obeys_layout(t, g) or not layout_enforced())
+    ):
+        return False
     if _refs(g) - _OWN_REFS != 2:  # the buffer and the local g
         return False
     usual = _usual_owner(g)

@@ -9,7 +9,7 @@ import numpy as np
 from kiln._device import CPU
 from kiln._lazy import first_call
 from kiln._state import modes_away
-from kiln._tensor import Tensor, from_array
+from kiln._tensor import Tensor, _numel, from_array
 from kiln.autograd import functional as functional  # kiln.autograd.functional after `import kiln`, as in torch
 from kiln.autograd.anomaly_mode import (
     detect_anomaly,
@@ -30,7 +30,7 @@ from kiln.autograd.grad_mode import (
     set_multithreading_enabled,
 )
 from kiln.autograd.gradcheck import GradcheckError, gradcheck, gradgradcheck
-from kiln.autograd.graph import Node, gradient_edge
+from kiln.autograd.graph import Node, _edge, gradient_edge
 from kiln.autograd.variable import Variable, variable
 
 __all__ = [
@@ -97,10 +97,10 @@ def _make_roots(outputs: tuple, grad_outputs: tuple, create_graph: bool) -> list
         if not isinstance(out, Tensor):
             raise TypeError(f"outputs must be Tensors, got {type(out).__name__}")
         g = grad_outputs[i] if grad_outputs else None
-        if not out.requires_grad:
+        if not (out._requires_grad or out.requires_grad):  # (the slot first: the property is for a stale view)
             raise RuntimeError(f"element {i} of tensors does not require grad and does not have a grad_fn")
         if g is None:
-            if out.numel() != 1:
+            if _numel(out._shape) != 1:
                 raise RuntimeError("grad can be implicitly created only for scalar outputs")
             if not out._dtype.is_floating_point:
                 raise RuntimeError(f"grad can be implicitly created only for real scalar outputs but got {out._dtype}")
@@ -119,7 +119,7 @@ def _make_roots(outputs: tuple, grad_outputs: tuple, create_graph: bool) -> list
                 )
             if not create_graph:
                 g = g.detach()
-        node, nr = gradient_edge(out)
+        node, nr = _edge(out)  # (gradient_edge, a frame less)
         roots.append((node, nr, g))
     return roots
 

@@ -120,7 +120,9 @@ def _make_apply(opdef) -> Callable | None:
     tensor_params = opdef.tensor_params
     n = len(tensor_params)
     # a node the generic recorder made (a list where a tensor goes) may hold lists of saved tensors: generic
-    lines = ["def apply(self, grads):", "    if self.freed or self.seqs:", "        return _generic(self, grads)"]
+    # (or of another op of the same node name, whose class calls this op's apply: see graph._node_class)
+    lines = ["def apply(self, grads):", "    if self.freed or self.seqs or self.op is not _op:"]
+    lines.append("        return _generic(self, grads)")
     add = lines.append
     add("    saved = self.saved")
     call = []
@@ -164,6 +166,7 @@ def _make_apply(opdef) -> Callable | None:
     add(f"    return ({', '.join(gs)},)")
     namespace = {
         "_generic": graph.OpNode.apply_generic,
+        "_op": opdef,
         "_ST": graph.SavedTensor,
         "_nig": graph._needs_input_grad,
         "_formula": opdef.backward,

@@ -398,6 +398,9 @@ def _node_class(opdef, args: tuple) -> type:
     cls = _NODE_CLASSES.get(name)
     if cls is None:
         cls = _NODE_CLASSES[name] = type(name, (OpNode,), {"__slots__": ()})
+        applier = opdef._backward_needs.applier
+        if applier is not None:  # the op's apply written out, called without OpNode.apply's frame (it hands a
+            cls.apply = applier  # node of another op of the same name to the generic apply)
     return cls
 
 
@@ -449,14 +452,15 @@ class OpNode(Node):
         self.freed = True
         saved = self.saved
         for value in saved.values():
-            if isinstance(value, SavedTensor):
+            if value.__class__ is SavedTensor:
                 value.freed = True
                 value.data = None
-        for name in self.seqs:
-            for v in saved[name]:
-                if isinstance(v, SavedTensor):
-                    v.freed = True
-                    v.data = None
+        if self.seqs:
+            for name in self.seqs:
+                for v in saved[name]:
+                    if v.__class__ is SavedTensor:
+                        v.freed = True
+                        v.data = None
 
 
 def finish_gradients(node: OpNode, result) -> tuple:

@@ -6,6 +6,11 @@ field away from its default goes through :func:`set_state`, which keeps ``away[0
 field) pairs are away from their defaults now. The hot path tests ``away[0]`` first, a list item read,
 and reads the thread-local fields only when it is not 0.
 
+Each counter is a list that holds one token (a 1, in front) per pair counted, then a 0: ``away[0]`` is 1
+while any pair is counted and 0 when none is. A pair is counted by ``insert(0, 1)`` and uncounted by
+``pop(0)``, single list operations, which no other thread interleaves with (a lock made a grad-mode
+switch, twice per backward pass and per ``no_grad`` block, three times dearer).
+
 ``away[0]`` may count more than there are (a thread that ended inside ``no_grad``, a field set back to
 its default for a moment and restored), which costs only speed; it never counts fewer. A write that moves
 a field toward its default and restores it afterwards (``finally``) may set the field directly.
@@ -17,7 +22,6 @@ an op then reads one field, ``grad_enabled``, instead of four.
 
 from __future__ import annotations
 
-import os
 import threading
 
 
@@ -39,36 +43,42 @@ away = [0]
 modes_away = [0]  # (thread, pre/post_autograd_modes) pairs away from their defaults (counted in away too)
 inference_away = [0]  # (thread, inference) pairs away from the default (counted in away too)
 _COUNTERS = {"pre_autograd_modes": modes_away, "post_autograd_modes": modes_away, "inference": inference_away}
-_lock = threading.Lock()
+
+
+def pairs(counter: list) -> int:
+    """How many (thread, field) pairs ``counter`` (``away``, ``modes_away`` or ``inference_away``) counts."""
+    return len(counter) - 1
 
 
 def set_state(name: str, value):
     """Set this thread's ``state.<name>`` to ``value``, counting it in ``away``; returns the old value."""
     default = _DEFAULTS[name]
-    _lock.acquire()  # not ``with``: its protocol costs a fifth of this function
-    try:
-        old = getattr(state, name)
-        setattr(state, name, value)
-        moved = (value != default) - (old != default)
-        away[0] += moved
+    old = getattr(state, name)
+    setattr(state, name, value)
+    moved = (value != default) - (old != default)
+    if moved:
         counter = _COUNTERS.get(name)
-        if counter is not None:
-            counter[0] += moved
-    finally:
-        _lock.release()
+        if moved > 0:
+            away.insert(0, 1)
+            if counter is not None:
+                counter.insert(0, 1)
+        else:
+            away.pop(0)
+            if counter is not None:
+                counter.pop(0)
     return old
 
 
 def set_grad_mode(enabled: bool) -> bool:
     """:func:`set_state` for ``grad_enabled`` (``enabled`` a bool), at a third of its cost: every backward pass,
     ``no_grad`` block and optimizer step sets it twice. Returns the old mode."""
-    _lock.acquire()
-    try:
-        old = state.grad_enabled
-        state.grad_enabled = enabled
-        away[0] += old - enabled  # (bools: 1 when turned off, -1 when turned back on; the default is on)
-    finally:
-        _lock.release()
+    old = state.grad_enabled
+    state.grad_enabled = enabled
+    if old is not enabled:
+        if enabled:
+            away.pop(0)
+        else:
+            away.insert(0, 1)
     return old
 
 
@@ -76,12 +86,3 @@ def post_modes() -> tuple:
     """This thread's post-autograd dispatch modes (tracers, profilers), without reading the thread-local
     state while no thread is away from the defaults."""
     return state.post_autograd_modes if modes_away[0] else ()
-
-
-def _new_lock_in_child() -> None:
-    # a fork while another thread held the lock would leave it held forever in the child (DataLoader workers)
-    global _lock
-    _lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_new_lock_in_child)

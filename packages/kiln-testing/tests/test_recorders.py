@@ -82,19 +82,24 @@ def _recorded(opdef, case, recorder) -> list:
 
 
 def _gradients(node, out) -> list:
-    """The node's gradients for a random output gradient, from its own ``apply`` and from the generic one
-    (the generated apply must give what the generic gives, values included)."""
+    """The node's gradients for a random output gradient, from its own ``apply``, from the generic one and from
+    its ``_apply_and_release`` (the engine's call when the graph is not kept; last, as it frees the saved
+    tensors): all must give what the generic gives, values included, and the last must free what was saved."""
     g = kiln.from_numpy(np.random.default_rng(5).standard_normal(tuple(out.shape))).to(out.dtype)
     found = []
-    for apply in (graph.OpNode.apply, graph.OpNode.apply_generic):
+    for apply in (graph.OpNode.apply, graph.OpNode.apply_generic, type(node)._apply_and_release):
         try:
             with kiln.no_grad():
                 grads = apply(node, (g,))
-        except Exception as exc:  # noqa: BLE001 - both must raise alike
+        except Exception as exc:  # noqa: BLE001 - all must raise alike
             found.append(("raised", type(exc).__name__, str(exc)))
             continue
         found.append([None if r is None else (tuple(r.shape), r.dtype, r.detach().numpy().tolist()) for r in grads])
     assert found[0] == found[1], "the node's apply and the generic apply differ"
+    assert found[2] == found[1], "the node's _apply_and_release and the generic apply differ"
+    if found[2][0] != "raised":
+        saved = [v for v in node.saved.values() if isinstance(v, graph.SavedTensor)]
+        assert node.freed and all(v.freed and v.data is None for v in saved), "_apply_and_release freed nothing"
     return found[0]
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from kiln import _dtype as dt
 from kiln._public import takes_tensor_list
-from kiln._state import anomaly
+from kiln._state import anomaly, state
 from kiln._tensor import Tensor, stale_view_requires_grad
 from kiln.autograd import graph
 from kiln.autograd.anomaly_mode import forward_traceback
@@ -79,7 +79,7 @@ def make_recorder(opdef) -> Callable:
     code = _CODE.get(key)
     if code is None:
         code = _CODE[key] = _compile(_source(opdef, plan), "record")
-    needs.applier = _make_apply(opdef)
+    needs.applier = _make_apply(opdef)  # (apply, _apply_and_release) or None
     namespace = {
         "_T": Tensor,
         "_SEQS": (list, tuple),
@@ -106,9 +106,10 @@ def make_recorder(opdef) -> Callable:
     return fn
 
 
-def _make_apply(opdef) -> Callable | None:
-    """``OpNode.apply`` written out for the op's nodes, or None where the generic one serves: a formula of
-    several output gradients, a multi-output ``result``, or parameters that are not plain positional ones."""
+def _make_apply(opdef) -> tuple[Callable, Callable] | None:
+    """``OpNode.apply`` written out for the op's nodes, and ``OpNode._apply_and_release`` (the same, then the saved
+    tensors freed: the engine's call when the graph is not kept); None where the generic apply serves: a formula
+    of several output gradients, a multi-output ``result``, or parameters that are not plain positional ones."""
     needs = opdef._backward_needs
     params = inspect.signature(opdef.backward).parameters.values()
     if (
@@ -117,16 +118,44 @@ def _make_apply(opdef) -> Callable | None:
         or any(p.kind is not p.POSITIONAL_OR_KEYWORD for p in params)
     ):
         return None
-    tensor_params = opdef.tensor_params
-    n = len(tensor_params)
+    namespace = {
+        "_generic": graph.OpNode.apply_generic,
+        "_generic_release": graph.Node._apply_and_release,
+        "_op": opdef,
+        "_ST": graph.SavedTensor,
+        "_state": state,
+        "_nig": graph._needs_input_grad,
+        "_formula": opdef.backward,
+        "_finish": graph.finish_gradients,
+        "_fit": graph._fit_to_input,
+        "__builtins__": __builtins__,
+    }
+    made = []
+    for release in (False, True):
+        text = _apply_source(opdef, list(params)[1:], release)
+        key = ("apply", text)
+        code = _CODE.get(key)
+        if code is None:
+            code = _CODE[key] = _compile(text, "apply")
+        fn = types.FunctionType(code, namespace, "_apply_and_release" if release else "apply")
+        fn.__doc__ = f"``OpNode.{fn.__name__}`` written out for {opdef.name}."
+        made.append(fn)
+    return made[0], made[1]
+
+
+def _apply_source(opdef, params: list, release: bool) -> str:
+    """The text of :func:`_make_apply`'s functions (``release``: the one that frees the saved tensors after the
+    formula has run, as ``OpNode.release``)."""
+    n = len(opdef.tensor_params)
     # a node the generic recorder made (a list where a tensor goes) may hold lists of saved tensors: generic
     # (or of another op of the same node name, whose class calls this op's apply: see graph._node_class)
     lines = ["def apply(self, grads):", "    if self.freed or self.seqs or self.op is not _op:"]
-    lines.append("        return _generic(self, grads)")
     add = lines.append
+    add(f"        return {'_generic_release' if release else '_generic'}(self, grads)")
     add("    saved = self.saved")
     call = []
-    for p in list(params)[1:]:
+    kept = []  # the locals that hold a saved entry, for the release
+    for p in params:
         name = p.name
         local = f"v_{name}"
         call.append(local)
@@ -134,14 +163,24 @@ def _make_apply(opdef) -> Callable | None:
             add("    layout = self.layout")
             add(f"    {local} = _nig(self.wants, {n} if layout is None else len(layout))")
         else:  # (a saved number may be a tensor in a node the generic recorder made)
-            add(f"    s = saved[{name!r}]")
-            add("    if s.__class__ is _ST:")
-            add(f"        {local} = s.data")
-            add(f"        if s.is_output or s.freed or {local}._vc[0] != s.version:")
-            add(f"            {local} = s.unpack(self)")
+            s = f"s{len(kept)}"
+            kept.append(s)
+            add(f"    {s} = saved[{name!r}]")
+            add(f"    if {s}.__class__ is _ST:")
+            add(f"        {local} = {s}.data")
+            # SavedTensor.unpack's cases, without its call where none applies (an output's alias is made only
+            # when the backward itself records)
+            add(f"        if {s}.freed or {local}._vc[0] != {s}.version or ({s}.is_output and _state.grad_enabled):")
+            add(f"            {local} = {s}.unpack(self)")
             add("    else:")
-            add(f"        {local} = s")
+            add(f"        {local} = {s}")
     add(f"    result = _formula(grads[0]{''.join(', ' + c for c in call)})")
+    if release:
+        add("    self.freed = True")
+        for s in kept:
+            add(f"    if {s}.__class__ is _ST:")
+            add(f"        {s}.freed = True")
+            add(f"        {s}.data = None")
     add("    if self.layout is not None:")
     add("        return _finish(self, result)")
     gs = [f"g{k}" for k in range(n)]
@@ -164,23 +203,7 @@ def _make_apply(opdef) -> Callable | None:
         add(f"        if {g}._shape != m[0] or {g}._dtype is not m[1]:")
         add(f"            {g} = _fit({g}, m, self, {k})")
     add(f"    return ({', '.join(gs)},)")
-    namespace = {
-        "_generic": graph.OpNode.apply_generic,
-        "_op": opdef,
-        "_ST": graph.SavedTensor,
-        "_nig": graph._needs_input_grad,
-        "_formula": opdef.backward,
-        "_finish": graph.finish_gradients,
-        "_fit": graph._fit_to_input,
-        "__builtins__": __builtins__,
-    }
-    key = ("apply", "\n".join(lines))
-    code = _CODE.get(key)
-    if code is None:
-        code = _CODE[key] = _compile("\n".join(lines) + "\n", "apply")
-    fn = types.FunctionType(code, namespace, "apply")
-    fn.__doc__ = f"``OpNode.apply`` written out for {opdef.name}."
-    return fn
+    return "\n".join(lines) + "\n"
 
 
 def _compile(src: str, name: str):

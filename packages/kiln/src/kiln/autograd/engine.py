@@ -141,14 +141,12 @@ def _propagate(
             if needed is not None and node not in needed:
                 node = None
                 continue
-            if hooks is not None:
-                outs = _apply_with_hooks(node, grads, hooks)
-            elif len(grads) == 1 and grads[0] is not None and not anomaly["enabled"]:
-                outs = node.apply((grads[0],))
+            if hooks is None and len(grads) == 1 and grads[0] is not None and not anomaly["enabled"]:
+                outs = node.apply((grads[0],)) if keep_graph else node._apply_and_release((grads[0],))
             else:
-                outs = _apply(node, grads)
-            if not keep_graph:
-                node.release()
+                outs = _apply(node, grads) if hooks is None else _apply_with_hooks(node, grads, hooks)
+                if not keep_graph:
+                    node.release()
             ready = None  # a node this one made ready, while it is the only node ready
             for (nxt, nr), g in zip(node.next_functions, outs):
                 if nxt is None or (needed is not None and nxt not in needed):

@@ -107,6 +107,13 @@ class Node:
     def release(self) -> None:
         """Free saved tensors (after a backward without ``retain_graph``)."""
 
+    def _apply_and_release(self, grads: tuple) -> tuple:
+        """:meth:`apply`, then :meth:`release`: the engine's call when the graph is not kept (an op's node class
+        has it written out in one function)."""
+        outs = self.apply(grads)
+        self.release()
+        return outs
+
     def _hooks_made(self) -> NodeHooks:
         if self._node_hooks is None:
             self._node_hooks = NodeHooks()
@@ -270,7 +277,8 @@ class BackwardNeeds:
         self.needs_input_grad = needs_input_grad
         self.multi_grad = multi_grad
         self.recorder = None  # made on the op's first recording (kiln.autograd.graph.recorder)
-        self.applier = None  # the op's OpNode.apply written out, made with the recorder (or None: the generic one)
+        # the op's OpNode.apply and _apply_and_release written out, made with the recorder (or None: the generic one)
+        self.applier = None
 
     def read_guards(self) -> tuple:
         """Fill ``save_plan`` and ``result_guard`` (once); returns ``save_plan``."""
@@ -400,7 +408,7 @@ def _node_class(opdef, args: tuple) -> type:
         cls = _NODE_CLASSES[name] = type(name, (OpNode,), {"__slots__": ()})
         applier = opdef._backward_needs.applier
         if applier is not None:  # the op's apply written out, called without OpNode.apply's frame (it hands a
-            cls.apply = applier  # node of another op of the same name to the generic apply)
+            cls.apply, cls._apply_and_release = applier  # node of another op of the same name to the generic one)
     return cls
 
 
@@ -414,7 +422,7 @@ class OpNode(Node):
     def apply(self, grads: tuple) -> tuple:
         # the op's apply written out (kiln.autograd._record_code), made with its recorder, else the generic one
         fast = self.op._backward_needs.applier
-        return self.apply_generic(grads) if fast is None else fast(self, grads)
+        return self.apply_generic(grads) if fast is None else fast[0](self, grads)
 
     def apply_generic(self, grads: tuple) -> tuple:
         """:meth:`apply` for any op's node, reading the op record as it goes."""

@@ -146,15 +146,15 @@ def backward(
                 "only use `grad_tensors`."
             )
         grad_tensors = grad_variables
-    outputs = _as_tuple(tensors)
-    grads = _as_tuple(grad_tensors)
+    outputs = (tensors,) if tensors.__class__ is Tensor else _as_tuple(tensors)  # (the usual call, without one)
+    grads = () if grad_tensors is None else _as_tuple(grad_tensors)
     if retain_graph is None:
         retain_graph = create_graph
     inputs_t = _as_tuple(inputs) if inputs is not None else None
     if inputs_t is not None and len(inputs_t) == 0:
         raise RuntimeError("`inputs` argument to `backward()` cannot be empty.")
     roots = _make_roots(outputs, grads, create_graph)
-    run_backward(roots, retain_graph, create_graph, inputs=inputs_t, accumulate=True)
+    run_backward(roots, retain_graph, create_graph, inputs_t, True)
 
 
 def grad(

@@ -26,7 +26,7 @@ _STEAL = (
 )
 
 
-# elements: below this, a gradient whose memory is not laid out as a kernel's result is (:func:`_usual_owner`)
+# elements: below this, a gradient whose memory is not laid out as a kernel's result is (:func:`_sole_owner`)
 # is copied, which costs less than walking to its holders (:func:`_reachable`)
 _STEAL_MIN = 4096
 
@@ -117,7 +117,12 @@ def _reachable(g: Tensor) -> tuple[list, list[int]] | None:
 
 def _sole_owner(t: Tensor, grads: list) -> bool:
     """Whether ``grads[0]`` can become ``t.grad`` as it is: a contiguous gradient (the parameter's layout)
-    that only the engine's buffer ``grads`` holds, and whose memory nothing else reaches."""
+    that only the engine's buffer ``grads`` holds, and whose memory nothing else reaches.
+
+    The memory is tested first for the layouts a kernel's result has, from the reference counts of the
+    storage and the array alone (so that a small gradient is taken without a copy too): ``g`` is no view, and
+    its storage owns its memory, or views the array that ``g._np`` holds and owns it (a result wrapped by
+    ``from_array``). Any other layout, from :data:`_STEAL_MIN` elements, by :func:`_reachable`'s walk."""
     g = grads[0]
     if not (
         _STEAL and type(g) is Tensor and g._grad_fn is None and not g._hooks and g._offset == 0 and g._dtype is t._dtype
@@ -131,9 +136,17 @@ def _sole_owner(t: Tensor, grads: list) -> bool:
         return False
     if _refs(g) - _OWN_REFS != 2:  # the buffer and the local g
         return False
-    usual = _usual_owner(g)
-    if usual is not None:
-        return usual
+    st = g._storage
+    a = g._np
+    if g._base is None and type(st) is np.ndarray:
+        if a is None or a is st:  # holders of st: g._storage, the local st (and g._np, the local a)
+            return st.base is None and _refs(st) - _OWN_REFS == (2 if a is None else 4)
+        if type(a) is np.ndarray:
+            if st.base is a:  # the storage views the array: st held by g._storage and the local; a by st.base too
+                return a.base is None and _refs(st) - _OWN_REFS == 2 and _refs(a) - _OWN_REFS == 3
+            if a.base is st:  # a NumPy view of the storage: held by g._np and the local a; st also by a.base
+                return st.base is None and _refs(a) - _OWN_REFS == 2 and _refs(st) - _OWN_REFS == 3
+    st = a = None  # (the walk counts every holder: these locals are not among those it expects)
     if _numel(g._shape) < _STEAL_MIN:
         return False
     found = _reachable(g)
@@ -145,27 +158,6 @@ def _sole_owner(t: Tensor, grads: list) -> bool:
         if _refs(objs[i]) - _OWN_REFS != held[i] + 1 + (2 if objs[i] is g else 0):
             return False
     return True
-
-
-def _usual_owner(g: Tensor) -> bool | None:
-    """:func:`_sole_owner`'s test of the memory for the layouts a kernel's result has, at a fraction of the
-    cost of :func:`_reachable`'s walk (so that a small gradient is taken without a copy too): ``g`` is no
-    view, and its storage owns its memory, or views the array that ``g._np`` holds and owns it (a result
-    wrapped by ``from_array``). True or False when the test applies (is nothing but ``g`` holding the storage
-    and the array?), None when ``g``'s memory is laid out otherwise."""
-    st = g._storage
-    a = g._np
-    if g._base is not None or type(st) is not np.ndarray:
-        return None
-    if a is None or a is st:  # holders of st: g._storage, the local st (and g._np, the local a)
-        return st.base is None and _refs(st) - _OWN_REFS == (2 if a is None else 4)
-    if type(a) is not np.ndarray:
-        return None
-    if a.base is st:  # a NumPy view of the storage: held by g._np and the local a; st also by a.base
-        return st.base is None and _refs(a) - _OWN_REFS == 2 and _refs(st) - _OWN_REFS == 3
-    if st.base is a:  # the storage views the array: st held by g._storage and the local; a by st.base too
-        return a.base is None and _refs(st) - _OWN_REFS == 2 and _refs(a) - _OWN_REFS == 3
-    return None
 
 
 def _accumulate_into_leaf(

@@ -174,7 +174,7 @@ def _propagate(
                             ready = None
                         heappush(heap, (-nxt._seq, next(counter), nxt))
             node = ready
-            outs = g = buf = ready = None  # the buffers hold the gradients now (the leaf ownership test counts holders)
+            outs = g = None  # the buffers hold the gradients now (the leaf ownership test counts their holders)
     finally:
         set_grad_mode(prev)
     if accumulate and inputs is not None:

@@ -4,6 +4,9 @@ The matrix products live in :mod:`kiln` itself."""
 
 from __future__ import annotations
 
+import sys as _sys
+
+from kiln._names import name_bound_functions as _name_bound_functions
 from kiln._ops.decompositions import LinAlgError, cholesky, det, eigh, eigvalsh, inv, qr, slogdet, solve, svd, svdvals
 from kiln._ops.ldl import ldl_factor, ldl_factor_ex, ldl_solve
 from kiln._ops.linalg import matmul
@@ -85,3 +88,6 @@ def _give_out() -> None:
 
 
 _give_out()
+
+
+_name_bound_functions(_sys.modules[__name__])  # each function here pickles by reference (kiln._names)

@@ -17,6 +17,9 @@ float32 orthogonal polynomials of high degree, and its incomplete gamma function
 
 from __future__ import annotations
 
+import sys as _sys
+
+from kiln._names import name_bound_functions as _name_bound_functions
 from kiln._ops.bessel import (
     i0,
     i0e,
@@ -128,3 +131,6 @@ def log_softmax(input: Tensor, dim: int, dtype=None) -> Tensor:
     """The logarithm of :func:`softmax` along ``dim``, computed stably (``input`` cast to ``dtype`` first
     when given), as :func:`kiln.log_softmax`."""
     return _tensor_log_softmax(input, dim, dtype)
+
+
+_name_bound_functions(_sys.modules[__name__])  # each function here pickles by reference (kiln._names)

@@ -5,6 +5,7 @@ mode on or a dispatch mode active; and its parts, ``modes_away`` (dispatch modes
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
@@ -20,6 +21,26 @@ from kiln._modes import DispatchMode
 def _records() -> bool:
     x = kiln.ones(2, requires_grad=True)
     return (x * 2).grad_fn is not None
+
+
+@contextlib.contextmanager
+def _another_thread_inside(make_context):
+    """Run the block while another thread sits inside ``make_context()`` (entered before the block starts)."""
+    inside, leave = threading.Event(), threading.Event()
+
+    def other():
+        with make_context():
+            inside.set()
+            leave.wait(timeout=30)
+
+    t = threading.Thread(target=other)
+    t.start()
+    try:
+        assert inside.wait(timeout=30)
+        yield
+    finally:
+        leave.set()
+        t.join(timeout=30)
 
 
 @pytest.fixture
@@ -194,22 +215,14 @@ def test_a_dispatch_mode_inside_no_grad_sees_every_op(baseline, level):
         x + 1
     assert seen.count("add") == 2 and ("mul" in seen) == (level == "post_autograd")
     seen.clear()
-    inside, leave = threading.Event(), threading.Event()
 
-    def other():
+    @contextlib.contextmanager
+    def no_grad_and_spy():
         with kiln.no_grad(), Spy():
-            inside.set()
-            leave.wait(timeout=30)
+            yield
 
-    t = threading.Thread(target=other)
-    t.start()
-    try:
-        assert inside.wait(timeout=30)
-        with kiln.no_grad():
-            x + 1
-    finally:
-        leave.set()
-        t.join(timeout=30)
+    with _another_thread_inside(no_grad_and_spy), kiln.no_grad():
+        x + 1
     assert seen == []
 
 
@@ -217,17 +230,7 @@ def test_a_dispatch_mode_inside_no_grad_sees_every_op(baseline, level):
 def test_a_fork_while_another_thread_is_in_no_grad_leaves_the_child_working(baseline):
     """A DataLoader worker forked while another thread is inside ``no_grad``: the child inherits that thread's
     count (one too many, which costs only speed) and its own grad mode, on, switches as usual."""
-    inside, leave = threading.Event(), threading.Event()
-
-    def other():
-        with kiln.no_grad():
-            inside.set()
-            leave.wait(timeout=30)
-
-    t = threading.Thread(target=other)
-    t.start()
-    try:
-        assert inside.wait(timeout=30)
+    with _another_thread_inside(kiln.no_grad):
         r, w = os.pipe()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child
@@ -246,7 +249,4 @@ def test_a_fork_while_another_thread_is_in_no_grad_leaves_the_child_working(base
             if got == b"hung":
                 os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
-    finally:
-        leave.set()
-        t.join(timeout=30)
     assert got == b"ok"

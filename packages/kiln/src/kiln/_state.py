@@ -2,20 +2,21 @@
 
 Grad mode is per thread, as in PyTorch. Reading a field of a ``threading.local`` costs ~600 instructions
 (about a tenth of a microsecond), and a small op would read four of them; so every write that can move a
-field away from its default goes through :func:`set_state`, which keeps ``away[0]``: how many (thread,
-field) pairs are away from their defaults now. The hot path tests ``away[0]`` first, a list item read,
-and reads the thread-local fields only when it is not 0.
+field away from its default goes through :func:`set_state` (or :func:`set_grad_mode`), which keeps ``away``,
+a count of the (thread, field) pairs away from their defaults now. The hot path tests ``away[0]`` first, a
+list item read, and reads the thread-local fields only when it is not 0.
 
 Each counter is a list that holds one token (a 1, in front) per pair counted, then a 0: ``away[0]`` is 1
-while any pair is counted and 0 when none is. A pair is counted by ``insert(0, 1)`` and uncounted by
-``pop(0)``, single list operations, which no other thread interleaves with (a lock made a grad-mode
-switch, twice per backward pass and per ``no_grad`` block, three times dearer).
+while any pair is counted and 0 when none is (:func:`pairs` tells how many). A pair is counted by
+``insert(0, 1)`` and uncounted by ``pop(0)``, single list operations, which no other thread interleaves
+with (a lock made a grad-mode switch, twice per backward pass and per ``no_grad`` block, three times
+dearer).
 
-``away[0]`` may count more than there are (a thread that ended inside ``no_grad``, a field set back to
+``away`` may count more than there are (a thread that ended inside ``no_grad``, a field set back to
 its default for a moment and restored), which costs only speed; it never counts fewer. A write that moves
 a field toward its default and restores it afterwards (``finally``) may set the field directly.
 
-Of those pairs, ``modes_away[0]`` counts the dispatch-mode fields and ``inference_away[0]`` the inference
+Of those pairs, ``modes_away`` counts the dispatch-mode fields and ``inference_away`` the inference
 flag, by the same rules: inside ``no_grad`` alone (a backward pass, an optimizer step, an evaluation loop)
 an op then reads one field, ``grad_enabled``, instead of four.
 """

@@ -250,3 +250,14 @@ def test_a_fork_while_another_thread_is_in_no_grad_leaves_the_child_working(base
                 os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
     assert got == b"ok"
+
+
+def test_a_grad_mode_switch_to_a_truthy_number_keeps_the_count(baseline):
+    """``set_grad_mode`` takes a number as its truth value: a switch to the mode already set (1 while on) moves
+    no token, and a switch off and back leaves the count where it was."""
+    prev = _state.set_grad_mode(1)
+    assert prev is True and _state.pairs(_state.away) == baseline and kiln.is_grad_enabled()
+    prev = _state.set_grad_mode(0)
+    assert _state.pairs(_state.away) == baseline + 1 and not kiln.is_grad_enabled()
+    _state.set_grad_mode(prev)
+    assert _state.pairs(_state.away) == baseline and _state.away[-1] == 0

@@ -622,11 +622,10 @@ short = int16
 # every function reached from here or as a Tensor method pickles by reference (kiln._names)
 import sys as _sys  # noqa: E402
 
-from kiln import _tensor_methods  # noqa: E402
 from kiln._names import name_bound_functions as _name_bound_functions  # noqa: E402
 
 _name_bound_functions(_sys.modules[__name__])
-_name_bound_functions(Tensor, _tensor_methods)
+_name_bound_functions(Tensor)
 del _sys, _name_bound_functions
 
 # ``from kiln import *`` exports the public API (it shadows builtins such as sum/max/abs, as torch's does)

@@ -73,6 +73,8 @@ def set_state(name: str, value):
 def set_grad_mode(enabled: bool) -> bool:
     """:func:`set_state` for ``grad_enabled`` (``enabled`` a bool), at a third of its cost: every backward pass,
     ``no_grad`` block and optimizer step sets it twice. Returns the old mode."""
+    if enabled is not True and enabled is not False:  # (a token too many or too few would break the count)
+        enabled = bool(enabled)
     old = state.grad_enabled
     state.grad_enabled = enabled
     if old is not enabled:

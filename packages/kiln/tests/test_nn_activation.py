@@ -789,7 +789,7 @@ def test_piecewise_activation_gradients_at_nan_as_pytorch(call):
 
 
 def test_relu_pickles_by_reference():
-    """kiln.relu lives in kiln._ops.relu and pickles by reference there (a model holding it saves)."""
+    """kiln.relu, made by elementwise's op factory, pickles by reference (a model holding it saves)."""
     import pickle
 
     assert pickle.loads(pickle.dumps(kiln.relu)) is kiln.relu

@@ -624,8 +624,9 @@ import sys as _sys  # noqa: E402
 
 from kiln._names import name_bound_functions as _name_bound_functions  # noqa: E402
 
-_name_bound_functions(_sys.modules[__name__])
+# (Tensor first: a function that is also a method, whose name is taken in its module, is found through Tensor)
 _name_bound_functions(Tensor)
+_name_bound_functions(_sys.modules[__name__])
 del _sys, _name_bound_functions
 
 # ``from kiln import *`` exports the public API (it shadows builtins such as sum/max/abs, as torch's does)

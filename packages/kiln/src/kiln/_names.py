@@ -55,8 +55,6 @@ def name_bound_functions(namespace: ModuleType | type) -> None:
                 fn.__module__ = namespace.__module__
         elif free:
             setattr(home, qualname, fn)
-        elif home is not None and vars(vars(home).get("Tensor", object)).get(name) is fn:
-            fn.__qualname__ = f"Tensor.{name}"  # also a Tensor method: found through the class its module binds
         else:
             fn.__module__ = namespace.__name__
             fn.__qualname__ = name

@@ -258,14 +258,13 @@ class Tensor:
 
     def is_contiguous(self, memory_format=contiguous_format) -> bool:
         """True when the elements are laid out row-major without gaps."""
-        check_memory_format("is_contiguous", memory_format)
+        if memory_format is not contiguous_format:  # (the usual call checks nothing: no call)
+            check_memory_format("is_contiguous", memory_format)
         if self._stride == _CONTIGUOUS_STRIDES.get(self._shape) or 0 in self._shape:  # (row-major strides cached)
             return True
         expected = 1
         for n, s in zip(reversed(self._shape), reversed(self._stride)):
-            if n == 1:
-                continue
-            if s != expected:
+            if n != 1 and s != expected:  # (a size-1 dim's stride is free)
                 return False
             expected *= n
         return True

@@ -97,4 +97,3 @@ relu = _unary(
     allow_bool=False,
     decompose=_relu_decomposed,
 )
-relu.__module__ = __name__  # (made by elementwise._unary): pickled by reference as kiln._ops.relu.relu
